@@ -1,0 +1,139 @@
+"""Availability profile: free nodes of a cluster as a step function of time.
+
+Source: seed 002 (Mutz thesis), section 6.1.3, the "SegmentedFunction" data structure: a
+sorted list of segments covering [origin, inf) giving the number of occupied nodes, with
+"insert a segment" and "find the soonest window where n nodes are available for t seconds".
+The thesis uses a linked list with linear scans; here the segments are two NumPy arrays
+(breakpoint times, occupied nodes) and the window search is one vectorised pass, so a
+search costs a handful of array operations instead of a Python loop over segments.
+
+Steps of ``earliest_window(nodes, duration, after, deadline)``:
+
+1. mark each segment ``ok`` when ``capacity - used >= nodes``;
+2. for every segment, find the start of the next segment that is not ``ok``
+   (``searchsorted`` over the indices of the bad segments): that is where a run of
+   ``ok`` segments ends;
+3. a window can start at ``max(segment start, after)`` in any ``ok`` segment whose run
+   lasts at least ``duration`` from there; the earliest such start is the answer (starts
+   are increasing, so it is the first hit);
+4. with a deadline, the window must also end by it (``start + duration <= deadline``),
+   otherwise there is no window (``None``).
+
+Like the thesis's structure it does not support removal (an EES plan never shrinks).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class AvailabilityProfile:
+    """Occupied nodes over [origin, inf) on a machine of ``capacity`` nodes.
+
+    ``times[k]`` is the start of segment k (``times[0] == origin``), ``used[k]`` the nodes
+    occupied on ``[times[k], times[k+1])``; the last segment extends to infinity.
+    """
+
+    def __init__(self, capacity: int, origin: float = 0.0):
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise ValueError(f"AvailabilityProfile: capacity must be a positive integer, got {capacity!r}")
+        if not math.isfinite(origin):
+            raise ValueError(f"AvailabilityProfile: origin must be finite, got {origin!r}")
+        self.capacity = int(capacity)
+        self.origin = float(origin)
+        self.times = np.array([self.origin])
+        self.used = np.array([0], dtype=np.int64)
+
+    def copy(self) -> "AvailabilityProfile":
+        other = AvailabilityProfile(self.capacity, self.origin)
+        other.times = self.times.copy()
+        other.used = self.used.copy()
+        return other
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def free_at(self, t: float) -> int:
+        """Free nodes at time t (t >= origin)."""
+        if not (t >= self.origin):
+            raise ValueError(f"free_at: time {t!r} is before the profile origin {self.origin}")
+        k = int(np.searchsorted(self.times, t, side="right")) - 1
+        return self.capacity - int(self.used[k])
+
+    def _check_request(self, where: str, nodes, duration) -> None:
+        if not isinstance(nodes, (int, np.integer)) or nodes <= 0:
+            raise ValueError(f"{where}: nodes must be a positive integer, got {nodes!r}")
+        if nodes > self.capacity:
+            raise ValueError(f"{where}: {nodes} nodes requested on a {self.capacity}-node machine")
+        if not (math.isfinite(duration) and duration > 0):
+            raise ValueError(f"{where}: duration must be positive and finite, got {duration!r}")
+
+    def earliest_window(self, nodes: int, duration: float, after: float | None = None,
+                        deadline: float | None = None) -> float | None:
+        """Earliest start s >= after with ``nodes`` free on [s, s + duration); None if it
+        cannot end by ``deadline``."""
+        self._check_request("earliest_window", nodes, duration)
+        after = self.origin if after is None else max(float(after), self.origin)
+        times, used = self.times, self.used
+        ok = (self.capacity - used) >= nodes
+        ends = np.append(times[1:], np.inf)
+        bad = np.flatnonzero(~ok)
+        run_end = np.full(len(times), np.inf)  # where the run of ok segments from k ends
+        if len(bad):
+            nxt = np.searchsorted(bad, np.arange(len(times)))  # next bad segment index >= k
+            inside = nxt < len(bad)
+            run_end[inside] = times[bad[nxt[inside]]]
+        start = np.maximum(times, after)
+        fits = ok & (ends > after) & (run_end - start >= duration)
+        hit = np.flatnonzero(fits)
+        if len(hit) == 0:  # cannot happen: the last segment is free after every finite job
+            return None
+        s = float(start[hit[0]])
+        if deadline is not None and s + duration > deadline:
+            return None
+        return s
+
+    def reserve(self, start: float, duration: float, nodes: int) -> None:
+        """Occupy ``nodes`` on [start, start + duration); raises if capacity would be exceeded."""
+        self._check_request("reserve", nodes, duration)
+        if not (math.isfinite(start) and start >= self.origin):
+            raise ValueError(f"reserve: start {start!r} is not a finite time at or after origin {self.origin}")
+        end = start + duration
+        for t in (start, end):  # split segments at the two new breakpoints
+            k = int(np.searchsorted(self.times, t, side="right")) - 1
+            if self.times[k] != t:
+                self.times = np.insert(self.times, k + 1, t)
+                self.used = np.insert(self.used, k + 1, self.used[k])
+        a = int(np.searchsorted(self.times, start))
+        b = int(np.searchsorted(self.times, end))
+        if np.any(self.used[a:b] + nodes > self.capacity):
+            raise ValueError(f"reserve: {nodes} nodes on [{start}, {end}) exceed capacity {self.capacity}")
+        self.used[a:b] += nodes
+
+    def place(self, nodes: int, duration: float, after: float | None = None,
+              deadline: float | None = None) -> float | None:
+        """Reserve the earliest window (greedy insertion); return its start or None."""
+        s = self.earliest_window(nodes, duration, after, deadline)
+        if s is not None:
+            self.reserve(s, duration, nodes)
+        return s
+
+
+def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | None = None,
+                  origin: float = 0.0) -> np.ndarray:
+    """Insert jobs in the given order, each at its earliest window; return their starts.
+
+    This is the "best-effort schedule" of seed 002, section 6.1.3. ``profile`` (copied, not
+    modified) holds capacity already taken, e.g. by running jobs.
+    """
+    runtime = np.asarray(runtime, dtype=float)
+    nodes = np.asarray(nodes)
+    if runtime.shape != nodes.shape or runtime.ndim != 1:
+        raise ValueError(f"greedy_starts: runtime {runtime.shape} and nodes {nodes.shape} must be equal 1-D shapes")
+    prof = AvailabilityProfile(capacity, origin) if profile is None else profile.copy()
+    out = np.empty(len(runtime))
+    for k in range(len(runtime)):
+        out[k] = prof.place(int(nodes[k]), float(runtime[k]))
+    return out
