@@ -1,0 +1,281 @@
+"""The discrete-event engine every online mechanism runs on.
+
+A small event loop in the spirit of SimPy's core (an event queue, a clock, a step), specialised
+for scheduling: the engine owns the clock, the arrivals (the workload, already sorted by
+submit time), the completions of running jobs, timers, the processor count and the per-job
+records. A *policy* (a mechanism's allocation and payment rules) owns every decision.
+
+Event order (one documented rule for simultaneous events)
+---------------------------------------------------------
+All events with the same timestamp form one batch, handled as follows:
+
+1. the clock advances to ``t``; the policy's ``advance(t)`` hook integrates prices over the
+   interval just ended (the state was constant during it);
+2. every running job whose work ends at ``t`` completes and frees its processors
+   (``completed``, in job order);
+3. every job submitted at ``t`` arrives (``arrived``, a range of rows, in submit order);
+4. timers due at ``t`` fire (a policy asks for them with :meth:`Simulator.wake_at`);
+5. the policy's ``step(t, arrived, completed)`` decides once for the whole batch, calling
+   :meth:`start`, :meth:`preempt`, :meth:`discard`, ... .
+
+Preemption and resumption cost nothing: a preempted job keeps its remaining work and can
+resume later (on any processor: the engine tracks counts, not processor identities; a policy
+that needs node identity, such as DLGM's per-node queues, keeps it itself).
+
+Policy interface
+----------------
+A policy is any object with:
+
+* ``bind(sim)``: called once before the run; keep a reference to the simulator;
+* ``advance(t)``: called at the start of each batch, before anything changes (optional);
+* ``step(t, arrived, completed)``: the decision for the batch;
+* ``close(t)``: called once at the end (after the last event, or at ``until``) to settle
+  what is still open (optional).
+
+Jobs run at unit speed with engine-managed completions (:meth:`start`), or, for policies that
+meter progress themselves (time-sliced shares), the policy calls :meth:`finish` when it decides
+a job is done and uses timers to be woken.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable, Protocol
+
+import numpy as np
+
+from marketsched.engine.records import FinalState, Records
+from marketsched.workloads.workload import Workload
+
+INF = math.inf
+_PENDING = int(FinalState.PENDING)
+_COMPLETED = int(FinalState.COMPLETED)
+
+
+class Policy(Protocol):
+    def bind(self, sim: "Simulator") -> None: ...
+
+    def step(self, t: float, arrived: range, completed: list[int]) -> None: ...
+
+
+class SchedulingError(RuntimeError):
+    """A policy asked the engine for something impossible (a bug in the policy)."""
+
+
+class Simulator:
+    """Run one policy over one workload.
+
+    Parameters
+    ----------
+    workload:
+        The jobs (sorted by submit time) and the machine's capacity in processors.
+    policy:
+        The mechanism (see the module docstring for the interface).
+    capacity:
+        Overrides ``workload.capacity`` (processors available to the policy).
+
+    After :meth:`run`, :attr:`records` holds the per-job results.
+    """
+
+    def __init__(self, workload: Workload, policy, capacity: int | None = None):
+        self.workload = workload
+        self.capacity = int(workload.capacity if capacity is None else capacity)
+        if self.capacity < 1:
+            raise ValueError(f"capacity must be at least 1 processor, got {self.capacity}")
+        widest = int(workload.procs.max()) if len(workload) else 0
+        if widest > self.capacity:
+            raise ValueError(f"a job needs {widest} processors but the machine has {self.capacity}")
+        self.policy = policy
+        n = len(workload)
+        self.n_jobs = n
+        # Hot-loop state as Python lists: scalar access to lists is several times faster
+        # than to NumPy arrays.
+        self.submit = workload.submit_time.tolist()
+        self.procs = workload.procs.tolist()
+        self.remaining = workload.runtime.tolist()  # work left, seconds at unit speed
+        self.running = [False] * n
+        self.run_start = [0.0] * n  # start of the current running interval
+        self.finish_at = [INF] * n  # scheduled completion of the current interval
+        self.used = 0  # processors busy
+        self.now = 0.0
+        self._completions: list[tuple[float, int]] = []
+        self._timers: list[float] = []
+        # records
+        self.first_start = [math.nan] * n
+        self.end_time = [math.nan] * n
+        self.preemptions = [0] * n
+        self.payment = [0.0] * n
+        self.state = [_PENDING] * n
+        self.records: Records | None = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def free(self) -> int:
+        """Processors not in use right now."""
+        return self.capacity - self.used
+
+    # ------------------------------------------------------------------ actions for policies
+    def start(self, j: int) -> None:
+        """Start (or resume) job ``j`` now; it completes after its remaining work."""
+        if self.running[j] or self.state[j] != _PENDING:
+            raise SchedulingError(f"job row {j} cannot start: it is running or already final")
+        p = self.procs[j]
+        if self.used + p > self.capacity:
+            raise SchedulingError(f"job row {j} needs {p} processors, only {self.capacity - self.used} free")
+        t = self.now
+        self.used += p
+        self.running[j] = True
+        self.run_start[j] = t
+        f = t + self.remaining[j]
+        self.finish_at[j] = f
+        heapq.heappush(self._completions, (f, j))
+        if self.first_start[j] != self.first_start[j]:  # NaN: first start
+            self.first_start[j] = t
+
+    def start_metered(self, j: int) -> None:
+        """Mark ``j`` running for a policy that meters its progress itself (no completion event)."""
+        self.start(j)
+        self.finish_at[j] = INF  # the heap entry becomes stale
+
+    def preempt(self, j: int) -> None:
+        """Stop running job ``j`` now, keeping its remaining work for a later resumption."""
+        if not self.running[j]:
+            raise SchedulingError(f"job row {j} cannot be preempted: it is not running")
+        t = self.now
+        self.running[j] = False
+        if self.finish_at[j] != INF:
+            self.remaining[j] = self.finish_at[j] - t
+        self.finish_at[j] = INF
+        self.used -= self.procs[j]
+        self.preemptions[j] += 1
+
+    def finish(self, j: int) -> None:
+        """Complete job ``j`` now (for policies that meter progress themselves)."""
+        if self.running[j]:
+            self.running[j] = False
+            self.used -= self.procs[j]
+            self.finish_at[j] = INF
+        self._final(j, _COMPLETED)
+        self.remaining[j] = 0.0
+
+    def discard(self, j: int) -> None:
+        """Drop queued job ``j`` (the mechanism decided not to run it)."""
+        self._stop_if_running(j)
+        self._final(j, int(FinalState.DISCARDED))
+
+    def reject(self, j: int) -> None:
+        """Refuse job ``j`` at submission."""
+        self._stop_if_running(j)
+        self._final(j, int(FinalState.REJECTED))
+
+    def kill(self, j: int) -> None:
+        """End job ``j`` without completing it (cancelled, out of budget, cut at ``until``)."""
+        self._stop_if_running(j)
+        self._final(j, int(FinalState.KILLED))
+
+    def charge(self, j: int, amount: float) -> None:
+        """Add ``amount`` to job ``j``'s payment (negative: the job receives money)."""
+        self.payment[j] += amount
+
+    def wake_at(self, t: float) -> None:
+        """Ask for a batch at time ``t`` (>= now) even if no job arrives or completes then."""
+        if t < self.now:
+            raise SchedulingError(f"timer at {t} is in the past (now {self.now})")
+        heapq.heappush(self._timers, t)
+
+    def _stop_if_running(self, j: int) -> None:
+        if self.running[j]:
+            t = self.now
+            self.running[j] = False
+            if self.finish_at[j] != INF:
+                self.remaining[j] = self.finish_at[j] - t
+            self.finish_at[j] = INF
+            self.used -= self.procs[j]
+
+    def _final(self, j: int, code: int) -> None:
+        if self.state[j] != _PENDING:
+            raise SchedulingError(f"job row {j} already ended in state {FinalState(self.state[j]).name}")
+        self.state[j] = code
+        self.end_time[j] = self.now
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, until: float | None = None, progress: Callable[[int, int], None] | None = None) -> Records:
+        """Process every event (or those before ``until``) and return the records.
+
+        ``progress(arrived, total)`` is called now and then with the number of arrivals
+        processed so far. Jobs still queued or running at the end are KILLED at that time.
+        """
+        policy = self.policy
+        policy.bind(self)
+        advance = getattr(policy, "advance", None)
+        step = policy.step
+        submit = self.submit
+        n = self.n_jobs
+        comps = self._completions
+        timers = self._timers
+        running = self.running
+        finish_at = self.finish_at
+        state = self.state
+        end_time = self.end_time
+        heappop = heapq.heappop
+        stop = INF if until is None else float(until)
+        i = 0
+        batches = 0
+        report_every = 1 << 14
+        while True:
+            while comps and (not running[comps[0][1]] or finish_at[comps[0][1]] != comps[0][0]):
+                heappop(comps)  # stale: preempted, metered or finished otherwise
+            t = submit[i] if i < n else INF
+            if comps and comps[0][0] < t:
+                t = comps[0][0]
+            if timers and timers[0] < t:
+                t = timers[0]
+            if t == INF or t > stop:
+                break
+            self.now = t
+            if advance is not None:
+                advance(t)
+            completed = []
+            while comps and comps[0][0] <= t:
+                f, j = heappop(comps)
+                if running[j] and finish_at[j] == f:
+                    running[j] = False
+                    finish_at[j] = INF
+                    self.used -= self.procs[j]
+                    self.remaining[j] = 0.0
+                    state[j] = _COMPLETED
+                    end_time[j] = t
+                    completed.append(j)
+            if len(completed) > 1:
+                completed.sort()
+            i0 = i
+            while i < n and submit[i] <= t:
+                i += 1
+            while timers and timers[0] <= t:
+                heappop(timers)
+            step(t, range(i0, i), completed)
+            batches += 1
+            if progress is not None and batches % report_every == 0:
+                progress(i, n)
+        end = self.now if until is None else stop
+        self.now = end
+        if advance is not None:
+            advance(end)
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close(end)
+        for j in range(n):  # still queued or running (or not yet submitted) when the run was cut
+            if state[j] == _PENDING:
+                self.kill(j)
+        if progress is not None:
+            progress(n, n)
+        self.batches = batches
+        self.records = Records(
+            first_start=np.array(self.first_start, dtype=np.float64),
+            end_time=np.array(self.end_time, dtype=np.float64),
+            preemptions=np.array(self.preemptions, dtype=np.int64),
+            payment=np.array(self.payment, dtype=np.float64),
+            state=np.array(self.state, dtype=np.int8),
+        )
+        return self.records

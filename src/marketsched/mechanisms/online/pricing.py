@@ -1,0 +1,182 @@
+"""Payment schemes of the MOSIX market (seed 000, section III.A and section V).
+
+Both are per-unit-of-running-time prices, integrated over the time a job actually runs
+(Algorithm 1, steps 2 and 5: every event adds ``p'_i * t'_i`` and resets ``t'_i``). Prices
+change only at events, so each scheme keeps running integrals of its price path and settles a
+job's payment as a difference of integrals whenever the job stops or its price regime changes;
+no per-event loop over running jobs.
+
+The reservation price of every node is :data:`RESERVATION_PRICE` = 1 per unit of time.
+
+Decisions (seed000 note, section 8 item 5): "active jobs" counts running plus queued jobs; prices
+are taken exactly as the paper states them, with no floor at the reservation price, so a job
+whose bid is below 1 pays its bid under first price while the machine is full (and the k-th
+price can be below 1 when every queued bid is).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+
+RESERVATION_PRICE = 1.0
+
+
+class FirstPrice:
+    """First price: a running job pays its own bid ``w~_i`` per unit of running time while the
+    number of active (running + queued) jobs is at least the number of nodes, and the
+    reservation price 1 otherwise (seed 000, section III.A).
+
+    Steps: keep ``S(t)``, the time integral of the indicator "active >= nodes"; a job that ran
+    from ``a`` to ``b`` pays ``bid * (S(b) - S(a)) + 1 * ((b - a) - (S(b) - S(a)))``.
+    """
+
+    name = "first"
+
+    def bind(self, policy, sim) -> None:
+        self.sim = sim
+        self.policy = policy
+        self.bid = policy.bid
+        self.S = 0.0
+        self.last = 0.0
+        self.saturated = False
+        n = sim.n_jobs
+        self.mark_S = [0.0] * n
+        self.mark_t = [0.0] * n
+
+    def advance(self, t: float) -> None:
+        if self.saturated:
+            self.S += t - self.last
+        self.last = t
+
+    def on_start(self, j: int) -> None:
+        self.mark_S[j] = self.S
+        self.mark_t[j] = self.last
+
+    def on_stop(self, j: int) -> None:
+        dS = self.S - self.mark_S[j]
+        dt = self.last - self.mark_t[j]
+        self.sim.payment[j] += self.bid[j] * dS + RESERVATION_PRICE * (dt - dS)
+
+    def update(self) -> None:
+        """Called after every decision: re-read the state the price depends on."""
+        self.saturated = self.policy.active_jobs() >= self.sim.capacity
+
+
+class KthPrice:
+    """k-th price: every running job pays the smallest bid with which it would still be
+    running, i.e. the priority of the highest-priority *queued* job converted back to a bid;
+    with an empty queue it pays the reservation price 1 (seed 000, section III.A; adaptations
+    for the non-preemptive algorithms in section V).
+
+    With priority key ``k_i = w~_i / c_i`` (``c_i = 1`` for HB and NPHB, the run time for WSPT,
+    the run-time estimate for WSEPT) and ``k*`` the key of the best queued job, running job
+    ``i`` pays per unit of time
+
+    * ``1`` if the queue is empty;
+    * ``c_i * min(k_i, k*)`` otherwise.
+
+    Under HB (preemptive) the running jobs are the top ``n``, so ``k_i >= k*`` and this is the
+    uniform price ``k*`` = the (n+1)-th highest active bid. Under NPHB it is
+    ``min(w~_i, max queued bid)``, the paper's "reduced to the first price whenever the bid of a
+    running job was smaller than the maximal bid of a queued job". Under WSPT it is
+    ``min(w~_i, (w~_j / tau_j) * tau_i)`` with ``j`` the best queued job: the paper's formula,
+    capped at the job's own bid (a decision: the paper states no cap; the cap keeps
+    ``k-th <= first <= bid``, as the note suggests).
+
+    Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``E(t)`` =
+    time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*
+    (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority rank, so when
+    ``k*`` moves only the jobs whose rank lies between the old and new boundary change regime
+    and are settled.
+    """
+
+    name = "kth"
+
+    def bind(self, policy, sim) -> None:
+        self.sim = sim
+        self.policy = policy
+        self.bid = policy.bid
+        self.cost = policy.cost
+        self.rank = policy.rank
+        self.order = policy.order
+        self.track_caps = not policy.preemptive  # under preemptive HB no running job is ever capped
+        self.K = 0.0
+        self.E = 0.0
+        self.last = 0.0
+        self.kstar = None  # key of the best queued job, None when the queue is empty
+        self.boundary = 1 << 62  # rank of the best queued job; running jobs with a larger rank are capped
+        n = sim.n_jobs
+        self.mark_K = [0.0] * n
+        self.mark_E = [0.0] * n
+        self.mark_t = [0.0] * n
+        self.capped = [False] * n
+        self.running_ranks: list[int] = []
+
+    def advance(self, t: float) -> None:
+        dt = t - self.last
+        if dt:
+            if self.kstar is None:
+                self.E += dt
+            else:
+                self.K += self.kstar * dt
+        self.last = t
+
+    def _mark(self, j: int) -> None:
+        self.mark_K[j] = self.K
+        self.mark_E[j] = self.E
+        self.mark_t[j] = self.last
+
+    def _settle(self, j: int) -> None:
+        if self.capped[j]:
+            self.sim.payment[j] += self.bid[j] * (self.last - self.mark_t[j])
+        else:
+            self.sim.payment[j] += self.cost[j] * (self.K - self.mark_K[j]) + RESERVATION_PRICE * (
+                self.E - self.mark_E[j]
+            )
+
+    def on_start(self, j: int) -> None:
+        self._mark(j)
+        if self.track_caps:
+            r = self.rank[j]
+            insort(self.running_ranks, r)
+            self.capped[j] = r > self.boundary
+
+    def on_stop(self, j: int) -> None:
+        self._settle(j)
+        if self.track_caps:
+            rr = self.running_ranks
+            del rr[bisect_right(rr, self.rank[j]) - 1]
+            self.capped[j] = False
+
+    def update(self) -> None:
+        """Called after every decision: re-read the best queued job and re-cap running jobs."""
+        top = self.policy.best_queued_rank()
+        if top is None:
+            self.kstar = None
+            new_boundary = 1 << 62
+        else:
+            self.kstar = self.policy.key[self.order[top]]
+            new_boundary = top
+        old = self.boundary
+        if self.track_caps and new_boundary != old:
+            rr = self.running_ranks
+            lo, hi = (new_boundary, old) if new_boundary < old else (old, new_boundary)
+            become_capped = new_boundary < old
+            for idx in range(bisect_right(rr, lo), bisect_right(rr, hi)):
+                j = self.order[rr[idx]]
+                if self.capped[j] != become_capped:
+                    self._settle(j)
+                    self._mark(j)
+                    self.capped[j] = become_capped
+        self.boundary = new_boundary
+
+
+SCHEMES = {"first": FirstPrice, "kth": KthPrice}
+
+
+def make_pricing(name: str):
+    """A fresh payment scheme by name: ``"first"`` or ``"kth"``."""
+    try:
+        return SCHEMES[name]()
+    except KeyError:
+        raise ValueError(f"unknown pricing {name!r}; choose one of {', '.join(SCHEMES)}") from None

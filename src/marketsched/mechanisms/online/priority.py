@@ -1,0 +1,181 @@
+"""Highest-Bid and the static-priority baselines of the MOSIX market (seed 000, section III).
+
+All four allocation rules order serial jobs by a fixed priority key and fill the ``n`` nodes
+from the top; they differ in the key and in whether a running job may be preempted:
+
+============  =====================================  ==========  ============================
+rule          key (higher runs first)                preemptive  source
+============  =====================================  ==========  ============================
+``hb``        reported bid ``w~_i``                  yes         Algorithm 1 (Highest-Bid)
+``nphb``      reported bid ``w~_i``                  no          section III.B (NPHB)
+``wspt``      ``w~_i / tau_i`` (actual run time)     no          section III.B, Smith's rule
+``wsept``     ``w~_i / tau~_i`` (run-time estimate)  no          section III.B (WSEPT)
+============  =====================================  ==========  ============================
+
+Algorithm 1 (HB), run at every job arrival and termination:
+
+1. a new job starts with payment 0;
+2. every running or just-terminated job adds ``p'_i * t'_i`` to its payment (done by the
+   payment scheme's running integrals, see :mod:`~marketsched.mechanisms.online.pricing`);
+3. sort new, queued and unfinished jobs by bid, highest first, ties by submission time;
+4. give the first ``n`` jobs the ``n`` nodes, preempting lower bids;
+5. each assigned job's current price ``p'_i`` is set by the payment scheme;
+6. the rest wait in the queue.
+
+Implementation: the sort of step 3 never happens. Each job gets, once, an integer rank in
+the total order (key descending, then submission order); the queue is a heap of ranks and,
+for HB, the running set is a heap of negated ranks, so an event costs O(log n) per job
+that moves: fill free nodes from the queue top, then (HB only) swap while the best queued
+rank beats the worst running rank.
+
+Decisions (seed000 note, section 8): ties in the key go to the earlier submission (the paper's
+rule; rows are in submission order, so row order breaks ties); a run time of 0 counts as 1 s
+in WSPT/WSEPT keys and prices (no division by zero); a missing run-time estimate (NaN) makes
+WSEPT fall back to the actual run time for that job, counted in ``fallback_estimates``.
+Jobs must be serial (1 processor): split parallel jobs first
+(:func:`marketsched.workloads.transforms.split_parallel`), as the paper does.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from marketsched.mechanisms.online.pricing import make_pricing
+
+RULES = ("hb", "nphb", "wspt", "wsept")
+
+
+class PriorityScheduler:
+    """Static-priority list scheduling of serial jobs with a payment scheme.
+
+    Parameters
+    ----------
+    bid:
+        Reported bid per unit of running time of each job (the mechanism never sees true values).
+    key:
+        Priority of each job (higher runs first).
+    cost:
+        ``c_i`` with ``key = bid / cost``: converts a key back to a bid for the k-th price.
+    preemptive:
+        True for HB, False for NPHB, WSPT, WSEPT.
+    pricing:
+        A payment scheme object or name (``"first"`` or ``"kth"``).
+    """
+
+    def __init__(self, bid, key, cost, preemptive: bool, pricing="kth", name: str = "priority"):
+        self.bid = np.asarray(bid, dtype=np.float64).tolist()
+        key = np.asarray(key, dtype=np.float64)
+        if np.isnan(key).any():
+            i = int(np.argmax(np.isnan(key)))
+            raise ValueError(f"{name}: priority of job row {i} is NaN (bid not a number?)")
+        self.key = key.tolist()
+        self.cost = np.asarray(cost, dtype=np.float64).tolist()
+        self.preemptive = bool(preemptive)
+        self.pricing = make_pricing(pricing) if isinstance(pricing, str) else pricing
+        self.name = name
+        n = key.shape[0]
+        # Total order: key descending, then row (submission) order. rank 0 = best.
+        order = np.lexsort((np.arange(n), -key))
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        self.order = order.tolist()
+        self.rank = rank.tolist()
+
+    # ------------------------------------------------------------------ engine hooks
+    def bind(self, sim) -> None:
+        if len(self.bid) != sim.n_jobs:
+            raise ValueError(f"{self.name}: {len(self.bid)} bids for {sim.n_jobs} jobs")
+        if any(p != 1 for p in sim.procs):
+            j = next(i for i, p in enumerate(sim.procs) if p != 1)
+            raise ValueError(
+                f"{self.name} schedules serial jobs; job row {j} needs {sim.procs[j]} processors "
+                "(split parallel jobs first: marketsched.workloads.transforms.split_parallel)"
+            )
+        self.sim = sim
+        self.waiting: list[int] = []  # heap of ranks
+        self.running_heap: list[int] = []  # heap of -rank (HB only)
+        self.pricing.bind(self, sim)
+        self.advance = self.pricing.advance
+
+    def step(self, t: float, arrived: range, completed: list[int]) -> None:
+        sim = self.sim
+        pricing = self.pricing
+        rank = self.rank
+        order = self.order
+        waiting = self.waiting
+        push, pop = heapq.heappush, heapq.heappop
+        for j in completed:
+            pricing.on_stop(j)
+        for j in arrived:
+            push(waiting, rank[j])
+        free = sim.free
+        if self.preemptive:
+            running_heap = self.running_heap
+            running = sim.running
+            while free and waiting:
+                r = pop(waiting)
+                j = order[r]
+                sim.start(j)
+                pricing.on_start(j)
+                push(running_heap, -r)
+                free -= 1
+            while waiting:
+                while running_heap and not running[order[-running_heap[0]]]:
+                    pop(running_heap)  # completed since it was pushed
+                if not running_heap or waiting[0] > -running_heap[0]:
+                    break
+                # the best queued job beats the worst running one: swap them
+                r_out = -pop(running_heap)
+                j_out = order[r_out]
+                sim.preempt(j_out)
+                pricing.on_stop(j_out)
+                r_in = pop(waiting)
+                j_in = order[r_in]
+                sim.start(j_in)
+                pricing.on_start(j_in)
+                push(running_heap, -r_in)
+                push(waiting, r_out)
+        else:
+            while free and waiting:
+                j = order[pop(waiting)]
+                sim.start(j)
+                pricing.on_start(j)
+                free -= 1
+        pricing.update()
+
+    def close(self, t: float) -> None:
+        running = self.sim.running
+        for j, is_running in enumerate(running):
+            if is_running:
+                self.pricing.on_stop(j)
+
+    # ------------------------------------------------------------------ state for payment schemes
+    def best_queued_rank(self):
+        return self.waiting[0] if self.waiting else None
+
+    def active_jobs(self) -> int:
+        return self.sim.used + len(self.waiting)
+
+
+def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> PriorityScheduler:
+    """Build HB, NPHB, WSPT or WSEPT with a payment scheme for ``workload`` and ``bid``."""
+    bid = np.asarray(bid, dtype=np.float64)
+    if bid.shape != (len(workload),):
+        raise ValueError(f"expected one bid per job ({len(workload)}), got shape {bid.shape}")
+    if not np.isfinite(bid).all():
+        i = int(np.argmax(~np.isfinite(bid)))
+        raise ValueError(f"bid of job row {i} (job {workload.job_id[i]}) is {bid[i]!r}, not a finite number")
+    if rule in ("hb", "nphb"):
+        cost = np.ones_like(bid)
+    elif rule == "wspt":
+        cost = np.maximum(workload.runtime, 1.0)
+    elif rule == "wsept":
+        est = workload.runtime_estimate
+        cost = np.maximum(np.where(np.isnan(est), workload.runtime, est), 1.0)
+    else:
+        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {', '.join(RULES)}")
+    mech = PriorityScheduler(bid, bid / cost, cost, preemptive=(rule == "hb"), pricing=pricing, name=rule)
+    mech.fallback_estimates = int(np.isnan(workload.runtime_estimate).sum()) if rule == "wsept" else 0
+    return mech

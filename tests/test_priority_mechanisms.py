@@ -1,0 +1,182 @@
+"""HB, NPHB, WSPT, WSEPT with first and k-th price (seed 000, sections III and V)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from marketsched.engine.records import FinalState
+from marketsched.engine.simulator import Simulator
+from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
+from marketsched.workloads.workload import Workload
+
+from reference_priority import simulate as reference
+
+
+def run(submit, runtime, bid, nodes, rule, pricing, estimate=None):
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=estimate, capacity=nodes)
+    sim = Simulator(w, make_priority_mechanism(rule, w, bid, pricing))
+    return sim.run()
+
+
+# One node. Job 0 (bid 2) at t=0 runs 10 s; job 1 (bid 5) at t=2 runs 3 s; job 2 (bid 3) at t=4 runs 1 s.
+HAND = dict(submit=[0, 2, 4], runtime=[10, 3, 1], bid=[2, 5, 3], nodes=1)
+
+
+def test_hb_by_hand():
+    # HB: job 1 preempts job 0 at t=2 and ends at 5; job 2 runs 5-6; job 0 resumes 6-14.
+    r = run(**HAND, rule="hb", pricing="kth")
+    assert r.first_start.tolist() == [0, 2, 5]
+    assert r.end_time.tolist() == [14, 5, 6]
+    assert r.preemptions.tolist() == [1, 0, 0]
+    # k-th: job 0 pays 1 (empty queue) on [0,2) and [6,14): 10. Job 1 pays 2 on [2,4)
+    # (queue: job 0) and 3 on [4,5) (queue: jobs 0 and 2): 7. Job 2 pays 2 on [5,6).
+    assert r.payment.tolist() == [10, 7, 2]
+    # first price: the machine is always full (active >= 1 node), so everyone pays its bid.
+    r = run(**HAND, rule="hb", pricing="first")
+    assert r.payment.tolist() == [2 * 10, 5 * 3, 3 * 1]
+
+
+def test_nphb_by_hand():
+    r = run(**HAND, rule="nphb", pricing="kth")
+    assert r.first_start.tolist() == [0, 10, 13]
+    assert r.preemptions.tolist() == [0, 0, 0]
+    # job 0: 1 on [0,2) (empty queue), then min(2, max queued) = 2 on [2,10): 2 + 16 = 18
+    # job 1: min(5, 3) = 3 on [10,13): 9; job 2: empty queue, 1 on [13,14)
+    assert r.payment.tolist() == [18, 9, 1]
+
+
+def test_wspt_by_hand():
+    # Keys w/tau: job0 2/10 = 0.2, job1 5/3, job2 3/1 = 3. One node, non-preemptive.
+    r = run(**HAND, rule="wspt", pricing="kth")
+    assert r.first_start.tolist() == [0, 11, 10]  # job 2 (ratio 3) runs before job 1 (5/3)
+    # job 0: 1 on [0,2); then queued best ratio r* (5/3, then 3) times tau_0=10, capped at bid 2: 2 on [2,10)
+    # job 2 on [10,11): queue {job1}: min(3, 5/3 * 1) = 5/3. job 1 on [11,14): empty queue, 1 each second.
+    np.testing.assert_allclose(r.payment, [2 + 16, 3, 5 / 3])
+
+
+def test_first_price_reservation_when_machine_not_full():
+    # Two nodes, one job: fewer active jobs than nodes, so it pays the reservation price 1.
+    r = run([0], [5], [7], 2, "hb", "first")
+    assert r.payment.tolist() == [5]
+
+
+def test_wsept_uses_estimates_and_falls_back():
+    # Job 1 has the better estimated ratio (4/2 > 3/10) though its actual run time is long.
+    w = Workload.from_columns(submit_time=[0, 1, 1], runtime=[5, 20, 1], runtime_estimate=[5, 2, np.nan], capacity=1)
+    mech = make_priority_mechanism("wsept", w, [1, 4, 3], "first")
+    r = Simulator(w, mech).run()
+    assert r.first_start.tolist() == [0, 6, 5]  # job 2 falls back to its run time 1: ratio 3 > 2
+    assert mech.fallback_estimates == 1
+
+
+@st.composite
+def instances(draw):
+    n = draw(st.integers(1, 14))
+    nodes = draw(st.integers(1, 4))
+    submit = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+    runtime = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
+    bid = draw(st.lists(st.sampled_from([0.5, 1, 2, 3, 5, 8, 13]), min_size=n, max_size=n))
+    return submit, runtime, bid, nodes
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.sampled_from(["hb", "nphb", "wspt"]), st.sampled_from(["first", "kth"]))
+def test_matches_naive_reference(inst, rule, pricing):
+    submit, runtime, bid, nodes = inst
+    r = run(submit, runtime, bid, nodes, rule, pricing)
+    fs, end, pre, pay = reference(submit, runtime, bid, nodes, rule, pricing)
+    np.testing.assert_array_equal(r.first_start, fs)
+    np.testing.assert_array_equal(r.end_time, end)
+    if rule == "hb":
+        np.testing.assert_array_equal(r.preemptions, pre)
+    np.testing.assert_allclose(r.payment, pay, rtol=1e-9, atol=1e-9)
+    assert (r.state == FinalState.COMPLETED).all()
+
+
+class Audited(PriorityScheduler):
+    """HB that checks the paper's invariants after every decision."""
+
+    def step(self, t, arrived, completed):
+        super().step(t, arrived, completed)
+        sim = self.sim
+        running = [j for j in range(sim.n_jobs) if sim.running[j]]
+        assert sim.used == len(running) <= sim.capacity
+        queued = [self.order[r] for r in self.waiting]
+        if self.preemptive:
+            # the running set is the top-n active jobs by (bid desc, submission)
+            active = sorted(running + queued, key=lambda j: self.rank[j])
+            assert set(running) == set(active[: sim.capacity])
+        else:
+            # work conserving: a job waits only when every node is busy
+            assert not queued or sim.used == sim.capacity
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(), st.booleans())
+def test_invariants_on_random_instances(inst, preemptive):
+    submit, runtime, bid, nodes = inst
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, capacity=nodes)
+    bid = np.asarray(bid, float)
+    Simulator(w, Audited(bid, bid, np.ones_like(bid), preemptive, "kth")).run()
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), st.sampled_from(["hb", "nphb", "wspt"]))
+def test_kth_le_first_le_bid(inst, rule):
+    submit, runtime, bid, nodes = inst
+    bid = [max(b, 1.0) for b in bid]  # the reservation price is 1: below it first price exceeds the bid
+    first = run(submit, runtime, bid, nodes, rule, "first")
+    kth = run(submit, runtime, bid, nodes, rule, "kth")
+    # the allocation does not depend on the payment scheme
+    np.testing.assert_array_equal(first.first_start, kth.first_start)
+    np.testing.assert_array_equal(first.end_time, kth.end_time)
+    tol = 1e-9
+    assert (kth.payment <= first.payment + tol).all()
+    assert (first.payment <= np.asarray(bid) * np.asarray(runtime) + tol).all()
+
+
+def test_deterministic_and_states_add_up():
+    rng = np.random.default_rng(7)
+    n = 2000
+    submit = np.sort(rng.integers(0, 20_000, n))
+    runtime = rng.integers(0, 500, n)
+    bid = rng.uniform(0, 100, n)
+    a = run(submit, runtime, bid, 8, "hb", "kth")
+    b = run(submit, runtime, bid, 8, "hb", "kth")
+    assert a.equals(b)
+    counts = a.counts()
+    assert sum(counts.values()) == n and counts["completed"] == n
+
+
+def test_until_kills_unfinished_jobs_and_counts_them():
+    w = Workload.from_columns(submit_time=[0, 1, 50], runtime=[10, 10, 1], capacity=1)
+    sim = Simulator(w, make_priority_mechanism("hb", w, [1, 2, 3], "kth"))
+    r = sim.run(until=5)
+    assert r.counts()["killed"] == 3
+    assert r.end_time.tolist() == [5, 5, 5]
+    # job 1 ran 1..5 with job 0 queued (price 1): 4; job 0 ran 0..1 alone: 1
+    assert r.payment.tolist() == [1, 4, 0]
+
+
+@pytest.mark.parametrize(
+    "bid, message",
+    [([1.0, float("nan")], "row 1"), ([1.0], "one bid per job"), ([1.0, float("inf")], "not a finite number")],
+)
+def test_bad_bids_are_named(bid, message):
+    w = Workload.from_columns(submit_time=[0, 1], runtime=[1, 1], capacity=1)
+    with pytest.raises(ValueError, match=message):
+        make_priority_mechanism("hb", w, bid)
+
+
+def test_parallel_jobs_rejected_with_advice():
+    w = Workload.from_columns(submit_time=[0, 1], runtime=[1, 1], procs=[1, 2], capacity=2)
+    with pytest.raises(ValueError, match="split parallel jobs"):
+        Simulator(w, make_priority_mechanism("hb", w, [1, 1])).run()
+
+
+def test_unknown_rule_and_pricing():
+    w = Workload.from_columns(submit_time=[0], runtime=[1], capacity=1)
+    with pytest.raises(ValueError, match="unknown allocation rule"):
+        make_priority_mechanism("fifo", w, [1])
+    with pytest.raises(ValueError, match="unknown pricing"):
+        make_priority_mechanism("hb", w, [1], "second")
