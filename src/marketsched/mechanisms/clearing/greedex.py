@@ -1,0 +1,381 @@
+"""GREEDEX: the greedy double-sided multi-attribute exchange of Stößer 2009 (seed 001, ch. 3).
+
+Allocation -- Algorithm 1 (section 3.4.2), :func:`greedy_allocation`:
+
+1. *Sorting*: jobs by non-increasing reported value v_j, nodes by non-decreasing reserve v_n.
+2. *Allocation*: for each job in rank order and each slot t in [r_j, e_j], tentatively pick
+   the first (cheapest) node n with R_n <= t <= E_n, c_j <= C_n(t), m_j <= M_n(t) and
+   v_n <= v_j (C_n(t), M_n(t) = capacity left in slot t). If every slot found a node,
+   commit and subtract c_j, m_j from each chosen (n, t); otherwise drop the job.
+   A job may migrate between nodes from slot to slot (zero cost), as in the thesis.
+
+Pricing -- section 3.4.3:
+
+* :func:`critical_values` / :func:`critical_value_pricing`: proportional critical-value
+  pricing. A winner pays p_j = phi_j c_j d_j, phi_j the smallest per-unit value it could
+  have reported and still be allocated (exact, see :func:`critical_values`). The surplus
+  S = sum_j p_j - sum_{j,n,t} x_jnt c_j v_n is split among nodes in proportion to the CPU
+  slots they supply: p_n = sum_{j,t} x_jnt c_j v_n + S * cpu_slots_n / cpu_slots_total.
+* :func:`k_pricing`: p_j = sum x_jnt c_j (v_j - k (v_j - v_n)),
+  p_n = sum x_jnt c_j (v_n + (1 - k)(v_j - v_n)).
+
+Both schemes are budget-balanced by construction (sum p_j == sum p_n).
+
+Decisions the thesis leaves open (note seed001 section 7, items 1-3):
+
+* Ties in the job ranking go to the lower job index, ties among nodes to the lower node
+  index (stable sorts).
+* The critical value is the *infimum* of the winning reports, so it does not depend on how
+  a tie exactly at the threshold is broken (the worked example's phi = 12 is a tie with j5).
+* Exact arithmetic on reported values: no tolerance. Capacities are float64 holding
+  integers, so subtraction is exact.
+* Migration between slots is allowed (the thesis's model); no no-migration variant.
+
+The capacity state is two ``(T, N)`` float arrays (CPU and memory left per slot and node,
+nodes in ranking order, -inf outside a node's window), and each job is placed with one
+vectorised test over its slots and the nodes it can afford.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .orderbook import OrderBook
+
+__all__ = ["Allocation", "Payments", "greedy_allocation", "job_ranking", "critical_values",
+           "critical_value_pricing", "k_pricing", "user_utilities", "node_utilities"]
+
+
+@dataclass(frozen=True, eq=False)
+class Allocation:
+    """An allocation schedule: ``assign[j, t]`` is the node running job j in slot t, or -1."""
+
+    book: OrderBook
+    assign: np.ndarray  # (n_jobs, horizon) int64
+
+    @property
+    def allocated(self) -> np.ndarray:
+        """Boolean per job: allocated in all its slots."""
+        return (self.assign >= 0).any(axis=1)
+
+    def job_nodes(self, j: int) -> np.ndarray:
+        """Node per slot r_j..e_j for an allocated job."""
+        return self.assign[j, self.book.job_release[j]: self.book.job_end[j] + 1]
+
+    def welfare(self, job_value=None, node_reserve=None) -> float:
+        """W = sum_j c_j sum_{n,t} x_jnt (v_j - v_n) (eq. 3.1), on reported or given values."""
+        b = self.book
+        jv = b.job_value if job_value is None else np.asarray(job_value, dtype=np.float64)
+        nr = b.node_reserve if node_reserve is None else np.asarray(node_reserve, dtype=np.float64)
+        jj, tt = np.nonzero(self.assign >= 0)
+        nn = self.assign[jj, tt]
+        return float(np.sum(b.job_cpu[jj] * (jv[jj] - nr[nn])))
+
+    def node_cpu_slots(self) -> np.ndarray:
+        """sum_{j,t} x_jnt c_j per node (CPU units times slots supplied)."""
+        jj, tt = np.nonzero(self.assign >= 0)
+        return np.bincount(self.assign[jj, tt], weights=self.book.job_cpu[jj], minlength=self.book.n_nodes)
+
+    def node_reserve_cost(self, node_reserve=None) -> np.ndarray:
+        """sum_{j,t} x_jnt c_j v_n per node."""
+        nr = self.book.node_reserve if node_reserve is None else np.asarray(node_reserve, np.float64)
+        return self.node_cpu_slots() * nr
+
+    def check_feasible(self) -> None:
+        """Raise ValueError if the schedule breaks a constraint of eqs. 3.2-3.6."""
+        b = self.book
+        a = self.assign
+        T = a.shape[1]
+        t = np.arange(T)
+        for j in range(b.n_jobs):
+            row = a[j]
+            inside = (t >= b.job_release[j]) & (t <= b.job_end[j])
+            if (row[~inside] >= 0).any():
+                raise ValueError(f"job {j} is assigned outside its window [r_j, e_j]")
+            used = row[inside] >= 0
+            if used.any() and not used.all():
+                raise ValueError(f"job {j} is assigned in some but not all of its slots (eq. 3.6)")
+            nodes = row[inside][used]
+            if nodes.size and (b.node_reserve[nodes] > b.job_value[j]).any():
+                raise ValueError(f"job {j} is on a node whose reserve exceeds its value (eq. 3.2)")
+        jj, tt = np.nonzero(a >= 0)
+        nn = a[jj, tt]
+        if ((tt < b.node_start[nn]) | (tt > b.node_end[nn])).any():
+            raise ValueError("a job is assigned to a node outside its availability window (eq. 3.2)")
+        key = nn * T + tt
+        size = b.n_nodes * T
+        cpu = np.bincount(key, weights=b.job_cpu[jj], minlength=size).reshape(b.n_nodes, T)
+        mem = np.bincount(key, weights=b.job_mem[jj], minlength=size).reshape(b.n_nodes, T)
+        if (cpu > b.node_cpu[:, None]).any():
+            raise ValueError("a node's CPU capacity is exceeded in some slot (eq. 3.4)")
+        if (mem > b.node_mem[:, None]).any():
+            raise ValueError("a node's memory capacity is exceeded in some slot (eq. 3.5)")
+
+
+@dataclass(frozen=True, eq=False)
+class Payments:
+    """What each job pays (``job``) and each node receives (``node``)."""
+
+    job: np.ndarray
+    node: np.ndarray
+
+    @property
+    def imbalance(self) -> float:
+        """sum p_j - sum p_n (0 means exact budget balance)."""
+        return float(self.job.sum() - self.node.sum())
+
+
+# ---------------------------------------------------------------------- capacity state
+class _Aranges(dict):
+    """Cache of np.arange(d) (d = job durations are small and repeat)."""
+
+    def __missing__(self, d):
+        self[d] = a = np.arange(d)
+        return a
+
+
+_ARANGE = _Aranges()
+
+
+class _SlotState:
+    """Capacity left per (slot, node), nodes in ranking order (reserve ascending, index)."""
+
+    def __init__(self, book: OrderBook, node_reserve=None):
+        reserve = book.node_reserve if node_reserve is None else node_reserve
+        self.order = np.lexsort((np.arange(book.n_nodes), reserve))  # sorted position -> node
+        self.reserve = reserve[self.order]
+        T = book.horizon
+        t = np.arange(T)[:, None]
+        start, end = book.node_start[self.order], book.node_end[self.order]
+        avail = (t >= start[None, :]) & (t <= end[None, :])
+        self.cpu = np.where(avail, book.node_cpu[self.order][None, :], -np.inf)
+        self.mem = np.where(avail, book.node_mem[self.order][None, :], -np.inf)
+
+    def copy_from(self, other: "_SlotState") -> None:
+        np.copyto(self.cpu, other.cpu)
+        np.copyto(self.mem, other.mem)
+
+    def affordable(self, value) -> np.ndarray:
+        """Number of nodes with v_n <= v (a prefix of the ranking) for each value."""
+        return np.searchsorted(self.reserve, value, side="right")
+
+    def place(self, r: int, e: int, c: float, m: float, K: int):
+        """Algorithm 1 lines 4-7 for one job that can afford the first ``K`` nodes
+        (v_n <= v_j): sorted node per slot, or None if some slot has no room."""
+        if K == 0:
+            return None
+        fit = (self.cpu[r:e + 1, :K] >= c) & (self.mem[r:e + 1, :K] >= m)
+        first = fit.argmax(axis=1)
+        if not fit[_ARANGE[e - r + 1], first].all():
+            return None
+        return first
+
+    def commit(self, r: int, c: float, m: float, first: np.ndarray) -> None:
+        """Algorithm 1 lines 10-13: subtract the job's demand from its chosen (n, t)."""
+        rows = _ARANGE[first.shape[0]] + r
+        self.cpu[rows, first] -= c
+        self.mem[rows, first] -= m
+
+    def threshold(self, r: int, e: int, c: float, m: float) -> float:
+        """Smallest report that lets a job fit now: max over its slots of the cheapest
+        fitting node's reserve (inf if some slot has no fitting node at any price)."""
+        fit = (self.cpu[r:e + 1] >= c) & (self.mem[r:e + 1] >= m)
+        first = fit.argmax(axis=1)
+        if not fit[_ARANGE[e - r + 1], first].all():
+            return np.inf
+        return float(self.reserve[first].max())
+
+
+def job_ranking(job_value: np.ndarray) -> np.ndarray:
+    """Jobs in non-increasing value, ties to the lower index (Algorithm 1, step 1)."""
+    return np.lexsort((np.arange(job_value.shape[0]), -job_value))
+
+
+def greedy_allocation(book: OrderBook, order=None) -> Allocation:
+    """Algorithm 1 of the thesis (section 3.4.2): deterministic greedy allocation.
+
+    ``order`` is the sequence in which jobs are considered; by default the ranking of
+    step 1 (value descending, ties to the lower index). The randomized heuristic of
+    chapter 4 passes its random order here.
+    """
+    state = _SlotState(book)
+    assign = np.full((book.n_jobs, book.horizon), -1, dtype=np.int64)
+    order = job_ranking(book.job_value) if order is None else np.asarray(order, dtype=np.int64)
+    r_, e_, c_, m_ = (book.job_release.tolist(), book.job_end.tolist(), book.job_cpu.tolist(),
+                      book.job_mem.tolist())
+    K_ = state.affordable(book.job_value).tolist()
+    for j in order.tolist():
+        r, e, c, m = r_[j], e_[j], c_[j], m_[j]
+        first = state.place(r, e, c, m, K_[j])
+        if first is not None:
+            state.commit(r, c, m, first)
+            assign[j, r:e + 1] = state.order[first]
+    return Allocation(book, assign)
+
+
+# ---------------------------------------------------------------------- critical values
+def critical_values(book: OrderBook, allocation: Allocation | None = None, jobs=None,
+                    losers: bool = False) -> np.ndarray:
+    """Exact critical value phi_j of every allocated job (section 3.4.3).
+
+    Losers get NaN unless ``losers=True``, when they get the report they would have needed
+    (inf if no report wins), as in the proof of theorem 5 (section 3.4.3).
+
+    phi_j = inf { b : job j is allocated when it reports b, everyone else unchanged }.
+
+    Method (the thesis's "remove j, rerun the greedy over the ranking and after each
+    allocated job check whether j could still be accommodated", made exact):
+
+    * The greedy run of the *other* jobs does not depend on j's report; only the position at
+      which j is inserted does. For a report b strictly between two consecutive distinct
+      values u_hi > b > u_lo of the others, j comes after every other job with value >= u_hi.
+    * Given the capacity state S at that point, j fits iff b >= q(S), where q(S) is the
+      largest over j's slots of the reserve of the cheapest node with room for j (lowering b
+      also removes nodes with v_n > b). So the reports in (u_lo, u_hi) that win are
+      [max(q, u_lo), u_hi) when q < u_hi.
+    * phi_j is the minimum of max(q, u_lo) over these intervals. q only grows as the run
+      proceeds and u_lo only falls, so the scan starts at j's own position (phi_j <= v_j)
+      and stops as soon as q reaches the best value found (or the others are exhausted;
+      below the smallest other value the lower end is 0).
+
+    ``jobs`` restricts the computation to some job indices (others stay NaN). For a loser
+    the run without it is the full run, so its scan starts from the top of the ranking.
+    """
+    if allocation is None:
+        allocation = greedy_allocation(book)
+    won = allocation.allocated
+    wanted = np.zeros(book.n_jobs, bool)
+    if jobs is None:
+        wanted[:] = True
+    else:
+        wanted[np.asarray(jobs, dtype=np.int64)] = True
+    phi = np.full(book.n_jobs, np.nan)
+    ranking = job_ranking(book.job_value)
+    base = _SlotState(book)  # state of the full run just before the job at rank `pos`
+    work = _SlotState(book)
+    pos_of_node = np.empty(book.n_nodes, dtype=np.int64)
+    pos_of_node[base.order] = np.arange(book.n_nodes)
+    # the full run's placement of every job, in sorted node positions (None for losers)
+    placed = [pos_of_node[allocation.job_nodes(j)] if won[j] else None for j in range(book.n_jobs)]
+    # each job's window as a bit mask over slots, for O(1) overlap tests
+    window = [((1 << (int(e) - int(r) + 1)) - 1) << int(r) for r, e in zip(book.job_release, book.job_end)]
+    rank_list = ranking.tolist()
+    if losers:
+        for j in np.flatnonzero(wanted & ~won).tolist():
+            work.copy_from(base)  # base is still the initial state here
+            phi[j] = _scan_threshold(work, rank_list, 0, book, j, placed, window, np.inf, 0)
+    remaining = int((won & wanted).sum())
+    for pos, j in enumerate(rank_list):
+        if remaining == 0:
+            break
+        if not won[j]:
+            continue  # losers leave the state unchanged
+        rj = int(book.job_release[j])
+        if wanted[j]:
+            work.copy_from(base)
+            phi[j] = _scan_threshold(work, rank_list, pos + 1, book, j, placed, window,
+                                     float(book.job_value[j]), window[j])
+            remaining -= 1
+        base.commit(rj, book.job_cpu[j], book.job_mem[j], placed[j])
+    return phi
+
+
+def _scan_threshold(work, rank_list, idx, book, j, placed, window, hi, dirty) -> float:
+    """Scan the run of the other jobs from rank ``idx`` on; see :func:`critical_values`.
+
+    ``work`` holds the capacity after the others ranked before ``idx``; reports in
+    [.., hi) are scanned (hi = v_j for a winner: phi_j <= v_j; inf for a loser).
+
+    Speed-up: a slot is *clean* while the rerun's capacity in it equals the full run's. A job
+    whose window has only clean slots decides as in the full run, so its recorded placement
+    is replayed without a search. Initially j's own slots are dirty for a winner (its
+    demand is freed; ``dirty`` is a bit mask over slots); a job whose decision changes
+    makes its slots dirty.
+    """
+    r_, e_, c_, m_, v_ = (book.job_release, book.job_end, book.job_cpu, book.job_mem, book.job_value)
+    K_ = work.affordable(v_)
+    rj, ej, cj, mj = int(r_[j]), int(e_[j]), c_[j], m_[j]
+    best = hi
+    R = len(rank_list)
+    q = work.threshold(rj, ej, cj, mj)
+    while True:
+        changed = False
+        while idx < R and v_[rank_list[idx]] >= hi:  # others ranked before a report just below hi
+            k = rank_list[idx]
+            idx += 1
+            if k == j:
+                continue
+            old = placed[k]
+            if not (window[k] & dirty):
+                if old is not None:  # replay the full run's decision
+                    work.commit(int(r_[k]), c_[k], m_[k], old)
+                    changed = changed or bool(window[k] & window[j])
+                continue
+            rk, ck, mk = int(r_[k]), c_[k], m_[k]
+            first = work.place(rk, int(e_[k]), ck, mk, int(K_[k]))
+            if first is not None:
+                work.commit(rk, ck, mk, first)
+                changed = changed or bool(window[k] & window[j])
+            same = (first is None and old is None) or (
+                first is not None and old is not None and bool((first == old).all()))
+            if not same:
+                dirty |= window[k]
+        if changed:
+            q = work.threshold(rj, ej, cj, mj)
+        if idx < R and rank_list[idx] == j:
+            idx += 1
+        lo = float(v_[rank_list[idx]]) if idx < R else 0.0
+        if q < hi:
+            best = min(best, max(q, lo))
+        if q >= best or idx >= R:
+            return best
+        hi = lo
+
+
+# ---------------------------------------------------------------------- pricing
+def critical_value_pricing(book: OrderBook, allocation: Allocation | None = None,
+                           phi: np.ndarray | None = None) -> Payments:
+    """Proportional critical-value pricing (section 3.4.3): p_j = phi_j c_j d_j for winners,
+    surplus split among nodes by CPU slots supplied. Budget-balanced."""
+    if allocation is None:
+        allocation = greedy_allocation(book)
+    if phi is None:
+        phi = critical_values(book, allocation)
+    won = allocation.allocated
+    pay_j = np.where(won, np.nan_to_num(phi) * book.job_cpu * book.job_duration, 0.0)
+    reserve_cost = allocation.node_reserve_cost()
+    cpu_slots = allocation.node_cpu_slots()
+    surplus = pay_j.sum() - reserve_cost.sum()
+    total = cpu_slots.sum()
+    share = cpu_slots / total if total > 0 else np.zeros_like(cpu_slots)
+    return Payments(job=pay_j, node=reserve_cost + surplus * share)
+
+
+def k_pricing(book: OrderBook, allocation: Allocation, k: float) -> Payments:
+    """k-pricing (section 3.4.3, after Schnizler et al. 2008): each local surplus
+    c_j (v_j - v_n) per slot is split k to the user, 1 - k to the node. Budget-balanced."""
+    if not (0.0 <= k <= 1.0):
+        raise ValueError(f"k must be in [0, 1], got {k}")
+    jj, tt = np.nonzero(allocation.assign >= 0)
+    nn = allocation.assign[jj, tt]
+    c = book.job_cpu[jj]
+    vj, vn = book.job_value[jj], book.node_reserve[nn]
+    user = c * (vj - k * (vj - vn))
+    node = c * (vn + (1.0 - k) * (vj - vn))
+    return Payments(job=np.bincount(jj, weights=user, minlength=book.n_jobs),
+                    node=np.bincount(nn, weights=node, minlength=book.n_nodes))
+
+
+# ---------------------------------------------------------------------- utilities
+def user_utilities(allocation: Allocation, payments: Payments, true_value=None) -> np.ndarray:
+    """u_j = v_j c_j d_j - p_j if allocated, else -p_j (= 0), on true values."""
+    b = allocation.book
+    v = b.job_value if true_value is None else np.asarray(true_value, np.float64)
+    return np.where(allocation.allocated, v * b.job_cpu * b.job_duration, 0.0) - payments.job
+
+
+def node_utilities(allocation: Allocation, payments: Payments, true_reserve=None) -> np.ndarray:
+    """u_n = p_n - v_n * (CPU slots supplied), on true reserve prices."""
+    return payments.node - allocation.node_reserve_cost(true_reserve)
