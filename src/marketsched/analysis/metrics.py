@@ -1,0 +1,117 @@
+"""Per-job and aggregate metrics (seed 000 section IV, Eqs. 1-3; seed000 note section 7).
+
+Per job (true value ``w_i``, flow time ``phi_i``, actual run time ``tau_i``):
+
+* flow time ``phi_i = end - submit``; wait time ``first start - submit``;
+* bounded slowdown ``BSD_i = phi_i / max(tau_i, 60)`` (Eq. 1, floor 60 s); a job with
+  ``BSD >= 5`` is a *severely slowed-down job* (SSJ);
+* valuation ``v_i = -w_i * phi_i`` (Eq. 2); utility ``u_i = v_i - p_i`` (Eq. 3), where ``p_i``
+  is what the job paid (from the reported bids) and ``w_i`` its *true* value.
+
+Aggregates: revenue ``sum p_i``; total weighted flow time ``TWFT = sum w_j phi_j`` (minus
+the social welfare); utilization = processor-seconds of work done / (capacity x span), span
+from the first submission to the last end.
+
+Groups: value bands ``low`` [0, 60], ``middle`` (60, 120), ``high`` [120, inf) (the paper's
+bands, with values above 180 put in ``high``); run-time groups ``A``, ``B``, ``C`` = equal
+thirds by actual run time, C the longest (ties at a boundary go by job order, so the thirds
+are equal in size: a decision, the paper does not say).
+
+Flow-based metrics are defined on completed jobs only; the per-job table holds NaN for the
+others and the summary counts every final state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from marketsched.engine.records import FinalState, Records
+from marketsched.workloads.workload import Workload
+
+BSD_FLOOR = 60.0
+SSJ_THRESHOLD = 5.0
+VALUE_BANDS = ("low", "middle", "high")
+
+
+def value_band(values) -> np.ndarray:
+    """'low' for w <= 60, 'middle' for 60 < w < 120, 'high' for w >= 120 (seed 000 section IV)."""
+    v = np.asarray(values, dtype=np.float64)
+    return np.where(v <= 60, "low", np.where(v < 120, "middle", "high"))
+
+
+def runtime_group(runtime) -> np.ndarray:
+    """'A', 'B', 'C': equal thirds of the jobs by actual run time (C = longest third)."""
+    r = np.asarray(runtime, dtype=np.float64)
+    n = r.shape[0]
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(r, kind="stable")] = np.arange(n)
+    return np.array(["A", "B", "C"])[np.minimum(3 * rank // max(n, 1), 2)]
+
+
+def job_table(workload: Workload, records: Records, true_value=None, bid=None, bsd_floor: float = BSD_FLOOR):
+    """Per-job metrics as a pandas DataFrame (one row per job, workload order)."""
+    import pandas as pd
+
+    done = records.state == FinalState.COMPLETED
+    flow = np.where(done, records.end_time - workload.submit_time, np.nan)
+    cols = {
+        "job_id": workload.job_id,
+        "submit_time": workload.submit_time,
+        "runtime": workload.runtime,
+        "procs": workload.procs,
+        "wait_time": records.first_start - workload.submit_time,
+        "flow_time": flow,
+        "bounded_slowdown": flow / np.maximum(workload.runtime, bsd_floor),
+        "preemptions": records.preemptions,
+        "payment": records.payment,
+        "state": pd.Categorical.from_codes(records.state.astype(np.int64), [s.name.lower() for s in FinalState]),
+        "runtime_group": runtime_group(workload.runtime),
+    }
+    if bid is not None:
+        cols["bid"] = np.asarray(bid, dtype=np.float64)
+    if true_value is not None:
+        w = np.asarray(true_value, dtype=np.float64)
+        cols["true_value"] = w
+        cols["valuation"] = -w * flow
+        cols["utility"] = -w * flow - records.payment
+        cols["value_band"] = value_band(w)
+    return pd.DataFrame(cols)
+
+
+def summarize(workload: Workload, records: Records, true_value=None, bsd_floor: float = BSD_FLOOR) -> dict:
+    """Aggregate metrics of one run as a flat dict (what the CLI prints)."""
+    done = records.state == FinalState.COMPLETED
+    flow = (records.end_time - workload.submit_time)[done]
+    runtime = workload.runtime[done]
+    bsd = flow / np.maximum(runtime, bsd_floor)
+    span_end = np.nanmax(records.end_time) if len(records) else 0.0
+    span = span_end - (workload.submit_time[0] if len(workload) else 0.0)
+    work = float((runtime * workload.procs[done]).sum())
+    out = {
+        "jobs": len(workload),
+        **{k: v for k, v in records.counts().items() if k != "pending"},
+        "mean_wait": float(np.mean((records.first_start - workload.submit_time)[done])) if done.any() else np.nan,
+        "mean_flow": float(flow.mean()) if done.any() else np.nan,
+        "mean_bsd": float(bsd.mean()) if done.any() else np.nan,
+        "ssj_share": float((bsd >= SSJ_THRESHOLD).mean()) if done.any() else np.nan,
+        "utilization": work / (workload.capacity * span) if span > 0 else np.nan,
+        "preemptions": int(records.preemptions.sum()),
+        "revenue": float(records.payment.sum()),
+    }
+    if true_value is not None:
+        w = np.asarray(true_value, dtype=np.float64)[done]
+        twft = float((w * flow).sum())
+        out["twft"] = twft
+        out["mean_utility"] = float((-w * flow - records.payment[done]).mean()) if done.any() else np.nan
+        out["revenue_per_twft"] = out["revenue"] / twft if twft > 0 else np.nan
+    return out
+
+
+def grouped(table, by=("value_band",), columns=("bounded_slowdown", "utility", "flow_time", "payment")):
+    """Mean of ``columns`` and SSJ share per group (e.g. value band x run-time group)."""
+    done = table[table["state"] == "completed"]
+    cols = [c for c in columns if c in done]
+    agg = done.groupby(list(by), observed=True)[cols].mean()
+    agg["ssj_share"] = done.groupby(list(by), observed=True)["bounded_slowdown"].apply(lambda s: (s >= SSJ_THRESHOLD).mean())
+    agg["jobs"] = done.groupby(list(by), observed=True).size()
+    return agg
