@@ -82,6 +82,7 @@ def test_every_shared_file_is_registered_with_its_checksum_and_address():
         assert "/l_das2/" in trace_info(name).url or "/l_sharcnet/" in trace_info(name).url
 
 
+@pytest.mark.trace
 def test_registry_matches_shared_sha256sums(trace_path):
     """The registry's checksums are those of the SHA256SUMS next to the shared trace files."""
     sums = {}
@@ -185,6 +186,7 @@ def test_verify_checks_local_files_only_when_asked(tmp_path, monkeypatch, small_
         resolve_trace("TEST-1", traces_dir=folder, verify=True)
 
 
+@pytest.mark.trace
 def test_real_trace_sha256_verified(trace_path):
     path = trace_path("KTH-SP2-1996-2.1-cln")
     assert resolve_trace("KTH-SP2-1996-2.1-cln", traces_dir=path.parent, verify=True) == path

@@ -109,6 +109,7 @@ def test_write_read_round_trip(tmp_path_factory, rows, gz):
         np.testing.assert_array_equal(log[f], cols[f])
 
 
+@pytest.mark.trace
 def test_real_traces_lpc_and_kth(trace_path):
     lpc = read_swf(trace_path("LPC-EGEE-2004-1.2-cln"))
     assert len(lpc) == 234_889

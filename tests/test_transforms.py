@@ -154,6 +154,7 @@ def test_drop_report_str():
     assert r.as_dict() == {"step": "step", "total": 10, "kept": 7, "dropped": {"cancelled": 3}}
 
 
+@pytest.mark.trace
 def test_lpc_egee_clean_split_scale(trace_path):
     """LPC-EGEE as seed 000 uses it: serial jobs on 75% of 140 nodes."""
     w, report = to_workload(read_swf(trace_path("LPC-EGEE-2004-1.2-cln")))
@@ -164,6 +165,7 @@ def test_lpc_egee_clean_split_scale(trace_path):
     assert abs(s.runtime.mean() - 3196.16) < 0.01  # Table I: 3,212 s
 
 
+@pytest.mark.trace
 def test_hpc2n_splits_into_1_29_million(trace_path):
     w, _ = to_workload(read_swf(trace_path("HPC2N-2002-2.2-cln")))
     assert len(split_parallel(w)) == 1_285_282

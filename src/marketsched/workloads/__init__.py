@@ -20,7 +20,9 @@ from .registry import (
     trace_info,
 )
 from .swf import SWF_FIELDS, SwfFormatError, SwfLog, read_swf, write_swf
+from .synthetic import synthetic_workload
 from .transforms import DropReport, first_jobs, scale_capacity, split_parallel, time_window, to_workload
+from .values import bimodal, per_job, uniform_int
 from .workload import Workload
 
 __all__ = [
@@ -28,5 +30,5 @@ __all__ = [
     "load_trace", "resolve_trace", "trace_info",
     "SWF_FIELDS", "SwfFormatError", "SwfLog", "read_swf", "write_swf",
     "DropReport", "first_jobs", "scale_capacity", "split_parallel", "time_window", "to_workload",
-    "Workload",
+    "synthetic_workload", "bimodal", "per_job", "uniform_int", "Workload",
 ]

@@ -128,6 +128,12 @@ class Workload:
     def with_capacity(self, capacity: int) -> "Workload":
         return Workload.from_columns(**self.columns, capacity=capacity, name=self.name, meta=self.meta, sort=False)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the job columns plus any NumPy arrays in ``meta`` (e.g. ``parent``)."""
+        arrays = [*self.columns.values(), *(v for v in self.meta.values() if isinstance(v, np.ndarray))]
+        return int(sum(a.nbytes for a in arrays))
+
     def to_pandas(self):
         import pandas as pd
 
