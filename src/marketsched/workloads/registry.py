@@ -114,7 +114,7 @@ _ENTRIES = [
            "38b7c5c9843d9a9f3d61a2d8b927f6d39b68b368fb713886b5f2ce3499f2ec82", 447794, 8192),
     _entry("SDSC-BLUE-2000-4.2-cln.swf.gz", "l_sdsc_blue",
            "9aab21f3cfa108f3ecefa52391b384d996dcf4216f920186f47a734646b2c658", 243306, 1152,
-           "9.3M serial jobs once split"),
+           "9.60M serial jobs once split (9.30M by allocated procs)"),
     _entry("SDSC-DS-2004-2.1-cln.swf.gz", "l_sdsc_ds",
            "0ddb885a96a7f5ee9009d8a36ef350b1d1c451044c205811938995aac80fcc36", 96069, 1664),
     _entry("SDSC-Par-1996-3.1-cln.swf.gz", "l_sdsc_par",
@@ -134,7 +134,7 @@ _ENTRIES = [
     _entry("DAS2-fs4-2003-1.swf.gz", "l_das2", None, 32626, 64, "seeds 000 and 001 (64 CPUs, 48 used)"),
     _entry("DAS2-fs0-2003-1.swf.gz", "l_das2", None, None, 144, "seed 001 ch. 6 (first 1,000 requests)"),
     _entry("SHARCNET-2005-2.swf.gz", "l_sharcnet", None, None, None,
-           "seeds 000, 001: clusters WHALE and REQUIN (filter by partition)"),
+           "seeds 000, 001: clusters WHALE and REQUIN (how to separate them: unsure)"),
 ]
 
 #: Registry name -> :class:`TraceInfo`.

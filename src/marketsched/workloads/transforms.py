@@ -5,7 +5,7 @@ jobs return or record a :class:`DropReport` with the count per reason (DESIGN.md
 
 - :func:`to_workload` (clean): SWF columns -> :class:`Workload`, with a :class:`DropReport`.
 - :func:`split_parallel`: a k-processor job becomes k serial jobs (seed 001, Table 5.1).
-- :func:`scale_capacity`: keep a fraction of the machine (seed 000 section IV: 140 -> 105).
+- :func:`scale_capacity`: keep a fraction of the machine (seed 000 section III.A, Table I: 140 -> 105).
 - :func:`first_jobs`, :func:`time_window`: slices; their report goes into ``meta["drops"]``.
 
 How the LPC-EGEE job count of seed 000 Table I (219,704 serial jobs, mean run time 3,212 s)
@@ -159,11 +159,12 @@ def to_workload(
 
 # ---------------------------------------------------------------------------- split
 def split_parallel(w: Workload, name: str | None = None) -> Workload:
-    """Replace each k-processor job by k serial jobs (seed 001 section 5.x, Table 5.1).
+    """Replace each k-processor job by k serial jobs (seed 001 section 5.5.1, Table 5.1).
 
     Source: Stößer's thesis (seed 001), Table 5.1 and its text: parallel jobs are
     "serialized", each of the k copies keeping the original's release (submit) time, run
-    time and weight; seed 000 section IV uses the same serial job counts (Table I).
+    time and weight ("a collection of serial jobs all with the same weight, release date
+    and runtime"); seed 000 section III.A converts parallel jobs the same way (Table I).
 
     Steps: ``np.repeat`` every column by ``procs`` (copies are consecutive rows, so the
     submit-time order is kept), set ``procs`` to 1, keep the capacity (processors become
@@ -190,7 +191,7 @@ def split_parallel(w: Workload, name: str | None = None) -> Workload:
 
 # ---------------------------------------------------------------------------- capacity
 def scale_capacity(w: Workload, fraction: float) -> Workload:
-    """Keep ``floor(capacity * fraction)`` processors (e.g. 0.75 * 140 = 105, seed 000 sec. IV).
+    """Keep ``floor(capacity * fraction)`` processors (e.g. 0.75 * 140 = 105, seed 000 sec. III.A).
 
     Seed 000 cuts the DAS2 and LPC machines by 25% "to create competition". A fraction
     above 1 grows the machine. Raises ValueError if ``fraction`` is not a finite number > 0,

@@ -1,9 +1,9 @@
 """Job value (weight) models: the true, private value w_i each job's owner holds.
 
-- :func:`bimodal`: 80% N(30, 15) and 20% N(150, 15). Source: seed 000 section IV (after
-  Chun & Culler), "less important" and "important" jobs; seed 001 section 5.x (Table 5.2
-  setup) uses the same mix "with negatives cut off".
-- :func:`uniform_int`: uniform on {1, ..., 100}. Source: seed 001 section 5.x (Table 5.2).
+- :func:`bimodal`: 80% N(30, 15) and 20% N(150, 15). Source: seed 000 section II.A, Fig. 1
+  (after Chun & Culler), "less important" and "more important" jobs; seed 001 section 5.5.1
+  uses the same mix, footnote 6: "negative valuations were cut off".
+- :func:`uniform_int`: uniform on {1, ..., 100}. Source: seed 001 section 5.5.1 (Table 5.2).
 - :func:`per_job`: draw one value per original job of a (possibly split) workload and give
   every serial copy its parent's value (seed 001: copies keep the weight).
 
@@ -44,7 +44,7 @@ def _count(n) -> int:
 
 def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0.2,
             negative: str = "resample") -> np.ndarray:
-    """Values from a two-component normal mix (seed 000 section IV; seed 001 section 5).
+    """Values from a two-component normal mix (seed 000 section II.A; seed 001 section 5.5.1).
 
     Steps:
 
@@ -85,7 +85,7 @@ def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0
 
 
 def uniform_int(rng, n: int, low: int = 1, high: int = 100) -> np.ndarray:
-    """Values uniform on the integers ``{low, ..., high}`` (both included; seed 001 section 5).
+    """Values uniform on the integers ``{low, ..., high}`` (both included; seed 001 section 5.5.1).
 
     Returned as float64 so that every value model has one dtype.
     """
