@@ -181,6 +181,8 @@ class _SlotState:
     def threshold(self, r: int, e: int, c: float, m: float) -> float:
         """Smallest report that lets a job fit now: max over its slots of the cheapest
         fitting node's reserve (inf if some slot has no fitting node at any price)."""
+        if self.reserve.shape[0] == 0:
+            return np.inf
         fit = (self.cpu[r:e + 1] >= c) & (self.mem[r:e + 1] >= m)
         first = fit.argmax(axis=1)
         if not fit[_ARANGE[e - r + 1], first].all():
