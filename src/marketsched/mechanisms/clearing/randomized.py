@@ -45,7 +45,8 @@ from .greedex import Allocation, Payments, _SlotState, critical_value_pricing, g
 from .orderbook import OrderBook
 
 __all__ = ["random_order", "randomized_allocation", "allocation_tree", "pay_as_bid",
-           "DistributedOutcome", "distributed_randomized", "greedy_batch", "batch_welfare", "gumbel_orders"]
+           "DistributedOutcome", "distributed_randomized", "greedy_batch", "batch_welfare", "gumbel_orders",
+           "two_user_best_response", "two_user_equilibrium"]
 
 
 def _check_alpha(alpha: float) -> None:
@@ -211,3 +212,36 @@ def distributed_randomized(book: OrderBook, alpha: float, rng: np.random.Generat
         alloc = Allocation(book, assign[best].astype(np.int64))
         return DistributedOutcome(alloc, pay_as_bid(book, alloc), True, float(run_w[best]), det_w, run_w)
     return DistributedOutcome(det, critical_value_pricing(book, det), False, det_w, det_w, run_w)
+
+
+# ---------------------------------------------------------------------- two users, one node
+def two_user_best_response(other_bid: float, value: float, alpha: int) -> float:
+    """Best response b_j(v~_i | v_j) of one of two users competing for one node with reserve
+    0 (section 4.3.3): lemma 1 (alpha = 1) and lemma 2 (alpha = 2, appendix B.2 form, the
+    main-text formula is garbled)."""
+    o, v = float(other_bid), float(value)
+    if o <= 0 or v <= 0:
+        raise ValueError(f"bids and values must be > 0, got other_bid={o}, value={v}")
+    if alpha == 1:
+        return -o + np.sqrt(o * o + o * v)
+    if alpha == 2:
+        root = np.sqrt(o ** 4 * v * v + o ** 6)
+        return float(np.cbrt(root + o * o * v) - np.cbrt(root - o * o * v))
+    raise ValueError(f"closed-form best responses exist for alpha 1 and 2 only, got {alpha}")
+
+
+def two_user_equilibrium(v1: float, v2: float, alpha: int, tol: float = 1e-12, max_iter: int = 10_000):
+    """Nash equilibrium in expectation (definition 2) of the two-user example, found by
+    iterating best responses; returns (bids, allocation probabilities, expected utilities)."""
+    b = np.array([v1, v2], dtype=np.float64) / 2
+    for _ in range(max_iter):
+        nb = np.array([two_user_best_response(b[1], v1, alpha), two_user_best_response(b[0], v2, alpha)])
+        if np.max(np.abs(nb - b)) < tol:
+            b = nb
+            break
+        b = nb
+    else:
+        raise RuntimeError("best-response iteration did not converge")
+    w = b ** alpha
+    pi = w / w.sum()
+    return b, pi, pi * (np.array([v1, v2]) - b)
