@@ -30,6 +30,10 @@ Decisions (the paper leaves them open):
   simultaneous best responses oscillate (every user rushes to the same cheap machines;
   efficiency falls to 0.01-0.5 and nothing converges in 200 iterations).
 * One iteration = one update of every user.
+* ``damping`` d (default 0, the paper's plain best response): a user moves only part of the way,
+  x_i <- d x_i + (1 - d) BR_i (the note: damping 0.2-0.5 partly rescues simultaneous updates;
+  it also helps sequential updates out of the 2-cycles two-player games can fall into).
+  Infinite parallelism only (a mix of two k-machine bids may use more than k machines).
 * The greedy step is ``greedy_step`` = 1% of the user's budget and the marginal gap threshold
   ``marginal_tol`` = 5% (the paper gives neither).
 * The empty-machine case: the game's ``reserve`` (appendix A); with reserve 0 a machine left
@@ -98,7 +102,7 @@ def run_dynamics(game: FixedBudgetGame, method: str = "best_response", order: st
                  tol: float = 1e-3, max_iterations: int = 200, initial: np.ndarray | None = None,
                  greedy_step: float = 0.01, marginal_tol: float = 0.05,
                  utility: Callable[[int, np.ndarray], np.ndarray] | None = None,
-                 stabilise_tol: float = 0.01) -> DynamicsResult:
+                 stabilise_tol: float = 0.01, damping: float = 0.0) -> DynamicsResult:
     """Run the section 5 dynamics (steps and decisions in the module doc).
 
     method: "best_response" (section 4.1, or the local search of 4.2 under finite parallelism)
@@ -116,6 +120,8 @@ def run_dynamics(game: FixedBudgetGame, method: str = "best_response", order: st
         raise ValueError(f"tol must be positive, got {tol}")
     if int(max_iterations) != max_iterations or max_iterations < 1:
         raise ValueError(f"max_iterations must be an integer >= 1, got {max_iterations}")
+    if not 0 <= damping < 1 or (damping > 0 and (game.finite or method != "best_response")):
+        raise ValueError(f"damping must lie in [0, 1) and is for best response without a parallelism bound, got {damping}")
     if method == "greedy" and game.finite:
         raise ValueError("greedy adjustment (section 4.3) is defined here for infinite parallelism only")
     if not (0 < greedy_step <= 1) or not (0 <= marginal_tol < 1):
@@ -136,7 +142,8 @@ def run_dynamics(game: FixedBudgetGame, method: str = "best_response", order: st
             new, s = _local_search_one(w[i], y, budgets[i], int(k[i]))
             swaps.append(s)
             return new, 0.0
-        return _br_one(w[i], y, budgets[i]), 0.0
+        new = _br_one(w[i], y, budgets[i])
+        return (new if damping == 0 else damping * xi + (1 - damping) * new), 0.0
 
     u, eff, uni, env = _measure(game, x, optimum)
     trace = [(float(u.sum()), eff, uni, env)]
@@ -155,7 +162,7 @@ def run_dynamics(game: FixedBudgetGame, method: str = "best_response", order: st
             ys = np.vstack([_others(Y, x[i], w[i], reserve, total, i) for i in range(m)]) if reserve == 0 \
                 else np.maximum(Y[None, :] - x, reserve)
             if method == "best_response" and k is None:
-                x = _br_rows(w, ys, budgets)
+                x = _br_rows(w, ys, budgets) if damping == 0 else damping * x + (1 - damping) * _br_rows(w, ys, budgets)
             else:
                 pairs = [respond(i, ys[i], x[i]) for i in range(m)]
                 x = np.vstack([p[0] for p in pairs])
