@@ -142,20 +142,12 @@ class Simulator:
         """Stop running job ``j`` now, keeping its remaining work for a later resumption."""
         if not self.running[j]:
             raise SchedulingError(f"job row {j} cannot be preempted: it is not running")
-        t = self.now
-        self.running[j] = False
-        if self.finish_at[j] != INF:
-            self.remaining[j] = self.finish_at[j] - t
-        self.finish_at[j] = INF
-        self.used -= self.procs[j]
+        self._stop_if_running(j)
         self.preemptions[j] += 1
 
     def finish(self, j: int) -> None:
         """Complete job ``j`` now (for policies that meter progress themselves)."""
-        if self.running[j]:
-            self.running[j] = False
-            self.used -= self.procs[j]
-            self.finish_at[j] = INF
+        self._stop_if_running(j)
         self._final(j, _COMPLETED)
         self.remaining[j] = 0.0
 
