@@ -171,6 +171,9 @@ def compare(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value
         raise click.ClickException(str(exc)) from exc
     _print_table(rows, f"{workload.name}: {len(workload):,} jobs on {workload.capacity} processors, "
                        f"{value_model} values (seed {seed}), truthful bids")
+    if {"fcfs", "easy"} <= set(mechs) and bool((workload.procs == 1).all()):
+        click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
+                   "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
 
 
 @main.command()
