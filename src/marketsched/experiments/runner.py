@@ -1,0 +1,475 @@
+"""The experiment runner: a declared grid of simulation cells, run in parallel, into a tidy table.
+
+DESIGN principle 6 ("experiments are data"); seed000 note, section 5 (the grid of seed 000:
+trace x capacity x mechanism x pricing x behaviour x beta x seed).
+
+A **cell** (:class:`Cell`) is one simulation: a workload (trace, capacity fraction, split,
+optional first-N-jobs cut), a mechanism and pricing, a bidding behaviour with its beta, and a
+seed. A **grid** (:class:`Grid`) is the Cartesian product of lists of those; several grids can
+be joined (``cells_of(g1, g2)``), duplicates dropped.
+
+Steps of :func:`run_grid`:
+
+1. expand the grids into cells; drop the cells already in the results table (**resume**);
+2. group the rest into **batches** that share a workload preparation: one batch = one
+   (trace, capacity, split, jobs, seed, value model, SRG split) with up to ``max_batch`` of its
+   cells (mechanisms x pricings x behaviours x betas). A batch builds its workload once (and a
+   worker process caches built workloads across batches), draws the true values
+   (``true_values(w, model, seed)``) and the bidders' draws (``draw_shading(w, seed)``) once:
+   **common random numbers** across every cell of the batch and across batches;
+3. run the batches on local processes (``executor="process"``, the default,
+   ``concurrent.futures.ProcessPoolExecutor``), in this process (``"serial"``) or on Ray
+   (``"ray"``, imported lazily; Ray is optional: ``pip install ray``);
+4. as each batch finishes, write its rows to a new Parquet part file in the results directory
+   (written to a temporary name, then renamed: a crash never leaves half a part) and advance
+   the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
+   and traceback and does not stop the others; a batch that dies as a whole (worker crash, bad
+   trace) fails each of its cells the same way. Failed cells are not in the table, so the next
+   run retries them.
+
+The **results table** (:func:`load_results`) is tidy: one row per cell and group, groups being
+value bin (``bin_width``-wide bins of the true value, the last bin open), value band (low,
+middle, high; :func:`~marketsched.analysis.metrics.value_band`), run-time group (A, B, C;
+:func:`~marketsched.analysis.metrics.runtime_group`) and bidder (``aggressive`` or
+``conservative`` under the SRG draws -- also in FT cells, where it labels the same jobs,
+which allows paired comparisons). Every measure is stored as a sum or a count (``jobs``,
+``completed``, ``sum_flow``, ``sum_bsd``, ``ssj``, ``sum_payment``, ``sum_wflow``,
+``sum_utility``, ...), so any coarser aggregate (per band, per group, per cell) is an exact sum
+of rows; means are ratios of sums. Flow-based sums cover completed jobs only.
+
+Decisions: tables are rows sorted by cell then group, so the same grid gives the same table
+whatever the executor, worker count or completion order (**determinism**); wall times are not
+in the table (they are in :class:`RunResult`) for that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import time
+import traceback
+from dataclasses import asdict, dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
+
+CELL_COLUMNS = ("trace", "capacity", "split", "jobs", "mechanism", "pricing", "behaviour", "beta", "seed",
+                "values", "srg_split")
+GROUP_COLUMNS = ("value_bin", "value_band", "runtime_group", "bidder")
+SUM_COLUMNS = ("jobs_in_group", "completed", "sum_value", "sum_bid", "sum_runtime", "sum_flow", "sum_wait",
+               "sum_bsd", "ssj", "sum_payment", "sum_wflow", "sum_utility", "preemptions")
+EXECUTORS = ("process", "serial", "ray")
+BIN_WIDTH = 10.0
+BIN_TOP = 180.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One simulation of the grid.
+
+    ``trace``: a registry name, an SWF path, or ``"synthetic:<jobs>:<nodes>"`` (the built-in
+    synthetic workload, seed 0). ``jobs`` = 0 keeps every job, N > 0 the first N (before the
+    split). ``beta`` is the aggressive users' beta for ``behaviour="srg"``, everyone's for
+    ``"shade"``, and 0 for ``"ft"``.
+    """
+
+    trace: str
+    capacity: float = 1.0
+    split: bool = False
+    jobs: int = 0
+    mechanism: str = "hb"
+    pricing: str = "kth"
+    behaviour: str = "ft"
+    beta: float = 0.0
+    seed: int = 1
+    values: str = "bimodal"
+    srg_split: str = "exact"
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, c) for c in CELL_COLUMNS)
+
+    def workload_key(self) -> tuple:
+        return (self.trace, self.capacity, self.split, self.jobs)
+
+    def batch_key(self) -> tuple:
+        return self.workload_key() + (self.seed, self.values, self.srg_split)
+
+    def label(self) -> str:
+        return (f"{self.trace} cap={self.capacity:g}{' split' if self.split else ''}"
+                f"{f' jobs={self.jobs}' if self.jobs else ''} {self.mechanism}/{self.pricing} "
+                f"{self.behaviour} beta={self.beta:g} seed={self.seed}")
+
+
+def _norm_key(values) -> tuple:
+    """A cell key with floats rounded, so keys read back from Parquet compare equal."""
+    return tuple(round(float(v), 12) if isinstance(v, (float, np.floating)) else
+                 (bool(v) if isinstance(v, (bool, np.bool_)) else (int(v) if isinstance(v, (int, np.integer)) else v))
+                 for v in values)
+
+
+@dataclass
+class Grid:
+    """A Cartesian product of cells. ``betas`` apply to the shading behaviours; FT cells get beta 0."""
+
+    traces: Sequence[str]
+    capacities: Sequence[float] = (1.0,)
+    split: bool = False
+    jobs: int = 0
+    mechanisms: Sequence[str] = ("hb",)
+    pricings: Sequence[str] = ("kth",)
+    behaviours: Sequence[str] = ("ft",)
+    betas: Sequence[float] = (0.9,)
+    seeds: Sequence[int] = (1,)
+    values: str = "bimodal"
+    srg_split: str = "exact"
+
+    def __post_init__(self):
+        from marketsched.scenario import MARKET_MECHANISMS, PRICINGS, VALUE_MODELS
+
+        def check(name, items, allowed):
+            items = list(items)
+            if not items:
+                raise ValueError(f"Grid.{name} is empty")
+            for x in items:
+                if x not in allowed:
+                    raise ValueError(f"Grid.{name}: unknown {x!r}; choose from {', '.join(map(str, allowed))}")
+
+        check("mechanisms", self.mechanisms, MARKET_MECHANISMS)
+        check("pricings", self.pricings, PRICINGS)
+        check("behaviours", self.behaviours, BEHAVIOURS)
+        if self.values not in VALUE_MODELS:
+            raise ValueError(f"Grid.values: unknown value model {self.values!r}; choose from {', '.join(VALUE_MODELS)}")
+        if self.srg_split not in SPLITS:
+            raise ValueError(f"Grid.srg_split must be one of {SPLITS}, got {self.srg_split!r}")
+        if not list(self.traces):
+            raise ValueError("Grid.traces is empty")
+        for c in self.capacities:
+            if not (0 < float(c) <= 1):
+                raise ValueError(f"Grid.capacities: {c!r} is not a fraction in (0, 1]")
+        for b in self.betas:
+            if not (0 <= float(b) < 1):
+                raise ValueError(f"Grid.betas: {b!r} is outside [0, 1)")
+        if not list(self.seeds):
+            raise ValueError("Grid.seeds is empty")
+        if int(self.jobs) < 0:
+            raise ValueError(f"Grid.jobs = {self.jobs} is negative")
+
+    def cells(self) -> list[Cell]:
+        out = []
+        for trace, cap, seed, mech, pricing, beh in itertools.product(
+                self.traces, self.capacities, self.seeds, self.mechanisms, self.pricings, self.behaviours):
+            for beta in (self.betas if beh != "ft" else (0.0,)):
+                out.append(Cell(trace=str(trace), capacity=float(cap), split=bool(self.split), jobs=int(self.jobs),
+                                mechanism=mech, pricing=pricing, behaviour=beh, beta=float(beta), seed=int(seed),
+                                values=self.values, srg_split=self.srg_split))
+        return _dedupe(out)
+
+
+def _dedupe(cells: Iterable[Cell]) -> list[Cell]:
+    seen, out = set(), []
+    for c in cells:
+        k = _norm_key(c.key())
+        if k not in seen:
+            seen.add(k)
+            out.append(c)
+    return out
+
+
+def cells_of(*grids) -> list[Cell]:
+    """Cells of several grids (or cells, or lists of either), in order, without duplicates."""
+    out: list[Cell] = []
+    for g in grids:
+        if isinstance(g, Grid):
+            out += g.cells()
+        elif isinstance(g, Cell):
+            out.append(g)
+        elif isinstance(g, (list, tuple)):
+            out += cells_of(*g)
+        else:
+            raise ValueError(f"cells_of: expected a Grid or Cell, got {type(g).__name__}")
+    return _dedupe(out)
+
+
+# ------------------------------------------------------------------------------------ one batch
+@lru_cache(maxsize=4)
+def _build_workload(trace: str, capacity: float, split: bool, jobs: int):
+    from marketsched.scenario import WorkloadSpec
+
+    if trace.startswith("synthetic"):
+        parts = trace.split(":")
+        try:
+            n_jobs = int(parts[1]) if len(parts) > 1 else 5000
+            nodes = int(parts[2]) if len(parts) > 2 else 64
+        except ValueError:
+            raise ValueError(f"synthetic trace {trace!r}: expected 'synthetic:<jobs>:<nodes>'") from None
+        spec = WorkloadSpec(trace=None, synthetic_jobs=n_jobs, synthetic_nodes=nodes,
+                            jobs=jobs or None, split=split, capacity=capacity)
+    else:
+        spec = WorkloadSpec(trace=trace, jobs=jobs or None, split=split, capacity=capacity)
+    w = spec.build()
+    if len(w) == 0:
+        raise ValueError(f"workload {trace!r} (capacity {capacity}, split {split}, jobs {jobs}) has no jobs")
+    return w, tuple(spec.notes)
+
+
+def _groups_static(w, true_value, draws, bin_width: float):
+    from marketsched.analysis.metrics import runtime_group, value_band
+
+    top = BIN_TOP
+    vbin = np.minimum(np.floor(np.maximum(true_value, 0) / bin_width) * bin_width, top)
+    return {
+        "value_bin": vbin,
+        "value_band": value_band(true_value),
+        "runtime_group": runtime_group(w.runtime),
+        "bidder": np.where(draws.aggressive, "aggressive", "conservative"),
+    }
+
+
+def cell_rows(cell: Cell, w, true_value, bid, records, static: dict):
+    """The tidy rows of one simulated cell: sums and counts per group (see module docstring)."""
+    import pandas as pd
+
+    from marketsched.analysis.metrics import BSD_FLOOR, SSJ_THRESHOLD
+    from marketsched.engine.records import FinalState
+
+    done = records.state == FinalState.COMPLETED
+    flow = np.where(done, records.end_time - w.submit_time, 0.0)
+    bsd = flow / np.maximum(w.runtime, BSD_FLOOR)
+    wait = np.where(done, records.first_start - w.submit_time, 0.0)
+    df = pd.DataFrame({
+        **static,
+        "jobs_in_group": 1,
+        "completed": done.astype(np.int64),
+        "sum_value": true_value,
+        "sum_bid": bid,
+        "sum_runtime": w.runtime,
+        "sum_flow": flow,
+        "sum_wait": wait,
+        "sum_bsd": bsd,
+        "ssj": (done & (bsd >= SSJ_THRESHOLD)).astype(np.int64),
+        "sum_payment": records.payment,
+        "sum_wflow": np.where(done, true_value * flow, 0.0),
+        "sum_utility": np.where(done, -true_value * flow - records.payment, 0.0),
+        "preemptions": records.preemptions.astype(np.int64),
+    })
+    rows = df.groupby(list(GROUP_COLUMNS), sort=True, observed=True)[list(SUM_COLUMNS)].sum().reset_index()
+    for c in reversed(CELL_COLUMNS):
+        rows.insert(0, c, getattr(cell, c))
+    rows["nodes"] = int(w.capacity)
+    return rows
+
+
+def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH):
+    """Run the cells of one batch (they share workload, seed, value model and SRG split).
+
+    Returns ``(rows, failures, seconds)``: a DataFrame of the finished cells' rows (or None),
+    a list of failure dicts (cell parameters, error, traceback) and the wall time per cell.
+    """
+    import pandas as pd
+
+    from marketsched.scenario import simulate, true_values
+
+    first = cells[0]
+    if any(c.batch_key() != first.batch_key() for c in cells):
+        raise ValueError("evaluate_batch: cells of one batch must share workload, seed, value model and SRG split")
+    try:
+        w, _ = _build_workload(*first.workload_key())
+        v = true_values(w, first.values, first.seed)
+        draws = draw_shading(w, first.seed, split=first.srg_split)
+        static = _groups_static(w, v, draws, bin_width)
+    except Exception as exc:  # the whole batch fails, each cell reported
+        return None, [_failure(c, exc) for c in cells], {}
+    parts, failures, seconds = [], [], {}
+    for c in cells:
+        t0 = time.perf_counter()
+        try:
+            bid = make_bids(c.behaviour, v, draws, c.beta)
+            rec = simulate(w, c.mechanism, bid, c.pricing)
+            parts.append(cell_rows(c, w, v, bid, rec, static))
+        except Exception as exc:
+            failures.append(_failure(c, exc))
+        seconds[c.key()] = time.perf_counter() - t0
+    return (pd.concat(parts, ignore_index=True) if parts else None), failures, seconds
+
+
+def _failure(cell: Cell, exc: BaseException) -> dict:
+    return {"cell": asdict(cell), "label": cell.label(), "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+
+
+# ------------------------------------------------------------------------------------ results table
+def load_results(out_dir) -> "pd.DataFrame":  # noqa: F821
+    """The results table in ``out_dir`` (all part files), sorted by cell then group; empty if none."""
+    import pandas as pd
+
+    parts = sorted(Path(out_dir).glob("part-*.parquet"))
+    if not parts:
+        return pd.DataFrame(columns=list(CELL_COLUMNS + GROUP_COLUMNS + SUM_COLUMNS) + ["nodes"])
+    df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    df = df.drop_duplicates(subset=list(CELL_COLUMNS + GROUP_COLUMNS), keep="first")
+    return df.sort_values(list(CELL_COLUMNS + GROUP_COLUMNS), kind="stable").reset_index(drop=True)
+
+
+def finished_cells(out_dir) -> set:
+    df = load_results(out_dir)
+    if df.empty:
+        return set()
+    return {_norm_key(k) for k in df[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None)}
+
+
+def _write_part(out_dir: Path, rows) -> Path:
+    digest = hashlib.sha1(
+        json.dumps(sorted(map(str, rows[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None))))
+        .encode()).hexdigest()[:16]
+    path = out_dir / f"part-{digest}.parquet"
+    tmp = out_dir / f".tmp-{digest}-{os.getpid()}.parquet"
+    rows.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class RunResult:
+    """What one :func:`run_grid` call did."""
+
+    out_dir: Path
+    cells: int  # cells in the grid
+    skipped: int  # already in the table (resume)
+    ran: int  # finished in this call
+    failures: list = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the call
+    cell_seconds: dict = field(default_factory=dict)  # cell key -> wall time
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def table(self):
+        return load_results(self.out_dir)
+
+
+def make_batches(cells: Sequence[Cell], max_batch: int = 16) -> list[list[Cell]]:
+    """Group cells by :meth:`Cell.batch_key` (in first-seen order), chunks of at most ``max_batch``."""
+    if max_batch < 1:
+        raise ValueError(f"max_batch = {max_batch} must be >= 1")
+    groups: dict[tuple, list[Cell]] = {}
+    for c in cells:
+        groups.setdefault(c.batch_key(), []).append(c)
+    out = []
+    for g in groups.values():
+        n_chunks = -(-len(g) // max_batch)
+        size = -(-len(g) // n_chunks)  # even chunks
+        out += [g[i:i + size] for i in range(0, len(g), size)]
+    return out
+
+
+def run_grid(grid, out_dir, executor: str = "process", workers: int | None = None, max_batch: int = 16,
+             progress: bool = True, bin_width: float = BIN_WIDTH, description: str = "cells") -> RunResult:
+    """Run every cell of ``grid`` (a Grid, Cells, or lists of them) not yet in ``out_dir``.
+
+    See the module docstring for the steps. ``workers`` defaults to the CPU count (process) or
+    the cluster (Ray). Returns a :class:`RunResult`; failures are also written to
+    ``out_dir/failures.json`` (one entry per failed cell, with its parameters).
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if bin_width <= 0:
+        raise ValueError(f"bin_width = {bin_width} must be positive")
+    t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cells = cells_of(grid)
+    done = finished_cells(out_dir)
+    todo = [c for c in cells if _norm_key(c.key()) not in done]
+    result = RunResult(out_dir, cells=len(cells), skipped=len(cells) - len(todo), ran=0)
+    # longest-first helps the tail: bigger workloads (by trace name) are not known in advance,
+    # so keep the declared order, which groups batches of a workload together (cache hits).
+    batches = make_batches(todo, max_batch)
+
+    def on_done(batch, payload, bar, task):
+        if isinstance(payload, BaseException):
+            result.failures += [_failure(c, payload) for c in batch]
+        else:
+            rows, failures, seconds = payload
+            if rows is not None:
+                _write_part(out_dir, rows)
+                result.ran += rows[list(CELL_COLUMNS)].drop_duplicates().shape[0]
+            result.failures += failures
+            result.cell_seconds.update(seconds)
+        if bar is not None:
+            bar.advance(task, len(batch))
+
+    from contextlib import nullcontext
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    bar_ctx = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TimeRemainingColumn()) if progress and batches else nullcontext(None))
+    with bar_ctx as bar:
+        task = bar.add_task(description, total=len(todo)) if bar is not None else None
+        if executor == "serial" or not batches:
+            for b in batches:
+                on_done(b, evaluate_batch(b, bin_width), bar, task)
+        elif executor == "process":
+            _run_processes(batches, workers, bin_width, lambda b, p: on_done(b, p, bar, task))
+        else:
+            _run_ray(batches, workers, bin_width, lambda b, p: on_done(b, p, bar, task))
+    _write_failures(out_dir, result.failures)
+    result.seconds = time.perf_counter() - t_start
+    return result
+
+
+def _write_failures(out_dir: Path, failures: list) -> None:
+    path = out_dir / "failures.json"
+    if failures:
+        path.write_text(json.dumps(failures, indent=1))
+    elif path.exists():
+        path.unlink()
+
+
+def _run_processes(batches, workers, bin_width, on_done):
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    workers = workers or os.cpu_count() or 1
+    with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
+        futures = {pool.submit(evaluate_batch, b, bin_width): b for b in batches}
+        for fut in as_completed(futures):
+            try:
+                payload = fut.result()
+            except BaseException as exc:  # worker died (BrokenProcessPool) or result not picklable
+                payload = exc
+            on_done(futures[fut], payload)
+
+
+def _run_ray(batches, workers, bin_width, on_done):
+    """Run the batches as Ray tasks (``ray.init()`` joins ``RAY_ADDRESS`` or starts a local one)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("executor='ray' needs Ray, which is optional and not installed: pip install ray") from exc
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, **({"num_cpus": workers} if workers else {}))
+    remote = ray.remote(evaluate_batch)
+    pending = {remote.remote(b, bin_width): b for b in batches}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            batch = pending.pop(ref)
+            try:
+                payload = ray.get(ref)
+            except BaseException as exc:
+                payload = exc
+            on_done(batch, payload)
+
+
+def cell_frame(cells: Sequence[Cell]):
+    """The cells as a DataFrame (one row per cell, the cell columns)."""
+    import pandas as pd
+
+    return pd.DataFrame([asdict(c) for c in cells], columns=[f.name for f in fields(Cell)])
