@@ -91,7 +91,8 @@ class PriorityScheduler:
             j = next(i for i, p in enumerate(sim.procs) if p != 1)
             raise ValueError(
                 f"{self.name} schedules serial jobs; job row {j} needs {sim.procs[j]} processors "
-                "(split parallel jobs first: marketsched.workloads.transforms.split_parallel)"
+                "(split parallel jobs first: --split on the command line, "
+                "marketsched.workloads.split_parallel in Python)"
             )
         self.sim = sim
         self.waiting: list[int] = []  # heap of ranks
