@@ -181,38 +181,98 @@ def kkt_violation(w, x, y) -> float:
 # ----------------------------------------------------------------------------------------
 
 
+def _sorted_values(idx: np.ndarray, w: np.ndarray, y: np.ndarray, s: np.ndarray,
+                   budget: float) -> tuple[np.ndarray, np.ndarray]:
+    """Best-response utility and sqrt(lambda) on each machine set idx[..., :] already held in
+    decreasing w/y order (section 4.1 steps 2-3 without the sort).
+
+    U = sum_{j<=k} w_j - (sum_{j<=k} s_j)^2 / (X + sum_{j<=k} y_j) with s_j = sqrt(w_j y_j)
+    (substitute x_j = s_j F - y_j, F = (X + sum y) / sum s, into sum_j w_j x_j / (x_j + y_j)),
+    and sqrt(lambda) = 1/F.
+    """
+    ss, ys, ws = s[idx], y[idx], w[idx]
+    cs = np.cumsum(ss, axis=-1)
+    scale = np.cumsum(ys, axis=-1)
+    scale += budget
+    ok = (ss > 0) & (ss * scale >= ys * cs)
+    last = (idx.shape[-1] - 1 - np.argmax(ok[..., ::-1], axis=-1))[..., None]
+    cw = np.take_along_axis(np.cumsum(ws, axis=-1), last, axis=-1)[..., 0]
+    c = np.take_along_axis(cs, last, axis=-1)[..., 0]
+    d = np.take_along_axis(scale, last, axis=-1)[..., 0]
+    any_ok = ok.any(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(any_ok, cw - c * c / d, 0.0), np.where(any_ok, c / d, 0.0)
+
+
+def _swap_values(A: np.ndarray, outside: np.ndarray, w: np.ndarray, y: np.ndarray, s: np.ndarray,
+                 ratio: np.ndarray, budget: float, rows: slice = slice(None)) -> np.ndarray:
+    """U(B) for the swaps B = A - {A[p]} + {outside[b]}, p in ``rows``, as a (p, b) array.
+
+    A is held in decreasing w/y order, so each B in that order is A with one entry removed and
+    one inserted at its rank: the rows are built by index arithmetic, no sort.
+    """
+    k = A.shape[0]
+    ins = np.searchsorted(-ratio[A], -ratio[outside], side="right")   # rank of each outside in A
+    pr = np.arange(k)[rows]
+    p = pr[:, None, None]
+    pos = (ins[None, :] - (pr[:, None] < ins[None, :]))[:, :, None]
+    t = np.arange(k)[None, None, :]
+    tp = np.where(t < pos, t, t - 1)
+    src = np.minimum(tp + (tp >= p), k - 1)
+    idx = np.where(t == pos, outside[None, :, None], A[src])              # (k, q, k) machine ids
+    return _sorted_values(idx, w, y, s, budget)[0]
+
+
 def _local_search_one(w: np.ndarray, y: np.ndarray, budget: float, k: int,
                       rel_tol: float = 1e-9, max_swaps: int = 1000) -> tuple[np.ndarray, int]:
     """Section 4.2 for one user, no checks; y > 0 wherever w > 0. Returns (bids, swaps made)."""
     n = w.shape[0]
     if k >= n:
         return _br_one(w, y, budget), 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(w > 0, w / y, 0.0)
+    ratio = np.divide(w, y, out=np.zeros_like(w), where=w > 0)
+    s = np.sqrt(w * y)
     order = np.argsort(-ratio, kind="stable")
-    A = order[:k].copy()                                          # step 1
+    A = order[:k].copy()                                          # step 1 (held in w/y order)
     xa = _br_one(w[A], y[A], budget)                              # step 2
     ua = float(response_utility(w[A], xa, y[A]))
     swaps = 0
-    pos = np.repeat(np.arange(k), n - k)
-    rows = np.arange(k * (n - k))
+    inside = np.zeros(n, dtype=bool)
     while swaps < max_swaps:
-        inside = np.zeros(n, dtype=bool)
+        inside[:] = False
         inside[A] = True
-        outside = order[~inside[order]]                           # candidates j, by ratio
-        B = np.repeat(A[None, :], k * (n - k), axis=0)            # steps 3-4: all swaps i <-> j
-        B[rows, pos] = np.tile(outside, k)
-        wb, yb = w[B], y[B]
-        xb = _br_rows(wb, yb, np.full(B.shape[0], budget))
-        ub = response_utility(wb, xb, yb)
-        better = ub > ua + rel_tol * max(abs(ua), 1e-300)          # step 5 (with a tolerance)
-        if not better.any():
+        outside = order[~inside[order]]                           # candidates j, by w/y
+        # Pruning that cannot change the answer: B = A - a + b bids on b only if
+        # w_b/y_b > lambda(B) >= lambda(A - a), otherwise U(B) = U(A - a) <= U(A). So outside
+        # machines with w_b/y_b <= min_a lambda(A - a) never improve (a suffix of `outside`).
+        if k > 1:
+            drop = np.arange(k - 1)[None, :]
+            rest = A[drop + (drop >= np.arange(k)[:, None])]          # (k, k - 1): A without A[p]
+            lam_min = float(np.min(_sorted_values(rest, w, y, s, budget)[1])) ** 2
+        else:
+            lam_min = 0.0
+        outside = outside[: int(np.count_nonzero(ratio[outside] > lam_min * (1 - 1e-12)))]
+        if outside.size == 0:
             break
-        c = int(np.argmax(better))                                # first improvement, loop order
-        A, xa, ua = B[c].copy(), xb[c], float(ub[c])
+        # steps 3-5: the swaps of a block of i's at once (vectorised), blocks in loop order, so
+        # the first improving swap found is the paper's first improvement.
+        block = max(1, 8192 // (k * outside.size))
+        found = None
+        for p0 in range(0, k, block):
+            ub = _swap_values(A, outside, w, y, s, ratio, budget, slice(p0, p0 + block))
+            better = (ub > ua + rel_tol * max(abs(ua), 1e-300)).ravel()   # "U(B) > U(A)", tolerance
+            if better.any():
+                c = int(np.argmax(better))
+                found = (p0 + c // outside.size, c % outside.size, float(ub.ravel()[c]))
+                break
+        if found is None:
+            break
+        p, b, new_u = found
+        A = np.delete(A, p)
+        A = np.insert(A, np.searchsorted(-ratio[A], -ratio[outside[b]], side="right"), outside[b])
+        ua = new_u
         swaps += 1
     x = np.zeros(n)
-    x[A] = xa                                                     # step 6
+    x[A] = _br_one(w[A], y[A], budget)                            # step 6
     return x, swaps
 
 
