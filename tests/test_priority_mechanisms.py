@@ -101,10 +101,10 @@ class Audited(PriorityScheduler):
         sim = self.sim
         running = [j for j in range(sim.n_jobs) if sim.running[j]]
         assert sim.used == len(running) <= sim.capacity
-        queued = [self.order[r] for r in self.waiting]
+        queued = [row for _, row in self.waiting]
         if self.preemptive:
             # the running set is the top-n active jobs by (bid desc, submission)
-            active = sorted(running + queued, key=lambda j: self.rank[j])
+            active = sorted(running + queued, key=lambda j: self.prio[j])
             assert set(running) == set(active[: sim.capacity])
         else:
             # work conserving: a job waits only when every node is busy
@@ -180,3 +180,15 @@ def test_unknown_rule_and_pricing():
         make_priority_mechanism("fifo", w, [1])
     with pytest.raises(ValueError, match="unknown pricing"):
         make_priority_mechanism("hb", w, [1], "second")
+
+
+def test_jobs_added_while_running_match_a_static_run():
+    """The live market adds jobs as they are submitted: the result must not depend on it."""
+    submit, runtime, bid, nodes = [0, 1, 2, 2, 5], [4, 3, 2, 6, 1], [2.0, 5.0, 3.0, 3.0, 9.0], 2
+    static = run(submit, runtime, bid, nodes, "nphb", "kth")
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, capacity=nodes)
+    bid = np.asarray(bid)
+    mech = PriorityScheduler(bid[:2], bid[:2], np.ones(2), preemptive=False, pricing="kth")
+    mech.add_jobs(bid[2:], bid[2:], np.ones(3))
+    dynamic = Simulator(w, mech).run()
+    assert dynamic.equals(static)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 
 RESERVATION_PRICE = 1.0
+_NO_QUEUE = (float("inf"), 0)  # boundary when the queue is empty: no running job is after it
 
 
 class FirstPrice:
@@ -39,9 +40,14 @@ class FirstPrice:
         self.S = 0.0
         self.last = 0.0
         self.saturated = False
-        n = sim.n_jobs
-        self.mark_S = [0.0] * n
-        self.mark_t = [0.0] * n
+        self.mark_S: list[float] = []
+        self.mark_t: list[float] = []
+        self.extend(sim.n_jobs)
+
+    def extend(self, k: int) -> None:
+        """Make room for ``k`` more jobs (added while running)."""
+        self.mark_S += [0.0] * k
+        self.mark_t += [0.0] * k
 
     def advance(self, t: float) -> None:
         if self.saturated:
@@ -85,8 +91,8 @@ class KthPrice:
 
     Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``E(t)`` =
     time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*
-    (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority rank, so when
-    ``k*`` moves only the jobs whose rank lies between the old and new boundary change regime
+    (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority ``(-key, row)``, so
+    when ``k*`` moves only the jobs whose priority lies between the old and new boundary change regime
     and are settled.
     """
 
@@ -97,20 +103,26 @@ class KthPrice:
         self.policy = policy
         self.bid = policy.bid
         self.cost = policy.cost
-        self.rank = policy.rank
-        self.order = policy.order
+        self.prio = policy.prio
         self.track_caps = not policy.preemptive  # under preemptive HB no running job is ever capped
         self.K = 0.0
         self.E = 0.0
         self.last = 0.0
         self.kstar = None  # key of the best queued job, None when the queue is empty
-        self.boundary = 1 << 62  # rank of the best queued job; running jobs with a larger rank are capped
-        n = sim.n_jobs
-        self.mark_K = [0.0] * n
-        self.mark_E = [0.0] * n
-        self.mark_t = [0.0] * n
-        self.capped = [False] * n
-        self.running_ranks: list[int] = []
+        self.boundary = _NO_QUEUE  # (-key, row) of the best queued job; running jobs after it are capped
+        self.mark_K: list[float] = []
+        self.mark_E: list[float] = []
+        self.mark_t: list[float] = []
+        self.capped: list[bool] = []
+        self.running_prios: list[tuple] = []  # sorted (-key, row) of running jobs (non-preemptive)
+        self.extend(sim.n_jobs)
+
+    def extend(self, k: int) -> None:
+        """Make room for ``k`` more jobs (added while running)."""
+        self.mark_K += [0.0] * k
+        self.mark_E += [0.0] * k
+        self.mark_t += [0.0] * k
+        self.capped += [False] * k
 
     def advance(self, t: float) -> None:
         dt = t - self.last
@@ -137,33 +149,33 @@ class KthPrice:
     def on_start(self, j: int) -> None:
         self._mark(j)
         if self.track_caps:
-            r = self.rank[j]
-            insort(self.running_ranks, r)
-            self.capped[j] = r > self.boundary
+            p = self.prio[j]
+            insort(self.running_prios, p)
+            self.capped[j] = p > self.boundary
 
     def on_stop(self, j: int) -> None:
         self._settle(j)
         if self.track_caps:
-            rr = self.running_ranks
-            del rr[bisect_right(rr, self.rank[j]) - 1]
+            rp = self.running_prios
+            del rp[bisect_right(rp, self.prio[j]) - 1]
             self.capped[j] = False
 
     def update(self) -> None:
         """Called after every decision: re-read the best queued job and re-cap running jobs."""
-        top = self.policy.best_queued_rank()
+        top = self.policy.best_queued()
         if top is None:
             self.kstar = None
-            new_boundary = 1 << 62
+            new_boundary = _NO_QUEUE
         else:
-            self.kstar = self.policy.key[self.order[top]]
+            self.kstar = -top[0]
             new_boundary = top
         old = self.boundary
         if self.track_caps and new_boundary != old:
-            rr = self.running_ranks
+            rp = self.running_prios
             lo, hi = (new_boundary, old) if new_boundary < old else (old, new_boundary)
             become_capped = new_boundary < old
-            for idx in range(bisect_right(rr, lo), bisect_right(rr, hi)):
-                j = self.order[rr[idx]]
+            for idx in range(bisect_right(rp, lo), bisect_right(rp, hi)):
+                j = rp[idx][1]
                 if self.capped[j] != become_capped:
                     self._settle(j)
                     self._mark(j)

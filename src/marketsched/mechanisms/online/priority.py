@@ -22,11 +22,13 @@ Algorithm 1 (HB), run at every job arrival and termination:
 5. each assigned job's current price ``p'_i`` is set by the payment scheme;
 6. the rest wait in the queue.
 
-Implementation: the sort of step 3 never happens. Each job gets, once, an integer rank in
-the total order (key descending, then submission order); the queue is a heap of ranks and,
-for HB, the running set is a heap of negated ranks, so an event costs O(log n) per job
-that moves: fill free nodes from the queue top, then (HB only) swap while the best queued
-rank beats the worst running rank.
+Implementation: the sort of step 3 never happens. Each job's place in the total order
+(key descending, then submission order) is the tuple ``(-key, row)``, made once when the job is
+added; the queue is a heap of these and, for HB, the running set is a heap of ``(key, -row)``
+(its top is the worst running job), so an event costs O(log n) per job that moves: fill free
+nodes from the queue top, then (HB only) swap while the best queued job beats the worst running
+one. Jobs can be added while the mechanism runs (:meth:`PriorityScheduler.add_jobs`), which is
+how the live market feeds it real submissions.
 
 Decisions (seed000 note, section 8): ties in the key go to the earlier submission (the paper's
 rule; rows are in submission order, so row order breaks ties); a run time of 0 counts as 1 s
@@ -62,26 +64,41 @@ class PriorityScheduler:
         True for HB, False for NPHB, WSPT, WSEPT.
     pricing:
         A payment scheme object or name (``"first"`` or ``"kth"``).
+
+    Rows are job indices in the engine, in submission order; more can be appended with
+    :meth:`add_jobs`.
     """
 
     def __init__(self, bid, key, cost, preemptive: bool, pricing="kth", name: str = "priority"):
-        self.bid = np.asarray(bid, dtype=np.float64).tolist()
-        key = np.asarray(key, dtype=np.float64)
-        if np.isnan(key).any():
-            i = int(np.argmax(np.isnan(key)))
-            raise ValueError(f"{name}: priority of job row {i} is NaN (bid not a number?)")
-        self.key = key.tolist()
-        self.cost = np.asarray(cost, dtype=np.float64).tolist()
         self.preemptive = bool(preemptive)
         self.pricing = make_pricing(pricing) if isinstance(pricing, str) else pricing
         self.name = name
-        n = key.shape[0]
-        # Total order: key descending, then row (submission) order. rank 0 = best.
-        order = np.lexsort((np.arange(n), -key))
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n)
-        self.order = order.tolist()
-        self.rank = rank.tolist()
+        self.bid: list[float] = []
+        self.key: list[float] = []
+        self.cost: list[float] = []
+        self.prio: list[tuple] = []  # (-key, row): smaller is better
+        self.sim = None
+        self.add_jobs(bid, key, cost)
+
+    def add_jobs(self, bid, key, cost) -> range:
+        """Append jobs (rows continue after the existing ones); returns their rows."""
+        bid = np.atleast_1d(np.asarray(bid, dtype=np.float64))
+        key = np.atleast_1d(np.asarray(key, dtype=np.float64))
+        cost = np.atleast_1d(np.asarray(cost, dtype=np.float64))
+        if not bid.shape == key.shape == cost.shape or bid.ndim != 1:
+            raise ValueError(f"{self.name}: bid, key and cost must be 1-d and of one length")
+        if np.isnan(key).any():
+            i = len(self.key) + int(np.argmax(np.isnan(key)))
+            raise ValueError(f"{self.name}: priority of job row {i} is NaN (bid not a number?)")
+        first = len(self.key)
+        rows = range(first, first + key.shape[0])
+        self.bid += bid.tolist()
+        self.key += key.tolist()
+        self.cost += cost.tolist()
+        self.prio += list(zip((-key).tolist(), rows))
+        if self.sim is not None:
+            self.pricing.extend(len(rows))
+        return rows
 
     # ------------------------------------------------------------------ engine hooks
     def bind(self, sim) -> None:
@@ -95,52 +112,53 @@ class PriorityScheduler:
                 "marketsched.workloads.split_parallel in Python)"
             )
         self.sim = sim
-        self.waiting: list[int] = []  # heap of ranks
-        self.running_heap: list[int] = []  # heap of -rank (HB only)
+        self.waiting: list[tuple] = []  # heap of (-key, row)
+        self.running_heap: list[tuple] = []  # heap of (key, -row): top = worst running (HB only)
         self.pricing.bind(self, sim)
         self.advance = self.pricing.advance
 
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
         sim = self.sim
         pricing = self.pricing
-        rank = self.rank
-        order = self.order
+        prio = self.prio
         waiting = self.waiting
         push, pop = heapq.heappush, heapq.heappop
         for j in completed:
             pricing.on_stop(j)
         for j in arrived:
-            push(waiting, rank[j])
+            push(waiting, prio[j])
         free = sim.free
         if self.preemptive:
             running_heap = self.running_heap
             running = sim.running
+            key = self.key
             while free and waiting:
-                r = pop(waiting)
-                j = order[r]
+                j = pop(waiting)[1]
                 sim.start(j)
                 pricing.on_start(j)
-                push(running_heap, -r)
+                push(running_heap, (key[j], -j))
                 free -= 1
             while waiting:
-                while running_heap and not running[order[-running_heap[0]]]:
+                while running_heap and not running[-running_heap[0][1]]:
                     pop(running_heap)  # completed since it was pushed
-                if not running_heap or waiting[0] > -running_heap[0]:
+                if not running_heap:
+                    break
+                k_out, neg_out = running_heap[0]
+                if waiting[0] > (-k_out, -neg_out):
                     break
                 # the best queued job beats the worst running one: swap them
-                r_out = -pop(running_heap)
-                j_out = order[r_out]
+                pop(running_heap)
+                j_out = -neg_out
                 sim.preempt(j_out)
                 pricing.on_stop(j_out)
-                r_in = pop(waiting)
-                j_in = order[r_in]
+                j_in = pop(waiting)[1]
                 sim.start(j_in)
                 pricing.on_start(j_in)
-                push(running_heap, -r_in)
-                push(waiting, r_out)
+                push(running_heap, (key[j_in], -j_in))
+                push(waiting, prio[j_out])
         else:
             while free and waiting:
-                j = order[pop(waiting)]
+                j = pop(waiting)[1]
                 sim.start(j)
                 pricing.on_start(j)
                 free -= 1
@@ -153,7 +171,8 @@ class PriorityScheduler:
                 self.pricing.on_stop(j)
 
     # ------------------------------------------------------------------ state for payment schemes
-    def best_queued_rank(self):
+    def best_queued(self):
+        """``(-key, row)`` of the best queued job, or None when the queue is empty."""
         return self.waiting[0] if self.waiting else None
 
     def active_jobs(self) -> int:
