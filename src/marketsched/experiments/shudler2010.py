@@ -166,6 +166,11 @@ def _axes(n=1, ncols=None, sharey=False):
     return fig, axes.ravel()
 
 
+def _save(rep, fig, stem, caption):
+    fig.tight_layout()
+    rep.figure(fig, stem, caption)
+
+
 def _finish(ax, ylabel, title):
     ax.set_xlabel("private value w (bin centre)")
     ax.set_ylabel(ylabel)
@@ -176,6 +181,7 @@ def _finish(ax, ylabel, title):
 
 
 FT = dict(behaviour="ft")
+FT_SAME = dict(behaviour="ft", bidder="aggressive")  # FT run, the jobs that are aggressive under SRG (paired)
 SRG_A = dict(behaviour="srg", beta=SRG_BETA, bidder="aggressive")
 
 
@@ -188,7 +194,7 @@ def figures(rep: Report, df, trace: str, tag: str) -> None:
         _curve(ax, df, trace, metric, "SRG, aggressive users", "--", mechanism="hb", pricing="kth", **SRG_A)
         ax.set_yscale("log" if metric == "bsd" else "linear")
         _finish(ax, ylab, f"Fig {fig_no}: HB, {ylab} vs value")
-        rep.figure(fig, f"{tag}_fig{fig_no}_{metric}_hb_ft_vs_srg",
+        _save(rep, fig, f"{tag}_fig{fig_no}_{metric}_hb_ft_vs_srg",
                    f"Fig. {fig_no} ({tag}): HB, {ylab}, FT (all users) vs SRG-aggressive (beta 0.9); 95% CI bands over seeds")
     # Fig 4, 5: aggressive users, the four algorithms
     for fig_no, metric, ylab in ((4, "bsd", "average bounded slowdown"), (5, "ssj", "% SSJ (BSD >= 5)")):
@@ -197,7 +203,7 @@ def figures(rep: Report, df, trace: str, tag: str) -> None:
             _curve(ax, df, trace, metric, LABEL[alg], "-" if alg == "hb" else "--", mechanism=alg, pricing="kth", **SRG_A)
         ax.set_yscale("log" if metric == "bsd" else "linear")
         _finish(ax, ylab, f"Fig {fig_no}: SRG-aggressive users, {ylab}")
-        rep.figure(fig, f"{tag}_fig{fig_no}_{metric}_algorithms",
+        _save(rep, fig, f"{tag}_fig{fig_no}_{metric}_algorithms",
                    f"Fig. {fig_no} ({tag}): aggressive users under SRG, HB vs NPHB vs WSPT vs WSEPT")
     # Fig 6: utility vs value, groups A/B/C, HB, first price (top) and k-th price (bottom)
     fig, axes = _axes(6, ncols=3)
@@ -209,7 +215,7 @@ def figures(rep: Report, df, trace: str, tag: str) -> None:
                    **SRG_A)
             ax.set_yscale("symlog")
             _finish(ax, "average utility", f"HB, {LABEL[pricing]}, group {grp}")
-    rep.figure(fig, f"{tag}_fig6_utility_groups",
+    _save(rep, fig, f"{tag}_fig6_utility_groups",
                f"Fig. 6 ({tag}): HB average utility vs value per run-time group (A short .. C long); top first price "
                "(the paper's Fig. 6), bottom k-th price")
     # Fig 7: group C, high-bid jobs: (a) first price, (b) first price relative gain, (c) k-th price
@@ -218,26 +224,31 @@ def figures(rep: Report, df, trace: str, tag: str) -> None:
     for ax, pricing in ((axes[0], "first"), (axes[2], "kth")):
         _curve(ax, df, trace, "utility", "FT, all users", "-", pricing=pricing, **hi, **FT)
         _curve(ax, df, trace, "utility", "SRG, aggressive", "--", pricing=pricing, **hi, **SRG_A)
+        _curve(ax, df, trace, "utility", "FT, same jobs (paired)", ":", pricing=pricing, **hi, **FT_SAME)
+        ax.set_xlim(115, 195)
         _finish(ax, "average utility", f"group C, high-bid, HB, {LABEL[pricing]}")
     ax = axes[1]
     for pricing in ("first", "kth"):
-        ft = mean_ci(per_seed(select(df, trace, pricing=pricing, **hi, **FT), "utility", ["value_bin"]), ["value_bin"])
+        ft = mean_ci(per_seed(select(df, trace, pricing=pricing, **hi, **FT_SAME), "utility", ["value_bin"]),
+                     ["value_bin"])
         sr = mean_ci(per_seed(select(df, trace, pricing=pricing, **hi, **SRG_A), "utility", ["value_bin"]), ["value_bin"])
         j = ft.join(sr, lsuffix="_ft", rsuffix="_srg", how="inner")
         j = j[(j["min_n_srg"] >= MIN_JOBS)]
         ax.plot(j.index + 5, 100 * (j["mean_srg"] / j["mean_ft"] - 1) * -1, marker="o", label=LABEL[pricing])
     ax.axhline(0, color="k", lw=0.6)
-    _finish(ax, "% utility gain of SRG-aggressive over FT", "group C, high-bid, HB")
-    rep.figure(fig, f"{tag}_fig7_groupC_high",
+    ax.set_xlim(115, 195)
+    _finish(ax, "% utility gain, SRG-aggr. over FT (same jobs)", "group C, high-bid, HB")
+    _save(rep, fig, f"{tag}_fig7_groupC_high",
                f"Fig. 7 ({tag}): group C high-bid jobs under HB: (a) first price, (b) relative utility gain of "
-               "aggressive users over FT, (c) k-th price")
+               "aggressive users over the same jobs bidding truthfully (paired, common random numbers), "
+               "(c) k-th price")
     # Fig 8: group C high-bid, first vs k-th price, FT and SRG
     fig, (ax,) = _axes(1)
     for pricing in ("first", "kth"):
         _curve(ax, df, trace, "utility", f"FT, {LABEL[pricing]}", "-", pricing=pricing, **hi, **FT)
         _curve(ax, df, trace, "utility", f"SRG-aggr., {LABEL[pricing]}", "--", pricing=pricing, **hi, **SRG_A)
     _finish(ax, "average utility", "Fig 8: group C, high-bid, HB")
-    rep.figure(fig, f"{tag}_fig8_first_vs_kth", f"Fig. 8 ({tag}): group C high-bid jobs, first vs k-th price (HB)")
+    _save(rep, fig, f"{tag}_fig8_first_vs_kth", f"Fig. 8 ({tag}): group C high-bid jobs, first vs k-th price (HB)")
 
 
 # ----------------------------------------------------------------------------------- findings
@@ -304,9 +315,18 @@ def findings(df, trace: str):
     s = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="first", **SRG_A)
     add("Fig 6/7", "group C, first price, high-bid: SRG-aggressive utility HIGHER (underbidding pays)",
         f"FT {_fmt(*f)} / SRG {_fmt(*s)}", s[0] > f[0])
+    fp = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="first", **FT_SAME)
+    add("Fig 6/7", "same, paired: the aggressive jobs gain against their own FT utility",
+        f"same jobs under FT {_fmt(*fp)} / SRG {_fmt(*s)} (paired difference "
+        f"{_fmt(*_paired(df, trace, 'first'))})", s[0] > fp[0])
     fk = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="kth", **FT)
     sk = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="kth", **SRG_A)
     rel = abs(sk[0] / fk[0] - 1)
+    fkp = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="kth", **FT_SAME)
+    relp = abs(sk[0] / fkp[0] - 1)
+    add("Fig 7c", "same, paired against the same jobs under FT (within 5%)",
+        f"same jobs under FT {_fmt(*fkp)} / SRG {_fmt(*sk)} ({100 * relp:.1f}% apart; paired difference "
+        f"{_fmt(*_paired(df, trace, 'kth'))})", relp < 0.05)
     add("Fig 7c", "group C, k-th price, high-bid: SRG-aggressive coincides with FT (within 5%)",
         f"FT {_fmt(*fk)} / SRG {_fmt(*sk)} ({100 * rel:.1f}% apart)", rel < 0.05)
     for grp, claim in (("A", "group A: k-th and first price utilities the same (within 2%)"),
@@ -323,6 +343,16 @@ def findings(df, trace: str):
         ok &= b[0] > a[0]
     add("Fig 8", "group C high-bid: k-th price gives higher utility, FT and SRG", "; ".join(parts), ok)
     return pd.DataFrame(rows)
+
+
+def _paired(df, trace, pricing):
+    """Per-seed difference SRG-aggressive minus FT utility of the same group-C high-bid jobs: mean, CI."""
+    hi = dict(mechanism="hb", pricing=pricing, runtime_group="C", value_band="high")
+    a = per_seed(select(df, trace, **hi, **SRG_A), "utility")["utility"]
+    b = per_seed(select(df, trace, **hi, **FT_SAME), "utility")["utility"]
+    d = (a - b).to_frame("utility").assign(n=1)
+    m, ci, _ = mean_ci(d)
+    return m, ci
 
 
 def consistency(raw):
@@ -439,6 +469,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
     t_sim = time.perf_counter() - t0
     timing = _record_timing(out_dir / "results", res, t_sim, executor, workers)
     df = load_results(out_dir / "results")
+    _cell_summary(df).to_csv(out_dir / "cells.csv", index=False)
     wanted = {(s.trace, sd) for s, seeds_ in plan for sd in seeds_}
     df = df[[(t, sd) in wanted for t, sd in zip(df["trace"], df["seed"])]]
 
@@ -486,6 +517,20 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
              + f"). This call: {t_all / 60:.1f} min including {(t_all - t_sim):.0f} s of analysis and figures. "
              "The machine (2 cores) was shared with other engineers' runs, so these are upper bounds.")
     return rep.write()
+
+
+def _cell_summary(df):
+    """One row per cell (all groups summed): a small table to commit beside the report."""
+    from marketsched.experiments.runner import CELL_COLUMNS
+
+    g = df.groupby(list(CELL_COLUMNS) + ["nodes"])[["jobs_in_group", "completed", "sum_bsd", "ssj", "sum_payment",
+                                                    "sum_wflow", "sum_utility", "preemptions"]].sum().reset_index()
+    g["mean_bsd"] = g["sum_bsd"] / g["completed"]
+    g["ssj_share"] = g["ssj"] / g["completed"]
+    g["mean_utility"] = g["sum_utility"] / g["completed"]
+    g["revenue_per_twft"] = g["sum_payment"] / g["sum_wflow"]
+    return g.rename(columns={"jobs_in_group": "jobs", "sum_payment": "revenue", "sum_wflow": "twft"}).drop(
+        columns=["sum_bsd", "ssj", "sum_utility"])
 
 
 def _record_timing(results_dir: Path, res, t_sim: float, executor: str, workers) -> list:
