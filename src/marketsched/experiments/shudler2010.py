@@ -529,7 +529,7 @@ def _cell_summary(df):
     g["ssj_share"] = g["ssj"] / g["completed"]
     g["mean_utility"] = g["sum_utility"] / g["completed"]
     g["revenue_per_twft"] = g["sum_payment"] / g["sum_wflow"]
-    return g.rename(columns={"jobs_in_group": "jobs", "sum_payment": "revenue", "sum_wflow": "twft"}).drop(
+    return g.rename(columns={"jobs_in_group": "n_jobs", "sum_payment": "revenue", "sum_wflow": "twft"}).drop(
         columns=["sum_bsd", "ssj", "sum_utility"])
 
 
