@@ -133,17 +133,17 @@ def _fake_results():
 
 def test_payoffs_from_a_results_table():
     df = _fake_results()
-    ps = per_seed_payoffs(df, algorithms=("hb", "nphb"), betas=(0.05, 0.5))
+    ps = per_seed_payoffs(df, algorithms=("hb", "nphb"), betas=(0.05, 0.5), designer_scope="group")
     # recompute one cell by hand
     sel = df[(df.seed == 2) & (df.pricing == "kth") & (df.mechanism == "nphb") & (df.beta == 0.5)]
     c = sel[sel.runtime_group == "C"]
     a = c[c.bidder == "aggressive"]
     assert ps.loc[("kth", "nphb", 0.5, 2), "designer"] == pytest.approx(c.sum_payment.sum() / c.sum_wflow.sum())
     assert ps.loc[("kth", "nphb", 0.5, 2), "users"] == pytest.approx(a.sum_utility.sum() / a.completed.sum())
-    ps_all = per_seed_payoffs(df, algorithms=("hb", "nphb"), betas=(0.05, 0.5), designer_scope="all")
+    ps_all = per_seed_payoffs(df, algorithms=("hb", "nphb"), betas=(0.05, 0.5))  # default: all jobs
     assert ps_all.loc[("kth", "nphb", 0.5, 2), "designer"] == pytest.approx(sel.sum_payment.sum() / sel.sum_wflow.sum())
 
-    games, raw = games_from_results(df, algorithms=("hb", "nphb"), betas=(0.05, 0.5))
+    games, raw = games_from_results(df, algorithms=("hb", "nphb"), betas=(0.05, 0.5), designer_scope="group")
     assert set(games) == {"first", "kth"}
     assert max(g.designer.max() for g in games.values()) == pytest.approx(1.0)
     assert max(g.users.max() for g in games.values()) == pytest.approx(1.0)
