@@ -480,3 +480,14 @@ def test_metrics_conventions():
 def test_stabilisation_time():
     assert stabilisation_time(np.array([0.1, 0.5, 0.8, 0.85, 0.86, 0.855]), 0.015) == 3
     assert stabilisation_time(np.array([0.5, 0.5]), 0.01) == 0
+
+
+def test_simultaneous_best_responses_oscillate_where_sequential_converge():
+    """The note's numerical check behind the default update order (section 2.5 of the note)."""
+    g = uniform_game(20, 30, np.random.default_rng(0))
+    seq = run_dynamics(g)
+    sim = run_dynamics(g, order="simultaneous", max_iterations=50)
+    assert seq.converged and not sim.converged
+    assert sim.efficiency[-10:].min() < seq.efficiency[-1] - 0.1
+    damped = run_dynamics(g, order="simultaneous", damping=0.5, max_iterations=200)
+    assert damped.efficiency[-1] > sim.efficiency[-10:].min()
