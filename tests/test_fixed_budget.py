@@ -298,7 +298,11 @@ def test_every_user_gets_one_over_m_at_equilibrium(seed, m, n, correlated):
     g = (correlated_game if correlated else uniform_game)(m, n, rng, reserve=1e-12)
     res = run_dynamics(g, tol=1e-13, max_iterations=400)
     assume(res.converged and regrets(g, res.bids).max() < 1e-9)
-    assert g.utilities(res.bids).min() >= 1 / m - 1e-8
+    u = g.utilities(res.bids)
+    assert u.min() >= 1 / m - 1e-8
+    # Theorem 3: tau >= 1/m (utilities are at most 1) and rho >= 2 sqrt(2) - 2 (from [29])
+    assert utility_uniformity(u) >= 1 / m - 1e-8
+    assert envy_freeness(g, g.shares(res.bids)) >= 2 * math.sqrt(2) - 2 - 1e-8
 
 
 @settings(max_examples=40, deadline=None)
@@ -408,6 +412,18 @@ def test_greedy_with_black_box_concave_utility_matches_slsqp():
                    constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1}], options={"ftol": 1e-14})
     assert x.sum() == pytest.approx(1.0)
     assert u(x / (x + y)) == pytest.approx(-res.fun, abs=1e-4)
+
+
+def test_greedy_dynamics_with_a_black_box_utility():
+    g = uniform_game(30, 10, np.random.default_rng(6))
+
+    def linear(i, r):                                          # the linear utility, as a black box
+        return r @ g.weights[i]
+
+    analytic = run_dynamics(g, method="greedy", max_iterations=150)
+    black_box = run_dynamics(g, method="greedy", max_iterations=150, utility=linear)
+    assert black_box.efficiency[-1] == pytest.approx(analytic.efficiency[-1], abs=0.01)
+    assert black_box.efficiency[-1] > black_box.efficiency[0]
 
 
 def test_greedy_dynamics_reach_the_best_response_welfare():
