@@ -19,6 +19,7 @@ from marketsched.experiments.runner import (
     load_results,
     make_batches,
     run_grid,
+    simulate_pricings,
 )
 from marketsched.scenario import WorkloadSpec, simulate, true_values
 
@@ -47,7 +48,34 @@ def test_batches_share_a_workload_and_seed():
     assert sum(len(b) for b in batches) == len(cells)
     for b in batches:
         assert len(b) <= 5 and len({c.batch_key() for c in b}) == 1
+        # both pricings of one (mechanism, behaviour, beta) are in the same batch
+        units = {(c.mechanism, c.behaviour, c.beta, c.seed) for c in b}
+        assert len(b) == 2 * len(units)
     assert len(make_batches(cells, max_batch=100)) == 2  # one per seed
+    assert sum(len(b) for b in make_batches(cells, max_batch=1)) == len(cells)
+
+
+@pytest.mark.parametrize("mechanism", ["hb", "nphb", "wspt", "wsept"])
+def test_shared_schedule_gives_both_pricings_exactly(mechanism):
+    """First and k-th price settled on one schedule equal two separate simulations."""
+    w = WorkloadSpec(trace=None, synthetic_jobs=600, synthetic_nodes=16, capacity=0.5).build()
+    v = true_values(w, "bimodal", 4)
+    bid = make_bids("srg", v, draw_shading(w, 4), 0.6)
+    both = simulate_pricings(w, mechanism, bid, ["first", "kth"])
+    for pricing in ("first", "kth"):
+        alone = simulate(w, mechanism, bid, pricing)
+        np.testing.assert_array_equal(both[pricing].end_time, alone.end_time)
+        np.testing.assert_allclose(both[pricing].payment, alone.payment, rtol=1e-12, atol=1e-9)
+    assert not np.allclose(both["first"].payment, both["kth"].payment)  # the two schemes do differ here
+
+
+def test_shared_schedule_table_equals_separate_runs(tmp_path):
+    g = small_grid(seeds=[2])
+    a = run_grid(g, tmp_path / "a", executor="serial", progress=False, share_schedule=True)
+    b = run_grid(g, tmp_path / "b", executor="serial", progress=False, share_schedule=False)
+    assert a.ok and b.ok
+    ta, tb = load_results(tmp_path / "a"), load_results(tmp_path / "b")
+    pd.testing.assert_frame_equal(ta, tb, check_exact=False, rtol=1e-10)
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -265,7 +265,82 @@ def cell_rows(cell: Cell, w, true_value, bid, records, static: dict):
     return rows
 
 
-def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH):
+class _PaymentProxy:
+    """The simulator seen by a second payment scheme: everything shared except ``payment``."""
+
+    def __init__(self, sim, payment: list):
+        self._sim = sim
+        self.payment = payment
+
+    def __getattr__(self, name):
+        return getattr(self._sim, name)
+
+
+class BothPrices:
+    """First and k-th price settled side by side on one schedule.
+
+    Why this is exact: in HB, NPHB, WSPT and WSEPT the allocation depends on bids and run times
+    only, never on the payment rule (seed 000, Algorithm 1 steps 3-4; section III.B), so the
+    first-price and the k-th-price cell of the same (mechanism, bids) have the same schedule.
+    This scheme forwards every hook (``bind``, ``advance``, ``on_start``, ``on_stop``,
+    ``update``, ``extend``) to a :class:`FirstPrice` writing the simulator's payments and a
+    :class:`KthPrice` writing ``kth_payment`` through a proxy; one simulation then yields both
+    cells. A test checks it against two separate runs.
+    """
+
+    name = "first+kth"
+
+    def __init__(self):
+        from marketsched.mechanisms.online.pricing import FirstPrice, KthPrice
+
+        self.first, self.kth = FirstPrice(), KthPrice()
+        self.kth_payment: list[float] = []
+
+    def bind(self, policy, sim) -> None:
+        self.first.bind(policy, sim)
+        self.kth_payment = [0.0] * sim.n_jobs
+        self.kth.bind(policy, _PaymentProxy(sim, self.kth_payment))
+
+    def extend(self, k: int) -> None:
+        for scheme in (self.first, self.kth):
+            if hasattr(scheme, "extend"):
+                scheme.extend(k)
+        self.kth_payment += [0.0] * k
+
+    def advance(self, t: float) -> None:
+        self.first.advance(t)
+        self.kth.advance(t)
+
+    def on_start(self, j: int) -> None:
+        self.first.on_start(j)
+        self.kth.on_start(j)
+
+    def on_stop(self, j: int) -> None:
+        self.first.on_stop(j)
+        self.kth.on_stop(j)
+
+    def update(self) -> None:
+        self.first.update()
+        self.kth.update()
+
+
+def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str]) -> dict:
+    """Records per pricing of one mechanism and bid vector; first + k-th share one simulation."""
+    from dataclasses import replace
+
+    from marketsched.engine.simulator import Simulator
+    from marketsched.mechanisms.online.priority import make_priority_mechanism
+    from marketsched.scenario import simulate
+
+    pricings = list(pricings)
+    if sorted(pricings) == ["first", "kth"]:
+        both = BothPrices()
+        rec = Simulator(w, make_priority_mechanism(mechanism, w, bid, both)).run()
+        return {"first": rec, "kth": replace(rec, payment=np.asarray(both.kth_payment, dtype=np.float64))}
+    return {p: simulate(w, mechanism, bid, p) for p in pricings}
+
+
+def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_schedule: bool = True):
     """Run the cells of one batch (they share workload, seed, value model and SRG split).
 
     Returns ``(rows, failures, seconds)``: a DataFrame of the finished cells' rows (or None),
@@ -286,15 +361,26 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH):
     except Exception as exc:  # the whole batch fails, each cell reported
         return None, [_failure(c, exc) for c in cells], {}
     parts, failures, seconds = [], [], {}
+    # cells differing only in the pricing share one schedule (share_schedule=True)
+    units: dict[tuple, list[Cell]] = {}
     for c in cells:
+        k = (c.mechanism, c.behaviour, c.beta) if share_schedule else (c.key(),)
+        units.setdefault(k, []).append(c)
+    for group in units.values():
         t0 = time.perf_counter()
         try:
-            bid = make_bids(c.behaviour, v, draws, c.beta)
-            rec = simulate(w, c.mechanism, bid, c.pricing)
-            parts.append(cell_rows(c, w, v, bid, rec, static))
+            c0 = group[0]
+            bid = make_bids(c0.behaviour, v, draws, c0.beta)
+            if len(group) > 1:
+                recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group])
+            else:
+                recs = {c0.pricing: simulate(w, c0.mechanism, bid, c0.pricing)}
+            for c in group:
+                parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
         except Exception as exc:
-            failures.append(_failure(c, exc))
-        seconds[c.key()] = time.perf_counter() - t0
+            failures += [_failure(c, exc) for c in group]
+        for c in group:
+            seconds[c.key()] = (time.perf_counter() - t0) / len(group)
     return (pd.concat(parts, ignore_index=True) if parts else None), failures, seconds
 
 
@@ -355,7 +441,9 @@ class RunResult:
 
 
 def make_batches(cells: Sequence[Cell], max_batch: int = 16) -> list[list[Cell]]:
-    """Group cells by :meth:`Cell.batch_key` (in first-seen order), chunks of at most ``max_batch``."""
+    """Group cells by :meth:`Cell.batch_key` (in first-seen order), in chunks of about ``max_batch``
+    cells; the cells of one (mechanism, behaviour, beta) are never split (a chunk exceeds
+    ``max_batch`` only if one such unit does)."""
     if max_batch < 1:
         raise ValueError(f"max_batch = {max_batch} must be >= 1")
     groups: dict[tuple, list[Cell]] = {}
@@ -363,14 +451,26 @@ def make_batches(cells: Sequence[Cell], max_batch: int = 16) -> list[list[Cell]]
         groups.setdefault(c.batch_key(), []).append(c)
     out = []
     for g in groups.values():
+        # cells differing only in pricing stay in one batch (they share a schedule)
+        units: dict[tuple, list[Cell]] = {}
+        for c in g:
+            units.setdefault((c.mechanism, c.behaviour, c.beta), []).append(c)
         n_chunks = -(-len(g) // max_batch)
-        size = -(-len(g) // n_chunks)  # even chunks
-        out += [g[i:i + size] for i in range(0, len(g), size)]
+        target = -(-len(g) // n_chunks)  # even chunks
+        chunk: list[Cell] = []
+        for u in units.values():
+            if chunk and len(chunk) + len(u) > max(target, len(u)):
+                out.append(chunk)
+                chunk = []
+            chunk += u
+        if chunk:
+            out.append(chunk)
     return out
 
 
 def run_grid(grid, out_dir, executor: str = "process", workers: int | None = None, max_batch: int = 16,
-             progress: bool = True, bin_width: float = BIN_WIDTH, description: str = "cells") -> RunResult:
+             progress: bool = True, bin_width: float = BIN_WIDTH, description: str = "cells",
+             share_schedule: bool = True) -> RunResult:
     """Run every cell of ``grid`` (a Grid, Cells, or lists of them) not yet in ``out_dir``.
 
     See the module docstring for the steps. ``workers`` defaults to the CPU count (process) or
@@ -415,11 +515,11 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
         task = bar.add_task(description, total=len(todo)) if bar is not None else None
         if executor == "serial" or not batches:
             for b in batches:
-                on_done(b, evaluate_batch(b, bin_width), bar, task)
+                on_done(b, evaluate_batch(b, bin_width, share_schedule), bar, task)
         elif executor == "process":
-            _run_processes(batches, workers, bin_width, lambda b, p: on_done(b, p, bar, task))
+            _run_processes(batches, workers, (bin_width, share_schedule), lambda b, p: on_done(b, p, bar, task))
         else:
-            _run_ray(batches, workers, bin_width, lambda b, p: on_done(b, p, bar, task))
+            _run_ray(batches, workers, (bin_width, share_schedule), lambda b, p: on_done(b, p, bar, task))
     _write_failures(out_dir, result.failures)
     result.seconds = time.perf_counter() - t_start
     return result
@@ -433,12 +533,12 @@ def _write_failures(out_dir: Path, failures: list) -> None:
         path.unlink()
 
 
-def _run_processes(batches, workers, bin_width, on_done):
+def _run_processes(batches, workers, args, on_done):
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     workers = workers or os.cpu_count() or 1
     with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
-        futures = {pool.submit(evaluate_batch, b, bin_width): b for b in batches}
+        futures = {pool.submit(evaluate_batch, b, *args): b for b in batches}
         for fut in as_completed(futures):
             try:
                 payload = fut.result()
@@ -447,7 +547,7 @@ def _run_processes(batches, workers, bin_width, on_done):
             on_done(futures[fut], payload)
 
 
-def _run_ray(batches, workers, bin_width, on_done):
+def _run_ray(batches, workers, args, on_done):
     """Run the batches as Ray tasks (``ray.init()`` joins ``RAY_ADDRESS`` or starts a local one)."""
     try:
         import ray
@@ -456,7 +556,7 @@ def _run_ray(batches, workers, bin_width, on_done):
     if not ray.is_initialized():
         ray.init(ignore_reinit_error=True, **({"num_cpus": workers} if workers else {}))
     remote = ray.remote(evaluate_batch)
-    pending = {remote.remote(b, bin_width): b for b in batches}
+    pending = {remote.remote(b, *args): b for b in batches}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         for ref in ready:
