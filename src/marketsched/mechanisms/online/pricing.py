@@ -67,6 +67,22 @@ class FirstPrice:
         """Called after every decision: re-read the state the price depends on."""
         self.saturated = self.policy.active_jobs() >= self.sim.capacity
 
+    # -- read-only queries for a market that charges running jobs as they go (marketsched.live)
+    def rate(self, j: int) -> float:
+        """Price per unit of time job ``j`` pays right now (0 when it is not running)."""
+        if not self.sim.running[j]:
+            return 0.0
+        return self.bid[j] if self.saturated else RESERVATION_PRICE
+
+    def accrued(self, j: int) -> float:
+        """Payment of job ``j`` so far: what is settled plus its open running interval up to the
+        last :meth:`advance`; changes no state."""
+        paid = self.sim.payment[j]
+        if self.sim.running[j]:
+            dS = self.S - self.mark_S[j]
+            paid += self.bid[j] * dS + RESERVATION_PRICE * ((self.last - self.mark_t[j]) - dS)
+        return paid
+
 
 class KthPrice:
     """k-th price: every running job pays the smallest bid with which it would still be
@@ -181,6 +197,26 @@ class KthPrice:
                     self._mark(j)
                     self.capped[j] = become_capped
         self.boundary = new_boundary
+
+    # -- read-only queries for a market that charges running jobs as they go (marketsched.live)
+    def rate(self, j: int) -> float:
+        """Price per unit of time job ``j`` pays right now (0 when it is not running)."""
+        if not self.sim.running[j]:
+            return 0.0
+        if self.capped[j]:
+            return self.bid[j]
+        return RESERVATION_PRICE if self.kstar is None else self.cost[j] * self.kstar
+
+    def accrued(self, j: int) -> float:
+        """Payment of job ``j`` so far: what is settled plus its open running interval up to the
+        last :meth:`advance`; changes no state."""
+        paid = self.sim.payment[j]
+        if self.sim.running[j]:
+            if self.capped[j]:
+                paid += self.bid[j] * (self.last - self.mark_t[j])
+            else:
+                paid += self.cost[j] * (self.K - self.mark_K[j]) + RESERVATION_PRICE * (self.E - self.mark_E[j])
+        return paid
 
 
 SCHEMES = {"first": FirstPrice, "kth": KthPrice}

@@ -170,6 +170,23 @@ class PriorityScheduler:
             if is_running:
                 self.pricing.on_stop(j)
 
+    def withdraw(self, j: int) -> bool:
+        """Take queued job ``j`` out of the queue (the live market: cancelled, out of money, or
+        its process ended while it was queued); returns False if it was not queued.
+
+        Costs O(queue length) (a list removal and a re-heapify): withdrawals are rare user
+        actions, and the hot path of :meth:`step` stays free of lazy-deletion checks. Call it
+        between the engine's ``advance`` and ``step`` so the price integrals up to now use the
+        old queue and the next :meth:`step` re-reads the best queued job.
+        """
+        entry = self.prio[j]
+        try:
+            self.waiting.remove(entry)
+        except ValueError:
+            return False
+        heapq.heapify(self.waiting)
+        return True
+
     # ------------------------------------------------------------------ state for payment schemes
     def best_queued(self):
         """``(-key, row)`` of the best queued job, or None when the queue is empty."""
@@ -177,6 +194,24 @@ class PriorityScheduler:
 
     def active_jobs(self) -> int:
         return self.sim.used + len(self.waiting)
+
+
+def priority_key(rule: str, bid, runtime, runtime_estimate):
+    """``(key, cost)`` arrays of the rule's priority ``key = bid / cost`` (see the table above):
+    ``cost`` is 1 for HB and NPHB, the run time for WSPT, the estimate (or, when it is NaN, the
+    run time) for WSEPT, at least 1 s. Shared by the simulator's and the live market's
+    construction of the mechanism."""
+    bid = np.asarray(bid, dtype=np.float64)
+    if rule in ("hb", "nphb"):
+        cost = np.ones_like(bid)
+    elif rule == "wspt":
+        cost = np.maximum(np.asarray(runtime, dtype=np.float64), 1.0)
+    elif rule == "wsept":
+        est = np.asarray(runtime_estimate, dtype=np.float64)
+        cost = np.maximum(np.where(np.isnan(est), runtime, est), 1.0)
+    else:
+        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {', '.join(RULES)}")
+    return bid / cost, cost
 
 
 def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> PriorityScheduler:
@@ -187,15 +222,7 @@ def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> Priority
     if not np.isfinite(bid).all():
         i = int(np.argmax(~np.isfinite(bid)))
         raise ValueError(f"bid of job row {i} (job {workload.job_id[i]}) is {bid[i]!r}, not a finite number")
-    if rule in ("hb", "nphb"):
-        cost = np.ones_like(bid)
-    elif rule == "wspt":
-        cost = np.maximum(workload.runtime, 1.0)
-    elif rule == "wsept":
-        est = workload.runtime_estimate
-        cost = np.maximum(np.where(np.isnan(est), workload.runtime, est), 1.0)
-    else:
-        raise ValueError(f"unknown allocation rule {rule!r}; choose one of {', '.join(RULES)}")
-    mech = PriorityScheduler(bid, bid / cost, cost, preemptive=(rule == "hb"), pricing=pricing, name=rule)
+    key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
+    mech = PriorityScheduler(bid, key, cost, preemptive=(rule == "hb"), pricing=pricing, name=rule)
     mech.fallback_estimates = int(np.isnan(workload.runtime_estimate).sum()) if rule == "wsept" else 0
     return mech

@@ -1,0 +1,276 @@
+"""The live engine: the simulator's policy-facing API on an injected clock.
+
+DESIGN principle 8 (one rule, one implementation): the live market does not re-implement any
+mechanism. It drives the very policy objects the :class:`~marketsched.engine.simulator.Simulator`
+drives (e.g. :class:`~marketsched.mechanisms.online.priority.PriorityScheduler` with
+:class:`~marketsched.mechanisms.online.pricing.KthPrice`), through the same interface:
+
+* attributes ``n_jobs``, ``procs``, ``running``, ``used``, ``free``, ``capacity``, ``now``,
+  ``payment``, ``state``, ``first_start``, ``end_time``, ``preemptions``;
+* actions ``start``, ``preempt``, ``finish``, ``kill``, ``discard``, ``reject``, ``charge``,
+  ``wake_at``;
+* hooks it calls on the policy: ``bind``, ``advance(t)`` (before anything changes), ``step(t,
+  arrived, completed)``, ``close(t)``.
+
+What differs from the simulator is where events come from. In the simulator, arrivals are the
+workload's rows and completions come from a heap of run times; here rows are appended as users
+submit (:meth:`LiveEngine.batch`), and a job completes when its real process exits (the broker
+reports it). The engine keeps no processes: each action a policy takes is appended to
+:attr:`LiveEngine.effects` as ``(kind, row, t)``, and the broker carries the effects out (launch,
+SIGCONT, SIGSTOP, kill) after each decision. With a :class:`~marketsched.live.clock.FakeClock`
+and a scripted sequence of arrivals and completions, the live engine makes exactly the decisions
+and payments the simulator makes (``tests/test_live_engine.py``).
+
+Event order is the simulator's: one batch per call of :meth:`LiveEngine.batch`, in which the
+policy's ``advance(now)`` runs first, then the completions (``completed``, sorted), then the
+arrivals (a range of new rows, in submission order), then the due timers, then one ``step``.
+
+Extra operations a real market needs and a trace never has (documented decisions):
+
+* **withdraw** (a user cancels a job, its owner runs out of money, or its process ended while it
+  was queued): a running row is stopped and reported to the policy in ``completed`` (for the
+  priority mechanisms a stopped job is exactly that: its node frees and its payment is
+  settled); a queued row is taken out of the policy's queue with the policy's ``withdraw(j)``.
+  The row ends in a final state (KILLED for cancelled or held jobs, COMPLETED when its process
+  ended), and the decision that follows is the same single ``step`` as for any batch.
+* A re-entered job (after a restart, or after its owner paid again) is a *new row*: rows are
+  the mechanism's view of a job's presence in the market; the broker maps rows to jobs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable
+
+from marketsched.engine.records import FinalState
+from marketsched.engine.simulator import SchedulingError
+
+INF = math.inf
+_PENDING = int(FinalState.PENDING)
+_COMPLETED = int(FinalState.COMPLETED)
+_KILLED = int(FinalState.KILLED)
+
+
+class LiveEngine:
+    """Wall-clock (or fake-clock) counterpart of :class:`~marketsched.engine.simulator.Simulator`.
+
+    Parameters
+    ----------
+    policy:
+        The mechanism object (same interface as for the simulator). Its ``bind`` is called
+        here, with no jobs yet; jobs are added through ``policy.add_jobs(bid, key, cost)``.
+    capacity:
+        Processors (slots) the policy may use.
+    clock:
+        A callable returning the current market time in seconds (never going back).
+    """
+
+    def __init__(self, policy, capacity: int, clock: Callable[[], float]):
+        if int(capacity) != capacity or capacity < 1:
+            raise ValueError(f"capacity must be a whole number of at least 1 slot, got {capacity!r}")
+        self.capacity = int(capacity)
+        self.clock = clock
+        self.policy = policy
+        self.now = float(clock())
+        self.n_jobs = 0
+        self.submit: list[float] = []
+        self.procs: list[int] = []
+        self.running: list[bool] = []
+        self.run_start: list[float] = []
+        self.used = 0
+        self.first_start: list[float] = []
+        self.end_time: list[float] = []
+        self.preemptions: list[int] = []
+        self.payment: list[float] = []
+        self.state: list[int] = []
+        self.effects: list[tuple[str, int, float]] = []
+        self._timers: list[float] = []
+        self.batches = 0
+        policy.bind(self)
+        self._advance = getattr(policy, "advance", None)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    def next_timer(self) -> float:
+        """Time of the earliest timer a policy asked for (``inf`` if none)."""
+        return self._timers[0] if self._timers else INF
+
+    def accrued(self, j: int) -> float:
+        """Payment of row ``j`` up to now, including a running job's open interval.
+
+        Integrates the policy's prices up to now first (its ``advance`` hook, which only
+        extends integrals and may be called at any time), then asks the payment scheme.
+        """
+        self._tick()
+        return self.policy.pricing.accrued(j)
+
+    def rate(self, j: int) -> float:
+        """Price per second row ``j`` pays at this moment (0 if not running)."""
+        return self.policy.pricing.rate(j)
+
+    # ------------------------------------------------------------------ actions for policies
+    def start(self, j: int) -> None:
+        if self.running[j] or self.state[j] != _PENDING:
+            raise SchedulingError(f"job row {j} cannot start: it is running or already final")
+        p = self.procs[j]
+        if self.used + p > self.capacity:
+            raise SchedulingError(f"job row {j} needs {p} processors, only {self.capacity - self.used} free")
+        self.used += p
+        self.running[j] = True
+        self.run_start[j] = self.now
+        if self.first_start[j] != self.first_start[j]:
+            self.first_start[j] = self.now
+        self.effects.append(("start", j, self.now))
+
+    start_metered = start  # the live engine never knows run times: every job is "metered" by its process
+
+    def preempt(self, j: int) -> None:
+        if not self.running[j]:
+            raise SchedulingError(f"job row {j} cannot be preempted: it is not running")
+        self._stop(j)
+        self.preemptions[j] += 1
+        self.effects.append(("preempt", j, self.now))
+
+    def finish(self, j: int) -> None:
+        self._stop(j)
+        self._final(j, _COMPLETED)
+        self.effects.append(("finish", j, self.now))
+
+    def discard(self, j: int) -> None:
+        self._stop(j)
+        self._final(j, int(FinalState.DISCARDED))
+        self.effects.append(("discard", j, self.now))
+
+    def reject(self, j: int) -> None:
+        self._stop(j)
+        self._final(j, int(FinalState.REJECTED))
+        self.effects.append(("reject", j, self.now))
+
+    def kill(self, j: int) -> None:
+        self._stop(j)
+        self._final(j, _KILLED)
+        self.effects.append(("kill", j, self.now))
+
+    def charge(self, j: int, amount: float) -> None:
+        self.payment[j] += amount
+
+    def wake_at(self, t: float) -> None:
+        if t < self.now:
+            raise SchedulingError(f"timer at {t} is in the past (now {self.now})")
+        heapq.heappush(self._timers, t)
+
+    def _stop(self, j: int) -> None:
+        if self.running[j]:
+            self.running[j] = False
+            self.used -= self.procs[j]
+
+    def _final(self, j: int, code: int) -> None:
+        if self.state[j] != _PENDING:
+            raise SchedulingError(f"job row {j} already ended in state {FinalState(self.state[j]).name}")
+        self.state[j] = code
+        self.end_time[j] = self.now
+
+    # ------------------------------------------------------------------ events from the world
+    def _tick(self) -> float:
+        t = float(self.clock())
+        if t < self.now:  # never backwards (see WallClock)
+            t = self.now
+        self.now = t
+        if self._advance is not None:
+            self._advance(t)
+        return t
+
+    def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = _KILLED) -> range:
+        """One batch of events at the clock's current time, then one decision.
+
+        ``arrivals``: sequence of ``(bid, key, cost, procs)`` for new jobs (rows are appended in
+        this order and returned). ``completed``: rows whose processes ended (running or, after
+        a race with a preemption, queued). ``withdrawn``: rows leaving the market without
+        completing (cancelled, held); they end in ``withdrawn_state``.
+        """
+        t = self._tick()
+        stopped: list[int] = []
+        for rows, code in ((completed, _COMPLETED), (withdrawn, withdrawn_state)):
+            for j in rows:
+                if self.state[j] != _PENDING:
+                    raise SchedulingError(f"job row {j} already ended in state {FinalState(self.state[j]).name}")
+                if self.running[j]:
+                    self._stop(j)
+                    stopped.append(j)
+                elif not self.policy.withdraw(j):
+                    raise SchedulingError(f"job row {j} is neither running nor queued")
+                self.state[j] = code
+                self.end_time[j] = t
+        stopped.sort()
+        first = self.n_jobs
+        if arrivals:
+            for a in arrivals:
+                if not 1 <= a[3] <= self.capacity:
+                    raise ValueError(f"a job needs {a[3]} processors but the market has {self.capacity}")
+            bids, keys, costs = [], [], []
+            for bid, key, cost, procs in arrivals:
+                bids.append(bid)
+                keys.append(key)
+                costs.append(cost)
+                self.submit.append(t)
+                self.procs.append(int(procs))
+                self.running.append(False)
+                self.run_start.append(0.0)
+                self.first_start.append(math.nan)
+                self.end_time.append(math.nan)
+                self.preemptions.append(0)
+                self.payment.append(0.0)
+                self.state.append(_PENDING)
+            self.n_jobs += len(bids)
+            try:
+                self.policy.add_jobs(bids, keys, costs)  # validates before it appends anything
+            except Exception:
+                self._truncate(first)
+                raise
+        arrived = range(first, self.n_jobs)
+        while self._timers and self._timers[0] <= t:
+            heapq.heappop(self._timers)
+        self.policy.step(t, arrived, stopped)
+        self.batches += 1
+        return arrived
+
+    def _truncate(self, n: int) -> None:
+        for col in (self.submit, self.procs, self.running, self.run_start, self.first_start, self.end_time,
+                    self.preemptions, self.payment, self.state):
+            del col[n:]
+        self.n_jobs = n
+
+    def submit_job(self, bid: float, key: float, cost: float, procs: int = 1) -> int:
+        """One arrival now; returns its row."""
+        return self.batch(arrivals=[(bid, key, cost, procs)])[0]
+
+    def complete(self, *rows: int) -> None:
+        """Processes of ``rows`` ended now."""
+        self.batch(completed=rows)
+
+    def withdraw(self, *rows: int, state: int = _KILLED) -> None:
+        """``rows`` leave the market now without completing."""
+        self.batch(withdrawn=rows, withdrawn_state=state)
+
+    def poll(self) -> bool:
+        """Fire due timers (one batch) if any; returns whether a batch ran."""
+        if self._timers and self._timers[0] <= self.clock():
+            self.batch()
+            return True
+        return False
+
+    def close(self) -> None:
+        """Settle every open payment at the current time (end of a replay)."""
+        self._tick()
+        close = getattr(self.policy, "close", None)
+        if close is not None:
+            close(self.now)
+
+    def drain(self) -> list[tuple[str, int, float]]:
+        """Return and clear the effects recorded since the last drain."""
+        out, self.effects = self.effects, []
+        return out

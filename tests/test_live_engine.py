@@ -1,0 +1,140 @@
+"""The live engine drives the simulator's mechanism objects and, on a fake clock, makes exactly
+the simulator's decisions and payments (DESIGN principle 8)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from marketsched.engine.records import FinalState
+from marketsched.engine.simulator import SchedulingError, Simulator
+from marketsched.live.clock import FakeClock, WallClock
+from marketsched.live.engine import LiveEngine
+from marketsched.live.replay import replay_live
+from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
+from marketsched.workloads.workload import Workload
+
+
+def random_workload(seed, n=60, nodes=3):
+    rng = np.random.default_rng(seed)
+    # integer-ish times make simultaneous events (same-timestamp batches) frequent
+    submit = np.sort(rng.integers(0, 80, n)).astype(float)
+    runtime = rng.integers(0, 25, n).astype(float)
+    runtime += rng.random(n) * (rng.random(n) < 0.3)  # some fractional run times
+    est = runtime * rng.uniform(0.5, 3.0, n)
+    est[rng.random(n) < 0.1] = np.nan
+    bid = rng.choice([0.5, 1.0, 2.0, 3.0, 5.0, 8.0], n) * rng.uniform(0.9, 1.1, n)
+    bid[rng.random(n) < 0.2] = 2.0  # ties
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=est, capacity=nodes)
+    return w, bid
+
+
+@pytest.mark.parametrize("rule", ["hb", "nphb", "wspt", "wsept"])
+@pytest.mark.parametrize("pricing", ["kth", "first"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_fake_clock_live_engine_equals_simulator(rule, pricing, seed):
+    w, bid = random_workload(seed)
+    sim = Simulator(w, make_priority_mechanism(rule, w, bid, pricing)).run()
+    eng, live = replay_live(w, rule, bid, pricing)
+    np.testing.assert_array_equal(live.first_start, sim.first_start)
+    np.testing.assert_array_equal(live.end_time, sim.end_time)
+    np.testing.assert_array_equal(live.preemptions, sim.preemptions)
+    np.testing.assert_array_equal(live.state, sim.state)
+    np.testing.assert_allclose(live.payment, sim.payment, rtol=1e-12, atol=1e-9)
+    if rule == "hb":
+        assert sim.preemptions.sum() > 0  # the workload exercises preemption
+
+
+def test_hand_example_effects_in_order():
+    # One node; job 0 (bid 2) at t=0 runs 10 s; job 1 (bid 5) at t=2 runs 3 s; job 2 (bid 3) at t=4 runs 1 s.
+    w = Workload.from_columns(submit_time=[0, 2, 4], runtime=[10, 3, 1], capacity=1)
+    eng, rec = replay_live(w, "hb", [2, 5, 3], "kth")
+    assert rec.payment.tolist() == [10, 7, 2]
+    assert rec.first_start.tolist() == [0, 2, 5]
+    assert rec.preemptions.tolist() == [1, 0, 0]
+
+
+def make_engine(rule="hb", pricing="kth", capacity=1):
+    clock = FakeClock()
+    mech = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=pricing, name=rule)
+    return LiveEngine(mech, capacity, clock), clock
+
+
+def test_accrued_and_rate_while_running():
+    eng, clock = make_engine()
+    a = eng.submit_job(2.0, 2.0, 1.0)
+    assert eng.running[a] and eng.drain() == [("start", a, 0.0)]
+    clock.set(3.0)
+    assert eng.accrued(a) == 3.0  # empty queue: reservation price 1
+    assert eng.payment[a] == 0.0  # accrued() settles nothing
+    b = eng.submit_job(1.5, 1.5, 1.0)  # queued: k-th price becomes 1.5
+    assert not eng.running[b] and eng.rate(a) == 1.5
+    clock.set(5.0)
+    assert eng.accrued(a) == pytest.approx(3.0 + 2 * 1.5)
+    eng.complete(a)
+    assert eng.payment[a] == pytest.approx(6.0)
+    assert eng.running[b] and eng.state[a] == FinalState.COMPLETED
+
+
+def test_withdraw_running_frees_node_and_settles():
+    eng, clock = make_engine()
+    a = eng.submit_job(2.0, 2.0, 1.0)
+    b = eng.submit_job(1.0, 1.0, 1.0)
+    eng.drain()
+    clock.set(4.0)
+    eng.withdraw(a)  # cancelled while running: pays k-th price 1 (b queued) for 4 s
+    assert eng.payment[a] == 4.0
+    assert eng.state[a] == FinalState.KILLED and eng.end_time[a] == 4.0
+    assert eng.running[b] and eng.drain() == [("start", b, 4.0)]
+
+
+def test_withdraw_queued_changes_the_kth_price():
+    eng, clock = make_engine()
+    a = eng.submit_job(9.0, 9.0, 1.0)
+    b = eng.submit_job(4.0, 4.0, 1.0)
+    c = eng.submit_job(3.0, 3.0, 1.0)
+    clock.set(1.0)
+    eng.withdraw(b)  # the best queued bid was 4, now 3
+    assert eng.rate(a) == 3.0 and eng.state[b] == FinalState.KILLED and not eng.running[b]
+    clock.set(2.0)
+    eng.complete(a)
+    assert eng.payment[a] == 4.0 + 3.0
+    assert eng.running[c]
+
+
+def test_process_ending_while_queued_is_withdrawn_as_completed():
+    # A race: the broker preempts a job whose process has just exited; the exit is then
+    # reported for a queued row.
+    eng, clock = make_engine()
+    a = eng.submit_job(2.0, 2.0, 1.0)
+    clock.set(1.0)
+    b = eng.submit_job(5.0, 5.0, 1.0)
+    assert not eng.running[a]
+    eng.complete(a)
+    assert eng.state[a] == FinalState.COMPLETED and eng.running[b]
+    with pytest.raises(SchedulingError, match="already ended"):
+        eng.complete(a)
+
+
+def test_bad_arrivals_change_nothing():
+    eng, clock = make_engine(capacity=2)
+    eng.submit_job(2.0, 2.0, 1.0)
+    with pytest.raises(ValueError, match="NaN"):
+        eng.submit_job(math.nan, math.nan, 1.0)
+    with pytest.raises(ValueError, match="processors"):
+        eng.submit_job(1.0, 1.0, 1.0, procs=3)
+    assert eng.n_jobs == 1 and len(eng.payment) == 1 and len(eng.policy.bid) == 1
+    assert eng.submit_job(1.0, 1.0, 1.0) == 1 and eng.running[1]
+
+
+def test_clock_never_goes_back():
+    clock = FakeClock(5.0)
+    with pytest.raises(ValueError, match="back"):
+        clock.set(4.0)
+    ticks = iter([10.0, 9.0])
+    mech = PriorityScheduler([], [], [], preemptive=True, pricing="kth", name="hb")
+    eng = LiveEngine(mech, 1, lambda: next(ticks))
+    eng.submit_job(1.0, 1.0, 1.0)  # system clock stepped back: time stands still
+    assert eng.now == 10.0
+    w = WallClock(epoch=0.0)
+    assert w() > 1e9
