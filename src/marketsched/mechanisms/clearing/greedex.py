@@ -219,31 +219,32 @@ def greedy_allocation(book: OrderBook, order=None) -> Allocation:
 
 # ---------------------------------------------------------------------- critical values
 def critical_values(book: OrderBook, allocation: Allocation | None = None, jobs=None,
-                    losers: bool = False) -> np.ndarray:
+                    losers: bool = False, max_batch: int = 256) -> np.ndarray:
     """Exact critical value phi_j of every allocated job (section 3.4.3).
 
-    Losers get NaN unless ``losers=True``, when they get the report they would have needed
-    (inf if no report wins), as in the proof of theorem 5 (section 3.4.3).
-
     phi_j = inf { b : job j is allocated when it reports b, everyone else unchanged }.
+    Losers get NaN unless ``losers=True``, when they get the report they would have needed
+    (inf if no report wins), as in the proof of theorem 5. ``jobs`` restricts the
+    computation to some job indices (others stay NaN).
 
     Method (the thesis's "remove j, rerun the greedy over the ranking and after each
     allocated job check whether j could still be accommodated", made exact):
 
     * The greedy run of the *other* jobs does not depend on j's report; only the position at
       which j is inserted does. For a report b strictly between two consecutive distinct
-      values u_hi > b > u_lo of the others, j comes after every other job with value >= u_hi.
+      values u > b > lo of the jobs, j comes after every other job with value >= u.
     * Given the capacity state S at that point, j fits iff b >= q(S), where q(S) is the
       largest over j's slots of the reserve of the cheapest node with room for j (lowering b
-      also removes nodes with v_n > b). So the reports in (u_lo, u_hi) that win are
-      [max(q, u_lo), u_hi) when q < u_hi.
-    * phi_j is the minimum of max(q, u_lo) over these intervals. q only grows as the run
-      proceeds and u_lo only falls, so the scan starts at j's own position (phi_j <= v_j)
-      and stops as soon as q reaches the best value found (or the others are exhausted;
-      below the smallest other value the lower end is 0).
+      also removes nodes with v_n > b). So the reports in (lo, u) that win are
+      [max(q, lo), u) when q < u.
+    * phi_j is the minimum of max(q, lo) over these intervals (lo = 0 below the smallest
+      value). A winner's scan starts at its own rank (phi_j <= v_j), a loser's at the top.
+      q only grows along the run and lo only falls, so a scan stops once q >= the best value.
 
-    ``jobs`` restricts the computation to some job indices (others stay NaN). For a loser
-    the run without it is the full run, so its scan starts from the top of the ranking.
+    The reruns are vectorised: every scanned job gets a copy of the capacity state (a
+    "run", forked from the full run's state just before it), and all live runs process the
+    next job of the ranking together as one (runs, slots, nodes) array operation. At most
+    ``max_batch`` runs live at once (more are scanned in further passes).
     """
     if allocation is None:
         allocation = greedy_allocation(book)
@@ -254,86 +255,92 @@ def critical_values(book: OrderBook, allocation: Allocation | None = None, jobs=
     else:
         wanted[np.asarray(jobs, dtype=np.int64)] = True
     phi = np.full(book.n_jobs, np.nan)
+    todo = wanted & (won | losers)
+    if not todo.any():
+        return phi
     ranking = job_ranking(book.job_value)
-    base = _SlotState(book)  # state of the full run just before the job at rank `pos`
-    work = _SlotState(book)
-    pos_of_node = np.empty(book.n_nodes, dtype=np.int64)
-    pos_of_node[base.order] = np.arange(book.n_nodes)
-    # the full run's placement of every job, in sorted node positions (None for losers)
-    placed = [pos_of_node[allocation.job_nodes(j)] if won[j] else None for j in range(book.n_jobs)]
-    # each job's window as a bit mask over slots, for O(1) overlap tests
-    window = [((1 << (int(e) - int(r) + 1)) - 1) << int(r) for r, e in zip(book.job_release, book.job_end)]
-    rank_list = ranking.tolist()
-    if losers:
-        for j in np.flatnonzero(wanted & ~won).tolist():
-            work.copy_from(base)  # base is still the initial state here
-            phi[j] = _scan_threshold(work, rank_list, 0, book, j, placed, window, np.inf, 0)
-    remaining = int((won & wanted).sum())
-    for pos, j in enumerate(rank_list):
-        if remaining == 0:
-            break
-        if not won[j]:
-            continue  # losers leave the state unchanged
-        rj = int(book.job_release[j])
-        if wanted[j]:
-            work.copy_from(base)
-            phi[j] = _scan_threshold(work, rank_list, pos + 1, book, j, placed, window,
-                                     float(book.job_value[j]), window[j])
-            remaining -= 1
-        base.commit(rj, book.job_cpu[j], book.job_mem[j], placed[j])
+    rank_pos = np.empty(book.n_jobs, dtype=np.int64)
+    rank_pos[ranking] = np.arange(book.n_jobs)
+    # losers fork at the top (rank 0), winners at their own rank; passes of <= max_batch runs
+    fork_at = np.where(won, rank_pos, 0)
+    scan = np.flatnonzero(todo)
+    scan = scan[np.lexsort((rank_pos[scan], fork_at[scan]))]
+    for start in range(0, scan.size, max_batch):
+        chunk = scan[start:start + max_batch]
+        phi[chunk] = _scan_batch(book, allocation, ranking, chunk, fork_at[chunk], won[chunk])
     return phi
 
 
-def _scan_threshold(work, rank_list, idx, book, j, placed, window, hi, dirty) -> float:
-    """Scan the run of the other jobs from rank ``idx`` on; see :func:`critical_values`.
+def _scan_batch(book, allocation, ranking, jobs, fork_at, is_winner) -> np.ndarray:
+    """Run the scans of ``jobs`` (sorted by fork rank) in lockstep; see critical_values."""
+    full = _SlotState(book)  # the full run's state, advanced by replaying its placements
+    pos_of_node = np.empty(book.n_nodes, dtype=np.int64)
+    pos_of_node[full.order] = np.arange(book.n_nodes)
+    T, N = full.cpu.shape
+    A = jobs.size
+    cpu = np.empty((A, T, N))
+    mem = np.empty((A, T, N))
+    t = np.arange(T)[None, :]
+    win = (t >= book.job_release[jobs][:, None]) & (t <= book.job_end[jobs][:, None])  # (A, T)
+    need_c = book.job_cpu[jobs][:, None, None]
+    need_m = book.job_mem[jobs][:, None, None]
+    top = np.where(is_winner, book.job_value[jobs], np.inf)  # scan reports below this
+    best = top.copy()
+    live = np.zeros(A, bool)
+    done = np.zeros(A, bool)
+    K_all = full.affordable(book.job_value)
+    value = book.job_value[ranking]
+    R = ranking.size
+    nxt = 0  # next run to fork
 
-    ``work`` holds the capacity after the others ranked before ``idx``; reports in
-    [.., hi) are scanned (hi = v_j for a winner: phi_j <= v_j; inf for a loser).
+    def evaluate(u: float, lo: float) -> None:
+        """Candidate max(q, lo) for reports in (lo, u) of every live run scanning below u."""
+        idx = np.flatnonzero(live & (top >= u))
+        if idx.size == 0 or N == 0:
+            if N == 0:
+                done[idx] = True
+                live[idx] = False
+            return
+        fit = (cpu[idx] >= need_c[idx]) & (mem[idx] >= need_m[idx])
+        has = fit.any(axis=2)
+        cheapest = np.where(has, full.reserve[fit.argmax(axis=2)], np.inf)
+        q = np.where(win[idx], cheapest, -np.inf).max(axis=1)
+        ok = q < u
+        best[idx] = np.where(ok, np.minimum(best[idx], np.maximum(q, lo)), best[idx])
+        stop = q >= best[idx]
+        done[idx[stop]] = True
+        live[idx[stop]] = False
 
-    Speed-up: a slot is *clean* while the rerun's capacity in it equals the full run's. A job
-    whose window has only clean slots decides as in the full run, so its recorded placement
-    is replayed without a search. Initially j's own slots are dirty for a winner (its
-    demand is freed; ``dirty`` is a bit mask over slots); a job whose decision changes
-    makes its slots dirty.
-    """
-    r_, e_, c_, m_, v_ = (book.job_release, book.job_end, book.job_cpu, book.job_mem, book.job_value)
-    K_ = work.affordable(v_)
-    rj, ej, cj, mj = int(r_[j]), int(e_[j]), c_[j], m_[j]
-    best = hi
-    R = len(rank_list)
-    q = work.threshold(rj, ej, cj, mj)
-    while True:
-        changed = False
-        while idx < R and v_[rank_list[idx]] >= hi:  # others ranked before a report just below hi
-            k = rank_list[idx]
-            idx += 1
-            if k == j:
-                continue
-            old = placed[k]
-            if not (window[k] & dirty):
-                if old is not None:  # replay the full run's decision
-                    work.commit(int(r_[k]), c_[k], m_[k], old)
-                    changed = changed or bool(window[k] & window[j])
-                continue
-            rk, ck, mk = int(r_[k]), c_[k], m_[k]
-            first = work.place(rk, int(e_[k]), ck, mk, int(K_[k]))
-            if first is not None:
-                work.commit(rk, ck, mk, first)
-                changed = changed or bool(window[k] & window[j])
-            same = (first is None and old is None) or (
-                first is not None and old is not None and bool((first == old).all()))
-            if not same:
-                dirty |= window[k]
-        if changed:
-            q = work.threshold(rj, ej, cj, mj)
-        if idx < R and rank_list[idx] == j:
-            idx += 1
-        lo = float(v_[rank_list[idx]]) if idx < R else 0.0
-        if q < hi:
-            best = min(best, max(q, lo))
-        if q >= best or idx >= R:
-            return best
-        hi = lo
+    for s in range(R + 1):
+        while nxt < A and fork_at[nxt] == s:  # fork: the run starts from the full state before rank s
+            cpu[nxt] = full.cpu
+            mem[nxt] = full.mem
+            live[nxt] = True
+            nxt += 1
+        if s == 0:
+            evaluate(np.inf, float(value[0]) if R else 0.0)  # reports above every job (losers)
+        if s == R:
+            break
+        if nxt >= A and not live.any():
+            break
+        k = int(ranking[s])
+        r, e = int(book.job_release[k]), int(book.job_end[k])
+        c, m, K = book.job_cpu[k], book.job_mem[k], int(K_all[k])
+        idx = np.flatnonzero(live & (jobs != k))  # a run never processes its own job
+        if idx.size and K:
+            fit = (cpu[idx, r:e + 1, :K] >= c) & (mem[idx, r:e + 1, :K] >= m)  # (a, d, K)
+            ok = fit.any(axis=2).all(axis=1)
+            if ok.any():
+                rows = idx[ok][:, None]
+                first = fit[ok].argmax(axis=2)
+                slots = _ARANGE[e - r + 1][None, :] + r
+                cpu[rows, slots, first] -= c
+                mem[rows, slots, first] -= m
+        if allocation.assign[k, r] >= 0:
+            full.commit(r, c, m, pos_of_node[allocation.job_nodes(k)])
+        if s + 1 == R or value[s + 1] < value[s]:  # group boundary: all jobs >= value[s] done
+            evaluate(float(value[s]), float(value[s + 1]) if s + 1 < R else 0.0)
+    return best
 
 
 # ---------------------------------------------------------------------- pricing
