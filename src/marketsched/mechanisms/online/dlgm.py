@@ -1,0 +1,561 @@
+"""DLGM and P-DLGM: decentralized local greedy scheduling with compensating payments.
+
+Sources
+-------
+* DLGM (Decentralized Local Greedy Mechanism) of Heydenreich, Müller & Uetz (2006), as
+  Stößer's thesis states it (seed 001, section 5.3, Steps 1-3, Figure 5.1; Theorems 1-2,
+  Appendix C, Lemmas 4-6).
+* P-DLGM, its preemptive extension (seed 001, section 5.4, Steps 1-3, the formulas for the
+  tentative completion time ``e^_j(n)`` and payment ``p^_j(n)``, Theorems 3-5, Lemma 1).
+
+The problem is ``P|r_j|sum v_j e_j`` (DLGM) or ``P|r_j, pmtn|sum v_j e_j`` (P-DLGM) on ``m``
+identical nodes; job ``j`` has type ``(r_j, d_j, v_j)`` (release date, run time, weight =
+waiting cost per second) and utility ``u_j = -v_j e_j - p_j``. Nodes are obedient and get no
+payment; all payments are transfers between jobs.
+
+Steps at the arrival of job ``j`` (release date ``r_j``, reported weight ``v~_j``, reported
+run time ``d~_j``), both mechanisms:
+
+1. **Job report**: ``j`` sends ``(v~_j, d~_j)`` to every node.
+2. **Tentative node feedback**: node ``n`` orders its jobs by Smith's ratio ``v~/d~`` (higher
+   first, ties to the lower job index, i.e. the earlier arrival) and answers
+
+   * ``e^_j(n) = r_j + d~_j + sum of the (remaining) run times of the jobs ahead of j``;
+   * ``p^_j(n) = d~_j * sum of the weights of the jobs j would displace``.
+
+   DLGM (static ratio ``v~/d~``): the running job is always ahead and never displaced.
+   P-DLGM (dynamic ratio ``v~_k / d~_k(r_j)`` on the *remaining* run time): the running job
+   ``k`` is ahead iff ``v~_k/d~_k(r_j) >= v~_j/d~_j`` (ties: ``k < j`` is ahead), otherwise it
+   is displaced (``H_j(t)`` and ``L_j(t)`` of section 5.4).
+3. **Queueing**: ``j`` picks the node maximising its tentative utility
+   ``-v_j e^_j(n) - p^_j(n)``, joins its queue by priority (P-DLGM: or preempts the running
+   job, which returns to the same node's queue and resumes there later) and pays
+   ``v~_k d~_j`` to every lower-priority job ``k`` it displaces.
+
+A node serves its queue in priority order (a single-server WSPT queue) and is never idle while
+its queue is not empty. Under P-DLGM a waiting job's ratio is constant and a running job's only
+rises, so order changes (preemptions) happen only at arrivals (section 5.4): the engine's
+arrival and completion events are all the mechanism needs.
+
+Implementation (speed; issue 4): an arrival must price every node, so per-node aggregates are
+kept over *ratio buckets*: all jobs' initial ratios are cut into at most ``max_buckets``
+contiguous ratio ranges (bucket 0 = highest ratios; very frequent ratio values, e.g. the
+copies of a split parallel job, get a bucket of their own). Per bucket and node, a 2-D
+Fenwick tree (rows = buckets, columns = nodes) holds the sums of weights and of remaining
+run times of the *waiting* jobs, so one gather of ``log2(buckets)`` rows gives, for every node
+at once, the weight and work of the waiting jobs in higher buckets. Jobs in ``j``'s own bucket
+are compared one by one (a bucket holds few jobs); when ``j``'s ratio is the lowest value of
+its bucket, the whole bucket is ahead and nothing is compared. The running jobs are one
+vector per node. An arrival therefore costs ``O(log buckets)`` NumPy row operations of length
+``m`` plus ``O(bucket size)``, and an arrival that finds an idle node costs ``O(log m)``.
+
+Payments received (the compensations) are credited lazily but exactly: a third Fenwick tree
+accumulates, per bucket and node, the reported run times of every job that ever joined the
+node; a waiting job ``k`` in bucket ``b`` is owed ``v~_k`` times the growth of the sum over
+buckets above ``b`` during its wait (read at insertion and at start), plus explicit credits
+from same-bucket displacers and, under P-DLGM, from the jobs that preempt it while it runs.
+The credit is booked (``sim.charge(k, -credit)``) when ``k`` completes. This is the ledger of
+the payers' transfers, computed independently of ``k``'s completion time, so the tests
+"ex-post utility = tentative utility" and "payments sum to zero" can fail.
+
+Decisions (open in the thesis; seed001 note, section 7 item 8)
+--------------------------------------------------------------
+* **Ties in the node choice**: the lowest node index among the nodes of maximal tentative
+  utility (``numpy.argmin`` of the cost ``-u^``). An idle node is taken without pricing the
+  others when every reported weight is positive, ``d~_j > 0`` and no zero-length job is
+  running: its cost 0 is then the minimum value, shared only by other idle nodes, so the
+  lowest idle index is the rule's answer (a busy node's cost is positive: either work ahead
+  or a positive weight behind).
+* **Reported run times** are the actual run times (``d~ = d``): the engine runs jobs for their
+  trace run time and has no "kill at the reported time" rule. Only weights are reports.
+* **Run time 0**: ratio ``+inf`` (such a job is ahead of every job with a positive run time;
+  equal ratios go by job index). It pays nothing (``d~_j = 0``) and delays nobody.
+* **Simultaneous events** (engine batch order): completions first; a freed node starts the
+  head of its queue at once; then the arrivals of the batch, one by one in job order, each
+  seeing the placements of the earlier ones (jobs are "numbered by arrival", section 5.2).
+* **Ratios in floating point**: ``v~/d~`` and ``v~_k/d~_k(t)`` are IEEE divisions, compared
+  exactly; the queue order and the sets ``H_j``, ``L_j`` use the same numbers, so they agree.
+* DLGM's release-date restriction ``r_j >= alpha d_j`` (needed only for Theorem 2's bound) is
+  not enforced, as in the thesis's simulations (section 5.5).
+* Jobs must be serial (one processor = one node); split parallel jobs first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+INF = math.inf
+
+
+def _ratio(v: float, d: float) -> float:
+    """Smith's ratio ``v/d`` with ``d = 0`` counted as ``+inf`` (see the module decisions)."""
+    return v / d if d > 0 else INF
+
+
+def ratio_buckets(ratios: np.ndarray, max_buckets: int, frequent: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Cut ratios into at most ``max_buckets`` contiguous ranges, highest ratios first.
+
+    Returns ``(lo, bucket)``: ``lo[b]`` is the lowest ratio in bucket ``b`` (decreasing in
+    ``b``) and ``bucket[i]`` the bucket of ``ratios[i]``. Bucket ``b`` holds the ratios in
+    ``[lo[b], lo[b-1])``. Steps: distinct values in decreasing order; a new bucket starts
+    whenever the running job count crosses a multiple of ``ceil(n / max_buckets)``; values
+    shared by at least ``frequent`` jobs get a bucket of their own; ``frequent`` is raised
+    (x4) until the count fits, and dropped (``inf``) as a last resort, which always fits.
+    """
+    ratios = np.asarray(ratios, dtype=np.float64)
+    n = ratios.shape[0]
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
+    if n == 0:
+        return np.array([0.0]), np.zeros(0, dtype=np.int64)
+    values, inverse, counts = np.unique(ratios, return_inverse=True, return_counts=True)
+    values, counts = values[::-1], counts[::-1]  # decreasing ratio
+    cap = -(-n // max_buckets)
+    before = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    group = before // cap
+    base = np.empty(values.shape[0], dtype=bool)
+    base[0] = True
+    base[1:] = group[1:] != group[:-1]
+    k = frequent
+    while True:
+        starts = base.copy()
+        if k is not None:
+            freq = counts >= k
+            starts |= freq
+            starts[1:] |= freq[:-1]
+        if int(starts.sum()) <= max_buckets or k is None:
+            break
+        k = k * 4 if k * 4 <= n else None
+    bucket_of_value = np.cumsum(starts) - 1
+    nb = int(bucket_of_value[-1]) + 1
+    lo = np.empty(nb, dtype=np.float64)
+    lo[bucket_of_value] = values  # the last (lowest) value of each bucket wins
+    desc_index = values.shape[0] - 1 - inverse  # position of each ratio in the decreasing list
+    return lo, bucket_of_value[desc_index].astype(np.int64)
+
+
+def _fenwick_paths(size: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Index paths of a Fenwick tree with positions ``1..size``.
+
+    ``query[p]``: the rows whose sum is the prefix ``1..p`` (``p = 0``: empty);
+    ``update[p]``: the rows that include position ``p``.
+    """
+    query = [np.zeros(0, dtype=np.intp)]
+    update = [np.zeros(0, dtype=np.intp)]
+    for p in range(1, size + 1):
+        q, i = [], p
+        while i > 0:
+            q.append(i)
+            i -= i & -i
+        u, i = [], p
+        while i <= size:
+            u.append(i)
+            i += i & -i
+        query.append(np.array(q, dtype=np.intp))
+        update.append(np.array(u, dtype=np.intp))
+    return query, update
+
+
+class DLGM:
+    """DLGM (``preemptive=False``) or P-DLGM (``preemptive=True``) on the engine.
+
+    Parameters
+    ----------
+    bid:
+        Reported weight ``v~_j`` of each job (waiting cost per second, >= 0).
+    runtime:
+        Reported run time ``d~_j`` of each job; must equal the workload's run times (the
+        engine runs jobs for those; see the module decisions).
+    preemptive:
+        False: DLGM (seed 001 section 5.3); True: P-DLGM (section 5.4).
+    max_buckets:
+        Upper bound on ratio buckets (speed/memory only; results do not depend on it).
+        Default: ``min(8192, 2**22 // nodes)``, at least 1.
+    force_node:
+        ``{job row: node}``: these jobs join the given node instead of the best one
+        (incentive audits: "does choosing another node pay?").
+    record_offers:
+        Keep, for every job, the tentative completion time and payment offered by every node
+        (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
+        instances only).
+
+    After the run: ``tentative_completion``, ``tentative_payment``, ``node``, ``received``
+    (compensation received, >= 0), ``paid`` (= ``tentative_payment``, what the job paid at
+    arrival), NumPy arrays over job rows; the engine's ``Records.payment`` is the net payment
+    ``paid - received``.
+    """
+
+    def __init__(self, bid, runtime, preemptive: bool = False, max_buckets: int | None = None,
+                 force_node: dict[int, int] | None = None, record_offers: bool = False):
+        bid = np.asarray(bid, dtype=np.float64)
+        runtime = np.asarray(runtime, dtype=np.float64)
+        name = "P-DLGM" if preemptive else "DLGM"
+        if bid.ndim != 1 or runtime.shape != bid.shape:
+            raise ValueError(f"{name}: bid {bid.shape} and runtime {runtime.shape} must be 1-D of equal length")
+        bad = ~np.isfinite(bid) | (bid < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name}: reported weight of job row {i} is {bid[i]!r}; weights must be finite and >= 0")
+        bad = ~np.isfinite(runtime) | (runtime < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name}: reported run time of job row {i} is {runtime[i]!r}; must be finite and >= 0")
+        self.name = name
+        self.preemptive = bool(preemptive)
+        self.bid_array = bid
+        self.runtime_array = runtime
+        self.max_buckets = max_buckets
+        self.force_node = dict(force_node or {})
+        self.record_offers = bool(record_offers)
+
+    # ------------------------------------------------------------------ engine hooks
+    def bind(self, sim) -> None:
+        n_jobs = sim.n_jobs
+        if self.bid_array.shape[0] != n_jobs:
+            raise ValueError(f"{self.name}: {self.bid_array.shape[0]} bids for {n_jobs} jobs")
+        if any(p != 1 for p in sim.procs):
+            j = next(i for i, p in enumerate(sim.procs) if p != 1)
+            raise ValueError(
+                f"{self.name} schedules serial jobs; job row {j} needs {sim.procs[j]} processors "
+                "(split parallel jobs first: marketsched.workloads.transforms.split_parallel)"
+            )
+        actual = np.asarray(sim.remaining, dtype=np.float64)
+        if not np.array_equal(actual, self.runtime_array):
+            i = int(np.argmax(actual != self.runtime_array))
+            raise ValueError(
+                f"{self.name}: reported run time of job row {i} ({self.runtime_array[i]}) differs from the "
+                f"workload's ({actual[i]}); reported run times must be the actual ones"
+            )
+        m = sim.capacity
+        for j, n in self.force_node.items():
+            if not (0 <= j < n_jobs) or not (0 <= n < m):
+                raise ValueError(f"{self.name}: force_node {{{j}: {n}}} is out of range ({n_jobs} jobs, {m} nodes)")
+        self.sim = sim
+        self.m = m
+        v = self.bid_array
+        d = self.runtime_array
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio0 = np.where(d > 0, v / np.where(d > 0, d, 1.0), np.inf)
+        mb = self.max_buckets or max(1, min(8192, (1 << 22) // m))
+        lo, bucket = ratio_buckets(ratio0, mb)
+        nb = lo.shape[0]
+        self.lo = lo.tolist()
+        self.asc_lo = lo[::-1].tolist()
+        self.nb = nb
+        self.bucket0 = bucket.tolist()
+        self.qpath, self.upath = _fenwick_paths(nb)
+        self.qpath_l = [a.tolist() for a in self.qpath]
+        self.upath_l = [a.tolist() for a in self.upath]
+        width = max(a.shape[0] for a in self.upath)
+        self.UP = np.zeros((nb + 1, width), dtype=np.intp)  # update paths padded with row 0 (unused)
+        for p_, a in enumerate(self.upath):
+            self.UP[p_, : a.shape[0]] = a
+        # Python lists for scalar access in the hot loop
+        self.v = v.tolist()
+        self.d = d.tolist()
+        self.ratio = ratio0.tolist()  # current ratio of a waiting job (P-DLGM: updated at preemption)
+        self.all_positive = bool((v > 0).all())
+        # per-job state
+        self.node_of = [-1] * n_jobs
+        self.bucket_of = [-1] * n_jobs  # bucket while waiting, -1 otherwise
+        self.work = [0.0] * n_jobs  # reported run time still to do, as stored in the aggregates
+        self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue
+        self.credit_work = [0.0] * n_jobs  # sum of displacers' run times (times v~ = credit)
+        self._tent_e = [math.nan] * n_jobs
+        self._tent_p = [math.nan] * n_jobs
+        self._received = [0.0] * n_jobs
+        if self.record_offers:
+            self.offers_completion = [None] * n_jobs
+            self.offers_payment = [None] * n_jobs
+        # per-node state
+        # Fenwick over buckets x nodes: [., 0, n] weights, [., 1, n] work, [., 2, n] number of
+        # the waiting jobs (the count makes "nothing ahead" / "nothing behind" exact in floats)
+        self.W = np.zeros((nb + 1, 3, m))
+        # per node, a Fenwick tree over buckets (Python lists: single-node access) of the run
+        # times of all jobs that ever joined the node (the credit ledger)
+        self.G = [[0.0] * (nb + 1) for _ in range(m)]
+        self.Wflat = self.W.reshape(-1)
+        # queue changes reach W lazily: (position, node, weight, work, count) rows applied in one
+        # batch before the next vector query (most arrivals find an idle node and query nothing)
+        self._pending: list[tuple[int, int, float, float, float]] = []
+        self.Vtot = [0.0] * m  # weight of all waiting jobs per node
+        self.qlen = [0] * m  # number of waiting jobs per node
+        self.members: list[set[int]] = [set() for _ in range(nb)]  # waiting jobs per bucket
+        self.queue: list[list[tuple[float, int]]] = [[] for _ in range(m)]  # heaps of (-ratio, job)
+        self.run_job = [-1] * m
+        self.run_v = np.zeros(m)  # reported weight of the running job (0: idle)
+        self.run_fin = np.zeros(m)  # its completion time
+        self.busy = np.zeros(m, dtype=bool)
+        self.idle = list(range(m))  # heap of idle nodes (lazy: may hold busy ones)
+        self.preemption_count = 0
+        self.zero_running = 0  # running jobs with no work left (run time 0, started this batch)
+        self._cache = None  # offers of the last arrival, reused by identical copies (same t, v, d)
+
+    def step(self, t: float, arrived: range, completed: list[int]) -> None:
+        self._cache = None
+        for c in completed:
+            self._complete(c, t)
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 on idle nodes: NaN, never ahead
+            for j in arrived:
+                self._arrive(j, t)
+
+    def close(self, t: float) -> None:
+        """Book the credits of jobs still queued or running when a run is cut (``until``)."""
+        for n in range(self.m):
+            k = self.run_job[n]
+            if k >= 0:
+                self._book_credit(k)
+            for _, k in self.queue[n]:
+                reading = self._credit_reading(n, self.bucket_of[k])
+                self.credit_work[k] += reading - self.base[k]
+                self.base[k] = reading
+                self._book_credit(k)
+
+    # ------------------------------------------------------------------ results
+    @property
+    def tentative_completion(self) -> np.ndarray:
+        return np.array(self._tent_e, dtype=np.float64)
+
+    @property
+    def tentative_payment(self) -> np.ndarray:
+        return np.array(self._tent_p, dtype=np.float64)
+
+    paid = tentative_payment
+
+    @property
+    def received(self) -> np.ndarray:
+        return np.array(self._received, dtype=np.float64)
+
+    @property
+    def node(self) -> np.ndarray:
+        return np.array(self.node_of, dtype=np.int64)
+
+    def tentative_utility(self, true_value) -> np.ndarray:
+        """``-v_j e^_j - p^_j`` with the *true* weights (Theorem 1/3 notation)."""
+        return -np.asarray(true_value, dtype=np.float64) * self.tentative_completion - self.tentative_payment
+
+    # ------------------------------------------------------------------ internals
+    def _credit_reading(self, n: int, b: int) -> float:
+        """Run time of all jobs that ever joined node ``n`` in buckets above ``b``."""
+        g = self.G[n]
+        s = 0.0
+        for i in self.qpath_l[b]:
+            s += g[i]
+        return s
+
+    def _book_credit(self, k: int) -> None:
+        amount = self.v[k] * self.credit_work[k]
+        self.credit_work[k] = 0.0
+        if amount:
+            self._received[k] += amount
+            self.sim.charge(k, -amount)
+
+    def _start(self, n: int, k: int) -> None:
+        sim = self.sim
+        sim.start(k)
+        if sim.remaining[k] == 0:
+            self.zero_running += 1
+        self.run_job[n] = k
+        self.run_v[n] = self.v[k]
+        self.run_fin[n] = sim.finish_at[k]
+        self.busy[n] = True
+
+    def _enqueue(self, n: int, k: int, ratio: float, work: float, b: int = -1) -> None:
+        """Put ``k`` into node ``n``'s queue with the given (current) ratio, work and bucket
+        (``b = -1``: the bucket of ``ratio``, for a preempted job's new ratio)."""
+        if b < 0:
+            i = bisect_right(self.asc_lo, ratio) - 1  # largest lo <= ratio (ratios only rise)
+            b = self.nb - 1 - max(i, 0)
+        self.ratio[k] = ratio
+        self.bucket_of[k] = b
+        self.work[k] = work
+        vk = self.v[k]
+        self._pending.append((b + 1, n, vk, work, 1.0))
+        self.Vtot[n] += vk
+        self.qlen[n] += 1
+        self.members[b].add(k)
+        self.base[k] = self._credit_reading(n, b)
+        heapq.heappush(self.queue[n], (-ratio, k))
+
+    def _dequeue_and_start(self, n: int) -> None:
+        _, k = heapq.heappop(self.queue[n])
+        b = self.bucket_of[k]
+        vk = self.v[k]
+        self._pending.append((b + 1, n, -vk, -self.work[k], -1.0))
+        self.Vtot[n] -= vk
+        self.qlen[n] -= 1
+        if not self.queue[n]:
+            self.Vtot[n] = 0.0  # drop float residue of the add/subtract cycle
+        self.members[b].discard(k)
+        self.credit_work[k] += self._credit_reading(n, b) - self.base[k]
+        self.bucket_of[k] = -1
+        self._start(n, k)
+
+    def _complete(self, c: int, t: float) -> None:
+        n = self.node_of[c]
+        if self.d[c] == 0:
+            self.zero_running -= 1
+        self._book_credit(c)
+        if self.queue[n]:
+            self._dequeue_and_start(n)
+        else:
+            self.run_job[n] = -1
+            self.run_v[n] = 0.0
+            self.run_fin[n] = 0.0  # <= t: no remaining work
+            self.busy[n] = False
+            heapq.heappush(self.idle, n)
+
+    def _flush(self) -> None:
+        """Apply the pending queue changes to the Fenwick tree ``W``."""
+        pend = np.array(self._pending, dtype=np.float64)
+        self._pending = []
+        rows = self.UP[pend[:, 0].astype(np.intp)]  # (k, path length), padded with row 0
+        m = self.m
+        flat = (rows * (3 * m) + pend[:, 1].astype(np.intp)[:, None]).ravel()
+        L = rows.shape[1]
+        Wf = self.Wflat
+        np.add.at(Wf, flat, np.repeat(pend[:, 2], L))
+        np.add.at(Wf, flat + m, np.repeat(pend[:, 3], L))
+        np.add.at(Wf, flat + 2 * m, np.repeat(pend[:, 4], L))
+
+    def _offers(self, j: int, t: float):
+        """Per node: work ahead of ``j`` (``A``), weight it would displace (``B``), running-job flags."""
+        v, d, rho, b = self.v[j], self.d[j], self.ratio[j], self.bucket0[j]
+        m = self.m
+        whole = rho == self.lo[b]  # j is the lowest ratio of its bucket: the whole bucket is ahead
+        p = b + 1 if whole else b
+        if self._pending:
+            self._flush()
+        path = self.qpath[p]
+        if path.shape[0]:
+            S = self.W[path].sum(axis=0)
+            v_ahead, work_ahead, n_ahead = S[0], S[1], S[2]
+        else:
+            v_ahead, work_ahead, n_ahead = np.zeros(m), np.zeros(m), np.zeros(m)
+        if not whole:
+            ratio, node_of, vv, work = self.ratio, self.node_of, self.v, self.work
+            for k in self.members[b]:
+                if ratio[k] >= rho:  # waiting k < j with ratio >= rho: ahead (ties: lower index)
+                    nk = node_of[k]
+                    v_ahead[nk] += vv[k]
+                    work_ahead[nk] += work[k]
+                    n_ahead[nk] += 1
+        # exact zero where every waiting job is ahead (weights are floats: the difference of two
+        # sums kept in different orders would leave a residue and break exact ties)
+        v_behind = np.array(self.Vtot) - v_ahead
+        v_behind[n_ahead == np.array(self.qlen)] = 0.0
+        rem = self.run_fin - t  # idle nodes: run_fin = 0 <= t
+        np.maximum(rem, 0.0, out=rem)
+        if self.preemptive:
+            busy = self.busy
+            if self.zero_running:  # a zero-length job runs: ratio +inf, even with weight 0
+                run_ratio = np.where(rem > 0, self.run_v / rem, np.inf)
+                run_ahead = busy & (run_ratio >= rho)
+            else:
+                run_ahead = (self.run_v / rem) >= rho  # idle: 0/0 = NaN, not ahead (adds 0)
+            A = work_ahead + rem * run_ahead
+            B = v_behind + self.run_v * ~run_ahead
+        else:
+            run_ahead = self.busy
+            A = work_ahead + rem
+            B = v_behind
+        return A, B, run_ahead
+
+    def _arrive(self, j: int, t: float) -> None:
+        sim = self.sim
+        v, d = self.v[j], self.d[j]
+        forced = self.force_node.get(j) if self.force_node else None
+        n = -1
+        cache = self._cache
+        self._cache = None
+        if forced is None and not self.record_offers and self.all_positive and d > 0 and not self.zero_running:
+            idle, busy = self.idle, self.busy
+            while idle and busy[idle[0]]:
+                heapq.heappop(idle)
+            if idle:
+                n = heapq.heappop(idle)
+                ahead = 0.0
+                displaced_v = 0.0
+                run_ahead_n = False
+        if n < 0:
+            if cache is not None and cache[0] == v and cache[1] == d:
+                # the previous arrival (same batch) had the same weight and run time, e.g. a
+                # copy of the same split job: the offers are those it saw, except on the node it
+                # joined, where it is now ahead of this job (equal ratio, lower index)
+                A, B, run_ahead, cost = cache[2], cache[3], cache[4], cache[5]
+            else:
+                A, B, run_ahead = self._offers(j, t)
+                cost = v * A + d * B  # -(tentative utility) + v r_j, the same for every node
+            if self.record_offers:
+                self.offers_completion[j] = t + d + A
+                self.offers_payment[j] = d * B
+            if forced is None:
+                n = int(cost.argmin())  # first minimum: the lowest node index wins ties
+            else:
+                n = forced
+            ahead = float(A[n])
+            displaced_v = max(float(B[n]), 0.0)
+            run_ahead_n = bool(run_ahead[n])
+            # keep the offers for an identical successor: it sees this job ahead of it on node n
+            A[n] += d
+            cost[n] = v * A[n] + d * B[n]
+            if self.preemptive:
+                if self.run_job[n] < 0 or not run_ahead_n:
+                    run_ahead = run_ahead.copy() if run_ahead is self.busy else run_ahead
+                    run_ahead[n] = True
+            self._cache = (v, d, A, B, run_ahead, cost)
+        self.node_of[j] = n
+        e_hat = t + d + ahead
+        p_hat = d * displaced_v
+        self._tent_e[j] = e_hat
+        self._tent_p[j] = p_hat
+        if p_hat:
+            sim.charge(j, p_hat)
+        k = self.run_job[n]
+        if k < 0:  # idle node: start at once
+            self._start(n, j)
+            return
+        if d > 0:
+            # pay the waiting jobs behind j: lazily through the credit tree (buckets below j's) ...
+            b = self.bucket0[j]
+            g = self.G[n]
+            for i in self.upath_l[b + 1]:
+                g[i] += d
+            # ... and explicitly for the waiting jobs of j's own bucket with a lower ratio
+            rho = self.ratio[j]
+            if rho != self.lo[b]:
+                ratio, node_of, cw = self.ratio, self.node_of, self.credit_work
+                for i in self.members[b]:
+                    if node_of[i] == n and ratio[i] < rho:
+                        cw[i] += d
+        if self.preemptive and not run_ahead_n:
+            # j displaces the running job k: k is paid, suspended and re-queued on node n
+            self.credit_work[k] += d
+            sim.preempt(k)
+            self.preemption_count += 1
+            rem_k = sim.remaining[k]
+            self._enqueue(n, k, _ratio(self.v[k], rem_k), rem_k)
+            self._start(n, j)
+        else:
+            self._enqueue(n, j, self.ratio[j], d, self.bucket0[j])
+
+
+def make_dlgm(workload, bid, preemptive: bool = False, **kwargs) -> DLGM:
+    """DLGM or P-DLGM for ``workload`` with reported weights ``bid`` (run times from the workload)."""
+    bid = np.asarray(bid, dtype=np.float64)
+    if bid.shape != (len(workload),):
+        raise ValueError(f"expected one bid per job ({len(workload)}), got shape {bid.shape}")
+    return DLGM(bid, workload.runtime, preemptive=preemptive, **kwargs)
+
+
+def run_dlgm(workload, bid, preemptive: bool = False, progress=None, **kwargs):
+    """Simulate DLGM/P-DLGM; returns ``(records, policy)``."""
+    from marketsched.engine.simulator import Simulator
+
+    policy = make_dlgm(workload, bid, preemptive, **kwargs)
+    records = Simulator(workload, policy).run(progress=progress)
+    return records, policy
