@@ -153,7 +153,7 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     for i0 in range(0, B, step):
         i1 = min(B, i0 + step)
         c = slice(i0, i1)
-        bc = bids.take(c)
+        bc = bids if (i0 == 0 and i1 == B) else bids.take(c)
         a = arrival[c]
         n = i1 - i0
         # columns any bid of the chunk can use: from the arrival's slot to the patience horizon
@@ -163,32 +163,30 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
             continue
         st = starts_all[hmin:hmax]
         h = hmax - hmin
-        col = np.arange(h)
         r = rows[c]
         P = fp[:, :, hmin:hmax][kk, np.maximum(r, 0)]  # (n, K, h)
         P[r < 0] = np.inf
         hz = a + delta  # patience horizon (exclusive)
         x = a[:, None] + runtime[c]  # earliest completion per provider
-        f = np.floor(x / slot).astype(np.int64) - base - hmin  # column holding x (relative)
+        f = np.floor(x / slot).astype(np.int64) - (base + hmin)  # column holding x (relative)
         # value at each column start (later columns) and at x (first feasible column)
-        tau_cols = np.maximum(st[None, :], a[:, None])
-        Vs = bc.values(tau_cols)  # (n, h)
-        Vs = np.where((Vs > 0) & (st[None, :] < hz[:, None]), Vs, -np.inf)
+        Vs = bc.values(np.maximum(st[None, :], a[:, None]))  # (n, h)
+        Vs[(Vs <= 0) | (st[None, :] >= hz[:, None])] = -np.inf
         vx = bc.values(x)
-        vx = np.where((vx > 0) & (x < hz[:, None]), vx, -np.inf)
+        vx[(vx <= 0) | (x >= hz[:, None])] = -np.inf
         S = Vs[:, None, :] - P
         S[np.isnan(S)] = -np.inf  # -inf value minus +inf price
-        S = np.where(col[None, None, :] < f[:, :, None], -np.inf, S)
+        S[np.arange(h)[None, None, :] < f[:, :, None]] = -np.inf
+        bi = np.arange(n)[:, None]
         inside = f < h
-        fi = np.minimum(f, h - 1)[:, :, None]
-        Pf = np.take_along_axis(P, fi, axis=2)[:, :, 0]
-        Sf = np.where(inside, vx - Pf, -np.inf)
+        fi = np.minimum(f, h - 1)
+        Sf = vx - P[bi, kk, fi]
         Sf[np.isnan(Sf)] = -np.inf
-        np.put_along_axis(S, fi, np.where(inside, Sf, np.take_along_axis(S, fi, axis=2)[:, :, 0])[:, :, None], axis=2)
+        S[bi, kk, fi] = np.where(inside, Sf, S[bi, kk, fi])
         S[~eligible[c]] = -np.inf
         hb = S.argmax(axis=2)  # eq. 3: first maximum = earliest column
-        sb = np.take_along_axis(S, hb[:, :, None], axis=2)[:, :, 0]
-        pb = np.take_along_axis(P, hb[:, :, None], axis=2)[:, :, 0]
+        sb = S[bi, kk, hb]
+        pb = P[bi, kk, hb]
         tb = np.where(hb == f, x, st[hb])
         ok = np.isfinite(sb)
         # eq. 4 with the documented tie-break: surplus, then earliest tau*, then price, then index

@@ -184,6 +184,7 @@ class ReliabilityLedger:
             raise ValueError(f"ReliabilityLedger: need alpha > 0 and beta >= 0, got {alpha}, {beta}")
         if half_life is not None and not half_life > 0:
             raise ValueError(f"ReliabilityLedger: half_life must be > 0, got {half_life}")
+        self.n_providers = int(n_providers)
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.half_life = half_life
@@ -217,3 +218,21 @@ class ReliabilityLedger:
             f = 2.0 ** (-(at - self.last) / self.half_life)
             s, a = s * f, a * f
         return (self.alpha + s) / (self.alpha + self.beta + a)
+
+
+class StaticReliability(ReliabilityLedger):
+    """A ledger whose published reliability stays at given values (records are still counted).
+
+    For experiments and tests that hold reliability fixed over a bid's patience window, the
+    setting of theorem 1 (threshold-reliability beliefs are about a fixed set ``Gamma_i``).
+    """
+
+    def __init__(self, values):
+        values = np.asarray(values, dtype=np.float64)
+        if values.ndim != 1 or np.any(~(values >= 0)) or np.any(values > 1):
+            raise ValueError(f"StaticReliability: values must be a 1-d array in [0, 1], got {values}")
+        super().__init__(values.shape[0])
+        self.values = values
+
+    def reliability(self, at: float | None = None) -> np.ndarray:
+        return self.values.copy()

@@ -231,6 +231,16 @@ class EstimatorStore:
         self.now = -np.inf
         self._stack = None
 
+    def copy(self) -> "EstimatorStore":
+        """An independent copy (models are immutable and shared)."""
+        out = object.__new__(EstimatorStore)
+        out.__dict__.update(self.__dict__)
+        out.models = list(self.models)
+        out.inactive_until = self.inactive_until.copy()
+        out.inactive_from = self.inactive_from.copy()
+        out.pending = dict(self.pending)
+        return out
+
     # ------------------------------------------------------------------ installation
     def install(self, k: int, model, at: float, allow_inactive: bool = False) -> float:
         """Install ``model`` for provider ``k`` at time ``at``; return when it takes effect.

@@ -47,7 +47,7 @@ class Market:
         self.book = book
         self.estimators = estimators
         self.ledger = ledger if ledger is not None else ReliabilityLedger(K)
-        if self.ledger.successes.shape[0] != K:
+        if self.ledger.n_providers != K:
             raise ValueError("Market: the reliability ledger has the wrong number of providers")
         self.escrow = escrow if escrow is not None else Escrow(K)
         self.n_providers = K
@@ -56,6 +56,18 @@ class Market:
         self.estimators.advance(self.now)
         self.bids = 0
         self.truncated = 0  # bids whose reported deadline reached past a + Delta (decision 5)
+
+    def copy(self) -> "Market":
+        """An independent copy (tables, estimators, ledger, escrow), for what-if audits."""
+        import copy as _copy
+
+        out = object.__new__(Market)
+        out.__dict__.update(self.__dict__)
+        out.book = self.book.copy()
+        out.estimators = self.estimators.copy()
+        out.ledger = _copy.deepcopy(self.ledger)
+        out.escrow = _copy.deepcopy(self.escrow)
+        return out
 
     # ------------------------------------------------------------------ time and settlement
     def advance(self, t: float) -> None:
