@@ -216,3 +216,20 @@ def test_budget_balance_and_individual_rationality(book, k):
         assert (user_utilities(a, p) >= -1e-9).all()
         assert (node_utilities(a, p) >= -1e-9).all()
         assert (p.job[~a.allocated] == 0).all()
+
+
+def test_critical_values_on_a_table_3_6_book_batched_and_exact():
+    from marketsched.mechanisms.clearing.orderbook import generate_order_book
+
+    book = generate_order_book(15, 45, np.random.default_rng(12))
+    a = greedy_allocation(book)
+    phi = critical_values(book, a, losers=True)
+    # several passes of at most 3 concurrent reruns give the same values
+    assert np.array_equal(phi, critical_values(book, a, losers=True, max_batch=3), equal_nan=True)
+    assert np.isnan(critical_values(book, a, jobs=[0, 1])[2:]).all()
+    assert (phi[a.allocated] <= book.job_value[a.allocated]).all()
+    for j in range(0, book.n_jobs, 4):
+        if np.isfinite(phi[j]):
+            assert greedy_allocation(book.with_job_value(j, phi[j] + 1e-6)).allocated[j]
+            if phi[j] > 1e-6:
+                assert not greedy_allocation(book.with_job_value(j, phi[j] - 1e-6)).allocated[j]
