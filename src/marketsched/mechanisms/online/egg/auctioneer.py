@@ -31,8 +31,10 @@ Decisions (seed003 note, decision 6)
 ------------------------------------
 * **Ties within a provider:** earliest completion time (the paper's rule).
 * **Ties across providers** (the paper gives none): earliest completion time ``tau*``, then
-  the lower price, then the lower provider index. Deterministic; any fixed rule that does
-  not depend on the bid beyond the menu keeps truthfulness.
+  the lower provider index. (Equal surplus at an equal time means an equal price: the value
+  is the same bid's ``w(tau*)``, so "then the lower price" would never decide.)
+  Deterministic; any fixed rule that does not depend on the bid beyond the menu keeps
+  truthfulness.
 * **Zero surplus is scheduled**: the paper leaves a job out only "if all resource providers
   have prices higher than value"; ``w - p = 0`` is scheduled.
 * Ties are exact float equality (prices and values are compared as given).
@@ -189,13 +191,11 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         pb = P[bi, kk, hb]
         tb = np.where(hb == f, x, st[hb])
         ok = np.isfinite(sb)
-        # eq. 4 with the documented tie-break: surplus, then earliest tau*, then price, then index
+        # eq. 4 with the documented tie-break: surplus, then earliest tau*, then lower index
         smax = np.where(ok, sb, -np.inf).max(axis=1)
         cand = ok & (sb == smax[:, None])
         tmin = np.where(cand, tb, np.inf).min(axis=1)
         cand &= tb == tmin[:, None]
-        pmin = np.where(cand, pb, np.inf).min(axis=1)
-        cand &= pb == pmin[:, None]
         kstar = cand.argmax(axis=1)
         win = np.isfinite(smax) & (smax >= 0)
         idx = np.nonzero(win)[0]
