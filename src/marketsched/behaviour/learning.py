@@ -1,0 +1,290 @@
+"""Bidders for the shared-resource market: ZIC and epsilon-greedy Q-learning (seed 001, ch. 6).
+
+Source: Stößer's thesis, section 6.4.1 ("Modeling the User Strategies", Algorithm 1,
+"Dealing with Short Request Runtimes", "Parameterizing the Q-Learning Strategy", Table 6.3)
+and appendix D.2-D.4; ``shared/notes/seed001.md`` sections 4.4 and 7.9.
+
+Both bidders work on a **batch** of ``B`` independent runs over the same requests (the market
+loop :func:`marketsched.mechanisms.online.share.simulate` and the engine policy
+:class:`~marketsched.mechanisms.online.share.ShareMarketPolicy` drive them the same way):
+
+* ``reset(values[B, N], cpus[N])`` once per run;
+* ``begin(rows)`` when the set of active requests changes (``rows`` in request order);
+* ``bid(u)`` each second: ``u[B, n]`` uniforms in ``[0, 1)`` (one per active request, drawn by
+  the market from each run's Generator) -> bids per CPU ``[B, n]``;
+* ``observe(x, bids)`` each second with the CPUs received;
+* ``end()`` before the active set changes.
+
+ZIC (Zero Intelligence Constrained)
+-----------------------------------
+Each second, request ``j`` bids uniformly on ``{1, 2, ..., v_j}`` (per CPU):
+``bid = floor(u v_j) + 1``. It ignores the market, so under pay-as-bid PS and SH must earn the
+same revenue (the thesis's sanity check). ``stateful = False``: the market may hand it many
+seconds at once (``u[L, B, n]``).
+
+Q-learning (Algorithm 1)
+------------------------
+* **Users**: the value range ``{low, ..., high}`` is cut into 10 intervals of
+  ``(high - low + 1) // 10`` values, the last one taking the remainder (narrow ``{10..60}``:
+  ``{10..14}, ..., {50..54}, {55..60}``); each interval is one user with one Q-table shared by
+  all its requests (:func:`owner`).
+* **States**: the share received in the last round, ``x_jt / c_j``, rounded to a whole percent
+  and binned into ``{0%, 1-10%, ..., 91-100%}`` (11 bins, :func:`share_bin`).
+* **Actions**: ``(b - b_min) / (v_j - b_min)`` binned the same way (11 bins); 121 Q-entries per
+  user, initialised to 0.
+* **Choice** (steps 3-6): during the user's first 100 rounds, or when ``beta <= epsilon``,
+  explore: ``b = random(0, 1) (v_j - b_min) + b_min``; otherwise exploit:
+  ``b = b_min + (k / 10) (v_j - b_min)`` with ``k = argmax_k Q(state, k)``.
+* **Learning** (steps 1-2): after the round, ``reward = v_j x_jt - b_jt c_j`` and
+  ``Q(s, a) <- (1 - alpha) Q(s, a) + alpha (reward + gamma max_k Q(s', k))``, ``s'`` the bin of the
+  share just received, which is also the state of the next round.
+
+Decisions (note section 7 item 9; each one is a constructor argument where it could matter)
+---------------------------------------------------------------------------------------------
+* ``b_min = 1`` (``v_min``): the lowest bid of ZIC's action space ``{1, ..., v_j}``.
+* **Exploit bid at the bin's upper end** (``bid_point="upper"``: bin ``k`` -> ratio ``k/10``, so
+  bin 0 is the minimum bid and bin 10 the true value); Algorithm 1 multiplies the argmax by
+  ``v_j - b_min``, which reads as the bin's percentage. ``"centre"`` uses ``(k - 0.5)/10``.
+* **Ties in the argmax go to the lowest bin**: with a zero-initialised table an unexplored state
+  bids the minimum, which is the "short drop" of the mean bid after a rise in demand that the
+  thesis explains this way (section 6.4.1, Figure 6.3).
+* **One uniform per request and second** serves both random choices of Algorithm 1: explore iff
+  ``u <= epsilon``, and then the exploration ratio is ``u / epsilon``, which is uniform on
+  ``[0, 1]`` given ``u <= epsilon`` (in the first 100 rounds the ratio is ``u``). Same
+  distribution as two draws, half the random numbers.
+* **"First 100 bidding rounds"** are counted per user: a round counts when the user has at least
+  one active request in it.
+* **A new request starts in state 0** (it has received nothing yet).
+* **Several requests of one user in one round** update the shared table one after another in
+  request order, each target using the table as left by the previous one (exactly sequential;
+  implemented in layers: the k-th request of every user in layer k).
+* **Reward** uses the exact share and bid (money), the table indices use the bins.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+N_USERS = 10
+N_BINS = 11
+#: Table 6.3: the tested parameter values.
+ALPHAS = (0.1, 0.3, 0.5, 0.7)
+GAMMAS = (0.3, 0.5, 0.7)
+EPSILONS = (0.05, 0.15, 0.25)
+#: The combination chosen in section 6.4.1 and used for tables 6.4-6.6.
+CHOSEN = {"alpha": 0.3, "gamma": 0.3, "epsilon": 0.05}
+#: The two valuation distributions of section 6.4.1 (uniform on the integers, both ends included).
+VALUE_RANGES = {"narrow": (10, 60), "wide": (10, 160)}
+
+
+def parameter_grid() -> list[dict]:
+    """The 36 combinations of Table 6.3, in the order of Tables D.1-D.3 (alpha, gamma, epsilon)."""
+    return [{"alpha": a, "gamma": g, "epsilon": e} for a, g, e in itertools.product(ALPHAS, GAMMAS, EPSILONS)]
+
+
+def interval_width(low: int, high: int, n_users: int = N_USERS) -> int:
+    """Values per user interval: ``(high - low + 1) // n_users`` (the last interval takes the rest)."""
+    if int(low) != low or int(high) != high or high < low:
+        raise ValueError(f"interval_width: need whole numbers low <= high, got {low!r}, {high!r}")
+    if n_users < 1 or (high - low + 1) < n_users:
+        raise ValueError(f"interval_width: {n_users} users need at least as many values in {{{low}..{high}}}")
+    return (int(high) - int(low) + 1) // n_users
+
+
+def value_intervals(low: int, high: int, n_users: int = N_USERS) -> list[tuple[int, int]]:
+    """The users' value intervals, e.g. narrow: ``[(10, 14), (15, 19), ..., (55, 60)]``."""
+    w = interval_width(low, high, n_users)
+    out = [(low + i * w, low + (i + 1) * w - 1) for i in range(n_users)]
+    out[-1] = (out[-1][0], int(high))
+    return out
+
+
+def owner(values, low, high, n_users: int = N_USERS) -> np.ndarray:
+    """The user (0..n_users-1) owning each value: ``min((v - low) // width, n_users - 1)``.
+
+    ``low`` and ``high`` may be arrays broadcasting against ``values`` (one range per run).
+    Values outside ``[low, high]`` raise ``ValueError``.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    lo = np.asarray(low, dtype=np.float64)
+    hi = np.asarray(high, dtype=np.float64)
+    lo_b, hi_b = np.broadcast_arrays(lo, hi)
+    for a, b in zip(lo_b.ravel(), hi_b.ravel()):
+        interval_width(a, b, n_users)
+    width = np.floor((hi - lo + 1) / n_users)
+    bad = (v < lo) | (v > hi)
+    if np.any(bad):
+        i = np.argwhere(bad)[0]
+        raise ValueError(f"owner: value {v[tuple(i)]!r} at {tuple(int(k) for k in i)} is outside its range [{low}, {high}]")
+    return np.minimum(np.floor((v - lo) / width), n_users - 1).astype(np.int64)
+
+
+def share_bin(ratio) -> np.ndarray:
+    """Bin of a ratio in [0, 1]: round to a whole percent, then ``{0%, 1-10%, ..., 91-100%}`` -> 0..10.
+
+    Footnote 10: ratios are rounded to whole percents, so a small positive share can be 0%.
+    """
+    pct = np.floor(np.asarray(ratio, dtype=np.float64) * 100.0 + 0.5).astype(np.int64)
+    return (np.clip(pct, 0, 100) + 9) // 10
+
+
+def _per_run(x, B: int, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 0:
+        a = np.full(B, float(a))
+    if a.shape != (B,):
+        raise ValueError(f"QLearning: {name} must be a number or one per run ({B}), got shape {a.shape}")
+    return a
+
+
+class ZIC:
+    """Zero Intelligence Constrained bidder (section 6.4.1): bid uniform on ``{1, ..., v_j}``.
+
+    Non-integer values bid on ``{1, ..., floor(v_j)}``; values below 1 raise ``ValueError``.
+    """
+
+    stateful = False
+
+    def reset(self, values, cpus) -> None:
+        v = np.asarray(values, dtype=np.float64)
+        if np.any(v < 1):
+            raise ValueError(f"ZIC: values must be >= 1 (bids are drawn from {{1..v}}); first bad at {np.argwhere(v < 1)[0].tolist()}")
+        self.top = np.floor(v)
+
+    def begin(self, rows) -> None:
+        self.v = self.top[:, rows]
+
+    def bid(self, u) -> np.ndarray:
+        return np.minimum(np.floor(u * self.v) + 1.0, self.v)
+
+    def observe(self, x, bids) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class QLearning:
+    """Epsilon-greedy Q-learning bidders with 10 users owning value intervals (Algorithm 1).
+
+    Parameters may be numbers or one value per run (the parameter grid of Table 6.3 runs as one
+    batch): ``alpha`` learning rate, ``gamma`` discount, ``epsilon`` exploration probability,
+    ``low``/``high`` the valuation range that is cut into the users' intervals. See the module
+    docstring for the steps and decisions.
+    """
+
+    stateful = True
+
+    def __init__(self, alpha=0.3, gamma=0.3, epsilon=0.05, *, low=10, high=160, n_users: int = N_USERS,
+                 v_min: float = 1.0, explore_rounds: int = 100, bid_point: str = "upper"):
+        for name, val, lo, hi in (("alpha", alpha, 0, 1), ("gamma", gamma, 0, 1), ("epsilon", epsilon, 0, 1)):
+            arr = np.asarray(val, dtype=np.float64)
+            if not np.all((arr > lo) & (arr < hi)):
+                raise ValueError(f"QLearning: {name} must lie in (0, 1), got {val!r}")
+        if bid_point not in ("upper", "centre"):
+            raise ValueError(f"QLearning: bid_point must be 'upper' or 'centre', got {bid_point!r}")
+        if int(explore_rounds) != explore_rounds or explore_rounds < 0:
+            raise ValueError(f"QLearning: explore_rounds must be a whole number >= 0, got {explore_rounds!r}")
+        if not (v_min >= 0):
+            raise ValueError(f"QLearning: v_min must be >= 0, got {v_min!r}")
+        self.params = {"alpha": alpha, "gamma": gamma, "epsilon": epsilon, "low": low, "high": high}
+        self.n_users = int(n_users)
+        self.v_min = float(v_min)
+        self.explore_rounds = int(explore_rounds)
+        self.bid_point = bid_point
+        k = np.arange(N_BINS, dtype=np.float64)
+        self.ratio_of_bin = k / 10.0 if bid_point == "upper" else np.maximum(k - 0.5, 0.0) / 10.0
+
+    # ------------------------------------------------------------------ run set-up
+    def reset(self, values, cpus) -> None:
+        v = np.asarray(values, dtype=np.float64)
+        B, N = v.shape
+        p = {k: _per_run(self.params[k], B, k) for k in self.params}
+        if np.any(v < self.v_min):
+            raise ValueError(f"QLearning: values must be >= v_min = {self.v_min}")
+        self.B, self.N = B, N
+        self.values = v
+        self.cpus = np.asarray(cpus, dtype=np.float64)
+        self.users = owner(v, p["low"][:, None], p["high"][:, None], self.n_users)
+        self.alpha = p["alpha"][:, None]
+        self.gamma = p["gamma"][:, None]
+        self.epsilon = p["epsilon"][:, None]
+        self.q = np.zeros(B * self.n_users * N_BINS * N_BINS)
+        self.rounds = np.zeros(B * self.n_users, dtype=np.int64)
+        self.state = np.zeros((B, N), dtype=np.int64)
+        self._rows = None
+
+    def table(self, run: int, user: int) -> np.ndarray:
+        """The 11 x 11 Q-table (state x action) of one user in one run (a view)."""
+        size = N_BINS * N_BINS
+        base = (run * self.n_users + user) * size
+        return self.q[base:base + size].reshape(N_BINS, N_BINS)
+
+    # ------------------------------------------------------------------ segments
+    def begin(self, rows) -> None:
+        B = self.B
+        rows = np.asarray(rows, dtype=np.int64)
+        n = len(rows)
+        self._rows = rows
+        self.v = self.values[:, rows]
+        self.span = self.v - self.v_min
+        self.c = self.cpus[rows]
+        bu = np.arange(B)[:, None] * self.n_users + self.users[:, rows]  # (run, user) index
+        self.bu = bu
+        self.qrow = bu * (N_BINS * N_BINS)  # start of the user's table
+        self.s = self.state[:, rows].copy()
+        self.present = np.unique(bu)
+        # layers: the k-th request (in request order) of each (run, user) goes to layer k
+        flat = bu.ravel()
+        order = np.argsort(flat, kind="stable")
+        sf = flat[order]
+        start = np.r_[True, sf[1:] != sf[:-1]]
+        first_pos = np.maximum.accumulate(np.where(start, np.arange(len(sf)), 0))
+        rank = np.empty(len(sf), dtype=np.int64)
+        rank[order] = np.arange(len(sf)) - first_pos
+        depth = int(rank.max()) + 1 if len(rank) else 0
+        self.layers = None if depth <= 1 else [np.flatnonzero(rank == k) for k in range(depth)]
+        if self.layers is not None:
+            self._alpha_f = np.broadcast_to(self.alpha, (B, n)).ravel()
+            self._gamma_f = np.broadcast_to(self.gamma, (B, n)).ravel()
+
+    def end(self) -> None:
+        if self._rows is not None:
+            self.state[:, self._rows] = self.s
+            self._rows = None
+
+    # ------------------------------------------------------------------ one second
+    _ar = np.arange(N_BINS)
+
+    def bid(self, u) -> np.ndarray:
+        """Algorithm 1, steps 3-6: explore or exploit; returns bids per CPU ``[B, n]``."""
+        q_rows = self.q[(self.qrow + self.s * N_BINS)[..., None] + self._ar]
+        greedy = q_rows.argmax(axis=-1)
+        forced = self.rounds[self.bu] < self.explore_rounds
+        explore = forced | (u <= self.epsilon)
+        ratio = np.where(explore, np.where(forced, u, u / self.epsilon), self.ratio_of_bin[greedy])
+        np.minimum(ratio, 1.0, out=ratio)
+        self.a = np.where(explore, share_bin(ratio), greedy)
+        self.rounds[self.present] += 1
+        return self.v_min + ratio * self.span
+
+    def observe(self, x, bids) -> None:
+        """Algorithm 1, steps 1-2: reward and Q update; the share received is the next state."""
+        reward = self.v * x - bids * self.c
+        s_next = share_bin(x / self.c)
+        keys = self.qrow + self.s * N_BINS + self.a
+        nxt_row = self.qrow + s_next * N_BINS
+        q = self.q
+        if self.layers is None:
+            best = q[nxt_row[..., None] + self._ar].max(axis=-1)
+            q[keys] = (1.0 - self.alpha) * q[keys] + self.alpha * (reward + self.gamma * best)
+        else:
+            kf, nf, rf = keys.ravel(), nxt_row.ravel(), reward.ravel()
+            for pos in self.layers:
+                k = kf[pos]
+                best = q[nf[pos][:, None] + self._ar].max(axis=-1)
+                al = self._alpha_f[pos]
+                q[k] = (1.0 - al) * q[k] + al * (rf[pos] + self._gamma_f[pos] * best)
+        self.s = s_next
