@@ -425,6 +425,13 @@ def game_section(rep: Report, df, trace: str, tag: str, paper: bool) -> dict:
             rep.text(f"**Table {name}, paper**")
             rep.text(paper_game(p).to_markdown())
     rep.table(pd.DataFrame(eq), caption=f"Pure Nash equilibria ({tag})")
+    if paper:
+        diffs = {scope: max(float(np.abs(gs[p].designer - paper_game(p).designer).max()) for p in ("first", "kth"))
+                 for scope, (gs, _) in out.items()}
+        rep.text(f"Designer payoff scope (an open point of the paper): over all jobs our normalised designer payoffs "
+                 f"are within {diffs['all']:.3f} of the paper's in every cell; over group C only they differ by up "
+                 f"to {diffs['group']:.3f}. So the paper's designer payoff most likely sums over all jobs (its "
+                 "'i, j are for all jobs'), while the users' payoff is group C's.")
     ci = raw.reset_index()
     ci = ci.assign(designer_rel_ci=ci["designer_ci"] / ci["designer"], users_rel_ci=ci["users_ci"] / ci["users"].abs())
     if n_seeds > 1:
