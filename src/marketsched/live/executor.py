@@ -106,7 +106,11 @@ class LocalExecutor:
                 env={**os.environ, **(env or {})},
             )
         ticks = proc_start_ticks(popen.pid)
-        proc = Proc(key, popen.pid, ticks if ticks is not None else -1, wd, popen)
+        ticks = ticks if ticks is not None else -1
+        # identity for a broker that restarts before its database recorded this launch
+        (wd / "proc.tmp").write_text(f"{popen.pid} {ticks}\n")
+        os.replace(wd / "proc.tmp", wd / "proc")
+        proc = Proc(key, popen.pid, ticks, wd, popen)
         self._watch(proc)
         return proc
 

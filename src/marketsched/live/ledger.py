@@ -1,0 +1,349 @@
+"""The live market's database: accounts, a double-entry ledger, jobs, events, price history.
+
+Storage
+-------
+SQLite in WAL mode (``journal_mode=WAL``, ``synchronous=FULL``: a committed transaction
+survives a crash of the broker and of the machine) in the market's data folder by default;
+PostgreSQL when given a ``postgresql://`` URL, for a market whose data must live on a shared
+server. The PostgreSQL driver (``psycopg``, version 3) is imported only then, and is an optional
+dependency (``pip install 'marketsched[postgres]'``). The SQL is the subset both understand;
+placeholders are written ``?`` and translated for psycopg.
+
+Money
+-----
+Amounts are whole **micro-units** (1e-6 of the market's currency unit) in the database, so sums
+are exact and the ledger balances to the last unit. The mechanism's payments are floats; the
+broker posts ``round(payment * 1e6)`` cumulatively, so a job's posted total is its payment
+rounded to a micro-unit.
+
+Double entry
+------------
+Every entry moves an amount from one account to another (``from_account`` -> ``to_account``);
+the ``accounts`` table holds each balance and is updated in the same transaction as the entry,
+so the sum of all balances is always 0. Accounts:
+
+* ``external:deposits``: where deposits come from (its balance is minus all deposits);
+* ``user:NAME``: a user's money;
+* ``provider:revenue``: what the market has charged for running time.
+
+Hence ``sum(user balances) + revenue = total deposits`` at every commit
+(:meth:`Store.check_books` verifies it and recomputes every balance from the entries).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+MICRO = 1_000_000
+DEPOSITS = "external:deposits"
+REVENUE = "provider:revenue"
+
+ACTIVE_STATES = ("queued", "running", "preempted", "held")
+FINAL_STATES = ("completed", "cancelled", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS users (
+    name TEXT PRIMARY KEY,
+    token_hash TEXT NOT NULL UNIQUE,
+    is_admin INTEGER NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS accounts (name TEXT PRIMARY KEY, balance BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS entries (
+    id {pk},
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    from_account TEXT NOT NULL REFERENCES accounts(name),
+    to_account TEXT NOT NULL REFERENCES accounts(name),
+    amount BIGINT NOT NULL CHECK (amount > 0),
+    job_id BIGINT,
+    memo TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_from ON entries(from_account);
+CREATE INDEX IF NOT EXISTS entries_to ON entries(to_account);
+CREATE INDEX IF NOT EXISTS entries_job ON entries(job_id);
+CREATE TABLE IF NOT EXISTS jobs (
+    id {pk},
+    owner TEXT NOT NULL REFERENCES users(name),
+    bid REAL NOT NULL,
+    procs INTEGER NOT NULL,
+    estimate REAL,
+    command TEXT NOT NULL,
+    submit_t REAL NOT NULL,
+    state TEXT NOT NULL,
+    first_start REAL,
+    end_t REAL,
+    run_seconds REAL NOT NULL,
+    preemptions INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    charged BIGINT NOT NULL,
+    unpaid BIGINT NOT NULL,
+    exit_code INTEGER,
+    pid INTEGER,
+    start_ticks BIGINT,
+    note TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS events (
+    id {pk},
+    job_id BIGINT NOT NULL,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+CREATE TABLE IF NOT EXISTS prices (
+    id {pk},
+    t REAL NOT NULL,
+    price REAL NOT NULL,
+    queued INTEGER NOT NULL,
+    running INTEGER NOT NULL
+);
+"""
+
+JOB_COLUMNS = ("id", "owner", "bid", "procs", "estimate", "command", "submit_t", "state", "first_start", "end_t",
+               "run_seconds", "preemptions", "attempts", "charged", "unpaid", "exit_code", "pid", "start_ticks",
+               "note")
+
+
+class Store:
+    """One connection to the market's database, used under the broker's lock.
+
+    ``where`` is a folder (SQLite file ``market.db`` in it), a ``.db`` file path, or a
+    ``postgresql://`` URL.
+    """
+
+    def __init__(self, where):
+        where = str(where)
+        self._lock = threading.RLock()
+        self._depth = 0
+        if where.startswith(("postgresql://", "postgres://")):
+            try:
+                import psycopg  # optional dependency, imported only for a PostgreSQL market
+            except ImportError as exc:  # pragma: no cover - depends on the environment
+                raise RuntimeError(
+                    "a PostgreSQL market needs the psycopg driver: pip install 'marketsched[postgres]'"
+                ) from exc
+            self.kind = "postgresql"
+            self.conn = psycopg.connect(where, autocommit=True)
+            self.location = where.split("@")[-1]
+            schema = _SCHEMA.format(pk="BIGSERIAL PRIMARY KEY").replace(" REAL", " DOUBLE PRECISION")
+            self._lastid = " RETURNING id"
+        else:
+            path = Path(where)
+            if path.suffix not in (".db", ".sqlite", ".sqlite3"):
+                path.mkdir(parents=True, exist_ok=True)
+                path = path / "market.db"
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            self.kind = "sqlite"
+            self.location = str(path)
+            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            schema = _SCHEMA.format(pk="INTEGER PRIMARY KEY AUTOINCREMENT")
+            self._lastid = " RETURNING id"
+        with self.transaction():
+            for stmt in schema.split(";"):
+                if stmt.strip():
+                    self._exec(stmt)
+            for acct in (DEPOSITS, REVENUE):
+                self._ensure_account(acct)
+
+    # ------------------------------------------------------------------ plumbing
+    def _exec(self, sql: str, params=()):
+        if self.kind == "postgresql":
+            sql = sql.replace("?", "%s")
+        return self.conn.execute(sql, params)
+
+    def _rows(self, sql: str, params=()) -> list[tuple]:
+        return list(self._exec(sql, params).fetchall())
+
+    @contextmanager
+    def transaction(self):
+        """All writes inside commit together (nested uses join the outer transaction)."""
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+                return
+            self._exec("BEGIN IMMEDIATE" if self.kind == "sqlite" else "BEGIN")
+            self._depth = 1
+            try:
+                yield
+            except BaseException:
+                self._depth = 0
+                self._exec("ROLLBACK")
+                raise
+            self._depth = 0
+            self._exec("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default=None):
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else default
+
+    def set_meta(self, key: str, value) -> None:
+        with self.transaction():
+            self._exec("DELETE FROM meta WHERE key = ?", (key,))
+            self._exec("INSERT INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
+
+    # ------------------------------------------------------------------ users
+    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float) -> None:
+        with self.transaction():
+            self._exec("INSERT INTO users (name, token_hash, is_admin, created) VALUES (?, ?, ?, ?)",
+                       (name, token_hash, int(is_admin), t))
+            self._ensure_account(user_account(name))
+
+    def user_by_token_hash(self, token_hash: str):
+        rows = self._rows("SELECT name, is_admin FROM users WHERE token_hash = ?", (token_hash,))
+        return (rows[0][0], bool(rows[0][1])) if rows else None
+
+    def users(self) -> list[tuple[str, bool]]:
+        return [(n, bool(a)) for n, a in self._rows("SELECT name, is_admin FROM users ORDER BY name")]
+
+    # ------------------------------------------------------------------ ledger
+    def _ensure_account(self, name: str) -> None:
+        if not self._rows("SELECT 1 FROM accounts WHERE name = ?", (name,)):
+            self._exec("INSERT INTO accounts (name, balance) VALUES (?, 0)", (name,))
+
+    def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, job_id=None,
+             memo: str = "") -> None:
+        """One double entry: ``amount`` micro-units leave ``from_account`` and reach ``to_account``."""
+        if int(amount) != amount or amount <= 0:
+            raise ValueError(f"a ledger entry moves a positive whole number of micro-units, got {amount!r}")
+        with self.transaction():
+            self._exec(
+                "INSERT INTO entries (t, kind, from_account, to_account, amount, job_id, memo) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (t, kind, from_account, to_account, int(amount), job_id, memo),
+            )
+            self._exec("UPDATE accounts SET balance = balance - ? WHERE name = ?", (int(amount), from_account))
+            self._exec("UPDATE accounts SET balance = balance + ? WHERE name = ?", (int(amount), to_account))
+
+    def balances(self) -> dict[str, int]:
+        return dict(self._rows("SELECT name, balance FROM accounts"))
+
+    def entries(self, account: str | None = None, job_id=None, limit: int | None = None) -> list[dict]:
+        sql = "SELECT id, t, kind, from_account, to_account, amount, job_id, memo FROM entries"
+        cond, params = [], []
+        if account is not None:
+            cond.append("(from_account = ? OR to_account = ?)")
+            params += [account, account]
+        if job_id is not None:
+            cond.append("job_id = ?")
+            params.append(job_id)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
+        keys = ("id", "t", "kind", "from_account", "to_account", "amount", "job_id", "memo")
+        return [dict(zip(keys, r)) for r in self._rows(sql, params)]
+
+    def charged_by_job(self) -> dict[int, int]:
+        return dict(self._rows(
+            "SELECT job_id, SUM(amount) FROM entries WHERE kind = 'charge' GROUP BY job_id"))
+
+    def check_books(self) -> dict[str, int]:
+        """Verify the double entry: balances sum to 0 and each equals its entries' net flow.
+
+        Returns ``{"deposits", "users", "revenue"}`` in micro-units; raises AssertionError
+        naming the first account that does not add up.
+        """
+        bal = self.balances()
+        flows: dict[str, int] = {a: 0 for a in bal}
+        for frm, to, amount in self._rows("SELECT from_account, to_account, amount FROM entries"):
+            flows[frm] -= amount
+            flows[to] += amount
+        for acct, b in bal.items():
+            if flows.get(acct, 0) != b:
+                raise AssertionError(f"account {acct}: balance {b} but its entries add up to {flows.get(acct, 0)}")
+        if sum(bal.values()) != 0:
+            raise AssertionError(f"balances add up to {sum(bal.values())}, not 0")
+        users = sum(b for a, b in bal.items() if a.startswith("user:"))
+        return {"deposits": -bal[DEPOSITS], "users": users, "revenue": bal[REVENUE]}
+
+    # ------------------------------------------------------------------ jobs
+    def insert_job(self, owner: str, bid: float, procs: int, estimate, command: str, submit_t: float) -> int:
+        with self.transaction():
+            cur = self._exec(
+                "INSERT INTO jobs (owner, bid, procs, estimate, command, submit_t, state, run_seconds, preemptions, "
+                "attempts, charged, unpaid, note) VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, 0, 0, 0, '')" + self._lastid,
+                (owner, bid, procs, estimate, command, submit_t),
+            )
+            return int(cur.fetchone()[0])
+
+    def update_job(self, job_id: int, **fields) -> None:
+        bad = set(fields) - set(JOB_COLUMNS)
+        if bad:
+            raise KeyError(f"no job column(s) {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self.transaction():
+            self._exec(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def job(self, job_id: int) -> dict | None:
+        rows = self._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id = ?", (job_id,))
+        return dict(zip(JOB_COLUMNS, rows[0])) if rows else None
+
+    def jobs(self, owner: str | None = None, states=None, limit: int | None = None) -> list[dict]:
+        sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
+        cond, params = [], []
+        if owner is not None:
+            cond.append("owner = ?")
+            params.append(owner)
+        if states:
+            cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
+            params += list(states)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
+        return [dict(zip(JOB_COLUMNS, r)) for r in self._rows(sql, params)]
+
+    def count_jobs(self) -> dict[str, int]:
+        return dict(self._rows("SELECT state, COUNT(*) FROM jobs GROUP BY state"))
+
+    # ------------------------------------------------------------------ events and prices
+    def add_event(self, job_id: int, t: float, kind: str, detail: str = "") -> None:
+        with self.transaction():
+            self._exec("INSERT INTO events (job_id, t, kind, detail) VALUES (?, ?, ?, ?)", (job_id, t, kind, detail))
+
+    def events(self, job_id: int | None = None) -> list[dict]:
+        sql = "SELECT id, job_id, t, kind, detail FROM events"
+        params: tuple = ()
+        if job_id is not None:
+            sql += " WHERE job_id = ?"
+            params = (job_id,)
+        keys = ("id", "job_id", "t", "kind", "detail")
+        return [dict(zip(keys, r)) for r in self._rows(sql + " ORDER BY id", params)]
+
+    def add_price(self, t: float, price: float, queued: int, running: int) -> None:
+        with self.transaction():
+            self._exec("INSERT INTO prices (t, price, queued, running) VALUES (?, ?, ?, ?)", (t, price, queued, running))
+
+    def prices(self, since: float | None = None, limit: int = 1000) -> list[dict]:
+        sql = "SELECT t, price, queued, running FROM prices"
+        params: tuple = ()
+        if since is not None:
+            sql += " WHERE t >= ?"
+            params = (since,)
+        sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT {int(limit)}) AS last ORDER BY t"
+        keys = ("t", "price", "queued", "running")
+        return [dict(zip(keys, r)) for r in self._rows(sql, params)]
+
+
+def user_account(name: str) -> str:
+    return f"user:{name}"

@@ -1,0 +1,223 @@
+"""The broker with real processes: preemption and resumption, charges equal to the simulator's,
+admission and running out of money, cancel, bad input that changes nothing."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from marketsched.live.broker import Broker, MarketConfig, MarketError
+from marketsched.live.executor import proc_start_ticks
+from marketsched.live.replay import simulate_recorded
+
+STEP = 0.05
+
+
+def work(seconds, tag=""):
+    """A command that needs ``seconds`` of *running* time: short sleeps in a loop, so time spent
+    stopped (SIGSTOP) does not count (one plain ``sleep`` counts wall time even when stopped,
+    since the kernel restarts it against its original deadline)."""
+    n = round(seconds / STEP)
+    return f"i=0; while [ $i -lt {n} ]; do sleep {STEP}; i=$((i+1)); done; echo done {tag}"
+
+
+def wait_for(pred, timeout=15.0, every=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(every)
+    return False
+
+
+@pytest.fixture
+def market(tmp_path):
+    brokers = []
+
+    def make(**cfg):
+        b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+        b.ensure_admin()
+        brokers.append(b)
+        return b
+
+    yield make
+    for b in brokers:
+        if not b._stopping:
+            b.stop(kill_jobs=True)
+
+
+def states(b, user="admin", admin=True):
+    return {j["id"]: j["state"] for j in b.jobs(user, admin)}
+
+
+def test_higher_bid_preempts_lower_which_resumes_and_charges_equal_simulator(market):
+    b = market(slots=1)
+    b.add_user(True, "alice", 100)
+    b.add_user(True, "bob", 100)
+    low = b.submit("alice", False, 2.0, work(1.2, "low"))["id"]
+    assert wait_for(lambda: b.job("alice", False, low)["state"] == "running")
+    time.sleep(0.4)
+    high = b.submit("bob", False, 5.0, work(0.6, "high"))["id"]
+    # the preemption is decided within the submission
+    assert states(b) == {low: "preempted", high: "running"}
+    pid = b.job("alice", False, low)["pid"]
+    assert wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", 2)
+    third = b.submit("bob", False, 3.0, work(0.3, "third"))["id"]  # queued behind high, ahead of low
+    assert b.price()["price"] == 3.0  # k-th price: best queued bid
+    assert wait_for(lambda: all(s == "completed" for s in states(b).values()))
+    jl, jh, jt = (b.job("admin", True, j) for j in (low, high, third))
+    assert jl["preemptions"] == 1 and jh["preemptions"] == 0
+    assert jh["end_t"] <= jt["first_start"] and jt["end_t"] <= [e["t"] for e in jl["events"] if e["kind"] == "resume"][0]
+    assert [j["exit_code"] for j in (jl, jh, jt)] == [0, 0, 0]
+    assert jl["stdout"] == "done low\n"
+    # the ledger equals what the simulator computes for the recorded sequence (measured
+    # submit and run times): to a micro-unit per job
+    jobs = [jl, jh, jt]
+    rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], [2.0, 5.0, 3.0], 1)
+    np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
+    np.testing.assert_allclose([j["first_start"] for j in jobs], rec.first_start, atol=1e-6)
+    assert rec.preemptions.tolist() == [1, 0, 0]
+    # ... and, with the nominal run times, within the stated timing tolerance: each event may be
+    # late by the machine's reaction time; 0.5 s per job at the highest bid bounds the payment
+    nominal = simulate_recorded([j["submit_t"] for j in jobs], [1.2, 0.6, 0.3], [2.0, 5.0, 3.0], 1)
+    assert nominal.preemptions.tolist() == [1, 0, 0]
+    np.testing.assert_allclose([j["charged"] for j in jobs], nominal.payment, atol=0.5 * 5.0)
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"]) == 200
+    assert books["revenue"] == pytest.approx(sum(j["charged"] for j in jobs), abs=1e-9)
+
+
+def test_nphb_does_not_preempt_and_first_price_charges_bids(market):
+    b = market(slots=1, mechanism="nphb", pricing="first")
+    b.add_user(True, "alice", 100)
+    a = b.submit("alice", False, 2.0, work(0.5))["id"]
+    c = b.submit("alice", False, 9.0, work(0.2))["id"]
+    assert states(b, "alice", False) == {a: "running", c: "queued"}
+    assert wait_for(lambda: set(states(b).values()) == {"completed"})
+    ja, jc = b.job("alice", False, a), b.job("alice", False, c)
+    # first price: the machine is full (active jobs >= 1 slot) while each runs: each pays its bid
+    assert ja["charged"] == pytest.approx(2.0 * ja["run_seconds"], abs=2e-6)
+    assert jc["charged"] == pytest.approx(9.0 * jc["run_seconds"], abs=2e-6)
+    assert jc["first_start"] == ja["end_t"]
+
+
+def test_admission_rule_refuses_and_stores_nothing(market):
+    b = market(slots=1, admission_seconds=10)
+    b.add_user(True, "carol", 15)
+    with pytest.raises(MarketError, match="balance too low") as e:
+        b.submit("carol", False, 2.0, "true")  # needs 10 s x bid 2 = 20
+    assert e.value.status == 402
+    assert b.jobs("carol", False) == []
+    b.add_user(True, "cy", 5)
+    with pytest.raises(MarketError, match="reservation price"):
+        b.submit("cy", False, 0.1, "true")  # a bid below 1 may pay 1: needs max(0.1, 1) x 10 s = 10 > 5
+    assert b.jobs("admin", True) == [] and b.books()["revenue"] == 0
+    j = b.submit("carol", False, 1.5, "true")  # 10 s x 1.5 = 15: just enough
+    assert j["state"] in ("running", "completed") and len(b.jobs("carol", False)) == 1
+
+
+def test_running_out_of_money_holds_jobs_until_a_deposit(market):
+    b = market(slots=2, charge_interval=0.2, admission_seconds=0.1)
+    b.add_user(True, "dave", 1.0)  # 2 jobs at the reservation price 1 each: out of money after 0.5 s
+    j = b.submit("dave", False, 3.0, work(1.5, "dave"))["id"]
+    q = b.submit("dave", False, 3.0, work(0.2))["id"]  # runs too: 2 slots, empty queue, price 1 each
+    assert wait_for(lambda: b.job("dave", False, j)["state"] == "held", 5)
+    view = b.job("dave", False, j)
+    assert b.balances("dave", False)["balance"] == 0.0  # never negative
+    assert view["unpaid"] < 0.2 and b.job("dave", False, q)["state"] in ("held", "completed")
+    pid = view["pid"]
+    assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"  # suspended
+    assert [e["kind"] for e in view["events"]][-1] == "hold"
+    with pytest.raises(MarketError, match="balance too low"):
+        b.submit("dave", False, 1.0, "true")
+    b.deposit(True, "dave", 50)
+    assert b.job("dave", False, j)["state"] == "running"
+    assert wait_for(lambda: b.job("dave", False, j)["state"] == "completed", 10)
+    view = b.job("dave", False, j)
+    assert view["stdout"] == "done dave\n" and view["exit_code"] == 0
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"]) == 51
+    kinds = [e["kind"] for e in view["events"]]
+    assert kinds.index("hold") < kinds.index("release") < kinds.index("resume")
+
+
+def test_cancel_running_and_queued_only_by_owner(market):
+    b = market(slots=1)
+    b.add_user(True, "erin", 100)
+    b.add_user(True, "frank", 100)
+    r = b.submit("erin", False, 5.0, "sleep 30")
+    q = b.submit("erin", False, 1.0, "sleep 30")
+    with pytest.raises(MarketError, match="no job") as e:
+        b.cancel("frank", False, r["id"])
+    assert e.value.status == 404
+    assert [j["id"] for j in b.jobs("frank", False)] == []  # frank does not see erin's jobs
+    time.sleep(0.3)
+    out = b.cancel("erin", False, r["id"])
+    assert out["state"] == "cancelled" and out["charged"] > 0
+    assert wait_for(lambda: proc_start_ticks(r["pid"]) is None, 3)  # group killed
+    assert b.job("erin", False, q["id"])["state"] == "running"  # the queued job got the slot
+    b.cancel("admin", True, q["id"])  # the administrator may cancel any job
+    with pytest.raises(MarketError, match="already ended") as e:
+        b.cancel("erin", False, q["id"])
+    assert e.value.status == 409
+    assert b.price()["running"] == 0
+
+
+@pytest.mark.parametrize("bid", [math.nan, math.inf, -math.inf, -1.0, 0.0, "5", True, None])
+def test_bad_bid_changes_nothing(market, bid):
+    b = market(slots=1)
+    b.add_user(True, "gina", 10)
+    before = (b.jobs("admin", True), b.books(), b.store.entries())
+    with pytest.raises(MarketError, match="bid must be a") as e:
+        b.submit("gina", False, bid, "true")
+    assert e.value.status == 400
+    assert (b.jobs("admin", True), b.books(), b.store.entries()) == before
+
+
+@pytest.mark.parametrize("command", ["", "   ", [], None, 5, ["ok", 3]])
+def test_empty_or_bad_command_changes_nothing(market, command):
+    b = market(slots=1)
+    b.add_user(True, "hal", 10)
+    with pytest.raises(MarketError, match="command"):
+        b.submit("hal", False, 1.0, command)
+    assert b.jobs("admin", True) == []
+
+
+def test_unknown_user_wrong_token_and_other_refusals(market):
+    b = market(slots=1)
+    tok = b.add_user(True, "ivy", 10)["token"]
+    assert b.authenticate(tok) == ("ivy", False)
+    assert b.authenticate(b.admin_token) == ("admin", True)
+    for bad in ("", None, tok + "x", "nonsense"):
+        with pytest.raises(MarketError, match="token") as e:
+            b.authenticate(bad)
+        assert e.value.status == 401
+    with pytest.raises(MarketError, match="unknown user 'zed'") as e:
+        b.deposit(True, "zed", 5)
+    assert e.value.status == 404
+    with pytest.raises(MarketError, match="unknown user"):
+        b.submit("zed", False, 1.0, "true")
+    with pytest.raises(MarketError, match="only the administrator"):
+        b.add_user(False, "mallory", 1e6)
+    with pytest.raises(MarketError, match="already exists"):
+        b.add_user(True, "ivy", 1)
+    with pytest.raises(MarketError, match="user name"):
+        b.add_user(True, "a b", 1)
+    with pytest.raises(MarketError, match="deposit must be a positive"):
+        b.deposit(True, "ivy", -5)
+    with pytest.raises(MarketError, match="procs must be 1"):
+        b.submit("ivy", False, 1.0, "true", procs=2)
+    with pytest.raises(MarketError, match="job id"):
+        b.cancel("ivy", False, "x1")
+    books = b.books()
+    assert books == {"deposits": 10.0, "users": 10.0, "revenue": 0.0}
+    assert b.jobs("admin", True) == []
+
+
+def test_wsept_needs_an_estimate(market):
+    b = market(slots=1, mechanism="wspt")
+    b.add_user(True, "jo", 10)
+    with pytest.raises(MarketError, match="runtime estimate"):
+        b.submit("jo", False, 1.0, "true")
+    assert b.submit("jo", False, 1.0, "true", estimate=5)["estimate"] == 5
