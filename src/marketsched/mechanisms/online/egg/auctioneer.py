@@ -50,7 +50,7 @@ from marketsched.mechanisms.online.egg.bids import BidBatch
 from marketsched.mechanisms.online.egg.price_table import PriceBook
 
 #: elements of the (bids x providers x columns) working array per chunk
-CHUNK_CELLS = 1 << 21
+CHUNK_CELLS = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,24 +150,30 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         m_price = np.full((B, K), np.nan)
         m_surplus = np.full((B, K), -np.inf)
 
+    # one extra row of +inf: "not offered" (bucket above the top edge) gathers from it
+    R = fp.shape[1]
+    fpp = np.concatenate([fp, np.full((K, 1, H), np.inf)], axis=1)
+    rows = np.where(rows < 0, R, rows)
+    # process bids sorted by their last usable column, so each chunk spans few columns
+    last = np.floor(np.maximum(np.minimum(arrival + delta, bids.deadlines() + slot), arrival) / slot).astype(np.int64)
+    order = np.argsort(last, kind="stable") if B > 1 else np.arange(B)
     step = max(1, int(chunk_cells // max(1, K * H)))
     kk = np.arange(K)[None, :]
     for i0 in range(0, B, step):
         i1 = min(B, i0 + step)
-        c = slice(i0, i1)
-        bc = bids if (i0 == 0 and i1 == B) else bids.take(c)
+        c = order[i0:i1]
+        bc = bids if (i0 == 0 and i1 == B and B == 1) else bids.take(c)
         a = arrival[c]
         n = i1 - i0
-        # columns any bid of the chunk can use: from the arrival's slot to the patience horizon
+        # columns any bid of the chunk can use: from the arrival's slot to the last usable one
         hmin = int(np.floor(a.min() / slot)) - base
-        hmax = min(H, int(np.floor((a.max() + delta) / slot)) - base + 1)
+        hmax = min(H, int(last[c].max()) - base + 1)
         if hmax <= hmin:
             continue
         st = starts_all[hmin:hmax]
         h = hmax - hmin
         r = rows[c]
-        P = fp[:, :, hmin:hmax][kk, np.maximum(r, 0)]  # (n, K, h)
-        P[r < 0] = np.inf
+        P = fpp[:, :, hmin:hmax][kk, r]  # (n, K, h)
         hz = a + delta  # patience horizon (exclusive)
         x = a[:, None] + runtime[c]  # earliest completion per provider
         f = np.floor(x / slot).astype(np.int64) - (base + hmin)  # column holding x (relative)
@@ -176,18 +182,15 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         Vs[(Vs <= 0) | (st[None, :] >= hz[:, None])] = -np.inf
         vx = bc.values(x)
         vx[(vx <= 0) | (x >= hz[:, None])] = -np.inf
-        S = Vs[:, None, :] - P
-        S[np.isnan(S)] = -np.inf  # -inf value minus +inf price
-        S[np.arange(h)[None, None, :] < f[:, :, None]] = -np.inf
+        S = np.full((n, K, h), -np.inf)
+        np.subtract(Vs[:, None, :], P, out=S, where=np.arange(h)[None, None, :] > f[:, :, None])
         bi = np.arange(n)[:, None]
-        inside = f < h
-        fi = np.minimum(f, h - 1)
-        Sf = vx - P[bi, kk, fi]
-        Sf[np.isnan(Sf)] = -np.inf
-        S[bi, kk, fi] = np.where(inside, Sf, S[bi, kk, fi])
-        S[~eligible[c]] = -np.inf
+        inside = (f >= 0) & (f < h)
+        fi = np.clip(f, 0, h - 1)
+        S[bi, kk, fi] = np.where(inside, vx - P[bi, kk, fi], S[bi, kk, fi])  # -inf - inf = -inf, never NaN
         hb = S.argmax(axis=2)  # eq. 3: first maximum = earliest column
         sb = S[bi, kk, hb]
+        sb[~eligible[c]] = -np.inf
         pb = P[bi, kk, hb]
         tb = np.where(hb == f, x, st[hb])
         ok = np.isfinite(sb)
@@ -200,7 +203,7 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         win = np.isfinite(smax) & (smax >= 0)
         idx = np.nonzero(win)[0]
         kw = kstar[idx]
-        g = i0 + idx
+        g = c[idx]
         out_k[g] = kw
         out_slot[g] = base + hmin + hb[idx, kw]
         out_tau[g] = tb[idx, kw]

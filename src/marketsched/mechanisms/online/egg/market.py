@@ -109,17 +109,32 @@ class Market:
             el &= bids.view
         return el
 
-    def quote(self, bids: BidBatch, menu: bool = False) -> Outcome:
-        """Equations 3-5 for bids arriving now, without collecting payment."""
-        if len(bids) and np.any(bids.arrival != self.now):
-            i = int(np.argmax(bids.arrival != self.now))
-            raise ValueError(f"Market: bid {i} is stamped {bids.arrival[i]} but the market's clock is {self.now} "
-                             "(the infrastructure timestamps bids on receipt: advance the market first)")
+    def quote(self, bids: BidBatch, menu: bool = False, window: bool = False) -> Outcome:
+        """Equations 3-5 for bids arriving now, without collecting payment.
+
+        ``window=True`` accepts bids stamped anywhere from now to the end of the current slot
+        and prices them all against the current tables and reliabilities: exact when nothing
+        is updated in between (providers that update only at slot boundaries, reliability
+        published once per slot). The clock then moves to the last arrival, so no later update
+        can be ordered before these bids.
+        """
+        if len(bids):
+            if window:
+                end = (self.book.slot_of(self.now) + 1) * self.book.slot
+                bad = (bids.arrival < self.now) | (bids.arrival >= end)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ValueError(f"Market: bid {i} is stamped {bids.arrival[i]}, outside the current slot "
+                                     f"[{self.now}, {end})")
+            elif np.any(bids.arrival != self.now):
+                i = int(np.argmax(bids.arrival != self.now))
+                raise ValueError(f"Market: bid {i} is stamped {bids.arrival[i]} but the market's clock is {self.now} "
+                                 "(the infrastructure timestamps bids on receipt: advance the market first)")
         Q = self.estimators.estimates(bids.description)
         r = self.estimators.runtimes(Q)
         return clear(bids, self.book, Q, self.eligibility(bids), r, menu=menu)
 
-    def submit(self, bids: BidBatch, jobs=None, menu: bool = False) -> tuple[Outcome, np.ndarray]:
+    def submit(self, bids: BidBatch, jobs=None, menu: bool = False, window: bool = False) -> tuple[Outcome, np.ndarray]:
         """Clear bids arriving now and put the winners' payments in escrow (steps 1a-1d).
 
         Returns the outcome and, per bid, its escrow entry id (-1 if not scheduled). The
@@ -129,7 +144,9 @@ class Market:
         jobs = np.arange(self.bids, self.bids + n) if jobs is None else np.asarray(jobs, dtype=np.int64)
         if jobs.shape != (n,):
             raise ValueError(f"Market.submit: {jobs.shape[0]} job ids for {n} bids")
-        out = self.quote(bids, menu)
+        out = self.quote(bids, menu, window)
+        if window and n:
+            self.advance(float(bids.arrival.max()))
         self.bids += n
         self.truncated += int(np.sum(bids.deadlines() >= bids.arrival + self.delta))
         entry = np.full(n, -1, np.int64)

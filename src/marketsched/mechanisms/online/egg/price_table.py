@@ -346,7 +346,13 @@ class PriceBook:
         offered = np.ones(Q.shape[:-1], dtype=bool)
         for d in range(L):
             up = self._upper[d]  # (K, n)
-            idx = (Q[..., d, None] >= up).sum(-1)
+            q = Q[..., d]
+            if np.all(up == up[:1]):  # edges shared by every provider: one binary search
+                idx = np.searchsorted(up[0], q, side="right")
+            else:
+                idx = np.empty(q.shape, dtype=np.int64)
+                for k in range(self.n_providers):
+                    idx[..., k] = np.searchsorted(up[k], q[..., k], side="right")
             offered &= idx < self.n_buckets[d]
             flat = flat * self.n_buckets[d] + np.minimum(idx, self.n_buckets[d] - 1)
         return np.where(offered, flat, -1)
