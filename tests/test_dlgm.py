@@ -1,0 +1,340 @@
+"""DLGM and P-DLGM (seed 001, sections 5.3-5.4, Appendix C).
+
+Hand-worked instances (exact), a naive reference (explicit queues and an explicit ledger of
+every transfer, written straight from Steps 1-3 of the thesis), and the thesis's properties on
+random instances with integer data (so that every sum is exact in floating point):
+
+* Lemma 5 / Theorem 3: under truthful weights, ex-post utility = tentative utility;
+* payments are transfers between jobs: they sum to zero;
+* Theorem 1/3 (node choice): forcing a job onto any other node does not raise its utility;
+* Lemma 4: misreporting the weight (on any node) does not raise the tentative utility;
+* Lemma 6: given a truthful weight, arriving later than the release date does not pay.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from marketsched.engine.records import FinalState
+from marketsched.mechanisms.online.dlgm import DLGM, make_dlgm, ratio_buckets, run_dlgm
+from marketsched.workloads import read_swf, scale_capacity, split_parallel, to_workload
+from marketsched.workloads.workload import Workload
+
+
+# ---------------------------------------------------------------------------- naive reference
+def reference(submit, runtime, bid, m, preemptive, force=None):
+    """Steps 1-3 of sections 5.3/5.4 with explicit per-node lists; every transfer booked.
+
+    Same documented choices as the mechanism: node ties to the lowest index, queue ties to the
+    lower job index, completions before arrivals in a batch, arrivals in job order.
+    """
+    n = len(submit)
+    force = force or {}
+
+    def ratio(v, d):
+        return v / d if d > 0 else math.inf
+
+    run = [None] * m
+    rem = list(map(float, runtime))
+    queue = [[] for _ in range(m)]  # (ratio, job)
+    out = {k: [None] * n for k in ("tent_e", "tent_p", "node", "end")}
+    out["recv"] = [0.0] * n
+    t, i = 0.0, 0
+    while True:
+        nxt = submit[i] if i < n else math.inf
+        fin = min([t + rem[run[q]] for q in range(m) if run[q] is not None], default=math.inf)
+        tn = min(nxt, fin)
+        if tn == math.inf:
+            break
+        for q in range(m):
+            if run[q] is not None:
+                rem[run[q]] -= tn - t
+        t = tn
+        for q in range(m):  # completions; the freed node starts its best waiting job
+            k = run[q]
+            if k is not None and rem[k] <= 0:
+                out["end"][k] = t
+                run[q] = None
+                if queue[q]:
+                    queue[q].sort(key=lambda x: (-x[0], x[1]))
+                    run[q] = queue[q].pop(0)[1]
+        while i < n and submit[i] <= t:
+            j = i
+            i += 1
+            v, d = bid[j], runtime[j]
+            rho = ratio(v, d)
+            offers = []
+            for q in range(m):
+                ahead = behind = 0.0
+                run_ahead = False
+                k = run[q]
+                if k is not None:
+                    if not preemptive or ratio(bid[k], rem[k]) >= rho:
+                        ahead += rem[k]
+                        run_ahead = True
+                    else:
+                        behind += bid[k]
+                for r, kk in queue[q]:
+                    if r >= rho:
+                        ahead += rem[kk]
+                    else:
+                        behind += bid[kk]
+                offers.append((t + d + ahead, d * behind, run_ahead))
+            q = force.get(j, min(range(m), key=lambda q: (v * offers[q][0] + offers[q][1], q)))
+            out["node"][j], out["tent_e"][j], out["tent_p"][j] = q, offers[q][0], offers[q][1]
+            k = run[q]
+            if k is None:
+                run[q] = j
+                continue
+            for r, kk in queue[q]:
+                if r < rho:
+                    out["recv"][kk] += bid[kk] * d
+            if preemptive and not offers[q][2]:
+                out["recv"][k] += bid[k] * d
+                queue[q].append((ratio(bid[k], rem[k]), k))
+                run[q] = j
+            else:
+                queue[q].append((rho, j))
+    return out
+
+
+def workload(submit, runtime, nodes, procs=None):
+    return Workload.from_columns(submit_time=submit, runtime=runtime, procs=procs, capacity=nodes)
+
+
+# ---------------------------------------------------------------------------- hand-worked
+# Two nodes; jobs (release r, run time d, weight v): 0 (0, 4, 1), 1 (0, 2, 3), 2 (1, 3, 3),
+# 3 (1, 1, 2), 4 (2, 2, 1). Ratios v/d: 0.25, 1.5, 1, 2, 0.5.
+HAND = dict(submit=[0, 0, 1, 1, 2], runtime=[4, 2, 3, 1, 2], bid=[1, 3, 3, 2, 1])
+
+
+def run_hand(preemptive):
+    w = workload(HAND["submit"], HAND["runtime"], 2)
+    return run_dlgm(w, HAND["bid"], preemptive, record_offers=True)
+
+
+def test_dlgm_by_hand():
+    rec, pol = run_hand(False)
+    # t=0: jobs 0 and 1 find idle nodes 0 and 1 (cost 0; lowest index first).
+    # t=1: job 2 (ratio 1): node 0 runs job 0 (3 s left): e^ = 1+3+3 = 7, cost 3*7 = 21;
+    #      node 1 runs job 1 (1 s left): e^ = 1+1+3 = 5, cost 15 -> node 1, queue [2].
+    assert pol.offers_completion[2].tolist() == [7, 5]
+    assert pol.offers_payment[2].tolist() == [0, 0]
+    # t=1: job 3 (ratio 2): node 0: e^ = 1+3+1 = 5, cost 2*5 = 10; node 1: displaces job 2:
+    #      e^ = 1+1+1 = 3, p^ = 1*3 = 3, cost 2*3+3 = 9 -> node 1, queue [3, 2].
+    assert pol.offers_completion[3].tolist() == [5, 3]
+    assert pol.offers_payment[3].tolist() == [0, 3]
+    # t=2: job 1 ends, job 3 starts (1 s). Job 4 (ratio 0.5): node 0: e^ = 2+2+2 = 6, cost 6;
+    #      node 1: job 3 (1 s) and job 2 (ratio 1, 3 s) ahead: e^ = 2+1+3+2 = 8 -> node 0.
+    assert pol.offers_completion[4].tolist() == [6, 8]
+    assert pol.node.tolist() == [0, 1, 1, 1, 0]
+    # Schedule: node 0: job 0 [0,4), job 4 [4,6); node 1: job 1 [0,2), job 3 [2,3), job 2 [3,6).
+    assert rec.first_start.tolist() == [0, 0, 3, 2, 4]
+    assert rec.end_time.tolist() == [4, 2, 6, 3, 6]
+    assert pol.tentative_completion.tolist() == [4, 2, 5, 3, 6]
+    # Job 3 paid 3 to job 2, which was delayed by 1 s at weight 3.
+    assert pol.tentative_payment.tolist() == [0, 0, 0, 3, 0]
+    assert pol.received.tolist() == [0, 0, 3, 0, 0]
+    assert rec.payment.tolist() == [0, 0, -3, 3, 0]
+    assert rec.preemptions.tolist() == [0] * 5
+    # total weighted flow time 1*4 + 3*2 + 3*5 + 2*2 + 1*4 = 33
+    assert float(np.dot(HAND["bid"], rec.end_time - np.array(HAND["submit"]))) == 33
+
+
+def test_pdlgm_by_hand():
+    rec, pol = run_hand(True)
+    # t=1: job 2 (ratio 1): node 0 runs job 0 with ratio 1/3 < 1: displaced: e^ = 1+3 = 4,
+    #      p^ = 3*1 = 3, cost 3*4+3 = 15; node 1 runs job 1 with ratio 3/1 >= 1: e^ = 1+1+3 = 5,
+    #      cost 15. A tie: the lower node index, node 0: job 2 preempts job 0 and pays it 3.
+    assert pol.offers_completion[2].tolist() == [4, 5]
+    assert pol.offers_payment[2].tolist() == [3, 0]
+    # t=1: job 3 (ratio 2): node 0: job 2 (ratio 1) and job 0 (1/3) displaced: e^ = 2, p^ = 1*(3+1),
+    #      cost 8; node 1: job 1 (ratio 3) ahead: e^ = 1+1+1 = 3, cost 6 -> node 1.
+    assert pol.offers_completion[3].tolist() == [2, 3]
+    assert pol.offers_payment[3].tolist() == [4, 0]
+    # t=2: job 3 starts on node 1. Job 4 (ratio 0.5): node 0: job 2 (2 s left, ratio 1.5) ahead,
+    #      job 0 (1/3) behind: e^ = 2+2+2 = 6, p^ = 2*1, cost 8; node 1: job 3 ahead: e^ = 5, cost 5.
+    assert pol.offers_completion[4].tolist() == [6, 5]
+    assert pol.offers_payment[4].tolist() == [2, 0]
+    assert pol.node.tolist() == [0, 1, 0, 1, 1]
+    # Node 0: job 0 [0,1), job 2 [1,4), job 0 again [4,7). Node 1: job 1 [0,2), job 3 [2,3), job 4 [3,5).
+    assert rec.preemptions.tolist() == [1, 0, 0, 0, 0]
+    assert rec.first_start.tolist() == [0, 0, 1, 2, 3]
+    assert rec.end_time.tolist() == [7, 2, 4, 3, 5]
+    assert pol.tentative_completion.tolist() == [4, 2, 4, 3, 5]
+    assert pol.tentative_payment.tolist() == [0, 0, 3, 0, 0]
+    assert pol.received.tolist() == [3, 0, 0, 0, 0]  # job 0: delayed 3 s at weight 1
+    assert rec.payment.tolist() == [-3, 0, 3, 0, 0]
+    # total weighted flow time 7 + 6 + 9 + 4 + 3 = 29 < DLGM's 33
+    assert float(np.dot(HAND["bid"], rec.end_time - np.array(HAND["submit"]))) == 29
+
+
+def test_split_copies_see_each_other():
+    # Two nodes. Job A (2 wide, 10 s, weight 1) at t=0; job B (2 wide, 4 s, weight 5) and job C
+    # (serial, 4 s, weight 5: the same ratio as B's copies) at t=1. After splitting: rows 0-1 = A,
+    # rows 2-3 = B, row 4 = C. Copies and equal-ratio jobs see the earlier ones ahead.
+    w = split_parallel(workload([0, 1, 1], [10, 4, 4], 2, procs=[2, 2, 1]))
+    rec, pol = run_dlgm(w, [1, 1, 5, 5, 5], False, record_offers=True)
+    # row 2: both nodes e^ = 1+9+4 = 14 -> node 0; row 3: node 0 has row 2 ahead (18) -> node 1;
+    # row 4: both nodes 18 -> node 0.
+    assert pol.offers_completion[3].tolist() == [18, 14]
+    assert pol.offers_completion[4].tolist() == [18, 18]
+    assert pol.node.tolist() == [0, 1, 0, 1, 0]
+    assert pol.tentative_completion.tolist() == [10, 10, 14, 14, 18]
+    assert rec.end_time.tolist() == [10, 10, 14, 14, 18]
+    # the same without recording offers (the reuse of an identical predecessor's offers)
+    rec2, pol2 = run_dlgm(w, [1, 1, 5, 5, 5], False)
+    assert pol2.node.tolist() == [0, 1, 0, 1, 0]
+    assert rec2.end_time.tolist() == [10, 10, 14, 14, 18]
+
+
+# ---------------------------------------------------------------------------- random instances
+@st.composite
+def instances(draw, max_jobs=12, min_nodes=1, horizon=15):
+    n = draw(st.integers(1, max_jobs))
+    m = draw(st.integers(min_nodes, 3))
+    submit = sorted(draw(st.lists(st.integers(0, horizon), min_size=n, max_size=n)))
+    runtime = draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
+    procs = draw(st.lists(st.sampled_from([1, 1, 1, 2, 3]), min_size=n, max_size=n))
+    procs = [min(p, m) for p in procs]
+    weight = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
+    w = split_parallel(workload(submit, runtime, m, procs=procs))
+    weights = np.asarray(weight, dtype=np.float64)[w.meta["parent"]]  # copies share the weight
+    preemptive = draw(st.booleans())
+    buckets = draw(st.sampled_from([1, 2, 4, None]))
+    return w, weights, preemptive, buckets
+
+
+def utility(true_value, records):
+    """Ex-post utility u_j = -v_j e_j - p_j (section 5.2: completion time, net payment)."""
+    return -true_value * records.end_time - records.payment
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances())
+def test_matches_naive_reference(inst):
+    w, v, pre, buckets = inst
+    rec, pol = run_dlgm(w, v, pre, max_buckets=buckets)
+    ref = reference(w.submit_time.tolist(), w.runtime.tolist(), v.tolist(), w.capacity, pre)
+    assert pol.node.tolist() == ref["node"]
+    assert pol.tentative_completion.tolist() == ref["tent_e"]
+    assert pol.tentative_payment.tolist() == ref["tent_p"]
+    assert rec.end_time.tolist() == ref["end"]
+    assert pol.received.tolist() == ref["recv"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances())
+def test_truthful_ex_post_equals_tentative_and_budget_balance(inst):
+    w, v, pre, buckets = inst
+    rec, pol = run_dlgm(w, v, pre, max_buckets=buckets)
+    assert (rec.state == FinalState.COMPLETED).all()
+    np.testing.assert_array_equal(utility(v, rec), pol.tentative_utility(v))
+    assert rec.payment.sum() == 0  # integer data: exact
+    assert (rec.end_time >= pol.tentative_completion).all()  # later jobs only delay (section 5.3)
+    assert (rec.payment <= pol.tentative_payment).all()
+    if not pre:
+        assert rec.preemptions.sum() == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(max_jobs=10, min_nodes=2, horizon=4), st.data())  # crowded: queues on every node
+def test_no_gain_from_another_node(inst, data):
+    w, v, pre, buckets = inst
+    rec, _ = run_dlgm(w, v, pre, max_buckets=buckets)
+    j = data.draw(st.integers(len(w) // 2, len(w) - 1))  # later jobs: the nodes are busy
+    best = utility(v, rec)[j]
+    for n in range(w.capacity):
+        forced, _ = run_dlgm(w, v, pre, max_buckets=buckets, force_node={j: n})
+        assert utility(v, forced)[j] <= best
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(max_jobs=10, horizon=6), st.data())
+def test_misreported_weight_does_not_raise_tentative_utility(inst, data):
+    # Lemma 4 (Theorem 6 of Heydenreich et al.): whatever weight j reports and whichever node it
+    # then joins, its tentative utility (valued at the true weight) is at most the truthful one.
+    w, v, pre, buckets = inst
+    _, pol = run_dlgm(w, v, pre, max_buckets=buckets)
+    j = data.draw(st.integers(0, len(w) - 1))
+    truthful = pol.tentative_utility(v)[j]
+    lie = v.copy()
+    lie[j] = data.draw(st.integers(0, 40))
+    for n in range(w.capacity):
+        _, p = run_dlgm(w, lie, pre, max_buckets=buckets, force_node={j: n})
+        assert p.tentative_utility(v)[j] <= truthful
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(max_jobs=10, horizon=6), st.data())
+def test_late_arrival_does_not_pay(inst, data):
+    # Lemma 6 (Theorem 8 of Heydenreich et al.): with a truthful weight, reporting a release date
+    # later than the true one does not raise the ex-post utility -v e - p.
+    w, v, pre, buckets = inst
+    rec, _ = run_dlgm(w, v, pre, max_buckets=buckets)
+    j = data.draw(st.integers(0, len(w) - 1))
+    delay = data.draw(st.integers(1, 10))
+    submit = w.submit_time.copy()
+    submit[j] += delay
+    order = np.argsort(submit, kind="stable")  # the late job is numbered by its new arrival
+    late = Workload.from_columns(submit_time=submit[order], runtime=w.runtime[order], capacity=w.capacity)
+    rec2, _ = run_dlgm(late, v[order], pre, max_buckets=buckets)
+    row = int(np.flatnonzero(order == j)[0])
+    assert -v[j] * rec2.end_time[row] - rec2.payment[row] <= utility(v, rec)[j]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=300), st.integers(1, 20))
+def test_ratio_buckets_are_contiguous_ranges(ratios, max_buckets):
+    r = np.array(ratios + [math.inf])
+    lo, b = ratio_buckets(r, max_buckets)
+    assert len(lo) <= max(max_buckets, 1)
+    assert (np.diff(lo) < 0).all()  # decreasing lower bounds
+    assert (r >= lo[b]).all()  # each ratio is at least its bucket's lower bound
+    above = b > 0
+    assert (r[above] < lo[b[above] - 1]).all()  # and below the next bucket's
+
+
+def test_float_weights_on_lpc_slice(trace_path):
+    # Real data with bimodal real-valued weights, squeezed onto 10% of the nodes so that queues
+    # form: the mechanism agrees with the naive reference and the properties hold up to rounding.
+    from marketsched.scenario import true_values
+
+    w, _ = to_workload(read_swf(trace_path("LPC-EGEE-2004-1.2-cln")))
+    w = scale_capacity(w.take(np.arange(50_000, 52_000)), 0.1)  # a busy stretch; 14 nodes
+    v = true_values(w, "bimodal", seed=5)
+    for pre in (False, True):
+        rec, pol = run_dlgm(w, v, pre)
+        ref = reference(w.submit_time.tolist(), w.runtime.tolist(), v.tolist(), w.capacity, pre)
+        assert pol.node.tolist() == ref["node"]
+        np.testing.assert_array_equal(rec.end_time, ref["end"])
+        np.testing.assert_allclose(pol.tentative_payment, ref["tent_p"], rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose(pol.received, ref["recv"], rtol=1e-9, atol=1e-6)
+        assert (rec.state == FinalState.COMPLETED).all()
+        assert (pol.tentative_payment > 0).sum() > 100  # queues did form
+        assert (rec.preemptions.sum() > 0) == pre
+        u, tent = utility(v, rec), pol.tentative_utility(v)
+        np.testing.assert_allclose(u, tent, rtol=1e-12, atol=1e-6)
+        assert abs(rec.payment.sum()) <= 1e-9 * pol.tentative_payment.sum()
+
+
+# ---------------------------------------------------------------------------- bad input
+def test_bad_input_is_named():
+    w = workload([0, 1], [3, 2], 2)
+    with pytest.raises(ValueError, match="job row 1"):
+        make_dlgm(w, [1.0, -2.0])
+    with pytest.raises(ValueError, match="one bid per job"):
+        make_dlgm(w, [1.0])
+    wide = workload([0, 1], [3, 2], 2, procs=[1, 2])
+    with pytest.raises(ValueError, match="serial jobs; job row 1"):
+        run_dlgm(wide, [1.0, 1.0])
+    with pytest.raises(ValueError, match="force_node"):
+        run_dlgm(w, [1.0, 1.0], force_node={0: 5})
+    from marketsched.engine.simulator import Simulator
+
+    with pytest.raises(ValueError, match="differs from the workload"):
+        Simulator(w, DLGM([1.0, 1.0], [3.0, 9.0])).run()
