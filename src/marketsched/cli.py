@@ -199,9 +199,11 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
 
 
 def _register_groups() -> None:
+    from marketsched.live.cli import market
     from marketsched.workloads.cli import traces
 
     main.add_command(traces)
+    main.add_command(market)
 
 
 _register_groups()

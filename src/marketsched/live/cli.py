@@ -1,0 +1,326 @@
+"""``marketsched market ...``: run the live market and talk to it.
+
+``serve`` runs the broker in the foreground; every other command is a client of its HTTP API
+(standard library only), finding it at ``--url`` (``$MARKETSCHED_URL``, default
+``http://127.0.0.1:8765``) with the token from ``--token`` (``$MARKETSCHED_TOKEN``) or
+``--token-file``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+
+
+# ---------------------------------------------------------------------------- client
+class Client:
+    """A minimal JSON client of the market's HTTP API (urllib; no dependency)."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            try:
+                msg = json.loads(exc.read()).get("error", exc.reason)
+            except ValueError:
+                msg = exc.reason
+            raise ClientError(msg, exc.code) from None
+        except urllib.error.URLError as exc:
+            raise ClientError(f"cannot reach the market at {self.url}: {exc.reason} (is `marketsched market serve` running?)",
+                              0) from None
+
+    def get(self, path):
+        return self.request("GET", path)
+
+    def post(self, path, body=None):
+        return self.request("POST", path, body if body is not None else {})
+
+
+class ClientError(click.ClickException):
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def client_options(f):
+    f = click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="File holding the token (e.g. DATA/admin.token).")(f)
+    f = click.option("--token", envvar="MARKETSCHED_TOKEN", default=None, help="Your token [$MARKETSCHED_TOKEN].")(f)
+    f = click.option("--url", envvar="MARKETSCHED_URL", default=DEFAULT_URL, show_default=True,
+                     help="The market's address [$MARKETSCHED_URL].")(f)
+    return f
+
+
+def _client(url, token, token_file) -> Client:
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise click.ClickException(f"cannot read the token file {token_file}: {exc.strerror}") from None
+    if not token:
+        raise click.ClickException("no token: give --token, --token-file or set MARKETSCHED_TOKEN")
+    return Client(url, token)
+
+
+def _t(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _money(x) -> str:
+    return "-" if x is None else f"{x:.6f}".rstrip("0").rstrip(".") if x else "0"
+
+
+# ---------------------------------------------------------------------------- commands
+@click.group("market")
+def market() -> None:
+    """The live market: a MOSIX-style market sharing this machine among users (seed 000's
+    Highest-Bid with k-th price by default), with accounts, a ledger and a web page."""
+
+
+@market.command("serve")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=Path("market"), show_default=True,
+              help="Folder for the database, the jobs' working folders and admin.token.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
+@click.option("--slots", default=2, show_default=True, type=click.IntRange(min=1), help="Jobs that run at once.")
+@click.option("--mechanism", default="hb", show_default=True, type=click.Choice(["hb", "nphb", "wsept", "wspt"]),
+              help="Allocation rule (seed 000): HB preempts; NPHB, WSEPT do not (WSPT here = WSEPT).")
+@click.option("--pricing", default="kth", show_default=True, type=click.Choice(["kth", "first"]),
+              help="Payment rule per second of running time.")
+@click.option("--charge-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between postings of running jobs' charges to the ledger.")
+@click.option("--admission-seconds", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="A job is admitted if its owner can pay this many seconds at max(bid, 1).")
+@click.option("--db", "db_url", default=None, metavar="URL",
+              help="postgresql://... for a shared database (needs psycopg); default: SQLite in --data.")
+def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, db_url) -> None:
+    """Run the market broker (HTTP API, web page, local executor) until interrupted.
+
+    On SIGINT/SIGTERM the market posts charges and suspends running jobs; the next `serve` with
+    the same --data re-attaches them. After a crash (kill -9), the same happens at restart.
+    """
+    from marketsched.live.api import MarketServer
+    from marketsched.live.broker import Broker, MarketConfig
+
+    try:
+        broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
+                                           charge_interval=charge_interval, admission_seconds=admission_seconds),
+                        db_url=db_url)
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    token = broker.ensure_admin()
+    try:
+        server = MarketServer(broker, host, port)
+    except OSError as exc:
+        broker.stop()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    broker.start()
+    click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), database {broker.store.location}", err=True)
+    if mechanism == "wspt":
+        click.echo("note: WSPT needs actual run times, unknown before a job ends; it uses the runtime estimate (WSEPT)",
+                   err=True)
+    click.echo(f"web page and API at {server.url}/", err=True)
+    if token:
+        click.echo(f"administrator token written to {data / 'admin.token'}", err=True)
+    click.echo(f"READY {server.url}", err=True)
+    done = threading.Event()
+
+    def _stop(signum, frame):
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    server.serve_in_thread()
+    done.wait()
+    click.echo("stopping: posting charges and suspending running jobs", err=True)
+    server.shutdown()
+    broker.stop(kill_jobs=False)
+
+
+@market.group("user")
+def user() -> None:
+    """Users (administrator)."""
+
+
+@user.command("add")
+@click.argument("name")
+@click.option("--deposit", default=0.0, type=float, show_default=True, help="Initial deposit.")
+@client_options
+def user_add(name, deposit, url, token, token_file) -> None:
+    """Create user NAME; prints their token (give it to them) on stdout."""
+    out = _client(url, token, token_file).post("/api/users", {"name": name, "deposit": deposit})
+    click.echo(f"user {out['name']} created with balance {_money(out['balance'])}", err=True)
+    click.echo(out["token"])
+
+
+@market.command("deposit")
+@click.argument("name")
+@click.argument("amount", type=float)
+@client_options
+def deposit(name, amount, url, token, token_file) -> None:
+    """Add AMOUNT to user NAME's balance (administrator)."""
+    out = _client(url, token, token_file).post(f"/api/users/{name}/deposit", {"amount": amount})
+    click.echo(f"{out['name']}: balance {_money(out['balance'])}")
+
+
+@market.command("submit", context_settings={"ignore_unknown_options": True})
+@click.option("--bid", required=True, type=float, help="Bid per second of running time.")
+@click.option("--estimate", default=None, type=float, help="Runtime estimate in seconds (needed by WSEPT).")
+@click.option("--procs", default=1, type=int, show_default=True, help="Processors (the market runs serial jobs: 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@client_options
+def submit(bid, estimate, procs, as_json, command, url, token, token_file) -> None:
+    """Submit COMMAND (after --, e.g. `-- sleep 10`); prints the job id and its state.
+
+    One argument is taken as a shell command line (`-- 'echo a; sleep 5'`); several are quoted
+    as separate arguments.
+    """
+    cmd = command[0] if len(command) == 1 else list(command)
+    job = _client(url, token, token_file).post("/api/jobs", {"bid": bid, "command": cmd, "estimate": estimate,
+                                                             "procs": procs})
+    if as_json:
+        click.echo(json.dumps(job, indent=2))
+    else:
+        click.echo(f"job {job['id']} {job['state']}")
+
+
+@market.command("list")
+@click.option("--state", default=None, help="Comma-separated states (queued,running,preempted,held,completed,...).")
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Only the newest N jobs.")
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def list_jobs(state, limit, as_json, url, token, token_file) -> None:
+    """Your jobs (the administrator sees all)."""
+    q = []
+    if state:
+        q.append(f"state={state}")
+    if limit:
+        q.append(f"limit={limit}")
+    jobs = _client(url, token, token_file).get("/api/jobs" + ("?" + "&".join(q) if q else ""))
+    if as_json:
+        click.echo(json.dumps(jobs, indent=2))
+        return
+    click.echo(f"{'id':>5} {'user':<10} {'bid':>8} {'state':<10} {'ran s':>7} {'charged':>10} {'exit':>4}  command")
+    for j in jobs:
+        ec = "-" if j["exit_code"] is None else j["exit_code"]
+        click.echo(f"{j['id']:>5} {j['owner']:<10} {j['bid']:>8g} {j['state']:<10} {j['run_seconds']:>7.1f} "
+                   f"{j['accrued']:>10.4f} {ec!s:>4}  {j['command']}")
+
+
+@market.command("show")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def show(job_id, as_json, url, token, token_file) -> None:
+    """One job: state, charges, events, the end of its stdout and stderr."""
+    j = _client(url, token, token_file).get(f"/api/jobs/{job_id}")
+    if as_json:
+        click.echo(json.dumps(j, indent=2))
+        return
+    click.echo(f"job {j['id']} of {j['owner']}: {j['state']}" + ("" if j["exit_code"] is None else f", exit code {j['exit_code']}"))
+    click.echo(f"  bid {j['bid']:g}/s, ran {j['run_seconds']:.1f} s, paying {j['rate']:g}/s now, "
+               f"charged {_money(j['accrued'])}, preempted {j['preemptions']} time(s)")
+    click.echo(f"  command: {j['command']}")
+    click.echo(f"  folder:  {j['workdir']}")
+    for e in j["events"]:
+        click.echo(f"  {e['t']:>10.2f}  {e['kind']:<10} {e['detail']}")
+    for name in ("stdout", "stderr"):
+        if j[name]:
+            click.echo(f"--- {name} (end) ---")
+            click.echo(j[name].rstrip("\n"))
+
+
+@market.command("cancel")
+@click.argument("job_id")
+@client_options
+def cancel(job_id, url, token, token_file) -> None:
+    """Cancel a job (kills its processes; what it ran is charged)."""
+    j = _client(url, token, token_file).post(f"/api/jobs/{job_id}/cancel")
+    click.echo(f"job {j['id']} {j['state']}, charged {_money(j['charged'])}")
+
+
+@market.command("price")
+@click.option("--history", is_flag=True, help="The price history too.")
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def price(history, as_json, url, token, token_file) -> None:
+    """The current price (per second of running time) and the market's state."""
+    c = _client(url, token, token_file)
+    p = c.get("/api/price")
+    h = c.get("/api/price/history") if history else None
+    if as_json:
+        click.echo(json.dumps({"price": p, "history": h} if history else p, indent=2))
+        return
+    click.echo(f"price {p['price']:g}/s ({p['mechanism']}, {p['pricing']} price); running {p['running']}/{p['slots']}, "
+               f"queued {p['queued']}, held {p['held']}")
+    if p["best_queued_key"] is not None:
+        click.echo(f"best queued priority {p['best_queued_key']:g}; lowest running {p['lowest_running_key']:g}")
+    for t in h or []:
+        stamp = datetime.fromtimestamp(p["time"] - p["t"] + t["t"]).strftime("%H:%M:%S")
+        click.echo(f"  {stamp}  {t['price']:>10g}  running {t['running']} queued {t['queued']}")
+
+
+@market.command("balance")
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def balance(as_json, url, token, token_file) -> None:
+    """Your balance (administrator: everyone's, the revenue and the deposits)."""
+    b = _client(url, token, token_file).get("/api/balance")
+    if as_json:
+        click.echo(json.dumps(b, indent=2))
+    elif "users" in b:
+        for u, v in b["users"].items():
+            click.echo(f"{u:<16} {_money(v['balance']):>14}  (accruing {_money(v['accruing'])})")
+        click.echo(f"{'revenue':<16} {_money(b['revenue']):>14}")
+        click.echo(f"{'deposits':<16} {_money(b['deposits']):>14}")
+    else:
+        click.echo(f"{b['user']}: {_money(b['balance'])} (accruing {_money(b['accruing'])})")
+
+
+@market.command("statement")
+@click.option("--user", "name", default=None, help="Administrator: whose statement.")
+@click.option("--limit", default=200, type=click.IntRange(min=1), show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def statement(name, limit, as_json, url, token, token_file) -> None:
+    """Ledger entries of your account: deposits (+) and charges (-)."""
+    q = f"?limit={limit}" + (f"&user={name}" if name else "")
+    s = _client(url, token, token_file).get("/api/statement" + q)
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    for e in s["entries"]:
+        job = "" if e["job_id"] is None else f"job {e['job_id']}"
+        click.echo(f"{e['id']:>6} {e['t']:>10.2f} {e['kind']:<8} {e['signed']:>+14.6f}  {job}")
+    click.echo(f"balance {_money(s['balance'])}")
+
+
+def main() -> None:  # pragma: no cover - `python -m marketsched.live.cli`
+    market(prog_name=os.path.basename(sys.argv[0]))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,141 @@
+"""The live market's web page: one self-contained HTML document (no external scripts, styles
+or fonts), refreshing itself every second from ``GET /api/market``.
+
+It is a Python string rather than a data file so that it ships with every kind of install
+(package data would need a packaging rule). The token comes from ``/#token=...`` (then kept in
+the browser's localStorage) or from the form the page shows when it has none.
+"""
+
+PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>marketsched live market</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
+  header { background: #1d2330; color: #fff; padding: 10px 18px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
+  header h1 { font-size: 18px; margin: 0; }
+  header .big { font-size: 22px; font-weight: 600; }
+  main { padding: 12px 18px; display: grid; grid-template-columns: minmax(380px, 1fr) minmax(380px, 1fr); gap: 14px; }
+  section { background: #fff; border-radius: 6px; padding: 10px 14px; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
+  section.wide { grid-column: 1 / -1; }
+  h2 { font-size: 15px; margin: 2px 0 8px; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { text-align: left; padding: 3px 6px; border-bottom: 1px solid #eceef2; font-variant-numeric: tabular-nums; }
+  th { font-weight: 600; color: #566; }
+  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .state-running { color: #137333; font-weight: 600; }
+  .state-preempted { color: #b06000; }
+  .state-held { color: #a50e0e; }
+  .muted { color: #778; }
+  #error { color: #a50e0e; }
+  #login input { width: 360px; }
+  svg { width: 100%; height: 200px; }
+</style>
+</head>
+<body>
+<header>
+  <h1>marketsched live market</h1>
+  <span>price <span id="price" class="big">-</span> <span class="muted">per second</span></span>
+  <span id="mech"></span>
+  <span>running <b id="nrunning">-</b> / <span id="slots">-</span> slots</span>
+  <span>queued <b id="nqueued">-</b></span>
+  <span class="muted">user <b id="me">-</b></span>
+  <span class="muted">updated <span id="updated">never</span></span>
+</header>
+<main>
+  <section class="wide" id="login" hidden>
+    <h2>Token</h2>
+    <input id="token" type="password" placeholder="paste your token (or open /#token=...)">
+    <button id="save">use token</button>
+  </section>
+  <section class="wide"><div id="error"></div>
+    <h2>Price history</h2>
+    <svg id="chart" viewBox="0 0 800 200" preserveAspectRatio="none" aria-label="price history"></svg>
+  </section>
+  <section>
+    <h2>Running</h2>
+    <table><thead><tr><th>job</th><th>user</th><th>bid</th><th>pays/s</th><th>ran s</th><th>charged</th><th>command</th></tr></thead>
+    <tbody id="running"></tbody></table>
+  </section>
+  <section>
+    <h2>Queue</h2>
+    <table><thead><tr><th>job</th><th>user</th><th>bid</th><th>state</th><th>ran s</th><th>command</th></tr></thead>
+    <tbody id="queue"></tbody></table>
+  </section>
+  <section>
+    <h2>Balances</h2>
+    <table><thead><tr><th>account</th><th>balance</th><th>accruing</th></tr></thead>
+    <tbody id="balances"></tbody></table>
+  </section>
+  <section>
+    <h2>Recently ended</h2>
+    <table><thead><tr><th>job</th><th>user</th><th>state</th><th>exit</th><th>charged</th><th>command</th></tr></thead>
+    <tbody id="recent"></tbody></table>
+  </section>
+</main>
+<script>
+"use strict";
+const $ = (id) => document.getElementById(id);
+function token() {
+  const m = location.hash.match(/token=([^&]+)/);
+  if (m) { localStorage.setItem("marketsched-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
+  return localStorage.getItem("marketsched-token") || "";
+}
+$("save").onclick = () => { localStorage.setItem("marketsched-token", $("token").value.trim()); refresh(); };
+const fmt = (x, d = 3) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
+function esc(s) { return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c])); }
+function rows(el, items, cells) {
+  el.innerHTML = items.length ? items.map((it) => "<tr data-job='" + (it.id ?? "") + "'>" + cells(it).map((c) => "<td" + (c.cls ? " class='" + c.cls + "'" : "") + ">" + esc(c.v ?? c) + "</td>").join("") + "</tr>").join("")
+    : "<tr><td class='muted' colspan='7'>none</td></tr>";
+}
+function chart(history, now) {
+  const svg = $("chart");
+  if (!history.length) { svg.innerHTML = ""; return; }
+  const t0 = history[0].t, t1 = Math.max(now, history[history.length - 1].t, t0 + 1);
+  const pmax = Math.max(...history.map((h) => h.price), 1) * 1.15;
+  const X = (t) => 40 + (t - t0) / (t1 - t0) * 750, Y = (p) => 185 - p / pmax * 170;
+  let d = "M" + X(history[0].t) + "," + Y(history[0].price);
+  for (let i = 1; i < history.length; i++) d += " H" + X(history[i].t) + " V" + Y(history[i].price);
+  d += " H" + X(t1);
+  const ticks = [0, pmax / 2, pmax].map((p) => "<text x='2' y='" + (Y(p) + 4) + "' font-size='11' fill='#778'>" + p.toFixed(2) + "</text>"
+    + "<line x1='40' x2='790' y1='" + Y(p) + "' y2='" + Y(p) + "' stroke='#eceef2'/>").join("");
+  svg.innerHTML = ticks + "<path id='price-line' d='" + d + "' fill='none' stroke='#1a73e8' stroke-width='2'/>"
+    + "<text x='790' y='198' font-size='11' fill='#778' text-anchor='end'>market time " + t1.toFixed(0) + " s</text>";
+}
+async function refresh() {
+  const tok = token();
+  if (!tok) { $("login").hidden = false; return; }
+  try {
+    const r = await fetch("/api/market", {headers: {"Authorization": "Bearer " + tok}});
+    const m = await r.json();
+    if (!r.ok) { $("error").textContent = m.error; $("login").hidden = false; return; }
+    $("error").textContent = ""; $("login").hidden = true;
+    const p = m.price;
+    $("price").textContent = fmt(p.price, 3);
+    $("mech").textContent = p.mechanism.toUpperCase() + " / " + (p.pricing === "kth" ? "k-th price" : "first price");
+    $("nrunning").textContent = p.running; $("slots").textContent = p.slots; $("nqueued").textContent = p.queued;
+    $("me").textContent = m.me.name + (m.me.admin ? " (admin)" : "");
+    const running = m.active.filter((j) => j.state === "running");
+    const queue = m.active.filter((j) => j.state !== "running").sort((a, b) => b.bid - a.bid || a.id - b.id);
+    rows($("running"), running, (j) => [j.id, j.owner, fmt(j.bid, 2), fmt(j.rate, 3), fmt(j.run_seconds, 1), fmt(j.accrued, 3), {v: j.command, cls: "cmd"}]);
+    rows($("queue"), queue, (j) => [j.id, j.owner, fmt(j.bid, 2), {v: j.state, cls: "state-" + j.state}, fmt(j.run_seconds, 1), {v: j.command, cls: "cmd"}]);
+    rows($("recent"), m.recent.slice().reverse(), (j) => [j.id, j.owner, j.state, j.exit_code ?? "-", fmt(j.charged, 3), {v: j.command, cls: "cmd"}]);
+    const b = m.balance;
+    const bal = b.users ? Object.entries(b.users).map(([u, v]) => ({id: "", name: u, ...v})).concat([{id: "", name: "provider revenue", balance: b.revenue, accruing: null}, {id: "", name: "total deposits", balance: b.deposits, accruing: null}])
+      : [{id: "", name: b.user, balance: b.balance, accruing: b.accruing}];
+    rows($("balances"), bal, (x) => [x.name, fmt(x.balance, 3), fmt(x.accruing, 3)]);
+    chart(m.history, p.t);
+    $("updated").textContent = new Date().toLocaleTimeString();
+    document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
+  } catch (e) {
+    $("error").textContent = "cannot reach the market: " + e;
+  }
+}
+refresh();
+setInterval(refresh, 1000);
+</script>
+</body>
+</html>
+"""

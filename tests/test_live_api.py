@@ -1,0 +1,191 @@
+"""The live market over HTTP on 127.0.0.1, and the `marketsched market` commands."""
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from click.testing import CliRunner
+
+from marketsched.cli import main
+from marketsched.live.api import MarketServer
+from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.cli import Client, ClientError
+
+
+@pytest.fixture
+def server(tmp_path):
+    broker = Broker(tmp_path / "market", MarketConfig(slots=1)).start()
+    broker.ensure_admin()
+    srv = MarketServer(broker, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    broker.stop(kill_jobs=True)
+
+
+def raw(srv, method, path, body: bytes | None = None, token=None):
+    req = urllib.request.Request(srv.url + path, data=body, method=method)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_page_health_and_auth(server):
+    status, body = raw(server, "GET", "/")
+    assert status == 200 and b"marketsched live market" in body and b"/api/market" in body
+    assert raw(server, "GET", "/api/health")[0] == 200
+    status, body = raw(server, "GET", "/api/jobs")
+    assert status == 401 and b"no token" in body
+    status, body = raw(server, "GET", "/api/jobs", token="not-a-token")
+    assert status == 401 and json.loads(body)["error"] == "wrong token: no user has this token"
+    admin = Client(server.url, server.broker.admin_token)
+    assert admin.get("/api/me") == {"name": "admin", "admin": True}
+    alice = Client(server.url, admin.post("/api/users", {"name": "alice", "deposit": 10})["token"])
+    assert alice.get("/api/me") == {"name": "alice", "admin": False}
+    with pytest.raises(ClientError, match="only the administrator") as e:
+        alice.post("/api/users", {"name": "eve", "deposit": 1e9})
+    assert e.value.status == 403
+    assert raw(server, "GET", "/nowhere")[0] == 404
+    assert raw(server, "PUT", "/api/jobs")[0] in (405, 501)
+    assert raw(server, "DELETE", "/api/price", token=server.broker.admin_token)[0] == 405
+
+
+def test_bad_input_gets_a_clear_error_and_changes_nothing(server):
+    admin = Client(server.url, server.broker.admin_token)
+    tok = admin.post("/api/users", {"name": "bob", "deposit": 10})["token"]
+    before = (admin.get("/api/jobs"), admin.get("/api/balance"), admin.get("/api/statement?user=bob"))
+    cases = [
+        (b'{"bid": NaN, "command": "true"}', "bid must be a finite number"),
+        (b'{"bid": Infinity, "command": "true"}', "bid must be a finite number"),
+        (b'{"bid": -2, "command": "true"}', "bid must be a finite positive number"),
+        (b'{"bid": 0, "command": "true"}', "bid must be a finite positive number"),
+        (b'{"bid": "5", "command": "true"}', "bid must be a number"),
+        (b'{"command": "true"}', "bid must be a finite positive number"),
+        (b'{"bid": 1, "command": ""}', "command is empty"),
+        (b'{"bid": 1, "command": []}', "command is empty"),
+        (b'{"bid": 1}', "command is empty"),
+        (b'{"bid": 1, "command": "true", "colour": "red"}', "unknown field"),
+        (b'{"bid": 1, "command": "true", "procs": 4}', "procs must be 1"),
+        (b'{"bid": 1, "command": "true", "estimate": -1}', "runtime estimate must be"),
+        (b'{"bid": 1, ', "not valid JSON"),
+        (b'[1, 2]', "must be a JSON object"),
+    ]
+    for body, msg in cases:
+        status, out = raw(server, "POST", "/api/jobs", body, tok)
+        assert status == 400, (body, out)
+        assert msg in json.loads(out)["error"], (body, out)
+    status, out = raw(server, "POST", "/api/jobs", b'{"bid": 1, "command": "true"}', "wrong")
+    assert status == 401
+    with pytest.raises(ClientError, match="unknown user 'nobody'") as e:
+        admin.post("/api/users/nobody/deposit", {"amount": 5})
+    assert e.value.status == 404
+    with pytest.raises(ClientError, match="deposit must be a finite number"):
+        admin.post("/api/users/bob/deposit", {"amount": float("nan")})
+    with pytest.raises(ClientError, match="no job 99"):
+        admin.get("/api/jobs/99")
+    assert (admin.get("/api/jobs"), admin.get("/api/balance"), admin.get("/api/statement?user=bob")) == before
+
+
+def test_users_see_and_cancel_only_their_own_jobs(server):
+    admin = Client(server.url, server.broker.admin_token)
+    a = Client(server.url, admin.post("/api/users", {"name": "ann", "deposit": 50})["token"])
+    b = Client(server.url, admin.post("/api/users", {"name": "ben", "deposit": 50})["token"])
+    ja = a.post("/api/jobs", {"bid": 2, "command": "sleep 30"})
+    jb = b.post("/api/jobs", {"bid": 3, "command": ["sh", "-c", "sleep 30"]})
+    assert jb["command"] == "sh -c 'sleep 30'"
+    assert [j["id"] for j in a.get("/api/jobs")] == [ja["id"]]
+    assert {j["id"] for j in admin.get("/api/jobs")} == {ja["id"], jb["id"]}
+    with pytest.raises(ClientError, match="no job") as e:
+        a.get(f"/api/jobs/{jb['id']}")
+    assert e.value.status == 404
+    with pytest.raises(ClientError, match="no job"):
+        a.post(f"/api/jobs/{jb['id']}/cancel")
+    assert a.get(f"/api/jobs/{ja['id']}")["state"] == "preempted"
+    assert a.request("DELETE", f"/api/jobs/{ja['id']}")["state"] == "cancelled"
+    assert b.post(f"/api/jobs/{jb['id']}/cancel")["state"] == "cancelled"
+    m = a.get("/api/market")
+    assert m["me"] == {"name": "ann", "admin": False} and m["active"] == []
+    assert [j["id"] for j in m["recent"]] == [ja["id"]]
+    assert m["balance"]["user"] == "ann" and m["history"]
+    assert a.get("/api/price/history?since=0&limit=2") == a.get("/api/price/history")[-2:]
+    with pytest.raises(ClientError, match="limit must be"):
+        a.get("/api/jobs?limit=x")
+
+
+def test_concurrent_submissions_each_accepted_exactly_once(server):
+    admin = Client(server.url, server.broker.admin_token)
+    tokens = [admin.post("/api/users", {"name": f"u{i}", "deposit": 1000})["token"] for i in range(8)]
+    results, errors = [], []
+
+    def client(i):
+        c = Client(server.url, tokens[i])
+        for k in range(15):
+            try:
+                results.append((i, k, c.post("/api/jobs", {"bid": 1 + (k % 4), "command": f"echo {i}-{k}"})["id"]))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(results) == 120 and len({r[2] for r in results}) == 120
+    jobs = admin.get("/api/jobs")
+    assert sorted(j["command"] for j in jobs) == sorted(f"echo {i}-{k}" for i, k, _ in results)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(j["state"] != "completed" for j in admin.get("/api/jobs")):
+        time.sleep(0.1)
+    jobs = admin.get("/api/jobs")
+    assert all(j["state"] == "completed" and j["exit_code"] == 0 and j["attempts"] == 1 for j in jobs)
+    bal = admin.get("/api/balance")
+    assert sum(u["balance"] for u in bal["users"].values()) + bal["revenue"] == pytest.approx(bal["deposits"]) == 8000
+
+
+def test_cli_commands(server, tmp_path):
+    runner = CliRunner()
+    env = {"MARKETSCHED_URL": server.url, "MARKETSCHED_TOKEN": server.broker.admin_token}
+
+    def run(*args, token=None, code=0):
+        e = dict(env)
+        if token:
+            e["MARKETSCHED_TOKEN"] = token
+        r = runner.invoke(main, ["market", *args], env=e)
+        assert r.exit_code == code, r.output
+        return r
+
+    tok = run("user", "add", "cli", "--deposit", "20").stdout.strip().splitlines()[-1]
+    assert len(tok) > 30
+    (tmp_path / "tok").write_text(tok + "\n")
+    out = run("submit", "--bid", "2", "--", "sh", "-c", "echo hi; sleep 30", token=tok).output
+    assert out.startswith("job 1 running")
+    r = run("submit", "--bid", "nan", "--", "true", token=tok, code=1)
+    assert "bid must be a finite number" in r.output
+    r = run("submit", "--bid", "1", "--", "", token=tok, code=1)
+    assert "command is empty" in r.output
+    r = run("list", token="wrong", code=1)
+    assert "wrong token" in r.output
+    assert "sleep 30" in run("list", "--token-file", str(tmp_path / "tok"), "--token", "").output
+    time.sleep(0.2)
+    assert "job 1 of cli: running" in run("show", "1", token=tok).output
+    assert "price 1/s (hb, kth price); running 1/1" in run("price", "--history", token=tok).output
+    assert "job 1 cancelled" in run("cancel", "1", token=tok).output
+    assert "cli:" in run("balance", token=tok).output
+    st = run("statement", token=tok).output
+    assert "deposit" in st and "+20.000000" in st
+    assert "revenue" in run("balance").output
+    out = run("deposit", "cli", "5").output
+    assert out.startswith("cli: balance ") and 24 < float(out.split()[-1]) < 25  # 20 - charges + 5
+    r = run("deposit", "ghost", "5", code=1)
+    assert "unknown user 'ghost'" in r.output
+    r = runner.invoke(main, ["market", "list"], env={"MARKETSCHED_URL": "http://127.0.0.1:9", "MARKETSCHED_TOKEN": "x"})
+    assert r.exit_code == 1 and "cannot reach the market" in r.output
