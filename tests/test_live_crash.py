@@ -1,0 +1,146 @@
+"""kill -9 the broker mid-run and restart it: nothing accepted is lost, no job runs twice
+(except one whose process vanished without an exit code, which is requeued, as specified),
+processes that still run are re-attached, and balances plus revenue still equal deposits."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from marketsched.live.cli import Client
+from marketsched.live.executor import proc_start_ticks
+from marketsched.live.ledger import Store
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_broker(data: Path, port: int, log):
+    p = subprocess.Popen(
+        [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
+         "--slots", "2", "--charge-interval", "0.2"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+    )
+    c = Client(f"http://127.0.0.1:{port}", None, timeout=5)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            c.get("/api/health")
+            return p
+        except Exception:  # noqa: BLE001 - not up yet
+            assert p.poll() is None, (data.parent / "broker.log").read_text()
+            time.sleep(0.1)
+    raise AssertionError("broker did not come up")
+
+
+def job_cmd(log: Path, seconds: float, step=0.05):
+    n = round(seconds / step)
+    return (f'echo "start $MARKETSCHED_JOB_ID" >> {log}; i=0; while [ $i -lt {n} ]; do sleep {step}; i=$((i+1)); done; '
+            f'echo "end $MARKETSCHED_JOB_ID" >> {log}')
+
+
+def wait_until(pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def kill_leftovers(data: Path):
+    for proc in (data / "jobs").glob("job-*/proc"):
+        pid, ticks = map(int, proc.read_text().split())
+        if proc_start_ticks(pid) == ticks:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_kill_9_and_restart(tmp_path):
+    data = tmp_path / "market"
+    runs = tmp_path / "runs.log"
+    runs.touch()
+    port = free_port()
+    log = open(tmp_path / "broker.log", "ab")
+    brokers = []
+    try:
+        brokers.append(start_broker(data, port, log))
+        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
+        a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 100})["token"])
+        b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 100})["token"])
+
+        def state(j):
+            return admin.get(f"/api/jobs/{j}")["state"]
+
+        j1 = a.post("/api/jobs", {"bid": 1, "command": job_cmd(runs, 0.1)})["id"]  # done before the crash
+        assert wait_until(lambda: state(j1) == "completed")
+        j4 = a.post("/api/jobs", {"bid": 2, "command": job_cmd(runs, 1.5)})["id"]  # preempted at the crash
+        j5 = b.post("/api/jobs", {"bid": 2.5, "command": job_cmd(runs, 1.0)})["id"]  # preempted, then lost
+        time.sleep(0.3)
+        j2 = b.post("/api/jobs", {"bid": 3, "command": job_cmd(runs, 3.0)})["id"]  # running at the crash
+        j3 = a.post("/api/jobs", {"bid": 4, "command": f'echo "start $MARKETSCHED_JOB_ID" >> {runs}; sleep 0.8'})["id"]
+        j6 = b.post("/api/jobs", {"bid": 1.5, "command": job_cmd(runs, 0.2)})["id"]  # queued, never started
+        before = {j["id"]: j for j in admin.get("/api/jobs")}
+        assert {j: before[j]["state"] for j in (j2, j3, j4, j5, j6)} == {
+            j2: "running", j3: "running", j4: "preempted", j5: "preempted", j6: "queued"}
+        time.sleep(0.3)
+
+        brokers[0].send_signal(signal.SIGKILL)  # kill -9
+        brokers[0].wait()
+        t_crash = time.monotonic()
+        # while the broker is down: j3 (plain sleep) ends and its wrapper records the exit code;
+        # j5's process group disappears without one (killed by someone)
+        os.killpg(before[j5]["pid"], signal.SIGKILL)
+        assert proc_start_ticks(before[j2]["pid"]) is not None  # j2 runs on
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - t_crash)))
+
+        brokers.append(start_broker(data, port, log))
+        after = {j["id"]: j for j in admin.get("/api/jobs")}
+        assert sorted(after) == sorted([j1, j2, j3, j4, j5, j6])  # nothing accepted was lost
+        assert {j: after[j]["bid"] for j in after} == {j1: 1, j2: 3, j3: 4, j4: 2, j5: 2.5, j6: 1.5}
+        assert after[j3]["state"] == "completed" and after[j3]["exit_code"] == 0
+        assert "broker was down" in after[j3]["note"]
+        # re-attached (on a loaded machine the restart can take long enough for j2 to finish)
+        assert after[j2]["pid"] == before[j2]["pid"] and after[j2]["state"] in ("running", "completed")
+        assert after[j4]["pid"] == before[j4]["pid"]  # re-attached, still stopped or resumed
+        kinds5 = [e["kind"] for e in admin.get(f"/api/jobs/{j5}")["events"]]
+        assert "requeue" in kinds5
+        kinds2 = [e["kind"] for e in admin.get(f"/api/jobs/{j2}")["events"]]
+        assert "reattach" in kinds2
+
+        assert wait_until(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 30)
+        final = {j["id"]: j for j in admin.get("/api/jobs")}
+        starts = [line.split()[1] for line in runs.read_text().splitlines() if line.startswith("start")]
+        ends = [line.split()[1] for line in runs.read_text().splitlines() if line.startswith("end")]
+        # no job ran twice, except j5, whose process was lost and which was requeued from the start
+        assert sorted(starts) == sorted(map(str, [j1, j2, j3, j4, j5, j5, j6]))
+        assert sorted(ends) == sorted(map(str, [j1, j2, j4, j5, j6]))
+        assert {j: final[j]["attempts"] for j in final} == {j1: 1, j2: 1, j3: 1, j4: 1, j5: 2, j6: 1}
+        assert all(j["exit_code"] == 0 for j in final.values())
+        bal = admin.get("/api/balance")
+        assert sum(u["balance"] for u in bal["users"].values()) + bal["revenue"] == pytest.approx(bal["deposits"])
+        assert bal["deposits"] == 200
+    finally:
+        for p in brokers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+        log.close()
+        kill_leftovers(data)
+    # the books balance exactly, in micro-units, and every charge is a job's
+    store = Store(data)
+    books = store.check_books()
+    assert books["users"] + books["revenue"] == books["deposits"] == 200_000_000
+    charged = store.charged_by_job()
+    assert {j["id"]: j["charged"] for j in store.jobs() if j["charged"]} == charged
+    store.close()
