@@ -23,7 +23,7 @@ PAGE = r"""<!doctype html>
   h2 { font-size: 15px; margin: 2px 0 8px; }
   table { border-collapse: collapse; width: 100%; }
   th, td { text-align: left; padding: 3px 6px; border-bottom: 1px solid #eceef2; font-variant-numeric: tabular-nums; }
-  th { font-weight: 600; color: #566; }
+  th { font-weight: 600; color: #566; white-space: nowrap; }
   td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   .state-running { color: #137333; font-weight: 600; }
   .state-preempted { color: #b06000; }
