@@ -69,6 +69,8 @@ import numpy as np
 
 N_USERS = 10
 N_BINS = 11
+#: Bin of a whole percent 0..100: {0%, 1-10%, ..., 91-100%} -> 0..10.
+_BIN = (np.arange(101) + 9) // 10
 #: Table 6.3: the tested parameter values.
 ALPHAS = (0.1, 0.3, 0.5, 0.7)
 GAMMAS = (0.3, 0.5, 0.7)
@@ -209,18 +211,21 @@ class QLearning:
         self.cpus = np.asarray(cpus, dtype=np.float64)
         self.users = owner(v, p["low"][:, None], p["high"][:, None], self.n_users)
         self.alpha = p["alpha"][:, None]
+        self.keep = 1.0 - self.alpha
         self.gamma = p["gamma"][:, None]
         self.epsilon = p["epsilon"][:, None]
-        self.q = np.zeros(B * self.n_users * N_BINS * N_BINS)
+        n_rows = B * self.n_users * N_BINS  # one row of the table per (run, user, state)
+        self.q = np.zeros((n_rows, N_BINS))
+        self.vmax = np.zeros(n_rows)  # max_k Q[row, k], kept up to date
+        self.amax = np.zeros(n_rows, dtype=np.intp)  # its first argmax (ties: lowest bin)
         self.rounds = np.zeros(B * self.n_users, dtype=np.int64)
-        self.state = np.zeros((B, N), dtype=np.int64)
+        self.state = np.zeros((B, N), dtype=np.intp)
         self._rows = None
 
     def table(self, run: int, user: int) -> np.ndarray:
         """The 11 x 11 Q-table (state x action) of one user in one run (a view)."""
-        size = N_BINS * N_BINS
-        base = (run * self.n_users + user) * size
-        return self.q[base:base + size].reshape(N_BINS, N_BINS)
+        base = (run * self.n_users + user) * N_BINS
+        return self.q[base:base + N_BINS]
 
     # ------------------------------------------------------------------ segments
     def begin(self, rows) -> None:
@@ -231,11 +236,15 @@ class QLearning:
         self.v = self.values[:, rows]
         self.span = self.v - self.v_min
         self.c = self.cpus[rows]
+        self.k100 = 100.0 / self.c
         bu = np.arange(B)[:, None] * self.n_users + self.users[:, rows]  # (run, user) index
-        self.bu = bu
-        self.qrow = bu * (N_BINS * N_BINS)  # start of the user's table
-        self.s = self.state[:, rows].copy()
         self.present = np.unique(bu)
+        self.rowbase = bu * N_BINS
+        self.r = self.rowbase + self.state[:, rows]  # current table row (run, user, state)
+        # forced exploration: the users' first explore_rounds rounds
+        self.k = 0
+        self.start_rounds = self.rounds[bu]
+        self.force_until = self.explore_rounds - int(self.start_rounds.min())
         # layers: the k-th request (in request order) of each (run, user) goes to layer k
         flat = bu.ravel()
         order = np.argsort(flat, kind="stable")
@@ -247,44 +256,68 @@ class QLearning:
         depth = int(rank.max()) + 1 if len(rank) else 0
         self.layers = None if depth <= 1 else [np.flatnonzero(rank == k) for k in range(depth)]
         if self.layers is not None:
+            self._keep_f = np.broadcast_to(self.keep, (B, n)).ravel()
             self._alpha_f = np.broadcast_to(self.alpha, (B, n)).ravel()
             self._gamma_f = np.broadcast_to(self.gamma, (B, n)).ravel()
 
     def end(self) -> None:
         if self._rows is not None:
-            self.state[:, self._rows] = self.s
+            self.state[:, self._rows] = self.r - self.rowbase
+            self.rounds[self.present] += self.k
             self._rows = None
 
     # ------------------------------------------------------------------ one second
-    _ar = np.arange(N_BINS)
-
     def bid(self, u) -> np.ndarray:
         """Algorithm 1, steps 3-6: explore or exploit; returns bids per CPU ``[B, n]``."""
-        q_rows = self.q[(self.qrow + self.s * N_BINS)[..., None] + self._ar]
-        greedy = q_rows.argmax(axis=-1)
-        forced = self.rounds[self.bu] < self.explore_rounds
-        explore = forced | (u <= self.epsilon)
-        ratio = np.where(explore, np.where(forced, u, u / self.epsilon), self.ratio_of_bin[greedy])
-        np.minimum(ratio, 1.0, out=ratio)
-        self.a = np.where(explore, share_bin(ratio), greedy)
-        self.rounds[self.present] += 1
+        greedy = self.amax[self.r]
+        if self.k < self.force_until:
+            forced = self.start_rounds + self.k < self.explore_rounds
+            explore = forced | (u <= self.epsilon)
+            ratio = np.where(explore, np.where(forced, u, u / self.epsilon), self.ratio_of_bin[greedy])
+            self.a = np.where(explore, _BIN[(ratio * 100.0 + 0.5).astype(np.intp)], greedy)
+        else:
+            explore = u <= self.epsilon
+            ratio = self.ratio_of_bin[greedy]
+            if explore.any():
+                ratio = np.where(explore, u / self.epsilon, ratio)
+                self.a = np.where(explore, _BIN[(ratio * 100.0 + 0.5).astype(np.intp)], greedy)
+            else:
+                self.a = greedy
+        self.k += 1
         return self.v_min + ratio * self.span
 
     def observe(self, x, bids) -> None:
         """Algorithm 1, steps 1-2: reward and Q update; the share received is the next state."""
         reward = self.v * x - bids * self.c
-        s_next = share_bin(x / self.c)
-        keys = self.qrow + self.s * N_BINS + self.a
-        nxt_row = self.qrow + s_next * N_BINS
-        q = self.q
+        r_next = self.rowbase + _BIN[(x * self.k100 + 0.5).astype(np.intp)]
         if self.layers is None:
-            best = q[nxt_row[..., None] + self._ar].max(axis=-1)
-            q[keys] = (1.0 - self.alpha) * q[keys] + self.alpha * (reward + self.gamma * best)
+            self._update(self.r, self.a, reward, r_next, self.keep, self.alpha, self.gamma)
         else:
-            kf, nf, rf = keys.ravel(), nxt_row.ravel(), reward.ravel()
+            r, a, rw, rn = self.r.ravel(), self.a.ravel(), reward.ravel(), r_next.ravel()
             for pos in self.layers:
-                k = kf[pos]
-                best = q[nf[pos][:, None] + self._ar].max(axis=-1)
-                al = self._alpha_f[pos]
-                q[k] = (1.0 - al) * q[k] + al * (rf[pos] + self._gamma_f[pos] * best)
-        self.s = s_next
+                self._update(r[pos], a[pos], rw[pos], rn[pos], self._keep_f[pos], self._alpha_f[pos], self._gamma_f[pos])
+        self.r = r_next
+
+    def _update(self, r, a, reward, r_next, keep, alpha, gamma) -> None:
+        """``Q[r, a] <- (1 - alpha) Q[r, a] + alpha (reward + gamma max_k Q[r_next, k])``; rows distinct.
+
+        ``vmax``/``amax`` (row maximum and its first argmax) are kept up to date: a new value at
+        or above the maximum takes over (ties to the lower bin), and a row whose maximum fell is
+        rescanned.
+        """
+        q = self.q
+        y = keep * q[r, a] + alpha * (reward + gamma * self.vmax[r_next])
+        q[r, a] = y
+        vm = self.vmax[r]
+        am = self.amax[r]
+        up = (y > vm) | ((y == vm) & (a < am))
+        if up.any():
+            ru = r[up]
+            self.vmax[ru] = y[up]
+            self.amax[ru] = a[up]
+        down = (a == am) & (y < vm)
+        if down.any():
+            rd = r[down]
+            rows = q[rd]
+            self.vmax[rd] = rows.max(axis=1)
+            self.amax[rd] = rows.argmax(axis=1)

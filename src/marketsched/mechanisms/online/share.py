@@ -208,15 +208,21 @@ def sh_shares(bids, method: str = "auto") -> np.ndarray:
     b = _bids(bids, "sh_shares")
     if method not in ("auto", "direct", "series"):
         raise ValueError(f"sh_shares: method must be 'auto', 'direct' or 'series', got {method!r}")
+    return _sh_core(b, method)
+
+
+def _sh_core(b: np.ndarray, method: str = "auto") -> np.ndarray:
+    """:func:`sh_shares` without the input checks (the market loop's bids are valid by construction)."""
     n = b.shape[-1]
     a = b / b.max(axis=-1, keepdims=True)
     if n == 1:
-        return a.copy()  # the single (positive) bidder gets everything
+        return a  # the single (positive) bidder gets everything
     if n == 2:  # closed form, exact in two operations (section 6.2.3)
         lo = np.minimum(a[..., 0], a[..., 1]) / 2.0
-        first_low = a[..., 0] < a[..., 1]
-        x0 = np.where(first_low, lo, 1.0 - lo)
+        x0 = np.where(a[..., 0] < a[..., 1], lo, 1.0 - lo)
         return np.stack([x0, 1.0 - x0], axis=-1)
+    if n <= 32 and method != "series":
+        return _sh_direct(a, None)  # at most 16 nodes: the tail cut is not worth computing
     A = a.sum(axis=-1)
     cut = _tail_cut(A)
     top_cut = float(cut.max())
@@ -230,12 +236,13 @@ def sh_shares(bids, method: str = "auto") -> np.ndarray:
     return _sh_direct(a, cut)
 
 
-def _sh_direct(a: np.ndarray, cut: np.ndarray) -> np.ndarray:
+def _sh_direct(a: np.ndarray, cut: np.ndarray | None) -> np.ndarray:
     n = a.shape[-1]
     s, w = _gauss01((n + 1) // 2)
-    keep = s <= np.max(cut)
-    if not keep.all():
-        s, w = s[keep], w[keep]
+    if cut is not None:
+        keep = s <= np.max(cut)
+        if not keep.all():
+            s, w = s[keep], w[keep]
     # M[..., i, j] = 1 - s_i a_j, all in (0, 1]
     M = a[..., None, :] * -s[:, None]
     M += 1.0
@@ -511,6 +518,29 @@ class MarketPlan:
                 segs.append((int(t), int(times[k + 1]), np.array(sorted(active), dtype=np.int64)))
         return segs
 
+    def truncated(self, rounds: int) -> "MarketPlan":
+        """The same requests, cut after the first ``rounds`` bidding rounds (for quick runs).
+
+        Requests that are never active in the cut plan keep their rows (they bid nothing and get
+        nothing); :meth:`active_rows` lists the others.
+        """
+        if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 0:
+            raise ValueError(f"MarketPlan.truncated: rounds must be a whole number >= 0, got {rounds!r}")
+        segs, total = [], 0
+        for t0, t1, rows in self.segments:
+            if total >= rounds:
+                break
+            take = min(t1 - t0, int(rounds) - total)
+            segs.append((t0, t0 + take, rows))
+            total += take
+        return MarketPlan(self.submit, self.runtime, self.cpus, f"{self.name}[:{total} rounds]", segs)
+
+    def active_rows(self) -> np.ndarray:
+        """Rows active in at least one segment."""
+        if not self.segments:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate([rows for _, _, rows in self.segments]))
+
     @property
     def rounds(self) -> int:
         """Seconds with at least one active request (bidding rounds)."""
@@ -612,15 +642,15 @@ class _Allocator:
         self.all_sh = len(self.ps) == 0
 
     def __call__(self, bid_input: np.ndarray) -> np.ndarray:
-        """``bid_input[..., B, n]`` -> shares of the same shape."""
+        """``bid_input[..., B, n]`` -> shares of the same shape (bids >= 1 by construction)."""
         if self.all_ps:
             return bid_input / bid_input.sum(axis=-1, keepdims=True)
         if self.all_sh:
-            return sh_shares(bid_input)
+            return _sh_core(bid_input)
         tau = np.empty_like(bid_input)
         p = bid_input[..., self.ps, :]
         tau[..., self.ps, :] = p / p.sum(axis=-1, keepdims=True)
-        tau[..., self.sh, :] = sh_shares(bid_input[..., self.sh, :])
+        tau[..., self.sh, :] = _sh_core(bid_input[..., self.sh, :])
         return tau
 
 
@@ -718,15 +748,17 @@ def simulate(
             l = min(step, L - k0)
             U = np.stack([g.random((l, n)) for g in rngs], axis=1)  # (l, B, n)
             if stateful:
-                pct = np.empty((l, B))
+                xs = np.empty((l, B, n))
+                bs = np.empty((l, B, n))
                 for k in range(l):
                     bids = bidder.bid(U[k])
                     tau = alloc(bids if per_cpu else bids * c)
-                    x = np.minimum(c, tau * C)
+                    x = np.minimum(c, tau * C, out=xs[k])
                     bidder.observe(x, bids)
-                    sx += x
-                    sb += bids
-                    pct[k] = (bids * inv_v).sum(axis=-1)
+                    bs[k] = bids
+                sx += xs.sum(axis=0)
+                sb += bs.sum(axis=0)
+                pct = (bs * inv_v).sum(axis=-1)
             else:
                 bids = bidder.bid(U)
                 tau = alloc(bids if per_cpu else bids * c)
