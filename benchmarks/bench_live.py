@@ -1,0 +1,243 @@
+"""Live market figures: load over loopback, and decision latency with a long queue.
+
+Cases (issue 10):
+
+* ``load``: a broker (``marketsched market serve``, its own process, 2 slots, HB + k-th price,
+  SQLite with synchronous=FULL) on 127.0.0.1; 20 concurrent clients (threads, one user each,
+  one HTTP connection per request) submit 1,000 jobs (``true``, random bids, so the mechanism
+  preempts and launches processes during the run). Prints throughput and latency percentiles,
+  and checks every submission was accepted exactly once (1,000 distinct ids; the database
+  holds exactly the 1,000 commands) and that the books balance.
+* ``decision``: the time of one mechanism decision with 10,000 queued jobs, (a) in the
+  :class:`~marketsched.live.engine.LiveEngine` alone (an arrival that queues, an arrival that
+  preempts, a completion), and (b) end to end in the broker (a submission committed to SQLite,
+  a cancellation of a running job, which starts the next queued one), with 10,000 queued jobs
+  in its database.
+
+    python benchmarks/bench_live.py            # both
+    python benchmarks/bench_live.py load
+    python benchmarks/bench_live.py decision
+
+The load is bounded (1,000 requests, 30 s timeout each) and goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def fmt_ms(xs):
+    return (f"p50 {1000 * pct(xs, 50):.2f} ms, p90 {1000 * pct(xs, 90):.2f} ms, p99 {1000 * pct(xs, 99):.2f} ms, "
+            f"max {1000 * max(xs):.2f} ms")
+
+
+# ---------------------------------------------------------------------------- load
+def load(n_clients=20, n_jobs=1000):
+    from marketsched.live.cli import Client
+    from marketsched.live.ledger import Store
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-live-"))
+    data = tmp / "market"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp / "broker.log", "wb")
+    broker = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
+                               "--port", str(port), "--slots", "2"], stdout=log, stderr=log)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        probe = Client(url, None, timeout=5)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                probe.get("/api/health")
+                break
+            except Exception:
+                if time.monotonic() > deadline or broker.poll() is not None:
+                    raise SystemExit("broker did not start: " + (tmp / "broker.log").read_text())
+                time.sleep(0.1)
+        admin = Client(url, (data / "admin.token").read_text().strip(), timeout=30)
+        tokens = [admin.post("/api/users", {"name": f"user{i}", "deposit": 1e6})["token"] for i in range(n_clients)]
+        per = n_jobs // n_clients
+        lat: list[float] = []
+        ids: list[int] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+        start = threading.Barrier(n_clients + 1)
+
+        def client(i):
+            c = Client(url, tokens[i], timeout=30)
+            rng = random.Random(i)
+            start.wait()
+            for k in range(per):
+                t0 = time.perf_counter()
+                try:
+                    job = c.post("/api/jobs", {"bid": round(rng.uniform(1, 10), 3), "command": f"true {i}-{k}"})
+                except Exception as exc:  # noqa: BLE001 - counted and printed
+                    with lock:
+                        errors.append(repr(exc))
+                    continue
+                dt = time.perf_counter() - t0
+                with lock:
+                    lat.append(dt)
+                    ids.append(job["id"])
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        # let the jobs finish, then check the database
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            p = admin.get("/api/price")
+            if p["running"] == 0 and p["queued"] == 0:
+                break
+            time.sleep(0.2)
+        drain = time.perf_counter() - t0
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(timeout=30)
+        store = Store(data)
+        jobs = store.jobs()
+        books = store.check_books()
+        commands = sorted(j["command"] for j in jobs)
+        expected = sorted(f"true {i}-{k}" for i in range(n_clients) for k in range(per))
+        completed = sum(j["state"] == "completed" for j in jobs)
+        store.close()
+        print(f"load: {n_clients} clients x {per} submissions over loopback, broker with 2 slots (HB, k-th price)")
+        print(f"  accepted {len(ids)} of {n_clients * per}, errors {len(errors)}; distinct ids {len(set(ids))}; "
+              f"database holds each command exactly once: {commands == expected}")
+        print(f"  throughput {len(ids) / wall:.0f} submissions/s ({wall:.2f} s); latency {fmt_ms(lat)}")
+        print(f"  all {completed} jobs completed {drain:.1f} s after the start; books: deposits {books['deposits'] / 1e6:g}"
+              f" = users {books['users'] / 1e6:.6f} + revenue {books['revenue'] / 1e6:.6f}")
+        for e in errors[:5]:
+            print("  error:", e)
+        return {"accepted": len(ids), "errors": len(errors), "throughput": len(ids) / wall,
+                "p99_ms": 1000 * pct(lat, 99), "exactly_once": commands == expected and len(set(ids)) == len(ids)}
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+            broker.wait()
+        log.close()
+        _kill_jobs(data)
+
+
+def _kill_jobs(data: Path):
+    from marketsched.live.executor import proc_start_ticks
+
+    for proc in (data / "jobs").glob("job-*/proc"):
+        pid, ticks = map(int, proc.read_text().split())
+        if proc_start_ticks(pid) == ticks:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+# ---------------------------------------------------------------------------- decision
+def decision(n_queued=10_000, samples=2000):
+    from marketsched.live.clock import FakeClock
+    from marketsched.live.engine import LiveEngine
+    from marketsched.mechanisms.online.priority import PriorityScheduler
+
+    rng = random.Random(1)
+    print(f"decision latency with {n_queued:,} queued jobs")
+    for pricing in ("kth", "first"):
+        for rule in ("hb", "nphb"):
+            clock = FakeClock()
+            eng = LiveEngine(PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=pricing, name=rule), 2,
+                             clock)
+            eng.batch(arrivals=[(b, b, 1.0, 1) for b in (rng.uniform(1, 10) for _ in range(n_queued + 2))])
+            eng.drain()
+            t = 1.0
+            queue_lat, top_lat, done_lat = [], [], []
+            for _ in range(samples):
+                t += 0.001
+                clock.set(t)
+                b = rng.uniform(0.1, 0.9)  # below every running bid: queues
+                t0 = time.perf_counter()
+                eng.submit_job(b, b, 1.0)
+                queue_lat.append(time.perf_counter() - t0)
+                b = 50 + rng.random()  # above every bid: HB preempts
+                t0 = time.perf_counter()
+                row = eng.submit_job(b, b, 1.0)
+                top_lat.append(time.perf_counter() - t0)
+                running = [j for j, r in enumerate(eng.running) if r] if not eng.running[row] else [row]
+                t0 = time.perf_counter()
+                eng.complete(running[0])
+                done_lat.append(time.perf_counter() - t0)
+                eng.drain()
+            print(f"  engine {rule}/{pricing}: arrival that queues: {fmt_ms(queue_lat)}")
+            print(f"  engine {rule}/{pricing}: arrival at the top:  {fmt_ms(top_lat)}")
+            print(f"  engine {rule}/{pricing}: completion:          {fmt_ms(done_lat)}")
+    broker_decision(n_queued)
+
+
+def broker_decision(n_queued, samples=200):
+    from marketsched.live.broker import Broker, MarketConfig
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-live-dec-"))
+    b = Broker(tmp / "market", MarketConfig(slots=2)).start()
+    try:
+        b.ensure_admin()
+        b.add_user(True, "u", 1e9)
+        rng = random.Random(2)
+        t0 = time.perf_counter()
+        for k in range(n_queued + 2):
+            bid = 100.0 if k < 2 else rng.uniform(1, 10)  # two long jobs hold the slots
+            b.submit("u", False, bid, f"sleep 3600 # {k}")  # only jobs that get a slot start a process
+        fill = time.perf_counter() - t0
+        print(f"  broker: {n_queued + 2:,} submissions to fill the queue took {fill:.1f} s "
+              f"({(n_queued + 2) / fill:.0f}/s, each committed)")
+        sub, canc = [], []
+        for k in range(samples):
+            bid = rng.uniform(0.1, 0.9)
+            t0 = time.perf_counter()
+            b.submit("u", False, bid, f"sleep 3600 # q{k}")
+            sub.append(time.perf_counter() - t0)
+        print(f"  broker: submission that queues (validated, committed, decided): {fmt_ms(sub)}")
+        for k in range(20):  # a running job is cancelled: its group killed, the best queued job starts
+            running = sorted(b.running_jobs)
+            t0 = time.perf_counter()
+            b.cancel("u", False, running[0])
+            canc.append(time.perf_counter() - t0)
+        print(f"  broker: cancellation of a running job (kill, settle, start next): {fmt_ms(canc)}")
+        p = b.price()
+        print(f"  broker: queue now {p['queued']:,}, running {p['running']}")
+    finally:
+        b.stop(kill_jobs=False)
+        _kill_jobs(tmp / "market")
+
+
+def main(argv):
+    cases = argv or ["load", "decision"]
+    for c in cases:
+        if c == "load":
+            load()
+        elif c == "decision":
+            decision()
+        else:
+            raise SystemExit(f"unknown case {c!r}; choose load or decision")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
