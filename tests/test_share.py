@@ -434,3 +434,34 @@ def test_simulate_rejects_bad_input():
         sm.simulate(plan, v, "ps", ZIC(), seeds=[0], basis="per_job")
     with pytest.raises(ValueError, match="unknown allocation rule"):
         sm.simulate(plan, v, "hb", ZIC(), seeds=[0])
+
+
+def test_truncated_plan_keeps_a_prefix_of_rounds():
+    plan = sm.MarketPlan.from_workload(small_workload())
+    cut = plan.truncated(100)
+    assert cut.rounds == 100
+    demand = plan.demand()
+    assert np.array_equal(cut.demand(), demand[:len(cut.demand())])
+    assert set(cut.active_rows()) <= set(plan.active_rows())
+    assert plan.truncated(10**9).rounds == plan.rounds
+    with pytest.raises(ValueError, match="whole number"):
+        plan.truncated(-1)
+
+
+def test_reproduction_batches_share_random_numbers_and_run():
+    from marketsched.experiments import stoesser_ch6 as ex
+
+    plan = sm.MarketPlan.from_workload(small_workload(seed=2, n=20, horizon=100, max_run=60))
+    jobs = ex.make_jobs(plan, 2, 2, [{"alpha": 0.3, "gamma": 0.3, "epsilon": 0.05}])
+    q = next(j for j in jobs if j["id"] == "Q-learning, wide")
+    ps = [r["seed"] for r in q["rows"] if r["rule"] == "ps"]
+    sh = [r["seed"] for r in q["rows"] if r["rule"] == "sh"]
+    assert ps == sh and len(set(map(tuple, ps))) == 2  # same stream for PS and SH, one per workload
+    out = ex.run_batch(q)
+    assert len(out["rows"]) == 4 and all(0 < r["efficiency"] <= 1 for r in out["rows"])
+    zic = ex.run_batch(jobs[0])
+    rev = {(r["strategy"], r["dist"], r["workload"], r["rule"]): r["revenue"] for r in zic["rows"]}
+    assert rev[("zic", "wide", 1, "ps")] == rev[("zic", "wide", 1, "sh")]
+    assert rev[("zic", "wide", 1, "sh")] != rev[("zic-independent", "wide", 1, "sh")]
+    assert ex.sign_test(np.ones(30)) == pytest.approx(2 * 0.5**30)
+    assert ex.sign_test(np.r_[np.ones(15), -np.ones(15), 0.0]) == 1.0
