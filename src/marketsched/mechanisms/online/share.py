@@ -54,7 +54,8 @@ polynomial of degree ``n - 1``. Steps of :func:`sh_shares` (``method="direct"``)
    and ``I_j >= 1 / (2A)`` (Weierstrass: ``prod (1 - y_k) >= 1 - sum y_k``), so the nodes with
    ``s_i > s_cut = (ln(2A) + 60 ln 2) / (A - 1)`` together change every ``I_j`` by less than
    ``2^-60`` relative; they are skipped. With many comparable bids (large ``A``) this keeps a
-   small fraction of the nodes.
+   small fraction of the nodes. (Up to 32 bidders all ``ceil(n/2) <= 16`` nodes are used: the cut
+   is not worth computing. Two bidders use the closed form.)
 
 ``method="series"`` (chosen by ``"auto"`` when ``s_cut <= 1/2``, i.e. many comparable bids)
 evaluates the same truncated quadrature sum without the ``m x n`` matrix:
