@@ -4,8 +4,10 @@ Cases (issue 10):
 
 * ``load``: a broker (``marketsched market serve``, its own process, 2 slots, HB + k-th price,
   SQLite with synchronous=FULL) on 127.0.0.1; 20 concurrent clients (threads, one user each,
-  one HTTP connection per request) submit 1,000 jobs (``true``, random bids, so the mechanism
-  preempts and launches processes during the run). Prints throughput and latency percentiles,
+  one HTTP connection per request) submit 1,000 jobs with random bids, twice: jobs that run at
+  once (``true``: the mechanism starts, preempts and the executor launches ~1,000 processes
+  during the run), and into a full market (every submission queues: the API, ledger and
+  mechanism path alone). Prints throughput and latency percentiles,
   and checks every submission was accepted exactly once (1,000 distinct ids; the database
   holds exactly the 1,000 commands) and that the books balance.
 * ``decision``: the time of one mechanism decision with 10,000 queued jobs, (a) in the
@@ -15,7 +17,7 @@ Cases (issue 10):
   in its database.
 
     python benchmarks/bench_live.py            # both
-    python benchmarks/bench_live.py load
+    python benchmarks/bench_live.py load       # jobs that run at once, then a full market
     python benchmarks/bench_live.py decision
 
 The load is bounded (1,000 requests, 30 s timeout each) and goes to 127.0.0.1 only.
@@ -48,7 +50,10 @@ def fmt_ms(xs):
 
 
 # ---------------------------------------------------------------------------- load
-def load(n_clients=20, n_jobs=1000):
+def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
+    """``full=False``: the jobs (``true``) run at once, so most submissions start a process.
+    ``full=True``: two long high-bid jobs hold both slots first, so every submission queues:
+    the API, ledger and mechanism path alone."""
     from marketsched.live.cli import Client
     from marketsched.live.ledger import Store
 
@@ -59,7 +64,7 @@ def load(n_clients=20, n_jobs=1000):
         port = s.getsockname()[1]
     log = open(tmp / "broker.log", "wb")
     broker = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
-                               "--port", str(port), "--slots", "2"], stdout=log, stderr=log)
+                               "--port", str(port), "--slots", "2", "--sync", sync], stdout=log, stderr=log)
     try:
         url = f"http://127.0.0.1:{port}"
         probe = Client(url, None, timeout=5)
@@ -74,6 +79,10 @@ def load(n_clients=20, n_jobs=1000):
                 time.sleep(0.1)
         admin = Client(url, (data / "admin.token").read_text().strip(), timeout=30)
         tokens = [admin.post("/api/users", {"name": f"user{i}", "deposit": 1e6})["token"] for i in range(n_clients)]
+        if full:
+            holder = Client(url, admin.post("/api/users", {"name": "holder", "deposit": 1e9})["token"])
+            for k in range(2):
+                holder.post("/api/jobs", {"bid": 1000, "command": f"sleep 3600 # holder {k}"})
         per = n_jobs // n_clients
         lat: list[float] = []
         ids: list[int] = []
@@ -88,7 +97,8 @@ def load(n_clients=20, n_jobs=1000):
             for k in range(per):
                 t0 = time.perf_counter()
                 try:
-                    job = c.post("/api/jobs", {"bid": round(rng.uniform(1, 10), 3), "command": f"true {i}-{k}"})
+                    job = c.post("/api/jobs", {"bid": round(rng.uniform(1, 10), 3),
+                                               "command": f"{'sleep 3600 #' if full else 'true'} {i}-{k}"})
                 except Exception as exc:  # noqa: BLE001 - counted and printed
                     with lock:
                         errors.append(repr(exc))
@@ -107,7 +117,7 @@ def load(n_clients=20, n_jobs=1000):
             t.join()
         wall = time.perf_counter() - t0
         # let the jobs finish, then check the database
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + (0 if full else 120)
         while time.monotonic() < deadline:
             p = admin.get("/api/price")
             if p["running"] == 0 and p["queued"] == 0:
@@ -119,15 +129,20 @@ def load(n_clients=20, n_jobs=1000):
         store = Store(data)
         jobs = store.jobs()
         books = store.check_books()
-        commands = sorted(j["command"] for j in jobs)
-        expected = sorted(f"true {i}-{k}" for i in range(n_clients) for k in range(per))
+        commands = sorted(j["command"] for j in jobs if "holder" not in j["command"])
+        expected = sorted(f"{'sleep 3600 #' if full else 'true'} {i}-{k}" for i in range(n_clients) for k in range(per))
         completed = sum(j["state"] == "completed" for j in jobs)
+        queued = sum(j["state"] == "queued" for j in jobs)
         store.close()
-        print(f"load: {n_clients} clients x {per} submissions over loopback, broker with 2 slots (HB, k-th price)")
+        what = ("market full (2 long jobs hold the slots): every submission queues" if full
+                else "jobs run at once ('true'): most submissions start a process")
+        print(f"load: {n_clients} clients x {per} submissions over loopback, broker with 2 slots (HB, k-th price), "
+              f"SQLite synchronous={sync}; {what}")
         print(f"  accepted {len(ids)} of {n_clients * per}, errors {len(errors)}; distinct ids {len(set(ids))}; "
               f"database holds each command exactly once: {commands == expected}")
         print(f"  throughput {len(ids) / wall:.0f} submissions/s ({wall:.2f} s); latency {fmt_ms(lat)}")
-        print(f"  all {completed} jobs completed {drain:.1f} s after the start; books: deposits {books['deposits'] / 1e6:g}"
+        done = f"{queued} jobs queued" if full else f"all {completed} jobs completed {drain:.1f} s after the start"
+        print(f"  {done}; books: deposits {books['deposits'] / 1e6:g}"
               f" = users {books['users'] / 1e6:.6f} + revenue {books['revenue'] / 1e6:.6f}")
         for e in errors[:5]:
             print("  error:", e)
@@ -232,7 +247,9 @@ def main(argv):
     cases = argv or ["load", "decision"]
     for c in cases:
         if c == "load":
-            load()
+            for sync in ("full", "normal"):
+                load(full=False, sync=sync)
+                load(full=True, sync=sync)
         elif c == "decision":
             decision()
         else:

@@ -221,3 +221,17 @@ def test_wsept_needs_an_estimate(market):
     with pytest.raises(MarketError, match="runtime estimate"):
         b.submit("jo", False, 1.0, "true")
     assert b.submit("jo", False, 1.0, "true", estimate=5)["estimate"] == 5
+
+
+def test_config_checks_and_sqlite_durability_modes(tmp_path, market):
+    for bad, msg in [(dict(mechanism="easy"), "unknown mechanism"), (dict(pricing="second"), "unknown pricing"),
+                     (dict(slots=0), "slots"), (dict(charge_interval=0), "charge interval"),
+                     (dict(sync="sometimes"), "sync")]:
+        with pytest.raises(ValueError, match=msg):
+            Broker(tmp_path / "bad", MarketConfig(**bad))
+    full = market(slots=1)
+    assert full.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert full.store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    normal = Broker(tmp_path / "normal", MarketConfig(sync="normal"))
+    assert normal.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    normal.stop()

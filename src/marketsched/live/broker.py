@@ -105,6 +105,7 @@ class MarketConfig:
     pricing: str = "kth"
     charge_interval: float = 1.0
     admission_seconds: float = 1.0
+    sync: str = "full"  # SQLite: "full" (fsync per commit) or "normal" (see marketsched.live.ledger)
 
     def check(self) -> None:
         if self.mechanism not in LIVE_RULES:
@@ -117,6 +118,8 @@ class MarketConfig:
             raise ValueError(f"charge interval must be positive, got {self.charge_interval!r}")
         if not self.admission_seconds >= 0:
             raise ValueError(f"admission seconds must be >= 0, got {self.admission_seconds!r}")
+        if self.sync not in ("full", "normal"):
+            raise ValueError(f"sync must be 'full' or 'normal', got {self.sync!r}")
 
 
 @dataclass
@@ -156,7 +159,7 @@ class Broker:
         self.config.check()
         self.data = Path(data)
         self.data.mkdir(parents=True, exist_ok=True)
-        self.store = Store(db_url or self.data)
+        self.store = Store(db_url or self.data, sync=self.config.sync)
         self.lock = threading.RLock()
         epoch = self.store.get_meta("epoch")
         if epoch is None:

@@ -113,9 +113,12 @@ def market() -> None:
               help="Seconds between postings of running jobs' charges to the ledger.")
 @click.option("--admission-seconds", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="A job is admitted if its owner can pay this many seconds at max(bid, 1).")
+@click.option("--sync", default="full", show_default=True, type=click.Choice(["full", "normal"]),
+              help="SQLite durability: full = fsync at every commit (survives power loss); normal = survives "
+                   "a crash of the broker, not of the machine, and is faster.")
 @click.option("--db", "db_url", default=None, metavar="URL",
               help="postgresql://... for a shared database (needs psycopg); default: SQLite in --data.")
-def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, db_url) -> None:
+def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url) -> None:
     """Run the market broker (HTTP API, web page, local executor) until interrupted.
 
     On SIGINT/SIGTERM the market posts charges and suspends running jobs; the next `serve` with
@@ -126,7 +129,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
 
     try:
         broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
-                                           charge_interval=charge_interval, admission_seconds=admission_seconds),
+                                           charge_interval=charge_interval, admission_seconds=admission_seconds,
+                                           sync=sync),
                         db_url=db_url)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -2,8 +2,10 @@
 
 Storage
 -------
-SQLite in WAL mode (``journal_mode=WAL``, ``synchronous=FULL``: a committed transaction
-survives a crash of the broker and of the machine) in the market's data folder by default;
+SQLite in WAL mode in the market's data folder by default, with ``synchronous=FULL`` (a
+committed transaction survives a crash of the broker and of the machine: one fsync per commit)
+or, by choice, ``synchronous=NORMAL`` (a committed transaction survives a crash of the broker,
+e.g. kill -9, but the last ones may be lost if the machine loses power; no fsync per commit);
 PostgreSQL when given a ``postgresql://`` URL, for a market whose data must live on a shared
 server. The PostgreSQL driver (``psycopg``, version 3) is imported only then, and is an optional
 dependency (``pip install 'marketsched[postgres]'``). The SQL is the subset both understand;
@@ -118,8 +120,10 @@ class Store:
     ``postgresql://`` URL.
     """
 
-    def __init__(self, where):
+    def __init__(self, where, sync: str = "full"):
         where = str(where)
+        if sync not in ("full", "normal"):
+            raise ValueError(f"sync must be 'full' or 'normal', got {sync!r}")
         self._lock = threading.RLock()
         self._depth = 0
         if where.startswith(("postgresql://", "postgres://")):
@@ -145,7 +149,7 @@ class Store:
             self.location = str(path)
             self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
             self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute(f"PRAGMA synchronous={sync.upper()}")
             self.conn.execute("PRAGMA foreign_keys=ON")
             schema = _SCHEMA.format(pk="INTEGER PRIMARY KEY AUTOINCREMENT")
             self._lastid = " RETURNING id"
