@@ -312,15 +312,41 @@ class EstimatorStore:
         if t is not None:
             self.advance(t)
         x = _check_x(x, self.n_attributes, "EstimatorStore.estimates")
-        if self._stack is None and all(type(m) is LinearEstimator for m in self.models):
-            self._stack = (np.stack([m.intercept for m in self.models]), np.stack([m.weights for m in self.models]),
-                           self.models[0].categorical)
-        if self._stack is not None:
-            b, W, cat = self._stack
-            if np.any(x[:, ~cat] < 0):
-                raise ValueError("EstimatorStore.estimates: ordered attributes must be >= 0")
-            return b[None] + np.einsum("kla,na->nkl", W, x)
-        return np.stack([m.estimate(x) for m in self.models], axis=1)
+        if self._stack is None:
+            self._stack = self._build_stack()
+        if self._stack is False:
+            return np.stack([m.estimate(x) for m in self.models], axis=1)
+        attr, keys, b, W, ordered = self._stack
+        if np.any(x[:, ordered] < 0):
+            raise ValueError("EstimatorStore.estimates: ordered attributes must be >= 0")
+        if attr is None:
+            return b[None, :, 0] + np.einsum("kla,na->nkl", W[:, 0], x)
+        g = x[:, attr]
+        pos = np.searchsorted(keys, g)
+        pc = np.minimum(pos, max(len(keys) - 1, 0))
+        found = (pos < len(keys)) & (keys[pc] == g) if len(keys) else np.zeros(len(g), bool)
+        idx = np.where(found, pc, len(keys))  # last row: the default model
+        return np.transpose(b[:, idx], (1, 0, 2)) + np.einsum("knla,na->nkl", W[:, idx], x)
+
+    def _build_stack(self):
+        """All models as one table (providers x groups x resources [x attributes]) for one einsum.
+
+        Possible when every model is linear or grouped on the same attribute; otherwise False
+        (each model is evaluated on its own).
+        """
+        attrs = {m.group_attr for m in self.models if isinstance(m, GroupedLinearEstimator)}
+        if not all(isinstance(m, (LinearEstimator, GroupedLinearEstimator)) for m in self.models) or len(attrs) > 1:
+            return False
+        attr = attrs.pop() if attrs else None
+        keys = np.array(sorted({g for m in self.models if isinstance(m, GroupedLinearEstimator) for g in m.models}),
+                        dtype=np.float64)
+        rows = lambda m: ([m.model_for(g) for g in keys] + [m.default] if isinstance(m, GroupedLinearEstimator)
+                          else [m] * (len(keys) + 1))
+        b = np.stack([np.stack([r.intercept for r in rows(m)]) for m in self.models])
+        W = np.stack([np.stack([r.weights for r in rows(m)]) for m in self.models])
+        first = self.models[0]
+        cat = first.categorical if isinstance(first, LinearEstimator) else first.default.categorical
+        return attr, keys, b, W, ~cat
 
     def runtimes(self, Q: np.ndarray) -> np.ndarray:
         """The run-time component of (n, K, L) estimates (zeros if no component is run time)."""

@@ -19,7 +19,8 @@ import numpy as np
 from marketsched.mechanisms.online.egg.bids import JobType
 from marketsched.mechanisms.online.egg.beliefs import random_schedule
 from marketsched.mechanisms.online.egg.escrow import StaticReliability
-from marketsched.mechanisms.online.egg.estimators import EstimatorStore, GroupedLinearEstimator, LinearEstimator
+from marketsched.mechanisms.online.egg.estimators import (EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator,
+                                                          LinearEstimator)
 from marketsched.mechanisms.online.egg.market import Market
 from marketsched.mechanisms.online.egg.price_table import AdmissibilityError, PriceBook
 
@@ -111,8 +112,11 @@ def evolve(market: Market, rng: np.random.Generator, until: float, n_events: int
         market.advance(float(t))
         k = int(rng.integers(0, K))
         if rng.random() < 0.25:
-            market.install_estimator(k, _dominating(rng, market.estimators.models[k]))
-            counts["estimators"] += 1
+            try:  # refused while a provider waits for a model from an inactive period
+                market.install_estimator(k, _dominating(rng, market.estimators.models[k]))
+                counts["estimators"] += 1
+            except EstimatorUpdateError:
+                counts["refused_estimators"] = counts.get("refused_estimators", 0) + 1
             continue
         cur = market.book.prices[k]
         fresh = random_tables(rng, (1, *cur.shape), p_inf=0.05)[0]

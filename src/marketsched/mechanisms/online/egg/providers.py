@@ -18,11 +18,12 @@ counts processors; each agent keeps its own share (``capacity``). Per batch at t
 4. settlements due now (protocol step 2): completed by ``tau*`` -> paid; otherwise the job,
    if still queued or running, is dropped (the provider gains nothing by finishing late) and
    the payment refunded (``sim.charge(j, -p)``); reliability recorded;
-5. probes due now run (read-only audits of the market, e.g. misreports);
-6. providers whose state changed (or all, at a new slot) install new price tables; a table is
-   the provider's wish *projected* on the admissible set (:meth:`PriceBook.project`), so
-   nothing is rejected; wishes submitted raw (``raw_updates=True``) may be rejected and are
-   counted;
+5. providers install new price tables: all of them when a new slot enters the window, a
+   load-aware one also when its state changed (at most every ``reprice_every`` seconds); a
+   table is the provider's wish *projected* on the admissible set
+   (:meth:`PriceBook.project`), so nothing is rejected; wishes submitted raw
+   (``raw_updates=True``) may be rejected and are counted;
+6. probes due now run (read-only audits: they see exactly what a bid arriving now sees);
 7. bids arriving now are cleared together (all see the same tables); winners pay into escrow
    (``sim.charge(j, p)``) and join their provider's queue with a timer at ``tau*``; the rest
    are rejected (``sim.reject``);
@@ -123,6 +124,7 @@ class ProviderAgent:
     pricing: StaticPricing = field(default_factory=StaticPricing)
     crash_rate: float = 0.0  # crashes per second of run time
     drop_hopeless: bool = True
+    reprice_every: float = 0.0  # a dynamic pricer reprices at most this often (and at every new slot)
     name: str = ""
 
     def __post_init__(self):
@@ -144,6 +146,7 @@ class ProviderAgent:
         self.started: dict[int, float] = {}
         self.seq = 0
         self.changed = True
+        self.next_reprice = -math.inf
 
     def enqueue(self, j: int, deadline: float, estimate: float) -> None:
         self.deadline[j] = deadline
@@ -160,7 +163,12 @@ class ProviderAgent:
         self.changed = True
 
     def committed_work(self, book, now: float) -> np.ndarray:
-        """Estimated processor-seconds still to do, per column of the book, by due column."""
+        """Estimated processor-seconds still to do, per column of the book, by due column.
+
+        A queued job counts its estimate; a running one its estimate minus the time it has run,
+        and, once it has overrun its estimate, the time left to its deadline (it holds its
+        processor until it ends or is killed at ``tau*``).
+        """
         out = np.zeros(book.horizon)
         if not self.deadline:
             return out
@@ -168,6 +176,8 @@ class ProviderAgent:
         d = np.fromiter((self.deadline[j] for j in jobs), float, len(jobs))
         r = np.fromiter((self.estimate[j] - (now - self.started[j] if j in self.started else 0.0) for j in jobs),
                         float, len(jobs))
+        running = np.fromiter((j in self.started for j in jobs), bool, len(jobs))
+        r = np.where(running & (r <= 0), d - now, r)
         col = np.clip(np.ceil(d / book.slot).astype(np.int64) - 1 - book.base, 0, book.horizon - 1)
         np.add.at(out, col, np.maximum(r, 0.0))
         return out
@@ -287,12 +297,12 @@ class EggPolicy:
         if new_slot:  # new columns entered the window: every provider prices them
             self.last_slot = slot
             self.reliability_log.append((t, market.ledger.reliability(t).copy()))
+        for a in agents:
+            if new_slot or (a.changed and a.pricing.dynamic and t >= a.next_reprice):
+                self._reprice(a, t)
         while self._probe_i < len(self.probes) and self.probes[self._probe_i][0] <= t:
             self.probes[self._probe_i][1](self, t)
             self._probe_i += 1
-        for a in agents:
-            if new_slot or (a.changed and a.pricing.dynamic):
-                self._reprice(a, t)
         if len(arrived):
             rows = np.arange(arrived.start, arrived.stop)
             batch = self.bids.take(rows)
@@ -323,6 +333,7 @@ class EggPolicy:
         except AdmissibilityError:
             self.rejected_updates += 1
         a.changed = False
+        a.next_reprice = t + a.reprice_every
 
     def _dispatch(self, a: ProviderAgent, t: float) -> None:
         sim = self.sim
