@@ -20,7 +20,7 @@ import copy
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from marketsched.mechanisms.online.egg import BidBatch, LinearEstimator, dominates
+from marketsched.mechanisms.online.egg import BidBatch, JobType, LinearEstimator, dominates
 from marketsched.mechanisms.online.egg.beliefs import KINDS, believed_utility, misreports
 from marketsched.mechanisms.online.egg.instances import evolve, random_job, random_market
 
@@ -153,3 +153,30 @@ def test_all_misreport_families_are_drawn():
     assert next(m for m in ms if m.kind == "arrival").delay > 0
     down = next(m for m in ms if m.kind == "description_down")
     assert not dominates(down.bid.description, job.description, cat) or not job.description.any()
+
+
+def test_inactive_period_gap_outside_the_theorem():
+    """Documented gap (docs/egg.md): a provider inactive at the true arrival, back later with a lower
+    estimator, makes a later reported arrival profitable. Definition 5 only binds active times, so
+    the theorem's conditions hold; the gain comes from the inactive provider being skipped at a."""
+    from marketsched.mechanisms.online.egg import Bid, ConstantDeadline, EstimatorStore, Market, PriceBook
+
+    # two providers; run-time axis [0,1), [1,2), [2,4) h; provider 0 cheap, provider 1 dear
+    prices = np.stack([np.broadcast_to([[1.0], [2.0], [3.0]], (3, 8)), np.full((3, 8), 6.0)])
+    book = PriceBook(2, [[0.0, 1.0, 2.0, 4.0]], 1.0, 4.0, 8, prices=prices)
+    est = EstimatorStore([LinearEstimator([1.5], [[0.0]]), LinearEstimator([1.5], [[0.0]])], 4.0, runtime_dim=0)
+    market = Market(book, est)
+    market.install_estimator(0, LinearEstimator([0.5], [[0.0]]), allow_inactive=True)  # back at t = 4
+    market.advance(1.0)
+    w = ConstantDeadline(10.0, 4.9)
+    truth = market.quote(BidBatch.from_bids([Bid(np.zeros(1), w)], 1.0))
+    assert truth.provider[0] == 1 and truth.surplus[0] == 4.0  # provider 0 is inactive: skipped
+    late = market.copy()
+    late.advance(4.0)
+    lie = late.quote(BidBatch.from_bids([Bid(np.zeros(1), w)], 4.0))
+    assert lie.provider[0] == 0 and lie.completion[0] == 4.5 and lie.surplus[0] == 9.0  # 10 - 1 > 4
+    gamma_set = np.ones(2, bool)
+    job = JobType(np.zeros(1), w, 1.0)
+    u_truth = believed_utility(job, np.zeros(1), 1, float(truth.completion[0]), float(truth.price[0]), gamma_set)
+    u_lie = believed_utility(job, np.zeros(1), 0, float(lie.completion[0]), float(lie.price[0]), gamma_set)
+    assert u_lie > u_truth
