@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -154,6 +155,7 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
             broker.wait()
         log.close()
         _kill_jobs(data)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _kill_jobs(data: Path):
@@ -241,6 +243,7 @@ def broker_decision(n_queued, samples=200):
     finally:
         b.stop(kill_jobs=False)
         _kill_jobs(tmp / "market")
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv):
