@@ -63,9 +63,15 @@ RelaxedEESPolicy (chapter 6)
 ----------------------------
 Jobs keep their node counts. **Decision (execution, note 8.2.10)**: an accepted job is
 committed to its planned start (its start in the greedy schedule with it, ``dec.start_time``)
-and started then, through a timer (``sim.wake_at``); committed starts are never moved (no
-compression: a reservation is a promise). **Decision (when the head is considered)**: the
-head of the queue is considered
+and started then, through a timer (``sim.wake_at``); the plan is a promise not to start it
+*later*. **Decision (compression, ``compress=True``, the default)**: when a job ends before its
+declared end, the committed jobs are re-placed in order of planned start, each at its earliest
+window (the compression of conservative backfilling, Mu'alem & Feitelson 2001); no job moves
+later (see ``_compress``), and a job moved to ``t`` starts at once. With ``compress=False``
+committed starts are kept as planned: the time an early job releases is only used by later
+decisions. Run-time estimates in real logs are loose (SDSC-SP2: requests about twice the run
+times), so without compression committed jobs idle behind released time: the report shows both.
+**Decision (when the head is considered)**: the head of the queue is considered
 
 * at every completion (processors free) and every committed start (the job ahead left the
   queue), and
@@ -83,8 +89,9 @@ and the decision weighs them.
 
 Steps of ``step(t, arrived, completed)``:
 
-1. forget completed jobs; start every committed job whose planned start is ``t`` (the plan
-   is feasible because ``r`` bounds every run, so its processors are free);
+1. forget completed jobs; after a completion, compress the commitments (if ``compress``);
+   start every committed job whose planned start is ``t`` (the plan is feasible because
+   ``r`` bounds every run, so its processors are free);
 2. append the arrivals to the queue; stop here if this is not a decision point;
 3. build the availability profile at ``t``: running jobs on ``[t, start + r)``, committed
    jobs on ``[planned, planned + r)`` (vectorised, :func:`profile_of`);
@@ -334,8 +341,10 @@ class EESPolicy(_EESDriver):
 class RelaxedEESPolicy(_EESDriver):
     """Relaxed EES (seed 002, chapter 6) on the engine: jobs with node counts, committed plans.
 
-    Same arguments as :class:`EESPolicy`; the machine's capacity comes from the engine.
-    After the run, ``policy.planned_start`` maps each accepted row to ``dec.start_time``.
+    Same arguments as :class:`EESPolicy`, plus ``compress`` (move commitments up after early
+    ends); the machine's capacity comes from the engine. After the run,
+    ``policy.planned_start`` maps each accepted row to ``dec.start_time`` (its actual start is
+    that time without compression, at most that time with it).
     Steps and decisions: module docstring.
     """
 
