@@ -72,15 +72,17 @@ def main() -> None:
         return
     print(f"exact MIP (HiGHS, 0.1 % gap, {args.mip_limit:g} s limit) beside table 3.7 (CPLEX, ms)")
     for (n_nodes, ratio), thesis in THESIS_T37.items():
-        times, hits, nv = [], 0, []
+        times, walls, hits, nv = [], [], 0, []
         for b in range(args.mip_books):
             book = generate_order_book(n_nodes, n_nodes * ratio, np.random.default_rng([9, n_nodes, ratio, b]))
             res = solve_exact(book, time_limit=args.mip_limit)
-            times.append(res.runtime)
+            times.append(res.cpu_time)
+            walls.append(res.runtime)
             hits += res.status != "optimal"
             nv.append(res.n_variables)
-        print(f"  {n_nodes:3d} nodes x {n_nodes * ratio:3d} jobs: {np.mean(times) * 1e3:10.1f} ms wall mean "
-              f"({hits}/{args.mip_books} at the time limit, {np.mean(nv):.0f} variables); thesis {thesis:,.1f} ms")
+        print(f"  {n_nodes:3d} nodes x {n_nodes * ratio:3d} jobs: {np.mean(times) * 1e3:10.1f} ms CPU, "
+              f"{np.mean(walls) * 1e3:10.1f} ms wall (means; "
+              f"{hits}/{args.mip_books} at the time limit, {np.mean(nv):.0f} variables); thesis {thesis:,.1f} ms")
 
 
 if __name__ == "__main__":
