@@ -45,6 +45,8 @@ def test_table_3_5_critical_value_pricing(t32):
     assert round(p.node[0], 2) == 6165.88 and round(p.node[1], 2) == 5846.12
     assert p.job.sum() == 12012
     assert p.imbalance == pytest.approx(0, abs=1e-9)
+    with pytest.raises(ValueError, match="allocated job 1"):
+        critical_value_pricing(t32, a, critical_values(t32, a, jobs=[3, 5]))
 
 
 def test_table_3_5_k_pricing(t32):

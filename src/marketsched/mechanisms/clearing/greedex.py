@@ -353,7 +353,13 @@ def critical_value_pricing(book: OrderBook, allocation: Allocation | None = None
     if phi is None:
         phi = critical_values(book, allocation)
     won = allocation.allocated
-    pay_j = np.where(won, np.nan_to_num(phi) * book.job_cpu * book.job_duration, 0.0)
+    phi = np.asarray(phi, dtype=np.float64)
+    if phi.shape != (book.n_jobs,):
+        raise ValueError(f"phi must have one entry per job, shape ({book.n_jobs},), got {phi.shape}")
+    missing = won & ~np.isfinite(phi)
+    if missing.any():
+        raise ValueError(f"phi is missing (NaN/inf) for allocated job {int(np.argmax(missing))}")
+    pay_j = np.where(won, np.where(won, phi, 0.0) * book.job_cpu * book.job_duration, 0.0)
     reserve_cost = allocation.node_reserve_cost()
     cpu_slots = allocation.node_cpu_slots()
     surplus = pay_j.sum() - reserve_cost.sum()
