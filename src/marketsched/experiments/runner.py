@@ -344,7 +344,8 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     """Run the cells of one batch (they share workload, seed, value model and SRG split).
 
     Returns ``(rows, failures, seconds)``: a DataFrame of the finished cells' rows (or None),
-    a list of failure dicts (cell parameters, error, traceback) and the wall time per cell.
+    a list of failure dicts (cell parameters, error, traceback) and, per cell key, its
+    ``(wall, cpu)`` seconds (cells sharing a schedule split its time evenly).
     """
     import pandas as pd
 
@@ -367,7 +368,7 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
         k = (c.mechanism, c.behaviour, c.beta) if share_schedule else (c.key(),)
         units.setdefault(k, []).append(c)
     for group in units.values():
-        t0 = time.perf_counter()
+        t0, c0_cpu = time.perf_counter(), time.process_time()
         try:
             c0 = group[0]
             bid = make_bids(c0.behaviour, v, draws, c0.beta)
@@ -379,8 +380,9 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
                 parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
         except Exception as exc:
             failures += [_failure(c, exc) for c in group]
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
         for c in group:
-            seconds[c.key()] = (time.perf_counter() - t0) / len(group)
+            seconds[c.key()] = (wall / len(group), cpu / len(group))
     return (pd.concat(parts, ignore_index=True) if parts else None), failures, seconds
 
 
@@ -430,7 +432,7 @@ class RunResult:
     ran: int  # finished in this call
     failures: list = field(default_factory=list)
     seconds: float = 0.0  # wall time of the call
-    cell_seconds: dict = field(default_factory=dict)  # cell key -> wall time
+    cell_seconds: dict = field(default_factory=dict)  # cell key -> (wall, cpu) seconds in the worker
 
     @property
     def ok(self) -> bool:
