@@ -178,7 +178,7 @@ def write_report(out_dir) -> Path:
              "2-core machine). Per-cell numbers: `infinite.csv`, `finite.csv`; traces: `traces.json`.")
 
     # ---------------------------------------------------------------- figure 3 ----------
-    fig, axes = plt.subplots(4, 2, figsize=(8, 10), sharex=True)
+    fig, axes = plt.subplots(4, 2, figsize=(7, 8.5), sharex=True)
     for col, pref in enumerate(PREFS):
         d = inf[inf.pref == pref]
         ax = axes[0, col]
