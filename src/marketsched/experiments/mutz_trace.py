@@ -54,7 +54,7 @@ from marketsched.mechanisms.online.ees_driver import (
 )
 
 NAME = "mutz-trace"
-TITLE = "Mutz (seed 002) on a trace: EES and relaxed EES vs FCFS and EASY (SDSC-SP2, synthesised values)"
+TITLE = "Mutz (seed 002) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
 
 TRACE = "SDSC-SP2-1998-4.2-cln"
 JOBS = 3000
@@ -219,6 +219,17 @@ def tabulate(results: list[dict], quick: bool, seeds: list[int]) -> pd.DataFrame
     order = {m: k for k, m in enumerate(MECHANISMS)}
     return df.sort_values(["d_max", "mechanism", "seed"], key=lambda s: s.map(order) if s.name == "mechanism" else s,
                           ignore_index=True)
+
+
+def paired_gain(df: pd.DataFrame, mech: str, base: str, d_max: float) -> tuple[float, float]:
+    """Mean and sd over seeds of utility per job of ``mech`` minus ``base`` (same types per seed)."""
+    sub = df[df.d_max == d_max].pivot_table(index="seed", columns="mechanism", values="utility_per_job")
+    diff = sub[mech] - sub[base]
+    return float(diff.mean()), float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
+
+
+def _pays(x: float) -> str:
+    return f"paid {x:.2f}" if x >= 0 else f"received {-x:.2f}"
 
 
 def summary(df: pd.DataFrame, d_max: float, cols) -> pd.DataFrame:
@@ -388,37 +399,38 @@ Set-up:
                       "mean total payment of jobs that ran and of discarded jobs, > 0 pays) and decisions "
                       "(queue length I at a decision)")
     best_blind = "easy" if m("easy", "utility_per_job") >= m("fcfs", "utility_per_job") else "fcfs"
+    gain, gain_sd = paired_gain(df, "relaxed-ees", best_blind, D_MAX)
+    pr, pd_ = m("relaxed-ees", "mean_payment_run"), m("relaxed-ees", "mean_payment_discarded")
     rep.text(f"""
 Findings at d_max = {D_MAX:g} (means over seeds):
 
 * Realised utility per job: EES {m('ees', 'utility_per_job'):.1f}, relaxed EES {m('relaxed-ees', 'utility_per_job'):.1f}
   (fixed commitments {m('relaxed-ees-fixed', 'utility_per_job'):.1f}), FCFS {m('fcfs', 'utility_per_job'):.1f},
-  EASY {m('easy', 'utility_per_job'):.1f}.
+  EASY {m('easy', 'utility_per_job'):.1f}. Relaxed EES minus {LABELS[best_blind]} (the better value-blind
+  baseline), paired over seeds: {gain:+.2f} ± {gain_sd:.2f} (sd) per job.
 * The full-width EES runs one job at a time on a {w.capacity}-node machine: utilization
-  {m('ees', 'utilization'):.3f} (EASY {m('easy', 'utilization'):.3f}) and it discards
-  {100 * m('ees', 'discard_rate'):.0f}% of the jobs; it keeps the queue short (mean I at a decision
-  {m('ees', 'mean_queue_len'):.1f}) by discarding, so the jobs it runs wait
-  {m('ees', 'mean_wait_h'):.2f} h on average.
+  {m('ees', 'utilization'):.3f} (EASY {m('easy', 'utilization'):.3f}); it discards
+  {100 * m('ees', 'discard_rate'):.0f}% of the jobs and realises {100 * m('ees', 'value_realised_share'):.0f}% of
+  the total value; mean queue length at a decision {m('ees', 'mean_queue_len'):.1f}; its completed jobs wait
+  {m('ees', 'mean_wait_h'):.2f} h on average, all jobs {m('ees', 'mean_queue_time_h'):.2f} h.
 * The relaxed EES discards {100 * m('relaxed-ees', 'discard_rate'):.1f}% of the jobs, at utilization
   {m('relaxed-ees', 'utilization'):.3f}; its completed jobs wait {m('relaxed-ees', 'mean_wait_h'):.2f} h
   (EASY {m('easy', 'mean_wait_h'):.2f} h, FCFS {m('fcfs', 'mean_wait_h'):.2f} h), bounded slowdown
-  {m('relaxed-ees', 'mean_bsd'):.1f} (EASY {m('easy', 'mean_bsd'):.1f}). Keeping commitments fixed
-  after early ends costs utilization ({m('relaxed-ees-fixed', 'utilization'):.3f}) and wait
-  ({m('relaxed-ees-fixed', 'mean_wait_h'):.2f} h).
-* Compared with the better value-blind baseline ({LABELS[best_blind]}), the relaxed EES changes the utility
-  per job by {m('relaxed-ees', 'utility_per_job') - m(best_blind, 'utility_per_job'):+.2f}.
-* Payments balance (revenue {m('relaxed-ees', 'revenue'):.2g} for the relaxed EES against a volume of
-  {m('relaxed-ees', 'payment_volume'):.3g}); discarded jobs are paid on average
-  ({m('relaxed-ees', 'mean_payment_discarded'):.2f}) and jobs that run pay
-  ({m('relaxed-ees', 'mean_payment_run'):.2f}): the thesis's "discarded jobs gain currency".
-  Utility is not individually rational: a share {m('relaxed-ees', 'negative_utility_share'):.2f} of the
-  jobs ends with negative utility under the relaxed EES (EASY {m('easy', 'negative_utility_share'):.2f}).
+  {m('relaxed-ees', 'mean_bsd'):.1f} (EASY {m('easy', 'mean_bsd'):.1f}, FCFS {m('fcfs', 'mean_bsd'):.1f}).
+  With commitments kept fixed after early ends: utilization {m('relaxed-ees-fixed', 'utilization'):.3f},
+  wait {m('relaxed-ees-fixed', 'mean_wait_h'):.2f} h.
+* Payments balance at every decision (relaxed EES: revenue {m('relaxed-ees', 'revenue'):.2g} against a volume
+  of {m('relaxed-ees', 'payment_volume'):.3g}). Under the relaxed EES jobs that ran {_pays(pr)} and discarded
+  jobs {_pays(pd_)} on average over their lives (the thesis: discarded jobs gain currency, jobs that run
+  lose it). Utility is not individually rational: {100 * m('relaxed-ees', 'negative_utility_share'):.0f}% of
+  the jobs end with negative utility under the relaxed EES (EES {100 * m('ees', 'negative_utility_share'):.0f}%,
+  EASY {100 * m('easy', 'negative_utility_share'):.0f}%).
 
 Caveats: wait and slowdown cover completed jobs only, so a mechanism that discards the jobs that
 would wait longest looks better on them; the queue time of all jobs and the utility account for
 the discarded jobs. Values are independent of job size (one prior for all jobs, as the mechanism
-assumes), so discarding long jobs costs nothing extra in value; with values that grow with job
-size the picture would change.
+assumes), so discarding a long job loses no more value than discarding a short one; values that
+grow with job size are not modelled.
 """)
     rep.heading("Sensitivity to the delay-cost scale")
     rep.figure(fig_sensitivity(df), "sensitivity",
@@ -428,11 +440,19 @@ size the picture would change.
                                                            "mean_queue_time_h"]].mean().reset_index())
     sens["mechanism"] = sens["mechanism"].map(LABELS)
     rep.table(sens, caption="Means over seeds per d_max")
-    rep.text("""
-As delay costs grow, waiting becomes the dominant cost: the value-blind schedules' utility falls
-in proportion to d_max, while both EES variants discard more (the run threshold b = sum d x delay
-rises) and keep the queue short.
-""")
+    fcfs_u = df[df.mechanism == "fcfs"].groupby("d_max")["utility_per_job"].mean()
+    lines = []
+    for dm in D_MAX_SWEEP:
+        g, sd = paired_gain(df, "relaxed-ees", "easy", dm)
+        ge, sde = paired_gain(df, "ees", "easy", dm)
+        sub = df[df.d_max == dm]
+        dr = {k: 100 * float(sub[sub.mechanism == k]["discard_rate"].mean()) for k in ("ees", "relaxed-ees")}
+        lines.append(f"* d_max = {dm:g}: relaxed EES minus EASY {g:+.2f} ± {sd:.2f}, EES minus EASY "
+                     f"{ge:+.2f} ± {sde:.2f} per job (paired over seeds, ± sd); discards EES {dr['ees']:.1f}%, "
+                     f"relaxed EES {dr['relaxed-ees']:.1f}%; FCFS utility {fcfs_u[dm]:.1f}")
+    rep.text("The schedules of FCFS and EASY do not depend on values, so their utility falls linearly in "
+             "d_max; the EES variants discard more as d_max grows (the run threshold b = sum d x delay "
+             "rises).\n\n" + "\n".join(lines))
     rep.heading(f"Per-job view (seed {seeds[0]}, d_max = {D_MAX:g})")
     rep.figure(fig_jobs(results, quick, seeds[0]), "jobs",
                caption="Left: CDF of per-job realised utility. Middle: total payment per job by final state "
