@@ -50,11 +50,13 @@ def envy_matrix(game: FixedBudgetGame, shares: np.ndarray) -> np.ndarray:
     """E[i, j] = U_i(r_j), user i's utility for user j's bundle (finite parallelism: the sum of
     the k_i largest w_ij r_jl)."""
     w = game.weights
+    # einsum, not BLAS matmul: on a loaded 2-core machine the threaded BLAS took ~40 ms for a
+    # 150 x 100 x 150 product that einsum does in ~1 ms.
     if not game.finite:
-        return w @ shares.T
+        return np.einsum("ik,jk->ij", w, shares)
     k = game.parallelism
     if np.all((shares > 0).sum(axis=1) <= k.min()):              # bundles small enough: plain sum
-        return w @ shares.T
+        return np.einsum("ik,jk->ij", w, shares)
     return np.vstack([top_k_sums(w[i] * shares, np.full(game.m, k[i])) for i in range(game.m)])
 
 
