@@ -367,8 +367,8 @@ def agreement(games):
         for i, alg in enumerate(g.rows):
             k = pg.rows.index(alg)
             rows.append({"table": name, "algorithm": LABEL[alg],
-                         "designer max |diff|": float(np.abs(g.designer[i] - pg.designer[k]).max()),
-                         "users max |diff|": float(np.abs(g.users[i] - pg.users[k]).max()),
+                         "designer max abs diff": float(np.abs(g.designer[i] - pg.designer[k]).max()),
+                         "users max abs diff": float(np.abs(g.users[i] - pg.users[k]).max()),
                          "users' best beta (ours / paper)":
                              f"{100 * g.cols[int(np.argmax(g.users[i]))]:g}% / {100 * pg.cols[int(np.argmax(pg.users[k]))]:g}%"})
     return pd.DataFrame(rows)
@@ -465,7 +465,7 @@ def game_section(rep: Report, df, trace: str, tag: str, paper: bool, evidence: b
                  f"{100 * ci['designer_rel_ci'].max():.2g}% of its mean, of the raw user payoff at most "
                  f"{100 * ci['users_rel_ci'].max():.2g}% of its magnitude.")
     if paper:
-        rep.table(agreement(games), caption=f"Largest |ours - paper| per row of the normalised tables ({tag})")
+        rep.table(agreement(games), caption=f"Largest abs(ours - paper) per row of the normalised tables ({tag})")
         rep.table(consistency(raw), caption=f"Consistency ratios of the designer payoffs ({tag})")
     rep.table(_raw_table(raw), caption=f"Raw payoffs ({tag}): designer = revenue/TWFT (all jobs), users = average "
               "utility of aggressive users in group C, mean ± 95% CI over seeds")
@@ -556,14 +556,19 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
         summary_rows.append({"trace": s.label, "findings that hold": f"{(fnd['holds'] == 'yes').sum()} of {len(fnd)}"})
         rep.heading(f"Game (Tables II, III): {tag}", 3)
         out = game_section(rep, sub, s.trace, tag, paper=True, evidence=s.substitute_for is None)
+        gm = out["all"][0]
         summary_rows[-1]["equilibria (ours: first / k-th / k-th w/o WSPT)"] = " / ".join(
-            _eq(g) for g in (out["group"][0]["first"], out["group"][0]["kth"], out["group"][0]["kth"].without("wspt")))
+            _eq(g) for g in (gm["first"], gm["kth"], gm["kth"].without("wspt")))
+        ag = agreement(gm)
+        summary_rows[-1]["largest abs(ours - paper) in Tables II/III (designer; users)"] = (
+            f"{ag['designer max abs diff'].max():.3f}; {ag['users max abs diff'].max():.3f}")
         rep.heading(f"Figures: {tag}", 3)
         figures(rep, sub, s.trace, tag)
     t_all = time.perf_counter() - t0
     rep.heading("Summary")
     summary_rows.append({"trace": "paper (LPC)", "findings that hold": "-",
-                         "equilibria (ours: first / k-th / k-th w/o WSPT)": "(HB, 50%) / (WSPT, 70%) / (NPHB, 25%)"})
+                         "equilibria (ours: first / k-th / k-th w/o WSPT)": "(HB, 50%) / (WSPT, 70%) / (NPHB, 25%)",
+                         "largest abs(ours - paper) in Tables II/III (designer; users)": "-"})
     rep.table(pd.DataFrame(summary_rows))
     rep.text(DISCUSSION)
     sim_total = sum(r["seconds"] for r in timing)
@@ -650,6 +655,6 @@ verbal claims (findings table), and the tables cell by cell. Where a finding doe
 the likely reasons are: (1) a different version of the LPC log (see above); (2) open choices
 the paper does not fix (negative values redrawn rather than clipped; exact 10% partition;
 WSPT's k-th price capped at the job's bid; no price floor at the reservation price; the
-designer payoff restricted to group C); (3) seed-to-seed noise in the middle band and in the
+designer payoff summed over all jobs); (3) seed-to-seed noise in the middle band and in the
 small aggressive group (10% of 73k group-C jobs, ~1.5k of them high-bid).
 """
