@@ -24,6 +24,8 @@ GET     ``/api/price/history``      ``?since=T&limit=N``: ``[{"t", "price", "que
 GET     ``/api/balance``            own balance (administrator: all, revenue, deposits)
 GET     ``/api/statement``          own ledger entries (administrator: ``?user=NAME``)
 GET     ``/api/market``             everything the page shows, in one request
+POST    ``/api/dayahead/bids``      day-ahead sealed bid ``{"length", "deadline", "value", "nodes"?, "command"?}``
+GET     ``/api/dayahead``           ``showres``: own bids and reservations (administrator: all), next clearing
 ======  ==========================  ============================================================
 
 A submission is answered only after it is committed to the database (see the broker).
@@ -266,3 +268,28 @@ def market(h, who, q, body):
         "active": b.jobs(who[0], who[1], ACTIVE_STATES, _limit(q, 500)),
         "recent": b.jobs(who[0], who[1], FINAL_STATES, 20),
     }
+
+
+# ---------------------------------------------------------------- day-ahead reservations (marketsched.live.dayahead)
+def _dayahead(h):
+    da = getattr(h.server.broker, "dayahead", None)
+    if da is None:
+        raise MarketError("this market runs no day-ahead auction (start it with `market serve --dayahead dpgva`)", 404)
+    return da
+
+
+@route("POST", "/api/dayahead/bids")
+def place_bid(h, who, q, body):
+    unknown = set(body) - {"length", "deadline", "value", "nodes", "command"}
+    if unknown:
+        raise MarketError(f"unknown field(s) {sorted(unknown)}: a bid has length, deadline, value, nodes, command")
+    for f in ("length", "deadline", "value"):
+        if f not in body:
+            raise MarketError(f"a day-ahead bid needs {f}; none given")
+    return _dayahead(h).place_bid(who[0], body["length"], body["deadline"], body["value"], body.get("nodes"),
+                                  body.get("command"))
+
+
+@route("GET", "/api/dayahead")
+def show_reservations(h, who, q, body):
+    return _dayahead(h).showres(who[0], who[1])

@@ -74,6 +74,7 @@ from marketsched.mechanisms.online.priority import PriorityScheduler, priority_k
 
 LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
+EXECUTORS = ("local", "slurm")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -106,6 +107,8 @@ class MarketConfig:
     charge_interval: float = 1.0
     admission_seconds: float = 1.0
     sync: str = "full"  # SQLite: "full" (fsync per commit) or "normal" (see marketsched.live.ledger)
+    executor: str = "local"  # "local" (process groups) or "slurm" (marketsched.live.slurm)
+    partition: str | None = None  # Slurm partition for the "slurm" executor (None: Slurm's default)
 
     def check(self) -> None:
         if self.mechanism not in LIVE_RULES:
@@ -120,6 +123,8 @@ class MarketConfig:
             raise ValueError(f"admission seconds must be >= 0, got {self.admission_seconds!r}")
         if self.sync not in ("full", "normal"):
             raise ValueError(f"sync must be 'full' or 'normal', got {self.sync!r}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {self.executor!r}; choose one of {', '.join(EXECUTORS)}")
 
 
 @dataclass
@@ -154,7 +159,8 @@ class Broker:
     time since the epoch stored in the database).
     """
 
-    def __init__(self, data, config: MarketConfig | None = None, db_url: str | None = None, clock=None):
+    def __init__(self, data, config: MarketConfig | None = None, db_url: str | None = None, clock=None,
+                 executor=None):
         self.config = config or MarketConfig()
         self.config.check()
         self.data = Path(data)
@@ -172,7 +178,14 @@ class Broker:
         # timestamp, in the engine and in the database alike.
         self.wall = clock or WallClock(self.epoch)
         self._t = float(self.wall())
-        self.executor = LocalExecutor(self.data / "jobs")
+        # The executor carries the mechanism's decisions out: local process groups by default,
+        # Slurm jobs with config.executor == "slurm" (marketsched.live.slurm), or any object with
+        # the same interface passed in. Optional hooks: ``arrange(queue)`` after every decision
+        # (the mechanism's waiting jobs, best first) and ``outcome(job_id)`` -> (final state,
+        # note) when a job ends (e.g. "failed" for a job Slurm killed).
+        self.executor = executor if executor is not None else make_executor(self.config, self.data / "jobs")
+        self._arrange = getattr(self.executor, "arrange", None)
+        self.dayahead = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
         self.mechanism = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=self.config.pricing,
@@ -212,6 +225,8 @@ class Broker:
         cancelled; else charges are posted and running jobs suspended (SIGSTOP: nothing runs
         unpaid while the market is down), for the next broker to re-attach."""
         self._stopping = True
+        if self.dayahead is not None:
+            self.dayahead.stop()
         self.executor.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -498,8 +513,10 @@ class Broker:
                     self.executor.cont(job.id)
                     self.store.add_event(job.id, t, "resume")
                 else:
+                    kw = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
                     try:
-                        proc = self.executor.launch(job.id, job.command, env={"MARKETSCHED_JOB_ID": str(job.id)})
+                        proc = self.executor.launch(job.id, job.command, env={"MARKETSCHED_JOB_ID": str(job.id)},
+                                                    **kw)
                     except OSError as exc:
                         failed.append((job, f"launch failed: {exc}"))
                         continue
@@ -557,7 +574,12 @@ class Broker:
         if job.row is not None:
             self.engine.complete(job.row)
         self._stopped_running(job, t)
-        self._final(job, "completed", t, exit_code=code, note=note)
+        state = "completed"
+        outcome = getattr(self.executor, "outcome", None)
+        if outcome is not None:  # e.g. Slurm killed it: "failed", "slurm: NODE_FAIL"
+            state, why = outcome(job_id)
+            note = "; ".join(x for x in (note, why) if x)
+        self._final(job, state, t, exit_code=code, note=note)
         self._apply()
 
     # ================================================================== money
@@ -664,6 +686,8 @@ class Broker:
             user = min(self._short)
             self._hold(user)
             self._short.discard(user)
+        if self._arrange is not None:
+            self._arrange(self._queue_view())
         running = len(self.running_jobs)
         queued = len(self.mechanism.waiting)
         snap = (round(self._market_price(), 9), queued, running)
@@ -671,6 +695,20 @@ class Broker:
             self.store.add_price(self._t, snap[0], queued, running)
             self._last_price = snap
         self.executor.wake()
+
+    def _queue_view(self) -> list[dict]:
+        """The mechanism's waiting jobs, best first (its heap order: key, then submission), for
+        an executor's ``arrange`` hook."""
+        out = []
+        key = self.mechanism.key
+        for _, row in sorted(self.mechanism.waiting):
+            job = self.active.get(self.row_job[row])
+            if job is None or job.row != row:
+                continue
+            out.append({"id": job.id, "key": float(key[row]), "command": job.command,
+                        "env": {"MARKETSCHED_JOB_ID": str(job.id)},
+                        "preempted": job.id in self.executor.procs})
+        return out
 
     # ================================================================== the market thread
     def _loop(self) -> None:
@@ -758,6 +796,15 @@ class Broker:
         self._enter(first)
         self._enter(rest)
         self._after()
+
+
+def make_executor(config: MarketConfig, root: Path):
+    """The executor ``config.executor`` names, for the jobs' folders under ``root``."""
+    if config.executor == "slurm":
+        from marketsched.live.slurm import SlurmExecutor
+
+        return SlurmExecutor(root, partition=config.partition, slots=config.slots)
+    return LocalExecutor(root)
 
 
 def _proc_file(workdir: Path):

@@ -118,7 +118,28 @@ def market() -> None:
                    "a crash of the broker, not of the machine, and is faster.")
 @click.option("--db", "db_url", default=None, metavar="URL",
               help="postgresql://... for a shared database (needs psycopg); default: SQLite in --data.")
-def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url) -> None:
+@click.option("--executor", default="local", show_default=True, type=click.Choice(["local", "slurm"]),
+              help="Where jobs run: local process groups, or Slurm batch jobs (sbatch, priorities, "
+                   "suspend/resume; see docs/slurm_and_dayahead.md).")
+@click.option("--partition", default=None, help="Slurm partition for --executor slurm (default: Slurm's default).")
+@click.option("--dayahead", default="off", show_default=True, type=click.Choice(["off", "dpgva", "relaxed"]),
+              help="Also run the day-ahead reservation auction (seed 002 ch. 5 / 7): placebid, showres.")
+@click.option("--da-clear-at", default="18:00", show_default=True,
+              help="Daily clearing time HH:MM (reserves the next day), or +SECONDS for one round that clears "
+                   "SECONDS after start (demos, tests).")
+@click.option("--da-lead", default=0.0, type=click.FloatRange(min=0), show_default=True,
+              help="With +SECONDS: the reserved period starts this many seconds after the clearing.")
+@click.option("--da-horizon", default=86400.0, type=click.FloatRange(min=0, min_open=True), show_default=True,
+              help="Length of the reserved period (s).")
+@click.option("--da-granularity", default=900.0, type=click.FloatRange(min=0, min_open=True), show_default=True,
+              help="Time slot of the auction (s).")
+@click.option("--da-capacity", default=1, type=click.IntRange(min=1), show_default=True,
+              help="Nodes sold (relaxed: CPUs; local executor: slots held for reservations).")
+@click.option("--da-depth", default=1000, type=click.IntRange(min=1), show_default=True,
+              help="Relaxed DPGVA search depth.")
+def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
+          executor, partition, dayahead, da_clear_at, da_lead, da_horizon, da_granularity, da_capacity,
+          da_depth) -> None:
     """Run the market broker (HTTP API, web page, local executor) until interrupted.
 
     On SIGINT/SIGTERM the market posts charges and suspends running jobs; the next `serve` with
@@ -130,18 +151,33 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     try:
         broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
                                            charge_interval=charge_interval, admission_seconds=admission_seconds,
-                                           sync=sync),
+                                           sync=sync, executor=executor, partition=partition),
                         db_url=db_url)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     token = broker.ensure_admin()
+    if dayahead != "off":
+        from marketsched.live.dayahead import DayAhead, config_from_clock, daily_config
+
+        kw = dict(mechanism=dayahead, horizon=da_horizon, granularity=da_granularity, capacity=da_capacity,
+                  depth=da_depth)
+        try:
+            if da_clear_at.startswith("+"):
+                cfg = config_from_clock(broker._t, float(da_clear_at[1:]), da_lead, repeat=0.0, **kw)
+            else:
+                cfg = daily_config(broker.epoch, broker._t, da_clear_at, **kw)
+            broker.dayahead = DayAhead(broker, cfg).start()
+        except ValueError as exc:
+            broker.stop()
+            raise click.ClickException(f"day-ahead auction: {exc}") from None
     try:
         server = MarketServer(broker, host, port)
     except OSError as exc:
         broker.stop()
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     broker.start()
-    click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), database {broker.store.location}", err=True)
+    click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), {executor} executor, "
+               f"database {broker.store.location}", err=True)
     if mechanism == "wspt":
         click.echo("note: WSPT needs actual run times, unknown before a job ends; it uses the runtime estimate (WSEPT)",
                    err=True)
@@ -320,6 +356,54 @@ def statement(name, limit, as_json, url, token, token_file) -> None:
         job = "" if e["job_id"] is None else f"job {e['job_id']}"
         click.echo(f"{e['id']:>6} {e['t']:>10.2f} {e['kind']:<8} {e['signed']:>+14.6f}  {job}")
     click.echo(f"balance {_money(s['balance'])}")
+
+
+@market.command("placebid", context_settings={"ignore_unknown_options": True})
+@click.option("--length", required=True, type=float, help="Seconds of reserved time needed.")
+@click.option("--deadline", required=True, type=float, help="Seconds from the reserved period's start by which it must end.")
+@click.option("--value", "--max-price", "value", required=True, type=float,
+              help="Maximum price (total) for the reservation; held in escrow until clearing.")
+@click.option("--nodes", default=None, type=int, help="Nodes (relaxed auction; DPGVA sells the whole machine).")
+@click.option("--json", "as_json", is_flag=True)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@client_options
+def placebid(length, deadline, value, nodes, as_json, command, url, token, token_file) -> None:
+    """A sealed day-ahead bid (seed 002's placebid); optional COMMAND after -- runs in the reservation."""
+    body = {"length": length, "deadline": deadline, "value": value}
+    if nodes is not None:
+        body["nodes"] = nodes
+    if command:
+        import shlex
+
+        body["command"] = command[0] if len(command) == 1 else shlex.join(command)
+    b = _client(url, token, token_file).post("/api/dayahead/bids", body)
+    if as_json:
+        click.echo(json.dumps(b, indent=2))
+    else:
+        click.echo(f"bid {b['id']} sealed for round {b['round']} (escrow {_money(b['value'])})")
+
+
+@market.command("showres")
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def showres(as_json, url, token, token_file) -> None:
+    """Day-ahead bids and reservations (seed 002's showres); the next clearing."""
+    r = _client(url, token, token_file).get("/api/dayahead")
+    if as_json:
+        click.echo(json.dumps(r, indent=2))
+        return
+    n = r["next"]
+    if n:
+        click.echo(f"{r['mechanism']}: round {n['round']} clears at {n['clear_time']} for the period from "
+                   f"{n['period_start_time']} ({n['horizon']:g} s, slots of {r['granularity']:g} s)")
+    else:
+        click.echo(f"{r['mechanism']}: closed (every round cleared)")
+    click.echo(f"{'bid':>5} {'user':<10} {'len s':>7} {'dl s':>7} {'value':>9} {'state':<7} {'price':>9}  reservation")
+    for b in r["bids"]:
+        when = f"{b['start_time']} .. {b['end_time']} {b['reservation']}" if b.get("start_time") else ""
+        job = f" job {b['job_state']}" if b.get("job_state") else ""
+        click.echo(f"{b['id']:>5} {b['owner']:<10} {b['length']:>7g} {b['deadline']:>7g} {b['value']:>9g} "
+                   f"{b['state']:<7} {b['price']:>9g}  {when}{job}")
 
 
 def main() -> None:  # pragma: no cover - `python -m marketsched.live.cli`

@@ -1,0 +1,610 @@
+"""Slurm executor: the live market drives a real Slurm cluster instead of local processes.
+
+The broker (:mod:`marketsched.live.broker`) keeps deciding *who runs* with the simulator's own
+mechanism (seed 000's Highest-Bid and friends, through the live engine); this executor carries
+the decisions out on Slurm 22.05 through its command-line tools (``shared/notes/slurm.md``:
+PySlurm has no release for 22.05, every control answers in about 5 ms). It has the interface
+the broker uses of :class:`~marketsched.live.executor.LocalExecutor` (``launch``, ``stop``,
+``cont``, ``kill``, ``adopt``, ``exits``, ``wait``, ``wake``, ``workdir``, ``procs``,
+``shutdown``) plus two hooks the broker calls when present (``arrange`` after every decision,
+``outcome`` when a job ends).
+
+How the market's decisions map onto Slurm
+-----------------------------------------
+* **Submission** (``sbatch --parsable``). Every job the mechanism holds is a Slurm batch job,
+  submitted as soon as it enters the market (``arrange``), not only when it starts: Slurm
+  then knows the whole queue and can act on it by itself. The batch script runs the command in
+  the job's folder (``DATA/jobs/job-ID``) like the local executor's wrapper, appends to
+  ``stdout``/``stderr`` there and writes the command's exit status to ``exit_code``.
+* **Order = priorities.** ``slurm-up.sh`` configures ``PriorityType=priority/multifactor`` with
+  every weight 0, so a job's priority is exactly the value the market sets. A job's priority
+  is its mechanism key (HB: the bid; WSEPT: bid / estimate) times :data:`PRIORITY_SCALE`,
+  rounded, clipped to ``[1, MAX_PRIORITY]`` (``priority=0`` would mean held). Slurm breaks
+  equal priorities by job id (older first, measured), the mechanism by submission order (seed
+  000), which is the same order for jobs submitted in order.
+* **Eligibility gate.** When a core frees, Slurm starts the best *eligible* pending job within
+  ~50 ms, before the broker even notices the exit. For that to be the job the mechanism starts,
+  the eligible pending jobs must be exactly a prefix of the mechanism's queue on which Slurm's
+  order (priority, then job id) agrees with the mechanism's: walking the mechanism's queue from
+  the best job, a queued job is eligible while no preempted job has been passed (a preempted
+  job resumes only through the market, so nothing ranked below it may take its core) and while
+  its (priority, id) comes strictly after the previous eligible one's in Slurm's order (two
+  different keys that round to the same priority stop the prefix). The other pending jobs are
+  gated with a far begin time (``scontrol update StartTime=now+365days``; unlike a hold,
+  ``priority=`` updates still work on them), and ungated with ``StartTime=now``. A job the
+  mechanism starts is always ungated (``launch``/``cont``).
+* **Preemption** (``stop``/``cont``): ``scontrol suspend`` / ``scontrol resume`` of a running
+  job; a pending job is gated / ungated instead.
+  - *The market owns capacity accounting*: Slurm's resume does not check capacity (it
+    oversubscribes a node). A resume is carried out only when Slurm's running jobs leave a free
+    CPU (``squeue`` count of the partition's running CPUs below its CPUs); otherwise it is
+    deferred and retried at every poll.
+  - *2 s rule*: slurmd delays a resume that comes less than 2 s after the suspend (note). The
+    executor defers such a resume itself until ``suspend + RESUME_GAP``. The market charges
+    the job from the moment its mechanism resumed it (at most ``RESUME_GAP`` s early; only when
+    a preemptor ends within 2 s of preempting).
+  - Safe order: the operations a decision asks for are buffered and carried out in
+    ``arrange`` in this order: gates, suspends, resumes, ungates; so no core is freed while a
+    job that must not take it is still eligible.
+* **Cancel** (``kill``): ``scancel`` (also of suspended and pending jobs).
+* **State** is read with ``squeue -h -o`` (9 ms; ``squeue --json`` costs 60-70 ms with 100
+  jobs and ignores ``-j`` in 22.05, so it serves only :meth:`SlurmExecutor.squeue_json`), one
+  call per ``poll`` seconds; the end of a job with ``scontrol -o show job`` (while Slurm keeps it,
+  ``MinJobAge`` 300 s) or ``sacct --json``.
+* **Accounting**: :meth:`SlurmExecutor.accounting` reads ``sacct --json`` (start, end,
+  suspended and elapsed seconds, Slurm's final state); needs slurmdbd (``slurm-up.sh``'s
+  default).
+* **Jobs Slurm fails or kills** are reported as such: :meth:`outcome` gives the broker the final
+  state ``failed`` with a note naming Slurm's state (``CANCELLED`` by someone else than the
+  market, ``TIMEOUT``, ``NODE_FAIL``, ``OUT_OF_MEMORY``, ``BOOT_FAIL``, ``DEADLINE``,
+  ``PREEMPTED``); ``COMPLETED`` and ``FAILED`` (the command exited non-zero) are completions
+  with the command's exit code, as on the local executor.
+* **Identity across a broker restart**: the broker's ``pid`` column holds the Slurm job id
+  (``start_ticks`` 0), and the job's folder holds ``proc`` (``"SLURM_ID 0"``) written right
+  after ``sbatch``; :meth:`adopt` re-attaches a Slurm job that is still pending, running or
+  suspended and carries the market's job name (``NAME_PREFIX-MARKET-ID``, so another market's
+  or a user's job is never taken for it).
+
+Open decisions (documented here, where they are taken)
+-------------------------------------------------------
+* A job the broker re-attaches that had never started (pending in Slurm) is kept as
+  not-started, so its first start is still a ``start`` event with an attempt count.
+* Queued jobs stay in Slurm while the broker is down; :meth:`shutdown` gates them so that none
+  starts unpaid; after a crash (kill -9) an eligible one may start, and the restarted broker
+  suspends it (time run while the broker was down is not charged, as on the local executor).
+* The market runs serial jobs (one CPU each, ``-n 1 -c 1``); the partition's CPU count should
+  equal the market's ``--slots`` (checked at start: more slots than CPUs is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from marketsched.live.executor import read_exit_code
+
+PRIORITY_SCALE = 1000.0
+MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
+RESUME_GAP = 2.05  # s; slurmd delays a resume that comes less than 2 s after its suspend
+GATE = "now+365days"
+NAME_PREFIX = "ms"
+ACTIVE = {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SIGNALING",
+          "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED"}
+COMPLETION_STATES = {"COMPLETED", "FAILED"}  # the command ran and exited (0 / non-zero)
+
+BATCH = """#!/bin/sh
+# marketsched job {key} (written by marketsched.live.slurm)
+cd {workdir} || exit 97
+/bin/sh ./command.sh; c=$?
+echo "$c" > exit_code.tmp && mv exit_code.tmp exit_code
+exit "$c"
+"""
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message names the command and quotes its error."""
+
+
+def run(args: list[str], timeout: float = 30.0) -> str:
+    """Run a Slurm command; return stdout, raise :class:`SlurmError` with its stderr if it fails."""
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"{args[0]} not found: Slurm's client commands are not installed "
+                         "(run `bash scripts/slurm-up.sh`)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{' '.join(args)}` did not answer in {timeout:g} s (is slurmctld up?)") from None
+    if p.returncode != 0:
+        raise SlurmError(f"`{' '.join(args)}` failed (exit {p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
+    return p.stdout
+
+
+def slurm_up() -> bool:
+    """True when a Slurm controller answers and a node is usable (``sinfo``)."""
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        out = run(["sinfo", "-h", "-o", "%t"], timeout=10)
+    except SlurmError:
+        return False
+    return any(s.strip().rstrip("*~#") in ("idle", "mix", "alloc", "mixed", "allocated") for s in out.split())
+
+
+def priority_of(key: float) -> int:
+    """Slurm priority expressing a mechanism key: ``round(key * PRIORITY_SCALE)`` in [1, MAX]."""
+    p = round(float(key) * PRIORITY_SCALE)
+    return int(min(max(p, 1), MAX_PRIORITY))
+
+
+def parse_scontrol(line: str) -> dict[str, str]:
+    """``scontrol -o show job`` output (one ``key=value`` line) as a dict. Values with spaces
+    (Command=, WorkDir= of odd paths) are not needed here; a token without '=' joins the
+    previous value."""
+    out: dict[str, str] = {}
+    last = None
+    for tok in line.strip().split(" "):
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            out[k] = v
+            last = k
+        elif last is not None:
+            out[last] += " " + tok
+    return out
+
+
+@dataclass
+class SlurmJob:
+    """A market job as a Slurm job. ``pid`` is the Slurm job id (the broker stores it as a pid)."""
+
+    key: int
+    pid: int
+    workdir: Path
+    priority: int
+    started: bool = False  # the market started it (launch), or re-attached it as started
+    gated: bool = False
+    suspended_at: float | None = None  # monotonic time of our last suspend
+    start_ticks: int = 0
+    popen: None = None
+    extra: dict = field(default_factory=dict)
+
+
+class SlurmExecutor:
+    """Runs the market's jobs as Slurm batch jobs (see the module docstring for the rules).
+
+    ``root``: the jobs' folders (the broker passes ``DATA/jobs``); ``partition``: Slurm
+    partition (default: Slurm's default); ``market_id``: a short name distinguishing this
+    market's jobs (default: derived from ``root``); ``poll``: seconds between ``squeue`` calls.
+    """
+
+    def __init__(self, root: Path, partition: str | None = None, market_id: str | None = None, poll: float = 0.2,
+                 slots: int | None = None):
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.partition = partition
+        self.market_id = market_id or hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
+        self.poll = float(poll)
+        self.procs: dict[int, SlurmJob] = {}  # started (or re-attached as started) jobs
+        self.queued: dict[int, SlurmJob] = {}  # submitted, never started
+        self.outcomes: dict[int, tuple[str, str]] = {}  # key -> (final state, note) for the broker
+        self._gate: set[int] = set()  # buffered operations (see "safe order")
+        self._ungate: set[int] = set()
+        self._suspend: set[int] = set()
+        self._resume: dict[int, float] = {}  # key -> earliest monotonic time for the resume
+        self._last_poll = 0.0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.cpus = self.partition_cpus()
+        if slots is not None and slots > self.cpus:
+            raise ValueError(f"the market has {slots} slots but Slurm partition "
+                             f"{self.partition or '(default)'} has only {self.cpus} CPUs")
+        self.calls = 0  # Slurm commands issued (for benchmarks)
+        self._prio: dict[int, int] = {}
+        # Fewer market slots than Slurm CPUs: Slurm would start eligible jobs on the spare CPUs
+        # at once, so no queued job is eligible; the market's starts ungate them one by one.
+        self.gate_all = slots is not None and slots < self.cpus
+
+    # ------------------------------------------------------------------ Slurm plumbing
+    def _run(self, args: list[str], timeout: float = 30.0) -> str:
+        self.calls += 1
+        return run(args, timeout)
+
+    def partition_cpus(self) -> int:
+        """CPUs of the partition's nodes that are up (``sinfo``)."""
+        args = ["sinfo", "-h", "-o", "%C"]
+        if self.partition:
+            args += ["-p", self.partition]
+        out = run(args, timeout=10).split()
+        if not out:
+            raise SlurmError(f"Slurm partition {self.partition or '(default)'} not found (sinfo printed nothing)")
+        # %C is allocated/idle/other/total
+        total = sum(int(x.split("/")[3]) - int(x.split("/")[2]) for x in out)
+        if total < 1:
+            raise SlurmError(f"Slurm partition {self.partition or '(default)'} has no usable CPU ({out})")
+        return total
+
+    def job_name(self, key: int) -> str:
+        return f"{NAME_PREFIX}-{self.market_id}-{key}"
+
+    def workdir(self, key: int) -> Path:
+        return self.root / f"job-{key}"
+
+    def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool) -> SlurmJob:
+        wd = self.workdir(key)
+        wd.mkdir(parents=True, exist_ok=True)
+        (wd / "command.sh").write_text(command + "\n")
+        for stale in ("exit_code", "exit_code.tmp"):
+            (wd / stale).unlink(missing_ok=True)
+        script = wd / "slurm-batch.sh"
+        script.write_text(BATCH.format(key=key, workdir=_shq(str(wd))))
+        exports = ",".join(["ALL"] + [f"{k}={v}" for k, v in (env or {}).items()])
+        args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", "1", "-D", str(wd),
+                "-o", str(wd / "stdout"), "-e", str(wd / "stderr"), "--open-mode=append", "--no-requeue",
+                f"--priority={priority}", f"--export={exports}"]
+        if gated:
+            args.append(f"--begin={GATE}")
+        if self.partition:
+            args += ["-p", self.partition]
+        out = self._run(args + [str(script)]).strip()
+        try:
+            slurm_id = int(out.split(";")[0])
+        except ValueError:
+            raise SlurmError(f"sbatch printed {out!r}, not a job id") from None
+        (wd / "proc.tmp").write_text(f"{slurm_id} 0\n")
+        os.replace(wd / "proc.tmp", wd / "proc")
+        return SlurmJob(key, slurm_id, wd, priority, gated=gated)
+
+    def _update(self, job: SlurmJob, **fields) -> None:
+        self._run(["scontrol", "update", f"jobid={job.pid}"] + [f"{k}={v}" for k, v in fields.items()])
+
+    # ------------------------------------------------------------------ the broker's interface
+    def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None) -> SlurmJob:
+        """The mechanism starts job ``key``: submit it eligible (or ungate its pending Slurm job).
+        The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority)."""
+        job = self.queued.pop(key, None)
+        if job is None:
+            p = priority_of(priority_key) if priority_key is not None else self._prio.get(key, MAX_PRIORITY)
+            job = self._sbatch(key, command, env, p, gated=False)
+        elif job.gated:
+            self._gate.discard(key)
+            self._ungate.add(key)
+        job.started = True
+        self.procs[key] = job
+        return job
+
+    def stop(self, key: int) -> bool:
+        """Suspend (running) or gate (pending) job ``key``; carried out by :meth:`arrange`."""
+        job = self.procs.get(key) or self.queued.get(key)
+        if job is None:
+            return False
+        self._ungate.discard(key)
+        if key in self._resume:  # a resume not yet carried out: the job is still suspended
+            del self._resume[key]
+            return True
+        self._suspend.add(key)
+        return True
+
+    def cont(self, key: int) -> bool:
+        """Resume (suspended) or ungate (pending) job ``key``; carried out by :meth:`arrange`."""
+        job = self.procs.get(key) or self.queued.get(key)
+        if job is None:
+            return False
+        if key in self._suspend:  # a suspend not yet carried out: cancel it
+            self._suspend.discard(key)
+            if job.suspended_at is None and not job.gated:
+                return True  # running (or eligible) in Slurm: nothing to undo
+        self._resume[key] = 0.0  # suspended in Slurm (e.g. re-attached so), or gated: resume / ungate
+        return True
+
+    def kill(self, key: int) -> None:
+        """Cancel job ``key`` (``scancel``) and forget it."""
+        job = self.procs.pop(key, None) or self.queued.pop(key, None)
+        for buf in (self._gate, self._ungate, self._suspend):
+            buf.discard(key)
+        self._resume.pop(key, None)
+        if job is None:
+            return
+        try:
+            self._run(["scancel", str(job.pid)])
+        except SlurmError:
+            pass  # already gone: nothing to cancel
+
+    def adopt(self, key: int, pid: int, start_ticks: int, workdir: Path) -> SlurmJob | None:
+        """Re-attach Slurm job ``pid`` after a broker restart if it is still active and is this
+        market's job ``key``; else None."""
+        if pid is None:
+            return None
+        info = self.show(pid)
+        if info is None or info.get("JobName") != self.job_name(key) or info.get("JobState") not in ACTIVE:
+            return None
+        job = SlurmJob(key, int(pid), Path(workdir), int(info.get("Priority", 1) or 1))
+        state = info["JobState"]
+        if state == "PENDING":
+            job.gated = info.get("Reason") == "BeginTime"
+            self.queued[key] = job
+        else:
+            job.started = True
+            if state == "SUSPENDED":
+                job.suspended_at = time.monotonic()  # unknown: assume just now (2 s rule)
+            self.procs[key] = job
+        return job
+
+    # ------------------------------------------------------------------ the market's order
+    def arrange(self, queue: list[dict]) -> None:
+        """The broker's hook after every decision. ``queue``: the mechanism's waiting jobs, best
+        first: dicts with ``id``, ``key`` (the mechanism's priority key), ``command``, ``env``,
+        ``preempted`` (it has run before). Submits new jobs, sets the eligibility gate and
+        carries out the buffered operations in the safe order."""
+        self._prio = {q["id"]: priority_of(q["key"]) for q in queue}
+        prev: tuple[int, int] | None = None  # (priority, slurm id) of the last eligible job
+        open_ = not self.gate_all
+        for q in queue:
+            k = q["id"]
+            if q["preempted"] or k in self.procs:
+                open_ = False
+                continue
+            job = self.queued.get(k)
+            p = self._prio[k]
+            if open_:
+                sid = job.pid if job is not None else 1 << 62  # a new submission gets a larger id
+                if prev is not None and not (p < prev[0] or (p == prev[0] and sid > prev[1])):
+                    open_ = False
+            if job is None:
+                job = self._sbatch(k, q["command"], q.get("env"), p, gated=not open_)
+                self.queued[k] = job
+            else:
+                if job.priority != p:
+                    self._update(job, priority=p)
+                    job.priority = p
+                if open_ and job.gated:
+                    self._gate.discard(k)
+                    self._ungate.add(k)
+                elif not open_ and not job.gated:
+                    self._ungate.discard(k)
+                    self._gate.add(k)
+            if open_:
+                prev = (p, job.pid)
+        self.flush()
+
+    def flush(self) -> None:
+        """Carry out buffered operations: gates, suspends, resumes (capacity and 2 s rule
+        permitting), ungates."""
+        for k in sorted(self._gate):
+            job = self.queued.get(k) or self.procs.get(k)
+            if job is not None and not job.gated:
+                self._try(job, "StartTime", GATE)
+                job.gated = True
+        self._gate.clear()
+        for k in sorted(self._suspend):
+            job = self.procs.get(k) or self.queued.get(k)
+            if job is None:
+                continue
+            if job.started and self._suspend_job(job):
+                continue
+            if not job.gated:  # pending in Slurm: gate instead
+                self._try(job, "StartTime", GATE)
+                job.gated = True
+        self._suspend.clear()
+        if self._resume:
+            self._do_resumes()
+        for k in sorted(self._ungate):
+            job = self.queued.get(k) or self.procs.get(k)
+            if job is not None and job.gated:
+                self._try(job, "StartTime", "now")
+                job.gated = False
+        self._ungate.clear()
+
+    def _try(self, job: SlurmJob, field_: str, value: str) -> None:
+        try:
+            self._update(job, **{field_: value})
+        except SlurmError as exc:
+            if not _gone(str(exc)):
+                raise
+
+    def _suspend_job(self, job: SlurmJob) -> bool:
+        """scontrol suspend; False if the job is not running in Slurm (still pending)."""
+        try:
+            self._run(["scontrol", "suspend", str(job.pid)])
+        except SlurmError as exc:
+            msg = str(exc)
+            if "pending" in msg.lower() or "not running" in msg.lower() or "Job is pending" in msg:
+                return False
+            if _gone(msg) or "already suspended" in msg.lower():
+                return True
+            raise
+        job.suspended_at = time.monotonic()
+        return True
+
+    def _do_resumes(self) -> None:
+        now = time.monotonic()
+        running_cpus = None
+        for k in sorted(self._resume, key=lambda k: self._resume[k]):
+            job = self.procs.get(k) or self.queued.get(k)
+            if job is None:
+                del self._resume[k]
+                continue
+            if job.suspended_at is None:  # never suspended by us: pending, ungate it
+                if job.gated:
+                    self._try(job, "StartTime", "now")
+                    job.gated = False
+                del self._resume[k]
+                continue
+            if now < job.suspended_at + RESUME_GAP:
+                continue  # 2 s rule: retried at the next poll
+            if running_cpus is None:
+                running_cpus = self.running_cpus()
+            if running_cpus + 1 > self.cpus:  # Slurm would oversubscribe: wait for a free CPU
+                continue
+            try:
+                self._run(["scontrol", "resume", str(job.pid)])
+            except SlurmError as exc:
+                if "not suspended" not in str(exc).lower() and not _gone(str(exc)):
+                    raise
+            job.suspended_at = None
+            running_cpus += 1
+            del self._resume[k]
+
+    def running_cpus(self) -> int:
+        """CPUs held by running jobs in the partition, as Slurm sees them now."""
+        args = ["squeue", "-h", "-t", "R", "-o", "%C"]
+        if self.partition:
+            args += ["-p", self.partition]
+        return sum(int(x) for x in self._run(args).split())
+
+    # ------------------------------------------------------------------ state
+    def squeue(self) -> dict[int, tuple[str, str]]:
+        """Every job Slurm lists now: ``{slurm id: (state, reason)}`` (``squeue -h -o``)."""
+        out = self._run(["squeue", "-h", "-a", "-o", "%i|%T|%r"])
+        jobs = {}
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[0].isdigit():
+                jobs[int(parts[0])] = (parts[1], parts[2])
+        return jobs
+
+    def squeue_json(self) -> list[dict]:
+        """This market's jobs from ``squeue --json`` (filtered here: 22.05 ignores ``-j``)."""
+        data = json.loads(self._run(["squeue", "--json"]))
+        prefix = f"{NAME_PREFIX}-{self.market_id}-"
+        return [j for j in data.get("jobs", []) if str(j.get("name", "")).startswith(prefix)]
+
+    def show(self, slurm_id: int) -> dict[str, str] | None:
+        """``scontrol -o show job`` as a dict; None if Slurm no longer knows the job."""
+        try:
+            out = self._run(["scontrol", "-o", "show", "job", str(slurm_id)])
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        return parse_scontrol(out) if out.strip() else None
+
+    def accounting(self, key: int | None = None, slurm_id: int | None = None) -> dict | None:
+        """Slurm's accounting record of a job (``sacct --json``): ``state``, ``exit_code``,
+        ``submission``, ``start``, ``end``, ``suspended``, ``elapsed`` (s); None if unknown."""
+        if slurm_id is None:
+            job = self.procs.get(key) or self.queued.get(key)
+            if job is None:
+                from marketsched.live.broker import _proc_file
+
+                slurm_id, _ = _proc_file(self.workdir(key))
+            else:
+                slurm_id = job.pid
+        if slurm_id is None:
+            return None
+        data = json.loads(self._run(["sacct", "--json", "-X", "-j", str(slurm_id)]))
+        for j in data.get("jobs", []):
+            if int(j.get("job_id", -1)) == int(slurm_id):
+                t = j.get("time", {})
+                ec = j.get("exit_code", {})
+                return {"slurm_id": int(slurm_id), "name": j.get("name"), "state": j.get("state", {}).get("current"),
+                        "exit_code": ec.get("return_code"), "submission": t.get("submission"),
+                        "start": t.get("start"), "end": t.get("end"), "suspended": t.get("suspended"),
+                        "elapsed": t.get("elapsed")}
+        return None
+
+    # ------------------------------------------------------------------ exits
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def wait(self, timeout: float | None) -> None:
+        """Block until the next poll is due, :meth:`wake` is called, or ``timeout``."""
+        due = max(0.0, self._last_poll + self.poll - time.monotonic())
+        t = due if timeout is None else min(timeout, due)
+        if self._resume:
+            t = min(t, self.poll)
+        r, _, _ = select.select([self._wake_r], [], [], t)
+        if r:
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def exits(self) -> list[tuple[int, int | None]]:
+        """Jobs that ended since the last call: ``(key, exit_code)``; :meth:`outcome` says how.
+
+        Also retries deferred resumes. Polls Slurm at most every ``poll`` seconds."""
+        now = time.monotonic()
+        if now < self._last_poll + self.poll:
+            return []
+        self._last_poll = now
+        if self._resume:
+            self._do_resumes()
+        tracked = {**self.queued, **self.procs}
+        if not tracked:
+            return []
+        listed = self.squeue()
+        out = []
+        for key, job in sorted(tracked.items()):
+            st = listed.get(job.pid)
+            if st is not None and st[0] in ACTIVE:
+                continue
+            code, state, note = self._ending(job, st)
+            self.procs.pop(key, None)
+            self.queued.pop(key, None)
+            self._resume.pop(key, None)
+            self.outcomes[key] = (state, note)
+            out.append((key, code))
+        return out
+
+    def _ending(self, job: SlurmJob, listed) -> tuple[int | None, str, str]:
+        """Exit code, final market state and note of a job Slurm no longer runs."""
+        info = self.show(job.pid)
+        slurm_state = info.get("JobState") if info else (listed[0] if listed else None)
+        reason = info.get("Reason", "") if info else ""
+        if slurm_state is None:
+            acct = None
+            try:
+                acct = self.accounting(slurm_id=job.pid)
+            except SlurmError:
+                pass
+            slurm_state = acct["state"] if acct else None
+        code = read_exit_code(job.workdir)
+        if code is None and info is not None and ":" in info.get("ExitCode", ""):
+            rc, sig = info["ExitCode"].split(":", 1)
+            code = int(rc) if sig == "0" else -int(sig)
+        if slurm_state in COMPLETION_STATES:
+            return code, "completed", "" if slurm_state == "COMPLETED" else "slurm: FAILED (non-zero exit)"
+        what = slurm_state or "unknown to Slurm"
+        note = f"slurm: {what}" + (f" ({reason})" if reason and reason != "None" else "")
+        return code, "failed", note
+
+    def outcome(self, key: int) -> tuple[str, str]:
+        """The broker's hook when job ``key`` ended: ``(final state, note)`` (see the module
+        docstring); ``("completed", "")`` when the executor knows nothing more."""
+        return self.outcomes.pop(key, ("completed", ""))
+
+    def shutdown(self, kill: bool = False) -> None:
+        """Stop (with ``kill``: cancel every job). Otherwise buffered operations are carried out
+        and pending jobs gated, so nothing starts while the market is down."""
+        if kill:
+            for key in list(self.procs) + list(self.queued):
+                self.kill(key)
+        else:
+            self._resume.clear()  # the broker suspended everything it ran: no resume now
+            for k, job in self.queued.items():
+                if not job.gated:
+                    self._gate.add(k)
+            self.flush()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _gone(msg: str) -> bool:
+    """Slurm's answer says the job has ended (or is unknown): nothing left to do to it."""
+    m = msg.lower()
+    return "already complet" in m or "already finished" in m or "invalid job id" in m
+
+
+def _shq(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"

@@ -1,0 +1,276 @@
+"""The live market on a real Slurm cluster (scripts/slurm-up.sh): Slurm's priorities carry the
+market's order, preemption by scontrol suspend/resume, ledger equal to the mechanism's payments,
+jobs Slurm kills reported as such, kill -9 of the broker loses nothing.
+
+Run when Slurm answers (``sinfo``); skipped otherwise, except with ``MARKETSCHED_SLURM=1`` (CI),
+where a missing cluster fails the tests.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.replay import simulate_recorded
+from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run, slurm_up
+
+STEP = 0.2
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not slurm_up():
+        if os.environ.get("MARKETSCHED_SLURM") == "1":
+            pytest.fail("MARKETSCHED_SLURM=1 but Slurm does not answer (sinfo): run `bash scripts/slurm-up.sh`")
+        pytest.skip("no Slurm cluster (run `bash scripts/slurm-up.sh`; MARKETSCHED_SLURM=1 makes this a failure)")
+    return True
+
+
+def work(seconds, tag=""):
+    """Needs ``seconds`` of running time: short sleeps, so suspended time does not count."""
+    n = max(1, round(seconds / STEP))
+    return f"i=0; while [ $i -lt {n} ]; do sleep {STEP}; i=$((i+1)); done; echo done {tag}"
+
+
+def wait_for(pred, timeout=60.0, every=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(every)
+    return False
+
+
+def market_jobs(prefix: str) -> dict[str, tuple[int, str]]:
+    """This market's jobs in Slurm: {job name: (slurm id, state)}."""
+    out = run(["squeue", "-h", "-a", "-o", "%i|%j|%T"])
+    jobs = {}
+    for line in out.splitlines():
+        i, name, st = line.split("|")
+        if name.startswith(prefix):
+            jobs[name] = (int(i), st)
+    return jobs
+
+
+def cancel_and_wait(prefix: str) -> None:
+    """Tests leave no Slurm job behind: cancel this market's jobs and wait until Slurm forgets
+    them as running (COMPLETING ends within KillWait)."""
+    for _, (i, st) in market_jobs(prefix).items():
+        if st in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"):
+            subprocess.run(["scancel", str(i)], capture_output=True)
+    assert wait_for(lambda: all(st not in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
+                                for _, st in market_jobs(prefix).values()), 30), market_jobs(prefix)
+
+
+@pytest.fixture
+def market(cluster, tmp_path):
+    brokers = []
+    prefixes = []
+
+    def make(**cfg):
+        cfg.setdefault("executor", "slurm")
+        cfg.setdefault("charge_interval", 0.2)
+        if "slots" not in cfg:
+            cfg["slots"] = SlurmExecutor(tmp_path / "probe").cpus
+        b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+        b.ensure_admin()
+        brokers.append(b)
+        prefixes.append(b.executor.job_name(0)[:-1])
+        return b
+
+    yield make
+    for b in brokers:
+        if not b._stopping:
+            b.stop(kill_jobs=True)
+    for p in prefixes:
+        cancel_and_wait(p)
+
+
+def slurm_state(b, job_id):
+    info = b.executor.show(b.job("admin", True, job_id)["pid"] or _proc_id(b, job_id))
+    return None if info is None else info["JobState"]
+
+
+def _proc_id(b, job_id):
+    return int((b.executor.workdir(job_id) / "proc").read_text().split()[0])
+
+
+def slurm_info(b, job_id):
+    return b.executor.show(_proc_id(b, job_id))
+
+
+def test_priority_mapping_and_scontrol_parsing():
+    assert priority_of(2.0) == 2000 and priority_of(2.0004) == 2000 and priority_of(2.0006) == 2001
+    assert priority_of(1e-9) == 1 and priority_of(1e12) == 2**31 - 1
+    d = parse_scontrol("JobId=5 JobName=ms-x-3 Priority=800 JobState=SUSPENDED Reason=None ExitCode=0:0")
+    assert d["JobState"] == "SUSPENDED" and d["Priority"] == "800" and d["JobName"] == "ms-x-3"
+
+
+def test_higher_bid_overtakes_a_queued_lower_bid_through_slurm_priorities(market):
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    # the market is full of high bids; one of them ends early and frees one CPU
+    fill = [b.submit("alice", False, 50.0, work(1.0 if i == 0 else 6.0, f"fill{i}"))["id"] for i in range(n)]
+    low = b.submit("bob", False, 3.0, work(0.4, "low"))["id"]
+    high = b.submit("bob", False, 4.0, work(0.4, "high"))["id"]
+    assert {b.job("admin", True, j)["state"] for j in (low, high)} == {"queued"}
+    # both are pending in Slurm, eligible (no BeginTime gate), ordered by the priorities the
+    # market set from the bids: Slurm itself will pick the higher bid when a CPU frees
+    lo, hi = slurm_info(b, low), slurm_info(b, high)
+    assert lo["JobState"] == hi["JobState"] == "PENDING"
+    assert int(hi["Priority"]) == priority_of(4.0) > int(lo["Priority"]) == priority_of(3.0)
+    assert "BeginTime" not in (lo["Reason"], hi["Reason"])
+    assert wait_for(lambda: b.job("admin", True, high)["state"] in ("running", "completed"), 60)
+    assert b.job("admin", True, low)["state"] == "queued"
+    assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in fill + [low, high]), 90)
+    acc = {j: b.executor.accounting(j) for j in (fill[0], low, high)}
+    # Slurm started the higher bid first (its own record), and the broker agrees
+    assert acc[high]["start"] <= acc[low]["start"]
+    assert b.job("admin", True, high)["first_start"] < b.job("admin", True, low)["first_start"]
+    assert all(a["state"] == "COMPLETED" for a in acc.values())
+    assert b.job("admin", True, high)["stdout"] == "done high\n"
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
+
+
+def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    low = [b.submit("alice", False, 2.0, work(3.0, f"low{i}"))["id"] for i in range(n)]
+    assert wait_for(lambda: all(slurm_state(b, j) == "RUNNING" for j in low), 60)
+    time.sleep(0.5)
+    high = b.submit("bob", False, 10.0, work(1.0, "high"))["id"]
+    victim = low[-1]  # HB with equal bids: the latest submission is the worst running job
+    st = {j["id"]: j["state"] for j in b.jobs("admin", True)}
+    assert st[victim] == "preempted" and st[high] == "running"
+    assert all(st[j] == "running" for j in low[:-1])
+    assert wait_for(lambda: slurm_state(b, victim) == "SUSPENDED", 10)
+    assert wait_for(lambda: slurm_state(b, high) in ("RUNNING", "COMPLETED", "COMPLETING"), 20)
+    assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in low + [high]), 120)
+    jobs = [b.job("admin", True, j) for j in low + [high]]
+    assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
+    v = b.job("admin", True, victim)
+    assert v["preemptions"] == 1 and [e["kind"] for e in v["events"]].count("resume") == 1
+    assert v["stdout"] == f"done low{n - 1}\n"
+    # Slurm's accounting saw the suspension (sacct --json)
+    acc = b.executor.accounting(victim)
+    assert acc["state"] == "COMPLETED" and acc["suspended"] >= 1
+    # the ledger is the mechanism's rule (HB, k-th price) on the recorded sequence
+    bids = [2.0] * n + [10.0]
+    rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, n)
+    np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
+    assert rec.preemptions.tolist() == [0] * (n - 1) + [1, 0]
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"]) == 20_000
+    assert books["revenue"] == pytest.approx(sum(j["charged"] for j in jobs), abs=1e-6)
+
+
+def test_jobs_slurm_kills_are_reported_failed_and_exit_codes_kept(market):
+    b = market()
+    b.add_user(True, "alice", 1000)
+    doomed = b.submit("alice", False, 2.0, work(20.0))["id"]
+    bad = b.submit("alice", False, 2.0, "exit 3")["id"]
+    assert wait_for(lambda: slurm_state(b, doomed) == "RUNNING", 30)
+    run(["scancel", str(_proc_id(b, doomed))])  # someone else than the market kills it
+    assert wait_for(lambda: b.job("admin", True, doomed)["state"] == "failed", 30)
+    assert "slurm: CANCELLED" in b.job("admin", True, doomed)["note"]
+    assert wait_for(lambda: b.job("admin", True, bad)["state"] == "completed", 30)
+    j = b.job("admin", True, bad)
+    assert j["exit_code"] == 3 and "FAILED" in j["note"]
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_broker(data: Path, port: int, log, slots: int):
+    from marketsched.live.cli import Client
+
+    p = subprocess.Popen(
+        [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
+         "--slots", str(slots), "--charge-interval", "0.2", "--executor", "slurm", "--sync", "normal"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+    )
+    c = Client(f"http://127.0.0.1:{port}", None, timeout=10)
+    assert wait_for(lambda: _healthy(c, p), 30), (data.parent / "broker.log").read_text()
+    return p
+
+
+def _healthy(c, p):
+    assert p.poll() is None, "broker exited"
+    try:
+        c.get("/api/health")
+        return True
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
+    from marketsched.live.cli import Client
+    from marketsched.live.ledger import Store
+
+    data = tmp_path / "market"
+    runs = tmp_path / "runs.log"
+    runs.touch()
+    slots = SlurmExecutor(tmp_path / "probe").cpus
+    prefix = SlurmExecutor(data / "jobs").job_name(0)[:-1]
+    port = free_port()
+    log = open(tmp_path / "broker.log", "ab")
+    procs = []
+
+    def cmd(seconds):
+        n = round(seconds / STEP)
+        return (f'echo "start $MARKETSCHED_JOB_ID" >> {runs}; i=0; while [ $i -lt {n} ]; do sleep {STEP}; '
+                f'i=$((i+1)); done; echo "end $MARKETSCHED_JOB_ID" >> {runs}')
+
+    try:
+        procs.append(start_broker(data, port, log, slots))
+        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
+        a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 10_000})["token"])
+        ids = [a.post("/api/jobs", {"bid": 2.0 + (i % 3), "command": cmd(2.0 + 0.2 * i)})["id"]
+               for i in range(slots + 3)]
+        assert wait_for(lambda: runs.read_text().count("start") >= slots - 1, 60)
+        time.sleep(0.5)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait()
+        time.sleep(1.0)
+        procs.append(start_broker(data, port, log, slots))
+        assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 120), \
+            admin.get("/api/jobs")
+        jobs = admin.get("/api/jobs")
+        assert sorted(j["id"] for j in jobs) == sorted(ids)  # nothing accepted is lost
+        text = runs.read_text().split("\n")
+        for i in ids:  # each job ran exactly once (Slurm kept the processes across the crash)
+            assert text.count(f"start {i}") == 1 and text.count(f"end {i}") == 1, (i, text)
+        assert all(j["exit_code"] == 0 for j in jobs)
+        procs[-1].send_signal(signal.SIGTERM)
+        procs[-1].wait(timeout=30)
+        store = Store(data)
+        books = store.check_books()  # double entry holds after the crash
+        assert books["users"] + books["revenue"] == books["deposits"] == 10_000 * 1_000_000
+        charged = store.charged_by_job()
+        assert sum(charged.values()) == books["revenue"]
+        assert any(e["kind"] == "reattach" for e in store.events())
+        store.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+        cancel_and_wait(prefix)
