@@ -1,0 +1,337 @@
+"""Tycoon mode: a proportional-share market over several hosts with best-responding user agents.
+
+Source: seed 004 (M. Feldman, K. Lai, L. Zhang, "A price-anticipating resource allocation
+mechanism for distributed shared clusters", EC 2005), the game of
+:mod:`marketsched.mechanisms.games` run for real. User i has a budget X_i and a private weight
+w_ij for host j (what a share of host j is worth to it); every ``interval`` seconds its agent
+splits the whole budget into bids x_ij with the paper's best response (section 4.1, sort and
+prefix: :func:`~marketsched.mechanisms.games.best_response.best_response`, the library's
+closed form) to the other users' current bids, and host j gives user i the share
+``r_ij = x_ij / sum_k x_kj`` of its CPU.
+
+Hosts and enforcement
+---------------------
+A *host* here is one CPU of this machine: its jobs are pinned to it (``sched_setaffinity``).
+Each user runs one job per host (a process group; by default a CPU-bound shell loop). The share
+is enforced by the kernel's proportional-share scheduler, through the first of these that works:
+
+1. **cgroup v2 CPU weights** (``cpu.weight``, 1..10000): a cgroup per host under a cgroup2
+   mount whose ``cgroup.controllers`` offers ``cpu``, a child per job; weight_ij is x_ij scaled
+   so the host's largest bid maps to 10000.
+2. **cgroup v1 CPU shares** (``cpu.shares``, 2..262144), the same tree under the v1 ``cpu``
+   hierarchy. On this project's machines ``/sys/fs/cgroup`` is a hybrid mount: v1 controllers
+   (``cpu`` writable) and a cgroup2 ``unified`` tree without the ``cpu`` controller, so v1 is
+   what runs here; the CFS arithmetic is the same (weights are relative among siblings).
+3. **Stride scheduling** in user space (fallback where no cgroup is writable: a container
+   without cgroup delegation, a non-root user): per host, every ``quantum`` seconds the job
+   with the smallest pass runs (SIGCONT) and the others stop (SIGSTOP); a job's pass grows by
+   1 / x_ij per quantum it runs (Waldspurger and Weihl's stride scheduling, which Tycoon's
+   proportional share reduces to). Shares are then shares of *wall time* on the host's CPU, not
+   of CPU time when other programs compete for that CPU.
+
+A user whose bid on a host is 0 gets no share there: its job is stopped (SIGSTOP) until it bids
+again (a CFS weight cannot be 0).
+
+Decisions
+---------
+* Agents re-split sequentially in user order each interval (each sees the bids already updated
+  in this interval: the paper's sequential best-response dynamics, section 5), from bids
+  proportional to the weights (:func:`weight_proportional_bids` convention).
+* The host reserve eps (appendix A) is only in the agents' arithmetic (it keeps every price
+  positive); the reserved share is not held idle on the CPU.
+* Budgets are per interval and not charged to the live market's ledger: Tycoon's money is a
+  credit the scheduler refills each interval (the paper's static game). Charging the broker's
+  ledger for Tycoon shares is left for later.
+* Slurm nodes as hosts are not done: the test cluster's slurmd uses ``task/none`` (no cgroups)
+  and has one node; see ``docs/slurm_and_dayahead.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from marketsched.mechanisms.games.best_response import best_response
+
+BUSY = "while :; do :; done"
+V2_MAX, V1_MAX, V1_MIN = 10000, 262144, 2
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------- enforcement
+def find_cgroup2_cpu() -> Path | None:
+    """A writable cgroup2 mount offering the cpu controller, or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "cgroup2":
+            root = Path(parts[1])
+            try:
+                if "cpu" in (root / "cgroup.controllers").read_text().split() and os.access(root, os.W_OK):
+                    return root
+            except OSError:
+                continue
+    return None
+
+
+def find_cgroup1_cpu() -> Path | None:
+    """The writable cgroup v1 hierarchy holding the cpu controller, or None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup" and "cpu" in parts[3].split(","):
+            root = Path(parts[1])
+            if (root / "cpu.shares").exists() and os.access(root, os.W_OK):
+                return root
+    return None
+
+
+def detect_enforcement() -> str:
+    """"cgroup2", "cgroup1" or "stride" (see the module docstring), tried in that order: a
+    cgroup counts only if a child can really be created in it."""
+    for kind, root in (("cgroup2", find_cgroup2_cpu()), ("cgroup1", find_cgroup1_cpu())):
+        if root is None:
+            continue
+        probe = root / f"marketsched-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+            if kind == "cgroup2":
+                ctl = (root / "cgroup.subtree_control").read_text().split()
+                if "cpu" not in ctl:
+                    (root / "cgroup.subtree_control").write_text("+cpu")
+            return kind
+        except OSError:
+            continue
+    return "stride"
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (s), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+        return (int(rest[11]) + int(rest[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+@dataclass
+class TycoonJob:
+    user: int
+    host: int
+    pid: int
+    popen: subprocess.Popen
+    cgroup: Path | None = None
+    stopped: bool = False
+    pass_: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class TycoonMarket:
+    """Proportional share over ``hosts`` (CPU numbers) for users with ``budgets`` (m,) and
+    private ``weights`` (m, n); ``interval``: seconds between the agents' re-splits;
+    ``enforcement``: "auto" (see :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride"."""
+
+    def __init__(self, hosts, budgets, weights, interval: float = 1.0, reserve: float = 1e-3,
+                 enforcement: str = "auto", quantum: float = 0.02, name: str | None = None):
+        self.hosts = [int(h) for h in hosts]
+        self.budgets = np.asarray(budgets, dtype=float)
+        self.weights = np.asarray(weights, dtype=float)
+        m, n = len(self.budgets), len(self.hosts)
+        if self.weights.shape != (m, n):
+            raise ValueError(f"weights must be (users, hosts) = ({m}, {n}), got {self.weights.shape}")
+        if np.any(self.budgets <= 0) or not np.all(np.isfinite(self.budgets)):
+            raise ValueError("budgets must be positive and finite")
+        if np.any(self.weights < 0) or not np.all(np.isfinite(self.weights)):
+            raise ValueError("weights must be finite and >= 0")
+        cpus = os.sched_getaffinity(0)
+        bad = [h for h in self.hosts if h not in cpus]
+        if bad:
+            raise ValueError(f"host CPU(s) {bad} are not available to this process (CPUs {sorted(cpus)})")
+        if not interval > 0 or not reserve > 0:
+            raise ValueError("interval and reserve must be positive")
+        self.interval, self.reserve, self.quantum = float(interval), float(reserve), float(quantum)
+        self.enforcement = detect_enforcement() if enforcement == "auto" else enforcement
+        if self.enforcement not in ("cgroup2", "cgroup1", "stride"):
+            raise ValueError(f"unknown enforcement {enforcement!r}")
+        self.name = name or f"marketsched-tycoon-{os.getpid()}-{id(self) & 0xffff:x}"
+        # initial bids: proportional to the weights (each user spends its whole budget)
+        w = self.weights
+        tot = w.sum(axis=1, keepdims=True)
+        self.bids = np.where(tot > 0, w / np.where(tot > 0, tot, 1), 1.0 / n) * self.budgets[:, None]
+        self.jobs: dict[tuple[int, int], TycoonJob] = {}
+        self.history: list[np.ndarray] = [self.bids.copy()]
+        self.root: Path | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ processes and cgroups
+    def start(self, commands=None) -> "TycoonMarket":
+        """Start one job per (user, host): ``commands[i][j]`` (shell) or a CPU-bound loop; then
+        apply the initial bids and start the stride threads if that is the enforcement."""
+        if self.enforcement != "stride":
+            base = find_cgroup2_cpu() if self.enforcement == "cgroup2" else find_cgroup1_cpu()
+            if base is None:
+                raise RuntimeError(f"{self.enforcement} enforcement asked for, but no writable cpu cgroup was found")
+            self.root = base / self.name
+            self.root.mkdir()
+            if self.enforcement == "cgroup2":
+                (self.root / "cgroup.subtree_control").write_text("+cpu")
+        try:
+            for j, cpu in enumerate(self.hosts):
+                hdir = None
+                if self.root is not None:
+                    hdir = self.root / f"host-{j}"
+                    hdir.mkdir()
+                    if self.enforcement == "cgroup2":
+                        (hdir / "cgroup.subtree_control").write_text("+cpu")
+                for i in range(len(self.budgets)):
+                    cmd = BUSY if commands is None else commands[i][j]
+                    p = subprocess.Popen(["/bin/sh", "-c", cmd], start_new_session=True, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    os.kill(p.pid, signal.SIGSTOP)  # nothing runs before its share is set
+                    os.sched_setaffinity(p.pid, {cpu})
+                    job = TycoonJob(i, j, p.pid, p, stopped=True)
+                    if hdir is not None:
+                        job.cgroup = hdir / f"user-{i}"
+                        job.cgroup.mkdir()
+                        (job.cgroup / "cgroup.procs").write_text(str(p.pid))
+                    self.jobs[(i, j)] = job
+            self.apply()
+        except BaseException:
+            self.stop()
+            raise
+        if self.enforcement == "stride":
+            for j in range(len(self.hosts)):
+                t = threading.Thread(target=self._stride, args=(j,), daemon=True, name=f"stride-{j}")
+                t.start()
+                self._threads.append(t)
+        return self
+
+    def apply(self) -> None:
+        """Make the current bids the hosts' shares (cgroup weights, or the stride scheduler's
+        strides); a zero bid stops that job."""
+        with self._lock:
+            for j in range(len(self.hosts)):
+                col = self.bids[:, j]
+                top = col.max()
+                for i in range(len(self.budgets)):
+                    job = self.jobs[(i, j)]
+                    x = col[i]
+                    if self.enforcement == "stride":
+                        continue  # the stride thread reads self.bids
+                    if x <= 0:
+                        self._signal(job, signal.SIGSTOP)
+                        continue
+                    if self.enforcement == "cgroup2":
+                        wgt = int(min(V2_MAX, max(1, round(V2_MAX * x / top))))
+                        (job.cgroup / "cpu.weight").write_text(str(wgt))
+                    else:
+                        wgt = int(min(V1_MAX, max(V1_MIN, round(V1_MAX * x / top))))
+                        (job.cgroup / "cpu.shares").write_text(str(wgt))
+                    job.extra["weight"] = wgt
+                    self._signal(job, signal.SIGCONT)
+
+    def _signal(self, job: TycoonJob, sig) -> None:
+        try:
+            os.killpg(job.pid, sig)
+            job.stopped = sig == signal.SIGSTOP
+        except ProcessLookupError:
+            pass
+
+    def _stride(self, j: int) -> None:
+        """User-space stride scheduling on host j (fallback enforcement)."""
+        current = None
+        while not self._stop.is_set():
+            with self._lock:
+                cands = [(self.jobs[(i, j)].pass_, i) for i in range(len(self.budgets)) if self.bids[i, j] > 0]
+                if cands:
+                    _, i = min(cands)
+                    job = self.jobs[(i, j)]
+                    if current is not None and current is not job:
+                        self._signal(current, signal.SIGSTOP)
+                    if job.stopped:
+                        self._signal(job, signal.SIGCONT)
+                    job.pass_ += 1.0 / self.bids[i, j]
+                    current = job
+            self._stop.wait(self.quantum)
+
+    # ------------------------------------------------------------------ agents
+    def resplit(self) -> np.ndarray:
+        """One interval of the agents: each user in turn best-responds to the others' bids
+        (seed 004 section 4.1, the library's closed form) and the shares follow."""
+        for i in range(len(self.budgets)):
+            others = self.bids.sum(axis=0) - self.bids[i]
+            self.bids[i] = best_response(self.weights[i], others, self.budgets[i], reserve=self.reserve)
+        self.history.append(self.bids.copy())
+        self.apply()
+        return self.bids.copy()
+
+    def run_agents(self, rounds: int) -> None:
+        """``rounds`` intervals: re-split, then let the shares run for ``interval`` seconds."""
+        for _ in range(rounds):
+            self.resplit()
+            time.sleep(self.interval)
+
+    def shares(self) -> np.ndarray:
+        """Shares the bids give now: r_ij = x_ij / sum_k x_kj (users x hosts)."""
+        tot = self.bids.sum(axis=0)
+        return np.divide(self.bids, tot, out=np.zeros_like(self.bids), where=tot > 0)
+
+    def cpu_seconds(self) -> np.ndarray:
+        out = np.zeros(self.bids.shape)
+        for (i, j), job in self.jobs.items():
+            out[i, j] = proc_cpu_seconds(job.pid)
+        return out
+
+    def measure(self, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+        """CPU time each job got over ``seconds`` and, per host, its fraction of the host's total:
+        ``(cpu seconds, measured shares)`` (users x hosts)."""
+        a = self.cpu_seconds()
+        time.sleep(seconds)
+        d = self.cpu_seconds() - a
+        tot = d.sum(axis=0)
+        return d, np.divide(d, tot, out=np.zeros_like(d), where=tot > 0)
+
+    # ------------------------------------------------------------------ cleanup
+    def stop(self) -> None:
+        """Kill every job and remove the cgroups; nothing is left behind."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        for job in self.jobs.values():
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                try:
+                    os.killpg(job.pid, sig)
+                except ProcessLookupError:
+                    pass
+            job.popen.wait()
+        if self.root is not None and self.root.exists():
+            for d in sorted(self.root.glob("host-*/user-*")) + sorted(self.root.glob("host-*")) + [self.root]:
+                for _ in range(50):
+                    try:
+                        d.rmdir()
+                        break
+                    except OSError:
+                        time.sleep(0.02)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
