@@ -201,6 +201,24 @@ def test_sh_series_and_direct_agree_for_many_bidders(n):
     assert d.sum(axis=-1) == pytest.approx(np.ones(3), abs=1e-13)
 
 
+@pytest.mark.parametrize("top", [1, 2])
+def test_sh_series_with_dominant_bids(top):
+    """One (or two tied) bids far above the rest: no tail cut, the series runs below the top."""
+    rng = np.random.default_rng(top)
+    b = np.r_[rng.uniform(1, 10, 600 - top), np.full(top, 5000.0)]
+    d = sm.sh_shares(b, method="direct")
+    s = sm.sh_shares(b, method="series")
+    assert s == pytest.approx(d, rel=1e-12)
+    assert s.sum() == pytest.approx(1.0, abs=1e-14)
+    small = np.r_[np.arange(1, 9), [100.0] * top]  # the same path on a vector the rationals can check
+    exact = [float(f) for f in sm.sh_shares_rational(small.astype(int).tolist())]
+    plan = sm._series_plan(small / small.max(), sm._tail_cut(np.sum(small / small.max())))
+    assert plan is not None
+    assert sm._sh_series(small / small.max(), *plan) == pytest.approx(exact, rel=1e-13)
+    mixed = np.stack([b, rng.uniform(1, 100, 600)])  # rows needing different paths: auto falls back
+    assert sm.sh_shares(mixed)[0] == pytest.approx(d, rel=1e-12)
+
+
 def _exact_share(bids: list[int], j: int) -> Fraction:
     top = max(bids)
     coef = [Fraction(1)]
@@ -239,7 +257,7 @@ def test_unknown_rule_and_method():
         sm.shares("vickrey", [1.0])
     with pytest.raises(ValueError, match="method"):
         sm.sh_shares([1.0, 2.0, 3.0], method="simpson")
-    with pytest.raises(ValueError, match="many comparable"):
+    with pytest.raises(ValueError, match="series ratio"):
         sm.sh_shares([1.0, 2.0, 3.0], method="series")
 
 

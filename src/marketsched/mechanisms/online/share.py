@@ -57,13 +57,16 @@ polynomial of degree ``n - 1``. Steps of :func:`sh_shares` (``method="direct"``)
    small fraction of the nodes. (Up to 32 bidders all ``ceil(n/2) <= 16`` nodes are used: the cut
    is not worth computing. Two bidders use the closed form.)
 
-``method="series"`` (chosen by ``"auto"`` when ``s_cut <= 1/2``, i.e. many comparable bids)
-evaluates the same truncated quadrature sum without the ``m x n`` matrix:
-``ln f(s) = -sum_p S_p s^p / p`` with power sums ``S_p = sum_k a_k^p`` and
-``I_j = sum_p a_j^p M_p`` with quadrature moments ``M_p = sum_i w_i f(s_i) s_i^p``; both series
-have all terms of one sign and ratio ``<= s_cut``, and are cut when the remainder is below
-``2^-56`` relative. Work is ``O(n P)`` with ``P`` about 60, instead of ``O(n m)``. Both methods
-are tested against :func:`sh_shares_rational` and against each other.
+``method="series"`` evaluates the same (cut) quadrature sum without the ``m x n`` matrix: with
+``t`` bidders at the top (``a = 1``), ``f(s) = (1 - s)^t h(s)``,
+``ln h(s) = -sum_p S_p s^p / p`` with power sums ``S_p`` of the other ``a_k``, and
+``I_j = sum_p a_j^p M_p`` with quadrature moments ``M_p = sum_i w_i f(s_i) s_i^p`` (top bidders:
+``I_j = sum_i w_i f(s_i) / (1 - s_i)``). Both series have terms of one sign and ratio
+``q = (largest node kept) x (largest a below 1)``; they are cut when the remainder is below
+``2^-56`` relative. ``"auto"`` takes it when ``q <= 1/2``: many comparable bids (the tail cut
+keeps only small nodes) or one bid at least twice all others. Work is ``O(n P)`` with ``P`` at most
+about 60, instead of ``O(n m)``. Both methods are tested against :func:`sh_shares_rational` and
+against each other.
 
 Decisions (the thesis leaves these open; note section 7 items 9 and 10)
 ------------------------------------------------------------------------
@@ -226,15 +229,32 @@ def _sh_core(b: np.ndarray, method: str = "auto") -> np.ndarray:
         return _sh_direct(a, None)  # at most 16 nodes: the tail cut is not worth computing
     A = a.sum(axis=-1)
     cut = _tail_cut(A)
-    top_cut = float(cut.max())
+    plan = _series_plan(a, cut)
     if method == "auto":
-        method = "series" if top_cut <= 0.5 else "direct"
+        method = "series" if plan is not None else "direct"
     if method == "series":
-        if top_cut > 0.5:
-            raise ValueError("sh_shares: method='series' needs many comparable bids (tail cut <= 1/2 in every row); "
-                             "use 'direct' or 'auto'")
-        return _sh_series(a, cut)
+        if plan is None:
+            raise ValueError("sh_shares: method='series' needs a series ratio <= 1/2 (many comparable bids, or one "
+                             "bid at least twice all others); use 'direct' or 'auto'")
+        return _sh_series(a, *plan)
     return _sh_direct(a, cut)
+
+
+def _series_plan(a: np.ndarray, cut: np.ndarray):
+    """Nodes and series ratio for :func:`_sh_series`, or None when the ratio exceeds 1/2.
+
+    The top bidders (``a = 1``) are kept out of the series; every other factor has
+    ``s_i a_k <= q = (largest node kept) x (largest a below 1)``.
+    """
+    n = a.shape[-1]
+    s, w = _gauss01((n + 1) // 2)
+    keep = s <= float(np.max(cut))
+    s, w = s[keep], w[keep]
+    below = np.where(a < 1.0, a, 0.0)
+    q = float(s[-1]) * float(below.max())
+    if q > 0.5:
+        return None
+    return s, w, below, q
 
 
 def _sh_direct(a: np.ndarray, cut: np.ndarray | None) -> np.ndarray:
@@ -254,30 +274,39 @@ def _sh_direct(a: np.ndarray, cut: np.ndarray | None) -> np.ndarray:
     return a * integral
 
 
-def _sh_series(a: np.ndarray, cut: np.ndarray) -> np.ndarray:
+def _sh_series(a: np.ndarray, s: np.ndarray, w: np.ndarray, below: np.ndarray, q: float) -> np.ndarray:
+    """The direct method's quadrature sum through power sums and moments (module docstring).
+
+    ``f(s) = (1 - s)^t h(s)`` with ``t`` top bidders (``a = 1``) and
+    ``ln h(s) = -sum_p S_p s^p / p``, ``S_p`` the power sums of the other ``a``; then
+    ``I_j = sum_p M_p a_j^p`` (moments ``M_p = sum_i w_i f(s_i) s_i^p``) for the others and
+    ``I_j = sum_i w_i f(s_i) / (1 - s_i)`` for the top bidders. Both series have ratio ``<= q``
+    and are cut at ``n q^(P+1) / (1 - q) <= 2^-56``.
+    """
     shape = a.shape
     n = shape[-1]
-    a2 = a.reshape(-1, n)  # (R, n)
-    s, w = _gauss01((n + 1) // 2)
-    keep = s <= cut.max()
-    s, w = s[keep], w[keep]
-    rho = float(s[-1])  # nodes ascend; both series have ratio <= the largest node kept
-    # terms: n rho^(P+1) / (1 - rho) below 2^-56 (module docstring)
-    P = int(math.ceil((56 * _LN2 + math.log(max(n, 2)) - math.log1p(-rho)) / -math.log(rho)))
-    apow = np.empty((P + 1,) + a2.shape)  # apow[p] = a^p, p = 0..P
-    apow[0] = 1.0
+    a2 = a.reshape(-1, n)
+    b2 = below.reshape(-1, n)
+    q = max(q, 1e-300)
+    P = max(1, int(math.ceil((56 * _LN2 + math.log(max(n, 2)) - math.log1p(-q)) / -math.log(q))))
+    bpow = np.empty((P + 1,) + b2.shape)  # below^p, p = 0..P
+    bpow[0] = 1.0
     for p in range(1, P + 1):
-        np.multiply(apow[p - 1], a2, out=apow[p])
-    S = apow[1:].sum(axis=-1).T  # (R, P): power sums S_p, p = 1..P
+        np.multiply(bpow[p - 1], b2, out=bpow[p])
+    S = bpow[1:].sum(axis=-1).T  # (R, P): power sums over the bidders below the top
+    top = (a2 == 1.0).sum(axis=-1)  # (R,): bidders at the top
     spow = np.empty((P, len(s)))  # s_i^p, p = 1..P
     spow[0] = s
     for p in range(1, P):
         np.multiply(spow[p - 1], s, out=spow[p])
-    g = w * np.exp((S * -(1.0 / np.arange(1, P + 1))) @ spow)  # w_i f(s_i), ln f = -sum_p S_p s^p / p
+    log1ms = np.log1p(-s)
+    g = w * np.exp(top[:, None] * log1ms + (S * -(1.0 / np.arange(1, P + 1))) @ spow)  # w_i f(s_i)
     mom = np.empty((a2.shape[0], P + 1))  # M_p = sum_i g_i s_i^p
     mom[:, 0] = g.sum(axis=-1)
     mom[:, 1:] = g @ spow.T
-    integral = np.matmul(mom[:, None, :], apow.transpose(1, 0, 2))[:, 0, :]  # I_j = sum_p M_p a_j^p
+    integral = np.matmul(mom[:, None, :], bpow.transpose(1, 0, 2))[:, 0, :]  # sum_p M_p a_j^p
+    at_top = (g / (1.0 - s)).sum(axis=-1)  # I_j of a top bidder
+    integral = np.where(a2 == 1.0, at_top[:, None], integral)
     return (a2 * integral).reshape(shape)
 
 
