@@ -332,7 +332,7 @@ def summarise(scenario: str, seed: int, w: Workload, bids: BidBatch, pol: EggPol
     for k, a in enumerate(pol.agents):
         mine = pol.provider == k
         ran = mine & ~np.isnan(rec.first_start)
-        busy = np.nansum(np.minimum(rec.end_time[ran], rec.end_time[ran]) - rec.first_start[ran])
+        busy = np.nansum(rec.end_time[ran] - rec.first_start[ran])
         per.append({"scenario": scenario, "seed": seed, "provider": k, "capacity": a.capacity,
                     "awards": int(mine.sum()), "completed %": 100 * pol.paid[mine].mean() if mine.any() else np.nan,
                     "revenue": float(market.escrow.revenue[k]), "utilisation %": 100 * busy / (a.capacity * span),
