@@ -153,9 +153,12 @@ class _SlotState:
         self.cpu = np.where(avail, book.node_cpu[self.order][None, :], -np.inf)
         self.mem = np.where(avail, book.node_mem[self.order][None, :], -np.inf)
 
-    def copy_from(self, other: "_SlotState") -> None:
-        np.copyto(self.cpu, other.cpu)
-        np.copyto(self.mem, other.mem)
+    def copy(self) -> "_SlotState":
+        """An independent copy of the capacity arrays (ranking shared)."""
+        twin = object.__new__(_SlotState)
+        twin.order, twin.reserve = self.order, self.reserve
+        twin.cpu, twin.mem = self.cpu.copy(), self.mem.copy()
+        return twin
 
     def affordable(self, value) -> np.ndarray:
         """Number of nodes with v_n <= v (a prefix of the ranking) for each value."""

@@ -111,9 +111,7 @@ def allocation_tree(book: OrderBook, alpha: float, max_jobs: int = 9):
         for j, first in fits.items():
             p = prob * weight[j] / total
             pi[j, step] += p
-            child = _SlotState.__new__(_SlotState)
-            child.order, child.reserve = st.order, st.reserve
-            child.cpu, child.mem = st.cpu.copy(), st.mem.copy()
+            child = st.copy()
             child.commit(int(book.job_release[j]), book.job_cpu[j], book.job_mem[j], first)
             gain = book.job_cpu[j] * float(np.sum(book.job_value[j] - st.reserve[first]))
             value += walk(child, left - {j}, p, step + 1, welfare + gain)
