@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from datetime import datetime
@@ -158,6 +159,11 @@ class DayAhead:
                     self.store._exec(stmt)
             self.store._ensure_account(ESCROW)
         self.slurm = getattr(broker.executor, "arrange", None) is not None
+        if self.slurm and config.granularity % 60:
+            # a winner's job gets the time limit of its reservation, and Slurm's time limits are
+            # whole minutes: a shorter or fractional slot could never hold the job
+            raise ValueError(f"on Slurm the day-ahead granularity must be a whole number of minutes "
+                             f"(Slurm time limits are minutes), got {config.granularity:g} s")
         self.root = broker.data / "dayahead"
         self.root.mkdir(parents=True, exist_ok=True)
         if not self.slurm:
@@ -167,6 +173,7 @@ class DayAhead:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_error: str | None = None
+        self._kicked: dict[int, float] = {}  # Slurm jobs whose reservation began (see _watch_slurm)
         self.clearings: list[dict] = []  # what each clearing computed (library outcome), for audits
 
     # ------------------------------------------------------------------ rounds
@@ -385,7 +392,7 @@ class DayAhead:
             from marketsched.live.slurm import BATCH, _shq
 
             (wd / "slurm-batch.sh").write_text(BATCH.format(key=f"day-ahead bid {x['id']}", workdir=_shq(str(wd))))
-            secs = max(1, int(math.floor(end_wall - start_wall)))
+            secs = max(60, int(round(end_wall - start_wall)) // 60 * 60)  # whole minutes (granularity check)
             args = ["sbatch", "--parsable", "-J", name, f"--reservation={name}", f"--begin={_iso(start_wall)}",
                     f"--time={secs // 60}:{secs % 60:02d}", "-D", str(wd), "-o", str(wd / "stdout"),
                     "-e", str(wd / "stderr"), "--no-requeue", f"--export=ALL,MARKETSCHED_DAYAHEAD_BID={x['id']}",
@@ -462,10 +469,20 @@ class DayAhead:
                 self._set_job(x, "killed", note=(x["note"] + "; " if x["note"] else "") + "reservation ended")
 
     def _watch_slurm(self, x: dict) -> None:
-        from marketsched.live.slurm import SlurmExecutor, read_exit_code
+        from marketsched.live.slurm import SlurmExecutor, read_exit_code, run
 
-        info = SlurmExecutor.show(self.broker.executor, int(x["job_ref"][6:]))
+        sid = int(x["job_ref"][6:])
+        info = SlurmExecutor.show(self.broker.executor, sid)
         st = info.get("JobState") if info else None
+        now = time.monotonic()
+        if st == "PENDING" and self.broker._t >= x["start_t"] and now >= self._kicked.get(sid, 0.0) + 1.0:
+            # Slurm's scheduler passes run on events and every sched_interval (60 s by default):
+            # nothing happens when a reservation begins, so the job would wait for the next pass.
+            # An update of the job is an event: Slurm tries to start it at once (in its
+            # reservation). Repeated every second while it pends (the reservation may become
+            # active in Slurm a moment after our clock says it began).
+            run(["scontrol", "update", f"jobid={sid}", "StartTime=now"])
+            self._kicked[sid] = now
         if st in ("RUNNING", "COMPLETING"):
             if x["job_state"] != "running":
                 self._set_job(x, "running")

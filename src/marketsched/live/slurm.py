@@ -46,6 +46,12 @@ How the market's decisions map onto Slurm
   - Safe order: the operations a decision asks for are buffered and carried out in
     ``arrange`` in this order: gates, suspends, resumes, ungates; so no core is freed while a
     job that must not take it is still eligible.
+* **Slurm ahead of the market.** A job Slurm starts from the eligible prefix runs before the
+  market's start (by the broker's reaction time: one poll, 0.2 s, plus the decision); that time
+  is not charged. If it even ends before the market starts it, its exit is kept and reported
+  right after the market's start, so the mechanism's sequence is kept. If the market has not
+  started it ``UNSTARTED_GRACE`` s after Slurm did (a decision went another way), it is
+  suspended until the market starts it.
 * **Cancel** (``kill``): ``scancel`` (also of suspended and pending jobs).
 * **State** is read with ``squeue -h -o`` (9 ms; ``squeue --json`` costs 60-70 ms with 100
   jobs and ignores ``-j`` in 22.05, so it serves only :meth:`SlurmExecutor.squeue_json`), one
@@ -92,6 +98,7 @@ from marketsched.live.executor import read_exit_code
 
 PRIORITY_SCALE = 1000.0
 MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
+UNSTARTED_GRACE = 2.0  # s a job may run in Slurm before the market starts it (see exits)
 RESUME_GAP = 2.05  # s; slurmd delays a resume that comes less than 2 s after its suspend
 GATE = "now+365days"
 NAME_PREFIX = "ms"
@@ -207,6 +214,8 @@ class SlurmExecutor:
                              f"{self.partition or '(default)'} has only {self.cpus} CPUs")
         self.calls = 0  # Slurm commands issued (for benchmarks)
         self._prio: dict[int, int] = {}
+        self.early: dict[int, SlurmJob] = {}  # ran and ended in Slurm before the market started them
+        self._ready: set[int] = set()  # such jobs the market has now started: exits to report
         # Fewer market slots than Slurm CPUs: Slurm would start eligible jobs on the spare CPUs
         # at once, so no queued job is eligible; the market's starts ungate them one by one.
         self.gate_all = slots is not None and slots < self.cpus
@@ -268,7 +277,16 @@ class SlurmExecutor:
     def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None) -> SlurmJob:
         """The mechanism starts job ``key``: submit it eligible (or ungate its pending Slurm job).
         The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority)."""
+        early = self.early.pop(key, None)
+        if early is not None:  # it already ran to its end: report the exit at the next call
+            early.started = True
+            self.procs[key] = early
+            self._ready.add(key)
+            self.wake()
+            return early
         job = self.queued.pop(key, None)
+        if job is not None and job.suspended_at is not None:  # suspended by _unstarted_running
+            self._resume[key] = 0.0
         if job is None:
             p = priority_of(priority_key) if priority_key is not None else self._prio.get(key, MAX_PRIORITY)
             job = self._sbatch(key, command, env, p, gated=False)
@@ -305,7 +323,8 @@ class SlurmExecutor:
 
     def kill(self, key: int) -> None:
         """Cancel job ``key`` (``scancel``) and forget it."""
-        job = self.procs.pop(key, None) or self.queued.pop(key, None)
+        job = self.procs.pop(key, None) or self.queued.pop(key, None) or self.early.pop(key, None)
+        self._ready.discard(key)
         for buf in (self._gate, self._ungate, self._suspend):
             buf.discard(key)
         self._resume.pop(key, None)
@@ -347,8 +366,8 @@ class SlurmExecutor:
         open_ = not self.gate_all
         for q in queue:
             k = q["id"]
-            if q["preempted"] or k in self.procs:
-                open_ = False
+            if q["preempted"] or k in self.procs or k in self.early:
+                open_ = False  # nothing ranked below it may take a CPU before it
                 continue
             job = self.queued.get(k)
             p = self._prio[k]
@@ -522,6 +541,8 @@ class SlurmExecutor:
         t = due if timeout is None else min(timeout, due)
         if self._resume:
             t = min(t, self.poll)
+        if self._ready:
+            t = 0.0
         r, _, _ = select.select([self._wake_r], [], [], t)
         if r:
             try:
@@ -534,28 +555,55 @@ class SlurmExecutor:
         """Jobs that ended since the last call: ``(key, exit_code)``; :meth:`outcome` says how.
 
         Also retries deferred resumes. Polls Slurm at most every ``poll`` seconds."""
+        out = []
+        for key in sorted(self._ready):  # ran to its end before the market started it (below)
+            job = self.procs.pop(key, None)
+            if job is not None:
+                code, state, note = job.extra["ended"]
+                self.outcomes[key] = (state, note)
+                out.append((key, code))
+        self._ready.clear()
         now = time.monotonic()
         if now < self._last_poll + self.poll:
-            return []
+            return out
         self._last_poll = now
         if self._resume:
             self._do_resumes()
         tracked = {**self.queued, **self.procs}
         if not tracked:
-            return []
+            return out
         listed = self.squeue()
-        out = []
         for key, job in sorted(tracked.items()):
             st = listed.get(job.pid)
             if st is not None and st[0] in ACTIVE:
+                if key in self.queued and st[0] == "RUNNING":
+                    self._unstarted_running(job, now)
                 continue
             code, state, note = self._ending(job, st)
+            self._resume.pop(key, None)
+            if key in self.queued and (state == "completed" or "seen_running" in job.extra):
+                # Slurm started it on a CPU the market was about to give it (eligible prefix)
+                # and it ended before the market's start: kept until the mechanism starts it,
+                # then reported at once (see launch); the mechanism's order is kept.
+                self.queued.pop(key)
+                job.extra["ended"] = (code, state, note)
+                self.early[key] = job
+                continue
             self.procs.pop(key, None)
             self.queued.pop(key, None)
-            self._resume.pop(key, None)
             self.outcomes[key] = (state, note)
             out.append((key, code))
         return out
+
+    def _unstarted_running(self, job: SlurmJob, now: float) -> None:
+        """A job Slurm runs that the market has not started. Normal for a moment (Slurm gives a
+        freed CPU to the best eligible job before the broker notices the exit); if the market
+        still has not started it after ``UNSTARTED_GRACE`` s (a decision went another way), it
+        is suspended, and resumed when the market starts it."""
+        seen = job.extra.setdefault("seen_running", now)
+        if now - seen >= UNSTARTED_GRACE and job.suspended_at is None:
+            if self._suspend_job(job):
+                job.extra["reconciled"] = job.extra.get("reconciled", 0) + 1
 
     def _ending(self, job: SlurmJob, listed) -> tuple[int | None, str, str]:
         """Exit code, final market state and note of a job Slurm no longer runs."""
