@@ -471,7 +471,7 @@ def test_reproduction_batches_share_random_numbers_and_run():
 
     plan = sm.MarketPlan.from_workload(small_workload(seed=2, n=20, horizon=100, max_run=60))
     jobs = ex.make_jobs(plan, 2, 2, [{"alpha": 0.3, "gamma": 0.3, "epsilon": 0.05}])
-    q = next(j for j in jobs if j["id"] == "Q-learning, wide")
+    q = next(j for j in jobs if j["id"] == "Q-learning, wide (C=10)")
     ps = [r["seed"] for r in q["rows"] if r["rule"] == "ps"]
     sh = [r["seed"] for r in q["rows"] if r["rule"] == "sh"]
     assert ps == sh and len(set(map(tuple, ps))) == 2  # same stream for PS and SH, one per workload
