@@ -580,7 +580,9 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
                          + (f", {r['cpu_seconds'] / 60:.1f} CPU-min in the workers" if "cpu_seconds" in r else "")
                          for r in timing)
              + f"). This call: {t_all / 60:.1f} min including {(t_all - t_sim):.0f} s of analysis and figures. "
-             "The machine (2 cores) was shared with other engineers' runs, so these are upper bounds.")
+             "The machine (2 cores) was shared with other engineers' runs (load average 5-16), so wall times are "
+             "upper bounds; the CPU time in the workers divided by 2 estimates the simulation time on two idle "
+             f"cores: {sum(r.get('cpu_seconds', np.nan) for r in timing) / 120:.1f} min.")
     return rep.write()
 
 
