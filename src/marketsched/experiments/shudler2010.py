@@ -323,13 +323,13 @@ def findings(df, trace: str):
     fk = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="kth", **FT)
     sk = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="kth", **SRG_A)
     rel = abs(sk[0] / fk[0] - 1)
+    add("Fig 7c", "group C, k-th price, high-bid: SRG-aggressive coincides with FT (within 5%)",
+        f"FT {_fmt(*fk)} / SRG {_fmt(*sk)} ({100 * rel:.1f}% apart)", rel < 0.05)
     fkp = v("utility", runtime_group="C", value_band="high", mechanism="hb", pricing="kth", **FT_SAME)
     relp = abs(sk[0] / fkp[0] - 1)
     add("Fig 7c", "same, paired against the same jobs under FT (within 5%)",
         f"same jobs under FT {_fmt(*fkp)} / SRG {_fmt(*sk)} ({100 * relp:.1f}% apart; paired difference "
         f"{_fmt(*_paired(df, trace, 'kth'))})", relp < 0.05)
-    add("Fig 7c", "group C, k-th price, high-bid: SRG-aggressive coincides with FT (within 5%)",
-        f"FT {_fmt(*fk)} / SRG {_fmt(*sk)} ({100 * rel:.1f}% apart)", rel < 0.05)
     for grp, claim in (("A", "group A: k-th and first price utilities the same (within 2%)"),
                        ("B", "group B: almost the same, k-th slightly higher")):
         a = v("utility", runtime_group=grp, mechanism="hb", pricing="first", **FT)
