@@ -40,3 +40,8 @@ def test_clear_errors():
 def test_reproduce_lists_experiments():
     r = CliRunner().invoke(main, ["reproduce"])
     assert r.exit_code == 0
+
+
+def test_reproduce_rejects_executor_for_experiments_without_runner():
+    r = CliRunner().invoke(main, ["reproduce", "feldman2005", "--executor", "serial", "--quick"])
+    assert r.exit_code != 0 and "takes no --executor" in r.output

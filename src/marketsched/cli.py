@@ -182,8 +182,15 @@ def compare(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value
               help="Folder for the report (default: results/NAME).")
 @click.option("--quick", is_flag=True, help="Reduced grid that finishes in about a minute.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Number of seeds (default: the experiment's own).")
-def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | None) -> None:
+@click.option("--executor", type=click.Choice(["process", "serial", "ray"]), default=None,
+              help="Where grid cells run: local processes (default), in this process, or a Ray cluster "
+                   "(pip install ray). For experiments built on the grid runner.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local worker processes (default: cores).")
+def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | None, executor: str | None,
+              workers: int | None) -> None:
     """Reproduce a paper's experiments and write a report (list them without NAME)."""
+    import inspect
+
     from marketsched import experiments
 
     found = experiments.available()
@@ -194,7 +201,13 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")
     out_dir = out_dir or Path("results") / name
-    path = found[name].run(out_dir=out_dir, quick=quick, seeds=seeds)
+    extra = {k: v for k, v in (("executor", executor), ("workers", workers)) if v is not None}
+    accepted = inspect.signature(found[name].run).parameters
+    for key in extra:
+        if key not in accepted:
+            raise click.BadParameter(f"experiment {name!r} does not run on the grid runner; it takes no --{key}",
+                                     param_hint=f"--{key}")
+    path = found[name].run(out_dir=out_dir, quick=quick, seeds=seeds, **extra)
     click.echo(f"report: {path}")
 
 

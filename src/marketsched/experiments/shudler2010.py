@@ -500,15 +500,14 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
     """Run the grid (resumable) and write ``report.md`` with figures into ``out_dir``.
 
     ``quick``: LPC only with 2 seeds. ``seeds``: seeds for LPC (substitutes use at most their
-    own default). ``executor``: ``process`` (default), ``serial`` or ``ray`` (also from the
-    ``MARKETSCHED_EXECUTOR`` environment variable, since ``marketsched reproduce`` has no
-    executor option yet).
+    own default). ``executor``: ``process`` (default), ``serial`` or ``ray``
+    (``marketsched reproduce shudler2010 --executor ray``).
     """
     import pandas as pd
 
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
-    executor = executor or os.environ.get("MARKETSCHED_EXECUTOR", "process")
+    executor = executor or "process"
     if seeds is not None and seeds < 1:
         raise ValueError(f"seeds = {seeds} must be >= 1")
     settings = SETTINGS[:1] if quick else SETTINGS
