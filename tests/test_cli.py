@@ -8,7 +8,7 @@ from marketsched.cli import main
 def test_compare_default_prints_every_mechanism():
     r = CliRunner().invoke(main, ["compare", "--synthetic-jobs", "400", "--synthetic-nodes", "8"])
     assert r.exit_code == 0, r.output
-    for name in ("hb", "nphb", "wspt", "wsept", "fcfs", "easy"):
+    for name in ("hb", "nphb", "wspt", "wsept", "dlgm", "pdlgm", "fcfs", "easy"):
         assert f" {name} " in r.output
 
 

@@ -57,7 +57,7 @@ def _run_all(workload, runs, values):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from marketsched.analysis.metrics import summarize
-    from marketsched.scenario import MARKET_MECHANISMS, simulate
+    from marketsched.scenario import MARKET_MECHANISMS, PRICED_MECHANISMS, simulate
 
     rows, records = [], {}
     with Progress(TextColumn("{task.description:<12}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -69,7 +69,7 @@ def _run_all(workload, runs, values):
             rec = simulate(workload, mech, values if market else None, pricing or "kth",
                            progress=lambda done, total, task=task: bar.update(task, completed=done))
             seconds = time.perf_counter() - t0
-            row = {"mechanism": mech, "pricing": pricing if market else "-",
+            row = {"mechanism": mech, "pricing": pricing if mech in PRICED_MECHANISMS else "-",
                    **summarize(workload, rec, values), "seconds": seconds}
             if not market:
                 for k in ("revenue", "revenue_per_twft", "mean_utility"):
@@ -113,7 +113,8 @@ def _print_table(rows, title):
 @main.command()
 @workload_options
 @click.option("--mechanism", default="hb", show_default=True, type=click.Choice(MECHANISMS), help="Allocation rule.")
-@click.option("--pricing", default="kth", show_default=True, type=click.Choice(PRICINGS), help="Payment scheme (market mechanisms).")
+@click.option("--pricing", default="kth", show_default=True, type=click.Choice(PRICINGS),
+              help="Payment scheme of hb, nphb, wspt, wsept (DLGM and P-DLGM pay by their own rule).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write per-job results to this .parquet or .csv file.")
 def simulate(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value_model, seed, mechanism, pricing,
@@ -143,7 +144,7 @@ def simulate(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, valu
 
 @main.command()
 @workload_options
-@click.option("--mechanisms", default="hb,nphb,wspt,wsept,fcfs,easy", show_default=True,
+@click.option("--mechanisms", default="hb,nphb,wspt,wsept,dlgm,pdlgm,fcfs,easy", show_default=True,
               help="Comma-separated mechanisms to compare.")
 @click.option("--pricings", default="kth,first", show_default=True, help="Comma-separated payment schemes.")
 def compare(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value_model, seed, mechanisms, pricings):
@@ -152,7 +153,7 @@ def compare(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value
     Every mechanism sees the same jobs with the same true values (common random numbers);
     bids are truthful.
     """
-    from marketsched.scenario import MARKET_MECHANISMS, true_values
+    from marketsched.scenario import PRICED_MECHANISMS, true_values
 
     mechs = [m.strip() for m in mechanisms.split(",") if m.strip()]
     prices = [p.strip() for p in pricings.split(",") if p.strip()]
@@ -164,7 +165,7 @@ def compare(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value
             raise click.BadParameter(f"unknown pricing {p!r}; choose from {', '.join(PRICINGS)}", param_hint="--pricings")
     workload = _build(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity)
     values = true_values(workload, value_model, seed)
-    runs = [(m, p) for m in mechs for p in (prices if m in MARKET_MECHANISMS else [None])]
+    runs = [(m, p) for m in mechs for p in (prices if m in PRICED_MECHANISMS else [None])]
     try:
         rows, _ = _run_all(workload, runs, values)
     except ValueError as exc:

@@ -21,7 +21,8 @@ from marketsched.mechanisms.online.pricing import SCHEMES
 from marketsched.workloads import values as value_models
 from marketsched.workloads.workload import Workload
 
-MARKET_MECHANISMS = RULES  # hb, nphb, wspt, wsept: priced by bids
+PRICED_MECHANISMS = RULES  # hb, nphb, wspt, wsept: with a first or k-th price payment scheme
+MARKET_MECHANISMS = PRICED_MECHANISMS + ("dlgm", "pdlgm")  # need bids; DLGM pays by its own rule
 QUEUE_MECHANISMS = ("fcfs", "easy")  # no market: no bids, no payments
 MECHANISMS = MARKET_MECHANISMS + QUEUE_MECHANISMS
 PRICINGS = tuple(SCHEMES)
@@ -79,11 +80,16 @@ def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np
 
 
 def make_mechanism(name: str, workload: Workload, bid=None, pricing: str = "kth"):
-    """A fresh policy object for ``name`` (see :data:`MECHANISMS`)."""
-    if name in MARKET_MECHANISMS:
-        if bid is None:
-            raise ValueError(f"mechanism {name!r} is a market: it needs bids")
+    """A fresh policy object for ``name`` (see :data:`MECHANISMS`); ``pricing`` applies to
+    :data:`PRICED_MECHANISMS` only (DLGM and P-DLGM have their own payment rule)."""
+    if name in MARKET_MECHANISMS and bid is None:
+        raise ValueError(f"mechanism {name!r} is a market: it needs bids")
+    if name in PRICED_MECHANISMS:
         return make_priority_mechanism(name, workload, bid, pricing)
+    if name in ("dlgm", "pdlgm"):
+        from marketsched.mechanisms.online.dlgm import make_dlgm
+
+        return make_dlgm(workload, bid, preemptive=(name == "pdlgm"))
     if name in QUEUE_MECHANISMS:
         return Backfilling(backfill=(name == "easy"))
     raise ValueError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
