@@ -18,11 +18,9 @@ reading and splitting the trace. Jobs per second are per wall-clock second.
 
 from __future__ import annotations
 
-import json
-import resource
-import subprocess
 import sys
-import time
+
+from harness import main, peak_mb, timed
 
 CASES = {
     "pdlgm-hpc2n": dict(trace="HPC2N-2002-2.2-cln", split=True, capacity=1.0, preemptive=True, target=60.0),
@@ -32,56 +30,19 @@ CASES = {
 }
 
 
-def run_case(name: str) -> dict:
+def measure(name: str) -> dict:
     from marketsched.mechanisms.online.dlgm import run_dlgm
     from marketsched.scenario import WorkloadSpec, true_values
 
     case = CASES[name]
-    t0 = time.perf_counter()
-    workload = WorkloadSpec(trace=case["trace"], split=case["split"], capacity=case["capacity"]).build()
-    weights = true_values(workload, "uniform", 1)
-    t1 = time.perf_counter()
-    c1 = time.process_time()
-    records, policy = run_dlgm(workload, weights, preemptive=case["preemptive"])
-    t2 = time.perf_counter()
-    c2 = time.process_time()
+    spec = WorkloadSpec(trace=case["trace"], split=case["split"], capacity=case["capacity"])
+    (workload, weights), prepare_s, _ = timed(lambda: (w := spec.build(), true_values(w, "uniform", 1)))
+    (records, policy), wall, cpu = timed(run_dlgm, workload, weights, preemptive=case["preemptive"])
     assert records.counts()["completed"] == len(workload)
-    return {
-        "case": name,
-        "jobs": len(workload),
-        "nodes": workload.capacity,
-        "prepare_s": t1 - t0,
-        "simulate_s": t2 - t1,
-        "cpu_s": c2 - c1,
-        "jobs_per_s": len(workload) / (t2 - t1),
-        "preemptions": int(records.preemptions.sum()),
-        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "target_s": case["target"],
-    }
-
-
-def main(argv: list[str]) -> None:
-    if argv and argv[0] == "--child":
-        print(json.dumps(run_case(argv[1])))
-        return
-    names = argv or list(CASES)
-    for n in names:
-        if n not in CASES:
-            sys.exit(f"unknown case {n!r}; choose from {', '.join(CASES)}")
-    print(f"{'case':12s} {'jobs':>10s} {'nodes':>6s} {'prepare s':>10s} {'simulate s':>11s} {'cpu s':>7s} {'jobs/s':>10s} "
-          f"{'preempt':>9s} {'peak MB':>8s} {'target s':>9s}")
-    for n in names:
-        out = subprocess.run([sys.executable, __file__, "--child", n], capture_output=True, text=True)
-        if out.returncode != 0:
-            print(f"{n:12s} failed:\n{out.stderr}")
-            continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        target = r["target_s"]
-        verdict = "" if target is None else ("ok" if r["simulate_s"] <= target else "MISSED")
-        print(f"{r['case']:12s} {r['jobs']:>10,d} {r['nodes']:>6d} {r['prepare_s']:>10.2f} {r['simulate_s']:>11.2f} {r['cpu_s']:>7.2f} "
-              f"{r['jobs_per_s']:>10,.0f} {r['preemptions']:>9,d} {r['peak_mb']:>8.0f} "
-              f"{'-' if target is None else f'{target:.0f}':>9s} {verdict}")
+    return {"case": name, "jobs": len(workload), "nodes": workload.capacity, "prepare_s": prepare_s,
+            "simulate_s": wall, "cpu_s": cpu, "jobs_per_s": len(workload) / wall,
+            "preemptions": int(records.preemptions.sum()), "peak_mb": peak_mb()}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(sys.argv[1:], CASES, measure, __file__)
