@@ -219,6 +219,21 @@ def test_sh_series_with_dominant_bids(top):
     assert sm.sh_shares(mixed)[0] == pytest.approx(d, rel=1e-12)
 
 
+def test_sh_series_with_a_few_large_bids():
+    """Several bids near the top, many far below: the large ones are multiplied out directly."""
+    rng = np.random.default_rng(7)
+    b = np.r_[rng.uniform(1, 10, 595), [6000.0, 7000.0, 8000.0, 9000.0, 10_000.0]]
+    d = sm.sh_shares(b, method="direct")
+    assert sm.sh_shares(b, method="series") == pytest.approx(d, rel=1e-12)
+    assert sm.sh_shares(b) == pytest.approx(d, rel=1e-12)
+    small = np.r_[np.arange(1, 9), [40, 80, 100]].astype(float)
+    a = small / small.max()
+    plan = sm._series_plan(a, sm._tail_cut(a.sum()))
+    assert plan is not None and plan[2].sum() == 2  # 40 is below half the top: in the series
+    exact = [float(f) for f in sm.sh_shares_rational(small.astype(int).tolist())]
+    assert sm._sh_series(a, *plan) == pytest.approx(exact, rel=1e-13)
+
+
 def _exact_share(bids: list[int], j: int) -> Fraction:
     top = max(bids)
     coef = [Fraction(1)]
@@ -257,8 +272,8 @@ def test_unknown_rule_and_method():
         sm.shares("vickrey", [1.0])
     with pytest.raises(ValueError, match="method"):
         sm.sh_shares([1.0, 2.0, 3.0], method="simpson")
-    with pytest.raises(ValueError, match="series ratio"):
-        sm.sh_shares([1.0, 2.0, 3.0], method="series")
+    with pytest.raises(ValueError, match="series ratio"):  # a batch of 40 comparable bids: no cut, ratio ~1
+        sm.sh_shares(np.tile(np.arange(1.0, 41.0), (2, 1)), method="series")
 
 
 # ============================================================================ reservations (6.5.3)

@@ -63,10 +63,11 @@ polynomial of degree ``n - 1``. Steps of :func:`sh_shares` (``method="direct"``)
 ``I_j = sum_p a_j^p M_p`` with quadrature moments ``M_p = sum_i w_i f(s_i) s_i^p`` (top bidders:
 ``I_j = sum_i w_i f(s_i) / (1 - s_i)``). Both series have terms of one sign and ratio
 ``q = (largest node kept) x (largest a below 1)``; they are cut when the remainder is below
-``2^-56`` relative. ``"auto"`` takes it when ``q <= 1/2``: many comparable bids (the tail cut
-keeps only small nodes) or one bid at least twice all others. Work is ``O(n P)`` with ``P`` at most
-about 60, instead of ``O(n m)``. Both methods are tested against :func:`sh_shares_rational` and
-against each other.
+``2^-56`` relative. When ``q > 1/2`` (a single bid vector), the bidders above half the top are
+taken out of the series instead and multiplied out directly, which makes ``q <= 1/2`` always.
+``"auto"`` uses the series for more than 32 bidders when it applies. Work is ``O(n P + m L)``
+(``P`` at most about 60 terms, ``L`` large bidders) instead of ``O(n m)``. Both methods are tested
+against :func:`sh_shares_rational` and against each other.
 
 Decisions (the thesis leaves these open; note section 7 items 9 and 10)
 ------------------------------------------------------------------------
@@ -234,27 +235,34 @@ def _sh_core(b: np.ndarray, method: str = "auto") -> np.ndarray:
         method = "series" if plan is not None else "direct"
     if method == "series":
         if plan is None:
-            raise ValueError("sh_shares: method='series' needs a series ratio <= 1/2 (many comparable bids, or one "
-                             "bid at least twice all others); use 'direct' or 'auto'")
+            raise ValueError("sh_shares: method='series' on a batch needs a series ratio <= 1/2 in every row (many "
+                             "comparable bids, or one bid at least twice all others); use 'direct' or 'auto'")
         return _sh_series(a, *plan)
     return _sh_direct(a, cut)
 
 
 def _series_plan(a: np.ndarray, cut: np.ndarray):
-    """Nodes and series ratio for :func:`_sh_series`, or None when the ratio exceeds 1/2.
+    """Nodes, "large" bidders and series ratio for :func:`_sh_series`, or None if it does not apply.
 
-    The top bidders (``a = 1``) are kept out of the series; every other factor has
-    ``s_i a_k <= q = (largest node kept) x (largest a below 1)``.
+    First try: the large bidders are the top ones (``a = 1``), every other factor has
+    ``s_i a_k <= q = (largest node kept) x (largest a below 1)``; used when ``q <= 1/2``. Otherwise
+    (one bid vector only) the large bidders are those above half the top, so ``q <= 1/2`` always;
+    their factors are multiplied out directly (``O(m L)`` for ``L`` large bidders).
     """
     n = a.shape[-1]
     s, w = _gauss01((n + 1) // 2)
     keep = s <= float(np.max(cut))
     s, w = s[keep], w[keep]
+    rho = float(s[-1])
     below = np.where(a < 1.0, a, 0.0)
-    q = float(s[-1]) * float(below.max())
-    if q > 0.5:
-        return None
-    return s, w, below, q
+    q = rho * float(below.max())
+    if q <= 0.5:
+        return s, w, a >= 1.0, below, q
+    if a.ndim == 1:
+        large = a > 0.5
+        below = np.where(large, 0.0, a)
+        return s, w, large, below, rho * float(below.max())
+    return None
 
 
 def _sh_direct(a: np.ndarray, cut: np.ndarray | None) -> np.ndarray:
@@ -274,14 +282,15 @@ def _sh_direct(a: np.ndarray, cut: np.ndarray | None) -> np.ndarray:
     return a * integral
 
 
-def _sh_series(a: np.ndarray, s: np.ndarray, w: np.ndarray, below: np.ndarray, q: float) -> np.ndarray:
+def _sh_series(a: np.ndarray, s: np.ndarray, w: np.ndarray, large: np.ndarray, below: np.ndarray,
+               q: float) -> np.ndarray:
     """The direct method's quadrature sum through power sums and moments (module docstring).
 
-    ``f(s) = (1 - s)^t h(s)`` with ``t`` top bidders (``a = 1``) and
-    ``ln h(s) = -sum_p S_p s^p / p``, ``S_p`` the power sums of the other ``a``; then
-    ``I_j = sum_p M_p a_j^p`` (moments ``M_p = sum_i w_i f(s_i) s_i^p``) for the others and
-    ``I_j = sum_i w_i f(s_i) / (1 - s_i)`` for the top bidders. Both series have ratio ``<= q``
-    and are cut at ``n q^(P+1) / (1 - q) <= 2^-56``.
+    ``f(s) = prod_{k large} (1 - s a_k) h(s)`` with ``ln h(s) = -sum_p S_p s^p / p``, ``S_p`` the
+    power sums of the other ``a``; then ``I_j = sum_p M_p a_j^p`` (moments
+    ``M_p = sum_i w_i f(s_i) s_i^p``) for the others and ``I_j = sum_i w_i f(s_i) / (1 - s_i a_j)``
+    for the large bidders. Both series have ratio ``<= q`` and are cut at
+    ``n q^(P+1) / (1 - q) <= 2^-56``. A batch of bid vectors must have ``large == (a == 1)``.
     """
     shape = a.shape
     n = shape[-1]
@@ -293,20 +302,30 @@ def _sh_series(a: np.ndarray, s: np.ndarray, w: np.ndarray, below: np.ndarray, q
     bpow[0] = 1.0
     for p in range(1, P + 1):
         np.multiply(bpow[p - 1], b2, out=bpow[p])
-    S = bpow[1:].sum(axis=-1).T  # (R, P): power sums over the bidders below the top
-    top = (a2 == 1.0).sum(axis=-1)  # (R,): bidders at the top
+    S = bpow[1:].sum(axis=-1).T  # (R, P): power sums over the bidders that are not large
     spow = np.empty((P, len(s)))  # s_i^p, p = 1..P
     spow[0] = s
     for p in range(1, P):
         np.multiply(spow[p - 1], s, out=spow[p])
-    log1ms = np.log1p(-s)
-    g = w * np.exp(top[:, None] * log1ms + (S * -(1.0 / np.arange(1, P + 1))) @ spow)  # w_i f(s_i)
+    log_h = (S * -(1.0 / np.arange(1, P + 1))) @ spow  # (R, m)
+    if a.ndim == 1:
+        big = np.flatnonzero(large)
+        ML = 1.0 - s[:, None] * a[big]  # (m, L), all in (0, 1]
+        with np.errstate(divide="ignore"):
+            log_large = np.log(np.prod(ML, axis=1))  # -inf only where f(s_i) underflows anyway
+        g = w * np.exp(log_large + log_h)  # (1, m): w_i f(s_i)
+    else:
+        top = (a2 >= 1.0).sum(axis=-1)  # bidders at the top
+        g = w * np.exp(top[:, None] * np.log1p(-s) + log_h)
     mom = np.empty((a2.shape[0], P + 1))  # M_p = sum_i g_i s_i^p
     mom[:, 0] = g.sum(axis=-1)
     mom[:, 1:] = g @ spow.T
     integral = np.matmul(mom[:, None, :], bpow.transpose(1, 0, 2))[:, 0, :]  # sum_p M_p a_j^p
-    at_top = (g / (1.0 - s)).sum(axis=-1)  # I_j of a top bidder
-    integral = np.where(a2 == 1.0, at_top[:, None], integral)
+    if a.ndim == 1:
+        integral[0, big] = g[0] @ (1.0 / ML)  # large bidders: the quadrature sum itself
+    else:
+        at_top = (g / (1.0 - s)).sum(axis=-1)
+        integral = np.where(a2 >= 1.0, at_top[:, None], integral)
     return (a2 * integral).reshape(shape)
 
 
