@@ -95,6 +95,8 @@ def _print_table(rows, title):
         cells = []
         for key, _, fmt in cols:
             v = row.get(key)
+            if isinstance(v, float) and abs(v) < 1e-6:
+                v = 0.0  # float noise: DLGM's payments are transfers between jobs and sum to zero
             if v is None or (isinstance(v, float) and v != v):
                 cells.append("-")
             elif fmt == "h":
