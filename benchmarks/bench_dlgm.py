@@ -12,7 +12,7 @@ process so that the peak resident memory it prints is its own; "simulate" is the
 alone (wall clock; "cpu s" is its CPU time, the fairer figure on a shared machine), "prepare"
 reading and splitting the trace. Jobs per second are per wall-clock second.
 
-    MARKETSCHED_TRACES=/work/shared/data/traces python benchmarks/bench_dlgm.py
+    MARKETSCHED_TRACES=../shared/data/traces python benchmarks/bench_dlgm.py
     python benchmarks/bench_dlgm.py pdlgm-hpc2n
 """
 

@@ -1,6 +1,6 @@
 """Benchmark of the Tycoon fixed-budget game (seed 004). Prints figures; asserts nothing.
 
-    /work/venv/bin/python benchmarks/bench_fixed_budget.py [--repeat 5]
+    python benchmarks/bench_fixed_budget.py [--repeat 5]
 
 1. One full best-response round (every user answers the others' current bids, the vectorised
    sort-and-prefix of section 4.1) for m = 10,000 users and n = 1,000 machines (target < 1 s).

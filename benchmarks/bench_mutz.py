@@ -1,6 +1,6 @@
 """Benchmarks of issue 7 (seed 002, Mutz): prints the three figures.
 
-    /work/venv/bin/python benchmarks/bench_mutz.py
+    python benchmarks/bench_mutz.py
 
 1. EES payments for a 244-job queue with 1,000 draws (thesis Fig 4.3 text: over 2 hours).
 2. DPGVA payments (m+1 solves) for 44 bids, 6 h at 15 min (thesis Fig 5.10: under 6 s).
