@@ -25,13 +25,11 @@ The load is bounded (1,000 requests, 30 s timeout each) and goes to 127.0.0.1 on
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -30,3 +30,16 @@ def trace_path():
         return path
 
     return get
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A running Slurm cluster (``scripts/slurm-up.sh``). Missing: skip, or fail when
+    ``MARKETSCHED_SLURM=1`` (as CI sets it, so Slurm tests never skip silently there)."""
+    from marketsched.live.slurm import slurm_up
+
+    if not slurm_up():
+        if os.environ.get("MARKETSCHED_SLURM") == "1":
+            pytest.fail("MARKETSCHED_SLURM=1 but Slurm does not answer (sinfo): run `bash scripts/slurm-up.sh`")
+        pytest.skip("no Slurm cluster (run `bash scripts/slurm-up.sh`; MARKETSCHED_SLURM=1 makes this a failure)")
+    return True

@@ -4,7 +4,6 @@ in escrow returns, a winner's command runs inside its reservation (held slots on
 executor; Slurm reservations in tests/test_dayahead_slurm.py); placebid and showres commands."""
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -18,14 +17,9 @@ from marketsched.live.ledger import MICRO
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
 
+from live_helpers import wait_for
 
-def wait_for(pred, timeout=30.0, every=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(every)
-    return False
+
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ reservation) at the library's Clarke prices, losers pay nothing, and a winner's 
 its reservation (Slurm starts it there, sacct records it). Runs when Slurm answers; with
 MARKETSCHED_SLURM=1 a missing cluster fails."""
 
-import os
 import time
 
 import numpy as np
@@ -12,25 +11,14 @@ import pytest
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.dayahead import ESCROW, DayAhead, config_from_clock
 from marketsched.live.ledger import MICRO
-from marketsched.live.slurm import parse_scontrol, run, slurm_up
+from marketsched.live.slurm import parse_scontrol, run
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    if not slurm_up():
-        if os.environ.get("MARKETSCHED_SLURM") == "1":
-            pytest.fail("MARKETSCHED_SLURM=1 but Slurm does not answer (sinfo): run `bash scripts/slurm-up.sh`")
-        pytest.skip("no Slurm cluster (run `bash scripts/slurm-up.sh`)")
+from live_helpers import wait_for
 
 
-def wait_for(pred, timeout=60.0, every=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(every)
-    return False
+
+
 
 
 def reservations():

@@ -5,7 +5,7 @@ import pytest
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
-from marketsched.mechanisms.online.egg import (BidBatch, ConstantDeadline, EstimatorStore, LinearEstimator, Market,
+from marketsched.mechanisms.online.egg import (BidBatch, EstimatorStore, LinearEstimator, Market,
                                                PriceBook, ReliabilityLedger)
 from marketsched.mechanisms.online.egg.providers import EggPolicy, LoadAwarePricing, ProviderAgent, StaticPricing
 from marketsched.workloads import Workload, first_jobs, load_trace, synthetic_workload, to_workload
@@ -135,6 +135,7 @@ def test_all_jobs_complete_with_ample_capacity_and_no_crashes():
     # synthetic estimates are >= run times and capacity is ample: no job misses tau*
     assert np.all(w.runtime_estimate >= w.runtime)
     assert np.all(pol.paid[awarded]) and not pol.dropped.any()
+    assert (rec.state[awarded] == FinalState.COMPLETED).all()
     np.testing.assert_allclose(market.ledger.reliability(), (1 + market.ledger.total_attempts) /
                                (2 + market.ledger.total_attempts))
 

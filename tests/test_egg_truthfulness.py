@@ -15,7 +15,6 @@ The two settings in which the property fails without the theorem's conditions ar
 and a non-monotone estimator lets an inflated description pay less.
 """
 
-import copy
 
 import numpy as np
 from hypothesis import given, settings, strategies as st

@@ -31,7 +31,7 @@ from marketsched.mechanisms.games import (
     weight_proportional_bids,
     worst_case_game,
 )
-from marketsched.mechanisms.games.best_response import _br_one, _br_rows, response_utility
+from marketsched.mechanisms.games.best_response import _br_one, response_utility
 from marketsched.mechanisms.games.dynamics import stabilisation_time
 from marketsched.mechanisms.games.fixed_budget import shares_of
 

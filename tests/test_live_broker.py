@@ -11,24 +11,12 @@ from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.executor import proc_start_ticks
 from marketsched.live.replay import simulate_recorded
 
-STEP = 0.05
+from live_helpers import wait_for, work
 
 
-def work(seconds, tag=""):
-    """A command that needs ``seconds`` of *running* time: short sleeps in a loop, so time spent
-    stopped (SIGSTOP) does not count (one plain ``sleep`` counts wall time even when stopped,
-    since the kernel restarts it against its original deadline)."""
-    n = round(seconds / STEP)
-    return f"i=0; while [ $i -lt {n} ]; do sleep {STEP}; i=$((i+1)); done; echo done {tag}"
 
 
-def wait_for(pred, timeout=15.0, every=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(every)
-    return False
+
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import pytest
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig
 
+from live_helpers import work
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -29,8 +31,6 @@ def _need_browser():
         pytest.fail("selenium is a test dependency: pip install -e '.[test]'")
 
 
-def work(seconds, step=0.05):
-    return f"i=0; while [ $i -lt {round(seconds / step)} ]; do sleep {step}; i=$((i+1)); done"
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 """Availability profile (seed 002, section 6.1.3 SegmentedFunction)."""
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 

@@ -6,7 +6,6 @@ Run when Slurm answers (``sinfo``); skipped otherwise, except with ``MARKETSCHED
 where a missing cluster fails the tests.
 """
 
-import os
 import signal
 import socket
 import subprocess
@@ -19,33 +18,17 @@ import pytest
 
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.replay import simulate_recorded
-from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run, slurm_up
+from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run
+
+from live_helpers import wait_for, work
 
 STEP = 0.2
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if not slurm_up():
-        if os.environ.get("MARKETSCHED_SLURM") == "1":
-            pytest.fail("MARKETSCHED_SLURM=1 but Slurm does not answer (sinfo): run `bash scripts/slurm-up.sh`")
-        pytest.skip("no Slurm cluster (run `bash scripts/slurm-up.sh`; MARKETSCHED_SLURM=1 makes this a failure)")
-    return True
 
 
-def work(seconds, tag=""):
-    """Needs ``seconds`` of running time: short sleeps, so suspended time does not count."""
-    n = max(1, round(seconds / STEP))
-    return f"i=0; while [ $i -lt {n} ]; do sleep {STEP}; i=$((i+1)); done; echo done {tag}"
 
 
-def wait_for(pred, timeout=60.0, every=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(every)
-    return False
 
 
 def market_jobs(prefix: str) -> dict[str, tuple[int, str]]:
@@ -119,9 +102,9 @@ def test_higher_bid_overtakes_a_queued_lower_bid_through_slurm_priorities(market
     b.add_user(True, "alice", 10_000)
     b.add_user(True, "bob", 10_000)
     # the market is full of high bids; one of them ends early and frees one CPU
-    fill = [b.submit("alice", False, 50.0, work(1.0 if i == 0 else 6.0, f"fill{i}"))["id"] for i in range(n)]
-    low = b.submit("bob", False, 3.0, work(0.4, "low"))["id"]
-    high = b.submit("bob", False, 4.0, work(0.4, "high"))["id"]
+    fill = [b.submit("alice", False, 50.0, work(1.0 if i == 0 else 6.0, f"fill{i}", step=STEP))["id"] for i in range(n)]
+    low = b.submit("bob", False, 3.0, work(0.4, "low", step=STEP))["id"]
+    high = b.submit("bob", False, 4.0, work(0.4, "high", step=STEP))["id"]
     assert {b.job("admin", True, j)["state"] for j in (low, high)} == {"queued"}
     # both are pending in Slurm, eligible (no BeginTime gate), ordered by the priorities the
     # market set from the bids: Slurm itself will pick the higher bid when a CPU frees
@@ -147,10 +130,10 @@ def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
     n = b.config.slots
     b.add_user(True, "alice", 10_000)
     b.add_user(True, "bob", 10_000)
-    low = [b.submit("alice", False, 2.0, work(3.0, f"low{i}"))["id"] for i in range(n)]
+    low = [b.submit("alice", False, 2.0, work(3.0, f"low{i}", step=STEP))["id"] for i in range(n)]
     assert wait_for(lambda: all(slurm_state(b, j) == "RUNNING" for j in low), 60)
     time.sleep(0.5)
-    high = b.submit("bob", False, 10.0, work(1.0, "high"))["id"]
+    high = b.submit("bob", False, 10.0, work(1.0, "high", step=STEP))["id"]
     victim = low[-1]  # HB with equal bids: the latest submission is the worst running job
     st = {j["id"]: j["state"] for j in b.jobs("admin", True)}
     assert st[victim] == "preempted" and st[high] == "running"
@@ -179,7 +162,7 @@ def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
 def test_jobs_slurm_kills_are_reported_failed_and_exit_codes_kept(market):
     b = market()
     b.add_user(True, "alice", 1000)
-    doomed = b.submit("alice", False, 2.0, work(20.0))["id"]
+    doomed = b.submit("alice", False, 2.0, work(20.0, step=STEP))["id"]
     bad = b.submit("alice", False, 2.0, "exit 3")["id"]
     assert wait_for(lambda: slurm_state(b, doomed) == "RUNNING", 30)
     run(["scancel", str(_proc_id(b, doomed))])  # someone else than the market kills it

@@ -37,11 +37,11 @@ from marketsched.engine.simulator import Simulator
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.egg import (AdmissibilityError, Bid, BidBatch, EstimatorStore,
                                                GroupedLinearEstimator, LinearEstimator, Market, PriceBook,
-                                               PriceTable, ReliabilityLedger, Steps, clear)
-from marketsched.mechanisms.online.egg.beliefs import KINDS, believed_utility, misreports
+                                               PriceTable, ReliabilityLedger, Steps)
+from marketsched.mechanisms.online.egg.beliefs import believed_utility, misreports
 from marketsched.mechanisms.online.egg.bids import KIND_LINEAR, KIND_STEPS
 from marketsched.mechanisms.online.egg.escrow import StaticReliability
-from marketsched.mechanisms.online.egg.instances import _dominating, evolve, random_job, random_market
+from marketsched.mechanisms.online.egg.instances import evolve, random_job, random_market
 from marketsched.mechanisms.online.egg.providers import EggPolicy, LoadAwarePricing, ProviderAgent, StaticPricing
 from marketsched.workloads import Workload, load_trace, synthetic_workload, time_window, to_workload
 from marketsched.workloads.values import bimodal

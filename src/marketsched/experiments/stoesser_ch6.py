@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from marketsched.behaviour.learning import CHOSEN, VALUE_RANGES, ZIC, QLearning, parameter_grid, value_intervals
+from marketsched.behaviour.learning import CHOSEN, VALUE_RANGES, ZIC, QLearning, parameter_grid
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online import share as sm
 

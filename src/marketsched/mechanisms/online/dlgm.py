@@ -424,7 +424,7 @@ class DLGM:
 
     def _offers(self, j: int, t: float):
         """Per node: work ahead of ``j`` (``A``), weight it would displace (``B``), running-job flags."""
-        v, d, rho, b = self.v[j], self.d[j], self.ratio[j], self.bucket0[j]
+        rho, b = self.ratio[j], self.bucket0[j]
         m = self.m
         whole = rho == self.lo[b]  # j is the lowest ratio of its bucket: the whole bucket is ahead
         p = b + 1 if whole else b
