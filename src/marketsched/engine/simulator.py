@@ -46,6 +46,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from marketsched.engine.records import FinalState, Records
+from marketsched.engine.state import ClusterState, SchedulingError  # noqa: F401 (re-exported)
 from marketsched.workloads.workload import Workload
 
 INF = math.inf
@@ -59,11 +60,7 @@ class Policy(Protocol):
     def step(self, t: float, arrived: range, completed: list[int]) -> None: ...
 
 
-class SchedulingError(RuntimeError):
-    """A policy asked the engine for something impossible (a bug in the policy)."""
-
-
-class Simulator:
+class Simulator(ClusterState):
     """Run one policy over one workload.
 
     Parameters
@@ -109,87 +106,25 @@ class Simulator:
         self.state = [_PENDING] * n
         self.records: Records | None = None
 
-    # ------------------------------------------------------------------ queries
-    @property
-    def free(self) -> int:
-        """Processors not in use right now."""
-        return self.capacity - self.used
-
-    # ------------------------------------------------------------------ actions for policies
-    def start(self, j: int) -> None:
-        """Start (or resume) job ``j`` now; it completes after its remaining work."""
-        if self.running[j] or self.state[j] != _PENDING:
-            raise SchedulingError(f"job row {j} cannot start: it is running or already final")
-        p = self.procs[j]
-        if self.used + p > self.capacity:
-            raise SchedulingError(f"job row {j} needs {p} processors, only {self.capacity - self.used} free")
-        t = self.now
-        self.used += p
-        self.running[j] = True
-        self.run_start[j] = t
-        f = t + self.remaining[j]
+    # ------------------------------------------------------------------ engine hooks
+    def _started(self, j: int) -> None:
+        f = self.now + self.remaining[j]
         self.finish_at[j] = f
         heapq.heappush(self._completions, (f, j))
-        if self.first_start[j] != self.first_start[j]:  # NaN: first start
-            self.first_start[j] = t
+
+    def _stopped(self, j: int) -> None:
+        if self.finish_at[j] != INF:
+            self.remaining[j] = self.finish_at[j] - self.now
+        self.finish_at[j] = INF
 
     def start_metered(self, j: int) -> None:
         """Mark ``j`` running for a policy that meters its progress itself (no completion event)."""
         self.start(j)
         self.finish_at[j] = INF  # the heap entry becomes stale
 
-    def preempt(self, j: int) -> None:
-        """Stop running job ``j`` now, keeping its remaining work for a later resumption."""
-        if not self.running[j]:
-            raise SchedulingError(f"job row {j} cannot be preempted: it is not running")
-        self._stop_if_running(j)
-        self.preemptions[j] += 1
-
     def finish(self, j: int) -> None:
-        """Complete job ``j`` now (for policies that meter progress themselves)."""
-        self._stop_if_running(j)
-        self._final(j, _COMPLETED)
+        super().finish(j)
         self.remaining[j] = 0.0
-
-    def discard(self, j: int) -> None:
-        """Drop queued job ``j`` (the mechanism decided not to run it)."""
-        self._stop_if_running(j)
-        self._final(j, int(FinalState.DISCARDED))
-
-    def reject(self, j: int) -> None:
-        """Refuse job ``j`` at submission."""
-        self._stop_if_running(j)
-        self._final(j, int(FinalState.REJECTED))
-
-    def kill(self, j: int) -> None:
-        """End job ``j`` without completing it (cancelled, out of budget, cut at ``until``)."""
-        self._stop_if_running(j)
-        self._final(j, int(FinalState.KILLED))
-
-    def charge(self, j: int, amount: float) -> None:
-        """Add ``amount`` to job ``j``'s payment (negative: the job receives money)."""
-        self.payment[j] += amount
-
-    def wake_at(self, t: float) -> None:
-        """Ask for a batch at time ``t`` (>= now) even if no job arrives or completes then."""
-        if t < self.now:
-            raise SchedulingError(f"timer at {t} is in the past (now {self.now})")
-        heapq.heappush(self._timers, t)
-
-    def _stop_if_running(self, j: int) -> None:
-        if self.running[j]:
-            t = self.now
-            self.running[j] = False
-            if self.finish_at[j] != INF:
-                self.remaining[j] = self.finish_at[j] - t
-            self.finish_at[j] = INF
-            self.used -= self.procs[j]
-
-    def _final(self, j: int, code: int) -> None:
-        if self.state[j] != _PENDING:
-            raise SchedulingError(f"job row {j} already ended in state {FinalState(self.state[j]).name}")
-        self.state[j] = code
-        self.end_time[j] = self.now
 
     # ------------------------------------------------------------------ the loop
     def run(self, until: float | None = None, progress: Callable[[int, int], None] | None = None) -> Records:

@@ -44,7 +44,7 @@ import math
 from typing import Callable
 
 from marketsched.engine.records import FinalState
-from marketsched.engine.simulator import SchedulingError
+from marketsched.engine.state import ClusterState, SchedulingError
 
 INF = math.inf
 _PENDING = int(FinalState.PENDING)
@@ -52,7 +52,7 @@ _COMPLETED = int(FinalState.COMPLETED)
 _KILLED = int(FinalState.KILLED)
 
 
-class LiveEngine:
+class LiveEngine(ClusterState):
     """Wall-clock (or fake-clock) counterpart of :class:`~marketsched.engine.simulator.Simulator`.
 
     Parameters
@@ -91,10 +91,6 @@ class LiveEngine:
         self._advance = getattr(policy, "advance", None)
 
     # ------------------------------------------------------------------ queries
-    @property
-    def free(self) -> int:
-        return self.capacity - self.used
-
     def next_timer(self) -> float:
         """Time of the earliest timer a policy asked for (``inf`` if none)."""
         return self._timers[0] if self._timers else INF
@@ -112,67 +108,11 @@ class LiveEngine:
         """Price per second row ``j`` pays at this moment (0 if not running)."""
         return self.policy.pricing.rate(j)
 
-    # ------------------------------------------------------------------ actions for policies
-    def start(self, j: int) -> None:
-        if self.running[j] or self.state[j] != _PENDING:
-            raise SchedulingError(f"job row {j} cannot start: it is running or already final")
-        p = self.procs[j]
-        if self.used + p > self.capacity:
-            raise SchedulingError(f"job row {j} needs {p} processors, only {self.capacity - self.used} free")
-        self.used += p
-        self.running[j] = True
-        self.run_start[j] = self.now
-        if self.first_start[j] != self.first_start[j]:
-            self.first_start[j] = self.now
-        self.effects.append(("start", j, self.now))
+    # ------------------------------------------------------------------ engine hooks
+    def _effect(self, kind: str, j: int) -> None:
+        self.effects.append((kind, j, self.now))
 
-    start_metered = start  # the live engine never knows run times: every job is "metered" by its process
-
-    def preempt(self, j: int) -> None:
-        if not self.running[j]:
-            raise SchedulingError(f"job row {j} cannot be preempted: it is not running")
-        self._stop(j)
-        self.preemptions[j] += 1
-        self.effects.append(("preempt", j, self.now))
-
-    def finish(self, j: int) -> None:
-        self._stop(j)
-        self._final(j, _COMPLETED)
-        self.effects.append(("finish", j, self.now))
-
-    def discard(self, j: int) -> None:
-        self._stop(j)
-        self._final(j, int(FinalState.DISCARDED))
-        self.effects.append(("discard", j, self.now))
-
-    def reject(self, j: int) -> None:
-        self._stop(j)
-        self._final(j, int(FinalState.REJECTED))
-        self.effects.append(("reject", j, self.now))
-
-    def kill(self, j: int) -> None:
-        self._stop(j)
-        self._final(j, _KILLED)
-        self.effects.append(("kill", j, self.now))
-
-    def charge(self, j: int, amount: float) -> None:
-        self.payment[j] += amount
-
-    def wake_at(self, t: float) -> None:
-        if t < self.now:
-            raise SchedulingError(f"timer at {t} is in the past (now {self.now})")
-        heapq.heappush(self._timers, t)
-
-    def _stop(self, j: int) -> None:
-        if self.running[j]:
-            self.running[j] = False
-            self.used -= self.procs[j]
-
-    def _final(self, j: int, code: int) -> None:
-        if self.state[j] != _PENDING:
-            raise SchedulingError(f"job row {j} already ended in state {FinalState(self.state[j]).name}")
-        self.state[j] = code
-        self.end_time[j] = self.now
+    start_metered = ClusterState.start  # the live engine never knows run times: every job is metered by its process
 
     # ------------------------------------------------------------------ events from the world
     def _tick(self) -> float:
