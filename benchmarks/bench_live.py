@@ -25,7 +25,6 @@ The load is bounded (1,000 requests, 30 s timeout each) and goes to 127.0.0.1 on
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
@@ -36,6 +35,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from marketsched.live.executor import kill_recorded_jobs
 
 
 def pct(xs, q):
@@ -152,20 +153,10 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
             broker.kill()
             broker.wait()
         log.close()
-        _kill_jobs(data)
+        kill_recorded_jobs(data)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _kill_jobs(data: Path):
-    from marketsched.live.executor import proc_start_ticks
-
-    for proc in (data / "jobs").glob("job-*/proc"):
-        pid, ticks = map(int, proc.read_text().split())
-        if proc_start_ticks(pid) == ticks:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 # ---------------------------------------------------------------------------- decision
@@ -240,7 +231,7 @@ def broker_decision(n_queued, samples=200):
         print(f"  broker: queue now {p['queued']:,}, running {p['running']}")
     finally:
         b.stop(kill_jobs=False)
-        _kill_jobs(tmp / "market")
+        kill_recorded_jobs(tmp / "market")
         shutil.rmtree(tmp, ignore_errors=True)
 
 

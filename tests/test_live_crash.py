@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from marketsched.live.cli import Client
-from marketsched.live.executor import proc_start_ticks
+from marketsched.live.executor import kill_recorded_jobs, proc_start_ticks
 from marketsched.live.ledger import Store
+
+from live_helpers import wait_for
 
 
 def free_port():
@@ -47,23 +49,8 @@ def job_cmd(log: Path, seconds: float, step=0.05):
             f'echo "end $MARKETSCHED_JOB_ID" >> {log}')
 
 
-def wait_until(pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
-def kill_leftovers(data: Path):
-    for proc in (data / "jobs").glob("job-*/proc"):
-        pid, ticks = map(int, proc.read_text().split())
-        if proc_start_ticks(pid) == ticks:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def test_kill_9_and_restart(tmp_path):
@@ -83,7 +70,7 @@ def test_kill_9_and_restart(tmp_path):
             return admin.get(f"/api/jobs/{j}")["state"]
 
         j1 = a.post("/api/jobs", {"bid": 1, "command": job_cmd(runs, 0.1)})["id"]  # done before the crash
-        assert wait_until(lambda: state(j1) == "completed")
+        assert wait_for(lambda: state(j1) == "completed")
         j4 = a.post("/api/jobs", {"bid": 2, "command": job_cmd(runs, 1.5)})["id"]  # preempted at the crash
         j5 = b.post("/api/jobs", {"bid": 2.5, "command": job_cmd(runs, 1.0)})["id"]  # preempted, then lost
         time.sleep(0.3)
@@ -118,7 +105,7 @@ def test_kill_9_and_restart(tmp_path):
         kinds2 = [e["kind"] for e in admin.get(f"/api/jobs/{j2}")["events"]]
         assert "reattach" in kinds2
 
-        assert wait_until(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 30)
+        assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 30)
         final = {j["id"]: j for j in admin.get("/api/jobs")}
         starts = [line.split()[1] for line in runs.read_text().splitlines() if line.startswith("start")]
         ends = [line.split()[1] for line in runs.read_text().splitlines() if line.startswith("end")]
@@ -136,7 +123,7 @@ def test_kill_9_and_restart(tmp_path):
                 p.send_signal(signal.SIGKILL)
                 p.wait()
         log.close()
-        kill_leftovers(data)
+        kill_recorded_jobs(data)
     # the books balance exactly, in micro-units, and every charge is a job's
     store = Store(data)
     books = store.check_books()

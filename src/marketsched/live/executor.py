@@ -63,6 +63,22 @@ def proc_start_ticks(pid: int) -> int | None:
     return int(rest[19])
 
 
+def kill_recorded_jobs(data_dir) -> int:
+    """Kill every job process group recorded under ``data_dir/jobs`` that still runs (pid and
+    start time both match, so a recycled pid is never hit); returns how many were killed. For
+    cleaning up after a broker that was killed (tests, benchmarks)."""
+    killed = 0
+    for proc in (Path(data_dir) / "jobs").glob("job-*/proc"):
+        pid, ticks = map(int, proc.read_text().split())
+        if proc_start_ticks(pid) == ticks:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 def read_exit_code(workdir: Path) -> int | None:
     try:
         return int((Path(workdir) / "exit_code").read_text().strip())
