@@ -17,10 +17,6 @@ from marketsched.mechanisms.clearing.dpgva import DPGVA
 from live_helpers import wait_for
 
 
-
-
-
-
 def reservations():
     out = run(["scontrol", "-o", "show", "reservation"])
     if "No reservations" in out:
@@ -28,13 +24,6 @@ def reservations():
     return {d["ReservationName"]: d for d in map(parse_scontrol, out.splitlines()) if d}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug, issue 11 left open: a winner's Slurm time limit equals its reservation's length and "
-    "the next reservation starts at its end, so Slurm can start the job only in the reservation's first "
-    "second; a pass one second later would overrun into the next reservation and Slurm keeps the job "
-    "pending for good (Reason=ReqNodeNotAvail,_Reserved_for_maintenance). Seen in about 1 of 8 runs.",
-)
 def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(cluster, tmp_path):
     b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5)).start()
     b.ensure_admin()
@@ -88,3 +77,38 @@ def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(clu
         da.stop(cancel=True)
         b.stop(kill_jobs=True)
     assert not set(names) & set(reservations())  # no reservation left behind
+
+
+def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(cluster, tmp_path):
+    # one bid, one 60 s slot, a command that would run 10 minutes: the reservation is created
+    # with OVERLAP, so Slurm starts the job even when its pass comes late (its whole-minute time
+    # limit then reaches past the slot), and the service cancels it when the slot ends
+    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5)).start()
+    b.ensure_admin()
+    cfg = config_from_clock(b._t, clear_in=1.0, lead=2.0, horizon=120.0, granularity=60.0, repeat=0, capacity=1)
+    da = DayAhead(b, cfg)
+    b.dayahead = da
+    stamp = tmp_path / "stamp"
+    try:
+        b.add_user(True, "u", 100)
+        # a neighbour's reservation right after ours: the case where a late start used to be refused
+        da.place_bid("u", 60.0, 60.0, 50.0, command=f"date +%s.%N > {stamp}.0; sleep 600; touch {stamp}.1")
+        b.add_user(True, "v", 100)
+        da.place_bid("v", 60.0, 120.0, 10.0)
+        da.start(0.1)
+        assert wait_for(lambda: da.bids()[0]["state"] != "sealed", 15)
+        x, y = da.bids()
+        assert x["state"] == y["state"] == "won" and x["end_t"] == y["start_t"]
+        assert "OVERLAP" in reservations()[x["reservation"]]["Flags"]
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "killed", 90), (
+            da.bid(x["id"]), da.last_error, run(["scontrol", "-o", "show", "job", x["job_ref"][6:]]))
+        t0 = float((tmp_path / "stamp.0").read_text())
+        assert b.epoch + x["start_t"] - 1.0 <= t0 < b.epoch + x["end_t"]
+        assert not (tmp_path / "stamp.1").exists()
+        assert "reservation ended" in da.bid(x["id"])["note"]
+        sid = int(x["job_ref"][6:])
+        assert wait_for(lambda: (b.executor.accounting(slurm_id=sid) or {}).get("state") == "CANCELLED", 10)
+        assert b.executor.accounting(slurm_id=sid)["end"] <= b.epoch + x["end_t"] + 2
+    finally:
+        da.stop(cancel=True)
+        b.stop(kill_jobs=True)

@@ -34,12 +34,20 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
 * **Reservations.**
   - *Slurm executor*: one Slurm reservation per winner, ``ReservationName=ms-MARKET-daBID``,
     from ``period_start + start`` for the allocated slots (length rounded up to the
-    granularity), ``Users=root``, ``Flags=IGNORE_JOBS``; DPGVA reserves the whole partition
+    granularity), ``Users=root``, ``Flags=IGNORE_JOBS,OVERLAP``; DPGVA reserves the whole partition
     (``Nodes=ALL``: every job of the thesis's auction uses the whole machine), the relaxed
     auction ``CoreCnt=n`` (on a one-host cluster a "node" of the relaxed auction is a CPU;
     ``capacity`` is the number of CPUs sold). A winner's command is submitted at clearing with
     ``sbatch --reservation=NAME --begin=START -t LENGTH``, so Slurm starts it when its
     reservation begins and stops it at the end of the time it bought.
+    Why ``OVERLAP``: Slurm's time limits are whole minutes and its scheduler starts a job at the
+    first pass after the reservation begins, often a second or more late; a job with the slot's
+    time limit then "ends" after the next winner's reservation begins, and Slurm would refuse to
+    start it at all (``ReqNodeNotAvail, Reserved for maintenance``) if its own reservation did
+    not let it look past other reservations, which ``OVERLAP`` does (measured on Slurm 22.05).
+    The end of the slot is the market's to keep: the service cancels a winner's job still
+    running when its reservation ends (``killed``, "reservation ended"), as on the local
+    executor; Slurm's own time limit (and ``ResvOverRun=0``) is the backstop.
   - *Local executor*: the service holds its own slots (``capacity``; separate from the spot
     market's ``--slots``, so the two markets never compete for a slot), starts a winner's command
     at its reservation's start (its own process group, ``DATA/dayahead/job-BID``) and kills it at
@@ -383,7 +391,7 @@ class DayAhead:
         if ex.partition:
             where.append(f"PartitionName={ex.partition}")
         run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
-             f"EndTime={_iso(end_wall)}", "Users=root", "Flags=IGNORE_JOBS"] + where)
+             f"EndTime={_iso(end_wall)}", "Users=root", "Flags=IGNORE_JOBS,OVERLAP"] + where)
         job_ref = None
         if x["command"]:
             wd = self.root / f"job-{x['id']}"
@@ -456,7 +464,7 @@ class DayAhead:
             self._set_job(x, "running")
             return
         if x["job_state"] == "scheduled" and t >= x["end_t"]:
-            self._set_job(x, "failed", note=(x["note"] + "; " if x["note"] else "") + "reservation passed unused")
+            self._set_job(x, "failed", note=_noted(x, "reservation passed unused"))
             return
         if x["job_state"] == "running":
             ended = dict(self.local.exits())
@@ -466,10 +474,10 @@ class DayAhead:
                 self._set_job(x, "failed", note="process lost (broker restart)")
             elif t >= x["end_t"]:
                 self.local.kill(key)
-                self._set_job(x, "killed", note=(x["note"] + "; " if x["note"] else "") + "reservation ended")
+                self._set_job(x, "killed", note=_noted(x, "reservation ended"))
 
     def _watch_slurm(self, x: dict) -> None:
-        from marketsched.live.slurm import SlurmExecutor, read_exit_code, run
+        from marketsched.live.slurm import SlurmError, SlurmExecutor, read_exit_code, run
 
         sid = int(x["job_ref"][6:])
         info = SlurmExecutor.show(self.broker.executor, sid)
@@ -483,6 +491,16 @@ class DayAhead:
             # active in Slurm a moment after our clock says it began).
             run(["scontrol", "update", f"jobid={sid}", "StartTime=now"])
             self._kicked[sid] = now
+        if st == "RUNNING" and self.broker._t >= x["end_t"]:
+            # the slot is over (the job may have started late, its Slurm time limit is whole
+            # minutes): the market ends it, as the local executor does
+            try:
+                run(["scancel", str(sid)])
+            except SlurmError:
+                pass  # ended by itself meanwhile: the next tick reads its final state
+            else:
+                self._set_job(x, "killed", note=_noted(x, "reservation ended"))
+                return
         if st in ("RUNNING", "COMPLETING"):
             if x["job_state"] != "running":
                 self._set_job(x, "running")
@@ -512,6 +530,11 @@ class DayAhead:
             self._thread.join(timeout=10)
         if cancel:
             self.cancel_reservations()
+
+
+def _noted(x: dict, text: str) -> str:
+    """A bid's note with ``text`` appended."""
+    return (x["note"] + "; " if x["note"] else "") + text
 
 
 def _iso(unix: float) -> str:
