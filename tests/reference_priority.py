@@ -8,10 +8,16 @@ next event. It shares no code with the engine, so agreement is evidence for both
 import math
 
 
-def simulate(submit, runtime, bid, nodes, rule, pricing):
+def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=None):
+    """``changes``: ``(t, j, new_bid)``: at time ``t`` job ``j``'s bid becomes ``new_bid`` if it was
+    submitted before ``t`` and has not completed by ``t`` (the live market's rebid); the changes
+    applied are appended to the list ``applied`` when one is given."""
     n = len(submit)
+    bid = list(map(float, bid))
     cost = [1.0] * n if rule in ("hb", "nphb") else [max(r, 1.0) for r in runtime]
     key = [bid[i] / cost[i] for i in range(n)]
+    changes = sorted(changes, key=lambda c: c[0])
+    applied = [] if applied is None else applied
     remaining = list(map(float, runtime))
     first_start = [math.nan] * n
     end = [math.nan] * n
@@ -22,6 +28,11 @@ def simulate(submit, runtime, bid, nodes, rule, pricing):
     t = 0.0
     prio = lambda j: (-key[j], j)
     while len(done) < n:
+        while changes and changes[0][0] <= t:
+            _, j, b = changes.pop(0)
+            if submit[j] < t and j not in done:
+                bid[j], key[j] = float(b), float(b) / cost[j]
+                applied.append((t, j, float(b)))
         arrived = [j for j in range(n) if submit[j] <= t and j not in done]
         queued = sorted((j for j in arrived if j not in running), key=prio)
         if rule == "hb":
@@ -50,7 +61,7 @@ def simulate(submit, runtime, bid, nodes, rule, pricing):
                 price[j] = 1.0
             else:
                 price[j] = cost[j] * min(key[j], key[queued[0]])
-        future = [submit[j] for j in range(n) if submit[j] > t]
+        future = [submit[j] for j in range(n) if submit[j] > t] + [c[0] for c in changes if c[0] > t]
         t_next = min([t + remaining[j] for j in running] + future)
         dt = t_next - t
         for j in running:

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import SchedulingError, Simulator
@@ -13,6 +14,8 @@ from marketsched.live.engine import LiveEngine
 from marketsched.live.replay import replay_live
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
 from marketsched.workloads.workload import Workload
+
+from reference_priority import simulate as reference
 
 
 def random_workload(seed, n=60, nodes=3):
@@ -138,3 +141,74 @@ def test_clock_never_goes_back():
     assert eng.now == 10.0
     w = WallClock(epoch=0.0)
     assert w() > 1e9
+
+
+# ---------------------------------------------------------------------------- bid changes (rebid)
+def test_rebid_by_hand_hb_kth():
+    eng, clock = make_engine()
+    a = eng.submit_job(2.0, 2.0, 1.0)
+    b = eng.submit_job(1.0, 1.0, 1.0)
+    assert eng.running[a] and eng.rate(a) == 1.0  # k-th price: the queued bid 1
+    eng.drain()
+    clock.set(3.0)
+    eng.rebid(b, 5.0, 5.0)  # b outbids a: HB preempts a at once
+    assert eng.drain() == [("preempt", a, 3.0), ("start", b, 3.0)]
+    assert eng.payment[a] == 3.0 and eng.rate(b) == 2.0  # b pays a's bid
+    clock.set(4.0)
+    eng.rebid(a, 1.5, 1.5)  # a lowers its queued bid: b's k-th price follows
+    assert eng.rate(b) == 1.5 and not eng.running[a]
+    clock.set(6.0)
+    eng.rebid(b, 1.0, 1.0)  # b lowers its running bid below a's: preempted
+    assert eng.drain() == [("preempt", b, 6.0), ("start", a, 6.0)]
+    assert eng.payment[b] == 2.0 * 1 + 1.5 * 2
+    assert eng.rate(a) == 1.0
+    clock.set(7.0)
+    eng.complete(a)
+    eng.complete(b)
+    with pytest.raises(SchedulingError, match="not in the market"):
+        eng.rebid(b, 3.0, 3.0)
+
+
+def test_rebid_of_a_running_job_changes_its_first_price_from_then_on():
+    eng, clock = make_engine(pricing="first", capacity=2)
+    a = eng.submit_job(2.0, 2.0, 1.0)  # alone on two nodes: pays the reservation price 1
+    clock.set(2.0)
+    eng.submit_job(1.0, 1.0, 1.0)  # active jobs >= nodes from now: a pays its bid
+    clock.set(4.0)
+    eng.rebid(a, 3.0, 3.0)
+    assert eng.running[a] and eng.rate(a) == 3.0
+    clock.set(5.0)
+    eng.complete(a)
+    assert eng.payment[a] == 1.0 * 2 + 2.0 * 2 + 3.0 * 1
+
+
+@st.composite
+def instances_with_changes(draw):
+    n = draw(st.integers(1, 12))
+    nodes = draw(st.integers(1, 3))
+    submit = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+    runtime = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
+    bids = st.sampled_from([0.5, 1, 2, 3, 5, 8, 13])
+    bid = draw(st.lists(bids, min_size=n, max_size=n))
+    changes = draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, n - 1), bids), max_size=8))
+    return submit, runtime, bid, nodes, changes
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances_with_changes(), st.sampled_from(["hb", "nphb", "wspt"]), st.sampled_from(["first", "kth"]))
+def test_rebids_match_the_naive_reference(inst, rule, pricing):
+    # bid changes in the live engine (the mechanism's rebid) against the naive reference, which
+    # re-sorts everything at every event with the bids in force then and prices from the
+    # definitions
+    submit, runtime, bid, nodes, changes = inst
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, capacity=nodes, sort=False)
+    eng, rec = replay_live(w, rule, bid, pricing, changes=changes)
+    applied = []
+    fs, end, pre, pay = reference(submit, runtime, bid, nodes, rule, pricing, changes=changes, applied=applied)
+    assert eng.applied_changes == applied
+    np.testing.assert_array_equal(rec.first_start, fs)
+    np.testing.assert_array_equal(rec.end_time, end)
+    if rule == "hb":
+        np.testing.assert_array_equal(rec.preemptions, pre)
+    np.testing.assert_allclose(rec.payment, pay, rtol=1e-9, atol=1e-9)
+    assert (rec.state == FinalState.COMPLETED).all()

@@ -124,13 +124,15 @@ class LiveEngine(ClusterState):
             self._advance(t)
         return t
 
-    def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = _KILLED) -> range:
+    def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = _KILLED, rebids=()) -> range:
         """One batch of events at the clock's current time, then one decision.
 
         ``arrivals``: sequence of ``(bid, key, cost, procs)`` for new jobs (rows are appended in
         this order and returned). ``completed``: rows whose processes ended (running or, after
         a race with a preemption, queued). ``withdrawn``: rows leaving the market without
-        completing (cancelled, held); they end in ``withdrawn_state``.
+        completing (cancelled, held); they end in ``withdrawn_state``. ``rebids``: ``(row, bid,
+        key)`` of queued or running jobs whose owners changed their bid (the policy's
+        ``rebid``). Order within the batch: completions and withdrawals, bid changes, arrivals.
         """
         t = self._tick()
         stopped: list[int] = []
@@ -146,6 +148,10 @@ class LiveEngine(ClusterState):
                 self.state[j] = code
                 self.end_time[j] = t
         stopped.sort()
+        for j, bid, key in rebids:
+            if not 0 <= j < self.n_jobs or self.state[j] != _PENDING:
+                raise SchedulingError(f"job row {j} is not in the market: its bid cannot change")
+            self.policy.rebid(j, bid, key)
         first = self.n_jobs
         if arrivals:
             for a in arrivals:
@@ -191,6 +197,10 @@ class LiveEngine(ClusterState):
     def complete(self, *rows: int) -> None:
         """Processes of ``rows`` ended now."""
         self.batch(completed=rows)
+
+    def rebid(self, row: int, bid: float, key: float) -> None:
+        """The bid of ``row`` changes now (to ``bid``, priority ``key``)."""
+        self.batch(rebids=[(row, bid, key)])
 
     def withdraw(self, *rows: int, state: int = _KILLED) -> None:
         """``rows`` leave the market now without completing."""

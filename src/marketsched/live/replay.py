@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from marketsched.engine.records import Records
+from marketsched.engine.records import FinalState, Records
 from marketsched.engine.simulator import Simulator
 from marketsched.live.clock import FakeClock
 from marketsched.live.engine import LiveEngine
@@ -27,10 +27,14 @@ from marketsched.mechanisms.online.priority import PriorityScheduler, make_prior
 from marketsched.workloads.workload import Workload
 
 
-def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth") -> tuple[LiveEngine, Records]:
+def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", changes=()) -> tuple[LiveEngine, Records]:
     """Run ``rule`` x ``pricing`` over ``workload`` in the live engine on a fake clock.
 
-    Returns the engine and its results as :class:`Records` (same columns as the simulator's).
+    ``changes``: ``(t, row, new_bid)`` bid changes (the live market's rebid), applied in the
+    batch at time ``t`` to a job submitted before ``t`` that is still in the market then (after
+    that batch's completions); the others are skipped. Returns the engine and its results as
+    :class:`Records` (same columns as the simulator's); ``engine.applied_changes`` lists the
+    changes that were applied.
     """
     bid = np.asarray(bid, dtype=np.float64)
     key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
@@ -42,11 +46,15 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth") -> tup
     procs = workload.procs.tolist()
     n = len(workload)
     finish_at: dict[int, float] = {}
-    i = 0
+    changes = sorted(changes, key=lambda c: c[0])
+    eng.applied_changes = []
+    i = c = 0
     while True:
         t = submit[i] if i < n else math.inf
         if finish_at:
             t = min(t, min(finish_at.values()))
+        if c < len(changes):
+            t = min(t, changes[c][0])
         if t == math.inf:
             break
         clock.set(t)
@@ -57,7 +65,15 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth") -> tup
         i0 = i
         while i < n and submit[i] <= t:
             i += 1
-        eng.batch(arrivals=[(bid[j], key[j], cost[j], procs[j]) for j in range(i0, i)], completed=done)
+        rebids = []
+        while c < len(changes) and changes[c][0] <= t:
+            _, j, b = changes[c]
+            c += 1
+            if j < i0 and j not in done and eng.state[j] == FinalState.PENDING:
+                rebids.append((j, float(b), float(b) / cost[j]))
+                eng.applied_changes.append((t, j, float(b)))
+        eng.batch(arrivals=[(bid[j], key[j], cost[j], procs[j]) for j in range(i0, i)], completed=done,
+                  rebids=rebids)
         for kind, j, te in eng.drain():
             if kind == "start":
                 finish_at[j] = te + remaining[j]

@@ -41,6 +41,7 @@ Jobs must be serial (1 processor): split parallel jobs first
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
@@ -186,6 +187,39 @@ class PriorityScheduler:
             return False
         heapq.heapify(self.waiting)
         return True
+
+    def rebid(self, j: int, bid: float, key: float) -> None:
+        """Change the bid of job ``j`` (queued or running) to ``bid`` with priority ``key``
+        (the live market's "change my bid"; seed 000 has no such event, see below).
+
+        Steps: a running job's payment is settled at its old bid up to now and its price regime
+        re-opened at the new one (the payment scheme's ``on_stop``/``on_start``, with the job
+        still running); a queued job leaves the queue and re-enters it at its new place. The job
+        keeps its row, so among equal keys it keeps its submission order (the paper's tie rule).
+        The next :meth:`step` then decides as at any event: under HB a raised queued bid may
+        preempt the lowest running one and a lowered running bid may be preempted; the
+        non-preemptive rules only re-order the queue. Call it between the engine's ``advance``
+        and ``step``, like :meth:`withdraw`; costs O(queue length) (a rare user action).
+        """
+        if not (math.isfinite(bid) and math.isfinite(key)):
+            raise ValueError(f"{self.name}: new bid/key of job row {j} must be finite, got {bid!r}, {key!r}")
+        running = self.sim.running[j]
+        if running:
+            self.pricing.on_stop(j)
+            if self.preemptive:
+                self.running_heap.remove((self.key[j], -j))
+                heapq.heapify(self.running_heap)
+        elif not self.withdraw(j):
+            raise ValueError(f"{self.name}: job row {j} is neither running nor queued")
+        self.bid[j] = float(bid)
+        self.key[j] = float(key)
+        self.prio[j] = (-float(key), j)
+        if running:
+            self.pricing.on_start(j)
+            if self.preemptive:
+                heapq.heappush(self.running_heap, (self.key[j], -j))
+        else:
+            heapq.heappush(self.waiting, self.prio[j])
 
     # ------------------------------------------------------------------ state for payment schemes
     def best_queued(self):
