@@ -109,6 +109,12 @@ def test_users_see_and_cancel_only_their_own_jobs(server):
     with pytest.raises(ClientError, match="no job"):
         a.post(f"/api/jobs/{jb['id']}/cancel")
     assert a.get(f"/api/jobs/{ja['id']}")["state"] == "preempted"
+    with pytest.raises(ClientError, match="no job"):
+        a.post(f"/api/jobs/{jb['id']}/bid", {"bid": 9})
+    with pytest.raises(ClientError, match="only it"):
+        a.post(f"/api/jobs/{ja['id']}/bid", {"bid": 9, "command": "x"})
+    assert a.post(f"/api/jobs/{ja['id']}/bid", {"bid": 4})["state"] == "running"  # outbids ben's 3
+    assert b.get(f"/api/jobs/{jb['id']}")["state"] == "preempted"
     assert a.request("DELETE", f"/api/jobs/{ja['id']}")["state"] == "cancelled"
     assert b.post(f"/api/jobs/{jb['id']}/cancel")["state"] == "cancelled"
     m = a.get("/api/market")
@@ -178,6 +184,9 @@ def test_cli_commands(server, tmp_path):
     time.sleep(0.2)
     assert "job 1 of cli: running" in run("show", "1", token=tok).output
     assert "price 1/s (hb, kth price); running 1/1" in run("price", "--history", token=tok).output
+    assert "job 1 running, bid 3" in run("rebid", "1", "3", token=tok).output
+    r = run("rebid", "1", "0", token=tok, code=1)
+    assert "bid must be a finite positive number" in r.output
     assert "job 1 cancelled" in run("cancel", "1", token=tok).output
     assert "cli:" in run("balance", token=tok).output
     st = run("statement", token=tok).output

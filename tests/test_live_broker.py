@@ -153,6 +153,42 @@ def test_cancel_running_and_queued_only_by_owner(market):
     assert b.price()["running"] == 0
 
 
+def test_rebid_overtakes_and_preempts_and_charges_the_rule(market):
+    b = market(slots=1, admission_seconds=10)
+    b.add_user(True, "alice", 100)
+    b.add_user(True, "bob", 100)
+    a = b.submit("alice", False, 2.0, work(1.0, "a"))["id"]
+    q = b.submit("bob", False, 1.0, work(0.4, "q"))["id"]
+    assert wait_for(lambda: b.job("alice", False, a)["state"] == "running")
+    time.sleep(0.3)
+    with pytest.raises(MarketError, match="no job") as e:
+        b.rebid("alice", False, q, 9.0)  # not hers
+    assert e.value.status == 404
+    with pytest.raises(MarketError, match="balance too low") as e:
+        b.rebid("bob", False, q, 20.0)  # raising passes admission again: 10 s x 20 > 100
+    assert e.value.status == 402 and b.job("bob", False, q)["bid"] == 1.0
+    for bad in (math.nan, 0.0, -1.0, "x", None):
+        with pytest.raises(MarketError, match="bid"):
+            b.rebid("bob", False, q, bad)
+    out = b.rebid("bob", False, q, 5.0)  # bob outbids alice: HB preempts her within the call
+    assert out["state"] == "running" and out["bid"] == 5.0
+    assert states(b) == {a: "preempted", q: "running"}
+    assert b.price()["price"] == 2.0  # k-th price: alice's queued bid
+    assert wait_for(lambda: set(states(b).values()) == {"completed"})
+    ja, jq = b.job("admin", True, a), b.job("admin", True, q)
+    assert ja["preemptions"] == 1 and ja["stdout"] == "done a\n"
+    assert [e["detail"] for e in jq["events"] if e["kind"] == "rebid"] == ["bid 1 -> 5"]
+    # alice paid 1 (bob's queued bid) before the preemption and 1 (empty queue) after it; bob
+    # ran only after his rebid, with alice queued: the k-th price 2
+    assert ja["charged"] == pytest.approx(1.0 * ja["run_seconds"], abs=2e-6)
+    assert jq["charged"] == pytest.approx(2.0 * jq["run_seconds"], abs=2e-6)
+    with pytest.raises(MarketError, match="already ended") as e:
+        b.rebid("bob", False, q, 3.0)
+    assert e.value.status == 409
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"]) == 200
+
+
 @pytest.mark.parametrize("bid", [math.nan, math.inf, -math.inf, -1.0, 0.0, "5", True, None])
 def test_bad_bid_changes_nothing(market, bid):
     b = market(slots=1)

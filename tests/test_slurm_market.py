@@ -159,6 +159,36 @@ def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
     assert books["revenue"] == pytest.approx(sum(j["charged"] for j in jobs), abs=1e-6)
 
 
+def test_a_bid_change_reorders_slurm_priorities_and_preempts_through_slurm(market):
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    low = [b.submit("alice", False, 2.0, work(3.0, f"low{i}", step=STEP))["id"] for i in range(n)]
+    q2 = b.submit("alice", False, 1.5, work(0.2, "q2", step=STEP))["id"]
+    bob = b.submit("bob", False, 1.0, work(0.6, "bob", step=STEP))["id"]
+    assert wait_for(lambda: all(slurm_state(b, j) == "RUNNING" for j in low), 60)
+    # a queued bid raised, still below the running ones: only the Slurm priority moves
+    b.rebid("alice", False, q2, 1.8)
+    assert wait_for(lambda: int(slurm_info(b, q2)["Priority"]) == priority_of(1.8), 5)
+    assert int(slurm_info(b, bob)["Priority"]) == priority_of(1.0)
+    # bob outbids the running jobs: HB preempts the worst running one, through Slurm
+    time.sleep(0.3)
+    assert b.rebid("bob", False, bob, 10.0)["state"] == "running"
+    victim = low[-1]
+    assert b.job("admin", True, victim)["state"] == "preempted"
+    assert wait_for(lambda: slurm_state(b, victim) == "SUSPENDED", 10)
+    assert wait_for(lambda: slurm_state(b, bob) in ("RUNNING", "COMPLETED", "COMPLETING"), 20)
+    assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in low + [q2, bob]), 120)
+    jb = b.job("admin", True, bob)
+    assert jb["stdout"] == "done bob\n" and jb["bid"] == 10.0
+    # bob ran only with the victim (bid 2) queued: HB's k-th price 2 for all of its running time
+    assert jb["charged"] == pytest.approx(2.0 * jb["run_seconds"], abs=2e-6)
+    assert b.executor.accounting(victim)["suspended"] >= 1
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"]) == 20_000
+
+
 def test_jobs_slurm_kills_are_reported_failed_and_exit_codes_kept(market):
     b = market()
     b.add_user(True, "alice", 1000)

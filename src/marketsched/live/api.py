@@ -19,6 +19,7 @@ POST    ``/api/jobs``               ``{"bid", "command", "estimate"?, "procs"?}`
 GET     ``/api/jobs``               own jobs (administrator: all); ``?state=running,queued&limit=N``
 GET     ``/api/jobs/ID``            one job with events, stdout and stderr tails
 POST    ``/api/jobs/ID/cancel``     cancel (also ``DELETE /api/jobs/ID``)
+POST    ``/api/jobs/ID/bid``        change the job's bid ``{"bid"}`` -> the job
 GET     ``/api/price``              price now, counts, per-job rates
 GET     ``/api/price/history``      ``?since=T&limit=N``: ``[{"t", "price", "queued", "running"}]``
 GET     ``/api/balance``            own balance (administrator: all, revenue, deposits)
@@ -230,6 +231,14 @@ def show_job(h, who, q, body, job_id):
 @route("POST", r"/api/jobs/([^/]+)/cancel")
 def cancel_job(h, who, q, body, job_id):
     return h.server.broker.cancel(who[0], who[1], job_id)
+
+
+@route("POST", r"/api/jobs/([^/]+)/bid")
+def rebid_job(h, who, q, body, job_id):
+    unknown = set(body) - {"bid"}
+    if unknown or "bid" not in body:
+        raise MarketError("give the new bid, and only it: {\"bid\": ...}")
+    return h.server.broker.rebid(who[0], who[1], job_id, body["bid"])
 
 
 @route("DELETE", r"/api/jobs/([^/]+)")

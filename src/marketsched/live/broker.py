@@ -37,6 +37,12 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   suspended with SIGSTOP, exactly as when preempted) and wait in state ``held``. A later deposit
   re-enters held jobs (new arrivals at that time, so they queue behind equal bids submitted
   while they were held) as long as each passes the admission rule.
+* **Changing a bid.** A user changes the bid of an active job (``rebid``; seed 000 has no
+  such event): the job keeps its place in submission order (ties), a running job pays its old
+  price up to now and the new one from now, and the mechanism decides at once (HB may preempt
+  either way). Raising a bid passes the admission rule again at the new bid (402 otherwise,
+  nothing changed); lowering one always succeeds. A held job keeps the new bid for when it
+  re-enters.
 * **Cancel.** A user cancels their own jobs (the administrator any job); the process group is
   killed; what the job accrued until then is charged.
 * **Serial jobs.** The priority mechanisms schedule serial jobs (seed 000 splits parallel jobs
@@ -368,6 +374,35 @@ class Broker:
             self._now()
             with self.store.transaction():
                 self._cancel(job, f"cancelled by {user}")
+                self._after()
+            return self._job_view(self.store.job(job_id))
+
+    def rebid(self, user: str, admin: bool, job_id, bid) -> dict:
+        """Change the bid of an active job of the user's (the administrator: any job); the
+        mechanism decides at once (:meth:`PriorityScheduler.rebid`: HB may preempt)."""
+        job_id = _job_id(job_id)
+        bid = _number(bid, "bid")
+        if not bid > 0:
+            raise MarketError(f"bid must be a finite positive number (per second of running time), got {bid!r}")
+        with self.lock:
+            row = self.store.job(job_id)
+            if row is None or not (admin or row["owner"] == user):
+                raise MarketError(f"no job {job_id} of yours", 404)
+            job = self.active.get(job_id)
+            if job is None:
+                raise MarketError(f"job {job_id} already ended ({row['state']})", 409)
+            now = self._now()
+            if bid > job.bid:
+                self._admit(job.owner, bid)
+            with self.store.transaction():
+                old, job.bid = job.bid, bid
+                self.store.update_job(job_id, bid=bid)
+                self.store.add_event(job_id, now, "rebid", f"bid {old:g} -> {bid:g}")
+                if job.row is not None:  # held jobs keep the new bid for when they re-enter
+                    est = math.nan if job.estimate is None else job.estimate
+                    key, _ = priority_key(self.rule, [bid], [math.nan], [est])
+                    self.engine.batch(rebids=[(job.row, bid, float(key[0]))])
+                    self._apply()
                 self._after()
             return self._job_view(self.store.job(job_id))
 
