@@ -1,12 +1,16 @@
 """Figures for the live market on Slurm (needs `bash scripts/slurm-up.sh`; run on purpose).
 
-1. Time from a bid to Slurm acting on it:
+1. Time from a bid (or a bid change) to Slurm acting on it:
    a. a higher bid arrives in a full market (every CPU runs a lower bid): from the submission
       (broker.submit called) until Slurm shows the victim SUSPENDED and the newcomer RUNNING
       (squeue polled every 5 ms);
    b. a queued higher bid when a CPU frees (the market cancels a running job): from the cancel
       until Slurm runs the best queued bid;
-   c. the single Slurm controls the executor issues (scontrol update priority / suspend /
+   d. a bid change (``broker.rebid``) raising a queued bid above the lowest running one: until
+      Slurm shows that one SUSPENDED and the raised bid RUNNING;
+   e. a bid change of a queued job that crosses nothing: until ``scontrol show job`` has the new
+      priority;
+   f. the single Slurm controls the executor issues (scontrol update priority / suspend /
       resume, sbatch), median and p95 latency.
 2. Jobs per second the broker sustains on Slurm: N jobs (`true`) submitted as fast as one
    client can, then run to completion; submissions/s and completed jobs/s end to end.
@@ -24,7 +28,7 @@ import time
 from pathlib import Path
 
 from marketsched.live.broker import Broker, MarketConfig
-from marketsched.live.slurm import SlurmExecutor, run, slurm_up
+from marketsched.live.slurm import SlurmExecutor, priority_of, run, slurm_up
 
 
 def slurm_states(prefix: str) -> dict[str, str]:
@@ -60,7 +64,7 @@ def cleanup(prefix: str) -> None:
 
 
 def bench_bid_to_slurm(repeats: int) -> None:
-    over, pre, res = [], [], []
+    over, pre, res, raise_, reprio = [], [], [], [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
             b = Broker(Path(d) / "m", MarketConfig(executor="slurm", sync="normal", charge_interval=0.5,
@@ -90,12 +94,30 @@ def bench_bid_to_slurm(repeats: int) -> None:
                 t0 = time.monotonic()
                 b.cancel("admin", True, hi)
                 res.append(wait_state(prefix, {name(q4): "RUNNING"}, 30) - t0)
+                # (d) a queued bid is raised above the lowest running one (broker.rebid)
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                b.rebid("u", False, q3, 150.0)
+                raise_.append(wait_state(prefix, {name(q4): "SUSPENDED", name(q3): "RUNNING"}, 30) - t0)
+                # (e) a queued bid changes without crossing a running one: Slurm's priority moves
+                q5 = b.submit("u", False, 2.0, "sleep 600")["id"]
+                t0 = time.monotonic()
+                b.rebid("u", False, q5, 3.5)
+                want = str(priority_of(3.5))
+                while ex.show(ex.queued[q5].pid)["Priority"] != want:
+                    if time.monotonic() - t0 > 30:
+                        raise TimeoutError("Slurm priority did not follow the bid")
+                    time.sleep(0.005)
+                reprio.append(time.monotonic() - t0)
             finally:
                 b.stop(kill_jobs=True)
                 cleanup(prefix)
     for label, xs in (("(a) higher bid -> Slurm suspended the lowest running bid and runs the newcomer", pre),
                       ("(b) CPU freed (market cancel) -> Slurm runs the best queued bid (priority)", over),
-                      ("(c) preemptor cancelled -> the market resumed the suspended bid", res)):
+                      ("(c) preemptor cancelled -> the market resumed the suspended bid", res),
+                      ("(d) bid change: a queued bid raised above the lowest running one -> Slurm suspended "
+                       "that one and runs the raised bid", raise_),
+                      ("(e) bid change of a queued job (no crossing) -> Slurm shows the new priority", reprio)):
         print(f"{label}: median {statistics.median(xs) * 1e3:.0f} ms, max {max(xs) * 1e3:.0f} ms (n={len(xs)})")
 
 
@@ -131,7 +153,7 @@ def bench_controls(n: int = 40) -> None:
             for job in ids:
                 subprocess.run(["scancel", str(job.pid)], capture_output=True)
         for k, v in times.items():
-            print(f"(c) {k:<9} median {statistics.median(v)*1e3:.1f} ms, p95 {pct(v, 95)*1e3:.1f} ms (n={len(v)})")
+            print(f"(f) {k:<9} median {statistics.median(v)*1e3:.1f} ms, p95 {pct(v, 95)*1e3:.1f} ms (n={len(v)})")
 
 
 def bench_throughput(n_jobs: int) -> None:
