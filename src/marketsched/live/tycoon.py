@@ -25,20 +25,40 @@ is enforced by the kernel's proportional-share scheduler, through the first of t
 3. **Stride scheduling** in user space (fallback where no cgroup is writable: a container
    without cgroup delegation, a non-root user): per host, every ``quantum`` seconds the job
    with the smallest pass runs (SIGCONT) and the others stop (SIGSTOP); a job's pass grows by
-   1 / x_ij per quantum it runs (Waldspurger and Weihl's stride scheduling, which Tycoon's
-   proportional share reduces to). Shares are then shares of *wall time* on the host's CPU, not
+   1 / x_ij per quantum it runs, and a job that starts bidding again joins at the smallest pass
+   of the others (Waldspurger and Weihl's stride scheduling, which Tycoon's proportional share
+   reduces to). Shares are then shares of *wall time* on the host's CPU, not
    of CPU time when other programs compete for that CPU.
 
 A user whose bid on a host is 0 gets no share there: its job is stopped (SIGSTOP) until it bids
 again (a CFS weight cannot be 0).
 
+Agents
+------
+:meth:`TycoonMarket.start` starts the jobs with bids proportional to the weights (the
+``weight_proportional_bids`` convention) and a background *agents thread*: every ``interval``
+seconds (on a fixed clock: round k at start + k * interval) it calls :meth:`TycoonMarket.resplit`,
+which lets every agent re-split its budget and makes the new bids the hosts' shares. One lock
+covers the bids, the history and the enforcement (:meth:`~TycoonMarket.apply`, the stride
+threads), so :meth:`~TycoonMarket.snapshot` always returns the bids of a whole round together with
+the number of rounds played; ``history`` keeps the bids of every round (``history[0]`` the
+initial bids). :meth:`~TycoonMarket.stop` ends the threads, kills every job and removes the
+cgroups. ``marketsched market tycoon`` runs this from the command line and prints the bids, the
+shares and the measured CPU fractions.
+
+Accuracy (``tests/test_tycoon_live.py``): once the bids have converged, over 60 s with the agents
+still re-splitting every interval, each user's fraction of each host's CPU time is within 0.06 (absolute) of its share
+``x_ij / sum_k x_kj``, with cgroup weights and with the stride fallback.
+
 Decisions
 ---------
 * Agents re-split sequentially in user order each interval (each sees the bids already updated
   in this interval: the paper's sequential best-response dynamics, section 5), from bids
-  proportional to the weights (:func:`weight_proportional_bids` convention).
+  proportional to the weights. The first re-split comes one interval after the start.
 * The host reserve eps (appendix A) is only in the agents' arithmetic (it keeps every price
   positive); the reserved share is not held idle on the CPU.
+* Hosts must be distinct CPUs (two hosts on one CPU would compete for it, and the shares would
+  mean nothing).
 * Budgets are per interval and not charged to the live market's ledger: Tycoon's money is a
   credit the scheduler refills each interval (the paper's static game). Charging the broker's
   ledger for Tycoon shares is left for later.
@@ -142,9 +162,11 @@ class TycoonJob:
 
 
 class TycoonMarket:
-    """Proportional share over ``hosts`` (CPU numbers) for users with ``budgets`` (m,) and
-    private ``weights`` (m, n); ``interval``: seconds between the agents' re-splits;
-    ``enforcement``: "auto" (see :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride"."""
+    """Tycoon's proportional share (seed 004, Feldman, Lai and Zhang, EC 2005) over ``hosts``
+    (distinct CPU numbers) for users with ``budgets`` (m,) and private ``weights`` (m, n);
+    ``interval``: seconds between the agents' re-splits; ``enforcement``: "auto" (see
+    :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride"; ``quantum``: the stride
+    scheduler's time slice (s)."""
 
     def __init__(self, hosts, budgets, weights, interval: float = 1.0, reserve: float = 1e-3,
                  enforcement: str = "auto", quantum: float = 0.02, name: str | None = None):
@@ -162,8 +184,10 @@ class TycoonMarket:
         bad = [h for h in self.hosts if h not in cpus]
         if bad:
             raise ValueError(f"host CPU(s) {bad} are not available to this process (CPUs {sorted(cpus)})")
-        if not interval > 0 or not reserve > 0:
-            raise ValueError("interval and reserve must be positive")
+        if len(set(self.hosts)) != n:
+            raise ValueError(f"hosts must be distinct CPUs, got {self.hosts}")
+        if not interval > 0 or not reserve > 0 or not quantum > 0:
+            raise ValueError("interval, reserve and quantum must be positive")
         self.interval, self.reserve, self.quantum = float(interval), float(reserve), float(quantum)
         self.enforcement = detect_enforcement() if enforcement == "auto" else enforcement
         if self.enforcement not in ("cgroup2", "cgroup1", "stride"):
@@ -176,23 +200,26 @@ class TycoonMarket:
         self.jobs: dict[tuple[int, int], TycoonJob] = {}
         self.history: list[np.ndarray] = [self.bids.copy()]
         self.root: Path | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # bids, history, enforcement (apply, stride threads)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ processes and cgroups
-    def start(self, commands=None) -> "TycoonMarket":
-        """Start one job per (user, host): ``commands[i][j]`` (shell) or a CPU-bound loop; then
-        apply the initial bids and start the stride threads if that is the enforcement."""
-        if self.enforcement != "stride":
-            base = find_cgroup2_cpu() if self.enforcement == "cgroup2" else find_cgroup1_cpu()
-            if base is None:
-                raise RuntimeError(f"{self.enforcement} enforcement asked for, but no writable cpu cgroup was found")
-            self.root = base / self.name
-            self.root.mkdir()
-            if self.enforcement == "cgroup2":
-                (self.root / "cgroup.subtree_control").write_text("+cpu")
+    def start(self, commands=None) -> TycoonMarket:
+        """Start one job per (user, host): ``commands[i][j]`` (shell) or a CPU-bound loop; apply
+        the initial bids; start the stride threads (if that is the enforcement) and the agents
+        thread, which calls :meth:`resplit` every ``interval`` seconds until :meth:`stop`."""
+        if self.jobs or self._stop.is_set():
+            raise RuntimeError("a TycoonMarket starts once")
         try:
+            if self.enforcement != "stride":
+                base = find_cgroup2_cpu() if self.enforcement == "cgroup2" else find_cgroup1_cpu()
+                if base is None:
+                    raise RuntimeError(f"{self.enforcement} enforcement asked for, but no writable cpu cgroup was found")
+                (base / self.name).mkdir()
+                self.root = base / self.name  # only once it is ours: stop() removes it
+                if self.enforcement == "cgroup2":
+                    (self.root / "cgroup.subtree_control").write_text("+cpu")
             for j, cpu in enumerate(self.hosts):
                 hdir = None
                 if self.root is not None:
@@ -216,16 +243,19 @@ class TycoonMarket:
         except BaseException:
             self.stop()
             raise
-        if self.enforcement == "stride":
-            for j in range(len(self.hosts)):
-                t = threading.Thread(target=self._stride, args=(j,), daemon=True, name=f"stride-{j}")
-                t.start()
-                self._threads.append(t)
+        targets = [(self._stride, (j,), f"tycoon-stride-{j}") for j in range(len(self.hosts))
+                   if self.enforcement == "stride"]
+        for target, args, tname in targets + [(self._agents, (), "tycoon-agents")]:
+            t = threading.Thread(target=target, args=args, daemon=True, name=tname)
+            t.start()
+            self._threads.append(t)
         return self
 
     def apply(self) -> None:
         """Make the current bids the hosts' shares (cgroup weights, or the stride scheduler's
         strides); a zero bid stops that job."""
+        if self.enforcement == "stride":
+            return  # the stride threads read self.bids every quantum
         with self._lock:
             for j in range(len(self.hosts)):
                 col = self.bids[:, j]
@@ -233,8 +263,6 @@ class TycoonMarket:
                 for i in range(len(self.budgets)):
                     job = self.jobs[(i, j)]
                     x = col[i]
-                    if self.enforcement == "stride":
-                        continue  # the stride thread reads self.bids
                     if x <= 0:
                         self._signal(job, signal.SIGSTOP)
                         continue
@@ -255,45 +283,64 @@ class TycoonMarket:
             pass
 
     def _stride(self, j: int) -> None:
-        """User-space stride scheduling on host j (fallback enforcement)."""
-        current = None
+        """User-space stride scheduling on host j (fallback enforcement): every quantum the job
+        with the smallest pass runs and its pass grows by 1 / bid. A job that starts bidding
+        again joins at the smallest pass of the others (Waldspurger and Weihl's global pass), so
+        it gets no burst for the time it was out."""
+        current, active = None, set()
         while not self._stop.is_set():
             with self._lock:
-                cands = [(self.jobs[(i, j)].pass_, i) for i in range(len(self.budgets)) if self.bids[i, j] > 0]
-                if cands:
-                    _, i = min(cands)
-                    job = self.jobs[(i, j)]
-                    if current is not None and current is not job:
-                        self._signal(current, signal.SIGSTOP)
+                cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]
+                floor = min((self.jobs[(i, j)].pass_ for i in cands if i in active), default=0.0)
+                for i in cands:
+                    if i not in active:
+                        self.jobs[(i, j)].pass_ = max(self.jobs[(i, j)].pass_, floor)
+                active = set(cands)
+                job = min((self.jobs[(i, j)] for i in cands), key=lambda jb: (jb.pass_, jb.user), default=None)
+                if current is not None and current is not job:
+                    self._signal(current, signal.SIGSTOP)
+                if job is not None:
                     if job.stopped:
                         self._signal(job, signal.SIGCONT)
-                    job.pass_ += 1.0 / self.bids[i, j]
-                    current = job
+                    job.pass_ += 1.0 / self.bids[job.user, j]
+                current = job
             self._stop.wait(self.quantum)
 
     # ------------------------------------------------------------------ agents
     def resplit(self) -> np.ndarray:
         """One interval of the agents: each user in turn best-responds to the others' bids
-        (seed 004 section 4.1, the library's closed form) and the shares follow."""
-        for i in range(len(self.budgets)):
-            others = self.bids.sum(axis=0) - self.bids[i]
-            self.bids[i] = best_response(self.weights[i], others, self.budgets[i], reserve=self.reserve)
-        self.history.append(self.bids.copy())
-        self.apply()
-        return self.bids.copy()
+        (seed 004 section 4.1, the library's closed form), the round's bids join ``history``
+        and the shares follow; returns the new bids. The agents thread calls this."""
+        with self._lock:
+            for i in range(len(self.budgets)):
+                others = self.bids.sum(axis=0) - self.bids[i]
+                self.bids[i] = best_response(self.weights[i], others, self.budgets[i], reserve=self.reserve)
+            self.history.append(self.bids.copy())
+            self.apply()
+            return self.bids.copy()
 
-    def run_agents(self, rounds: int) -> None:
-        """``rounds`` intervals: re-split, then let the shares run for ``interval`` seconds."""
-        for _ in range(rounds):
+    def _agents(self) -> None:
+        """The agents thread: round k at start + k * interval until :meth:`stop`; a round more
+        than an interval late puts the clock back to one interval after it (no burst of rounds)."""
+        due = time.monotonic() + self.interval
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             self.resplit()
-            time.sleep(self.interval)
+            due += self.interval
+            now = time.monotonic()
+            if due < now:
+                due = now + self.interval
 
-    def shares(self) -> np.ndarray:
-        """Shares the bids give now: r_ij = x_ij / sum_k x_kj (users x hosts)."""
-        tot = self.bids.sum(axis=0)
-        return np.divide(self.bids, tot, out=np.zeros_like(self.bids), where=tot > 0)
+    def snapshot(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(rounds played, bids, shares)`` taken together: the shares are the ones the bids
+        give, r_ij = x_ij / sum_k x_kj (users x hosts)."""
+        with self._lock:
+            bids = self.bids.copy()
+            rounds = len(self.history) - 1
+        tot = bids.sum(axis=0)
+        return rounds, bids, np.divide(bids, tot, out=np.zeros_like(bids), where=tot > 0)
 
     def cpu_seconds(self) -> np.ndarray:
+        """CPU seconds each job has used so far (users x hosts)."""
         out = np.zeros(self.bids.shape)
         for (i, j), job in self.jobs.items():
             out[i, j] = proc_cpu_seconds(job.pid)
@@ -310,7 +357,8 @@ class TycoonMarket:
 
     # ------------------------------------------------------------------ cleanup
     def stop(self) -> None:
-        """Kill every job and remove the cgroups; nothing is left behind."""
+        """End the agents and stride threads, kill every job and remove the cgroups; nothing is
+        left behind. Safe to call twice."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
