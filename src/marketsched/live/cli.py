@@ -302,6 +302,16 @@ def cancel(job_id, url, token, token_file) -> None:
     click.echo(f"job {j['id']} {j['state']}, charged {_money(j['charged'])}")
 
 
+@market.command("rebid")
+@click.argument("job_id")
+@click.argument("bid", type=float)
+@client_options
+def rebid(job_id, bid, url, token, token_file) -> None:
+    """Change job JOB_ID's bid to BID (per second of running time); the market decides at once."""
+    j = _client(url, token, token_file).post(f"/api/jobs/{job_id}/bid", {"bid": bid})
+    click.echo(f"job {j['id']} {j['state']}, bid {j['bid']:g}")
+
+
 @market.command("price")
 @click.option("--history", is_flag=True, help="The price history too.")
 @click.option("--json", "as_json", is_flag=True)
@@ -404,6 +414,109 @@ def showres(as_json, url, token, token_file) -> None:
         job = f" job {b['job_state']}" if b.get("job_state") else ""
         click.echo(f"{b['id']:>5} {b['owner']:<10} {b['length']:>7g} {b['deadline']:>7g} {b['value']:>9g} "
                    f"{b['state']:<7} {b['price']:>9g}  {when}{job}")
+
+
+def _number_list(text: str, param: str, kind=float) -> list:
+    """``"1,2,1.5"`` -> numbers; click.BadParameter naming ``param`` for anything else."""
+    items = [t.strip() for t in text.split(",")]
+    if "" in items:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list (an entry is empty)", param_hint=param)
+    out = []
+    for t in items:
+        try:
+            out.append(kind(t))
+        except ValueError:
+            raise click.BadParameter(f"{t!r} is not {'an integer' if kind is int else 'a number'}",
+                                     param_hint=param) from None
+    return out
+
+
+@market.command("tycoon")
+@click.option("--hosts", default=None, metavar="CPUS",
+              help="Comma-separated CPU numbers, one host each (default: the first two CPUs this process may "
+                   "use, or all of them if fewer).")
+@click.option("--budgets", default="1,2,1.5", show_default=True, help="Users' budgets, comma-separated (> 0).")
+@click.option("--weights", default=None, metavar="W",
+              help="Users' private weights per host: hosts separated by ',', users by ';' (e.g. "
+                   "\"0.7,0.3;0.2,0.8;0.5,0.5\"). Default: that example for 3 users on 2 hosts, else equal weights.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds between the agents' re-splits.")
+@click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to run.")
+@click.option("--every", default=5.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds between tables (0: one table, at the end).")
+@click.option("--enforcement", default="auto", show_default=True,
+              type=click.Choice(["auto", "cgroup2", "cgroup1", "stride"]),
+              help="How shares are enforced: cgroup v2 cpu.weight, cgroup v1 cpu.shares, or user-space stride "
+                   "scheduling (auto: the first that works, in that order).")
+def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> None:
+    """Tycoon mode (seed 004): a proportional-share market over this machine's CPUs.
+
+    One CPU-bound job per (user, host); every --interval each user's agent re-splits its budget
+    across the hosts with the best response (Feldman, Lai and Zhang, EC 2005, sec. 4.1) and host j
+    gives user i the share bid_ij / sum_k bid_kj. Every --every seconds a table shows each user's
+    bids, the shares they give and the measured fraction of each host's CPU time. The jobs and
+    cgroups are removed at the end, on Ctrl-C and on SIGTERM.
+    """
+    import numpy as np
+
+    from marketsched.live.tycoon import TycoonMarket
+
+    if hosts is None:
+        cpus = sorted(os.sched_getaffinity(0))[:2]
+    else:
+        cpus = _number_list(hosts, "--hosts", int)
+    budget_list = _number_list(budgets, "--budgets")
+    m, n = len(budget_list), len(cpus)
+    if weights is None:
+        w = [[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]] if (m, n) == (3, 2) else [[1.0] * n for _ in range(m)]
+    else:
+        w = [_number_list(row, "--weights") for row in weights.split(";")]
+        if len({len(row) for row in w}) != 1:
+            raise click.BadParameter("every user needs one weight per host (rows of different lengths)",
+                                     param_hint="--weights")
+    try:
+        tm = TycoonMarket(cpus, budget_list, w, interval=interval, enforcement=enforcement)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    def table(t: float, period: float, cpu, measured) -> None:
+        rounds, bids, share = tm.snapshot()
+        click.echo(f"t={t:.1f} s, round {rounds}; measured = fraction of the host's CPU time over the last "
+                   f"{period:.1f} s")
+        click.echo(f"{'user':>4} {'budget':>7} {'host':>4} {'bid':>8} {'share':>7} {'measured':>8} {'cpu s':>6}")
+        for i in range(m):
+            for j in range(n):
+                click.echo(f"{i:>4} {budget_list[i]:>7g} {cpus[j]:>4} {bids[i, j]:>8.4f} {share[i, j]:>7.4f} "
+                           f"{measured[i, j]:>8.4f} {cpu[i, j]:>6.2f}")
+        click.echo(f"max |measured - share|: {np.abs(measured - share).max():.4f}")
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _term) if main_thread else None
+    try:
+        try:
+            tm.start()
+        except (RuntimeError, OSError) as exc:
+            raise click.ClickException(f"cannot start the Tycoon market: {exc}") from None
+        click.echo(f"tycoon: {m} users on hosts (CPUs) {','.join(map(str, cpus))}; enforcement {tm.enforcement}; "
+                   f"agents re-split every {interval:g} s for {duration:g} s")
+        t = 0.0
+        while t < duration - 1e-9:
+            period = min(every or duration, duration - t)
+            cpu, measured = tm.measure(period)
+            t += period
+            table(t, period, cpu, measured)
+    except KeyboardInterrupt:
+        click.echo("interrupted: stopping the jobs", err=True)
+        raise click.Abort() from None
+    finally:
+        tm.stop()
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
+    click.echo(f"stopped: {len(tm.jobs)} jobs killed" + (", cgroups removed" if tm.root is not None else ""))
 
 
 def main() -> None:  # pragma: no cover - `python -m marketsched.live.cli`
