@@ -182,6 +182,20 @@ def test_rebid_of_a_running_job_changes_its_first_price_from_then_on():
     assert eng.payment[a] == 1.0 * 2 + 2.0 * 2 + 3.0 * 1
 
 
+def test_a_refused_rebid_changes_nothing():
+    eng, clock = make_engine()
+    a = eng.submit_job(2.0, 2.0, 1.0)
+    b = eng.submit_job(1.0, 1.0, 1.0)
+    clock.set(5.0)
+    with pytest.raises(SchedulingError, match="not in the market"):
+        eng.batch(completed=[a], rebids=[(a, 3.0, 3.0)])  # ending and rebid in one batch
+    with pytest.raises(SchedulingError, match="not in the market"):
+        eng.batch(rebids=[(b, 3.0, 3.0), (7, 1.0, 1.0)])  # an unknown row
+    assert eng.running[a] and eng.state[a] == FinalState.PENDING and eng.policy.bid == [2.0, 1.0]
+    eng.complete(a)
+    assert eng.payment[a] == 5.0 and eng.running[b]
+
+
 @st.composite
 def instances_with_changes(draw):
     n = draw(st.integers(1, 12))

@@ -164,7 +164,8 @@ def test_a_bid_change_reorders_slurm_priorities_and_preempts_through_slurm(marke
     n = b.config.slots
     b.add_user(True, "alice", 10_000)
     b.add_user(True, "bob", 10_000)
-    low = [b.submit("alice", False, 2.0, work(3.0, f"low{i}", step=STEP))["id"] for i in range(n)]
+    # the low jobs run long enough (6 s) that none ends while bob runs (Slurm's start delay ~1 s + 0.6 s)
+    low = [b.submit("alice", False, 2.0, work(6.0, f"low{i}", step=STEP))["id"] for i in range(n)]
     q2 = b.submit("alice", False, 1.5, work(0.2, "q2", step=STEP))["id"]
     bob = b.submit("bob", False, 1.0, work(0.6, "bob", step=STEP))["id"]
     assert wait_for(lambda: all(slurm_state(b, j) == "RUNNING" for j in low), 60)
@@ -182,7 +183,8 @@ def test_a_bid_change_reorders_slurm_priorities_and_preempts_through_slurm(marke
     assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in low + [q2, bob]), 120)
     jb = b.job("admin", True, bob)
     assert jb["stdout"] == "done bob\n" and jb["bid"] == 10.0
-    # bob ran only with the victim (bid 2) queued: HB's k-th price 2 for all of its running time
+    # bob ran with the victim (bid 2) and q2 (1.8) queued: HB's k-th price is the best queued
+    # bid, 2, for all of its running time
     assert jb["charged"] == pytest.approx(2.0 * jb["run_seconds"], abs=2e-6)
     assert b.executor.accounting(victim)["suspended"] >= 1
     books = b.books()

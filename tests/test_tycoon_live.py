@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from live_helpers import wait_for
 from marketsched.live.cli import market
 from marketsched.live.tycoon import (
     BUSY,
+    TycoonJob,
     TycoonMarket,
     detect_enforcement,
     find_cgroup1_cpu,
@@ -200,3 +203,35 @@ def test_cli_interrupted_leaves_nothing(sig):
     assert "enforcement" in out
     assert [pid for pid in jobs if Path(f"/proc/{pid}").exists()] == []
     assert our_cgroups(proc.pid) == []
+
+
+def test_stride_job_whose_bid_was_tiny_is_not_starved_after_it_rises():
+    # the stride thread with fake jobs (no processes): user 0 bids almost nothing for a while
+    # (its pass jumps by 1e9 per quantum), then both bid 1: they must alternate (Waldspurger and
+    # Weihl's dynamic ticket change scales the distance to the global pass), not user 1 alone
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    m = TycoonMarket([cpu], [1.0, 1.0], [[1.0], [1.0]], enforcement="stride", quantum=0.001)
+
+    def fake_signal(job, sig):
+        job.stopped = sig == signal.SIGSTOP
+
+    m._signal = fake_signal
+    for i in range(2):
+        m.jobs[(i, 0)] = TycoonJob(i, 0, -1, None, stopped=True)
+    m.bids[:] = [[1e-9], [1.0]]
+    th = threading.Thread(target=m._stride, args=(0,), daemon=True)
+    th.start()
+    try:
+        time.sleep(0.05)
+        with m._lock:
+            m.bids[:] = [[1.0], [1.0]]
+        time.sleep(0.05)
+        with m._lock:
+            before = [m.jobs[(i, 0)].pass_ for i in range(2)]
+        time.sleep(0.3)
+        with m._lock:
+            ran = [m.jobs[(i, 0)].pass_ - before[i] for i in range(2)]  # quanta run (bid 1: +1 each)
+    finally:
+        m._stop.set()
+        th.join()
+    assert min(ran) >= 10 and abs(ran[0] - ran[1]) <= 1, ran

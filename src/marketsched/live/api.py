@@ -236,8 +236,10 @@ def cancel_job(h, who, q, body, job_id):
 @route("POST", r"/api/jobs/([^/]+)/bid")
 def rebid_job(h, who, q, body, job_id):
     unknown = set(body) - {"bid"}
-    if unknown or "bid" not in body:
-        raise MarketError("give the new bid, and only it: {\"bid\": ...}")
+    if unknown:
+        raise MarketError(f"unknown field(s) {sorted(unknown)}: a bid change has only bid")
+    if "bid" not in body:
+        raise MarketError("give the new bid: {\"bid\": ...}")
     return h.server.broker.rebid(who[0], who[1], job_id, body["bid"])
 
 

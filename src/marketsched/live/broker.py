@@ -317,9 +317,7 @@ class Broker:
     # ================================================================== jobs
     def submit(self, user: str, admin: bool, bid, command, estimate=None, procs=1) -> dict:
         """Accept a job (committed before this returns) and let the mechanism decide at once."""
-        bid = _number(bid, "bid")
-        if not bid > 0:
-            raise MarketError(f"bid must be a finite positive number (per second of running time), got {bid!r}")
+        bid = _bid(bid)
         if isinstance(command, list):
             if not all(isinstance(c, str) for c in command):
                 raise MarketError("command must be a string or a list of strings")
@@ -381,9 +379,7 @@ class Broker:
         """Change the bid of an active job of the user's (the administrator: any job); the
         mechanism decides at once (:meth:`PriorityScheduler.rebid`: HB may preempt)."""
         job_id = _job_id(job_id)
-        bid = _number(bid, "bid")
-        if not bid > 0:
-            raise MarketError(f"bid must be a finite positive number (per second of running time), got {bid!r}")
+        bid = _bid(bid)
         with self.lock:
             row = self.store.job(job_id)
             if row is None or not (admin or row["owner"] == user):
@@ -391,18 +387,20 @@ class Broker:
             job = self.active.get(job_id)
             if job is None:
                 raise MarketError(f"job {job_id} already ended ({row['state']})", 409)
+            if bid == job.bid:
+                return self._job_view(row)
             now = self._now()
             if bid > job.bid:
                 self._admit(job.owner, bid)
             with self.store.transaction():
-                old, job.bid = job.bid, bid
+                old = job.bid
                 self.store.update_job(job_id, bid=bid)
                 self.store.add_event(job_id, now, "rebid", f"bid {old:g} -> {bid:g}")
                 if job.row is not None:  # held jobs keep the new bid for when they re-enter
-                    est = math.nan if job.estimate is None else job.estimate
-                    key, _ = priority_key(self.rule, [bid], [math.nan], [est])
+                    key, _ = self._keys([bid], [job.estimate])
                     self.engine.batch(rebids=[(job.row, bid, float(key[0]))])
-                    self._apply()
+                job.bid = bid
+                self._apply()
                 self._after()
             return self._job_view(self.store.job(job_id))
 
@@ -529,14 +527,19 @@ class Broker:
         if not jobs:
             return
         bids = [j.bid for j in jobs]
-        est = [math.nan if j.estimate is None else j.estimate for j in jobs]
-        keys, costs = priority_key(self.rule, bids, [math.nan] * len(jobs), est)
+        keys, costs = self._keys(bids, [j.estimate for j in jobs])
         rows = self.engine.batch(arrivals=[(b, float(k), float(c), 1) for b, k, c in zip(bids, keys, costs)])
         for job, row in zip(jobs, rows):
             job.row = row
             job.row_posted = 0
             self.row_job.append(job.id)
         self._apply()
+
+    def _keys(self, bids, estimates):
+        """The mechanism's ``(key, cost)`` for live jobs: run times are unknown (NaN); WSEPT
+        uses the estimates (None: NaN)."""
+        est = [math.nan if e is None else e for e in estimates]
+        return priority_key(self.rule, bids, [math.nan] * len(bids), est)
 
     def _apply(self) -> None:
         """Carry out the engine's decisions (launch or SIGCONT, SIGSTOP) and record them."""
@@ -857,6 +860,13 @@ def _number(x, what: str) -> float:
     if not math.isfinite(x):
         raise MarketError(f"{what} must be a finite number, got {x!r}")
     return x
+
+
+def _bid(x) -> float:
+    bid = _number(x, "bid")
+    if not bid > 0:
+        raise MarketError(f"bid must be a finite positive number (per second of running time), got {bid!r}")
+    return bid
 
 
 def _amount(x, what: str, allow_zero: bool = False) -> int:

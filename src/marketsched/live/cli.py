@@ -513,9 +513,15 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
         click.echo("interrupted: stopping the jobs", err=True)
         raise click.Abort() from None
     finally:
-        tm.stop()
-        if main_thread:
-            signal.signal(signal.SIGTERM, old_term)
+        if main_thread:  # a second Ctrl-C or SIGTERM must not cut the cleanup short
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            tm.stop()
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, old_term)
     click.echo(f"stopped: {len(tm.jobs)} jobs killed" + (", cgroups removed" if tm.root is not None else ""))
 
 

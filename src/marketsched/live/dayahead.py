@@ -182,6 +182,7 @@ class DayAhead:
         self._stop = threading.Event()
         self.last_error: str | None = None
         self._kicked: dict[int, float] = {}  # Slurm jobs whose reservation began (see _watch_slurm)
+        self._ended: set[int] = set()  # Slurm jobs the service cancelled at the end of their slot
         self.clearings: list[dict] = []  # what each clearing computed (library outcome), for audits
 
     # ------------------------------------------------------------------ rounds
@@ -483,7 +484,9 @@ class DayAhead:
         info = SlurmExecutor.show(self.broker.executor, sid)
         st = info.get("JobState") if info else None
         now = time.monotonic()
-        if st == "PENDING" and self.broker._t >= x["start_t"] and now >= self._kicked.get(sid, 0.0) + 1.0:
+        if st != "PENDING":
+            self._kicked.pop(sid, None)
+        elif self.broker._t >= x["start_t"] and now >= self._kicked.get(sid, 0.0) + 1.0:
             # Slurm's scheduler passes run on events and every sched_interval (60 s by default):
             # nothing happens when a reservation begins, so the job would wait for the next pass.
             # An update of the job is an event: Slurm tries to start it at once (in its
@@ -491,23 +494,25 @@ class DayAhead:
             # active in Slurm a moment after our clock says it began).
             run(["scontrol", "update", f"jobid={sid}", "StartTime=now"])
             self._kicked[sid] = now
-        if st == "RUNNING" and self.broker._t >= x["end_t"]:
+        if st == "RUNNING" and self.broker._t >= x["end_t"] and sid not in self._ended:
             # the slot is over (the job may have started late, its Slurm time limit is whole
-            # minutes): the market ends it, as the local executor does
+            # minutes): the market ends it, as the local executor does. The job's final state
+            # is read on later ticks: a job that ended by itself meanwhile stays completed
+            # (scancel of a finished job succeeds silently), and one that outlives the
+            # signal is watched until Slurm has ended it.
             try:
                 run(["scancel", str(sid)])
             except SlurmError:
-                pass  # ended by itself meanwhile: the next tick reads its final state
-            else:
-                self._set_job(x, "killed", note=_noted(x, "reservation ended"))
-                return
+                pass
+            self._ended.add(sid)
         if st in ("RUNNING", "COMPLETING"):
             if x["job_state"] != "running":
                 self._set_job(x, "running")
         elif st == "COMPLETED" or st == "FAILED":
             self._set_job(x, "completed", read_exit_code(self.root / f"job-{x['id']}"))
         elif st in ("TIMEOUT", "CANCELLED", "DEADLINE"):
-            self._set_job(x, "killed", read_exit_code(self.root / f"job-{x['id']}"), note=f"slurm: {st}")
+            why = "reservation ended" if sid in self._ended else f"slurm: {st}"
+            self._set_job(x, "killed", read_exit_code(self.root / f"job-{x['id']}"), note=_noted(x, why))
         elif st not in ("PENDING", None):
             self._set_job(x, "failed", note=f"slurm: {st}")
 

@@ -33,6 +33,10 @@ Extra operations a real market needs and a trace never has (documented decisions
   settled); a queued row is taken out of the policy's queue with the policy's ``withdraw(j)``.
   The row ends in a final state (KILLED for cancelled or held jobs, COMPLETED when its process
   ended), and the decision that follows is the same single ``step`` as for any batch.
+* **rebid** (a user changes the bid of a queued or running job): the policy's ``rebid(j, bid,
+  key)`` after the completions and withdrawals and before the arrivals of the batch; rebids are
+  checked first (a row must be in the market and not ending in the same batch), so a refused
+  one changes nothing.
 * A re-entered job (after a restart, or after its owner paid again) is a *new row*: rows are
   the mechanism's view of a job's presence in the market; the broker maps rows to jobs.
 """
@@ -134,6 +138,10 @@ class LiveEngine(ClusterState):
         key)`` of queued or running jobs whose owners changed their bid (the policy's
         ``rebid``). Order within the batch: completions and withdrawals, bid changes, arrivals.
         """
+        ending = set(completed) | set(withdrawn)
+        for j, _, _ in rebids:  # checked before anything changes
+            if not 0 <= j < self.n_jobs or self.state[j] != _PENDING or j in ending:
+                raise SchedulingError(f"job row {j} is not in the market: its bid cannot change")
         t = self._tick()
         stopped: list[int] = []
         for rows, code in ((completed, _COMPLETED), (withdrawn, withdrawn_state)):
@@ -149,8 +157,6 @@ class LiveEngine(ClusterState):
                 self.end_time[j] = t
         stopped.sort()
         for j, bid, key in rebids:
-            if not 0 <= j < self.n_jobs or self.state[j] != _PENDING:
-                raise SchedulingError(f"job row {j} is not in the market: its bid cannot change")
             self.policy.rebid(j, bid, key)
         first = self.n_jobs
         if arrivals:

@@ -73,6 +73,7 @@ import signal
 import subprocess
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,6 +204,7 @@ class TycoonMarket:
         self._lock = threading.RLock()  # bids, history, enforcement (apply, stride threads)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.last_error: str | None = None  # the last exception of the agents thread, if any
 
     # ------------------------------------------------------------------ processes and cgroups
     def start(self, commands=None) -> TycoonMarket:
@@ -286,16 +288,21 @@ class TycoonMarket:
         """User-space stride scheduling on host j (fallback enforcement): every quantum the job
         with the smallest pass runs and its pass grows by 1 / bid. A job that starts bidding
         again joins at the smallest pass of the others (Waldspurger and Weihl's global pass), so
-        it gets no burst for the time it was out."""
-        current, active = None, set()
+        it gets no burst for the time it was out; when an active job's bid changes from b to b',
+        its distance to that pass is scaled by b / b' (their dynamic ticket change), so a job
+        that once bid almost nothing is not starved after it bids again."""
+        current, last = None, {}  # last: bid of each active job at the previous quantum
         while not self._stop.is_set():
             with self._lock:
                 cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]
-                floor = min((self.jobs[(i, j)].pass_ for i in cands if i in active), default=0.0)
+                floor = min((self.jobs[(i, j)].pass_ for i in cands if i in last), default=0.0)
                 for i in cands:
-                    if i not in active:
-                        self.jobs[(i, j)].pass_ = max(self.jobs[(i, j)].pass_, floor)
-                active = set(cands)
+                    jb, bid = self.jobs[(i, j)], self.bids[i, j]
+                    if i not in last:
+                        jb.pass_ = max(jb.pass_, floor)
+                    elif last[i] != bid:
+                        jb.pass_ = floor + (jb.pass_ - floor) * last[i] / bid
+                last = {i: self.bids[i, j] for i in cands}
                 job = min((self.jobs[(i, j)] for i in cands), key=lambda jb: (jb.pass_, jb.user), default=None)
                 if current is not None and current is not job:
                     self._signal(current, signal.SIGSTOP)
@@ -324,7 +331,11 @@ class TycoonMarket:
         than an interval late puts the clock back to one interval after it (no burst of rounds)."""
         due = time.monotonic() + self.interval
         while not self._stop.wait(max(0.0, due - time.monotonic())):
-            self.resplit()
+            try:
+                self.resplit()
+            except Exception:  # keep the agents alive; the error is printed and kept
+                self.last_error = traceback.format_exc()
+                traceback.print_exc()
             due += self.interval
             now = time.monotonic()
             if due < now:
