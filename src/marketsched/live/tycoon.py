@@ -25,8 +25,9 @@ is enforced by the kernel's proportional-share scheduler, through the first of t
 3. **Stride scheduling** in user space (fallback where no cgroup is writable: a container
    without cgroup delegation, a non-root user): per host, every ``quantum`` seconds the job
    with the smallest pass runs (SIGCONT) and the others stop (SIGSTOP); a job's pass grows by
-   1 / x_ij per quantum it runs, and a job that starts bidding again joins at the smallest pass
-   of the others (Waldspurger and Weihl's stride scheduling, which Tycoon's proportional share
+   1 / x_ij per quantum it runs, a job that starts bidding again joins at the smallest pass
+   of the others, and when an active job's bid changes its distance to that pass is scaled by
+   old / new bid (Waldspurger and Weihl's stride scheduling with dynamic tickets, which Tycoon's proportional share
    reduces to). Shares are then shares of *wall time* on the host's CPU, not
    of CPU time when other programs compete for that CPU.
 
