@@ -7,6 +7,22 @@ next event. It shares no code with the engine, so agreement is evidence for both
 
 import math
 
+from hypothesis import strategies as st
+
+BIDS = st.sampled_from([0.5, 1, 2, 3, 5, 8, 13])
+
+
+@st.composite
+def instances(draw):
+    """Small random instances for :func:`simulate`: (submit, runtime, bid, nodes), integer times
+    so that simultaneous events are frequent."""
+    n = draw(st.integers(1, 14))
+    nodes = draw(st.integers(1, 4))
+    submit = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+    runtime = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
+    bid = draw(st.lists(BIDS, min_size=n, max_size=n))
+    return submit, runtime, bid, nodes
+
 
 def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=None):
     """``changes``: ``(t, j, new_bid)``: at time ``t`` job ``j``'s bid becomes ``new_bid`` if it was

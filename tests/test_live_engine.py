@@ -15,7 +15,7 @@ from marketsched.live.replay import replay_live
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
 from marketsched.workloads.workload import Workload
 
-from reference_priority import simulate as reference
+from reference_priority import BIDS, instances, simulate as reference
 
 
 def random_workload(seed, n=60, nodes=3):
@@ -198,13 +198,8 @@ def test_a_refused_rebid_changes_nothing():
 
 @st.composite
 def instances_with_changes(draw):
-    n = draw(st.integers(1, 12))
-    nodes = draw(st.integers(1, 3))
-    submit = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
-    runtime = draw(st.lists(st.integers(1, 20), min_size=n, max_size=n))
-    bids = st.sampled_from([0.5, 1, 2, 3, 5, 8, 13])
-    bid = draw(st.lists(bids, min_size=n, max_size=n))
-    changes = draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, n - 1), bids), max_size=8))
+    submit, runtime, bid, nodes = draw(instances())
+    changes = draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, len(submit) - 1), BIDS), max_size=8))
     return submit, runtime, bid, nodes, changes
 
 

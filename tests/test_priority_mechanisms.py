@@ -9,7 +9,7 @@ from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
 from marketsched.workloads.workload import Workload
 
-from reference_priority import simulate as reference
+from reference_priority import instances, simulate as reference
 
 
 def run(submit, runtime, bid, nodes, rule, pricing, estimate=None):
@@ -67,16 +67,6 @@ def test_wsept_uses_estimates_and_falls_back():
     r = Simulator(w, mech).run()
     assert r.first_start.tolist() == [0, 6, 5]  # job 2 falls back to its run time 1: ratio 3 > 2
     assert mech.fallback_estimates == 1
-
-
-@st.composite
-def instances(draw):
-    n = draw(st.integers(1, 14))
-    nodes = draw(st.integers(1, 4))
-    submit = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
-    runtime = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
-    bid = draw(st.lists(st.sampled_from([0.5, 1, 2, 3, 5, 8, 13]), min_size=n, max_size=n))
-    return submit, runtime, bid, nodes
 
 
 @settings(max_examples=150, deadline=None)

@@ -27,6 +27,17 @@ class SchedulingError(RuntimeError):
     """A policy asked the engine for something impossible (a bug in the policy)."""
 
 
+def require_serial(name: str, procs) -> None:
+    """ValueError naming the first job row of ``procs`` that needs more than one processor, for
+    the policies that schedule serial jobs only (seed 000 splits parallel jobs first)."""
+    for j, p in enumerate(procs):
+        if p != 1:
+            raise ValueError(
+                f"{name} schedules serial jobs; job row {j} needs {p} processors (split parallel jobs first: "
+                "--split on the command line, marketsched.workloads.split_parallel in Python)"
+            )
+
+
 class ClusterState:
     """Per-job columns and the policy-facing actions. Subclasses set the columns up and may
     override :meth:`_started`, :meth:`_stopped` and :meth:`_effect` (all no-ops here)."""

@@ -363,12 +363,7 @@ class Broker:
         """Cancel a job of the user's (the administrator: any job): kill its process group."""
         job_id = _job_id(job_id)
         with self.lock:
-            row = self.store.job(job_id)
-            if row is None or not (admin or row["owner"] == user):
-                raise MarketError(f"no job {job_id} of yours", 404)
-            job = self.active.get(job_id)
-            if job is None:
-                raise MarketError(f"job {job_id} already ended ({row['state']})", 409)
+            row, job = self._own_active(user, admin, job_id)
             self._now()
             with self.store.transaction():
                 self._cancel(job, f"cancelled by {user}")
@@ -381,12 +376,7 @@ class Broker:
         job_id = _job_id(job_id)
         bid = _bid(bid)
         with self.lock:
-            row = self.store.job(job_id)
-            if row is None or not (admin or row["owner"] == user):
-                raise MarketError(f"no job {job_id} of yours", 404)
-            job = self.active.get(job_id)
-            if job is None:
-                raise MarketError(f"job {job_id} already ended ({row['state']})", 409)
+            row, job = self._own_active(user, admin, job_id)
             if bid == job.bid:
                 return self._job_view(row)
             now = self._now()
@@ -403,6 +393,17 @@ class Broker:
                 self._apply()
                 self._after()
             return self._job_view(self.store.job(job_id))
+
+    def _own_active(self, user: str, admin: bool, job_id: int) -> tuple[dict, Active]:
+        """The stored row and active state of a job of the user's (the administrator: any
+        job); 404 if it is not theirs, 409 if it has ended. Call with the lock held."""
+        row = self.store.job(job_id)
+        if row is None or not (admin or row["owner"] == user):
+            raise MarketError(f"no job {job_id} of yours", 404)
+        job = self.active.get(job_id)
+        if job is None:
+            raise MarketError(f"job {job_id} already ended ({row['state']})", 409)
+        return row, job
 
     def _cancel(self, job: Active, why: str) -> None:
         t = self._t

@@ -86,6 +86,32 @@ def read_exit_code(workdir: Path) -> int | None:
         return None
 
 
+class WakePipe:
+    """A self-pipe that interrupts an executor's ``wait`` from another thread (both executors)."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+        os.set_blocking(self.r, False)
+        os.set_blocking(self.w, False)
+
+    def wake(self) -> None:
+        try:
+            os.write(self.w, b"x")
+        except BlockingIOError:
+            pass  # the pipe is full: a wake-up is pending anyway
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self.r)
+        os.close(self.w)
+
+
 class LocalExecutor:
     """Runs, stops, continues and kills jobs' process groups; reports their exits."""
 
@@ -94,10 +120,8 @@ class LocalExecutor:
         self.root.mkdir(parents=True, exist_ok=True)
         self.procs: dict[int, Proc] = {}
         self.selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self.selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._waker = WakePipe()
+        self.selector.register(self._waker.r, selectors.EVENT_READ, None)
 
     # ------------------------------------------------------------------ control
     def workdir(self, key: int) -> Path:
@@ -192,21 +216,14 @@ class LocalExecutor:
 
     def wake(self) -> None:
         """Interrupt a :meth:`wait` in progress (another thread changed something)."""
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass
+        self._waker.wake()
 
     # ------------------------------------------------------------------ exits
     def wait(self, timeout: float | None) -> None:
         """Block until a watched process may have ended, :meth:`wake` is called, or ``timeout``."""
         for sel_key, _ in self.selector.select(timeout):
             if sel_key.data is None:
-                try:
-                    while os.read(self._wake_r, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
+                self._waker.drain()
 
     def exits(self) -> list[tuple[int, int | None]]:
         """Jobs whose processes have ended since the last call: ``(key, exit_code)``."""
@@ -243,5 +260,4 @@ class LocalExecutor:
             else:
                 self._unwatch(self.procs[key])
         self.selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._waker.close()

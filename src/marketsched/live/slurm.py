@@ -94,7 +94,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marketsched.live.executor import read_exit_code
+from marketsched.live.executor import WakePipe, read_exit_code
 
 PRIORITY_SCALE = 1000.0
 MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
@@ -205,9 +205,7 @@ class SlurmExecutor:
         self._suspend: set[int] = set()
         self._resume: dict[int, float] = {}  # key -> earliest monotonic time for the resume
         self._last_poll = 0.0
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._waker = WakePipe()
         self.cpus = self.partition_cpus()
         if slots is not None and slots > self.cpus:
             raise ValueError(f"the market has {slots} slots but Slurm partition "
@@ -530,10 +528,7 @@ class SlurmExecutor:
 
     # ------------------------------------------------------------------ exits
     def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass
+        self._waker.wake()
 
     def wait(self, timeout: float | None) -> None:
         """Block until the next poll is due, :meth:`wake` is called, or ``timeout``."""
@@ -543,13 +538,9 @@ class SlurmExecutor:
             t = min(t, self.poll)
         if self._ready:
             t = 0.0
-        r, _, _ = select.select([self._wake_r], [], [], t)
+        r, _, _ = select.select([self._waker.r], [], [], t)
         if r:
-            try:
-                while os.read(self._wake_r, 4096):
-                    pass
-            except BlockingIOError:
-                pass
+            self._waker.drain()
 
     def exits(self) -> list[tuple[int, int | None]]:
         """Jobs that ended since the last call: ``(key, exit_code)``; :meth:`outcome` says how.
@@ -644,8 +635,7 @@ class SlurmExecutor:
                 if not job.gated:
                     self._gate.add(k)
             self.flush()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._waker.close()
 
 
 def _gone(msg: str) -> bool:

@@ -88,14 +88,17 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------- enforcement
+def _mounts() -> list[list[str]]:
+    """Fields of each line of /proc/mounts (device, path, type, options, ...); [] if unreadable."""
+    try:
+        return [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return []
+
+
 def find_cgroup2_cpu() -> Path | None:
     """A writable cgroup2 mount offering the cpu controller, or None."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        parts = line.split()
+    for parts in _mounts():
         if len(parts) >= 3 and parts[2] == "cgroup2":
             root = Path(parts[1])
             try:
@@ -108,12 +111,7 @@ def find_cgroup2_cpu() -> Path | None:
 
 def find_cgroup1_cpu() -> Path | None:
     """The writable cgroup v1 hierarchy holding the cpu controller, or None."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        parts = line.split()
+    for parts in _mounts():
         if len(parts) >= 4 and parts[2] == "cgroup" and "cpu" in parts[3].split(","):
             root = Path(parts[1])
             if (root / "cpu.shares").exists() and os.access(root, os.W_OK):

@@ -88,6 +88,8 @@ from bisect import bisect_right
 
 import numpy as np
 
+from marketsched.engine.state import require_serial
+
 INF = math.inf
 
 
@@ -217,12 +219,7 @@ class DLGM:
         n_jobs = sim.n_jobs
         if self.bid_array.shape[0] != n_jobs:
             raise ValueError(f"{self.name}: {self.bid_array.shape[0]} bids for {n_jobs} jobs")
-        if any(p != 1 for p in sim.procs):
-            j = next(i for i, p in enumerate(sim.procs) if p != 1)
-            raise ValueError(
-                f"{self.name} schedules serial jobs; job row {j} needs {sim.procs[j]} processors "
-                "(split parallel jobs first: marketsched.workloads.transforms.split_parallel)"
-            )
+        require_serial(self.name, sim.procs)
         actual = np.asarray(sim.remaining, dtype=np.float64)
         if not np.array_equal(actual, self.runtime_array):
             i = int(np.argmax(actual != self.runtime_array))

@@ -45,6 +45,7 @@ import math
 
 import numpy as np
 
+from marketsched.engine.state import require_serial
 from marketsched.mechanisms.online.pricing import make_pricing
 
 RULES = ("hb", "nphb", "wspt", "wsept")
@@ -105,13 +106,7 @@ class PriorityScheduler:
     def bind(self, sim) -> None:
         if len(self.bid) != sim.n_jobs:
             raise ValueError(f"{self.name}: {len(self.bid)} bids for {sim.n_jobs} jobs")
-        if any(p != 1 for p in sim.procs):
-            j = next(i for i, p in enumerate(sim.procs) if p != 1)
-            raise ValueError(
-                f"{self.name} schedules serial jobs; job row {j} needs {sim.procs[j]} processors "
-                "(split parallel jobs first: --split on the command line, "
-                "marketsched.workloads.split_parallel in Python)"
-            )
+        require_serial(self.name, sim.procs)
         self.sim = sim
         self.waiting: list[tuple] = []  # heap of (-key, row)
         self.running_heap: list[tuple] = []  # heap of (key, -row): top = worst running (HB only)

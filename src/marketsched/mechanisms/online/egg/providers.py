@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from marketsched.engine.state import require_serial
 from marketsched.mechanisms.online.egg.bids import BidBatch
 from marketsched.mechanisms.online.egg.market import Market
 from marketsched.mechanisms.online.egg.price_table import AdmissibilityError
@@ -222,10 +223,7 @@ class EggPolicy:
             raise ValueError(f"{self.name}: {len(self.bids)} bids for {n} jobs")
         if not np.array_equal(self.bids.arrival, np.asarray(sim.submit)):
             raise ValueError(f"{self.name}: bid arrivals must equal the workload's submit times")
-        if any(p != 1 for p in sim.procs):
-            j = next(i for i, p in enumerate(sim.procs) if p != 1)
-            raise ValueError(f"{self.name} schedules serial jobs; job row {j} needs {sim.procs[j]} processors "
-                             "(split parallel jobs first: marketsched.workloads.split_parallel)")
+        require_serial(self.name, sim.procs)
         total = sum(a.capacity for a in self.agents)
         if total > sim.capacity:
             raise ValueError(f"{self.name}: providers hold {total} processors, the machine has {sim.capacity}")
