@@ -321,7 +321,7 @@ def _claims(inf, summary, fin, fsum, greedy_cap, finite_cap) -> list[dict]:
         f"SO {_fmt_range(summary.so_uni)}; SO envy {_fmt_range(summary.so_envy)}",
         bool((summary.wp_uni >= summary.ne_uni - 0.02).all() and summary.so_uni.iloc[-1] < 0.1))
     small, large = inf[inf.m < 60], inf[inf.m >= 60]
-    add("Sec. 5.1 (Fig. 3a,b)", f"greedy does not converge within 500 iterations for m < 60, converges above",
+    add("Sec. 5.1 (Fig. 3a,b)", "greedy does not converge within 500 iterations for m < 60, converges above",
         f"converged: {small.gr_converged.mean():.0%} of runs with m < 60, {large.gr_converged.mean():.0%} with "
         f"m >= 60 (cap {greedy_cap})", bool(small.gr_converged.mean() < 0.5 and large.gr_converged.mean() > 0.5))
     add("Sec. 1, 5.1", "greedy stabilises within 100 iterations (25-90)",
