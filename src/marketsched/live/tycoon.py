@@ -25,11 +25,13 @@ is enforced by the kernel's proportional-share scheduler, through the first of t
 3. **Stride scheduling** in user space (fallback where no cgroup is writable: a container
    without cgroup delegation, a non-root user): per host, every ``quantum`` seconds the job
    with the smallest pass runs (SIGCONT) and the others stop (SIGSTOP); a job's pass grows by
-   1 / x_ij per quantum it runs, a job that starts bidding again joins at the smallest pass
-   of the others, and when an active job's bid changes its distance to that pass is scaled by
-   old / new bid (Waldspurger and Weihl's stride scheduling with dynamic tickets, which Tycoon's proportional share
-   reduces to). Shares are then shares of *wall time* on the host's CPU, not
-   of CPU time when other programs compete for that CPU.
+   1 / x_ij per quantum it runs, and its distance to the smallest pass of the active jobs is
+   scaled by old / new bid when its bid changes, also across a time out of the market (bid 0):
+   a job that starts bidding again joins at the smallest pass plus the distance it had when it
+   left, so scaled (Waldspurger and Weihl's stride scheduling with dynamic tickets and dynamic
+   client participation, which Tycoon's proportional share reduces to). Shares are then
+   shares of *wall time* on the host's CPU, not of CPU time when other programs compete for
+   that CPU.
 
 A user whose bid on a host is 0 gets no share there: its job is stopped (SIGSTOP) until it bids
 again (a CFS weight cannot be 0).
@@ -75,6 +77,7 @@ import subprocess
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,6 +152,29 @@ def proc_cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+@contextmanager
+def _interrupts_held():
+    """SIGINT and SIGTERM wait until the block has ended (then they are raised again, to the
+    handlers in place before it): a Ctrl-C or kill arriving between starting a job's process and
+    recording it would otherwise leave that process (and its cgroup) behind. Only in the main
+    thread (where Python runs signal handlers) and when both handlers were set from Python."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = {s: signal.getsignal(s) for s in sigs}
+    if threading.current_thread() is not threading.main_thread() or None in old.values():
+        yield
+        return
+    held: list[int] = []
+    for s in sigs:
+        signal.signal(s, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for s in sigs:
+            signal.signal(s, old[s])
+        for s in held:
+            signal.raise_signal(s)
+
+
 @dataclass
 class TycoonJob:
     user: int
@@ -158,6 +184,7 @@ class TycoonJob:
     cgroup: Path | None = None
     stopped: bool = False
     pass_: float = 0.0
+    quanta: int = 0  # quanta the stride scheduler gave it
     extra: dict = field(default_factory=dict)
 
 
@@ -203,15 +230,27 @@ class TycoonMarket:
         self._lock = threading.RLock()  # bids, history, enforcement (apply, stride threads)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # stride scheduler, per host: the job running, each active job's bid at the last
+        # quantum, each inactive job's (distance to the smallest pass, bid) when it left
+        self._stride_current: list[TycoonJob | None] = [None] * n
+        self._stride_last: list[dict[int, float]] = [{} for _ in range(n)]
+        self._stride_away: list[dict[int, tuple[float, float]]] = [{} for _ in range(n)]
         self.last_error: str | None = None  # the last exception of the agents thread, if any
 
     # ------------------------------------------------------------------ processes and cgroups
     def start(self, commands=None) -> TycoonMarket:
         """Start one job per (user, host): ``commands[i][j]`` (shell) or a CPU-bound loop; apply
         the initial bids; start the stride threads (if that is the enforcement) and the agents
-        thread, which calls :meth:`resplit` every ``interval`` seconds until :meth:`stop`."""
+        thread, which calls :meth:`resplit` every ``interval`` seconds until :meth:`stop`.
+        A Ctrl-C or SIGTERM arriving meanwhile takes effect when every job is recorded (so
+        :meth:`stop` finds them all)."""
         if self.jobs or self._stop.is_set():
             raise RuntimeError("a TycoonMarket starts once")
+        with _interrupts_held():
+            self._start(commands)
+        return self
+
+    def _start(self, commands) -> None:
         try:
             if self.enforcement != "stride":
                 base = find_cgroup2_cpu() if self.enforcement == "cgroup2" else find_cgroup1_cpu()
@@ -250,7 +289,6 @@ class TycoonMarket:
             t = threading.Thread(target=target, args=args, daemon=True, name=tname)
             t.start()
             self._threads.append(t)
-        return self
 
     def apply(self) -> None:
         """Make the current bids the hosts' shares (cgroup weights, or the stride scheduler's
@@ -284,33 +322,52 @@ class TycoonMarket:
             pass
 
     def _stride(self, j: int) -> None:
-        """User-space stride scheduling on host j (fallback enforcement): every quantum the job
-        with the smallest pass runs and its pass grows by 1 / bid. A job that starts bidding
-        again joins at the smallest pass of the others (Waldspurger and Weihl's global pass), so
-        it gets no burst for the time it was out; when an active job's bid changes from b to b',
-        its distance to that pass is scaled by b / b' (their dynamic ticket change), so a job
-        that once bid almost nothing is not starved after it bids again."""
-        current, last = None, {}  # last: bid of each active job at the previous quantum
+        """The stride thread of host j (fallback enforcement): :meth:`stride_quantum` every quantum."""
         while not self._stop.is_set():
-            with self._lock:
-                cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]
-                floor = min((self.jobs[(i, j)].pass_ for i in cands if i in last), default=0.0)
-                for i in cands:
-                    jb, bid = self.jobs[(i, j)], self.bids[i, j]
-                    if i not in last:
-                        jb.pass_ = max(jb.pass_, floor)
-                    elif last[i] != bid:
-                        jb.pass_ = floor + (jb.pass_ - floor) * last[i] / bid
-                last = {i: self.bids[i, j] for i in cands}
-                job = min((self.jobs[(i, j)] for i in cands), key=lambda jb: (jb.pass_, jb.user), default=None)
-                if current is not None and current is not job:
-                    self._signal(current, signal.SIGSTOP)
-                if job is not None:
-                    if job.stopped:
-                        self._signal(job, signal.SIGCONT)
-                    job.pass_ += 1.0 / self.bids[job.user, j]
-                current = job
+            self.stride_quantum(j)
             self._stop.wait(self.quantum)
+
+    def stride_quantum(self, j: int) -> TycoonJob | None:
+        """One quantum of user-space stride scheduling on host j: the job with the smallest pass
+        (ties: the lower user) runs (SIGCONT, the one that ran before is stopped) and its pass
+        grows by 1 / bid; returns it (None when nobody bids on j).
+
+        Bid changes (Waldspurger and Weihl's dynamic tickets): when a job's bid changes from b to
+        b', its distance to the smallest pass of the active jobs is scaled by b / b', so a job
+        that once bid almost nothing is not starved after it bids more. A job that stops bidding
+        (bid 0) keeps that distance and its bid; when it bids again it joins at the smallest pass
+        plus the distance, scaled in the same way (their dynamic client participation), so it
+        gets no burst for the time it was out and no penalty either. Each job's pass thus stays
+        within one stride (1 / bid) above the smallest pass, so over any N quanta with fixed bids
+        a job whose share is r (its bid over the sum of the k active bids) runs r N quanta, give
+        or take 1 + k r."""
+        with self._lock:
+            last, away = self._stride_last[j], self._stride_away[j]
+            cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]
+            # distances are to the smallest pass of the jobs active at the last quantum (0 if none)
+            floor = min((self.jobs[(i, j)].pass_ for i in last), default=0.0)
+            for i in list(last):
+                if i not in cands:  # left: keep its distance to the smallest pass, and its bid
+                    away[i] = (self.jobs[(i, j)].pass_ - floor, last[i])
+            for i in cands:
+                jb, bid = self.jobs[(i, j)], self.bids[i, j]
+                if i not in last:
+                    dist, old = away.pop(i, (0.0, bid))
+                    jb.pass_ = floor + max(dist, 0.0) * old / bid
+                elif last[i] != bid:
+                    jb.pass_ = floor + (jb.pass_ - floor) * last[i] / bid
+            self._stride_last[j] = {i: self.bids[i, j] for i in cands}
+            job = min((self.jobs[(i, j)] for i in cands), key=lambda jb: (jb.pass_, jb.user), default=None)
+            current = self._stride_current[j]
+            if current is not None and current is not job:
+                self._signal(current, signal.SIGSTOP)
+            if job is not None:
+                if job.stopped:
+                    self._signal(job, signal.SIGCONT)
+                job.pass_ += 1.0 / self.bids[job.user, j]
+                job.quanta += 1
+            self._stride_current[j] = job
+            return job
 
     # ------------------------------------------------------------------ agents
     def resplit(self) -> np.ndarray:
