@@ -1,7 +1,13 @@
 """The day-ahead reservation auction as a service (seed 002 ch. 5 and 7): a day of sealed bids
 cleared at the clearing time, Clarke prices equal to the library's, losers pay nothing, money
 in escrow returns, a winner's command runs inside its reservation (held slots on the local
-executor; Slurm reservations in tests/test_dayahead_slurm.py); placebid and showres commands."""
+executor; Slurm reservations in tests/test_dayahead_slurm.py); placebid and showres commands.
+
+Market time is a FakeClock the tests move, and they run the service's tick themselves: when a
+round clears and when a reservation's command starts or is stopped is checked against that
+clock, never against the wall clock of a possibly busy machine (the commands themselves are
+real processes; waiting for one to end has only a hang guard).
+"""
 
 import json
 
@@ -11,6 +17,7 @@ from click.testing import CliRunner
 
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig, MarketError
+from marketsched.live.clock import FakeClock
 from marketsched.live.cli import market as market_cli
 from marketsched.live.dayahead import ESCROW, DayAhead, DayAheadConfig, config_from_clock, daily_config
 from marketsched.live.ledger import MICRO
@@ -19,15 +26,15 @@ from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
 
 from live_helpers import wait_for
 
-
+HANG = 300.0  # a guard against a hang, not a timing claim
 
 
 @pytest.fixture
 def broker(tmp_path):
     made = []
 
-    def make(**cfg):
-        b = Broker(tmp_path / "market", MarketConfig(slots=1, charge_interval=0.2, **cfg)).start()
+    def make(clock=None, **cfg):
+        b = Broker(tmp_path / "market", MarketConfig(slots=1, charge_interval=0.2, **cfg), clock=clock).start()
         b.ensure_admin()
         made.append(b)
         return b
@@ -47,29 +54,43 @@ def random_day(rng, m, horizon, g):
     return length.astype(float), deadline, value
 
 
+def tick_until(da, bid_id, state):
+    """Run the service's tick (market clock standing still) until bid ``bid_id``'s job is in
+    ``state``: a real command is running meanwhile."""
+    def ticked():
+        da.tick()
+        return da.bid(bid_id)["job_state"] == state
+    assert wait_for(ticked, HANG), da.bid(bid_id)
+
+
 def test_a_day_of_bids_cleared_with_the_librarys_clarke_prices(broker, tmp_path):
-    b = broker()
+    clock = FakeClock(100.0)
+    b = broker(clock)
     g, horizon = 1.0, 14.0
     cfg = config_from_clock(b._t, clear_in=2.5, lead=0.5, horizon=horizon, granularity=g, repeat=0, capacity=1)
     da = DayAhead(b, cfg)
-    b.dayahead = da
-    da.start(0.05)
+    b.dayahead = da  # not started: the test runs the service's tick itself
     rng = np.random.default_rng(7)
     m = 8
     length, deadline, value = random_day(rng, m, horizon, g)
     # bid 0 is sure to win early: short, early deadline, the highest value; it runs a command
+    # that ends by itself; bid 1 (a winner) runs one that outlasts its reservation; bid 7 (a
+    # winner) has a command but the market's clock passes its whole reservation between ticks
     length[0], deadline[0], value[0] = 2.0, 2.0, 500.0
-    stamp = tmp_path / "stamp"
-    cmd = f"date +%s.%N > {stamp}.0; sleep 1; date +%s.%N > {stamp}.1"
+    commands = {0: "echo $MARKETSCHED_DAYAHEAD_BID > ran", 1: "sleep 600", 7: "touch ran"}
     ids = []
     for i in range(m):
         b.add_user(True, f"u{i}", 1000)
-        x = da.place_bid(f"u{i}", length[i], deadline[i], value[i], command=cmd if i == 0 else None)
+        x = da.place_bid(f"u{i}", length[i], deadline[i], value[i], command=commands.get(i))
         assert x["state"] == "sealed" and x["round"] == 0
         assert b.balance[f"u{i}"] == (1000 - value[i]) * MICRO  # the maximum price is in escrow
         ids.append(x["id"])
     assert b.store.balances()[ESCROW] == round(value.sum() * MICRO)
-    assert wait_for(lambda: da.bids()[0]["state"] != "sealed", 10)
+    clock.set(cfg.clear_at - 1e-6)
+    da.tick()
+    assert all(x["state"] == "sealed" for x in da.bids())  # not before the clearing time
+    clock.set(cfg.clear_at)
+    da.tick()
     out = DPGVA(g, horizon).clear(length, deadline, value)  # the library on the same bids
     bids = da.bids()
     _, period_start = da.round_times(0)
@@ -87,6 +108,7 @@ def test_a_day_of_bids_cleared_with_the_librarys_clarke_prices(broker, tmp_path)
         else:
             assert x["price"] == 0 and bal == 1000  # losers pay nothing, to the micro-unit
     assert out.start[0] == 0 and (out.start < 0).any()  # the day has winners and losers
+    assert out.start[1] >= 0 and out.start[7] > out.start[1]  # the other two commands' bids won
     books = b.store.check_books()
     assert b.store.balances()[ESCROW] == 0
     assert books["revenue"] == sum(round(x["price"] * MICRO) for x in bids)
@@ -94,18 +116,43 @@ def test_a_day_of_bids_cleared_with_the_librarys_clarke_prices(broker, tmp_path)
     # reservations never overlap (DPGVA: every job uses the whole machine)
     won = sorted((x["start_t"], x["end_t"]) for x in bids if x["state"] == "won")
     assert all(e <= s2 + 1e-9 for (_, e), (s2, _) in zip(won, won[1:]))
-    # the winner's command ran inside its reservation (held slot of the local executor)
-    assert wait_for(lambda: da.bid(ids[0])["job_state"] == "completed", 15), da.bid(ids[0])
+    # the winners' commands run inside their reservations (held slots of the local executor)
+    x0, x1, x7 = (da.bid(ids[i]) for i in (0, 1, 7))
+    clock.set(x0["start_t"] - 1e-6)
+    da.tick()
+    assert [da.bid(ids[i])["job_state"] for i in (0, 1, 7)] == ["scheduled"] * 3  # not before its start
+    assert ids[0] not in da.local.procs
+    clock.set(x0["start_t"])
+    da.tick()
+    assert da.bid(ids[0])["job_state"] == "running" and ids[0] in da.local.procs
+    tick_until(da, ids[0], "completed")  # ended by itself, market time still inside its slot
     x = da.bid(ids[0])
-    t0, t1 = (float((tmp_path / f"stamp.{k}").read_text()) for k in (0, 1))
-    assert b.epoch + x["start_t"] - 0.05 <= t0 and t1 <= b.epoch + x["end_t"] + 0.3
-    assert x["exit_code"] == 0
+    assert x["exit_code"] == 0 and "reservation" not in x["note"]
+    assert (da.local.workdir(ids[0]) / "ran").read_text().split() == [str(ids[0])]
+    clock.set(x1["start_t"])
+    da.tick()
+    p1 = da.local.procs[ids[1]]
+    assert da.bid(ids[1])["job_state"] == "running"
+    clock.set(x1["end_t"] - 1e-6)
+    da.tick()
+    assert da.bid(ids[1])["job_state"] == "running"  # still its slot
+    clock.set(x1["end_t"])
+    da.tick()  # its slot is over: the service kills it
+    x = da.bid(ids[1])
+    assert x["job_state"] == "killed" and "reservation ended" in x["note"]
+    assert ids[1] not in da.local.procs and p1.popen.poll() is not None
+    clock.set(x7["end_t"])  # bid 7's whole reservation passed between two ticks: never started
+    da.tick()
+    x = da.bid(ids[7])
+    assert x["job_state"] == "failed" and "reservation passed unused" in x["note"]
+    assert not (da.local.workdir(ids[7]) / "ran").exists()
     with pytest.raises(MarketError, match="closed"):
         da.place_bid("u1", 1, 2, 1)
 
 
 def test_relaxed_auction_charges_library_prices_clipped_to_individual_rationality(broker):
-    b = broker()
+    clock = FakeClock()
+    b = broker(clock)
     g, horizon, cap = 1.0, 10.0, 4
     cfg = config_from_clock(b._t, clear_in=1.5, lead=0.5, horizon=horizon, granularity=g, repeat=0,
                             mechanism="relaxed", capacity=cap, depth=20, seed=3)
@@ -120,8 +167,8 @@ def test_relaxed_auction_charges_library_prices_clipped_to_individual_rationalit
         da.place_bid(f"u{i}", length[i], deadline[i], value[i], nodes=int(nodes[i]))
     with pytest.raises(MarketError, match="nodes 5 is more"):
         da.place_bid("u0", 1, 2, 1, nodes=5)
-    da.start(0.05)
-    assert wait_for(lambda: da.bids()[0]["state"] != "sealed", 10)
+    clock.set(cfg.clear_at)
+    da.tick()
     out = RelaxedDPGVA(cap, 20, g, horizon).clear(length, deadline, value, nodes, rng=np.random.default_rng([3, 0]))
     for i, x in enumerate(da.bids()):
         assert (x["state"] == "won") == (out.start[i] >= 0)
@@ -165,7 +212,8 @@ def test_bad_bids_change_nothing_and_escrow_needs_money(broker):
 
 
 def test_placebid_and_showres_commands(broker, tmp_path):
-    b = broker()
+    clock = FakeClock()
+    b = broker(clock)
     da = DayAhead(b, config_from_clock(b._t, clear_in=1.0, lead=0.5, horizon=20, granularity=1, repeat=0))
     b.dayahead = da
     server = MarketServer(b, "127.0.0.1", 0)
@@ -180,8 +228,9 @@ def test_placebid_and_showres_commands(broker, tmp_path):
         assert "sealed for round 0" in r.output
         r = runner.invoke(market_cli, ["placebid", "--length", "3", "--deadline", "10", "--value", "90"], env=env)
         assert r.exit_code == 1 and "balance too low" in r.output
-        da.start(0.05)
-        assert wait_for(lambda: da.bids()[0]["state"] == "won", 10)
+        da.start(0.05)  # the service's own thread, as `market serve --dayahead` runs it
+        clock.set(da.config.clear_at)
+        assert wait_for(lambda: da.bids()[0]["state"] == "won", HANG)
         r = runner.invoke(market_cli, ["showres"], env=env)
         assert r.exit_code == 0 and "won" in r.output and "local:ms-local-da1" in r.output, r.output
         r = runner.invoke(market_cli, ["showres", "--json"], env=env)
