@@ -1,7 +1,14 @@
 """The day-ahead auction on Slurm: a day of bids cleared into Slurm reservations (scontrol create
 reservation) at the library's Clarke prices, losers pay nothing, and a winner's job runs inside
 its reservation (Slurm starts it there, sacct records it). Runs when Slurm answers; with
-MARKETSCHED_SLURM=1 a missing cluster fails."""
+MARKETSCHED_SLURM=1 a missing cluster fails.
+
+Slurm's reservations are in wall time, so these tests run on the wall clock; what they check
+about times is ordered by causality (Slurm does not start a job before its reservation, rounded
+down to its whole seconds; the market does not cancel a job before its slot ends on the market's
+clock), not by how fast a possibly busy machine answers. The end of a slot is reached by moving
+the market's clock ahead (a wall clock plus a shift), not by waiting a minute.
+"""
 
 import time
 
@@ -15,6 +22,25 @@ from marketsched.live.slurm import parse_scontrol, run
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 
 from live_helpers import wait_for
+
+HANG = 300.0  # a guard against a hang, not a timing claim
+
+
+class ShiftedClock:
+    """Market time: wall-clock seconds since ``epoch`` plus ``shift``, which a test increases to
+    move the market ahead of the wall clock (Slurm's reservations stay where they are)."""
+
+    def __init__(self):
+        self.epoch = time.time()
+        self.shift = 0.0
+
+    def __call__(self) -> float:
+        return time.time() - self.epoch + self.shift
+
+
+def cleared(da):
+    """Round 0 has been cleared (showres reads under the broker's lock: never half a round)."""
+    return da.showres("admin", True)["rounds"][0]["cleared_t"] is not None
 
 
 def reservations():
@@ -42,7 +68,7 @@ def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(clu
             b.add_user(True, f"u{i}", 100)
             da.place_bid(f"u{i}", length[i], deadline[i], value[i], command=cmd if i == 0 else None)
         da.start(0.1)
-        assert wait_for(lambda: da.bids()[0]["state"] != "sealed", 15)
+        assert wait_for(lambda: cleared(da), HANG), da.last_error
         out = DPGVA(g, horizon).clear(length, deadline, value)
         bids = da.bids()
         res = reservations()
@@ -65,7 +91,8 @@ def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(clu
         sid = int(x["job_ref"].split(":")[1])
         info = parse_scontrol(run(["scontrol", "-o", "show", "job", str(sid)]))
         assert info["Reservation"] == x["reservation"]
-        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "completed", 40), (
+        # (the slot is a minute of wall time: Slurm must start the 1 s job within it)
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "completed", HANG), (
             da.bid(x["id"]), da.last_error, run(["scontrol", "-o", "show", "job", str(sid)]),
             run(["scontrol", "-o", "show", "reservation"]), time.time())
         t0, t1 = (float((tmp_path / f"stamp.{k}").read_text()) for k in (0, 1))
@@ -82,8 +109,12 @@ def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(clu
 def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(cluster, tmp_path):
     # one bid, one 60 s slot, a command that would run 10 minutes: the reservation is created
     # with OVERLAP, so Slurm starts the job even when its pass comes late (its whole-minute time
-    # limit then reaches past the slot), and the service cancels it when the slot ends
-    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5)).start()
+    # limit then reaches past the slot), and the service cancels it when the slot ends on the
+    # market's clock (moved there by the test once the job runs)
+    clock = ShiftedClock()
+    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5), clock=clock)
+    clock.epoch = b.epoch  # market time is wall time since the market's epoch (plus the shift)
+    b.start()
     b.ensure_admin()
     cfg = config_from_clock(b._t, clear_in=1.0, lead=2.0, horizon=120.0, granularity=60.0, repeat=0, capacity=1)
     da = DayAhead(b, cfg)
@@ -96,19 +127,27 @@ def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(
         b.add_user(True, "v", 100)
         da.place_bid("v", 60.0, 120.0, 10.0)
         da.start(0.1)
-        assert wait_for(lambda: da.bids()[0]["state"] != "sealed", 15)
+        assert wait_for(lambda: cleared(da), HANG), da.last_error
         x, y = da.bids()
         assert x["state"] == y["state"] == "won" and x["end_t"] == y["start_t"]
         assert "OVERLAP" in reservations()[x["reservation"]]["Flags"]
-        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "killed", 90), (
-            da.bid(x["id"]), da.last_error, run(["scontrol", "-o", "show", "job", x["job_ref"][6:]]))
-        t0 = float((tmp_path / "stamp.0").read_text())
-        assert b.epoch + x["start_t"] - 1.0 <= t0 < b.epoch + x["end_t"]
-        assert not (tmp_path / "stamp.1").exists()
-        assert "reservation ended" in da.bid(x["id"])["note"]
         sid = int(x["job_ref"][6:])
-        assert wait_for(lambda: (b.executor.accounting(slurm_id=sid) or {}).get("state") == "CANCELLED", 10)
-        assert b.executor.accounting(slurm_id=sid)["end"] <= b.epoch + x["end_t"] + 2
+        # (the slot is a minute of wall time: Slurm must start the job within it)
+        assert wait_for(lambda: (tmp_path / "stamp.0").exists() and da.bid(x["id"])["job_state"] == "running",
+                        HANG), (da.bid(x["id"]), da.last_error, run(["scontrol", "-o", "show", "job", str(sid)]))
+        t0 = float((tmp_path / "stamp.0").read_text())
+        assert b.epoch + x["start_t"] - 1.0 <= t0  # not before its reservation (Slurm: whole seconds)
+        with b.lock:
+            assert b._now() < x["end_t"] and da.bid(x["id"])["job_state"] == "running"  # inside its slot
+            jump_wall = time.time()
+            clock.shift += x["end_t"] - b._now()  # the market's clock reaches the end of the slot
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "killed", HANG), (
+            da.bid(x["id"]), da.last_error, run(["scontrol", "-o", "show", "job", str(sid)]))
+        assert "reservation ended" in da.bid(x["id"])["note"]
+        assert wait_for(lambda: (b.executor.accounting(slurm_id=sid) or {}).get("state") == "CANCELLED", HANG)
+        # Slurm recorded the end after the market's slot ended (whole seconds), not before
+        assert int(jump_wall) <= b.executor.accounting(slurm_id=sid)["end"] <= time.time()
+        assert not (tmp_path / "stamp.1").exists()
     finally:
         da.stop(cancel=True)
         b.stop(kill_jobs=True)

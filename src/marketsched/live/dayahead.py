@@ -265,9 +265,12 @@ class DayAhead:
                              (r, ca, ps, self.config.mechanism))
 
     # ------------------------------------------------------------------ views (showres)
+    # Views read under the broker's lock: a clearing updates a round's bids one by one inside one
+    # transaction on the shared connection, holding the lock, so a view never shows half a round.
     def bid(self, bid_id: int) -> dict:
-        rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
-        return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
+        with self.broker.lock:
+            rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
+            return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
 
     def bids(self, user: str | None = None, round_: int | None = None) -> list[dict]:
         sql = f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids"
@@ -280,7 +283,8 @@ class DayAhead:
             params.append(round_)
         if cond:
             sql += " WHERE " + " AND ".join(cond)
-        return [self._view(dict(zip(BID_COLUMNS, r))) for r in self.store._rows(sql + " ORDER BY id", params)]
+        with self.broker.lock:
+            return [self._view(dict(zip(BID_COLUMNS, r))) for r in self.store._rows(sql + " ORDER BY id", params)]
 
     def _view(self, row: dict) -> dict:
         row["price"] = row["price"] / MICRO
