@@ -51,7 +51,7 @@ def browser(tmp_path):
     driver.quit()
 
 
-def wait(driver, pred, timeout=15.0):
+def wait(driver, pred, timeout=60.0):  # a guard against a hang, not a timing claim
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -75,7 +75,8 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         broker.add_user(True, "bob", 100)
         low = broker.submit("alice", False, 2.0, work(30))["id"]
         time.sleep(0.3)
-        high = broker.submit("bob", False, 5.0, work(2.0))["id"]
+        release = tmp_path / "release-high"  # bob's job runs until the test has seen the page with it
+        high = broker.submit("bob", False, 5.0, f"while [ ! -e {release} ]; do sleep 0.05; done")["id"]
         browser.get(f"{srv.url}/#token={admin_token}")
 
         def text(el_id):
@@ -93,7 +94,8 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         assert browser.save_screenshot(str(out / "live_market_preemption.png"))
         refreshes = int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes"))
         # bob's job completes: without a reload, the page shows it ended and alice's job running again
-        assert wait(browser, lambda d: f"{high} bob completed 0" in text("recent"), 20)
+        release.touch()
+        assert wait(browser, lambda d: f"{high} bob completed 0" in text("recent"))
         assert wait(browser, lambda d: f"\n{low} alice 2.00" in "\n" + text("running"))
         assert text("price") == "1.000"  # nothing queued: the reservation price
         assert int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes")) > refreshes

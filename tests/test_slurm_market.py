@@ -248,10 +248,14 @@ def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
     log = open(tmp_path / "broker.log", "ab")
     procs = []
 
+    release = tmp_path / "release"
+
     def cmd(seconds):
+        # runs at least ``seconds`` and until the test releases it (after the restart): the jobs
+        # running at the crash are still running when the new broker re-attaches them
         n = round(seconds / STEP)
-        return (f'echo "start $MARKETSCHED_JOB_ID" >> {runs}; i=0; while [ $i -lt {n} ]; do sleep {STEP}; '
-                f'i=$((i+1)); done; echo "end $MARKETSCHED_JOB_ID" >> {runs}')
+        return (f'echo "start $MARKETSCHED_JOB_ID" >> {runs}; i=0; while [ $i -lt {n} ] || [ ! -e {release} ]; '
+                f'do sleep {STEP}; i=$((i+1)); done; echo "end $MARKETSCHED_JOB_ID" >> {runs}')
 
     try:
         procs.append(start_broker(data, port, log, slots))
@@ -265,7 +269,8 @@ def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
         procs[0].wait()
         time.sleep(1.0)
         procs.append(start_broker(data, port, log, slots))
-        assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 120), \
+        release.touch()
+        assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 300), \
             admin.get("/api/jobs")
         jobs = admin.get("/api/jobs")
         assert sorted(j["id"] for j in jobs) == sorted(ids)  # nothing accepted is lost
