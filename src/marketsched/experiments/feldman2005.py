@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.games.dynamics import run_dynamics
 from marketsched.mechanisms.games.fixed_budget import correlated_game, shares_of, uniform_game, weight_proportional_bids
@@ -103,7 +104,7 @@ def _run_all(tasks: list[tuple], workers: int) -> list[dict]:
                 rows.append(fn(*args))
                 bar.advance(job)
         else:
-            with ProcessPoolExecutor(workers) as pool:
+            with process_pool(workers) as pool:
                 futures = [pool.submit(fn, *args) for fn, args in tasks]
                 for fut in as_completed(futures):
                     rows.append(fut.result())

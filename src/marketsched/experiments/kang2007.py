@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from marketsched.engine.simulator import Simulator
+from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.egg import (AdmissibilityError, Bid, BidBatch, EstimatorStore,
                                                GroupedLinearEstimator, LinearEstimator, Market, PriceBook,
@@ -589,7 +589,7 @@ def part_audits(rep: Report, quick: bool, trace: dict) -> pd.DataFrame:
     workers = max(1, min(2, os.cpu_count() or 1))
     with _progress() as bar:
         task = bar.add_task("D. realistic audit (re-simulations)", total=len(tasks))
-        with ProcessPoolExecutor(workers) as ex:
+        with process_pool(workers) as ex:
             for r in ex.map(_rerun, tasks):
                 res.append(r)
                 bar.advance(task)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -47,6 +46,7 @@ import pandas as pd
 from marketsched.analysis.metrics import summarize
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
+from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.ees import TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import (
@@ -188,7 +188,7 @@ def simulate_all(quick: bool, seeds: list[int], n_draws: int, workers: int) -> l
                 results.append(run_cell(c))
                 bar.advance(task)
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with process_pool(workers) as pool:
                 for res in pool.map(run_cell, cells):
                     results.append(res)
                     bar.advance(task)

@@ -17,8 +17,9 @@ Steps of :func:`run_grid`:
    worker process caches built workloads across batches), draws the true values
    (``true_values(w, model, seed)``) and the bidders' draws (``draw_shading(w, seed)``) once:
    **common random numbers** across every cell of the batch and across batches;
-3. run the batches on local processes (``executor="process"``, the default,
-   ``concurrent.futures.ProcessPoolExecutor``), in this process (``"serial"``) or on Ray
+3. run the batches on local processes (``executor="process"``, the default, a
+   ``concurrent.futures.ProcessPoolExecutor`` started with "spawn":
+   :mod:`marketsched.experiments.processes`), in this process (``"serial"``) or on Ray
    (``"ray"``, imported lazily; Ray is optional: ``pip install ray``);
 4. as each batch finishes, write its rows to a new Parquet part file in the results directory
    (written to a temporary name, then renamed: a crash never leaves half a part) and advance
@@ -543,10 +544,12 @@ def _write_failures(out_dir: Path, failures: list) -> None:
 
 
 def _run_processes(batches, workers, args, on_done):
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
+
+    from marketsched.experiments.processes import process_pool
 
     workers = workers or os.cpu_count() or 1
-    with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
+    with process_pool(min(workers, len(batches))) as pool:
         futures = {pool.submit(evaluate_batch, b, *args): b for b in batches}
         for fut in as_completed(futures):
             try:

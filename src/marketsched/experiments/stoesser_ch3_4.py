@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from marketsched.experiments.processes import process_pool
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import (
     critical_value_pricing, critical_values, greedy_allocation, k_pricing, node_utilities, user_utilities)
@@ -262,7 +263,7 @@ def _run_tasks(tasks, workers: int, label: str):
                 results[i] = fn(*args)
                 prog.advance(bar)
             return results
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             futs = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
             for fut in as_completed(futs):
                 results[futs[fut]] = fut.result()

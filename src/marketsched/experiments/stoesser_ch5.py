@@ -36,13 +36,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
 
 NAME = "stoesser-ch5"
@@ -165,7 +166,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
             results.append(_load(path))
         else:
             todo.append(c)
-    with _progress() as progress, ProcessPoolExecutor(max_workers=workers) as pool:
+    with _progress() as progress, process_pool(workers) as pool:
         task = progress.add_task("DLGM + P-DLGM runs", total=len(cells), completed=len(results))
         futures = {pool.submit(run_cell, *c): c for c in todo}
         for f in as_completed(futures):

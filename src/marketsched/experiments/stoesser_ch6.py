@@ -40,13 +40,14 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+from concurrent.futures import wait, FIRST_COMPLETED
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from marketsched.behaviour.learning import CHOSEN, VALUE_RANGES, ZIC, QLearning, parameter_grid
+from marketsched.experiments.processes import process_manager, process_pool
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online import share as sm
 
@@ -215,12 +216,11 @@ def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity
 
 def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     """Run the batches on local processes with one progress bar per batch."""
-    from multiprocessing import Manager
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     results = []
-    with Manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+    with process_manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                                         TextColumn("rounds x runs"), TimeElapsedColumn()) as bar:
         queue = manager.Queue()
         tasks = {j["id"]: bar.add_task(j["id"], total=None) for j in jobs}
@@ -236,7 +236,7 @@ def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
                 results.append(run_batch(j, queue))
                 drain()
             return results
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with process_pool(workers) as pool:
             pending = {pool.submit(run_batch, j, queue) for j in jobs}
             while pending:
                 done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
