@@ -144,7 +144,7 @@ class PriceBook:
         self.delta = float(delta)
         self.horizon = int(horizon)
         self.now = float(start)
-        self.base = self.slot_of(start)
+        self.base = int(self.slot_of(start))  # absolute slot of column 0
         shape = (self.n_providers, *self.n_buckets, self.horizon)
         if prices is None:
             self.prices = np.full(shape, np.inf)
@@ -189,7 +189,7 @@ class PriceBook:
         if t < self.now:
             raise ValueError(f"PriceBook.roll: time {t} is before the book's clock {self.now}")
         self.now = t
-        new_base = self.slot_of(t)
+        new_base = int(self.slot_of(t))
         shift = new_base - self.base
         if shift <= 0:
             return

@@ -243,7 +243,7 @@ class EggPolicy:
         self.dropped = np.zeros(n, bool)
         self.killed_at_deadline = np.zeros(n, bool)
         self.rejected_updates = 0
-        self.last_slot = None
+        self.last_slot: int | None = None
         self.reliability_log: list[tuple[float, np.ndarray]] = []
         self._job_of_entry: dict[int, int] = {}
         for t, _ in self.probes:
