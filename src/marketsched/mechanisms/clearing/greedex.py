@@ -58,7 +58,7 @@ class Allocation:
     @property
     def allocated(self) -> np.ndarray:
         """Boolean per job: allocated in all its slots."""
-        return (self.assign >= 0).any(axis=1)
+        return np.asarray((self.assign >= 0).any(axis=1))
 
     def job_nodes(self, j: int) -> np.ndarray:
         """Node per slot r_j..e_j for an allocated job."""

@@ -207,7 +207,7 @@ def regrets(game: FixedBudgetGame, bids) -> np.ndarray:
         top_k_sums(w * np.where(x > 0, x / (x + ys), 0.0), game.parallelism)
     if game.finite:
         best = np.array([
-            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.parallelism[i]))[0], ys[i])
+            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.bounds[i]))[0], ys[i])
             for i in range(game.m)])
     else:
         best = response_utility(w, _br_rows(w, ys, game.budgets), ys)

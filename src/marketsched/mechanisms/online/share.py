@@ -868,7 +868,7 @@ class ShareMarketPolicy:
         self.bidsum = np.zeros(len(w))
         self.active: list[int] = []
         self.bidder.reset(self.values[None, :], self.cpus)
-        self._rows = None
+        self._rows: np.ndarray | None = None  # the active jobs' rows while a bidder segment is open
         self.rounds = 0
 
     def step(self, t, arrived, completed) -> None:
@@ -900,6 +900,7 @@ class ShareMarketPolicy:
             self._sx = np.zeros((1, len(self._rows)))
             self._sb = np.zeros((1, len(self._rows)))
         rows = self._rows
+        assert rows is not None, "a segment is open while jobs are active"
         c = self.cpus[rows]
         u = self.rng.random((1, len(rows)))
         bids = self.bidder.bid(u)
