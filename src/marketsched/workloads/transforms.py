@@ -1,7 +1,7 @@
 """From an SWF log to the workload a simulation runs: clean, split, scale, slice.
 
 Every transform is vectorised (NumPy) and never loses a job silently: the ones that drop
-jobs return or record a :class:`DropReport` with the count per reason (no job disappears silently).
+jobs return or record a :class:`DropReport` with the count per reason.
 
 - :func:`to_workload` (clean): SWF columns -> :class:`Workload`, with a :class:`DropReport`.
 - :func:`split_parallel`: a k-processor job becomes k serial jobs (Stößer 2009, Table 5.1).
