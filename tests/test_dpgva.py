@@ -1,4 +1,4 @@
-"""DPGVA (seed 002, chapter 5)."""
+"""DPGVA (Mutz 2008, chapter 5)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for the Tycoon fixed-budget game (seed 004, Feldman, Lai, Zhang 2005)."""
+"""Tests for the Tycoon fixed-budget game (Feldman, Lai & Zhang 2005)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Empirical designer-vs-users games (seed 000, section V): pure Nash equilibria and payoffs."""
+"""Empirical designer-vs-users games (Shudler et al. 2010, section V): pure Nash equilibria and payoffs."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 This is the single place that turns names (a trace, a mechanism, a pricing, a value model)
 into objects, used by the command line, the benchmarks and the experiment runners.
 
-Common random numbers (DESIGN principle 5): a scenario's true values are drawn from
+Common random numbers: a scenario's true values are drawn from
 ``seed`` alone, before the mechanism is chosen, so every mechanism compared under the same
 seed sees the same jobs with the same values.
 """

@@ -1,10 +1,10 @@
-"""Bidding behaviour: truthful bids, bid shading and the Small Risk-aggressive Group (seed 000).
+"""Bidding behaviour: truthful bids, bid shading and the Small Risk-aggressive Group (Shudler et al. 2010).
 
 Source: Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful Bids on User Utilities and
 Stability in Computing Markets", section IV ("Full-Truthfulness", "Untruthful bids", "Small
-Risk-aggressive Group"); seed000 note, section 3 and section 8 items 2, 10 and 11.
+Risk-aggressive Group").
 
-A bidding strategy maps true types to reports (DESIGN principle 3): the mechanism only ever
+A bidding strategy maps true types to reports: the mechanism only ever
 sees the bids returned here, utilities use the true values.
 
 * **FT (full truthfulness):** ``bid_i = w_i``.
@@ -19,7 +19,7 @@ sees the bids returned here, utilities use the true values.
   source of run-to-run noise in the size of the aggressive group, which the game's user payoff
   averages over; the paper's bid distributions are the same either way).
 
-Common random numbers (DESIGN principle 5, note section 8 item 10): every random quantity of a
+Common random numbers: every random quantity of a
 bidder -- membership of the aggressive group and the uniform draw ``U_i`` -- is drawn once per
 (workload, seed) into a :class:`ShadingDraws`, *before* the mechanism and beta are chosen.
 Every cell of an experiment (FT or SRG, any beta, any mechanism or pricing) then maps the same
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: SRG model parameters (seed 000, section IV).
+#: SRG model parameters (Shudler et al. 2010, section IV).
 SRG_P_AGGRESSIVE = 0.1
 SRG_BETA_CONSERVATIVE = 0.1
 SRG_BETA_AGGRESSIVE = 0.9
@@ -94,7 +94,8 @@ class ShadingDraws:
 def _check_beta(beta: float, what: str = "beta") -> float:
     beta = float(beta)
     if not (0.0 <= beta < 1.0):
-        raise ValueError(f"{what} = {beta!r} is outside [0, 1) (seed 000 section IV: bid range [(1-beta)w, w])")
+        raise ValueError(f"{what} = {beta!r} is outside [0, 1) "
+                         "(Shudler et al. 2010, section IV: bid range [(1-beta)w, w])")
     return beta
 
 
@@ -159,7 +160,7 @@ def draw_shading(jobs, seed: int, p_aggressive: float = SRG_P_AGGRESSIVE, split:
 
 
 def truthful(true_value) -> np.ndarray:
-    """FT: report the true value (seed 000, section IV)."""
+    """FT: report the true value (Shudler et al. 2010, section IV)."""
     return _check_values(true_value).copy()
 
 

@@ -1,8 +1,8 @@
-"""Bidders for the shared-resource market: ZIC and epsilon-greedy Q-learning (seed 001, ch. 6).
+"""Bidders for the shared-resource market: ZIC and epsilon-greedy Q-learning (Stößer 2009, ch. 6).
 
 Source: Stößer's thesis, section 6.4.1 ("Modeling the User Strategies", Algorithm 1,
 "Dealing with Short Request Runtimes", "Parameterizing the Q-Learning Strategy", Table 6.3)
-and appendix D.2-D.4; ``shared/notes/seed001.md`` sections 4.4 and 7.9.
+and appendix D.2-D.4.
 
 Both bidders work on a **batch** of ``B`` independent runs over the same requests (the market
 loop :func:`marketsched.mechanisms.online.share.simulate` and the engine policy

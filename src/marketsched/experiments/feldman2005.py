@@ -1,4 +1,4 @@
-"""Reproduction of seed 004: Feldman, Lai, Zhang (EC 2005), section 5, figures 3-7.
+"""Reproduction of Feldman, Lai & Zhang (2005, ACM EC), section 5, figures 3-7.
 
 Grid (section 5 and 5.1-5.2): n = 100 machines; m users from 5 to 150; uniform preferences
 (w_ij ~ U(0, 1), normalised) and correlated ones (3-dimensional profiles, normalised); budgets
@@ -8,7 +8,7 @@ local-search best response (uniform preferences only, as the paper). Baselines: 
 and weight-proportional bids. Each cell is one (preferences, m, seed) instance; the best-response
 and greedy runs and both baselines share the instance (common random numbers).
 
-What the paper leaves open and is decided here (see the note, shared/notes/seed004.md): seeds
+What the paper leaves open and is decided here: random seeds
 and repetitions (5 seeds for the infinite model, 2 for the finite one, means reported with
 min-max bands), reserve bid 1e-6 (appendix A), sequential update order, greedy step 1% of the
 budget with a 5% marginal-gap threshold, "the minimum value we observe after running for many

@@ -1,4 +1,4 @@
-"""Reproduction of seed 002 (A. Mutz thesis): EES, relaxed EES, DPGVA and relaxed DPGVA.
+"""Reproduction of Mutz (2008) (A. Mutz, PhD thesis): EES, relaxed EES, DPGVA and relaxed DPGVA.
 
 Everything here is a static snapshot experiment, as in the thesis (note section 0): one queue
 or one day's bids, with the other participants drawn from uniform priors, and one focal user
@@ -30,7 +30,7 @@ from marketsched.mechanisms.clearing.relaxed_dpgva import optimal_schedule, rela
 from marketsched.mechanisms.online.ees import EES, QueueSnapshot, RelaxedEES, TypePrior, Uniform
 
 NAME = "mutz"
-TITLE = "Mutz 2008 (seed 002): EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
+TITLE = "Mutz 2008: EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
 
 SEED = 2002
 # Chapter 4 (units: d per hour, r in hours; thesis ranges unstated, note 8.1.2-8.1.3)
@@ -544,8 +544,8 @@ cores at the end: other work shared the machine, so absolute timings below are i
 figures of `benchmarks/bench_mutz.py` are the reference timings). All experiments are static snapshots (one queue or one
 day of bids) with the other participants drawn from uniform priors, as in the thesis (no traces, no
 FCFS/EASY baselines: those need the discrete-event engine and are left for later). The thesis's plots
-did not survive text extraction, so the comparison is with the claims in its prose (seed 002 note,
-section 6). Raw numbers are in the CSV files beside this report.
+did not survive text extraction, so the comparison is with the claims in its prose. Raw numbers are
+in the CSV files beside this report.
 
 Parameters the thesis does not state, chosen here:
 

@@ -1,8 +1,7 @@
-"""Reproduction of seed 001 chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
+"""Reproduction of Stößer (2009), chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
 
 Source: Stößer's thesis, sections 6.3.3 (Table 6.1), 6.4 (Tables 6.2-6.6, Figures 6.1 and 6.3),
-6.5.3 (reservation example) and appendix D (Tables D.1-D.3); ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9.
+6.5.3 (reservation example) and appendix D (Tables D.1-D.3).
 
 What is run
 -----------
@@ -60,7 +59,7 @@ CAPACITY = 10
 #: (demand above supply in a few per cent of the busy seconds, peaks of a few times the supply).
 SENSITIVITY_CAPACITY = 40
 WINDOW = 20
-SEED = 6001  # seed 001, chapter 6
+SEED = 6001  # Stößer (2009), chapter 6
 DISTS = {"narrow": 0, "wide": 1}
 
 # ---------------------------------------------------------------------------- the thesis's numbers

@@ -1,8 +1,8 @@
 """Slurm executor: the live market drives a real Slurm cluster instead of local processes.
 
 The broker (:mod:`marketsched.live.broker`) keeps deciding *who runs* with the simulator's own
-mechanism (seed 000's Highest-Bid and friends, through the live engine); this executor carries
-the decisions out on Slurm 22.05 through its command-line tools (``shared/notes/slurm.md``:
+mechanism (Highest-Bid of Shudler et al. 2010 and friends, through the live engine); this
+executor carries the decisions out on Slurm 22.05 through its command-line tools (measured:
 PySlurm has no release for 22.05, every control answers in about 5 ms). It has the interface
 the broker uses of :class:`~marketsched.live.executor.LocalExecutor` (``launch``, ``stop``,
 ``cont``, ``kill``, ``adopt``, ``exits``, ``wait``, ``wake``, ``workdir``, ``procs``,

@@ -1,6 +1,6 @@
 """DPGVA: Dynamic-Programming Generalized Vickrey Auction for day-ahead reservations.
 
-Source: seed 002 (A. Mutz thesis), chapter 5: section 5.1.2 (the dynamic programme, pseudo-code
+Source: Mutz (2008) (A. Mutz, PhD thesis), chapter 5: section 5.1.2 (the dynamic programme, pseudo-code
 ``compute(t, j)``) and section 5.1.3 (GVA / Clarke payments, equation 5.1 utilities).
 
 Every job uses the whole machine. A bid is (length l, deadline d, value v) in time units of

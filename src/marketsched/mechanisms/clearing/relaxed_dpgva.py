@@ -1,6 +1,6 @@
 """Relaxed DPGVA: random-restart greedy reservations with Clarke payments on top.
 
-Source: seed 002 (A. Mutz thesis), chapter 7: section 7.1.2 (the search heuristic kappa') and
+Source: Mutz (2008) (A. Mutz, PhD thesis), chapter 7: section 7.1.2 (the search heuristic kappa') and
 the payment expression after it (GVA with kappa', utilities 7.1).
 
 A bid is (length l, deadline d, value v, nodes n); a winner gets exactly l contiguous time

@@ -1,9 +1,8 @@
 """Best responses in the fixed-budget game: closed form, local search, greedy adjustment.
 
-Source: seed 004 (Feldman, Lai, Zhang, EC 2005), section 4; note ``shared/notes/seed004.md``
-section 2. Everything here is a pure function of one user's weights w, the other users'
-total bids y (the reserve eps already added by the caller: y_j = eps + sum_{k != i} x_kj) and
-the user's budget X.
+Source: Feldman, Lai & Zhang (2005, ACM EC), section 4. Everything here is a pure function of one
+user's weights w, the other users' total bids y (the reserve eps already added by the caller:
+y_j = eps + sum_{k != i} x_kj) and the user's budget X.
 
 Infinite parallelism, section 4.1 ("sort and prefix"), maximise sum_j w_j x_j / (x_j + y_j)
 subject to sum_j x_j = X, x_j >= 0:

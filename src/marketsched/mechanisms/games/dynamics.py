@@ -1,7 +1,7 @@
 """Iterated best-response (or greedy) dynamics of the fixed-budget game, and equilibrium checks.
 
-Source: seed 004 (Feldman, Lai, Zhang, EC 2005), section 5 ("Iterative Method", "Convergence
-Criteria"); note ``shared/notes/seed004.md`` section 2.5.
+Source: Feldman, Lai & Zhang (2005, ACM EC), section 5 ("Iterative Method", "Convergence
+Criteria").
 
 Steps (section 5):
 

@@ -1,8 +1,8 @@
 """The fixed-budget proportional-share game (Tycoon).
 
-Source: seed 004, Feldman, Lai and Zhang, "A Price-Anticipating Resource Allocation Mechanism
+Source: Feldman, Lai & Zhang (2005), "A Price-Anticipating Resource Allocation Mechanism
 for Distributed Shared Clusters" (ACM EC 2005), section 2 ("The model"), with the perturbed
-game Q^eps of appendix A; implementation note ``shared/notes/seed004.md``.
+game Q^eps of appendix A.
 
 The game, step by step (section 2):
 
@@ -71,7 +71,8 @@ def _as_vector(name: str, value, length: int, positive: bool = True) -> np.ndarr
 
 @dataclass(frozen=True)
 class FixedBudgetGame:
-    """A fixed-budget proportional-share game (seed 004, section 2; appendix A for ``reserve``).
+    """A fixed-budget proportional-share game (Feldman, Lai & Zhang 2005, section 2; appendix A
+for ``reserve``).
 
     weights:      (m, n) preference weights w_ij >= 0.
     budgets:      (m,) budgets X_i > 0 (a scalar is broadcast).

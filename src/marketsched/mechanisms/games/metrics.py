@@ -1,6 +1,6 @@
 """Efficiency and fairness of allocations in the fixed-budget game, and the baselines.
 
-Source: seed 004 (Feldman, Lai, Zhang, EC 2005): section 2 (definitions of efficiency,
+Source: Feldman, Lai & Zhang (2005, ACM EC): section 2 (definitions of efficiency,
 utility uniformity and envy-freeness), section 3 (social optimum, infinite parallelism),
 section 4.2 (Lemma 1: social optimum under finite parallelism is a maximum-weight matching),
 section 5.1 (baselines: social optimum and weight-proportional bidding).

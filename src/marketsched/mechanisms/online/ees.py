@@ -1,6 +1,6 @@
 """Expected Externality Scheduler (EES) and relaxed EES over a queue snapshot.
 
-Source: seed 002 (A. Mutz, "Eliciting Honest Behavior on Computational Grids", UCSB thesis),
+Source: Mutz (2008) (A. Mutz, "Eliciting Honest Behavior on Computational Grids", UCSB thesis),
 chapter 4 (EES, equations 4.1-4.6) and chapter 6 (relaxed EES, equations 6.1-6.6, delay
 estimation of section 6.1.3). The payment rule is the Expected Externality mechanism of
 Arrow and d'Aspremont / Gerard-Varet (AGV), thesis equation 3.1.
@@ -23,7 +23,7 @@ its earliest window of n free nodes for r); utilities (6.5)-(6.6) change accordi
 Both are the same computation with a per-job *externality weight* w_j (w_j = r_i in EES,
 w_j = delay_j(i) in relaxed EES): run iff v_i >= sum_j w_j d_j.
 
-Decisions taken where the thesis is silent (seed 002 note, section 8):
+Decisions taken where the thesis is silent:
 
 * What is sampled (8.1.1): only v of the front job and d of the waiting jobs; r and n are
   public, fixed at their declared values. Hence the relaxed-EES delays are computed once
@@ -80,7 +80,7 @@ ESTIMATORS = ("cached", "naive", "exact")
 # --------------------------------------------------------------------------- priors
 @dataclass(frozen=True)
 class Uniform:
-    """Uniform prior on [low, high] (seed 002, section 8.3: all preferences are uniform)."""
+    """Uniform prior on [low, high] (Mutz 2008, section 8.3: all preferences are uniform)."""
 
     low: float
     high: float
@@ -307,7 +307,7 @@ def expected_externality_payments(front_value: float, delay_cost, weights, prior
 
 # --------------------------------------------------------------------------- mechanisms
 class EES:
-    """Expected Externality Scheduler, seed 002 chapter 4 (eqs 4.1-4.6); full-width jobs.
+    """Expected Externality Scheduler, Mutz (2008), chapter 4 (eqs 4.1-4.6); full-width jobs.
 
     ``decide(queue, rng)`` takes the run-or-discard decision for ``queue`` position 0 and
     computes every queued job's payment for that decision (see the module docstring).
@@ -341,7 +341,7 @@ class EES:
 
 
 class RelaxedEES(EES):
-    """Relaxed EES, seed 002 chapter 6 (eqs 6.1-6.6, delay estimate of section 6.1.3).
+    """Relaxed EES, Mutz (2008), chapter 6 (eqs 6.1-6.6, delay estimate of section 6.1.3).
 
     Steps of ``decide(queue, rng, profile=None, now=0.0)``:
 

@@ -1,6 +1,6 @@
 """EES and relaxed EES as online policies on the discrete-event engine, trace-driven.
 
-Source: seed 002 (A. Mutz, "Eliciting Honest Behavior on Computational Grids"), chapter 4
+Source: Mutz (2008) (A. Mutz, "Eliciting Honest Behavior on Computational Grids"), chapter 4
 (EES: FIFO batch queue, full-width jobs, run-or-discard rule 4.1-4.3, expected-externality
 payments 4.4 with utilities 4.5/4.6) and chapter 6 (relaxed EES: jobs ask n nodes, delays
 from two greedy schedules, section 6.1.3, rule 6.1-6.3, payments 6.4 with utilities
@@ -8,7 +8,7 @@ from two greedy schedules, section 6.1.3, rule 6.1-6.3, payments 6.4 with utilit
 :mod:`marketsched.mechanisms.online.ees`; this module only decides *when* they are asked,
 *who* is in the queue, and turns their decisions into engine actions (``sim.start``,
 ``sim.discard``, ``sim.charge``, ``sim.wake_at``). The thesis has no discrete-event
-simulation, no arrivals and no traces (seed 002 note, section 0): everything about time
+simulation, no arrivals and no traces (it evaluates static snapshots): everything about time
 below is a decision taken here, marked **Decision**.
 
 Units. The engine works in seconds. A job's value ``v`` is in currency, its delay cost ``d``
@@ -305,7 +305,7 @@ class _EESDriver:
 
 
 class EESPolicy(_EESDriver):
-    """EES (seed 002, chapter 4) on the engine: one full-width job at a time, FIFO, run or discard.
+    """EES (Mutz 2008, chapter 4) on the engine: one full-width job at a time, FIFO, run or discard.
 
     ``value`` and ``delay_cost`` are the jobs' reports (one per workload row; ``delay_cost``
     per ``time_unit`` seconds), ``prior`` the declared :class:`TypePrior` in the same units,
@@ -339,7 +339,7 @@ class EESPolicy(_EESDriver):
 
 
 class RelaxedEESPolicy(_EESDriver):
-    """Relaxed EES (seed 002, chapter 6) on the engine: jobs with node counts, committed plans.
+    """Relaxed EES (Mutz 2008, chapter 6) on the engine: jobs with node counts, committed plans.
 
     Same arguments as :class:`EESPolicy`, plus ``compress`` (move commitments up after early
     ends); the machine's capacity comes from the engine. After the run,

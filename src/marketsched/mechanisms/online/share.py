@@ -1,7 +1,6 @@
 """Markets for a shared, divisible resource: Proportional Share and Sanghavi-Hajek, pay-as-bid.
 
-Source: Stößer's thesis (seed 001), chapter 6 and appendix D.5; ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9. Sanghavi & Hajek (2004) for the allocation rule, Johari &
+Source: Stößer (2009), chapter 6 and appendix D.5. Sanghavi & Hajek (2004) for the allocation rule, Johari &
 Tsitsiklis (2004) for Proportional Share's bounds, Stoica et al. (1997) for reservations.
 
 What is here
