@@ -72,6 +72,8 @@ class Simulator(ClusterState):
     capacity:
         Overrides ``workload.capacity`` (processors available to the policy).
 
+    Notes
+    -----
     After :meth:`run`, :attr:`records` holds the per-job results.
     """
 

@@ -185,6 +185,8 @@ class DLGM:
         (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
         instances only).
 
+    Notes
+    -----
     After the run: ``tentative_completion``, ``tentative_payment``, ``node``, ``received``
     (compensation received, >= 0), ``paid`` (= ``tentative_payment``, what the job paid at
     arrival), NumPy arrays over job rows; the engine's ``Records.payment`` is the net payment

@@ -67,6 +67,8 @@ class PriorityScheduler:
     pricing:
         A payment scheme object or name (``"first"`` or ``"kth"``).
 
+    Notes
+    -----
     Rows are job indices in the engine, in submission order; more can be appended with
     :meth:`add_jobs`.
     """
