@@ -54,11 +54,14 @@ import traceback
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CELL_COLUMNS = ("trace", "capacity", "split", "jobs", "mechanism", "pricing", "behaviour", "beta", "seed",
                 "values", "srg_split")
@@ -384,7 +387,7 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
         # The simulator, policy and payment scheme reference each other (cycles), so a finished
         # simulation is only freed by the cyclic GC, which big float lists never trigger:
         # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
-        recs = None
+        recs = {}
         if len(w) >= 20_000:  # small workloads: not worth the collection time
             gc.collect()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
@@ -399,7 +402,7 @@ def _failure(cell: Cell, exc: BaseException) -> dict:
 
 
 # ------------------------------------------------------------------------------------ results table
-def load_results(out_dir) -> "pd.DataFrame":  # noqa: F821
+def load_results(out_dir) -> pd.DataFrame:
     """The results table in ``out_dir`` (all part files), sorted by cell then group; empty if none."""
     import pandas as pd
 
