@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     trace_m = 40
     trace_finite = {(5, 30), (20, 10), (5, 60)}
 
-    tasks = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m))
+    tasks: list[tuple[Callable[..., dict], tuple]] = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m))
              for pref in PREFS for m in users for s in range(n_seeds)]
     tasks += [(finite_cell, (d, m, s, finite_cap, s == 0 and (d, m) in trace_finite))
               for d in (5, 20) for m in finite_users for s in range(finite_seeds)]

@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -116,7 +117,7 @@ def run_cell(cell: Cell) -> dict:
         pol = make_mechanism(cell.mechanism, w)
     else:
         v, d = synthesize_types(w, prior_for(cell.d_max), cell.seed)
-        kw = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
+        kw: dict[str, Any] = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
         if cell.mechanism == "ees":
             pol = EESPolicy(v, d, prior_for(cell.d_max), **kw)
         else:

@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ SETTINGS = (
 
 def grids(setting: Setting, seeds) -> list[Grid]:
     """The cells of one trace: the game grid, FT for all four algorithms, SRG(0.9) for WSEPT."""
-    common = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
+    common: dict[str, Any] = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
                   pricings=["first", "kth"], seeds=list(seeds))
     return [
         Grid(mechanisms=list(ALGS), behaviours=["ft"], **common),
