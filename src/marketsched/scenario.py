@@ -16,8 +16,8 @@ import numpy as np
 
 from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.backfilling import Backfilling
-from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
 from marketsched.mechanisms.online.pricing import SCHEMES
+from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
 from marketsched.workloads import values as value_models
 from marketsched.workloads.workload import Workload
 

@@ -36,9 +36,19 @@ import pandas as pd
 
 from marketsched.engine.simulator import Simulator
 from marketsched.experiments.report import Report
-from marketsched.mechanisms.online.egg import (AdmissibilityError, Bid, BidBatch, EstimatorStore,
-                                               GroupedLinearEstimator, LinearEstimator, Market, PriceBook,
-                                               PriceTable, ReliabilityLedger, Steps)
+from marketsched.mechanisms.online.egg import (
+    AdmissibilityError,
+    Bid,
+    BidBatch,
+    EstimatorStore,
+    GroupedLinearEstimator,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    PriceTable,
+    ReliabilityLedger,
+    Steps,
+)
 from marketsched.mechanisms.online.egg.beliefs import believed_utility, misreports
 from marketsched.mechanisms.online.egg.bids import KIND_LINEAR, KIND_STEPS
 from marketsched.mechanisms.online.egg.escrow import StaticReliability

@@ -50,7 +50,12 @@ from marketsched.engine.simulator import Simulator
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.ees import TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import (
-    EESPolicy, RelaxedEESPolicy, declared_runtime, queue_time, realised_utility, synthesize_types,
+    EESPolicy,
+    RelaxedEESPolicy,
+    declared_runtime,
+    queue_time,
+    realised_utility,
+    synthesize_types,
 )
 
 NAME = "mutz-trace"
@@ -382,7 +387,7 @@ Set-up:
   discarded job runs to its discard).
 * Mean wall time per simulation: {', '.join(f'{LABELS[k]} {walls[k]:.1f} s' for k in MECHANISMS if k in walls)}.
 """)
-    rep.heading("Main setting (d_max = %g per hour)" % D_MAX)
+    rep.heading(f"Main setting (d_max = {D_MAX:g} per hour)")
     rep.figure(fig_main(df), "main", caption=f"Mean over {len(seeds)} seeds (error bars: sd over seeds); "
                                              f"wait and slowdown over completed jobs only")
     rep.table(summary(df, D_MAX, ["utility_per_job", "value_realised_share", "waiting_cost_per_job",

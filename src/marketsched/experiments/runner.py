@@ -51,10 +51,11 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,21 @@ import pandas as pd
 
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import (
-    critical_value_pricing, critical_values, greedy_allocation, k_pricing, node_utilities, user_utilities)
+    critical_value_pricing,
+    critical_values,
+    greedy_allocation,
+    k_pricing,
+    node_utilities,
+    user_utilities,
+)
 from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
 from marketsched.mechanisms.clearing.randomized import (
-    allocation_tree, batch_welfare, greedy_batch, gumbel_orders, two_user_equilibrium)
+    allocation_tree,
+    batch_welfare,
+    greedy_batch,
+    gumbel_orders,
+    two_user_equilibrium,
+)
 
 NAME = "stoesser-ch3-4"
 TITLE = "Stößer 2009 ch. 3-4: GREEDEX vs exact MIP, pricing incentives, randomized mechanisms"

@@ -230,7 +230,7 @@ class Broker:
         return self._t
 
     # ================================================================== lifecycle
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         """Start the market thread (process exits, charging, running out of money)."""
         self._next_charge = self._t + self.config.charge_interval
         self._thread = threading.Thread(target=self._loop, name="market", daemon=True)

@@ -519,7 +519,7 @@ class DayAhead:
         elif st not in ("PENDING", None):
             self._set_job(x, "failed", note=f"slurm: {st}")
 
-    def start(self, every: float = 0.2) -> "DayAhead":
+    def start(self, every: float = 0.2) -> DayAhead:
         def loop():
             while not self._stop.wait(every):
                 try:

@@ -153,7 +153,7 @@ class _SlotState:
         self.cpu = np.where(avail, book.node_cpu[self.order][None, :], -np.inf)
         self.mem = np.where(avail, book.node_mem[self.order][None, :], -np.inf)
 
-    def copy(self) -> "_SlotState":
+    def copy(self) -> _SlotState:
         """An independent copy of the capacity arrays (ranking shared)."""
         twin = object.__new__(_SlotState)
         twin.order, twin.reserve = self.order, self.reserve

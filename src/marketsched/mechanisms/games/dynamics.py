@@ -51,8 +51,10 @@ from marketsched.mechanisms.games.best_response import (
     _br_one,
     _br_rows,
     _local_search_one,
-    greedy_step as _greedy_step,
     response_utility,
+)
+from marketsched.mechanisms.games.best_response import (
+    greedy_step as _greedy_step,
 )
 from marketsched.mechanisms.games.fixed_budget import FixedBudgetGame, shares_of, top_k_sums, weight_proportional_bids
 from marketsched.mechanisms.games.metrics import envy_freeness, social_optimum, utility_uniformity

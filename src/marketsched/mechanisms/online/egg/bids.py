@@ -44,8 +44,8 @@ Decisions (open in the paper)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -126,11 +126,11 @@ class ValueSchedule:
     def value_at(self, tau) -> np.ndarray:
         raise NotImplementedError
 
-    def truncated(self, horizon: float) -> "ValueSchedule":
+    def truncated(self, horizon: float) -> ValueSchedule:
         """The schedule with ``w(tau) = 0`` for ``tau >= horizon`` (bounded patience)."""
         return Truncated(self, float(horizon))
 
-    def scaled(self, factor: float) -> "ValueSchedule":
+    def scaled(self, factor: float) -> ValueSchedule:
         """``factor * w`` (used for over- and under-statements)."""
         return Scaled(self, float(factor))
 
@@ -356,7 +356,7 @@ class BidBatch:
     # -- construction
     @classmethod
     def linear(cls, arrival, description, v_start, v_end, t_deadline, min_reliability=None, t0=None,
-               view=None) -> "BidBatch":
+               view=None) -> BidBatch:
         """Linear (or, with ``v_start == v_end``, constant-with-deadline) bids, validated."""
         arrival = np.asarray(arrival, dtype=np.float64)
         n = arrival.shape[0]
@@ -375,7 +375,7 @@ class BidBatch:
         return batch
 
     @classmethod
-    def from_bids(cls, bids: Sequence[Bid], arrival, n_providers: int | None = None) -> "BidBatch":
+    def from_bids(cls, bids: Sequence[Bid], arrival, n_providers: int | None = None) -> BidBatch:
         """Columns from :class:`Bid` objects (linear and step schedules, possibly truncated or scaled)."""
         arrival = np.broadcast_to(np.asarray(arrival, dtype=np.float64), (len(bids),)).copy()
         n = len(bids)
@@ -453,7 +453,7 @@ class BidBatch:
             if self.step_breaks is None or self.step_values is None:
                 raise ValueError("BidBatch: step bids need step_breaks and step_values")
 
-    def take(self, index) -> "BidBatch":
+    def take(self, index) -> BidBatch:
         def sub(x):
             return None if x is None else x[index]
 

@@ -245,7 +245,7 @@ class EstimatorStore:
         self.now = -np.inf
         self._stack: _Stack | Literal[False] | None = None
 
-    def copy(self) -> "EstimatorStore":
+    def copy(self) -> EstimatorStore:
         """An independent copy (models are immutable and shared)."""
         out = object.__new__(EstimatorStore)
         out.__dict__.update(self.__dict__)

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from marketsched.mechanisms.online.egg.bids import JobType
 from marketsched.mechanisms.online.egg.beliefs import random_schedule
+from marketsched.mechanisms.online.egg.bids import JobType
 from marketsched.mechanisms.online.egg.escrow import StaticReliability
-from marketsched.mechanisms.online.egg.estimators import (EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator,
-                                                          LinearEstimator)
+from marketsched.mechanisms.online.egg.estimators import (
+    EstimatorStore,
+    EstimatorUpdateError,
+    GroupedLinearEstimator,
+    LinearEstimator,
+)
 from marketsched.mechanisms.online.egg.market import Market
 from marketsched.mechanisms.online.egg.price_table import AdmissibilityError, PriceBook
 
