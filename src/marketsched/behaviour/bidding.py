@@ -33,7 +33,7 @@ differ in. Steps:
 
 Decisions:
 
-* **Copies of a split parallel job** (note section 8 item 2) share their job's group and
+* **Copies of a split parallel job** (the paper serialises parallel jobs but does not say this) share their job's group and
   ``U``, as they share its value (``per_job`` in :mod:`marketsched.workloads.values`): a job is
   one user with one strategy. Draws are made per original job and expanded through
   ``workload.meta["parent"]``; the exact 10% partition is therefore of original jobs.
@@ -189,7 +189,7 @@ def srg_bids(true_value, draws: ShadingDraws, beta_conservative: float = SRG_BET
     """SRG bids: aggressive jobs shade with ``beta_aggressive``, the others with ``beta_conservative``.
 
     Section V varies ``beta_aggressive`` over {5, 25, 50, 60, 70, 80, 90}% with the
-    conservative users at 10% (note section 4: "[DECIDE] conservative users keep beta = 10%").
+    conservative users at 10% (section V does not restate it; we keep the SRG model's 10%).
     """
     w = _check_values(true_value, len(draws))
     beta = np.where(draws.aggressive, _check_beta(beta_aggressive, "beta_aggressive"),

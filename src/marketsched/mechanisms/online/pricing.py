@@ -103,7 +103,7 @@ class KthPrice:
     running job was smaller than the maximal bid of a queued job". Under WSPT it is
     ``min(w~_i, (w~_j / tau_j) * tau_i)`` with ``j`` the best queued job: the paper's formula,
     capped at the job's own bid (a decision: the paper states no cap; the cap keeps
-    ``k-th <= first <= bid``, as the note suggests).
+    ``k-th <= first <= bid``).
 
     Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``E(t)`` =
     time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*
