@@ -1,7 +1,7 @@
 """Bidding behaviour: truthful bids, bid shading and the Small Risk-aggressive Group (Shudler et al. 2010).
 
 Source: Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful Bids on User Utilities and
-Stability in Computing Markets", section IV ("Full-Truthfulness", "Untruthful bids", "Small
+Stability in Computing Markets", section II.B ("Full-Truthfulness", "Untruthful bids", "Small
 Risk-aggressive Group").
 
 A bidding strategy maps true types to reports: the mechanism only ever
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: SRG model parameters (Shudler et al. 2010, section IV).
+#: SRG model parameters (Shudler et al. 2010, section II.B).
 SRG_P_AGGRESSIVE = 0.1
 SRG_BETA_CONSERVATIVE = 0.1
 SRG_BETA_AGGRESSIVE = 0.9
@@ -95,7 +95,7 @@ def _check_beta(beta: float, what: str = "beta") -> float:
     beta = float(beta)
     if not (0.0 <= beta < 1.0):
         raise ValueError(f"{what} = {beta!r} is outside [0, 1) "
-                         "(Shudler et al. 2010, section IV: bid range [(1-beta)w, w])")
+                         "(Shudler et al. 2010, section II.B: bid range [(1-beta)w, w])")
     return beta
 
 
@@ -160,7 +160,7 @@ def draw_shading(jobs, seed: int, p_aggressive: float = SRG_P_AGGRESSIVE, split:
 
 
 def truthful(true_value) -> np.ndarray:
-    """FT: report the true value (Shudler et al. 2010, section IV)."""
+    """FT: report the true value (Shudler et al. 2010, section II.B)."""
     return _check_values(true_value).copy()
 
 
