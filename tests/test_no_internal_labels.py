@@ -13,7 +13,12 @@ import pytest
 from marketsched.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-LABEL = re.compile(r"seeds? ?00[0-4]|seed00[0-4]|DESIGN(\.md)? principle|notes/seed|seeds/|shared/notes",
+LABEL = re.compile(r"seeds? ?00[0-4]|seed00[0-4]|DESIGN(\.md)? principle|notes/seed|seeds/|shared/notes"
+                   # references into the implementation notes: "note section 7", "(note 8.1.2)", "note §7.2",
+                   # "the note measured ...", "the note's oracle", "(note)"
+                   r"|\bnotes? (section|item|§)|\bnotes? ?§|\(note [0-9]|\bnotes? [0-9]+(\.[0-9]+)+|\bnote's\b|\(note\)"
+                   r"|\bthe note (measured|saw|checked|did|needed|lists|suggests|says|found|recommends|reports)\b"
+                   r"|\bimplementation notes?\b",
                    re.IGNORECASE)
 TEXT_SUFFIXES = {".py", ".md", ".txt", ".html", ".js", ".css", ".toml", ".cfg", ".sh"}
 
@@ -35,6 +40,12 @@ def test_the_pattern_catches_the_labels_it_is_meant_to_catch():
               "``shared/notes/seed004.md``", "seeds 000 and 001", "DESIGN.md principle 9"]
     kept = ["Stößer (2009), ch. 5", "--seed 1", "seed 1 (uniform weights)", "SEED = 6001", "seeds=4",
             "seeds 1-4"]
+    caught += ["(note section 7 item 12)", "note 8.1.2-8.1.3", "(note 8.4.17)", "exact scan (note §7.2)",
+               "the note measured 14.5 s", "rejected (note's oracle)", "the 2 s rule (note).", "The note checked",
+               "see the implementation notes"]
+    kept += ["Note: every job is serial", "note: WSPT needs", "with the note `slurm: STATE`", "a bid's note",
+             "(final state and note when a job ends)", "Notes on the sources", "repeated keys such as `Note`",
+             "plan, notes = build_plan()", "the note \"reservation ended\""]
     assert [s for s in caught if not LABEL.search(s)] == []
     assert [s for s in kept if LABEL.search(s)] == []
 

@@ -1,7 +1,7 @@
 """Bidding behaviour: truthful bids, bid shading and the Small Risk-aggressive Group (Shudler et al. 2010).
 
 Source: Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful Bids on User Utilities and
-Stability in Computing Markets", section IV ("Full-Truthfulness", "Untruthful bids", "Small
+Stability in Computing Markets", section II.B ("Full-Truthfulness", "Untruthful bids", "Small
 Risk-aggressive Group").
 
 A bidding strategy maps true types to reports: the mechanism only ever
@@ -33,7 +33,7 @@ differ in. Steps:
 
 Decisions:
 
-* **Copies of a split parallel job** (note section 8 item 2) share their job's group and
+* **Copies of a split parallel job** (the paper serialises parallel jobs but does not say this) share their job's group and
   ``U``, as they share its value (``per_job`` in :mod:`marketsched.workloads.values`): a job is
   one user with one strategy. Draws are made per original job and expanded through
   ``workload.meta["parent"]``; the exact 10% partition is therefore of original jobs.
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: SRG model parameters (Shudler et al. 2010, section IV).
+#: SRG model parameters (Shudler et al. 2010, section II.B).
 SRG_P_AGGRESSIVE = 0.1
 SRG_BETA_CONSERVATIVE = 0.1
 SRG_BETA_AGGRESSIVE = 0.9
@@ -95,7 +95,7 @@ def _check_beta(beta: float, what: str = "beta") -> float:
     beta = float(beta)
     if not (0.0 <= beta < 1.0):
         raise ValueError(f"{what} = {beta!r} is outside [0, 1) "
-                         "(Shudler et al. 2010, section IV: bid range [(1-beta)w, w])")
+                         "(Shudler et al. 2010, section II.B: bid range [(1-beta)w, w])")
     return beta
 
 
@@ -160,7 +160,7 @@ def draw_shading(jobs, seed: int, p_aggressive: float = SRG_P_AGGRESSIVE, split:
 
 
 def truthful(true_value) -> np.ndarray:
-    """FT: report the true value (Shudler et al. 2010, section IV)."""
+    """FT: report the true value (Shudler et al. 2010, section II.B)."""
     return _check_values(true_value).copy()
 
 
@@ -189,7 +189,7 @@ def srg_bids(true_value, draws: ShadingDraws, beta_conservative: float = SRG_BET
     """SRG bids: aggressive jobs shade with ``beta_aggressive``, the others with ``beta_conservative``.
 
     Section V varies ``beta_aggressive`` over {5, 25, 50, 60, 70, 80, 90}% with the
-    conservative users at 10% (note section 4: "[DECIDE] conservative users keep beta = 10%").
+    conservative users at 10% (section V does not restate it; we keep the SRG model's 10%).
     """
     w = _check_values(true_value, len(draws))
     beta = np.where(draws.aggressive, _check_beta(beta_aggressive, "beta_aggressive"),

@@ -368,7 +368,7 @@ The likely reasons, where we have one:
   (cells with a run above 5: {slow}). In the one we examined (uniform, m = 5, seed 3: 14
   iterations) the welfare swings in a slowly damped 2-cycle of +-0.003 around 1.51 before the
   0.001 utility gap is met; it is not caused by the reserve bid (the same 14 iterations with
-  eps = 1e-9 and 1e-4). The note saw a similar damped cycle at m = 5.
+  eps = 1e-9 and 1e-4). Independent runs made while planning this project saw a similar damped cycle at m = 5.
 * *Fairness floors ("uniformity >= 0.65", "envy-freeness >= 0.97")*: met by the means over
   seeds except where a row says otherwise; single correlated runs go lower (uniformity down to
   {inf.ne_uniformity.min():.2f}, envy-freeness down to {inf.ne_envy.min():.3f}; runs below the floors
@@ -381,7 +381,7 @@ The likely reasons, where we have one:
 
 * *Gain over weight-proportional, correlated preferences* (paper: about 30%). Our weight-
   proportional baseline is already efficient for correlated, normalised weights ({wp}), so the
-  equilibrium's {ne} is only a {gain} % gain; the note measured the same. The paper does not say
+  equilibrium's {ne} is only a {gain} % gain; independent runs made while planning this project measured the same. The paper does not say
   whether its baseline normalises the weights or how the profiles are drawn beyond U(0, 1), and
   its figures are not in the text we have, so the cause stays open.
 * *Greedy adjustment*: the paper gives neither its step size nor its marginal-gap threshold, so
@@ -393,7 +393,7 @@ The likely reasons, where we have one:
 * *Finite parallelism*: the start (weight-proportional on the Δ best machines), the reserve bid
   and the first-improvement order of the local search are ours. With Δ = 20 and m = 5-10
   (δ in [1, 2]) our runs do not converge and their fairness drops, where the paper reports "no
-  drop" for Δ = 20 although it lists the same m as non-converging; the note's independent runs
+  drop" for Δ = 20 although it lists the same m as non-converging; independent runs made while planning this project
   showed the same drop (uniformity 0.28-0.56). When a run does not converge we report the minimum
   over the second half of the run, as the paper does ("the minimum value we observe"), which is
   a pessimistic number by construction; the final values are in `finite.csv`.

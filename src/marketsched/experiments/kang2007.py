@@ -120,7 +120,7 @@ def part_examples(rep: Report) -> dict:
             ours = "accepted"
         except AdmissibilityError as e:
             ours = "rejected: " + str(e.violations[0]).split(": ", 1)[1]
-        rows.append({"case": f"example 1 variant: {label}", "paper": "rejected (note's oracle)", "ours": ours})
+        rows.append({"case": f"example 1 variant: {label}", "paper": "rejected (definition 6; variant not in the paper)", "ours": ours})
     ex2 = np.array([[9, 5, 4, 6], [19, 17, 13, 15], [24, 20, 15, 21]], float)
     book = PriceBook(1, [[0, 2, 4, 8]], 1.0, 3.0, 4, prices=ex2[None])
     m = Market(book, EstimatorStore([LinearEstimator(np.array([2.5]), np.array([[0.0]]))], 3.0, runtime_dim=None))

@@ -259,7 +259,7 @@ def _fmt(m, ci):
 
 
 def findings(df, trace: str):
-    """Each qualitative claim of the paper (note section 6) checked on our numbers."""
+    """Each qualitative claim of the paper (sections III-V) checked on our numbers."""
     import pandas as pd
 
     rows = []
@@ -376,7 +376,7 @@ def agreement(games):
 
 
 def consistency(raw):
-    """The note's consistency checks on the raw designer payoffs (section 6)."""
+    """Consistency checks on the raw designer payoffs that Tables II and III imply (section V)."""
     import pandas as pd
 
     d = raw["designer"]

@@ -339,7 +339,7 @@ def reservation_section(rep: Report) -> None:
     rep.text(
         "Exact SH shares of the second scenario are 0.3 x (7/54, 16/54, 31/54); the maximum unit price is "
         "10 / (0.3 x 7/54) = 257.14 and revenue 60 + 0.7 x 257.14 = 240.00. The thesis rounded the low "
-        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a known erratum, note section 7 item 12)."
+        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a rounding erratum in the thesis's section 6.5.3)."
     )
 
 
@@ -660,7 +660,7 @@ DIFFERENCES = """
   the mechanisms also face). The ordering PS > SH, and its significance, is what we compare.
 * **Common random numbers.** PS and SH see the same valuations and (ZIC) the same bids, so ZIC revenue
   is equal by construction; the independent-stream rows reproduce the thesis's noisy version of the check.
-* **Open points of the thesis** (note section 7 item 9) are decided in the modules' docstrings: rule
+* **Open points of the thesis** (chapter 6 leaves them open) are decided in the modules' docstrings: rule
   input is the total bid b c; b_min = 1; exploit bids at the bin's upper end; one uniform per request and
   second; a request starts in state 0; shared tables updated in request order; the optimum is the
   per-second fractional knapsack. Any of them can move the Q-learning numbers; none changes the ZIC

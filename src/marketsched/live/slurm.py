@@ -39,7 +39,7 @@ How the market's decisions map onto Slurm
     oversubscribes a node). A resume is carried out only when Slurm's running jobs leave a free
     CPU (``squeue`` count of the partition's running CPUs below its CPUs); otherwise it is
     deferred and retried at every poll.
-  - *2 s rule*: slurmd delays a resume that comes less than 2 s after the suspend (note). The
+  - *2 s rule*: slurmd delays a resume that comes less than 2 s after the suspend (seen with Slurm 22.05). The
     executor defers such a resume itself until ``suspend + RESUME_GAP``. The market charges
     the job from the moment its mechanism resumed it (at most ``RESUME_GAP`` s early; only when
     a preemptor ends within 2 s of preempting).

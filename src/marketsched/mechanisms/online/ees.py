@@ -9,7 +9,7 @@ EES (chapter 4), for the job i at the front of a FIFO queue of I jobs, each job 
 
 1. a = v_i                                   (4.1)
 2. b = sum_{j != i} d_j * r_i                (4.2)
-3. run i if a >= b, else discard it          (4.3)  (ties run, note 8.1.9)
+3. run i if a >= b, else discard it          (4.3)  (ties run: a >= b, section 4.1.2)
 4. every queued job m pays
    mu_m = 1/(I-1) sum_{j != m} xi_j(t_j) - xi_m(t_m)                      (4.4)
    with xi_j(t_j) = E_{s_-j}[ sum_{l != j} U(s_l, kappa(t_j, s_-j)) ] the expected welfare
@@ -59,10 +59,10 @@ point: a job arrives to an idle machine, or a node frees and the queue is not em
             discard front job (final state "discarded"), pop it, decide on the next
 
 The snapshot is position-ordered (index 0 is the queue head); ``Decision.payments[k]`` is
-charged to ``Decision.job_ids[k]``. Discarding takes zero time (note 8.1.7). For the relaxed
-EES the driver passes the availability profile of running and committed jobs (note 8.2.10:
+charged to ``Decision.job_ids[k]``. Discarding takes zero time (the thesis does not say). For the relaxed
+EES the driver passes the availability profile of running and committed jobs (a decision:
 an accepted job is committed to the plan at its planned start); the mechanism never modifies
-it. Balances may go negative (note 8.1.6: no budgets are specified).
+it. Balances may go negative (the thesis specifies no budgets).
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ class RelaxedEES(EES):
        ``capacity`` nodes starting at ``now`` when none is given);
     2. greedily insert all queued jobs in queue order at their earliest windows (schedule
        with i), and again without the front job i (schedule without i);
-    3. delay_j(i) = start_j(with i) - start_j(without i) (not clamped, note 8.2.11);
+    3. delay_j(i) = start_j(with i) - start_j(without i) (not clamped; section 6.1.3 does not discuss clamping);
     4. run i iff v_i >= sum_j d_j delay_j(i)  (6.3); its planned start is its start in (2);
     5. payments (6.4) as in EES with weights delay_j(i).
     """

@@ -1,4 +1,4 @@
-"""Highest-Bid and the static-priority baselines of the MOSIX market (Shudler et al. 2010, section III).
+"""Highest-Bid and the static-priority baselines of the MOSIX market (Shudler et al. 2010, sections II.A and III.B).
 
 All four allocation rules order serial jobs by a fixed priority key and fill the ``n`` nodes
 from the top; they differ in the key and in whether a running job may be preempted:

@@ -68,8 +68,8 @@ taken out of the series instead and multiplied out directly, which makes ``q <= 
 (``P`` at most about 60 terms, ``L`` large bidders) instead of ``O(n m)``. Both methods are tested
 against :func:`sh_shares_rational` and against each other.
 
-Decisions (the thesis leaves these open; note section 7 items 9 and 10)
-------------------------------------------------------------------------
+Decisions (chapter 6 of the thesis leaves these open)
+-----------------------------------------------------
 * **Bids enter the rule as totals** ``b_jt c_j`` (``basis="total"``, the default): the money a
   request puts down buys its share, as in the unit model of section 6.2 where the bid is the
   payment. ``basis="per_cpu"`` applies the rule to the per-CPU bids ``b_jt`` (the literal
