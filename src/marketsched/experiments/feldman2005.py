@@ -94,7 +94,9 @@ def finite_cell(delta: int, m: int, seed: int, cap: int, keep_trace: bool) -> di
 
 
 def _run_all(tasks: list[tuple], workers: int) -> list[dict]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     rows: list[dict] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:

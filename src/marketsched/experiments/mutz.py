@@ -48,7 +48,9 @@ RDP_CAPACITY, RDP_UNITS, RDP_JOBS, RDP_FOCAL_LENGTH = 16, 96, 30, 16
 
 # --------------------------------------------------------------------------- helpers
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 

@@ -164,7 +164,9 @@ def measures(w, rec, v, d, extra: dict | None = None) -> dict:
 
 # --------------------------------------------------------------------------- the experiment
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 

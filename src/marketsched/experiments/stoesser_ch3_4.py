@@ -265,7 +265,9 @@ T47_RAND1 = {20: 22, 40: 14, 60: 14, 80: 9, 100: 10}
 # ---------------------------------------------------------------------- driver
 def _run_tasks(tasks, workers: int, label: str):
     """Run (fn, args) tasks on a process pool with a progress bar; returns results in order."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = [None] * len(tasks)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:

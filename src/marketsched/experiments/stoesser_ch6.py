@@ -218,7 +218,9 @@ def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     """Run the batches on local processes with one progress bar per batch."""
     from multiprocessing import Manager
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = []
     with Manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
