@@ -205,9 +205,9 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
         click.echo("Writes DIR/report.md (default DIR: results/NAME); --quick runs a reduced grid.\n")
         rows = [(key, getattr(module, "QUICK_TIME", "?"), getattr(module, "TITLE", "")) for key, module in found.items()]
         width = max((len(key) for key, _, _ in rows), default=4)
-        click.echo(f"{'NAME':<{width}}  {'--quick':<10}  reproduces")
+        click.echo(f"{'NAME':<{width}}  {'--quick CPU':<11}  reproduces")
         for key, quick_time, title in rows:
-            click.echo(f"{key:<{width}}  {quick_time:<10}  {title}")
+            click.echo(f"{key:<{width}}  {quick_time:<11}  {title}")
         return
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")

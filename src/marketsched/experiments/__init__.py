@@ -5,7 +5,8 @@ A module here is an experiment when it defines ``NAME`` (the name used by
 which writes ``report.md`` (and figures, tables) into ``out_dir`` and returns its path.
 ``quick=True`` runs a reduced grid that finishes in minutes; ``seeds=None`` means
 the experiment's own default. An optional ``QUICK_TIME`` (e.g. ``"~2 min"``) is the
-measured time of ``--quick`` on a 2-core machine, shown by ``marketsched reproduce``. Discovery is by module scan, so adding a paper needs no
+measured CPU time of ``--quick`` (user + system, all its processes), shown by
+``marketsched reproduce``; on two idle cores the wall time is about the same or less. Discovery is by module scan, so adding a paper needs no
 edit to a shared file.
 """
 

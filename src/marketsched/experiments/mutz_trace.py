@@ -60,6 +60,7 @@ from marketsched.mechanisms.online.ees_driver import (
 
 NAME = "mutz-trace"
 TITLE = "Mutz (2008) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+QUICK_TIME = "~20 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "SDSC-SP2-1998-4.2-cln"
 JOBS = 3000

@@ -47,6 +47,7 @@ from marketsched.experiments.report import Report
 
 NAME = "stoesser-ch5"
 TITLE = "Stößer 2009 ch. 5: DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
+QUICK_TIME = "~40 s"  # CPU time of --quick (user + system, all processes), measured
 
 # (label, thesis trace, registry name, capacity fraction); all are split into serial jobs
 TRACES = [
