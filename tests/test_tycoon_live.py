@@ -1,6 +1,6 @@
-"""Tycoon mode for real (Feldman, Lai & Zhang (2005)): user agents re-split their budgets across
-hosts (CPUs) with the library's best response every interval, in a background thread, and the
-CPU time the jobs' processes get follows the bids.
+"""Tycoon mode for real (Feldman, Lai & Zhang 2005, ACM EC): user agents re-split their
+budgets across hosts (CPUs) with the library's best response every interval, in a background
+thread, and the CPU time the jobs' processes get follows the bids.
 
 Stated tolerance: once the bids have converged, on every host each user's measured fraction of
 the host's CPU time (from ``/proc/PID/stat``, while the agents keep re-splitting) is within 0.06
@@ -25,8 +25,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from live_helpers import wait_for
 
+from live_helpers import wait_for
 from marketsched.live.cli import market
 from marketsched.live.tycoon import (
     BUSY,
