@@ -1,4 +1,9 @@
-"""Shared fixtures.
+"""Shared fixtures, and the markers given by file.
+
+Markers (declared in pyproject.toml): ``live`` marks every test of the live market's files
+(real processes, servers, a browser, Slurm: ``test_live_*``, ``test_slurm_*``,
+``test_dayahead*``, ``test_tycoon_live``); ``slurm`` marks tests that use the ``cluster``
+fixture. ``pytest -m "not live"`` is the library alone (CI runs it on the other interpreters).
 
 ``trace_path(name)``: the path of a real archive trace in the folder named by
 ``MARKETSCHED_TRACES`` (CI sets it to the shared traces folder). Unset variable: the test is
@@ -15,6 +20,17 @@ import pytest
 # Read once at start-up, so tests that clear the variable (to isolate the registry from the
 # developer's set-up) do not hide the shared traces from trace-based tests.
 TRACES_FOLDER = os.environ.get("MARKETSCHED_TRACES")
+
+
+LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name.startswith(LIVE_FILES):
+            item.add_marker(pytest.mark.live)
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
 
 
 @pytest.fixture

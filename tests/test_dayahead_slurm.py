@@ -37,6 +37,11 @@ class ShiftedClock:
         return time.time() - self.epoch + self.shift
 
 
+def stamp_written(path):
+    """The job's ``date > path`` has written (the shell creates the file empty first)."""
+    return path.exists() and path.read_text().strip() != ""
+
+
 def cleared(da):
     """Round 0 has been cleared (showres reads under the broker's lock: never half a round)."""
     return da.showres("admin", True)["rounds"][0]["cleared_t"] is not None
@@ -96,8 +101,10 @@ def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(clu
             run(["scontrol", "-o", "show", "reservation"]), time.time())
         t0, t1 = (float((tmp_path / f"stamp.{k}").read_text()) for k in (0, 1))
         assert b.epoch + x["start_t"] - 1.0 <= t0 and t1 <= b.epoch + x["end_t"] + 1.0
-        acc = b.executor.accounting(slurm_id=sid)
-        assert acc["state"] == "COMPLETED" and acc["start"] >= int(b.epoch + x["start_t"]) - 1
+        # Slurm's accounting (sacct, written by slurmdbd) follows the controller with a delay
+        assert wait_for(lambda: (b.executor.accounting(slurm_id=sid) or {}).get("state") == "COMPLETED", HANG), \
+            b.executor.accounting(slurm_id=sid)
+        assert b.executor.accounting(slurm_id=sid)["start"] >= int(b.epoch + x["start_t"]) - 1
     finally:
         names = [x["reservation"] for x in da.bids() if x["reservation"]]
         da.stop(cancel=True)
@@ -132,7 +139,7 @@ def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(
         assert "OVERLAP" in reservations()[x["reservation"]]["Flags"]
         sid = int(x["job_ref"][6:])
         # (the slot is a minute of wall time: Slurm must start the job within it)
-        assert wait_for(lambda: (tmp_path / "stamp.0").exists() and da.bid(x["id"])["job_state"] == "running",
+        assert wait_for(lambda: stamp_written(tmp_path / "stamp.0") and da.bid(x["id"])["job_state"] == "running",
                         HANG), (da.bid(x["id"]), da.last_error, run(["scontrol", "-o", "show", "job", str(sid)]))
         t0 = float((tmp_path / "stamp.0").read_text())
         assert b.epoch + x["start_t"] - 1.0 <= t0  # not before its reservation (Slurm: whole seconds)
