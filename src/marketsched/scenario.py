@@ -221,3 +221,49 @@ def simulate(workload: Workload, mechanism: str, bid=None, pricing: str = "kth",
     """Run one mechanism over one workload; returns the :class:`~marketsched.engine.records.Records`."""
     policy = make_mechanism(mechanism, workload, bid, pricing)
     return Simulator(workload, policy, capacity=getattr(policy, "engine_capacity", None)).run(progress=progress)
+
+
+@dataclass
+class Scenario:
+    """A whole scenario by name: the workload's recipe and the models of what the trace does not
+    say (values, deadlines, minimum reliabilities, all drawn from ``seed``; bids are truthful).
+
+    :meth:`describe` gives a plain dict (for result files) and :meth:`from_dict` rebuilds the
+    same scenario from it, so a result file can be re-run from its metadata alone.
+    """
+
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    values: str = "bimodal"
+    seed: int = 1
+    deadlines: str = "patience"
+    reliability: str = "none"
+
+    def build(self) -> Jobs:
+        return prepare_jobs(self.workload.build(), self.values, self.seed, self.deadlines, self.reliability)
+
+    def describe(self) -> dict:
+        return {"workload": self.workload.describe(), "values": self.values, "seed": self.seed,
+                "deadlines": self.deadlines, "reliability": self.reliability, "bids": "truthful"}
+
+    @classmethod
+    def from_dict(cls, d: dict, check_trace: bool = True) -> "Scenario":
+        """The scenario :meth:`describe` wrote; with ``check_trace`` the trace file must have the
+        recorded sha256 (``ValueError`` otherwise: the numbers would not be reproducible)."""
+        from dataclasses import fields
+
+        wd = dict(d["workload"])
+        sha = wd.pop("trace_sha256", None)
+        wd.pop("trace_file", None)
+        known = {f.name for f in fields(WorkloadSpec)}
+        unknown = set(wd) - known
+        if unknown:
+            raise ValueError(f"scenario: unknown workload fields {sorted(unknown)} (written by a newer marketsched?)")
+        spec = WorkloadSpec(**wd)
+        if check_trace and sha is not None:
+            from marketsched.workloads.registry import resolve_trace, sha256_file
+
+            got = sha256_file(resolve_trace(spec.trace, download=False))
+            if got != sha:
+                raise ValueError(f"scenario: trace {spec.trace!r} has sha256 {got}, the results were made from {sha}")
+        return cls(spec, d.get("values", "bimodal"), int(d.get("seed", 1)), d.get("deadlines", "patience"),
+                   d.get("reliability", "none"))

@@ -174,13 +174,13 @@ class Mechanism:
         return out
 
     def label(self, params: dict | None = None) -> str:
-        """``name`` plus the parameters that differ from their defaults, e.g. ``hb/first``."""
-        changed = {k: v for k, v in (params or {}).items() if self.param(k) is not None and self.param(k).default != v}
-        if not changed:
-            return self.name
-        if set(changed) == {"pricing"}:
-            return f"{self.name}/{changed['pricing']}"
-        return self.name + "(" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + ")"
+        """``name``, ``/pricing`` if it has one, and the other parameters that differ from their
+        defaults, e.g. ``hb/first`` or ``ees(n_draws=50)``."""
+        params = params or {}
+        base = self.name + (f"/{params['pricing']}" if "pricing" in params and self.param("pricing") else "")
+        changed = {k: v for k, v in params.items()
+                   if k != "pricing" and self.param(k) is not None and self.param(k).default != v}
+        return base + ("(" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + ")" if changed else "")
 
 
 # ---------------------------------------------------------------------------- the registry
