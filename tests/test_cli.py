@@ -115,3 +115,32 @@ def test_reproduce_lists_experiments():
 def test_reproduce_rejects_executor_for_experiments_without_runner():
     r = CliRunner().invoke(main, ["reproduce", "feldman2005", "--executor", "serial", "--quick"])
     assert r.exit_code != 0 and "takes no --executor" in r.output
+
+
+TRACE_SLICE = ["--jobs", "60", "--split", "--capacity", "0.3", "--values", "uniform"]
+
+
+@pytest.mark.trace
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_simulate_runs_every_mechanism_on_a_trace_slice(name, trace_path):
+    path = str(trace_path("KTH-SP2-1996-2.1-cln"))
+    r = CliRunner().invoke(main, ["simulate", "--trace", path, *TRACE_SLICE, "--mechanism", name,
+                                  *(["--param", "n_draws=20"] if "ees" in name else [])])
+    assert r.exit_code == 0, r.output
+    assert f" {name}" in r.output
+
+
+@pytest.mark.trace
+def test_compare_runs_every_mechanism_on_a_trace_slice(trace_path):
+    path = str(trace_path("KTH-SP2-1996-2.1-cln"))
+    r = CliRunner().invoke(main, ["compare", "--trace", path, *TRACE_SLICE, "--param", "n_draws=20", "--no-legend"])
+    assert r.exit_code == 0, r.output
+    assert "not run" not in r.output
+    rows = [line.split()[0] for line in r.output.splitlines() if line.strip()]
+    for name in BUILT_IN:
+        assert any(row == name or row.startswith((name + "/", name + "(")) for row in rows), name
+    # without --split the serial-only mechanisms are not run, and the reason names --split
+    r = CliRunner().invoke(main, ["compare", "--trace", path, "--jobs", "60", "--values", "uniform",
+                                  "--mechanisms", "hb,dlgm,egg,fcfs,easy"])
+    assert r.exit_code == 0, r.output
+    assert "hb: serial jobs" in r.output and "--split" in r.output and " easy " in r.output
