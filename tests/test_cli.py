@@ -117,7 +117,7 @@ def test_reproduce_rejects_executor_for_experiments_without_runner():
     assert r.exit_code != 0 and "takes no --executor" in r.output
 
 
-TRACE_SLICE = ["--jobs", "60", "--split", "--capacity", "0.3", "--values", "uniform"]
+TRACE_SLICE = ["--jobs", "25", "--split", "--capacity", "0.3", "--values", "uniform"]
 
 
 @pytest.mark.trace
