@@ -1,4 +1,4 @@
-"""Egg (seed 003) benchmark: 100,000 bids against 100 providers with 48-slot price tables.
+"""Egg (Kang & Parkes 2007) benchmark: 100,000 bids against 100 providers with 48-slot price tables.
 
 Prints two figures:
 

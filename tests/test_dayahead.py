@@ -1,4 +1,4 @@
-"""The day-ahead reservation auction as a service (seed 002 ch. 5 and 7): a day of sealed bids
+"""The day-ahead reservation auction as a service (Mutz 2008, ch. 5 and 7): a day of sealed bids
 cleared at the clearing time, Clarke prices equal to the library's, losers pay nothing, money
 in escrow returns, a winner's command runs inside its reservation (held slots on the local
 executor; Slurm reservations in tests/test_dayahead_slurm.py); placebid and showres commands."""

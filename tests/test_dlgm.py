@@ -1,4 +1,4 @@
-"""DLGM and P-DLGM (seed 001, sections 5.3-5.4, Appendix C).
+"""DLGM and P-DLGM (Stößer 2009, sections 5.3-5.4, Appendix C).
 
 Hand-worked instances (exact), a naive reference (explicit queues and an explicit ledger of
 every transfer, written straight from Steps 1-3 of the thesis), and the thesis's properties on

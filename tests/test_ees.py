@@ -1,4 +1,4 @@
-"""EES and relaxed EES (seed 002, chapters 4 and 6)."""
+"""EES and relaxed EES (Mutz 2008, chapters 4 and 6)."""
 
 import itertools
 

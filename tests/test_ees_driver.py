@@ -1,4 +1,4 @@
-"""EES and relaxed EES on the discrete-event engine (seed 002 ch. 4 and 6; ees_driver)."""
+"""EES and relaxed EES on the discrete-event engine (Mutz 2008, ch. 4 and 6; ees_driver)."""
 
 import numpy as np
 import pytest

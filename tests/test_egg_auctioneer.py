@@ -1,4 +1,4 @@
-"""The vectorised auctioneer (seed 003, equations 3-5) against a literal scalar reading.
+"""The vectorised auctioneer (Kang & Parkes 2007, equations 3-5) against a literal scalar reading.
 
 The reference loops over providers and candidate completion times, reads prices with
 ``PriceTable.price`` and values with the scalar schedule classes, and applies the tie rules

@@ -1,4 +1,4 @@
-"""Escrow and reliability (seed 003, protocol steps 1d, 2a-2c): money is conserved."""
+"""Escrow and reliability (Kang & Parkes 2007, protocol steps 1d, 2a-2c): money is conserved."""
 
 import numpy as np
 import pytest

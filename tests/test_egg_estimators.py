@@ -1,4 +1,4 @@
-"""Estimators (seed 003, definitions 4-5): verified monotone models, inactive periods."""
+"""Estimators (Kang & Parkes 2007, definitions 4-5): verified monotone models, inactive periods."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Price tables (seed 003, definition 6): checks on every update, projection, rolling, lookups."""
+"""Price tables (Kang & Parkes 2007, definition 6): checks on every update, projection, rolling, lookups."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Egg providers on the engine (seed 003 section 3; local schedulers, pricing, failures)."""
+"""Egg providers on the engine (Kang & Parkes 2007, section 3; local schedulers, pricing, failures)."""
 
 import numpy as np
 import pytest

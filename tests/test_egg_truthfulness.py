@@ -1,4 +1,4 @@
-"""Theorem 1 of seed 003 (Kang & Parkes 2007, section 3.1) as property tests.
+"""Theorem 1 of Kang & Parkes (2007, section 3.1) as property tests.
 
 "The auction framework is t-strategyproof for jobs with bounded patience and users with
 limited misreports, uniform-failure and threshold-reliability beliefs, if price table entries

@@ -1,4 +1,4 @@
-"""Exact MIP (Stößer 2009, seed 001, eqs. 3.1-3.6 / appendix A) against brute force and
+"""Exact MIP (Stößer 2009, eqs. 3.1-3.6 / appendix A) against brute force and
 the thesis's optima; the greedy never beats it."""
 
 import itertools

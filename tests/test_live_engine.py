@@ -1,5 +1,5 @@
 """The live engine drives the simulator's mechanism objects and, on a fake clock, makes exactly
-the simulator's decisions and payments (DESIGN principle 8)."""
+the simulator's decisions and payments (one rule, one implementation)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""HB, NPHB, WSPT, WSEPT with first and k-th price (seed 000, sections III and V)."""
+"""HB, NPHB, WSPT, WSEPT with first and k-th price (Shudler et al. 2010, sections III and V)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Availability profile (seed 002, section 6.1.3 SegmentedFunction)."""
+"""Availability profile (Mutz 2008, section 6.1.3 SegmentedFunction)."""
 
 import pytest
 from hypothesis import given, settings, strategies as st

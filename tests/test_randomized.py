@@ -1,5 +1,5 @@
 """Randomized pay-as-bid heuristic and distributed randomized mechanism (Stößer 2009,
-seed 001, chapter 4): tables 4.1-4.3, theorem 1, sampler against the exact tree."""
+chapter 4): tables 4.1-4.3, theorem 1, sampler against the exact tree."""
 
 import numpy as np
 import pytest

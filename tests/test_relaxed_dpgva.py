@@ -1,4 +1,4 @@
-"""Relaxed DPGVA (seed 002, chapter 7)."""
+"""Relaxed DPGVA (Mutz 2008, chapter 7)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""Proportional Share and Sanghavi-Hajek (seed 001, chapter 6): rules, equilibria, reservations, market loop.
+"""Proportional Share and Sanghavi-Hajek (Stößer 2009, chapter 6): rules, equilibria,
+reservations, market loop.
 
 Worked examples are exact tests (Table 6.1, section 6.5.3); Lemmas 2-3 and Theorems 1-2 become
 property tests over random value pairs, with the equilibria checked against numerical best

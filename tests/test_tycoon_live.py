@@ -1,4 +1,4 @@
-"""Tycoon mode for real (seed 004, Feldman, Lai and Zhang, EC 2005): user agents re-split their
+"""Tycoon mode for real (Feldman, Lai & Zhang 2005, ACM EC): user agents re-split their
 budgets across hosts (CPUs) with the library's best response every interval, in a background
 thread, and the CPU time the jobs' processes get follows the bids.
 

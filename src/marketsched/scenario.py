@@ -12,7 +12,7 @@ experiment runners:
    (:mod:`marketsched.mechanisms.registry`) and simulates it, optionally with a per-job event
    log (:mod:`marketsched.engine.events`).
 
-Common random numbers (Shudler et al. (2010), section IV): a scenario's true values are drawn
+Common random numbers: a scenario's true values are drawn
 from ``seed`` alone, before the mechanism is chosen, so every mechanism compared under the
 same seed sees the same jobs with the same values (and the same deadlines: each attribute has
 its own stream derived from the seed).

@@ -1,4 +1,4 @@
-"""Reproduction of seed 003: Kang & Parkes (2007), the Egg decentralized auction framework.
+"""Reproduction of Kang & Parkes (2007), the Egg decentralized auction framework.
 
 The paper has no simulations: its only numbers are the worked examples 1 (admissible update)
 and 2 (price lookup) and the sample bid; its result is theorem 1 (t-strategyproofness, proof
@@ -47,7 +47,7 @@ from marketsched.workloads import Workload, load_trace, synthetic_workload, time
 from marketsched.workloads.values import bimodal
 
 NAME = "kang2007"
-TITLE = "Kang & Parkes 2007 (seed 003): Egg decentralized auction framework"
+TITLE = "Kang & Parkes 2007: Egg decentralized auction framework"
 
 SEED = 2003
 HOUR, DAY = 3600.0, 86400.0
@@ -59,8 +59,9 @@ FULL_DAYS = (126, 154)  # four busy weeks (about 60 of 140 processors busy on av
 QUICK_DAYS = (126, 129)
 AUDIT_DAYS = (7.0, 8.0)  # realistic-failure audit: one day of the window (trace day 133), re-simulated
 QUICK_AUDIT_DAYS = (1.0, 1.5)
-# providers (decision 11-13 of the seed003 note; our design): capacity, scheduler, pricing,
-# rate (currency per estimated CPU-hour), kappa, estimator quantile, crash rate per CPU-second
+# providers (the paper leaves pricing, scheduling and failures to them; our design): capacity,
+# scheduler, pricing, rate (currency per estimated CPU-hour), kappa, estimator quantile,
+# crash rate per CPU-second
 PROVIDERS = [
     dict(capacity=20, scheduler="edf", pricing="load", rate=1.0, kappa=4.0, quantile=0.9, crash=2e-6),
     dict(capacity=16, scheduler="fifo", pricing="static", rate=1.0, kappa=0.0, quantile=0.8, crash=2e-6),
@@ -108,7 +109,7 @@ def part_examples(rep: Report) -> dict:
             ours = "accepted"
         except AdmissibilityError as e:
             ours = "rejected: " + str(e.violations[0]).split(": ", 1)[1]
-        rows.append({"case": f"example 1 variant: {label}", "paper": "rejected (note's oracle)", "ours": ours})
+        rows.append({"case": f"example 1 variant: {label}", "paper": "rejected (definition 6; variant not in the paper)", "ours": ours})
     ex2 = np.array([[9, 5, 4, 6], [19, 17, 13, 15], [24, 20, 15, 21]], float)
     book = PriceBook(1, [[0, 2, 4, 8]], 1.0, 3.0, 4, prices=ex2[None])
     m = Market(book, EstimatorStore([LinearEstimator([2.5], [[0.0]])], 3.0, runtime_dim=None))
@@ -256,7 +257,7 @@ def fit_estimators(train: Workload) -> list:
 def true_bids(w: Workload, seed: int) -> tuple[BidBatch, dict]:
     """Truthful bids with value schedules synthesised from the trace (our value model).
 
-    ``v0 = rho (1 + 2 r_h)`` with ``rho = bimodal / 30`` (seed 000's value mix, scaled to a
+    ``v0 = rho (1 + 2 r_h)`` with ``rho = bimodal / 30`` (the value mix of Shudler et al. 2010, scaled to a
     mean near 1.5 currency units per hour), ``r_h`` the true run time in hours; patience
     ``max(U(2, 24) h, 2 r)`` capped at Delta; schedules: 40% linear to ``v0 U(0.1, 0.6)``, 30%
     constant with deadline, 30% two steps (``v0`` then ``v0 / 2`` from mid-patience);
@@ -732,6 +733,6 @@ DECISIONS = """
   at most every 5 min and at every new slot. Estimators: per known user, the provider's quantile of
   the user's run times; unknown users: 60 s + quantile of run time / requested time x requested time
   (a lookup of linear models, verified monotone), fitted once on the week before the window. No provider cost model, so no social welfare: user surplus and revenue are reported.
-* Value model (ours): v0 = rho (1 + 2 r_hours), rho = seed 000's bimodal value / 30; patience
+* Value model (ours): v0 = rho (1 + 2 r_hours), rho = Shudler et al. (2010)'s bimodal value / 30; patience
   max(U(2, 24) h, 2 r) capped at Delta; 40% linear, 30% constant, 30% two-step schedules.
 """

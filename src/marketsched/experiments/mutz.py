@@ -1,6 +1,6 @@
-"""Reproduction of seed 002 (A. Mutz thesis): EES, relaxed EES, DPGVA and relaxed DPGVA.
+"""Reproduction of Mutz (2008) (A. Mutz, PhD thesis): EES, relaxed EES, DPGVA and relaxed DPGVA.
 
-Everything here is a static snapshot experiment, as in the thesis (note section 0): one queue
+Everything here is a static snapshot experiment, as in the thesis (no traces, no arrivals): one queue
 or one day's bids, with the other participants drawn from uniform priors, and one focal user
 varying one declared parameter. Parts:
 
@@ -30,13 +30,13 @@ from marketsched.mechanisms.clearing.relaxed_dpgva import optimal_schedule, rela
 from marketsched.mechanisms.online.ees import EES, QueueSnapshot, RelaxedEES, TypePrior, Uniform
 
 NAME = "mutz"
-TITLE = "Mutz 2008 (seed 002): EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
+TITLE = "Mutz 2008: EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
 
 SEED = 2002
-# Chapter 4 (units: d per hour, r in hours; thesis ranges unstated, note 8.1.2-8.1.3)
+# Chapter 4 (units: d per hour as in the fig 4.2 text, r in hours; the thesis's uniform priors have no stated ranges)
 EES_PRIOR = TypePrior(value=Uniform(0.0, 250.0), delay_cost=Uniform(0.0, 100.0))
 EES_QUEUE, EES_FRONT_R = 8, 0.25
-# Chapter 6 (machine size and ranges unstated, note 8.2.12)
+# Chapter 6 (machine size and ranges unstated in the thesis)
 REES_PRIOR = TypePrior(value=Uniform(0.0, 100.0), delay_cost=Uniform(0.0, 10.0))
 REES_CAPACITY, REES_QUEUE = 16, 8
 # Chapter 5 (stated, section 5.2.1)
@@ -471,7 +471,7 @@ def incentive_findings(inc: pd.DataFrame) -> str:
                                  for r in bad.itertuples()) + ".")
     if any(str(f) in ("6.4", "6.5") for f in bad.figure):
         lines.append("""
-Relaxed EES, r and n (figs 6.4, 6.5): in our reading r and n are public (note 8.1.1), so the AGV
+Relaxed EES, r and n (figs 6.4, 6.5): in our reading r and n are public (eq. 4.4 samples only v and d), so the AGV
 transfers do not price them. Declaring a larger r or n lengthens the delays delay_j(i) that every
 waiting job's expected-welfare term xi_j is computed with; that lowers mean_{j != i} xi_j, the part of
 the head's payment set by the others' reports, so the head pays less, and for these priors this
@@ -544,22 +544,22 @@ cores at the end: other work shared the machine, so absolute timings below are i
 figures of `benchmarks/bench_mutz.py` are the reference timings). All experiments are static snapshots (one queue or one
 day of bids) with the other participants drawn from uniform priors, as in the thesis (no traces, no
 FCFS/EASY baselines: those need the discrete-event engine and are left for later). The thesis's plots
-did not survive text extraction, so the comparison is with the claims in its prose (seed 002 note,
-section 6). Raw numbers are in the CSV files beside this report.
+did not survive text extraction, so the comparison is with the claims in its prose. Raw numbers are
+in the CSV files beside this report.
 
 Parameters the thesis does not state, chosen here:
 
 * EES (ch. 4): v ~ U(0, 250), d ~ U(0, 100) per hour, the front job's r = {EES_FRONT_R} h, queue of
   {EES_QUEUE} jobs; focal front job v = 129.8, focal waiting job (position 3) d = 48.9; {draws} Monte
   Carlo draws per expectation (cached estimator), {groups * 15} random groups of other participants per
-  declaration, drawn from the prior the mechanism declares (note 8.1.2), with common random numbers
+  declaration, drawn from the prior the mechanism declares (as the Bayes-Nash guarantee assumes), with common random numbers
   across declarations.
 * Relaxed EES (ch. 6): {REES_CAPACITY}-node machine, empty at the decision, queue of {REES_QUEUE}, v ~ U(0, 100),
   d ~ U(0, 10), r ~ U(1, 10), n ~ U{{1..16}}; focal v = 42.5, r = 7.18, n = 8 (front) and d = 7.64
   (position 3); {groups * 5} groups, {draws // 2 if not quick else draws} draws. r and n are public, so only r >= 7.18
-  and n >= 8 are explored (note 8.5.21).
+  and n >= 8 are explored (smaller ones are useless to the owner, as section 5.2.1 argues for lengths).
 * DPGVA (ch. 5): as stated in section 5.2.1 (20 jobs, 100 units, deadline U(0,100), length U(1,100)
-  (0 excluded, note 8.3.15), value U(1,1000); focal d = 90, l = 5, v = 950), {groups * 5} groups.
+  (0 excluded: a job needs length >= 1), value U(1,1000); focal d = 90, l = 5, v = 950), {groups * 5} groups.
 * Relaxed DPGVA (ch. 7): {RDP_CAPACITY}-node machine, 24 h at 15 min ({RDP_UNITS} units), {RDP_JOBS} other
   bids with length U{{4..32}} units (a crowded day), deadline = length + U{{0..95}} clipped to the day,
   nodes U{{1..16}}, value U(1,1000); figures 7.1, 7.2, 7.4 at depth {rdp['main']}; focal

@@ -1,8 +1,7 @@
-"""Trace-driven extension of seed 002: EES and relaxed EES against FCFS and EASY.
+"""Trace-driven extension of Mutz (2008): EES and relaxed EES against FCFS and EASY.
 
-The thesis evaluates its batch-queue auctions on static snapshots only (seed 002 note,
-section 0: no traces, no FCFS/EASY, no utilization or slowdown). Its implementer note
-(section 9) suggests this comparison as an extension; nothing here is a thesis number.
+The thesis evaluates its batch-queue auctions on static snapshots only (no traces, no FCFS/EASY,
+no utilization or slowdown). This comparison is an extension; nothing here is a thesis number.
 
 What is run (``run``):
 
@@ -54,7 +53,7 @@ from marketsched.mechanisms.online.ees_driver import (
 )
 
 NAME = "mutz-trace"
-TITLE = "Mutz (seed 002) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+TITLE = "Mutz (2008) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
 
 TRACE = "SDSC-SP2-1998-4.2-cln"
 JOBS = 3000
@@ -363,8 +362,8 @@ def _write_report(rep, df, results, quick, seeds, n_draws, workers, elapsed):
     rep.text(f"""
 Run {'quick' if quick else 'full'} in {elapsed:.0f} s ({workers} worker processes; load average
 {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end). An extension, not a reproduction:
-the thesis has no traces, no FCFS/EASY baseline and no utilization or slowdown numbers (seed 002
-note, section 0), so there is nothing of the thesis's to put beside these numbers. Raw numbers:
+the thesis has no traces, no FCFS/EASY baseline and no utilization or slowdown numbers, so there
+is nothing of the thesis's to put beside these numbers. Raw numbers:
 `results.csv` (one row per mechanism, seed and d_max). Method and decisions: `docs/mutz_trace.md`
 and the docstrings of `marketsched.mechanisms.online.ees_driver` and `marketsched.experiments.mutz_trace`.
 

@@ -1,6 +1,6 @@
 """The experiment runner: a declared grid of simulation cells, run in parallel, into a tidy table.
 
-DESIGN principle 6 ("experiments are data"); seed000 note, section 5 (the grid of seed 000:
+Experiments are data: a grid is declared, not coded (the grid of Shudler et al. 2010 is
 trace x capacity x mechanism x pricing x behaviour x beta x seed).
 
 A **cell** (:class:`Cell`) is one simulation: a workload (trace, capacity fraction, split,
@@ -339,7 +339,7 @@ class BothPrices:
     """First and k-th price settled side by side on one schedule.
 
     Why this is exact: in HB, NPHB, WSPT and WSEPT the allocation depends on bids and run times
-    only, never on the payment rule (seed 000, Algorithm 1 steps 3-4; section III.B), so the
+    only, never on the payment rule (Shudler et al. 2010, Algorithm 1 steps 3-4; section III.B), so the
     first-price and the k-th-price cell of the same (mechanism, bids) have the same schedule.
     This scheme forwards every hook (``bind``, ``advance``, ``on_start``, ``on_stop``,
     ``update``, ``extend``) to a :class:`FirstPrice` writing the simulator's payments and a

@@ -1,4 +1,4 @@
-"""Reproduction of Stößer 2009 (seed 001), chapters 3 and 4: the grid exchange.
+"""Reproduction of Stößer (2009), chapters 3 and 4: the grid exchange.
 
 Runs, on order books drawn from table 3.6 (:func:`generate_order_book`):
 
@@ -293,7 +293,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     t_start = time.perf_counter()
     rep.text(f"""
 Reproduction of chapters 3 and 4 of Stößer (2009), *Market-Based Scheduling in Distributed
-Computing Systems* (seed 001), with `marketsched.mechanisms.clearing` (greedex, exact,
+Computing Systems* (Stößer 2009), with `marketsched.mechanisms.clearing` (greedex, exact,
 randomized). Order books are drawn from table 3.6 (memory lognormal with log-space sigma; see
 `docs/grid_exchange.md`). Mode: {'quick' if quick else 'full'}; {workers} worker processes.
 The exact solver is HiGHS via `scipy.optimize.milp` (0.1 % gap, time limit {cfg.mip_time_limit:g} s)

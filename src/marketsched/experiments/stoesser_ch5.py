@@ -1,4 +1,4 @@
-"""Reproduction of seed 001 chapter 5 (Stößer 2009): DLGM against P-DLGM on workload traces.
+"""Reproduction of Stößer (2009), chapter 5: DLGM against P-DLGM on workload traces.
 
 Source: thesis section 5.5 (experimental setup 5.5.1, results 5.5.2): Table 5.2 (ratio of the
 total weighted flow time of DLGM to P-DLGM), Figures 5.3 (uniform weights) and 5.4 (bimodal
@@ -23,7 +23,7 @@ Steps:
    ratio of the mean totals); per slice, the mean over seeds of each mechanism's slice mean,
    then the DLGM / P-DLGM ratio (Figures 5.3/5.4 left) and the two BSD curves (right).
 
-Decisions (seed001 note, section 7 item 8): utility uses the flow time ``e_j - r_j`` (the
+Decisions (open in the thesis): utility uses the flow time ``e_j - r_j`` (the
 completion-time version adds the constant ``-v_j r_j``, which would swamp the ratio, the reason
 the thesis gives for switching to flow time in section 5.5.1); Table 5.2 is read as DLGM /
 P-DLGM (values above 1 = P-DLGM better; the caption's reading, the text says the reverse);
@@ -46,7 +46,7 @@ import pandas as pd
 from marketsched.experiments.report import Report
 
 NAME = "stoesser-ch5"
-TITLE = "Stößer 2009 ch. 5 (seed 001): DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
+TITLE = "Stößer 2009 ch. 5: DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
 
 # (label, thesis trace, registry name, capacity fraction); all are split into serial jobs
 TRACES = [

@@ -1,8 +1,7 @@
-"""Reproduction of seed 001 chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
+"""Reproduction of Stößer (2009), chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
 
 Source: Stößer's thesis, sections 6.3.3 (Table 6.1), 6.4 (Tables 6.2-6.6, Figures 6.1 and 6.3),
-6.5.3 (reservation example) and appendix D (Tables D.1-D.3); ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9.
+6.5.3 (reservation example) and appendix D (Tables D.1-D.3).
 
 What is run
 -----------
@@ -60,7 +59,7 @@ CAPACITY = 10
 #: (demand above supply in a few per cent of the busy seconds, peaks of a few times the supply).
 SENSITIVITY_CAPACITY = 40
 WINDOW = 20
-SEED = 6001  # seed 001, chapter 6
+SEED = 6001  # Stößer (2009), chapter 6
 DISTS = {"narrow": 0, "wide": 1}
 
 # ---------------------------------------------------------------------------- the thesis's numbers
@@ -338,7 +337,7 @@ def reservation_section(rep: Report) -> None:
     rep.text(
         "Exact SH shares of the second scenario are 0.3 x (7/54, 16/54, 31/54); the maximum unit price is "
         "10 / (0.3 x 7/54) = 257.14 and revenue 60 + 0.7 x 257.14 = 240.00. The thesis rounded the low "
-        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a known erratum, note section 7 item 12)."
+        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a rounding erratum in the thesis's section 6.5.3)."
     )
 
 
@@ -658,7 +657,7 @@ DIFFERENCES = """
   the mechanisms also face). The ordering PS > SH, and its significance, is what we compare.
 * **Common random numbers.** PS and SH see the same valuations and (ZIC) the same bids, so ZIC revenue
   is equal by construction; the independent-stream rows reproduce the thesis's noisy version of the check.
-* **Open points of the thesis** (note section 7 item 9) are decided in the modules' docstrings: rule
+* **Open points of the thesis** (chapter 6 leaves them open) are decided in the modules' docstrings: rule
   input is the total bid b c; b_min = 1; exploit bids at the bin's upper end; one uniform per request and
   second; a request starts in state 0; shared tables updated in request order; the optimum is the
   per-second fractional knapsack. Any of them can move the Q-learning numbers; none changes the ZIC

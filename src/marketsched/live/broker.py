@@ -1,4 +1,4 @@
-"""The broker: a running MOSIX-style market on this machine (seed 000's market, for real).
+"""The broker: a running MOSIX-style market on this machine (the market of Shudler et al. 2010, for real).
 
 It joins four parts, all driven under one lock:
 
@@ -17,7 +17,7 @@ It joins four parts, all driven under one lock:
 Rules of the live market (decisions; the paper's market assumes budgets, not these mechanics)
 --------------------------------------------------------------------------------------------
 * **Charging.** A job pays, per second of running time, the price its payment scheme sets
-  (seed 000, Algorithm 1 steps 2 and 5, as implemented in
+  (Shudler et al. 2010, Algorithm 1 steps 2 and 5, as implemented in
   :mod:`~marketsched.mechanisms.online.pricing`). The broker reads each running job's accrued
   payment (``accrued``) every ``charge_interval`` seconds (default 1 s) and posts what was not
   yet posted, rounded to a micro-unit, as an entry ``user:NAME -> provider:revenue``; a job's
@@ -37,7 +37,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   suspended with SIGSTOP, exactly as when preempted) and wait in state ``held``. A later deposit
   re-enters held jobs (new arrivals at that time, so they queue behind equal bids submitted
   while they were held) as long as each passes the admission rule.
-* **Changing a bid.** A user changes the bid of an active job (``rebid``; seed 000 has no
+* **Changing a bid.** A user changes the bid of an active job (``rebid``; Shudler et al. (2010) have no
   such event): the job keeps its place in submission order (ties), a running job pays its old
   price up to now and the new one from now, and the mechanism decides at once (HB may preempt
   either way). Raising a bid passes the admission rule again at the new bid (402 otherwise,
@@ -45,7 +45,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   re-enters.
 * **Cancel.** A user cancels their own jobs (the administrator any job); the process group is
   killed; what the job accrued until then is charged.
-* **Serial jobs.** The priority mechanisms schedule serial jobs (seed 000 splits parallel jobs
+* **Serial jobs.** The priority mechanisms schedule serial jobs (Shudler et al. (2010) split parallel jobs
   first); a live job must ask for 1 processor (a slot).
 * **WSPT** keys jobs by ``bid / actual run time``, which a live market cannot know at
   submission: here ``wspt`` uses the submitted run-time estimate in its place, which is WSEPT;

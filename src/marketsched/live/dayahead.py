@@ -1,4 +1,4 @@
-"""The day-ahead reservation auction as a service (seed 002, A. Mutz, chapter 5; chapter 7 relaxed).
+"""The day-ahead reservation auction as a service (Mutz 2008, chapter 5; chapter 7 relaxed).
 
 Users place **sealed bids** during the day: a length (s), a deadline (s from the start of the
 reserved period), a maximum price (the bid's value, currency units; the thesis's ``placebid``),

@@ -1,4 +1,5 @@
-"""Replays between the simulator and the live engine (DESIGN principle 8).
+"""Replays between the simulator and the live engine (one rule, one implementation: both run the
+same policy objects).
 
 :func:`replay_live` feeds a workload to a :class:`~marketsched.live.engine.LiveEngine` on a
 :class:`~marketsched.live.clock.FakeClock`, playing the part of the executor: it knows each

@@ -19,7 +19,7 @@ from marketsched.mechanisms.online.ees import Discrete
 from marketsched.mechanisms.registry import Mechanism, Param, register
 
 PRICING = Param("pricing", str, "kth", "payment per second of running time: k-th price or first price "
-                "(Shudler et al. (2010), section III.A)", ("kth", "first"))
+                "(Shudler et al. (2010), section IV)", ("kth", "first"))
 LIVE_PRIORITY = ("yes: `marketsched market serve --mechanism {name}` (local or Slurm executor); its events and "
                  "payments are the simulator's (same policy object)")
 
@@ -35,7 +35,7 @@ def _priority(rule: str):
 
 
 _PRIORITY = [
-    ("hb", "Highest-Bid", "Shudler et al. (2010), Algorithm 1 (Highest-Bid), payments section III.A",
+    ("hb", "Highest-Bid", "Shudler et al. (2010), section II.A, Algorithm 1 (Highest-Bid); payments section IV",
      "preemptive: the highest bids run", LIVE_PRIORITY.format(name="hb")),
     ("nphb", "Non-preemptive Highest-Bid", "Shudler et al. (2010), section III.B (NPHB); k-th price section V",
      "highest queued bid starts when a node frees", LIVE_PRIORITY.format(name="nphb")),
@@ -105,9 +105,9 @@ def ees_types(jobs, prior_points: int = 64):
     of waiting, ``d_j = w_j`` (the weight of Shudler et al. (2010), Eq. 2, and of DLGM), and
     the value of running it is what waiting until its deadline would cost,
     ``v_j = w_j x (deadline_j - submit_j)``: a job would rather be discarded than wait past
-    its deadline. Reports are truthful (``w`` = the bids). The declared prior (section 8.1.2
-    of the implementation note: the payments assume types come from it) is the jobs' own
-    distribution: ``prior_points`` equally likely quantile midpoints of the v's and of the
+    its deadline. Reports are truthful (``w`` = the bids). The declared prior (the
+    expected-externality payments of Mutz (2007), eq. 4.4, assume types are drawn from it) is
+    the jobs' own distribution: ``prior_points`` equally likely quantile midpoints of the v's and of the
     d's (the payments sample one job's v or another job's d, never both of one job, so the
     marginals are all they use).
     """
@@ -215,8 +215,8 @@ EGG_PARAMS = (
 def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice_every: float = 300.0):
     """The Egg market for ``jobs``: ``(market, agents, bids, crash_draws)``.
 
-    Decisions (Kang & Parkes (2007) leave providers' pricing, scheduling and estimators to
-    them; seed003 note, decisions 11-13): the six providers of the Kang & Parkes (2007)
+    Decisions (Kang & Parkes (2007), section 3, leave providers' pricing, scheduling and
+    estimators to them): the six providers of the Kang & Parkes (2007)
     reproduction (``marketsched.experiments.kang2007.PROVIDERS``: schedulers, pricing kinds,
     relative rates, crash rates), their processors scaled to the machine's (largest
     remainders, at least one each); prices per estimated CPU-second ``price_level x relative

@@ -1,6 +1,6 @@
 """DPGVA: Dynamic-Programming Generalized Vickrey Auction for day-ahead reservations.
 
-Source: seed 002 (A. Mutz thesis), chapter 5: section 5.1.2 (the dynamic programme, pseudo-code
+Source: Mutz (2008) (A. Mutz, PhD thesis), chapter 5: section 5.1.2 (the dynamic programme, pseudo-code
 ``compute(t, j)``) and section 5.1.3 (GVA / Clarke payments, equation 5.1 utilities).
 
 Every job uses the whole machine. A bid is (length l, deadline d, value v) in time units of
@@ -9,26 +9,26 @@ loser gets nothing and pays nothing.
 
 Allocation, the thesis's forward recursion (section 5.1.2):
 
-1. sort the jobs by *decreasing* deadline, so J_1 has the latest deadline (note 8.3.13: the
+1. sort the jobs by *decreasing* deadline, so J_1 has the latest deadline (a decision: the
    pseudo-code puts job j at the start of the sub-schedule with the lower-index jobs after it,
    which is optimal only in this order; ties in deadline keep the bid order, i.e. stable);
 2. table(t, 0) = 0; table(n, j) = 0 (time runs out at the horizon n);
 3. table(t, j) = table(t, j-1) if t + l_j > d_j, else
    max(v_j + table(t + l_j, j-1), table(t, j-1)) with a strict ">" (ties exclude job j,
-   note 8.3.14);
+   as written);
 4. the answer is table(0, m); walking back from (0, m) gives the jobs in start order, packed
    contiguously from time 0 (no release times, so no idle gaps are needed).
 
 Each row of the table is computed for all t at once (one NumPy pass per job), and the
 schedule is recovered from a boolean "take" table (back-pointers, O(n m) memory) instead of
-the thesis's per-cell job lists (O(n m^2)); see note 8.3.16.
+the thesis's per-cell job lists (O(n m^2)).
 
 Payments (section 5.1.3, Clarke pivot): mu_i = W(-i) - (W - v_i x_i), where W is the optimal
 welfare, W(-i) the optimal welfare without bid i, x_i = 1 if i wins. That needs m+1 solves;
 here all m+1 tables are advanced together as rows of one array (row 0 with everyone, row
 i+1 without bid i), so the m+1 solves cost m vectorised passes over an (m+1, n+1) array.
 
-Decisions where the thesis is silent (note 8.3.15): integer time units 0..n; a job is
+Decisions where the thesis is silent (section 5.1.2 fixes no time indexing): integer time units 0..n; a job is
 feasible at t if t + l <= min(d, n); lengths must be >= 1; deadlines beyond the horizon are
 clipped to it. ``DPGVA`` converts seconds to units: lengths round *up* and deadlines round
 *down* to the granularity, so a winner always gets at least its requested time by its

@@ -1,4 +1,4 @@
-"""GREEDEX: the greedy double-sided multi-attribute exchange of Stößer 2009 (seed 001, ch. 3).
+"""GREEDEX: the greedy double-sided multi-attribute exchange of Stößer (2009, ch. 3).
 
 Allocation -- Algorithm 1 (section 3.4.2), :func:`greedy_allocation`:
 
@@ -21,7 +21,7 @@ Pricing -- section 3.4.3:
 
 Both schemes are budget-balanced by construction (sum p_j == sum p_n).
 
-Decisions the thesis leaves open (note seed001 section 7, items 1-3):
+Decisions the thesis leaves open:
 
 * Ties in the job ranking go to the lower job index, ties among nodes to the lower node
   index (stable sorts).

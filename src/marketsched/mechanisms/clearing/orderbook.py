@@ -1,4 +1,4 @@
-"""Order book of the grid exchange (Stößer 2009, seed 001, chapter 3, section 3.4.1).
+"""Order book of the grid exchange (Stößer 2009, chapter 3, section 3.4.1).
 
 A node offer is ``theta_n = (v_n, C_n, M_n, R_n, E_n)``: reserve price per CPU unit per
 timeslot, CPU and memory capacity, first and last available timeslot. A job request is
@@ -152,7 +152,7 @@ def generate_order_book(n_nodes: int, n_jobs: int, rng: np.random.Generator, *,
     valuation       integer Uniform[10, 20]    integer Uniform[7, 12]
     ==============  =========================  =========================
 
-    Decisions (note seed001 section 4.1 and section 7 item 5):
+    Decisions (the thesis leaves these open):
 
     * The second lognormal parameter is the log-space *standard deviation* sigma, although
       the text calls it a variance: only sigma = 0.15 reproduces the stated memory mean

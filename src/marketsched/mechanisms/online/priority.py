@@ -1,4 +1,4 @@
-"""Highest-Bid and the static-priority baselines of the MOSIX market (seed 000, section III).
+"""Highest-Bid and the static-priority baselines of the MOSIX market (Shudler et al. 2010, sections II.A and III.B).
 
 All four allocation rules order serial jobs by a fixed priority key and fill the ``n`` nodes
 from the top; they differ in the key and in whether a running job may be preempted:
@@ -30,7 +30,7 @@ nodes from the queue top, then (HB only) swap while the best queued job beats th
 one. Jobs can be added while the mechanism runs (:meth:`PriorityScheduler.add_jobs`), which is
 how the live market feeds it real submissions.
 
-Decisions (seed000 note, section 8): ties in the key go to the earlier submission (the paper's
+Decisions (open in the paper): ties in the key go to the earlier submission (the paper's
 rule; rows are in submission order, so row order breaks ties); a run time of 0 counts as 1 s
 in WSPT/WSEPT keys and prices (no division by zero); a missing run-time estimate (NaN) makes
 WSEPT fall back to the actual run time for that job, counted in ``fallback_estimates``.
@@ -185,7 +185,7 @@ class PriorityScheduler:
 
     def rebid(self, j: int, bid: float, key: float) -> None:
         """Change the bid of job ``j`` (queued or running) to ``bid`` with priority ``key``
-        (the live market's "change my bid"; seed 000 has no such event, see below).
+        (the live market's "change my bid"; Shudler et al. (2010) have no such event, see below).
 
         Steps: a running job's payment is settled at its old bid up to now and its price regime
         re-opened at the new one (the payment scheme's ``on_stop``/``on_start``, with the job

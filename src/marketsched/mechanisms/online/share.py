@@ -1,7 +1,6 @@
 """Markets for a shared, divisible resource: Proportional Share and Sanghavi-Hajek, pay-as-bid.
 
-Source: Stößer's thesis (seed 001), chapter 6 and appendix D.5; ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9. Sanghavi & Hajek (2004) for the allocation rule, Johari &
+Source: Stößer (2009), chapter 6 and appendix D.5. Sanghavi & Hajek (2004) for the allocation rule, Johari &
 Tsitsiklis (2004) for Proportional Share's bounds, Stoica et al. (1997) for reservations.
 
 What is here
@@ -69,8 +68,8 @@ taken out of the series instead and multiplied out directly, which makes ``q <= 
 (``P`` at most about 60 terms, ``L`` large bidders) instead of ``O(n m)``. Both methods are tested
 against :func:`sh_shares_rational` and against each other.
 
-Decisions (the thesis leaves these open; note section 7 items 9 and 10)
-------------------------------------------------------------------------
+Decisions (chapter 6 of the thesis leaves these open)
+-----------------------------------------------------
 * **Bids enter the rule as totals** ``b_jt c_j`` (``basis="total"``, the default): the money a
   request puts down buys its share, as in the unit model of section 6.2 where the bid is the
   payment. ``basis="per_cpu"`` applies the rule to the per-CPU bids ``b_jt`` (the literal

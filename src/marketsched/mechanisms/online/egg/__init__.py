@@ -1,4 +1,4 @@
-"""Egg: the decentralized auction framework of Kang & Parkes (2007), seed 003.
+"""Egg: the decentralized auction framework of Kang & Parkes (2007).
 
 A trusted market infrastructure holds every provider's price table (admissible, definition 6)
 and resource estimator (monotone, definitions 4-5); a single-use auctioneer per bid picks,

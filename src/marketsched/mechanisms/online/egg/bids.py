@@ -1,6 +1,6 @@
 """Job descriptions, value schedules and bids of the Egg framework.
 
-Source: seed 003, L. Kang and D. C. Parkes, "A Decentralized Auction Framework to Promote
+Source: Kang & Parkes (2007), L. Kang and D. C. Parkes, "A Decentralized Auction Framework to Promote
 Efficient Resource Allocation in Open Computational Grids" (NetEcon+IBC 2007), section 2.2:
 a job's type is ``theta_i = (J_i, w_i, a_i, gamma_i)``; a *bid* is the job description, the
 value schedule and an optional minimum reliability; the arrival is the moment the bid reaches
@@ -22,8 +22,8 @@ What is here
   vectorised auctioneer and the benchmark).
 * :func:`true_utility`: the user's utility under definition 1 and the rules of section 3.
 
-Decisions (seed003 note, section 6)
------------------------------------
+Decisions (open in the paper)
+-----------------------------
 * **Value schedules are non-increasing** in ``tau`` (checked; ``ValueError`` otherwise).
   ``w(tau)`` is the willingness to pay for completion *by* ``tau``; every example in the
   paper decreases or is constant. This makes the best completion time inside a price

@@ -1,4 +1,4 @@
-"""Resource estimators restricted to verifiable monotone models (seed 003, section 2.3).
+"""Resource estimators restricted to verifiable monotone models (Kang & Parkes 2007, section 2.3).
 
 Provider ``k``'s estimator maps a job description to an ``L``-vector of resource
 requirements, ``Q = R_k^t(J)`` (run time, memory, disk, ...). The infrastructure holds the
@@ -11,7 +11,7 @@ model and evaluates it itself, so a provider cannot look at the bid before estim
   while the provider stays active. A model that lowers any estimate may only be installed
   after an **inactive period of at least Delta**.
 
-Model classes (decision 10 of the seed003 note: only models whose monotonicity the
+Model classes (decision: only models whose monotonicity the
 infrastructure can *verify structurally*, never by sampling):
 
 * :class:`LinearEstimator`: ``Q = b + W x`` with ``b >= 0`` and ``W >= 0`` on ordered

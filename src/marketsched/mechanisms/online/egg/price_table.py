@@ -1,6 +1,6 @@
 """Provider price tables and the admissibility rules of definition 6.
 
-Source: seed 003 (Kang & Parkes 2007), section 2.4. Provider ``k`` keeps a table
+Source: Kang & Parkes (2007), section 2.4. Provider ``k`` keeps a table
 ``phi_k^t(Q, tau)``: the price, quoted at time ``t``, for completing a job with resource
 requirements ``Q`` by ``tau``; one axis per resource plus one for the completion period.
 The infrastructure accepts only *admissible* tables (definition 6):
@@ -12,8 +12,8 @@ The infrastructure accepts only *admissible* tables (definition 6):
 Example 1 (section 2.4) is the test oracle: with ``Delta = 3`` h and hour-long columns from
 ``t0``, the first three columns may only rise, the fourth may move freely.
 
-Representation (seed003 note, decisions 1-4)
---------------------------------------------
+Representation (decisions; the paper leaves it open)
+----------------------------------------------------
 * Completion times are grouped in **absolute slots** ``s`` covering ``[s*slot, (s+1)*slot)``;
   column ``h`` of the book is slot ``base + h``. Absolute indexing is what rule 2 needs (it
   compares the *same* completion time across quote times); the paper's tables are written

@@ -1,10 +1,10 @@
 """Provider agents on the engine: local schedulers, pricing strategies, failures.
 
-Source: seed 003 (Kang & Parkes 2007), section 3: "A resource provider can employ a
+Source: Kang & Parkes (2007), section 3: "A resource provider can employ a
 scheduling algorithm of choice, and retains autonomy to decide when to actually schedule a
 job ... to get paid for a job it wins, it must schedule the job so the job can be completed on
 or before the scheduled completion time". Pricing, scheduling and failure behaviour are left
-to the implementer (seed003 note, decisions 11-13); this module supplies baselines.
+to the implementer; this module supplies baselines.
 
 :class:`EggPolicy` plugs the market infrastructure (:class:`~.market.Market`) and ``K``
 provider agents into the engine (:class:`marketsched.engine.simulator.Simulator`). The engine
