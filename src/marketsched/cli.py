@@ -432,7 +432,7 @@ def mechanisms_(name, as_json):
         if kind != kinds[-1]:
             table.add_section()
     console.print(table)
-    console.print("(optional inputs in brackets; * a plugin) `marketsched mechanisms NAME` shows one with its "
+    console.print("(optional inputs in brackets; * a plugin or registered from Python) `marketsched mechanisms NAME` shows one with its "
                   "parameters' help and where it runs; live market: hb, nphb, wsept (and wspt as wsept).", highlight=False)
 
 

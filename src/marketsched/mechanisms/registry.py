@@ -143,7 +143,7 @@ class Mechanism:
     summary: str = ""
     live: str = "no: not wired into the live market"
     utility: Callable[..., Any] | None = None
-    origin: str = "built-in"
+    origin: str = "python"  # "built-in", "plugin <distribution>", or registered from Python code
 
     def __post_init__(self):
         if not self.name or self.name != self.name.strip() or " " in self.name or "," in self.name:
@@ -186,6 +186,7 @@ class Mechanism:
 # ---------------------------------------------------------------------------- the registry
 _REGISTRY: dict[str, Mechanism] = {}
 _loaded = {"builtin": False, "plugins": False}
+_entry_points_seen: set[tuple[str, str]] = set()  # (name, value) of the entry points already loaded
 
 
 def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
@@ -207,6 +208,9 @@ def _ensure_loaded() -> None:
     if not _loaded["builtin"]:
         _loaded["builtin"] = True
         import marketsched.mechanisms.builtin  # noqa: F401 (registers the built-ins)
+
+        for name, m in list(_REGISTRY.items()):
+            _REGISTRY[name] = _with_origin(m, "built-in")
     if not _loaded["plugins"]:
         _loaded["plugins"] = True
         load_plugins()
@@ -217,15 +221,22 @@ def load_plugins(reload: bool = False) -> list[str]:
 
     An entry point may name a :class:`Mechanism`, a list of them, or a function returning
     either. A plugin that fails to load, or whose name is taken, is skipped with a warning
-    naming it (the others still load). Returns the names registered.
+    naming it (the others still load). An entry point already loaded is not loaded again,
+    unless ``reload`` (which first drops every plugin's mechanisms). Returns the names registered.
     """
+    from importlib import invalidate_caches
     from importlib.metadata import entry_points
 
     if reload:
-        for name in [n for n, m in _REGISTRY.items() if m.origin != "built-in"]:
+        for name in [n for n, m in _REGISTRY.items() if m.origin.startswith("plugin ")]:
             del _REGISTRY[name]
+        _entry_points_seen.clear()
+    invalidate_caches()
     names = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if (ep.name, ep.value) in _entry_points_seen:
+            continue
+        _entry_points_seen.add((ep.name, ep.value))
         try:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, Mechanism):
@@ -250,8 +261,11 @@ def _with_origin(m: Mechanism, origin: str) -> Mechanism:
 
 
 def get(name: str) -> Mechanism:
-    """The mechanism registered as ``name`` (``ValueError`` listing the known names)."""
+    """The mechanism registered as ``name`` (``ValueError`` listing the known names); a name not
+    yet known is looked for among the plugins installed since the registry was first read."""
     _ensure_loaded()
+    if name not in _REGISTRY:
+        load_plugins()
     try:
         return _REGISTRY[name]
     except KeyError:
