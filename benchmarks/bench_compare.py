@@ -25,8 +25,8 @@ def child_cpu() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("args", nargs="*", help="extra arguments for `marketsched compare`")
-    a = ap.parse_args()
+    a, extra = ap.parse_known_args()  # the rest goes to `marketsched compare`
+    a.args = extra
     code = "import marketsched, sys; from marketsched.cli import main; sys.argv[0] = 'marketsched'; main()"
     where = subprocess.run([sys.executable, "-c", "import marketsched; print(marketsched.__file__)"],
                            capture_output=True, text=True).stdout.strip()

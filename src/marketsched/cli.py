@@ -119,14 +119,14 @@ BSD      bounded slowdown, flow time / max(run time, 60 s), mean over completed 
 util%    processor-seconds of completed work / (processors x span from first submit to last end).
 revenue  sum of all payments. DLGM and P-DLGM show 0: a job pays the jobs it overtakes, so every
          payment is a transfer between jobs and they sum to zero (Stößer (2009), section 5.3);
-         EES's expected-externality payments also balance over the queue (Mutz (2007), eq. 4.4).
+         EES's expected-externality payments also balance over the queue (Mutz (2008), eq. 4.4).
 TWFT     total weighted flow time, sum of true value x flow time over completed jobs: the social
          cost the priority markets minimise (lower is better).
 utility  mean per-job utility in the mechanism's own model, comparable within a kind only.
          Priority and compensation markets: -w x flow time - payment (Shudler et al. (2010),
          Eq. 3): negative by construction, as a job only loses (w per second until it ends, and
          its payment) and nothing rewards completion. Queue auctions: v - d x wait - payment with
-         v = w x patience, d = w (Mutz (2007)); share markets: value x CPU-seconds received -
+         v = w x patience, d = w (Mutz (2008)); share markets: value x CPU-seconds received -
          payment (Stößer (2009)); Egg: value at the scheduled completion - price, 0 if not served.
          Share markets run every job from its release for its run time whatever its share, so
          their wait is 0 and BSD at most 1: the share shows in the utility.

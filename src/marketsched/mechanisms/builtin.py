@@ -74,7 +74,7 @@ register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer 
 
 # ---------------------------------------------------------------------------- EES
 EES_PARAMS = (
-    Param("n_draws", int, 100, "Monte Carlo draws per expectation of the payments (Mutz (2007), eq. 4.4)"),
+    Param("n_draws", int, 100, "Monte Carlo draws per expectation of the payments (Mutz (2008), eq. 4.4)"),
     Param("estimator", str, "cached", "estimator of the expectations: 'cached' (payments balance exactly) or "
           "'naive' (the thesis's nesting, section 4.1.3)", ("cached", "naive")),
     Param("prior_points", int, 64, "the declared prior: the jobs' values and delay costs summarised by this many "
@@ -101,12 +101,12 @@ def equal_quantiles(x, k: int) -> EqualPoints:
 def ees_types(jobs, prior_points: int = 64):
     """EES inputs from the scenario: ``(value, delay_cost, prior)``, delay costs per second.
 
-    Decision (Mutz (2007) gives types, not traces): a job's delay cost is its value per second
+    Decision (Mutz (2008) gives types, not traces): a job's delay cost is its value per second
     of waiting, ``d_j = w_j`` (the weight of Shudler et al. (2010), Eq. 2, and of DLGM), and
     the value of running it is what waiting until its deadline would cost,
     ``v_j = w_j x (deadline_j - submit_j)``: a job would rather be discarded than wait past
     its deadline. Reports are truthful (``w`` = the bids). The declared prior (the
-    expected-externality payments of Mutz (2007), eq. 4.4, assume types are drawn from it) is
+    expected-externality payments of Mutz (2008), eq. 4.4, assume types are drawn from it) is
     the jobs' own distribution: ``prior_points`` equally likely quantile midpoints of the v's and of the
     d's (the payments sample one job's v or another job's d, never both of one job, so the
     marginals are all they use).
@@ -122,7 +122,7 @@ def ees_types(jobs, prior_points: int = 64):
 
 def ees_utility(jobs, run):
     """Realised utility ``v 1{completed} - d x queue time - payment`` with the true types
-    (Mutz (2007), eqs. 4.5-4.6 and 6.5-6.6; :func:`ees_types` for v and d)."""
+    (Mutz (2008), eqs. 4.5-4.6 and 6.5-6.6; :func:`ees_types` for v and d)."""
     from marketsched.mechanisms.online.ees_driver import realised_utility
 
     w = jobs.true_value
@@ -145,11 +145,11 @@ def _ees(relaxed: bool):
 
 _EES_LIVE = ("no: EES decides on the whole queue's values and delay costs at each decision, the live market takes "
              "a bid per second of running time (the live day-ahead service runs Mutz's DPGVA instead)")
-register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2007), chapter 4 (eqs. 4.1-4.6)",
+register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
                    summary="one job holds the machine; the head runs if its value beats the delay it causes",
                    live=_EES_LIVE, utility=ees_utility))
-register(Mechanism("relaxed-ees", "Relaxed EES", "queue auction", "Mutz (2007), chapter 6 (eqs. 6.1-6.6)",
+register(Mechanism("relaxed-ees", "Relaxed EES", "queue auction", "Mutz (2008), chapter 6 (eqs. 6.1-6.6)",
                    _ees(True), EES_PARAMS + (Param("compress", bool, True, "move committed starts up when jobs end "
                                                    "early (conservative-backfilling compression)"),),
                    ("bids", "deadlines"), ("estimates",), summary="EES with node counts and planned starts",
