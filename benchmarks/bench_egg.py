@@ -24,8 +24,15 @@ import time
 
 import numpy as np
 
-from marketsched.mechanisms.online.egg import (BidBatch, EstimatorStore, LinearEstimator, Market, PriceBook,
-                                               ReliabilityLedger, clear)
+from marketsched.mechanisms.online.egg import (
+    BidBatch,
+    EstimatorStore,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    ReliabilityLedger,
+    clear,
+)
 
 HOUR = 3600.0
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from live_helpers import wait_for
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.cli import market as market_cli
@@ -16,10 +17,6 @@ from marketsched.live.dayahead import ESCROW, DayAhead, DayAheadConfig, config_f
 from marketsched.live.ledger import MICRO
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
-
-from live_helpers import wait_for
-
-
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.engine.records import FinalState
 from marketsched.mechanisms.online.dlgm import DLGM, make_dlgm, ratio_buckets, run_dlgm

@@ -2,10 +2,15 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.clearing.dpgva import (
-    DPGVA, brute_force_schedule, dpgva, dpgva_schedule, dpgva_welfare_without_each,
+    DPGVA,
+    brute_force_schedule,
+    dpgva,
+    dpgva_schedule,
+    dpgva_welfare_without_each,
 )
 
 

@@ -4,11 +4,20 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.ees import (
-    EES, Decision, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform,
-    expected_externality_payments, payments_from_welfare,
+    EES,
+    Decision,
+    Discrete,
+    Ledger,
+    QueueSnapshot,
+    RelaxedEES,
+    TypePrior,
+    Uniform,
+    expected_externality_payments,
+    payments_from_welfare,
 )
 from marketsched.mechanisms.online.profile import AvailabilityProfile
 

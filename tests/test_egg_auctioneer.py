@@ -7,7 +7,8 @@ set (the earliest feasible point of each column) loses nothing for non-increasin
 """
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import Bid, BidBatch, ConstantDeadline, PriceBook, Steps, clear
 from marketsched.mechanisms.online.egg.beliefs import random_schedule

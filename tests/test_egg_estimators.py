@@ -2,11 +2,20 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import (
-    Bid, BidBatch, ConstantDeadline, EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator, LinearEstimator,
-    Market, PriceBook, dominates,
+    Bid,
+    BidBatch,
+    ConstantDeadline,
+    EstimatorStore,
+    EstimatorUpdateError,
+    GroupedLinearEstimator,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    dominates,
 )
 
 CAT = np.array([False, False, True])

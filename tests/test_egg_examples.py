@@ -10,8 +10,18 @@ import numpy as np
 import pytest
 
 from marketsched.mechanisms.online.egg import (
-    AdmissibilityError, Bid, BidBatch, EstimatorStore, Linear, LinearEstimator, Market, PriceBook, PriceTable,
-    ReliabilityLedger, Steps, clear,
+    AdmissibilityError,
+    Bid,
+    BidBatch,
+    EstimatorStore,
+    Linear,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    PriceTable,
+    ReliabilityLedger,
+    Steps,
+    clear,
 )
 from marketsched.mechanisms.online.egg.price_table import RULE_LOCKED, RULE_MONOTONE, RULE_VALUE
 

@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import AdmissibilityError, PriceBook, PriceTable
 from marketsched.mechanisms.online.egg.instances import random_tables

@@ -5,8 +5,14 @@ import pytest
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
-from marketsched.mechanisms.online.egg import (BidBatch, EstimatorStore, LinearEstimator, Market,
-                                               PriceBook, ReliabilityLedger)
+from marketsched.mechanisms.online.egg import (
+    BidBatch,
+    EstimatorStore,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    ReliabilityLedger,
+)
 from marketsched.mechanisms.online.egg.providers import EggPolicy, LoadAwarePricing, ProviderAgent, StaticPricing
 from marketsched.workloads import Workload, first_jobs, load_trace, synthetic_workload, to_workload
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import greedy_allocation
 from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
-
 from test_greedex import T32_JOBS, T32_NODES, one_slot
 
 

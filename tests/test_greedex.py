@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marketsched.mechanisms.clearing.greedex import (
-    critical_value_pricing, critical_values, greedy_allocation, k_pricing, node_utilities, user_utilities)
+    critical_value_pricing,
+    critical_values,
+    greedy_allocation,
+    k_pricing,
+    node_utilities,
+    user_utilities,
+)
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 
 # table 3.2: (v, c, m, r, e) per job j1..j6 and (v, C, M, R, E) per node n1, n2

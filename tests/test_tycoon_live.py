@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from live_helpers import wait_for
 
+from live_helpers import wait_for
 from marketsched.live.cli import market
 from marketsched.live.tycoon import (
     BUSY,

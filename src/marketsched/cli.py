@@ -28,8 +28,9 @@ def workload_options(f):
                      help="Processors of the built-in workload's machine."),
         click.option("--jobs", default=None, type=click.IntRange(min=1), help="Keep only the first N jobs."),
         click.option("--split", is_flag=True, help="Split parallel jobs into serial jobs (needed by the market mechanisms)."),
-        click.option("--capacity", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-                     help="Fraction of the machine's processors to use (e.g. 0.75)."),
+        click.option("--capacity", default=1.0, show_default=True,
+                     type=click.FloatRange(min=0, max=1, min_open=True),
+                     help="Fraction of the machine's processors to use, 0 < f <= 1 (e.g. 0.75)."),
         click.option("--whole-seconds", is_flag=True,
                      help="Round submit and run times up to whole seconds (the share markets bid once a second)."),
         click.option("--estimates", default="trace", show_default=True, metavar="MODEL",
@@ -90,9 +91,10 @@ def _params(items, where: str = "--param") -> list[tuple[str | None, str, str]]:
 
 def _run_all(jobs, runs, events: bool = False):
     """Simulate ``(mechanism, params)`` pairs with a progress bar; returns the runs."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from marketsched.mechanisms.registry import get
+    from marketsched.progress import Progress
     from marketsched.scenario import run
 
     out = []
@@ -455,8 +457,14 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
 
     found = experiments.available()
     if name is None:
-        for key, module in found.items():
-            click.echo(f"{key:20s} {getattr(module, 'TITLE', '')}")
+        click.echo("Usage: marketsched reproduce NAME [--quick] [--out DIR]   "
+                   "(e.g. marketsched reproduce feldman2005 --quick)")
+        click.echo("Writes DIR/report.md (default DIR: results/NAME); --quick runs a reduced grid.\n")
+        rows = [(key, getattr(module, "QUICK_TIME", "?"), getattr(module, "TITLE", "")) for key, module in found.items()]
+        width = max((len(key) for key, _, _ in rows), default=4)
+        click.echo(f"{'NAME':<{width}}  {'--quick CPU':<11}  reproduces")
+        for key, quick_time, title in rows:
+            click.echo(f"{key:<{width}}  {quick_time:<11}  {title}")
         return
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")

@@ -75,8 +75,11 @@ class WorkloadSpec:
                                    seed=self.seed)
             self.notes.append(f"built-in synthetic workload: {len(w)} jobs, {w.capacity} processors, seed {self.seed}")
         else:
-            w, report = to_workload(load_trace(self.trace))
+            log = load_trace(self.trace)
+            w, report = to_workload(log)
             self.notes.append(str(report))
+            if len(w) == 0:
+                raise ValueError(f"{log.path}: no jobs to simulate: {_why_empty(report)}")
         if self.jobs is not None:
             w = first_jobs(w, self.jobs)
         if self.split:
@@ -147,6 +150,16 @@ class Jobs:
         bid = None if bid is None else np.asarray(bid, dtype=np.float64)
         true = bid if bid is not None else np.full(len(workload), np.nan)
         return cls(workload, true, bid, seed=seed)
+
+
+def _why_empty(report) -> str:
+    """Why cleaning a trace left no job (a :class:`~marketsched.workloads.transforms.DropReport` that kept none)."""
+    from marketsched.workloads.transforms import DROP_REASONS
+
+    if report.total == 0:
+        return "the file has no job lines (only comments or blank lines, or nothing at all)"
+    reasons = "; ".join(f"{n:,} {DROP_REASONS.get(r, r)}" for r, n in report.dropped.items() if n)
+    return f"all {report.total:,} job lines were rejected: {reasons}"
 
 
 def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np.ndarray:

@@ -80,7 +80,7 @@ class PayoffGame:
         """All pure Nash equilibria as (row label, column label)."""
         return [(self.rows[i], self.cols[j]) for i, j in pure_nash(self.designer, self.users, atol)]
 
-    def without(self, *rows) -> "PayoffGame":
+    def without(self, *rows) -> PayoffGame:
         """The game with some designer strategies removed (e.g. k-th price without WSPT)."""
         missing = [r for r in rows if r not in self.rows]
         if missing:

@@ -82,7 +82,8 @@ def job_table(workload: Workload, records: Records, true_value=None, bid=None, b
         "bounded_slowdown": flow / np.maximum(workload.runtime, bsd_floor),
         "preemptions": records.preemptions,
         "payment": records.payment,
-        "state": pd.Categorical.from_codes(records.state.astype(np.int64), [s.name.lower() for s in FinalState]),
+        "state": pd.Categorical.from_codes(records.state.astype(np.int64),
+                                           pd.Index([s.name.lower() for s in FinalState])),
         "runtime_group": runtime_group(workload.runtime),
     }
     if bid is not None:

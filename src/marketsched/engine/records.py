@@ -58,7 +58,7 @@ class Records:
             "state": self.state,
         }
 
-    def equals(self, other: "Records") -> bool:
+    def equals(self, other: Records) -> bool:
         """Bit-for-bit equality (NaN equal to NaN), for determinism checks."""
         return all(
             np.array_equal(a, b, equal_nan=a.dtype.kind == "f")

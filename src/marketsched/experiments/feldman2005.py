@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from marketsched.mechanisms.games.metrics import evaluate, social_optimum
 
 NAME = "feldman2005"
 TITLE = "Feldman, Lai, Zhang 2005: Tycoon fixed-budget proportional-share game (figures 3-7)"
+QUICK_TIME = "~30 s"  # CPU time of --quick (user + system, all processes), measured
 
 N_MACHINES = 100
 PREFS = {"uniform": 0, "correlated": 1}
@@ -93,7 +95,9 @@ def finite_cell(delta: int, m: int, seed: int, cap: int, keep_trace: bool) -> di
 
 
 def _run_all(tasks: list[tuple], workers: int) -> list[dict]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     rows: list[dict] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
@@ -130,7 +134,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     trace_m = 40
     trace_finite = {(5, 30), (20, 10), (5, 60)}
 
-    tasks = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m))
+    tasks: list[tuple[Callable[..., dict], tuple]] = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m))
              for pref in PREFS for m in users for s in range(n_seeds)]
     tasks += [(finite_cell, (d, m, s, finite_cap, s == 0 and (d, m) in trace_finite))
               for d in (5, 20) for m in finite_users for s in range(finite_seeds)]

@@ -39,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -49,11 +50,17 @@ from marketsched.engine.simulator import Simulator
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.ees import TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import (
-    EESPolicy, RelaxedEESPolicy, declared_runtime, queue_time, realised_utility, synthesize_types,
+    EESPolicy,
+    RelaxedEESPolicy,
+    declared_runtime,
+    queue_time,
+    realised_utility,
+    synthesize_types,
 )
 
 NAME = "mutz-trace"
 TITLE = "Mutz (2008) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+QUICK_TIME = "~20 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "SDSC-SP2-1998-4.2-cln"
 JOBS = 3000
@@ -116,7 +123,7 @@ def run_cell(cell: Cell) -> dict:
         pol = make_mechanism(cell.mechanism, w)
     else:
         v, d = synthesize_types(w, prior_for(cell.d_max), cell.seed)
-        kw = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
+        kw: dict[str, Any] = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
         if cell.mechanism == "ees":
             pol = EESPolicy(v, d, prior_for(cell.d_max), **kw)
         else:
@@ -158,7 +165,9 @@ def measures(w, rec, v, d, extra: dict | None = None) -> dict:
 
 # --------------------------------------------------------------------------- the experiment
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -381,7 +390,7 @@ Set-up:
   discarded job runs to its discard).
 * Mean wall time per simulation: {', '.join(f'{LABELS[k]} {walls[k]:.1f} s' for k in MECHANISMS if k in walls)}.
 """)
-    rep.heading("Main setting (d_max = %g per hour)" % D_MAX)
+    rep.heading(f"Main setting (d_max = {D_MAX:g} per hour)")
     rep.figure(fig_main(df), "main", caption=f"Mean over {len(seeds)} seeds (error bars: sd over seeds); "
                                              f"wait and slowdown over completed jobs only")
     rep.table(summary(df, D_MAX, ["utility_per_job", "value_realised_share", "waiting_cost_per_job",

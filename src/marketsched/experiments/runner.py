@@ -54,14 +54,18 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CELL_COLUMNS = ("trace", "capacity", "split", "jobs", "mechanism", "pricing", "behaviour", "beta", "seed",
                 "values", "srg_split", "params", "estimates", "deadlines", "reliability")
@@ -456,7 +460,7 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
         # The simulator, policy and payment scheme reference each other (cycles), so a finished
         # simulation is only freed by the cyclic GC, which big float lists never trigger:
         # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
-        recs = None
+        recs = {}
         if len(w) >= 20_000:  # small workloads: not worth the collection time
             gc.collect()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
@@ -471,7 +475,7 @@ def _failure(cell: Cell, exc: BaseException) -> dict:
 
 
 # ------------------------------------------------------------------------------------ results table
-def load_results(out_dir) -> "pd.DataFrame":  # noqa: F821
+def load_results(out_dir) -> pd.DataFrame:
     """The results table in ``out_dir`` (all part files), sorted by cell then group; empty if none."""
     import pandas as pd
 
@@ -592,7 +596,9 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
 
     from contextlib import nullcontext
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from marketsched.progress import Progress
 
     bar_ctx = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn()) if progress and batches else nullcontext(None))

@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from marketsched.experiments.runner import Grid, load_results, run_grid
 
 NAME = "shudler2010"
 TITLE = "Shudler et al. 2010: untruthful bids, user utilities and stability in the MOSIX market"
+QUICK_TIME = "~2.5 min"  # CPU time of --quick (user + system, all processes), measured
 
 LPC = "LPC-EGEE-2004-1.2-cln"
 KTH = "KTH-SP2-1996-2.1-cln"
@@ -80,7 +82,7 @@ SETTINGS = (
 
 def grids(setting: Setting, seeds) -> list[Grid]:
     """The cells of one trace: the game grid, FT for all four algorithms, SRG(0.9) for WSEPT."""
-    common = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
+    common: dict[str, Any] = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
                   pricings=["first", "kth"], seeds=list(seeds))
     return [
         Grid(mechanisms=list(ALGS), behaviours=["ft"], **common),

@@ -47,6 +47,7 @@ from marketsched.experiments.report import Report
 
 NAME = "stoesser-ch5"
 TITLE = "Stößer 2009 ch. 5: DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
+QUICK_TIME = "~40 s"  # CPU time of --quick (user + system, all processes), measured
 
 # (label, thesis trace, registry name, capacity fraction); all are split into serial jobs
 TRACES = [
@@ -140,7 +141,9 @@ def _load(path: Path) -> dict:
 
 
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -226,13 +229,13 @@ def _report(out_dir: Path, results: list[dict], n_seeds: int, quick: bool, wall:
     rep.text("Thesis CPUs are before the 75% cut (LPC-EGEE: 105 of 140 nodes; DAS2-FS4: 48 of 64).")
 
     # Table 5.2
-    t52 = []
+    t52_rows: list[dict] = []
     for label, thesis, trace, _ in TRACES:
         for i, model in enumerate(MODELS):
             sub = runs[(runs["trace"] == trace) & (runs["model"] == model)]
             if sub.empty:
                 continue
-            t52.append({
+            t52_rows.append({
                 "trace": label, "weights": model,
                 "DLGM/P-DLGM (mean of runs)": float(sub["ratio"].mean()),
                 "min": float(sub["ratio"].min()), "max": float(sub["ratio"].max()),
@@ -240,7 +243,7 @@ def _report(out_dir: Path, results: list[dict], n_seeds: int, quick: bool, wall:
                 "thesis": THESIS_T52[thesis][i],
                 "runs": len(sub),
             })
-    t52 = pd.DataFrame(t52)
+    t52 = pd.DataFrame(t52_rows)
     t52.to_csv(out_dir / "table_5_2.csv", index=False)
     rep.heading("Table 5.2: total weighted flow time, DLGM / P-DLGM")
     rep.table(t52, floatfmt=".3f")
@@ -338,9 +341,9 @@ def _reading(t52: pd.DataFrame, runs: pd.DataFrame, results: list[dict]) -> str:
         "(the thesis: in every configuration)."
     )
     below = []
-    for r in results:
+    for res in results:
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = r["dlgm_util"] / r["pdlgm_util"]
+            ratio = res["dlgm_util"] / res["pdlgm_util"]
         below.append(float(np.mean(ratio < 1)))
     lines.append(
         f"* Per-percentile utility ratio below 1 (a percentile where DLGM is better) in {100 * np.mean(below):.0f}% "

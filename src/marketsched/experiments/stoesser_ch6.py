@@ -39,8 +39,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,7 @@ from marketsched.mechanisms.online import share as sm
 
 NAME = "stoesser-ch6"
 TITLE = "Stößer (2009) ch. 6: Proportional Share vs Sanghavi-Hajek, reservations, ZIC and Q-learning bidders"
+QUICK_TIME = "~20 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "KTH-SP2-1996-2.1-cln"  # substitute for DAS2-fs0 (shared/data/traces/README.md)
 N_REQUESTS = 1000
@@ -63,7 +65,7 @@ SEED = 6001  # Stößer (2009), chapter 6
 DISTS = {"narrow": 0, "wide": 1}
 
 # ---------------------------------------------------------------------------- the thesis's numbers
-THESIS_6_1 = {  # Table 6.1 (v_L = 2.1, v_H = 5)
+THESIS_6_1: dict[str, dict[str, Any]] = {  # Table 6.1 (v_L = 2.1, v_H = 5)
     "ps": {"bids": (0.437, 1.041), "shares": (0.296, 0.704), "unit_prices": (1.478, 1.478),
            "utilities": (0.185, 2.479), "revenue": 1.478, "efficiency": 4.142, "ratio": 0.8284},
     "sh": {"bids": (0.441, 1.05), "shares": (0.21, 0.79), "unit_prices": (2.1, 1.329),
@@ -132,6 +134,7 @@ def run_batch(job: dict, queue=None) -> dict:
     rows = job["rows"]
     values = np.stack([draw_values(len(plan), r["dist"], r["workload"]) for r in rows])
     seeds = [np.random.SeedSequence(r["seed"]) for r in rows]
+    bidder: ZIC | QLearning
     if job["kind"] == "zic":
         bidder = ZIC()
     else:
@@ -178,7 +181,7 @@ def _key(r: dict) -> tuple:
 # ---------------------------------------------------------------------------- the grid of jobs
 def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity: int = CAPACITY) -> list[dict]:
     """The batches for one pool size: ZIC (all settings), Q-learning per distribution, the grid in two parts."""
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     zic = []
     for dist in DISTS:
         for w in range(n_workloads):
@@ -188,7 +191,7 @@ def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity
             zic.append({"strategy": "zic-independent", "dist": dist, "workload": w, "rule": "sh", "seed": base + [1]})
     jobs.append({"id": "ZIC", "kind": "zic", "rows": zic})
     for dist in DISTS:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for w in range(n_workloads):
             for rule in ("ps", "sh"):
                 rows.append({"strategy": "q", "dist": dist, "workload": w, "rule": rule, "seed": [SEED, DISTS[dist], w, 1],
@@ -216,7 +219,9 @@ def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     """Run the batches on local processes with one progress bar per batch."""
     from multiprocessing import Manager
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = []
     with Manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -480,7 +485,8 @@ def grid_section(rep: Report, df: pd.DataFrame, runs: int, capacity: int) -> dic
     agree = {}
     if len(t) >= 4:
         agree = {c: spearmanr(t[c], t[d]).statistic for c, d in (("Spearman", "D.1"), ("utility", "D.2"), ("CV revenue", "D.3"))}
-        best = {c: t.loc[t[c].idxmax() if c != "CV revenue" else t[c].idxmin(), ["alpha", "gamma", "epsilon"]].tolist()
+        params = t[["alpha", "gamma", "epsilon"]].to_numpy()  # row of the best (first on ties, NaN skipped)
+        best = {c: params[np.nanargmax(t[c]) if c != "CV revenue" else np.nanargmin(t[c])].tolist()
                 for c in ("Spearman", "utility", "CV revenue")}
         rep.text(
             f"Rank agreement between our {len(t)} cells and the thesis's (Spearman over cells): "

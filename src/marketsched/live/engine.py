@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.state import ClusterState, SchedulingError

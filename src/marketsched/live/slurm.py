@@ -506,6 +506,8 @@ class SlurmExecutor:
         """Slurm's accounting record of a job (``sacct --json``): ``state``, ``exit_code``,
         ``submission``, ``start``, ``end``, ``suspended``, ``elapsed`` (s); None if unknown."""
         if slurm_id is None:
+            if key is None:
+                raise ValueError("accounting: pass the job's key or its Slurm id")
             job = self.procs.get(key) or self.queued.get(key)
             if job is None:
                 from marketsched.live.broker import _proc_file

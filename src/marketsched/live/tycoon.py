@@ -267,6 +267,7 @@ class TycoonMarket:
                     if x <= 0:
                         self._signal(job, signal.SIGSTOP)
                         continue
+                    assert job.cgroup is not None, "cgroup enforcement gives every job a cgroup"
                     if self.enforcement == "cgroup2":
                         wgt = int(min(V2_MAX, max(1, round(V2_MAX * x / top))))
                         (job.cgroup / "cpu.weight").write_text(str(wgt))
@@ -290,7 +291,8 @@ class TycoonMarket:
         it gets no burst for the time it was out; when an active job's bid changes from b to b',
         its distance to that pass is scaled by b / b' (their dynamic ticket change), so a job
         that once bid almost nothing is not starved after it bids again."""
-        current, last = None, {}  # last: bid of each active job at the previous quantum
+        current: TycoonJob | None = None
+        last: dict[int, float] = {}  # last: bid of each active job at the previous quantum
         while not self._stop.is_set():
             with self._lock:
                 cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]

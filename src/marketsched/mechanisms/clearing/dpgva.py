@@ -153,11 +153,13 @@ def brute_force_schedule(length, deadline, value, horizon: int) -> tuple[np.ndar
     """
     length, deadline, value = check_bids(length, deadline, value, horizon)
     m = len(length)
-    best = [0.0, ()]
+    best_total = 0.0
+    best_seq: tuple[int, ...] = ()
 
-    def extend(t: int, used: int, seq: tuple, total: float):
-        if total > best[0]:
-            best[0], best[1] = total, seq
+    def extend(t: int, used: int, seq: tuple[int, ...], total: float) -> None:
+        nonlocal best_total, best_seq
+        if total > best_total:
+            best_total, best_seq = total, seq
         for j in range(m):
             if not used >> j & 1 and t + length[j] <= deadline[j]:
                 extend(t + int(length[j]), used | 1 << j, seq + (j,), total + value[j])
@@ -165,10 +167,10 @@ def brute_force_schedule(length, deadline, value, horizon: int) -> tuple[np.ndar
     extend(0, 0, (), 0.0)
     start = np.full(m, -1, dtype=np.int64)
     t = 0
-    for j in best[1]:
+    for j in best_seq:
         start[j] = t
         t += int(length[j])
-    return start, float(best[0])
+    return start, float(best_total)
 
 
 class DPGVA:

@@ -59,8 +59,7 @@ class ExactResult:
 def _variables(book: OrderBook):
     """All (j, n, t) allowed by eq. 3.2, as three index arrays (vectorised over pairs)."""
     J, N = book.n_jobs, book.n_nodes
-    jj, nn = np.meshgrid(np.arange(J), np.arange(N), indexing="ij")
-    jj, nn = jj.ravel(), nn.ravel()
+    jj, nn = (a.ravel() for a in np.meshgrid(np.arange(J), np.arange(N), indexing="ij"))
     ok = book.node_reserve[nn] <= book.job_value[jj]
     lo = np.maximum(book.job_release[jj], book.node_start[nn])
     hi = np.minimum(book.job_end[jj], book.node_end[nn])

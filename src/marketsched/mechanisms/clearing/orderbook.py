@@ -44,7 +44,7 @@ class OrderBook:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_arrays(cls, *, job_value, job_cpu, job_mem, job_release, job_end,
-                    node_reserve, node_cpu, node_mem, node_start, node_end) -> "OrderBook":
+                    node_reserve, node_cpu, node_mem, node_start, node_end) -> OrderBook:
         """Validate the ten columns and build a book; raises ValueError naming the problem."""
         raw = dict(job_value=job_value, job_cpu=job_cpu, job_mem=job_mem, job_release=job_release,
                    job_end=job_end, node_reserve=node_reserve, node_cpu=node_cpu, node_mem=node_mem,
@@ -83,7 +83,7 @@ class OrderBook:
         return cls(**cols)
 
     @classmethod
-    def from_rows(cls, jobs, nodes) -> "OrderBook":
+    def from_rows(cls, jobs, nodes) -> OrderBook:
         """Build from row tuples ``(v, c, m, r, e)`` per job and ``(v, C, M, R, E)`` per node."""
         jobs = np.asarray(jobs, dtype=np.float64).reshape(-1, 5) if len(jobs) else np.zeros((0, 5))
         nodes = np.asarray(nodes, dtype=np.float64).reshape(-1, 5) if len(nodes) else np.zeros((0, 5))
@@ -110,7 +110,7 @@ class OrderBook:
         ends = [int(a.max()) + 1 for a in (self.job_end, self.node_end) if a.size]
         return max(ends, default=0)
 
-    def with_job_value(self, job: int, value: float) -> "OrderBook":
+    def with_job_value(self, job: int, value: float) -> OrderBook:
         """The same book with job ``job`` reporting ``value`` (for misreporting studies)."""
         v = self.job_value.copy()
         v[job] = value
@@ -118,7 +118,7 @@ class OrderBook:
             raise ValueError(f"job_value of job {job} must be finite and >= 0, got {value}")
         return replace(self, job_value=v)
 
-    def with_node_reserve(self, node: int, reserve: float) -> "OrderBook":
+    def with_node_reserve(self, node: int, reserve: float) -> OrderBook:
         """The same book with node ``node`` reporting ``reserve``."""
         v = self.node_reserve.copy()
         v[node] = reserve

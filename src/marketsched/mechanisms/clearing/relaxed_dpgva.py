@@ -200,7 +200,7 @@ def optimal_schedule(length, deadline, value, nodes, capacity: int, horizon: int
         cc.append(np.full(len(cover), v_idx))
         vv.append(np.full(len(cover), nodes[j_of[v_idx]]))
     cap = coo_matrix((np.concatenate(vv), (np.concatenate(rr), np.concatenate(cc))), shape=(T, nv))
-    res = milp(-value[j_of], integrality=np.ones(nv), bounds=Bounds(0, 1),
+    res = milp(-value[j_of], integrality=np.ones(nv, dtype=np.int64), bounds=Bounds(0, 1),
                constraints=[LinearConstraint(one, 0, 1), LinearConstraint(cap, 0, capacity)])
     if res.x is None:
         raise RuntimeError(f"optimal_schedule: MILP failed: {res.message}")

@@ -51,8 +51,10 @@ from marketsched.mechanisms.games.best_response import (
     _br_one,
     _br_rows,
     _local_search_one,
-    greedy_step as _greedy_step,
     response_utility,
+)
+from marketsched.mechanisms.games.best_response import (
+    greedy_step as _greedy_step,
 )
 from marketsched.mechanisms.games.fixed_budget import FixedBudgetGame, shares_of, top_k_sums, weight_proportional_bids
 from marketsched.mechanisms.games.metrics import envy_freeness, social_optimum, utility_uniformity
@@ -207,7 +209,7 @@ def regrets(game: FixedBudgetGame, bids) -> np.ndarray:
         top_k_sums(w * np.where(x > 0, x / (x + ys), 0.0), game.parallelism)
     if game.finite:
         best = np.array([
-            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.parallelism[i]))[0], ys[i])
+            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.bounds[i]))[0], ys[i])
             for i in range(game.m)])
     else:
         best = response_utility(w, _br_rows(w, ys, game.budgets), ys)

@@ -114,6 +114,11 @@ for ``reserve``).
         return self.weights.shape[1]
 
     @property
+    def bounds(self) -> np.ndarray:
+        """(m,) parallelism bounds k_i; n for every user when there is none (a bound >= n is no bound)."""
+        return np.full(self.m, self.n, np.int64) if self.parallelism is None else self.parallelism
+
+    @property
     def finite(self) -> bool:
         """True when some user's parallelism bound is below n (otherwise the infinite model)."""
         return self.parallelism is not None and bool(np.any(self.parallelism < self.n))
@@ -129,10 +134,10 @@ for ``reserve``).
             raise ValueError(f"bids of user {i} sum to {spent[i]}, not its budget {self.budgets[i]} (fixed budget, section 2)")
         if self.finite:
             count = (x > 0).sum(axis=1)
-            over = count > self.parallelism
+            over = count > self.bounds
             if over.any():
                 i = int(np.flatnonzero(over)[0])
-                raise ValueError(f"user {i} bids on {count[i]} machines, above its parallelism bound {self.parallelism[i]}")
+                raise ValueError(f"user {i} bids on {count[i]} machines, above its parallelism bound {self.bounds[i]}")
         return x
 
     def shares(self, bids) -> np.ndarray:
@@ -241,7 +246,7 @@ def weight_proportional_bids(game: FixedBudgetGame) -> np.ndarray:
         order = np.argsort(-w, axis=1, kind="stable")
         rank = np.empty_like(order)
         np.put_along_axis(rank, order, np.arange(game.n)[None, :].repeat(game.m, 0), axis=1)
-        keep = rank < game.parallelism[:, None]
+        keep = rank < game.bounds[:, None]
         w = np.where(keep, w, 0.0)
     else:
         keep = np.ones_like(w, dtype=bool)

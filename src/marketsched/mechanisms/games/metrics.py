@@ -40,7 +40,7 @@ def social_optimum(game: FixedBudgetGame) -> tuple[float, np.ndarray]:
         best = np.argmax(w, axis=0)
         r[best, np.arange(game.n)] = 1.0
         return float(w.max(axis=0).sum()), r
-    owner = np.repeat(np.arange(game.m), game.parallelism)       # row -> user of each copy
+    owner = np.repeat(np.arange(game.m), game.bounds)       # row -> user of each copy
     rows, cols = linear_sum_assignment(w[owner], maximize=True)
     r[owner[rows], cols] = 1.0
     return float(w[owner[rows], cols].sum()), r
@@ -54,7 +54,7 @@ def envy_matrix(game: FixedBudgetGame, shares: np.ndarray) -> np.ndarray:
     # 150 x 100 x 150 product that einsum does in ~1 ms.
     if not game.finite:
         return np.einsum("ik,jk->ij", w, shares)
-    k = game.parallelism
+    k = game.bounds
     if np.all((shares > 0).sum(axis=1) <= k.min()):              # bundles small enough: plain sum
         return np.einsum("ik,jk->ij", w, shares)
     return np.vstack([top_k_sums(w[i] * shares, np.full(game.m, k[i])) for i in range(game.m)])

@@ -122,7 +122,7 @@ def ratio_buckets(ratios: np.ndarray, max_buckets: int, frequent: int = 8) -> tu
     base = np.empty(values.shape[0], dtype=bool)
     base[0] = True
     base[1:] = group[1:] != group[:-1]
-    k = frequent
+    k: int | None = frequent
     while True:
         starts = base.copy()
         if k is not None:
@@ -185,6 +185,8 @@ class DLGM:
         (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
         instances only).
 
+    Notes
+    -----
     After the run: ``tentative_completion``, ``tentative_payment``, ``node``, ``received``
     (compensation received, >= 0), ``paid`` (= ``tentative_payment``, what the job paid at
     arrival), NumPy arrays over job rows; the engine's ``Records.payment`` is the net payment
@@ -290,7 +292,8 @@ class DLGM:
         self.idle = list(range(m))  # heap of idle nodes (lazy: may hold busy ones)
         self.preemption_count = 0
         self.zero_running = 0  # running jobs with no work left (run time 0, started this batch)
-        self._cache = None  # offers of the last arrival, reused by identical copies (same t, v, d)
+        # offers of the last arrival, reused by identical copies (same t, v, d): (v, d, A, B, run_ahead, cost)
+        self._cache: tuple | None = None
 
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
         self._cache = None

@@ -296,9 +296,9 @@ def expected_externality_payments(front_value: float, delay_cost, weights, prior
     # naive (thesis nesting): fresh estimates of every xi_j inside every payment mu_m
     n = len(delay_cost) + 1
     pay = np.zeros(n)
-    xi_last = None
     if n == 1:
         return pay, np.zeros(1)
+    xi_last = np.zeros(n)
     for m_ in range(n):
         xi_last = welfare_estimates(front_value, delay_cost, weights, prior, n_draws, rng)
         pay[m_] = (xi_last.sum() - xi_last[m_]) / (n - 1) - xi_last[m_]
@@ -322,12 +322,17 @@ class EES:
         self.n_draws = int(n_draws)
         self.estimator = estimator
 
-    def externality_weights(self, queue: QueueSnapshot, **_) -> tuple[np.ndarray, float | None]:
-        """w_j = r_i for every waiting job (running i delays each of them by r_i, eq 4.2)."""
+    def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None,
+                            now: float = 0.0) -> tuple[np.ndarray, float | None]:
+        """w_j = r_i for every waiting job (running i delays each of them by r_i, eq 4.2).
+
+        ``profile`` and ``now`` are used by :class:`RelaxedEES` only.
+        """
         return np.full(len(queue) - 1, queue.runtime[0]), None
 
-    def decide(self, queue: QueueSnapshot, rng: np.random.Generator | None = None, **kw) -> Decision:
-        weights, start = self.externality_weights(queue, **kw)
+    def decide(self, queue: QueueSnapshot, rng: np.random.Generator | None = None,
+               profile: AvailabilityProfile | None = None, now: float = 0.0) -> Decision:
+        weights, start = self.externality_weights(queue, profile, now)
         v0, d = float(queue.value[0]), queue.delay_cost[1:]
         runs, b = decide(v0, d, weights)
         pay, xi = expected_externality_payments(v0, d, weights, self.prior, self.n_draws, rng, self.estimator)

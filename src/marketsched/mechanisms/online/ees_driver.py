@@ -385,6 +385,7 @@ class RelaxedEESPolicy(_EESDriver):
                           [procs[j] for j in rows])
         for s, j in sorted((s, j) for j, s in self.committed.items()):
             s2 = prof.place(int(procs[j]), float(r[j]))
+            assert s2 is not None, "a placement without a deadline always finds a window"
             if s2 < s:
                 self.committed[j] = s2
                 self.moved_up += 1
@@ -415,6 +416,7 @@ class RelaxedEESPolicy(_EESDriver):
             if not dec.runs:
                 sim.discard(head)
                 continue
+            assert dec.start_time is not None, "relaxed EES plans a start for every job it runs"
             s = float(dec.start_time)
             prof.reserve(s, float(self.runtime[head]), int(sim.procs[head]))
             self.planned_start[head] = s

@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from marketsched.engine.state import require_serial
+from marketsched.engine.state import ClusterState, require_serial
 from marketsched.mechanisms.online.pricing import make_pricing
 
 RULES = ("hb", "nphb", "wspt", "wsept")
@@ -67,6 +67,8 @@ class PriorityScheduler:
     pricing:
         A payment scheme object or name (``"first"`` or ``"kth"``).
 
+    Notes
+    -----
     Rows are job indices in the engine, in submission order; more can be appended with
     :meth:`add_jobs`.
     """
@@ -79,7 +81,8 @@ class PriorityScheduler:
         self.key: list[float] = []
         self.cost: list[float] = []
         self.prio: list[tuple] = []  # (-key, row): smaller is better
-        self.sim = None
+        self.sim: ClusterState | None = None
+        self.fallback_estimates = 0  # WSEPT: jobs without a run-time estimate (make_priority_mechanism)
         self.add_jobs(bid, key, cost)
 
     def add_jobs(self, bid, key, cost) -> range:
@@ -113,8 +116,14 @@ class PriorityScheduler:
         self.pricing.bind(self, sim)
         self.advance = self.pricing.advance
 
+    def _engine(self) -> ClusterState:
+        """The engine this policy was bound to."""
+        if self.sim is None:
+            raise RuntimeError(f"{self.name}: not bound to an engine yet (bind first)")
+        return self.sim
+
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
-        sim = self.sim
+        sim = self._engine()
         pricing = self.pricing
         prio = self.prio
         waiting = self.waiting
@@ -161,7 +170,7 @@ class PriorityScheduler:
         pricing.update()
 
     def close(self, t: float) -> None:
-        running = self.sim.running
+        running = self._engine().running
         for j, is_running in enumerate(running):
             if is_running:
                 self.pricing.on_stop(j)
@@ -198,7 +207,7 @@ class PriorityScheduler:
         """
         if not (math.isfinite(bid) and math.isfinite(key)):
             raise ValueError(f"{self.name}: new bid/key of job row {j} must be finite, got {bid!r}, {key!r}")
-        running = self.sim.running[j]
+        running = self._engine().running[j]
         if running:
             self.pricing.on_stop(j)
             if self.preemptive:
@@ -222,7 +231,7 @@ class PriorityScheduler:
         return self.waiting[0] if self.waiting else None
 
     def active_jobs(self) -> int:
-        return self.sim.used + len(self.waiting)
+        return self._engine().used + len(self.waiting)
 
 
 def priority_key(rule: str, bid, runtime, runtime_estimate):

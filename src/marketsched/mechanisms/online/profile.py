@@ -46,7 +46,7 @@ class AvailabilityProfile:
         self.times = np.array([self.origin])
         self.used = np.array([0], dtype=np.int64)
 
-    def copy(self) -> "AvailabilityProfile":
+    def copy(self) -> AvailabilityProfile:
         other = AvailabilityProfile(self.capacity, self.origin)
         other.times = self.times.copy()
         other.used = self.used.copy()

@@ -98,10 +98,10 @@ Decisions (chapter 6 of the thesis leaves these open)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
-from typing import Callable
+from functools import cache
 
 import numpy as np
 
@@ -149,7 +149,7 @@ def ps_shares(bids) -> np.ndarray:
     return b / b.sum(axis=-1, keepdims=True)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gauss01(m: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Legendre nodes and weights on [0, 1] (ascending, read-only, cached per size).
 
@@ -514,7 +514,7 @@ class MarketPlan:
     segments: list = field(default_factory=list, repr=False)
 
     @classmethod
-    def from_arrays(cls, submit, runtime, cpus, name: str = "requests") -> "MarketPlan":
+    def from_arrays(cls, submit, runtime, cpus, name: str = "requests") -> MarketPlan:
         r = np.asarray(submit, dtype=np.float64)
         d = np.asarray(runtime, dtype=np.float64)
         c = np.asarray(cpus, dtype=np.float64)
@@ -536,7 +536,7 @@ class MarketPlan:
         return plan
 
     @classmethod
-    def from_workload(cls, workload) -> "MarketPlan":
+    def from_workload(cls, workload) -> MarketPlan:
         """Requests from a :class:`~marketsched.workloads.Workload` (``procs`` = CPUs wanted)."""
         return cls.from_arrays(workload.submit_time, workload.runtime, workload.procs, name=workload.name)
 
@@ -566,7 +566,7 @@ class MarketPlan:
                 segs.append((int(t), int(times[k + 1]), np.array(sorted(active), dtype=np.int64)))
         return segs
 
-    def truncated(self, rounds: int) -> "MarketPlan":
+    def truncated(self, rounds: int) -> MarketPlan:
         """The same requests, cut after the first ``rounds`` bidding rounds (for quick runs).
 
         Requests that are never active in the cut plan keep their rows (they bid nothing and get
@@ -879,7 +879,7 @@ class ShareMarketPolicy:
         self.bidsum = np.zeros(len(w))
         self.active: list[int] = []
         self.bidder.reset(self.values[None, :], self.cpus)
-        self._rows = None
+        self._rows: np.ndarray | None = None  # the active jobs' rows while a bidder segment is open
         self.rounds = 0
         self._next_row = 0  # first row not yet released
 
@@ -914,6 +914,7 @@ class ShareMarketPolicy:
             self._sx = np.zeros((1, len(self._rows)))
             self._sb = np.zeros((1, len(self._rows)))
         rows = self._rows
+        assert rows is not None, "a segment is open while jobs are active"
         c = self.cpus[rows]
         if self.chunk:
             nxt = min(self.end_at[j] for j in self.active)

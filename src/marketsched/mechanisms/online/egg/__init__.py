@@ -14,8 +14,18 @@ Modules: :mod:`.bids` (descriptions, value schedules, bids), :mod:`.price_table`
 """
 
 from .auctioneer import Outcome, clear
-from .bids import (Bid, BidBatch, ConstantDeadline, JobType, Linear, Schema, Steps, ValueSchedule, dominates,
-                   true_utility)
+from .bids import (
+                   Bid,
+                   BidBatch,
+                   ConstantDeadline,
+                   JobType,
+                   Linear,
+                   Schema,
+                   Steps,
+                   ValueSchedule,
+                   dominates,
+                   true_utility,
+)
 from .escrow import Escrow, EscrowError, ReliabilityLedger
 from .estimators import EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator, LinearEstimator
 from .market import Market

@@ -57,7 +57,7 @@ class Market:
         self.bids = 0
         self.truncated = 0  # bids whose reported deadline reached past a + Delta (decision 5)
 
-    def copy(self) -> "Market":
+    def copy(self) -> Market:
         """An independent copy (tables, estimators, ledger, escrow), for what-if audits."""
         import copy as _copy
 
