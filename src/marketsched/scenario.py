@@ -145,7 +145,7 @@ class Jobs:
             object.__setattr__(self, "min_reliability", np.zeros(n))
 
     @classmethod
-    def from_bids(cls, workload: Workload, bid, seed: int = 1) -> "Jobs":
+    def from_bids(cls, workload: Workload, bid, seed: int = 1) -> Jobs:
         """Jobs whose true values are their bids (truthful), without deadlines."""
         bid = None if bid is None else np.asarray(bid, dtype=np.float64)
         true = bid if bid is not None else np.full(len(workload), np.nan)
@@ -208,14 +208,17 @@ def run(jobs: Jobs, mechanism: str, params: dict | None = None, progress=None, e
 
     t0 = time.process_time()
     policy, resolved = build(mechanism, jobs, params)
+    capacity = getattr(policy, "engine_capacity", None)
+    log = None
     if events:
         from marketsched.engine.events import RecordingSimulator
 
-        sim = RecordingSimulator(jobs.workload, policy, capacity=getattr(policy, "engine_capacity", None))
+        recorder = RecordingSimulator(jobs.workload, policy, capacity=capacity)
+        records = recorder.run(progress=progress)
+        log = recorder.events()
     else:
-        sim = Simulator(jobs.workload, policy, capacity=getattr(policy, "engine_capacity", None))
-    records = sim.run(progress=progress)
-    return Run(mechanism, resolved, records, policy, sim.events() if events else None, time.process_time() - t0)
+        records = Simulator(jobs.workload, policy, capacity=capacity).run(progress=progress)
+    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0)
 
 
 def make_mechanism(name: str, workload: Workload, bid=None, pricing: str | None = None, **params):
@@ -259,7 +262,7 @@ class Scenario:
                 "deadlines": self.deadlines, "reliability": self.reliability, "bids": "truthful"}
 
     @classmethod
-    def from_dict(cls, d: dict, check_trace: bool = True) -> "Scenario":
+    def from_dict(cls, d: dict, check_trace: bool = True) -> Scenario:
         """The scenario :meth:`describe` wrote; with ``check_trace`` the trace file must have the
         recorded sha256 (``ValueError`` otherwise: the numbers would not be reproducible)."""
         from dataclasses import fields

@@ -34,7 +34,7 @@ _FINAL = {"finish": FinalState.COMPLETED, "discard": FinalState.DISCARDED, "reje
 class _Payments(list):
     """The payment column, writing every change into the log."""
 
-    def __init__(self, values, sim: "RecordingSimulator"):
+    def __init__(self, values, sim: RecordingSimulator):
         super().__init__(values)
         self._sim = sim
 
@@ -48,7 +48,7 @@ class _Payments(list):
 class _Completions:
     """Wraps the policy: logs the engine's completions before each decision, forwards the rest."""
 
-    def __init__(self, policy, sim: "RecordingSimulator"):
+    def __init__(self, policy, sim: RecordingSimulator):
         self._policy = policy
         self._sim = sim
 
@@ -91,8 +91,8 @@ class RecordingSimulator(Simulator):
         (the change of a ``payment`` event, else 0) and ``total`` (the job's payment after it, else NaN)."""
         import pandas as pd
 
-        t, row, kind, amount, total = zip(*self._log) if self._log else ((), (), (), (), ())
-        row = np.asarray(row, dtype=np.int64)
+        t, rows, kind, amount, total = zip(*self._log) if self._log else ((), (), (), (), ())
+        row = np.asarray(rows, dtype=np.int64)
         ids = np.asarray(self.workload.job_id if job_id is None else job_id)
         return pd.DataFrame({
             "time": np.asarray(t, dtype=np.float64), "row": row, "job_id": ids[row] if len(row) else row,

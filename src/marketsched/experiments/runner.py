@@ -149,7 +149,8 @@ def params_text(mechanism: str, params: dict | None) -> str:
     m = get(mechanism)
     given = {k: v for k, v in (params or {}).items() if k != "pricing"}
     resolved = m.resolve(given)
-    return ";".join(f"{k}={resolved[k]}" for k in sorted(given) if m.param(k).default != resolved[k])
+    defaults = {p.name: p.default for p in m.params}
+    return ";".join(f"{k}={resolved[k]}" for k in sorted(given) if defaults[k] != resolved[k])
 
 
 @dataclass
@@ -395,7 +396,7 @@ def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str], jobs=None
 
     from marketsched.engine.simulator import Simulator
     from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
-    from marketsched.mechanisms.registry import missing, get, Unfit
+    from marketsched.mechanisms.registry import Unfit, get, missing
     from marketsched.scenario import Jobs, run
 
     pricings = list(pricings)

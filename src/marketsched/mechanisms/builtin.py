@@ -176,10 +176,12 @@ def _share(rule: str):
         from marketsched.mechanisms.online.share import ShareMarketPolicy
 
         v = jobs.true_value
+        agent: ZIC | QLearning
         if bidder == "zic":
             agent = ZIC()
         else:
-            agent = QLearning(**CHOSEN, low=int(np.floor(v.min())), high=int(np.ceil(v.max())))
+            agent = QLearning(alpha=CHOSEN["alpha"], gamma=CHOSEN["gamma"], epsilon=CHOSEN["epsilon"],
+                              low=int(np.floor(v.min())), high=int(np.ceil(v.max())))
         policy = ShareMarketPolicy(rule, agent, v, capacity=pool or float(jobs.workload.capacity),
                                    rng=int(jobs.seed), basis=basis)
         # the engine's processors are virtual slots: every active request runs (share.run_on_engine)
@@ -227,8 +229,14 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
     crash points ``Exp(1)`` per job from the seed's stream 4 (common random numbers).
     """
     from marketsched.experiments.kang2007 import DELTA, HORIZON, PROVIDERS, RT_EDGES, SCENARIOS, SLOT
-    from marketsched.mechanisms.online.egg import (BidBatch, EstimatorStore, LinearEstimator, Market, PriceBook,
-                                                   ReliabilityLedger)
+    from marketsched.mechanisms.online.egg import (
+        BidBatch,
+        EstimatorStore,
+        LinearEstimator,
+        Market,
+        PriceBook,
+        ReliabilityLedger,
+    )
     from marketsched.mechanisms.online.egg.providers import LoadAwarePricing, ProviderAgent, StaticPricing
 
     w = jobs.workload
@@ -246,7 +254,8 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
     K = len(preset)
     book = PriceBook(K, [RT_EDGES], SLOT, DELTA, HORIZON, float(w.submit_time[0]) if n else 0.0)
     categorical = np.array([False, True])
-    estimators = EstimatorStore([LinearEstimator([0.0], [[1.0, 0.0]], categorical) for _ in range(K)], DELTA,
+    estimators = EstimatorStore([LinearEstimator(np.zeros(1), np.array([[1.0, 0.0]]), categorical) for _ in range(K)],
+                                DELTA,
                                 runtime_dim=0)
     market = Market(book, estimators, ReliabilityLedger(K, alpha=1.0, beta=1.0))
     scale = price_level * float(np.mean(jobs.bid)) if n else price_level

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -90,6 +91,7 @@ class Param:
         """``value`` (text or a Python value) as this parameter's type; ValueError naming the problem."""
         label = f"{where}parameter {self.name!r}"
         t = self.type
+        out: Any
         try:
             if t is bool:
                 if isinstance(value, (bool, np.bool_)):
@@ -178,8 +180,8 @@ class Mechanism:
         defaults, e.g. ``hb/first`` or ``ees(n_draws=50)``."""
         params = params or {}
         base = self.name + (f"/{params['pricing']}" if "pricing" in params and self.param("pricing") else "")
-        changed = {k: v for k, v in params.items()
-                   if k != "pricing" and self.param(k) is not None and self.param(k).default != v}
+        defaults = {p.name: p.default for p in self.params}
+        changed = {k: v for k, v in params.items() if k != "pricing" and k in defaults and defaults[k] != v}
         return base + ("(" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + ")" if changed else "")
 
 

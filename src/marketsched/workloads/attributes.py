@@ -46,6 +46,9 @@ A model is named ``"name"`` or ``"name:key=value,..."`` (e.g. ``"badness:f=3"``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 HOUR = 3600.0
@@ -105,10 +108,11 @@ def reliability_mix(workload, rng) -> np.ndarray:
     return _per_original(workload, rng, lambda g, n: g.choice([0.0, 0.8, 0.95], n, p=[0.6, 0.25, 0.15]))
 
 
-ESTIMATES = {"trace": estimates_trace, "exact": estimates_exact, "badness": estimates_badness}
-DEADLINES = {"none": deadlines_none, "patience": deadlines_patience, "slack": deadlines_slack}
-RELIABILITY = {"none": reliability_none, "mix": reliability_mix}
-KINDS = {"estimates": ESTIMATES, "deadlines": DEADLINES, "reliability": RELIABILITY}
+ESTIMATES: dict[str, Callable[..., Any]] = {"trace": estimates_trace, "exact": estimates_exact, "badness": estimates_badness}
+DEADLINES: dict[str, Callable[..., Any]] = {"none": deadlines_none, "patience": deadlines_patience, "slack": deadlines_slack}
+RELIABILITY: dict[str, Callable[..., Any]] = {"none": reliability_none, "mix": reliability_mix}
+KINDS: dict[str, dict[str, Callable[..., Any]]] = {"estimates": ESTIMATES, "deadlines": DEADLINES,
+                                                  "reliability": RELIABILITY}
 
 
 def parse_model(kind: str, spec: str) -> tuple[str, dict]:

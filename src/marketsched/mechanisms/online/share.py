@@ -866,6 +866,9 @@ class ShareMarketPolicy:
         self.alloc = _Allocator(np.array([self.rule], dtype=object), basis)
         self.chunk = bool(chunk) and not bool(getattr(bidder, "stateful", True))
         self.chunk_elements = int(chunk_elements)
+        # processors the engine must offer: virtual slots, one per CPU every request asks for
+        # (set by run_on_engine and by the registry; None: the workload's capacity)
+        self.engine_capacity: int | None = None
 
     def bind(self, sim) -> None:
         w = sim.workload
@@ -973,8 +976,8 @@ def run_on_engine(workload, values, rule: str, bidder, *, capacity: float = 10.0
     from marketsched.engine.simulator import Simulator
 
     policy = ShareMarketPolicy(rule, bidder, values, capacity=capacity, rng=rng, basis=basis, chunk=until is None)
-    slots = max(1, int(np.asarray(workload.procs).sum()))
-    sim = Simulator(workload, policy, capacity=slots)
+    policy.engine_capacity = max(1, int(np.asarray(workload.procs).sum()))
+    sim = Simulator(workload, policy, capacity=policy.engine_capacity)
     records = sim.run(until=until)
     return records, policy
 
