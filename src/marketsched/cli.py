@@ -49,10 +49,6 @@ def workload_options(f):
     return f
 
 
-WORKLOAD_KEYS = ("trace", "synthetic_jobs", "synthetic_nodes", "jobs", "split", "capacity", "whole_seconds",
-                 "estimates", "value_model", "deadlines", "reliability", "seed")
-
-
 def _build(opts: dict):
     """The scenario of the workload options and its jobs (notes to stderr); click errors on bad input."""
     from marketsched.scenario import Scenario, WorkloadSpec
