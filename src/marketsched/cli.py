@@ -475,6 +475,87 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
     click.echo(f"report: {path}")
 
 
+def _load_run(results, events, run):
+    from marketsched.analysis.timeline import load
+
+    try:
+        return load(results, events, run)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+RUN_FILES = [
+    click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+    click.option("--events", "events_path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="The run's event log (simulate/compare --events)."),
+    click.option("--run", "run_label", default=None, metavar="LABEL", help="Which run, when the files hold several."),
+]
+
+
+def run_files(f):
+    for opt in reversed(RUN_FILES):
+        f = opt(f)
+    return f
+
+
+@main.command()
+@run_files
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("plots"),
+              show_default=True, help="Folder for the figures.")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["png", "svg"]), default=("png",),
+              show_default=True, help="Figure format (repeatable).")
+@click.option("--bins", default=200, show_default=True, type=click.IntRange(min=1), help="Time bins of the series.")
+@click.option("--gantt/--no-gantt", default=True, show_default=True,
+              help="Draw the Gantt chart (refused above a few thousand jobs: simulate a --jobs slice).")
+def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
+    """Figures of one run from its results file and event log: Gantt chart, utilisation, queue,
+    bids and payments over time, slowdown per value band.
+
+    Example: marketsched simulate --trace SDSC-SP2-1998-4.2-cln --mechanism easy --jobs 2000
+    --out run.parquet --events events.parquet && marketsched plot run.parquet --events events.parquet
+    """
+    from marketsched.analysis import plots, timeline
+    from marketsched.engine.events import replay
+
+    table, log, workload, label = _load_run(results, events_path, run_label)
+    segs = timeline.segments(log, workload.procs, workload.capacity)
+    t0 = float(workload.submit_time.min())
+    bid = table["bid"].to_numpy() if "bid" in table and table["bid"].notna().all() else None
+    ended = replay(log, len(workload)).end_time
+    series = timeline.binned(segs, workload.submit_time, ended, workload.capacity, bins=bins, bid=bid, events=log)
+    title = f"{workload.name}, {len(workload):,} jobs on {workload.capacity} processors: {label}"
+    figures = {"timeline": plots.over_time(series, title, t0=t0)}
+    if "value_band" in table:
+        figures["slowdown"] = plots.slowdown_by_band(table, title)
+    if gantt:
+        try:
+            figures["gantt"] = plots.gantt(segs, workload.capacity, title, t0=t0)
+        except ValueError as exc:
+            click.echo(f"gantt: {exc}", err=True)
+    stem = "".join(c if c.isalnum() else "-" for c in label).strip("-")
+    for name, fig in figures.items():
+        for path in plots.save(fig, *[out_dir / f"{stem}-{name}.{fmt}" for fmt in dict.fromkeys(formats)]):
+            click.echo(str(path))
+
+
+@main.command()
+@run_files
+@click.option("--format", "fmt", type=click.Choice(["batsim"]), default="batsim", show_default=True,
+              help="batsim: Batsim's jobs.csv (one row per run segment), which evalys reads.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The file to write (e.g. jobs.csv).")
+def export(results, events_path, run_label, fmt, out_path):
+    """Write one run in another tool's format (Batsim's jobs.csv)."""
+    from marketsched.analysis import batsim, timeline
+
+    table, log, workload, label = _load_run(results, events_path, run_label)
+    segs = timeline.segments(log, workload.procs, workload.capacity)
+    out = batsim.jobs_csv(workload, segs, label, copy=table["copy"].to_numpy())
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out.to_csv(out_path, index=False)
+    click.echo(f"{fmt}: {len(out):,} rows ({out['job_id'].str.contains('#').sum():,} resumed segments) -> {out_path}")
+
+
 def _register_groups() -> None:
     from marketsched.live.cli import market
     from marketsched.workloads.cli import traces
