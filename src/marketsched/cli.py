@@ -516,13 +516,17 @@ def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
     """
     from marketsched.analysis import plots, timeline
     from marketsched.engine.events import replay
+    from marketsched.mechanisms.registry import get
 
-    table, log, workload, label = _load_run(results, events_path, run_label)
+    table, log, workload, meta = _load_run(results, events_path, run_label)
+    label = meta["label"]
     segs = timeline.segments(log, workload.procs, workload.capacity)
     t0 = float(workload.submit_time.min())
-    bid = table["bid"].to_numpy() if "bid" in table and table["bid"].notna().all() else None
+    market = get(meta["mechanism"]).market  # bids and payments mean nothing to a baseline
+    bid = table["bid"].to_numpy() if market and "bid" in table and table["bid"].notna().all() else None
     ended = replay(log, len(workload)).end_time
-    series = timeline.binned(segs, workload.submit_time, ended, workload.capacity, bins=bins, bid=bid, events=log)
+    series = timeline.binned(segs, workload.submit_time, ended, workload.capacity, bins=bins, bid=bid,
+                             events=log if market else None)
     title = f"{workload.name}, {len(workload):,} jobs on {workload.capacity} processors: {label}"
     figures = {"timeline": plots.over_time(series, title, t0=t0)}
     if "value_band" in table:
@@ -548,9 +552,9 @@ def export(results, events_path, run_label, fmt, out_path):
     """Write one run in another tool's format (Batsim's jobs.csv)."""
     from marketsched.analysis import batsim, timeline
 
-    table, log, workload, label = _load_run(results, events_path, run_label)
+    table, log, workload, meta = _load_run(results, events_path, run_label)
     segs = timeline.segments(log, workload.procs, workload.capacity)
-    out = batsim.jobs_csv(workload, segs, label, copy=table["copy"].to_numpy())
+    out = batsim.jobs_csv(workload, segs, meta["label"], copy=table["copy"].to_numpy())
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(out_path, index=False)
     click.echo(f"{fmt}: {len(out):,} rows ({out['job_id'].str.contains('#').sum():,} resumed segments) -> {out_path}")

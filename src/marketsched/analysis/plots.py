@@ -27,8 +27,13 @@ def _plt():
     return plt
 
 
-def _hours(t, t0):
-    return (np.asarray(t, dtype=np.float64) - t0) / 3600.0
+def _unit(span: float) -> tuple[float, str]:
+    """Seconds per plotted time unit and its name: hours up to three days, days beyond."""
+    return (3600.0, "hours") if span <= 3 * 86400 else (86400.0, "days")
+
+
+def _scaled(t, t0, unit):
+    return (np.asarray(t, dtype=np.float64) - t0) / unit
 
 
 def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, t0: float = 0.0):
@@ -46,9 +51,10 @@ def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, 
     cmap = plt.get_cmap("tab20")
     polys, colours, ticks = [], [], []
     end_open = np.nanmax(segs["end"].to_numpy()) if len(segs) else t0
+    unit, unit_name = _unit(end_open - t0)
     for row, a, b, res, first in zip(segs["row"].tolist(), segs["start"].tolist(), segs["end"].tolist(),
                                      segs["resources"].tolist(), segs["first"].tolist()):
-        x0, x1 = _hours(a, t0), _hours(b if b == b else end_open, t0)
+        x0, x1 = _scaled(a, t0, unit), _scaled(b if b == b else end_open, t0, unit)
         for part in res.split():
             lo, _, hi = part.partition("-")
             p0, p1 = int(lo), int(hi or lo)
@@ -60,9 +66,9 @@ def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, 
     if ticks:
         ax.add_collection(LineCollection(ticks, colors="black", linewidths=0.8, label="resumed after preemption"))
         ax.legend(loc="upper right", fontsize=8)
-    ax.set_xlim(0, max(_hours(end_open, t0), 1e-9))
+    ax.set_xlim(0, max(_scaled(end_open, t0, unit), 1e-9))
     ax.set_ylim(-0.5, capacity - 0.5)
-    ax.set_xlabel("hours since the first submission")
+    ax.set_xlabel(f"{unit_name} since the first submission")
     ax.set_ylabel("processor (first-fit assignment)")
     ax.set_title(title or f"{n_jobs:,} jobs, {len(segs):,} run segments")
     fig.tight_layout()
@@ -79,8 +85,11 @@ def over_time(series, title: str = "", t0: float = 0.0):
     if "paid" in series and np.nanmax(np.abs(series["paid"].to_numpy()), initial=0) > 0:
         panels.append(("paid", "payments settled\n(cumulative)"))
     fig, axes = plt.subplots(len(panels), 1, figsize=(12, 2.2 * len(panels) + 0.6), dpi=110, sharex=True, squeeze=False)
-    x = _hours(series.index.to_numpy(), t0)
-    width = (x[1] - x[0]) if len(x) > 1 else 1.0
+    times = series.index.to_numpy()
+    step = float(times[1] - times[0]) if len(times) > 1 else 3600.0
+    unit, unit_name = _unit(float(times[-1]) + step - t0 if len(times) else 0.0)
+    x = _scaled(times, t0, unit)
+    width = step / unit
     for ax, (key, label) in zip(axes[:, 0], panels):
         if key == "bids":
             ax.step(x, series["running_bid"], where="post", label="mean bid of running jobs")
@@ -93,7 +102,7 @@ def over_time(series, title: str = "", t0: float = 0.0):
             ax.step(x, series[key], where="post")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel(f"hours since the first submission (bins of {width:.3g} h, time-averaged)")
+    axes[-1, 0].set_xlabel(f"{unit_name} since the first submission (bins of {width:.3g} {unit_name[0]}, time-averaged)")
     axes[-1, 0].set_xlim(x[0] if len(x) else 0, (x[-1] + width) if len(x) else 1)
     fig.suptitle(title)
     fig.tight_layout()
@@ -116,13 +125,14 @@ def slowdown_by_band(table, title: str = ""):
     pos = np.arange(len(bands))
     ax.bar(pos - 0.2, [mean[b] for b in bands], width=0.4, label="mean")
     ax.bar(pos + 0.2, [median[b] for b in bands], width=0.4, label="median")
-    for i, b in enumerate(bands):
-        ax.annotate(f"{count[b]:,} jobs", (pos[i], mean[b]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(pos, bands)
+    ax.set_xticks(pos, [f"{b}\n{count[b]:,} jobs" for b in bands])
     ax.set_xlabel("value band (true value per unit time: <=60, 60-120, >=120)")
-    ax.set_ylabel("bounded slowdown")
-    ax.legend()
-    ax.set_title(title)
+    ax.set_yscale("log")
+    top = max(max(mean[b] for b in bands), max(median[b] for b in bands)) if bands else 1.0
+    ax.set_ylim(top=top * 6)  # room for the legend above the bars
+    ax.set_ylabel("bounded slowdown (log scale)")
+    ax.legend(loc="upper right", fontsize=8, ncol=2)
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
 

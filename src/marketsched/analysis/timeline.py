@@ -205,10 +205,11 @@ def _max_queued_bid(segs, submit, ended, bid, edges):
 
 
 def load(results, events, run: str | None = None):
-    """``(table, log, workload, label)`` of one run from a results file and an event log
+    """``(table, log, workload, run)`` of one run from a results file and an event log
     written by ``marketsched simulate/compare --out ... --events ...``; the workload is rebuilt
     from the results' metadata (the trace must be the recorded one). ``run``: the run's label,
-    needed when the files hold several runs."""
+    needed when the files hold several runs. The returned ``run`` is the run's metadata
+    (``label``, ``mechanism``, ``params``)."""
     from marketsched.results import read
     from marketsched.scenario import Scenario
 
@@ -229,4 +230,4 @@ def load(results, events, run: str | None = None):
     workload = Scenario.from_dict(meta["scenario"]).workload.build()
     if len(workload) != len(table) or not np.array_equal(workload.job_id, table["job_id"].to_numpy()):
         raise ValueError(f"{results}: the rebuilt workload does not match the results' jobs")
-    return table, log, workload, run
+    return table, log, workload, next(r for r in meta["runs"] if r["label"] == run)
