@@ -27,7 +27,7 @@ def broker(tmp_path):
     made = []
 
     def make(**cfg):
-        b = Broker(tmp_path / "market", MarketConfig(slots=1, charge_interval=0.2, **cfg)).start()
+        b = Broker(tmp_path / "market", MarketConfig(slots=1, charge_interval=0.2, single_user=True, **cfg)).start()
         b.ensure_admin()
         made.append(b)
         return b

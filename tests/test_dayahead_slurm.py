@@ -25,7 +25,7 @@ def reservations():
 
 
 def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(cluster, tmp_path):
-    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5)).start()
+    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5, single_user=True)).start()
     b.ensure_admin()
     g, horizon = 60.0, 300.0  # Slurm's time limits are whole minutes: slots of 60 s at least
     cfg = config_from_clock(b._t, clear_in=2.0, lead=3.0, horizon=horizon, granularity=g, repeat=0, capacity=1)
@@ -83,7 +83,7 @@ def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(
     # one bid, one 60 s slot, a command that would run 10 minutes: the reservation is created
     # with OVERLAP, so Slurm starts the job even when its pass comes late (its whole-minute time
     # limit then reaches past the slot), and the service cancels it when the slot ends
-    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5)).start()
+    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5, single_user=True)).start()
     b.ensure_admin()
     cfg = config_from_clock(b._t, clear_in=1.0, lead=2.0, horizon=120.0, granularity=60.0, repeat=0, capacity=1)
     da = DayAhead(b, cfg)

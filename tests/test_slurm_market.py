@@ -62,7 +62,7 @@ def market(cluster, tmp_path):
         cfg.setdefault("charge_interval", 0.2)
         if "slots" not in cfg:
             cfg["slots"] = SlurmExecutor(tmp_path / "probe").cpus
-        b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+        b = Broker(tmp_path / "market", MarketConfig(**{"single_user": True, **cfg})).start()
         b.ensure_admin()
         brokers.append(b)
         prefixes.append(b.executor.job_name(0)[:-1])
@@ -218,7 +218,7 @@ def start_broker(data: Path, port: int, log, slots: int):
 
     p = subprocess.Popen(
         [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
-         "--slots", str(slots), "--charge-interval", "0.2", "--executor", "slurm", "--sync", "normal"],
+         "--slots", str(slots), "--charge-interval", "0.2", "--executor", "slurm", "--sync", "normal", "--single-user"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
     )
     c = Client(f"http://127.0.0.1:{port}", None, timeout=10)

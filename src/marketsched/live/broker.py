@@ -68,12 +68,14 @@ import shlex
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from marketsched.live.clock import WallClock
 from marketsched.live.engine import LiveEngine
-from marketsched.live.executor import LocalExecutor, read_exit_code
+from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, read_exit_code, warn
+from marketsched.live.jobfiles import JobFileError, read_tail
 from marketsched.live.ledger import ACTIVE_STATES, DEPOSITS, MICRO, REVENUE, Store, user_account
 from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
 from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
@@ -113,8 +115,14 @@ class MarketConfig:
     charge_interval: float = 1.0
     admission_seconds: float = 1.0
     sync: str = "full"  # SQLite: "full" (fsync per commit) or "normal" (see marketsched.live.ledger)
-    executor: str = "local"  # "local" (process groups) or "slurm" (marketsched.live.slurm)
+    executor: str = "local"  # "local" (this machine, cgroups) or "slurm" (marketsched.live.slurm)
     partition: str | None = None  # Slurm partition for the "slurm" executor (None: Slurm's default)
+    # Whose Unix account runs a job (see "Users are Unix users" in the module docstring):
+    # False = each job as its owner's mapped Unix account (needs root); True = every job as the
+    # broker's own account (one person, a demo); None = True unless the broker runs as root.
+    single_user: bool | None = None
+    job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
+    job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
 
     def check(self) -> None:
         if self.mechanism not in LIVE_RULES:
@@ -131,6 +139,24 @@ class MarketConfig:
             raise ValueError(f"sync must be 'full' or 'normal', got {self.sync!r}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"unknown executor {self.executor!r}; choose one of {', '.join(EXECUTORS)}")
+        if not (isinstance(self.job_cpus, (int, float)) and math.isfinite(self.job_cpus) and self.job_cpus >= 0):
+            raise ValueError(f"job CPU limit must be a number of CPUs >= 0 (0: no limit), got {self.job_cpus!r}")
+        if self.job_memory is not None and (int(self.job_memory) != self.job_memory or self.job_memory < 0):
+            raise ValueError(f"job memory limit must be a whole number of bytes >= 0 (0: no limit), got {self.job_memory!r}")
+        if self.single_user is False and os.geteuid() != 0:
+            raise ValueError("a multi-user market starts each job as its owner's Unix account, which needs root; "
+                             "run the broker as root, or use single-user mode (every job as your own account)")
+
+    def resolved_single_user(self) -> bool:
+        """Single-user mode unless asked otherwise or the broker runs as root."""
+        return self.single_user if self.single_user is not None else os.geteuid() != 0
+
+    def limits(self) -> JobLimits:
+        """Per-job limits for the executor (default memory: the machine's memory / slots)."""
+        memory = self.job_memory
+        if memory is None:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // self.slots
+        return JobLimits(cpus=self.job_cpus or None, memory=memory or None)
 
 
 @dataclass
@@ -169,6 +195,16 @@ class Broker:
                  executor=None):
         self.config = config or MarketConfig()
         self.config.check()
+        self.single_user = self.config.resolved_single_user()
+        if self.single_user and os.geteuid() == 0:
+            warn("single-user mode as root: every job runs as root with no isolation between market users; "
+                 "map market users to Unix accounts and drop --single-user (docs/live_market.md)")
+        # effects carried out once the transaction that decided them has committed (launches,
+        # kills, state files dropped): see _transaction
+        self._deferred: list = []
+        self._depth = 0
+        self._draining = False
+        self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
         self.data = Path(data)
         self.data.mkdir(parents=True, exist_ok=True)
         self.store = Store(db_url or self.data, sync=self.config.sync)
@@ -208,9 +244,42 @@ class Broker:
         self._stopping = False
         self._next_charge = math.inf
         self._last_price = None
-        with self.lock, self.store.transaction():
+        with self.lock, self._transaction():
             self._now()
             self._recover()
+
+    @contextmanager
+    def _transaction(self):
+        """A database transaction (nested ones join the outer one) after whose COMMIT the
+        effects it deferred (:meth:`_defer`) are carried out, in order; a rollback drops them.
+        So a job's process is started only once the row saying it runs is committed, and
+        killed only once its end is committed (a crash in between leaves a running job the
+        restarted broker re-attaches, or an ended job whose process it kills: never a process
+        the database does not know, nor a cancelled job started again)."""
+        self._depth += 1
+        try:
+            with self.store.transaction():
+                yield
+        except BaseException:
+            if self._depth == 1:
+                self._deferred.clear()
+            raise
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and not self._draining:
+            self._draining = True
+            try:
+                while self._deferred:
+                    self._deferred.pop(0)()
+            finally:
+                self._draining = False
+
+    def _defer(self, fn) -> None:
+        """Run ``fn`` once the current transaction commits (at once outside a transaction)."""
+        if self._depth:
+            self._deferred.append(fn)
+        else:
+            fn()
 
     def _now(self) -> float:
         """Move market time to the wall clock (never back) and integrate prices up to it."""
@@ -238,7 +307,7 @@ class Broker:
             self._thread.join(timeout=10)
         with self.lock:
             self._now()
-            with self.store.transaction():
+            with self._transaction():
                 if kill_jobs:
                     for job in sorted(self.active.values(), key=lambda j: j.id):
                         if job.id in self.active:
@@ -276,20 +345,32 @@ class Broker:
             raise MarketError("wrong token: no user has this token", 401)
         return found
 
-    def add_user(self, admin: bool, name, deposit=0.0) -> dict:
-        """Create a user with an initial deposit; returns ``{"name", "token", "balance"}``."""
+    def add_user(self, admin: bool, name, deposit=0.0, unix=None) -> dict:
+        """Create a user with an initial deposit, mapped to Unix account ``unix`` (their jobs
+        run as it; see the module docstring); returns ``{"name", "token", "balance"}``."""
         if not admin:
             raise MarketError("only the administrator creates users", 403)
         if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= NAME_CHARS:
             raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}")
         amount = _amount(deposit, "deposit", allow_zero=True)
+        if unix is not None:
+            if not isinstance(unix, str) or not unix:
+                raise MarketError(f"Unix account must be a name, got {unix!r}")
+            try:
+                RunAs.lookup(unix)
+            except ValueError as exc:
+                raise MarketError(str(exc)) from None
         with self.lock:
             if name in dict(self.store.users()):
                 raise MarketError(f"user {name!r} already exists", 409)
+            if unix is not None and self.store.user_by_unix(unix) is not None:
+                raise MarketError(f"Unix account {unix!r} is already mapped to user "
+                                  f"{self.store.user_by_unix(unix)!r}", 409)
             token = secrets.token_urlsafe(32)
             t = self._now()
-            with self.store.transaction():
-                self.store.add_user(name, hash_token(token), False, t)
+            with self._transaction():
+                self.store.add_user(name, hash_token(token), False, t, unix_user=unix)
+                self.unix[name] = unix
                 self.balance[name] = 0
                 if amount:
                     self._deposit(name, amount)
@@ -304,7 +385,7 @@ class Broker:
             if name not in self.balance:
                 raise MarketError(f"unknown user {name!r}", 404)
             self._now()
-            with self.store.transaction():
+            with self._transaction():
                 self._deposit(name, micros)
                 self._release(name)
                 self._after()
@@ -338,9 +419,10 @@ class Broker:
         with self.lock:
             if user not in self.balance:
                 raise MarketError(f"unknown user {user!r}", 404)
+            self._run_as(user)  # refused now if the job could never start
             now = self._now()
             self._admit(user, bid)
-            with self.store.transaction():
+            with self._transaction():
                 job_id = self.store.insert_job(user, bid, procs, estimate, command, now)
                 self.store.add_event(job_id, now, "submit", f"bid {bid:g}")
                 job = Active(job_id, user, bid, estimate, command, "queued")
@@ -348,6 +430,22 @@ class Broker:
                 self._enter([job])
                 self._after()
             return self._job_view(self.store.job(job_id))
+
+    def _run_as(self, owner: str) -> RunAs | None:
+        """The Unix account ``owner``'s jobs run as (None: the broker's own, single-user mode);
+        MarketError 403 when a multi-user market cannot run them."""
+        if self.single_user:
+            return None
+        unix = self.unix.get(owner)
+        if unix is None:
+            raise MarketError(
+                f"user {owner!r} has no Unix account: this market runs every job as its owner's Unix account "
+                "(the administrator maps one: `marketsched market user add NAME --unix ACCOUNT`), or the "
+                "market must run in single-user mode (--single-user)", 403)
+        try:
+            return RunAs.lookup(unix)
+        except ValueError as exc:
+            raise MarketError(f"user {owner!r}: {exc}", 403) from None
 
     def _admit(self, user: str, bid: float) -> None:
         """Admission rule (module docstring): the balance covers ``admission_seconds`` at the
@@ -365,7 +463,7 @@ class Broker:
         with self.lock:
             row, job = self._own_active(user, admin, job_id)
             self._now()
-            with self.store.transaction():
+            with self._transaction():
                 self._cancel(job, f"cancelled by {user}")
                 self._after()
             return self._job_view(self.store.job(job_id))
@@ -382,7 +480,7 @@ class Broker:
             now = self._now()
             if bid > job.bid:
                 self._admit(job.owner, bid)
-            with self.store.transaction():
+            with self._transaction():
                 old = job.bid
                 self.store.update_job(job_id, bid=bid)
                 self.store.add_event(job_id, now, "rebid", f"bid {old:g} -> {bid:g}")
@@ -409,9 +507,9 @@ class Broker:
         t = self._t
         if job.row is not None:
             self.engine.withdraw(job.row)
-        self.executor.kill(job.id)
         self._stopped_running(job, t)
         self._final(job, "cancelled", t, note=why)
+        self._defer(lambda key=job.id: self.executor.kill(key))  # once the cancel is committed
         self._apply()
 
     # ================================================================== views
@@ -432,12 +530,12 @@ class Broker:
             view = self._job_view(row)
             view["events"] = self.store.events(job_id)
             view["workdir"] = str(self.executor.workdir(job_id))
-        for name in ("stdout", "stderr"):
-            p = self.executor.workdir(job_id) / name
+        wd = self.executor.workdir(job_id)
+        for name in ("stdout", "stderr"):  # never through a link the job made (jobfiles)
             try:
-                with open(p, "rb") as f:
-                    f.seek(max(0, p.stat().st_size - tail))
-                    view[name] = f.read().decode(errors="replace")
+                view[name] = read_tail(wd.parent, wd.name, name, tail)
+            except JobFileError as exc:
+                view[name] = f"[not shown: {exc}]"
             except OSError:
                 view[name] = ""
         return view
@@ -543,8 +641,10 @@ class Broker:
         return priority_key(self.rule, bids, [math.nan] * len(bids), est)
 
     def _apply(self) -> None:
-        """Carry out the engine's decisions (launch or SIGCONT, SIGSTOP) and record them."""
-        failed = []
+        """Carry out the engine's decisions and record them. A resume (thaw) and a preemption
+        (freeze) happen at once; a start is recorded now (state running, attempt counted) and
+        its process launched once that is committed (:meth:`_launch`); a kill once the job's end
+        is committed."""
         for kind, row, t in self.engine.drain():
             job = self.active[self.row_job[row]]
             if kind == "start":
@@ -552,16 +652,10 @@ class Broker:
                     self.executor.cont(job.id)
                     self.store.add_event(job.id, t, "resume")
                 else:
-                    kw = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
-                    try:
-                        proc = self.executor.launch(job.id, job.command, env={"MARKETSCHED_JOB_ID": str(job.id)},
-                                                    **kw)
-                    except OSError as exc:
-                        failed.append((job, f"launch failed: {exc}"))
-                        continue
-                    job.pid, job.start_ticks = proc.pid, proc.start_ticks
                     job.attempts += 1
-                    self.store.add_event(job.id, t, "start", f"pid {proc.pid} attempt {job.attempts}")
+                    job.pid = job.start_ticks = None
+                    self.store.add_event(job.id, t, "start", f"attempt {job.attempts}")
+                    self._defer(lambda job=job, row=row: self._launch(job, row))
                 job.state = "running"
                 job.run_since = t
                 self.running_jobs.add(job.id)
@@ -579,19 +673,46 @@ class Broker:
                 self.store.update_job(job.id, state="preempted", preemptions=job.preemptions,
                                       run_seconds=job.run_seconds)
             else:  # the priority mechanisms never kill, discard or reject on their own
-                self.executor.kill(job.id)
                 self._stopped_running(job, t)
                 self._final(job, "cancelled", t, note=f"mechanism: {kind}")
-        for job, why in failed:
-            self.engine.withdraw(job.row)
-            self._final(job, "failed", self._t, note=why)
-            self._apply()
+                self._defer(lambda key=job.id: self.executor.kill(key))
+
+    def _launch(self, job: Active, row: int) -> None:
+        """Start the process of a job whose start is committed (deferred by :meth:`_apply`),
+        then record its pid; a job that cannot start fails (its slot goes to the next)."""
+        if self.active.get(job.id) is not job or job.row != row or job.state != "running" \
+                or job.id in self.executor.procs:
+            return  # decided otherwise since (e.g. an earlier launch of the batch failed)
+        kw = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
+        try:
+            user = self._run_as(job.owner)
+            if user is not None:
+                kw["user"] = user
+            proc = self.executor.launch(job.id, job.command, env={"MARKETSCHED_JOB_ID": str(job.id)}, **kw)
+        except (OSError, MarketError) as exc:
+            why = f"launch failed: {exc}"
+            with self._transaction():
+                self._now()
+                self.engine.withdraw(job.row)
+                self._stopped_running(job, self._t)
+                self._final(job, "failed", self._t, note=why)
+                self._apply()
+                self._after()
+            return
+        with self._transaction():
+            job.pid, job.start_ticks = proc.pid, proc.start_ticks
+            self.store.add_event(job.id, self._t, "launch", f"pid {proc.pid}")
+            self.store.update_job(job.id, pid=job.pid, start_ticks=job.start_ticks)
 
     def _stopped_running(self, job: Active, t: float) -> None:
         self.running_jobs.discard(job.id)
         if job.run_since is not None:
             job.run_seconds += t - job.run_since
             job.run_since = None
+
+    def _ran(self, job: Active) -> float:
+        """Seconds the market has metered ``job`` up to now (its open interval included)."""
+        return job.run_seconds + (self._t - job.run_since if job.run_since is not None else 0.0)
 
     def _final(self, job: Active, state: str, t: float, exit_code=None, note: str = "") -> None:
         if job.row is not None:
@@ -603,22 +724,29 @@ class Broker:
         self.store.update_job(job.id, state=state, end_t=t, exit_code=exit_code, run_seconds=job.run_seconds,
                               charged=job.charged, unpaid=job.unpaid, preemptions=job.preemptions, note=note)
         job.row = None
+        self._defer(lambda key=job.id: self.executor.forget(key))
 
-    def _on_exit(self, job_id: int, code) -> None:
-        job = self.active.get(job_id)
-        if job is None:
+    def _on_exits(self, exits) -> None:
+        """Processes found ended in one scan: their jobs complete together, in *one* batch of
+        the mechanism, and only then does it decide. (One batch per exit let the first exit
+        resume a preempted job whose own exit was later in the same scan, and its process,
+        already gone, was launched a second time.)"""
+        ended = [(self.active[j], code) for j, code in exits if j in self.active]
+        if not ended:
             return
         t = self._t
-        note = "ended while held" if job.state == "held" else ""
-        if job.row is not None:
-            self.engine.complete(job.row)
-        self._stopped_running(job, t)
-        state = "completed"
+        rows = sorted(job.row for job, _ in ended if job.row is not None)
+        notes = {job.id: "ended while held" if job.state == "held" else "" for job, _ in ended}
+        if rows:
+            self.engine.batch(completed=rows)
         outcome = getattr(self.executor, "outcome", None)
-        if outcome is not None:  # e.g. Slurm killed it: "failed", "slurm: NODE_FAIL"
-            state, why = outcome(job_id)
-            note = "; ".join(x for x in (note, why) if x)
-        self._final(job, state, t, exit_code=code, note=note)
+        for job, code in ended:
+            self._stopped_running(job, t)
+            state, note = "completed", notes[job.id]
+            if outcome is not None:  # e.g. Slurm killed it: "failed", "slurm: NODE_FAIL"
+                state, why = outcome(job.id)
+                note = "; ".join(x for x in (note, why) if x)
+            self._final(job, state, t, exit_code=code, note=note)
         self._apply()
 
     # ================================================================== money
@@ -640,6 +768,7 @@ class Broker:
             return True
         due = to_micro(self.engine.accrued(job.row)) - job.row_posted
         if due <= 0:
+            self.store.update_job(job.id, run_seconds=self._ran(job))
             return True
         paid = min(due, max(self.balance[job.owner], 0))
         if paid:
@@ -648,7 +777,8 @@ class Broker:
         job.row_posted += due
         job.charged += paid
         job.unpaid += due - paid
-        self.store.update_job(job.id, charged=job.charged, unpaid=job.unpaid)
+        # the run time metered so far goes with the charge, so a crash leaves the two consistent
+        self.store.update_job(job.id, charged=job.charged, unpaid=job.unpaid, run_seconds=self._ran(job))
         if paid < due:
             self._short.add(job.owner)
             return False
@@ -760,19 +890,24 @@ class Broker:
             self.executor.wait(timeout)
             if self._stopping:
                 break
-            with self.lock:
-                try:
-                    with self.store.transaction():
-                        self._tick_once()
-                except Exception:  # keep the market alive; the error is printed and kept
-                    self.last_error = traceback.format_exc()
-                    traceback.print_exc()
+            try:
+                self.step()
+            except Exception:  # keep the market alive; the error is printed and kept
+                self.last_error = traceback.format_exc()
+                traceback.print_exc()
+
+    def step(self) -> None:
+        """One round of the market thread, without waiting: process exits, due timers, charges
+        and users out of money (tests with an injected clock and executor call it directly)."""
+        with self.lock, self._transaction():
+            self._tick_once()
 
     def _tick_once(self) -> None:
         self._now()
         changed = False
-        for job_id, code in self.executor.exits():
-            self._on_exit(job_id, code)
+        exits = self.executor.exits()
+        if exits:
+            self._on_exits(exits)
             changed = True
         if self.engine.poll():
             self._apply()
@@ -791,13 +926,15 @@ class Broker:
 
     # ================================================================== restart
     def _recover(self) -> None:
-        """Reload state after a restart (see the module docstring)."""
+        """Reload state after a restart (see the module docstring): reconcile every active job
+        with what runs for its id, then kill whatever still runs for jobs that have ended."""
         now = self._t
         for acct, bal in self.store.balances().items():
             if acct.startswith("user:"):
                 self.balance[acct[5:]] = bal
         for name, _ in self.store.users():
             self.balance.setdefault(name, 0)
+            self.unix[name] = self.store.unix_user(name)
         first, rest = [], []
         for r in self.store.jobs(states=ACTIVE_STATES):
             job = Active(r["id"], r["owner"], r["bid"], r["estimate"], r["command"], r["state"],
@@ -806,32 +943,38 @@ class Broker:
                          pid=r["pid"], start_ticks=r["start_ticks"])
             self.active[job.id] = job
             wd = self.executor.workdir(job.id)
-            pid, ticks = job.pid, job.start_ticks
-            if pid is None:  # launched, but the crash came before the database recorded it?
-                pid, ticks = _proc_file(wd)
+            # what was started for this job id: the executor's state file (written before the
+            # process may run) or, failing that, the database's pid
+            rec = self.executor.recorded(job.id)
+            started = rec is not None or job.pid is not None
             was_running = r["state"] == "running"
-            if pid is not None:
-                if self.executor.adopt(job.id, pid, ticks, wd) is not None:
-                    self.executor.stop(job.id)  # the mechanism decides afresh who runs
-                    job.pid, job.start_ticks = pid, ticks
-                    if job.state != "held":
-                        job.state = "preempted"
-                    self.store.add_event(job.id, now, "reattach", f"pid {pid}")
-                    self.store.update_job(job.id, state=job.state, pid=pid, start_ticks=ticks)
-                else:
-                    code = read_exit_code(wd)
-                    if code is not None:
-                        self._final(job, "completed", now, exit_code=code, note="ended while the broker was down")
-                        continue
-                    job.pid = job.start_ticks = None
-                    if job.state != "held":
-                        job.state = "queued"
-                    self.store.add_event(job.id, now, "requeue", "process gone without an exit code")
-                    self.store.update_job(job.id, state=job.state, pid=None, start_ticks=None)
-                    was_running = False
+            proc = self.executor.adopt(job.id, job.pid, job.start_ticks, wd) if started else None
+            if proc is not None:
+                self.executor.stop(job.id)  # the mechanism decides afresh who runs
+                job.pid, job.start_ticks = proc.pid, proc.start_ticks
+                if job.state != "held":
+                    job.state = "preempted"
+                self.store.add_event(job.id, now, "reattach", f"pid {proc.pid}")
+                self.store.update_job(job.id, state=job.state, pid=proc.pid, start_ticks=proc.start_ticks)
+            elif started or was_running:
+                code = read_exit_code(wd) if started else None
+                if code is not None:
+                    self._final(job, "completed", now, exit_code=code, note="ended while the broker was down")
+                    continue
+                job.pid = job.start_ticks = None
+                if job.state != "held":
+                    job.state = "queued"
+                why = "process gone without an exit code" if started else "its process had not been started yet"
+                self.store.add_event(job.id, now, "requeue", why)
+                self.store.update_job(job.id, state=job.state, pid=None, start_ticks=None)
+                self._defer(lambda key=job.id: self.executor.forget(key))
+                was_running = False
             if job.state == "held":
                 continue
             (first if was_running else rest).append(job)
+        killed = self.executor.reap(self.active)
+        if killed:
+            warn(f"killed {killed} process(es) still running for jobs that had ended")
         self._enter(first)
         self._enter(rest)
         self._after()
@@ -843,15 +986,7 @@ def make_executor(config: MarketConfig, root: Path):
         from marketsched.live.slurm import SlurmExecutor
 
         return SlurmExecutor(root, partition=config.partition, slots=config.slots)
-    return LocalExecutor(root)
-
-
-def _proc_file(workdir: Path):
-    try:
-        pid, ticks = (workdir / "proc").read_text().split()
-        return int(pid), int(ticks)
-    except (OSError, ValueError):
-        return None, None
+    return LocalExecutor(root, limits=config.limits())
 
 
 def _number(x, what: str) -> float:
