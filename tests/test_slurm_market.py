@@ -82,7 +82,7 @@ def slurm_state(b, job_id):
 
 
 def _proc_id(b, job_id):
-    return int((b.executor.workdir(job_id) / "proc").read_text().split()[0])
+    return b.executor.recorded(job_id)[0]
 
 
 def slurm_info(b, job_id):

@@ -227,6 +227,9 @@ class Broker:
         # note) when a job ends (e.g. "failed" for a job Slurm killed).
         self.executor = executor if executor is not None else make_executor(self.config, self.data / "jobs")
         self._arrange = getattr(self.executor, "arrange", None)
+        check = getattr(self.executor, "check_reachable", None)
+        if check is not None and not self.single_user:
+            check()  # Slurm enters each job's folder as the job's user
         self.dayahead = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
@@ -875,7 +878,7 @@ class Broker:
             if job is None or job.row != row:
                 continue
             out.append({"id": job.id, "key": float(key[row]), "command": job.command,
-                        "env": {"MARKETSCHED_JOB_ID": str(job.id)},
+                        "env": {"MARKETSCHED_JOB_ID": str(job.id)}, "user": self._run_as(job.owner),
                         "preempted": job.id in self.executor.procs})
         return out
 

@@ -517,7 +517,10 @@ class LocalExecutor:
 
     def shutdown(self, kill: bool = False) -> None:
         """Stop watching (and with ``kill``, kill every job and remove its cgroups); processes
-        otherwise keep running, as after a crash, and a new broker re-attaches them."""
+        otherwise keep running, as after a crash, and a new broker re-attaches them. A second
+        call does nothing."""
+        if self.root_fd is None:
+            return
         for key in list(self.procs):
             if kill:
                 self.kill(key)
@@ -526,11 +529,11 @@ class LocalExecutor:
         deadline = time.monotonic() + 5
         while self._graves and time.monotonic() < deadline:
             self._graves = [cg for cg in self._graves if not (cg.kill(0.5) and cg.remove())]
-        if kill:
-            self.layout.remove()
+        self.layout.remove()  # the market's cgroup folders go once no job's is left in them
         self.selector.close()
         self._waker.close()
         os.close(self.root_fd)
+        self.root_fd = None
 
 
 def proc_cpu_seconds(pid: int) -> float:
