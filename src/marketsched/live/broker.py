@@ -207,6 +207,8 @@ class Broker:
         self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
         self.data = Path(data)
         self.data.mkdir(parents=True, exist_ok=True)
+        if not self.single_user:
+            _protect_data(self.data, sqlite=db_url is None)
         self.store = Store(db_url or self.data, sync=self.config.sync)
         self.lock = threading.RLock()
         epoch = self.store.get_meta("epoch")
@@ -245,7 +247,7 @@ class Broker:
         self.last_error: str | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._next_charge = math.inf
+        self._next_charge = float(self.wall()) + self.config.charge_interval  # (re)set by start()
         self._last_price = None
         with self.lock, self._transaction():
             self._now()
@@ -511,8 +513,10 @@ class Broker:
         if job.row is not None:
             self.engine.withdraw(job.row)
         self._stopped_running(job, t)
+        # once the cancel is committed: kill, and only then drop the record of the process
+        # (_final defers that), so a crash in between leaves the restarted broker a process to kill
+        self._defer(lambda key=job.id: self.executor.kill(key))
         self._final(job, "cancelled", t, note=why)
-        self._defer(lambda key=job.id: self.executor.kill(key))  # once the cancel is committed
         self._apply()
 
     # ================================================================== views
@@ -658,7 +662,6 @@ class Broker:
                     job.attempts += 1
                     job.pid = job.start_ticks = None
                     self.store.add_event(job.id, t, "start", f"attempt {job.attempts}")
-                    self._defer(lambda job=job, row=row: self._launch(job, row))
                 job.state = "running"
                 job.run_since = t
                 self.running_jobs.add(job.id)
@@ -666,6 +669,8 @@ class Broker:
                     job.first_start = t
                 self.store.update_job(job.id, state="running", first_start=job.first_start, pid=job.pid,
                                       start_ticks=job.start_ticks, attempts=job.attempts)
+                if job.id not in self.executor.procs:
+                    self._defer(lambda job=job, row=row: self._launch(job, row))
             elif kind == "preempt":
                 self.executor.stop(job.id)
                 job.preemptions += 1
@@ -677,8 +682,8 @@ class Broker:
                                       run_seconds=job.run_seconds)
             else:  # the priority mechanisms never kill, discard or reject on their own
                 self._stopped_running(job, t)
+                self._defer(lambda key=job.id: self.executor.kill(key))  # before _final's forget
                 self._final(job, "cancelled", t, note=f"mechanism: {kind}")
-                self._defer(lambda key=job.id: self.executor.kill(key))
 
     def _launch(self, job: Active, row: int) -> None:
         """Start the process of a job whose start is committed (deferred by :meth:`_apply`),
@@ -981,6 +986,21 @@ class Broker:
         self._enter(first)
         self._enter(rest)
         self._after()
+
+
+def _protect_data(data: Path, sqlite: bool) -> None:
+    """Multi-user market: jobs run as other accounts, so the data folder lets them through
+    (0711: a job reaches its own folder by absolute path, and Slurm enters it as the user) but
+    not list it, and the database and the administrator's token are 0600 (SQLite gives its
+    -wal and -shm files the database's mode; an empty file is a valid new database)."""
+    os.chmod(data, 0o711)
+    if sqlite and not (data / "market.db").exists():
+        os.close(os.open(data / "market.db", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    for name in ("market.db", "market.db-wal", "market.db-shm", "admin.token"):
+        try:
+            os.chmod(data / name, 0o600)
+        except FileNotFoundError:
+            pass
 
 
 def make_executor(config: MarketConfig, root: Path):

@@ -263,7 +263,19 @@ class Layout:
             if got is None:
                 out.notes.append(f"no writable cgroup offers the {ctrl} controller: {ctrl} is not limited")
             setattr(out, ctrl, got)
+        out.remove()  # made again by ensure() when the first job starts
         return out
+
+    def ensure(self) -> None:
+        """Make the market's folders (again) with the controllers they need; OSError if the
+        machine no longer allows it."""
+        for role, x in (("track", self.track), ("cpu", self.cpu), ("memory", self.memory)):
+            if x is None:
+                continue
+            kind, d = x
+            ctrl = role if kind == "cgroup2" and role != "track" else None
+            if _make_market_dir(d, ctrl) is None:
+                raise OSError(errno.EACCES, f"cannot make the market's cgroup {d}")
 
     def dirs(self) -> list[Path]:
         """The market's folders (distinct), tracking first."""

@@ -176,8 +176,9 @@ class DayAhead:
         if not self.slurm:
             from marketsched.live.executor import LocalExecutor
 
-            # the spot market's launcher and cgroups (its own cgroup folder: keys are bid ids)
-            self.local = LocalExecutor(self.root, limits=broker.config.limits(), name=getattr(broker.executor, "name", "marketsched") + "-da")
+            # the spot market's launcher and cgroups (its own cgroup folder, named after
+            # DATA/dayahead: keys are bid ids)
+            self.local = LocalExecutor(self.root, limits=broker.config.limits())
             # a restarted broker re-attaches reservations' jobs that still run and kills the rest
             running = [x["id"] for x in self.bids() if x["job_state"] == "running"]
             kept = [k for k in running if self.local.adopt(k) is not None]

@@ -158,8 +158,19 @@ def _kill_record(rec: dict) -> bool:
         cg = JobCgroup.from_paths(rec["cgroups"], rec.get("track", "cgroup2"))
         killed = bool(cg.pids()) or killed
         cg.kill()
-        cg.remove()
+        if cg.remove():
+            for d in cg.dirs():  # the market's folder too, once no job's is left in it
+                try:
+                    d.parent.rmdir()
+                except OSError:
+                    pass
     return killed
+
+
+def market_cgroup_name(root: Path) -> str:
+    """The cgroup folder name of the market whose jobs' folder is ``root`` (stable across
+    restarts, distinct between markets)."""
+    return "marketsched-" + hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:8]
 
 
 def kill_recorded_jobs(data_dir) -> int:
@@ -174,6 +185,8 @@ def kill_recorded_jobs(data_dir) -> int:
             rec = jobfiles.read_state(root, key)
             if rec is not None:
                 killed += _kill_record(rec)
+        if root.is_dir():  # the market's cgroup folders, left by a broker that was killed
+            Layout.detect(market_cgroup_name(root)).remove()
     return killed
 
 
@@ -221,7 +234,7 @@ class LocalExecutor:
         self.root_fd = jobfiles.open_root(self.root)
         self.root = self.root.resolve()
         self.limits = limits or JobLimits()
-        self.name = name or "marketsched-" + hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
+        self.name = name or market_cgroup_name(self.root)
         if isinstance(containment, Layout):
             self.layout = containment
         elif containment == "none":
@@ -284,6 +297,7 @@ class LocalExecutor:
             out = jobfiles.open_append(dfd, "stdout", uid, gid)
             err = jobfiles.open_append(dfd, "stderr", uid, gid)
             if self.layout.track is not None:
+                self.layout.ensure()
                 cg = self.layout.job(key)
                 cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight)
                 if frozen:
