@@ -24,12 +24,10 @@ from __future__ import annotations
 import os
 import pwd
 import random
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -44,65 +42,6 @@ from live_helpers import proc_state, require_cgroups, wait_for
 
 LOOP = "while :; do :; done"
 COUNT = 'i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.05; done'
-
-
-def _need_root():
-    if os.geteuid() == 0:
-        return
-    if os.environ.get("CI"):
-        pytest.fail("the job attack tests create Unix accounts and need root (CI runs as root)")
-    pytest.skip("the job attack tests create Unix accounts: run as root")
-
-
-def _kill_processes_of(uids):
-    """Kill (by pid) every process still running as one of the test accounts' uids."""
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            if d.stat().st_uid in uids:
-                os.kill(int(d.name), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-
-
-@pytest.fixture(scope="module")
-def accounts():
-    """Two fresh Unix accounts (names, each with its own group and a 0700 home)."""
-    _need_root()
-    if shutil.which("useradd") is None:
-        pytest.fail("useradd is missing: the attack tests need it to create Unix accounts")
-    homes = Path(tempfile.mkdtemp(prefix="ms-attack-homes-"))
-    os.chmod(homes, 0o755)
-    names = [f"msat{os.getpid() % 100000}{c}" for c in "ab"]
-    made = []
-    try:
-        for n in names:
-            subprocess.run(["useradd", "-m", "-d", str(homes / n), "-s", "/bin/sh", "-U", n], check=True,
-                           capture_output=True)
-            made.append(n)
-            os.chmod(homes / n, 0o700)
-        yield names
-    finally:
-        uids = set()
-        for n in made:
-            try:
-                uids.add(pwd.getpwnam(n).pw_uid)
-            except KeyError:
-                pass
-        _kill_processes_of(uids)
-        for n in made:
-            subprocess.run(["userdel", "-r", "-f", n], capture_output=True)
-        shutil.rmtree(homes, ignore_errors=True)
-
-
-@pytest.fixture
-def open_dir():
-    """A folder every account may traverse (like /var/lib), so only the market's own modes
-    stand between a job and the market's files (pytest's tmp_path is closed to other users)."""
-    d = Path(tempfile.mkdtemp(prefix="ms-attack-"))
-    os.chmod(d, 0o755)
-    yield d
-    kill_recorded_jobs(d / "market")
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -63,6 +63,7 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import traceback
@@ -401,13 +402,15 @@ class DayAhead:
         if ex.partition:
             where.append(f"PartitionName={ex.partition}")
         user = self.broker._run_as(x["owner"]) if x["command"] else None
-        users = "root" if user is None else f"root,{user.name}"  # the job runs as its owner's account
+        # the reservation admits the account the job runs as (its owner's; single-user: ours)
+        import pwd
+
+        runner = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
+        users = ",".join(sorted({"root", runner}))
         run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
              f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
         job_ref = None
         if x["command"]:
-            import os
-
             from marketsched.live import jobfiles
             from marketsched.live.slurm import BATCH, _shq, export_option, run_as_options
 
