@@ -7,8 +7,8 @@ It joins four parts, all driven under one lock:
   :class:`~marketsched.live.engine.LiveEngine` on wall-clock time (HB with k-th price by
   default; NPHB, WSEPT (and WSPT, see below) and first price selectable);
 * the **executor** (:class:`~marketsched.live.executor.LocalExecutor`): ``slots`` jobs run at
-  once, each a process group; the engine's start / preempt decisions become launch or SIGCONT /
-  SIGSTOP;
+  once, each as its owner's Unix account in its own cgroup; the engine's start / preempt
+  decisions become launch or thaw / freeze;
 * the **ledger** (:class:`~marketsched.live.ledger.Store`): users, deposits, per-second charges
   as double entries, jobs, events and the price history;
 * a **market thread** that waits for process exits (pidfds), charges running jobs every
@@ -34,7 +34,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   what is due (up to the balance: the balance never goes negative; a shortfall, at most the
   owner's price times the broker's reaction time, is recorded on the job as ``unpaid`` and not
   charged), and *holds* all the user's active jobs: they leave the mechanism (running ones are
-  suspended with SIGSTOP, exactly as when preempted) and wait in state ``held``. A later deposit
+  frozen, exactly as when preempted) and wait in state ``held``. A later deposit
   re-enters held jobs (new arrivals at that time, so they queue behind equal bids submitted
   while they were held) as long as each passes the admission rule.
 * **Changing a bid.** A user changes the bid of an active job (``rebid``; seed 000 has no
@@ -43,19 +43,32 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   either way). Raising a bid passes the admission rule again at the new bid (402 otherwise,
   nothing changed); lowering one always succeeds. A held job keeps the new bid for when it
   re-enters.
-* **Cancel.** A user cancels their own jobs (the administrator any job); the process group is
-  killed; what the job accrued until then is charged.
+* **Cancel.** A user cancels their own jobs (the administrator any job); every process of the
+  job is killed once the cancel is committed; what the job accrued until then is charged.
+* **Users are Unix users.** In multi-user mode (``MarketConfig.single_user`` False; the default
+  when the broker runs as root) a job runs as the Unix account its owner is mapped to
+  (``users.unix_user``, set by the administrator; :meth:`Broker.add_user` ``unix``); a
+  submission of a user with none is refused (403), and so is a launch whose account has
+  disappeared (the job fails). In single-user mode (the default otherwise) every job runs as the
+  broker's own account: no isolation between market users.
+* **Exactly once.** Effects on processes follow the commit of the decision that asks for them
+  (:meth:`Broker._transaction`): a job's process is launched only once its start is committed,
+  killed only once its end is; exits found in one scan end in one batch of the mechanism (one
+  batch per exit let the first exit resume a preempted job whose own exit came later in the same
+  scan, which was then launched a second time). Run time is recorded with every charge.
 * **Serial jobs.** The priority mechanisms schedule serial jobs (seed 000 splits parallel jobs
   first); a live job must ask for 1 processor (a slot).
 * **WSPT** keys jobs by ``bid / actual run time``, which a live market cannot know at
   submission: here ``wspt`` uses the submitted run-time estimate in its place, which is WSEPT;
   both ask every job for an estimate.
-* **Restart.** State lives in the database. A new broker reloads it: jobs whose process still
-  runs (same pid and start time) are re-attached (all are stopped first, then the mechanism
-  decides afresh, the jobs that were running entering first so a non-preemptive rule keeps
-  them); a job whose process ended while the broker was down is completed with the exit code its
-  wrapper wrote; the others are requeued and run from the start. Time the broker was down is
-  not charged.
+* **Restart.** State lives in the database. A new broker reloads it and reconciles each job by
+  its id with what the executor started for it (its state file, else the database's pid): a
+  process that still runs (same pid and start time) is re-attached (all are frozen first, then
+  the mechanism decides afresh, the jobs that were running entering first so a non-preemptive
+  rule keeps them); a job whose process ended while the broker was down is completed with the
+  exit code its wrapper wrote; the others (never launched, or gone without an exit code) are
+  requeued and run from the start; processes still running for jobs that have ended are killed.
+  Time the broker was down is neither charged nor counted as run time.
 """
 
 from __future__ import annotations
@@ -222,7 +235,7 @@ class Broker:
         # timestamp, in the engine and in the database alike.
         self.wall = clock or WallClock(self.epoch)
         self._t = float(self.wall())
-        # The executor carries the mechanism's decisions out: local process groups by default,
+        # The executor carries the mechanism's decisions out: local cgroups by default,
         # Slurm jobs with config.executor == "slurm" (marketsched.live.slurm), or any object with
         # the same interface passed in. Optional hooks: ``arrange(queue)`` after every decision
         # (the mechanism's waiting jobs, best first) and ``outcome(job_id)`` -> (final state,
@@ -301,8 +314,8 @@ class Broker:
         return self
 
     def stop(self, kill_jobs: bool = False) -> None:
-        """Stop the market. With ``kill_jobs``, every job's process group is killed and the job
-        cancelled; else charges are posted and running jobs suspended (SIGSTOP: nothing runs
+        """Stop the market. With ``kill_jobs``, every job is killed (all its processes) and the job
+        cancelled; else charges are posted and running jobs frozen (nothing runs
         unpaid while the market is down), for the next broker to re-attach."""
         self._stopping = True
         if self.dayahead is not None:
@@ -463,7 +476,7 @@ class Broker:
                 f"({self.config.admission_seconds:g} s at max(bid, reservation price {RESERVATION_PRICE:g}))", 402)
 
     def cancel(self, user: str, admin: bool, job_id) -> dict:
-        """Cancel a job of the user's (the administrator: any job): kill its process group."""
+        """Cancel a job of the user's (the administrator: any job): kill all its processes."""
         job_id = _job_id(job_id)
         with self.lock:
             row, job = self._own_active(user, admin, job_id)
@@ -814,7 +827,7 @@ class Broker:
 
     def _hold(self, user: str) -> None:
         """The user is out of money: all their jobs in the mechanism leave it and wait, held
-        (running ones suspended with SIGSTOP)."""
+        (running ones frozen)."""
         jobs = sorted((j for j in self.active.values() if j.owner == user and j.row is not None), key=lambda j: j.id)
         if not jobs:
             return

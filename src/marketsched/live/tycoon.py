@@ -12,26 +12,30 @@ closed form) to the other users' current bids, and host j gives user i the share
 Hosts and enforcement
 ---------------------
 A *host* here is one CPU of this machine: its jobs are pinned to it (``sched_setaffinity``).
-Each user runs one job per host (a process group; by default a CPU-bound shell loop). The share
-is enforced by the kernel's proportional-share scheduler, through the first of these that works:
+Each user runs one job per host (by default a CPU-bound shell loop), started by the live
+market's executor (:class:`~marketsched.live.executor.LocalExecutor`: the launcher, one cgroup
+per job from :mod:`marketsched.live.cgroups`, frozen until its share is set), so Tycoon mode has
+no process or cgroup code of its own. The share is enforced by the kernel's proportional-share
+scheduler, through the first of these that works:
 
-1. **cgroup v2 CPU weights** (``cpu.weight``, 1..10000): a cgroup per host under a cgroup2
-   mount whose ``cgroup.controllers`` offers ``cpu``, a child per job; weight_ij is x_ij scaled
-   so the host's largest bid maps to 10000.
-2. **cgroup v1 CPU shares** (``cpu.shares``, 2..262144), the same tree under the v1 ``cpu``
+1. **cgroup v2 CPU weights** (``cpu.weight``, 1..10000) on each job's cgroup under a cgroup2
+   mount whose ``cgroup.controllers`` offers ``cpu``; weight_ij is x_ij scaled so the host's
+   largest bid maps to 10000 (jobs are pinned, so weights compete per CPU).
+2. **cgroup v1 CPU shares** (``cpu.shares``, 2..262144), the same under the v1 ``cpu``
    hierarchy. On this project's machines ``/sys/fs/cgroup`` is a hybrid mount: v1 controllers
    (``cpu`` writable) and a cgroup2 ``unified`` tree without the ``cpu`` controller, so v1 is
    what runs here; the CFS arithmetic is the same (weights are relative among siblings).
 3. **Stride scheduling** in user space (fallback where no cgroup is writable: a container
    without cgroup delegation, a non-root user): per host, every ``quantum`` seconds the job
-   with the smallest pass runs (SIGCONT) and the others stop (SIGSTOP); a job's pass grows by
+   with the smallest pass runs (thawed) and the others stop (frozen, or SIGSTOP without a
+   cgroup); a job's pass grows by
    1 / x_ij per quantum it runs, a job that starts bidding again joins at the smallest pass
    of the others, and when an active job's bid changes its distance to that pass is scaled by
    old / new bid (Waldspurger and Weihl's stride scheduling with dynamic tickets, which Tycoon's proportional share
    reduces to). Shares are then shares of *wall time* on the host's CPU, not
    of CPU time when other programs compete for that CPU.
 
-A user whose bid on a host is 0 gets no share there: its job is stopped (SIGSTOP) until it bids
+A user whose bid on a host is 0 gets no share there: its job is stopped (frozen) until it bids
 again (a CFS weight cannot be 0).
 
 Agents
