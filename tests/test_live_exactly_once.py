@@ -28,6 +28,10 @@ class Crash(BaseException):
     """The broker process dies here (raised by a hook; the Broker object is then abandoned)."""
 
 
+def crash(key):
+    raise Crash
+
+
 @dataclass
 class FakeOS:
     """What outlives a broker: processes running per job key and the executor's state files."""
@@ -209,9 +213,6 @@ def test_crash_after_the_start_is_committed_but_before_the_launch_runs_the_job_o
     b, clock, ex = market(tmp_path, slots=1)
     b.add_user(True, "alice", 100)
 
-    def crash(key):
-        raise Crash
-
     ex.on_launch = crash
     with pytest.raises(Crash):
         b.submit("alice", False, 2.0, "x")
@@ -228,9 +229,6 @@ def test_crash_after_the_start_is_committed_but_before_the_launch_runs_the_job_o
 def test_crash_after_the_launch_before_its_pid_is_recorded_adopts_the_process(tmp_path):
     b, clock, ex = market(tmp_path, slots=1)
     b.add_user(True, "alice", 100)
-
-    def crash(key):
-        raise Crash
 
     ex.after_launch = crash  # the process runs and the executor's state file names it
     with pytest.raises(Crash):
@@ -249,9 +247,6 @@ def test_crash_after_a_committed_cancel_before_the_kill_kills_at_restart(tmp_pat
     b.add_user(True, "alice", 100)
     j = b.submit("alice", False, 2.0, "x")["id"]
     clock.set(1.0)
-
-    def crash(key):
-        raise Crash
 
     ex.on_kill = crash
     with pytest.raises(Crash):

@@ -218,6 +218,7 @@ class Broker:
         self._depth = 0
         self._draining = False
         self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
+        self._accounts: dict[str, RunAs] = {}  # Unix account -> its last lookup
         self.data = Path(data)
         self.data.mkdir(parents=True, exist_ok=True)
         if not self.single_user:
@@ -449,21 +450,27 @@ class Broker:
                 self._after()
             return self._job_view(self.store.job(job_id))
 
-    def _run_as(self, owner: str) -> RunAs | None:
+    def _run_as(self, owner: str, cached: bool = False) -> RunAs | None:
         """The Unix account ``owner``'s jobs run as (None: the broker's own, single-user mode);
-        MarketError 403 when a multi-user market cannot run them."""
+        MarketError 403 when a multi-user market cannot run them. Looked up afresh in the
+        system's user database (a launch always is); ``cached``: the last lookup will do (the
+        Slurm queue view, rebuilt after every decision)."""
         if self.single_user:
             return None
         unix = self.unix.get(owner)
+        if cached and unix in self._accounts:
+            return self._accounts[unix]
         if unix is None:
             raise MarketError(
                 f"user {owner!r} has no Unix account: this market runs every job as its owner's Unix account "
                 "(the administrator maps one: `marketsched market user add NAME --unix ACCOUNT`), or the "
                 "market must run in single-user mode (--single-user)", 403)
         try:
-            return RunAs.lookup(unix)
+            self._accounts[unix] = RunAs.lookup(unix)
         except ValueError as exc:
+            self._accounts.pop(unix, None)
             raise MarketError(f"user {owner!r}: {exc}", 403) from None
+        return self._accounts[unix]
 
     def _admit(self, user: str, bid: float) -> None:
         """Admission rule (module docstring): the balance covers ``admission_seconds`` at the
@@ -896,7 +903,7 @@ class Broker:
             if job is None or job.row != row:
                 continue
             out.append({"id": job.id, "key": float(key[row]), "command": job.command,
-                        "env": {"MARKETSCHED_JOB_ID": str(job.id)}, "user": self._run_as(job.owner),
+                        "env": {"MARKETSCHED_JOB_ID": str(job.id)}, "user": self._run_as(job.owner, cached=True),
                         "preempted": job.id in self.executor.procs})
         return out
 
