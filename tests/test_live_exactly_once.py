@@ -221,6 +221,7 @@ def test_crash_after_the_start_is_committed_but_before_the_launch_runs_the_job_o
     b2, ex2 = restart(tmp_path, b, clock, ex)
     [j] = b2.jobs("admin", True)
     assert ex2.launches == [j["id"]] and j["state"] == "running" and j["attempts"] == 2
+    b2.step()  # the launch's pid is written with the next transaction
     assert [e["kind"] for e in b2.job("admin", True, j["id"])["events"]] == [
         "submit", "start", "requeue", "start", "launch"]
     b2.stop()

@@ -215,6 +215,7 @@ class Broker:
         # effects carried out once the transaction that decided them has committed (launches,
         # kills, state files dropped): see _transaction
         self._deferred: list = []
+        self._launched: list = []  # (job id, t, pid, start ticks) not yet in the database
         self._depth = 0
         self._draining = False
         self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
@@ -278,6 +279,8 @@ class Broker:
         self._depth += 1
         try:
             with self.store.transaction():
+                if self._depth == 1:
+                    self._record_launches()
                 yield
         except BaseException:
             if self._depth == 1:
@@ -639,6 +642,8 @@ class Broker:
         v["unpaid"] = row["unpaid"] / MICRO
         v["accrued"] = v["charged"]
         v["rate"] = 0.0
+        if job is not None and job.pid is not None:  # launched, maybe not yet recorded
+            v["pid"], v["start_ticks"] = job.pid, job.start_ticks
         if job is not None and job.row is not None:
             unposted = to_micro(self.engine.policy.pricing.accrued(job.row)) - job.row_posted
             v["accrued"] = (job.charged + max(unposted, 0)) / MICRO
@@ -727,10 +732,18 @@ class Broker:
                 self._apply()
                 self._after()
             return
-        with self._transaction():
-            job.pid, job.start_ticks = proc.pid, proc.start_ticks
-            self.store.add_event(job.id, self._t, "launch", f"pid {proc.pid}")
-            self.store.update_job(job.id, pid=job.pid, start_ticks=job.start_ticks)
+        # recorded with the next transaction, not a commit (an fsync) of its own: until then the
+        # executor's state file (written before the process could run) is the record a
+        # restarted broker reconciles by
+        job.pid, job.start_ticks = proc.pid, proc.start_ticks
+        self._launched.append((job.id, self._t, proc.pid, proc.start_ticks))
+
+    def _record_launches(self) -> None:
+        """Write the pids of the processes launched since the last transaction (in it)."""
+        launched, self._launched = self._launched, []
+        for job_id, t, pid, ticks in launched:
+            self.store.add_event(job_id, t, "launch", f"pid {pid}")
+            self.store.update_job(job_id, pid=pid, start_ticks=ticks)
 
     def _stopped_running(self, job: Active, t: float) -> None:
         self.running_jobs.discard(job.id)

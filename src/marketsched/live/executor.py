@@ -5,14 +5,14 @@
   records the command's exit status in ``exit_code`` (written to a temporary name, then renamed)
   before it exits, so an exit that happens while the broker is down is still known after a
   restart; stdout and stderr are appended to ``stdout`` and ``stderr`` there. The wrapper is
-  started by the **launcher** (:mod:`marketsched.live.launcher`, a stdlib-only Python file run
-  with ``python -I -S``) in a new session: the launcher, still privileged, joins the job's
-  cgroups, then drops to the job's Unix account (``user``: groups, gid, uid) and ``exec``\\ s the
-  wrapper with a clean environment (:func:`job_environment`: ``PATH``, ``HOME``, ``USER``,
-  ``LOGNAME``, ``SHELL``, ``LANG`` and the market's variables; never the broker's). The broker
-  writes the launcher's pid and start time, and the job's cgroups, to its **state file**
-  ``ROOT/job-ID.proc`` *before* it sends the launcher the go (the job spec), so no job command
-  ever runs unrecorded (:mod:`marketsched.live.jobfiles`).
+  started by the **launcher** (:mod:`marketsched.live.launcher`) in a new session: a root
+  ``/bin/sh`` that waits for the go while the broker puts it in the job's cgroups (and pins its
+  CPUs) and writes its pid and start time, and the job's cgroups, to its **state file**
+  ``ROOT/job-ID.proc`` (:mod:`marketsched.live.jobfiles`); after the go ``setpriv`` drops to
+  the job's Unix account (``user``: groups, gid, uid) and ``env -i`` gives the wrapper a clean
+  environment (:func:`job_environment`: ``PATH``, ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``,
+  ``LANG`` and the market's variables; never the broker's). So no code of a job runs before it
+  is in its cgroups and recorded.
 * **Containment** (:mod:`marketsched.live.cgroups`): every process of the job, including
   children that leave the process group (``setsid``, double fork), is in the job's cgroup.
   **Preempt / resume** freeze and thaw the cgroup; **cancel** kills every process in it; after a
@@ -42,7 +42,6 @@ failures are 111 (no go: the broker went away first) and 125 (message on the job
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pwd
 import selectors
@@ -55,12 +54,12 @@ from pathlib import Path
 
 from marketsched.live import jobfiles
 from marketsched.live.cgroups import JobCgroup, Layout
+from marketsched.live.launcher import launcher_argv
 from marketsched.live.jobfiles import read_exit_code  # noqa: F401 - the executors' exit-code reader
 
 WRAPPER = (
     '/bin/sh ./command.sh; c=$?; echo "$c" > exit_code.tmp && mv exit_code.tmp exit_code; exit "$c"'
 )
-LAUNCHER = str(Path(__file__).with_name("launcher.py"))
 CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -302,14 +301,10 @@ class LocalExecutor:
                 cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight)
                 if frozen:
                     cg.freeze()
-            argv = ["/bin/sh", "-c", WRAPPER if record_exit else command]
-            spec = {"argv": argv, "env": job_environment(user, env), "umask": 0o077,
-                    "cgroups": cg.procs_files() if cg is not None else [],
-                    "affinity": sorted(affinity) if affinity else None,
-                    "uid": uid, "gid": gid, "groups": list(user.groups) if user is not None else None}
-            popen = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER], cwd=self.workdir(key),
-                                     stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True,
-                                     close_fds=True, env={"PATH": CLEAN_PATH})
+            argv = launcher_argv(["/bin/sh", "-c", WRAPPER if record_exit else command], job_environment(user, env),
+                                 uid, gid, user.groups if user is not None else None)
+            popen = subprocess.Popen(argv, cwd=self.workdir(key), stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                     start_new_session=True, close_fds=True, env={})
         except BaseException:
             if cg is not None:
                 cg.remove()
@@ -322,19 +317,28 @@ class LocalExecutor:
         ticks = ticks if ticks is not None else -1
         proc = Proc(key, popen.pid, ticks, self.workdir(key), popen, cgroup=cg)
         try:
-            # recorded before the go: a crash from here on leaves a record of the process
+            # the launcher waits for the go: into the job's cgroups, pinned, recorded, then go
+            for procs in cg.procs_files() if cg is not None else []:
+                with open(procs, "w") as f:
+                    f.write(str(popen.pid))
+            if affinity:
+                os.sched_setaffinity(popen.pid, sorted(affinity))
             jobfiles.write_state(self.root, key, {"pid": popen.pid, "ticks": ticks, "uid": uid,
                                                   "cgroups": [str(d) for d in cg.dirs()] if cg else [],
                                                   "track": cg.track_kind if cg else None})
             if frozen and cg is None:
                 os.killpg(popen.pid, signal.SIGSTOP)
             try:
-                popen.stdin.write(json.dumps(spec).encode())
+                popen.stdin.write(b"go\n")
                 popen.stdin.close()
             except BrokenPipeError:
                 pass  # the launcher died already: its exit is reported like any other
         except BaseException:
-            self._kill_proc(proc)
+            popen.kill()  # it has not had the go: nothing of the job ran
+            popen.wait()
+            if cg is not None:
+                self._bury(cg)
+            jobfiles.remove_state(self.root, key)
             raise
         self.launched.add(key)
         self._watch(proc)
@@ -467,16 +471,9 @@ class LocalExecutor:
 
     def _kill_proc(self, proc: Proc) -> None:
         if proc.cgroup is not None:
-            # the wrapper first (also before the launcher joined the cgroup: then nothing of the
-            # job ever ran), then everything in the cgroup; nothing can join it afterwards
-            if proc.popen is not None or proc_start_ticks(proc.pid) == proc.start_ticks:
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self._bury(proc.cgroup)  # every process of the job (the wrapper is one of them)
             if proc.popen is not None:
                 proc.popen.wait()
-            self._bury(proc.cgroup)
         else:
             self._signal_group(proc, signal.SIGKILL)
             self._signal_group(proc, signal.SIGCONT)
