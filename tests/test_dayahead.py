@@ -192,9 +192,8 @@ def test_placebid_and_showres_commands(broker, tmp_path):
 def test_a_reservations_job_runs_as_its_owners_unix_account_in_a_cgroup(accounts, open_dir):
     """Multi-user market: the day-ahead service starts a winner's command like a spot job (the
     same launcher and cgroups), as the bid owner's account."""
-    from marketsched.live.jobfiles import read_tail
-
     from live_helpers import require_cgroups
+    from marketsched.live.jobfiles import read_tail
 
     b = Broker(open_dir / "market", MarketConfig(slots=1, charge_interval=0.2, single_user=False)).start()
     try:

@@ -34,11 +34,10 @@ from pathlib import Path
 
 import pytest
 
+from live_helpers import proc_state, require_cgroups, wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.executor import kill_recorded_jobs, proc_cpu_seconds, proc_start_ticks
 from marketsched.live.ledger import Store
-
-from live_helpers import proc_state, require_cgroups, wait_for
 
 LOOP = "while :; do :; done"
 COUNT = 'i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.05; done'

@@ -4,10 +4,9 @@ another job ends in the same batch; a job's process starts only after its row is
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import sqlite3
 
 import pytest
 

@@ -9,10 +9,9 @@ import time
 
 import pytest
 
+from live_helpers import proc_state, require_cgroups, wait_for
 from marketsched.live import jobfiles
 from marketsched.live.executor import LocalExecutor, proc_start_ticks
-
-from live_helpers import proc_state, require_cgroups, wait_for
 
 
 def wait_exits(ex, n=1, timeout=30.0):

@@ -734,7 +734,7 @@ class Broker:
         if self.active.get(job.id) is not job or job.row != row or job.state != "running" \
                 or job.id in self.executor.procs:
             return  # decided otherwise since (e.g. an earlier launch of the batch failed)
-        kw = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
+        kw: dict[str, object] = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
         try:
             user = self._run_as(job.owner)
             if user is not None:

@@ -152,7 +152,7 @@ def _enable(base: Path, controller: str) -> bool:
         return False
 
 
-def _controller_base(kind: str, controller: str, name: str, probe: bool = False) -> Path | None:
+def _controller_base(kind: str, controller: str | None, name: str, probe: bool = False) -> Path | None:
     """The market's folder ``BASE/name`` for ``controller`` in hierarchy ``kind`` (created; see
     the module docstring for BASE), or None when that hierarchy cannot give the controller.
     With ``probe`` the folder is removed again (detection only)."""
@@ -172,6 +172,8 @@ def _controller_base(kind: str, controller: str, name: str, probe: bool = False)
                     _rmdir(made)
                 return made
         return None
+    if controller is None:
+        raise ValueError("a cgroup v1 hierarchy is found by its controller")
     mount = find_cgroup1(controller)
     if mount is None:
         return None
@@ -223,7 +225,7 @@ class Layout:
 
     @classmethod
     def detect(cls, name: str, cpu: str | None = "auto", memory: str | None = "auto",
-               track: str = "auto") -> "Layout":
+               track: str = "auto") -> Layout:
         """The best layout this machine gives: ``track`` "auto" (v2, else v1 freezer), "cgroup2",
         "cgroup1" or "none"; ``cpu`` and ``memory``: "auto" (v2 if the controller is there, else
         v1), "cgroup2", "cgroup1", or None (not wanted)."""
@@ -285,7 +287,7 @@ class Layout:
                 out.append(x[1])
         return out
 
-    def job(self, key) -> "JobCgroup":
+    def job(self, key) -> JobCgroup:
         return JobCgroup(self, f"job-{key}")
 
     def remove(self) -> None:
@@ -321,15 +323,19 @@ class JobCgroup:
     """One job's cgroups: a folder ``job-KEY`` under each of the layout's market folders."""
 
     def __init__(self, layout: Layout, name: str):
-        self.layout = layout
+        if layout.track is None:
+            raise ValueError("a job cgroup needs a layout that tracks jobs")
+        self.layout: Layout | None = layout
         self.name = name
         self.track_kind, base = layout.track
         self.track = base / name
-        self.cpu = None if layout.cpu is None else (layout.cpu[0], layout.cpu[1] / name)
-        self.memory = None if layout.memory is None else (layout.memory[0], layout.memory[1] / name)
+        self.cpu: tuple[str, Path] | None = None if layout.cpu is None else (layout.cpu[0], layout.cpu[1] / name)
+        self.memory: tuple[str, Path] | None = (None if layout.memory is None
+                                                 else (layout.memory[0], layout.memory[1] / name))
+        self._extra: list[Path] = []  # folders known only by path (after a restart)
 
     @classmethod
-    def from_paths(cls, paths: list[str], track_kind: str) -> "JobCgroup":
+    def from_paths(cls, paths: list[str], track_kind: str) -> JobCgroup:
         """A job's cgroups from the folders recorded in its state file (after a restart)."""
         self = cls.__new__(cls)
         self.layout = None
@@ -345,7 +351,7 @@ class JobCgroup:
         for x in (self.cpu, self.memory):
             if x is not None and x[1] not in out:
                 out.append(x[1])
-        for p in getattr(self, "_extra", []):
+        for p in self._extra:
             if p not in out:
                 out.append(p)
         return out

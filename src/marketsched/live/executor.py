@@ -54,8 +54,8 @@ from pathlib import Path
 
 from marketsched.live import jobfiles
 from marketsched.live.cgroups import JobCgroup, Layout
-from marketsched.live.launcher import launcher_argv
 from marketsched.live.jobfiles import read_exit_code  # noqa: F401 - the executors' exit-code reader
+from marketsched.live.launcher import launcher_argv
 
 WRAPPER = (
     '/bin/sh ./command.sh; c=$?; echo "$c" > exit_code.tmp && mv exit_code.tmp exit_code; exit "$c"'
@@ -74,7 +74,7 @@ class RunAs:
     home: str
 
     @classmethod
-    def lookup(cls, name: str) -> "RunAs":
+    def lookup(cls, name: str) -> RunAs:
         """The account ``name`` from the system's user database; ValueError naming the problem
         if there is none, or if it is root (jobs never run as root in a multi-user market)."""
         try:
@@ -142,8 +142,7 @@ def _kill_record(rec: dict) -> bool:
     everything in its cgroups); True if something was killed."""
     killed = False
     pid, ticks = rec.get("pid"), rec.get("ticks")
-    alive = pid is not None and proc_start_ticks(pid) == ticks
-    if alive:
+    if pid is not None and proc_start_ticks(pid) == ticks:
         try:
             if rec.get("cgroups"):
                 os.kill(pid, signal.SIGKILL)
@@ -230,7 +229,7 @@ class LocalExecutor:
 
     def __init__(self, root: Path, containment="auto", limits: JobLimits | None = None, name: str | None = None):
         self.root = Path(root)
-        self.root_fd = jobfiles.open_root(self.root)
+        self.root_fd: int | None = jobfiles.open_root(self.root)
         self.root = self.root.resolve()
         self.limits = limits or JobLimits()
         self.name = name or market_cgroup_name(self.root)
@@ -281,6 +280,8 @@ class LocalExecutor:
         key by this executor."""
         if key in self.launched:
             raise RuntimeError(f"job {key} was already started by this executor: a job never runs twice")
+        if self.root_fd is None:
+            raise RuntimeError("this executor has been shut down")
         limits = limits or self.limits
         uid = gid = None
         if user is not None:
@@ -328,6 +329,7 @@ class LocalExecutor:
                                                   "track": cg.track_kind if cg else None})
             if frozen and cg is None:
                 os.killpg(popen.pid, signal.SIGSTOP)
+            assert popen.stdin is not None  # stdin=PIPE
             try:
                 popen.stdin.write(b"go\n")
                 popen.stdin.close()
@@ -374,7 +376,9 @@ class LocalExecutor:
     def recorded(self, key) -> tuple[int, int] | None:
         """``(pid, start ticks)`` from job ``key``'s state file, or None."""
         rec = jobfiles.read_state(self.root, key)
-        return None if rec is None else (rec.get("pid"), rec.get("ticks"))
+        if rec is None or rec.get("pid") is None or rec.get("ticks") is None:
+            return None
+        return int(rec["pid"]), int(rec["ticks"])
 
     def reap(self, keep) -> int:
         """Kill the processes of every state file whose job is not in ``keep`` (ended jobs:
@@ -448,7 +452,10 @@ class LocalExecutor:
 
     def set_weight(self, key, weight: float) -> int:
         """Job ``key``'s relative CPU weight in (0, 1]; returns the cgroup value written."""
-        return self.procs[key].cgroup.set_weight(weight)
+        cg = self.procs[key].cgroup
+        if cg is None:
+            raise OSError(f"job {key} has no cgroup: no CPU weight")
+        return cg.set_weight(weight)
 
     def cpu_seconds(self, key) -> float:
         """CPU time job ``key`` has used (its cgroup's; fallback: the wrapper process's)."""

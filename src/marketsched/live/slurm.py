@@ -250,7 +250,7 @@ class SlurmExecutor:
             raise SlurmError(f"Slurm partition {self.partition or '(default)'} has no usable CPU ({out})")
         return total
 
-    def job_name(self, key: int) -> str:
+    def job_name(self, key: int | str) -> str:
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
 
     def workdir(self, key: int) -> Path:
@@ -387,7 +387,7 @@ class SlurmExecutor:
     def recorded(self, key) -> tuple[int, int] | None:
         """``(Slurm job id, 0)`` from job ``key``'s state file, or None."""
         rec = jobfiles.read_state(self.root, key)
-        return None if rec is None else (rec.get("pid"), 0)
+        return None if rec is None or rec.get("pid") is None else (int(rec["pid"]), 0)
 
     def forget(self, key) -> None:
         """The broker has recorded job ``key``'s end. The state file stays: it maps the job to

@@ -98,7 +98,7 @@ class TycoonJob:
     user: int
     host: int
     pid: int
-    popen: subprocess.Popen
+    popen: subprocess.Popen | None  # None for a job without a process (tests)
     key: str = ""  # the job's key in the market's LocalExecutor
     stopped: bool = False
     pass_: float = 0.0
@@ -210,11 +210,13 @@ class TycoonMarket:
                         self._signal(job, signal.SIGSTOP)
                         continue
                     # weight x / top: the host's largest bid gets the cgroup's largest weight
+                    assert self.executor is not None  # started
                     job.extra["weight"] = self.executor.set_weight(job.key, x / top)
                     self._signal(job, signal.SIGCONT)
 
     def _signal(self, job: TycoonJob, sig) -> None:
         """Stop (SIGSTOP: freeze) or continue (SIGCONT: thaw) one job, through the executor."""
+        assert self.executor is not None  # started
         if sig == signal.SIGSTOP:
             self.executor.stop(job.key)
         else:
