@@ -278,7 +278,8 @@ class DayAhead:
 
     # ------------------------------------------------------------------ views (showres)
     def bid(self, bid_id: int) -> dict | None:
-        rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
+        with self.broker.lock:  # never half a clearing: it runs under the lock, in one transaction
+            rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
         return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
 
     def bids(self, user: str | None = None, round_: int | None = None) -> list[dict]:
@@ -293,7 +294,9 @@ class DayAhead:
             params.append(round_)
         if cond:
             sql += " WHERE " + " AND ".join(cond)
-        return [self._view(dict(zip(BID_COLUMNS, r))) for r in self.store._rows(sql + " ORDER BY id", params)]
+        with self.broker.lock:  # the connection is shared: read between transactions, not inside one
+            rows = self.store._rows(sql + " ORDER BY id", params)
+        return [self._view(dict(zip(BID_COLUMNS, r))) for r in rows]
 
     def _view(self, row: dict) -> dict:
         row["price"] = row["price"] / MICRO
