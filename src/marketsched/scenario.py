@@ -79,9 +79,12 @@ def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np
     return value_models.per_job(workload, model, np.random.default_rng(seed))
 
 
-def make_mechanism(name: str, workload: Workload, bid=None, pricing: str = "kth"):
+def make_mechanism(name: str, workload: Workload, bid=None, pricing: str = "kth", true_value=None,
+                   node_choice: str = "true", start_rule: str = "immediate"):
     """A fresh policy object for ``name`` (see :data:`MECHANISMS`); ``pricing`` applies to
-    :data:`PRICED_MECHANISMS` only (DLGM and P-DLGM have their own payment rule)."""
+    :data:`PRICED_MECHANISMS` only (DLGM and P-DLGM have their own payment rule). For DLGM and
+    P-DLGM, ``true_value`` (None: the bids are true), ``node_choice`` and ``start_rule`` go to
+    :class:`~marketsched.mechanisms.online.dlgm.DLGM`."""
     if name in MARKET_MECHANISMS and bid is None:
         raise ValueError(f"mechanism {name!r} is a market: it needs bids")
     if name in PRICED_MECHANISMS:
@@ -89,13 +92,15 @@ def make_mechanism(name: str, workload: Workload, bid=None, pricing: str = "kth"
     if name in ("dlgm", "pdlgm"):
         from marketsched.mechanisms.online.dlgm import make_dlgm
 
-        return make_dlgm(workload, bid, preemptive=(name == "pdlgm"))
+        return make_dlgm(workload, bid, preemptive=(name == "pdlgm"), true_value=true_value,
+                         node_choice=node_choice, start_rule=start_rule)
     if name in QUEUE_MECHANISMS:
         return Backfilling(backfill=(name == "easy"))
     raise ValueError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
 
 
-def simulate(workload: Workload, mechanism: str, bid=None, pricing: str = "kth", progress=None):
-    """Run one mechanism over one workload; returns the :class:`~marketsched.engine.records.Records`."""
-    policy = make_mechanism(mechanism, workload, bid, pricing)
+def simulate(workload: Workload, mechanism: str, bid=None, pricing: str = "kth", progress=None, **dlgm_options):
+    """Run one mechanism over one workload; returns the :class:`~marketsched.engine.records.Records`.
+    ``dlgm_options``: ``true_value``, ``node_choice``, ``start_rule`` of :func:`make_mechanism`."""
+    policy = make_mechanism(mechanism, workload, bid, pricing, **dlgm_options)
     return Simulator(workload, policy).run(progress=progress)
