@@ -303,7 +303,7 @@ class DLGM:
         self.v = v.tolist()
         self.d = d.tolist()
         self.ratio = ratio0.tolist()  # current ratio of a waiting job (P-DLGM: updated at preemption)
-        self.w_choice = self.choice_array.tolist()
+        self.w_choice = self.v if self.choice_array is self.bid_array else self.choice_array.tolist()
         self.all_positive = bool((v > 0).all() and (self.choice_array > 0).all())
         # per-job state
         self.node_of = [-1] * n_jobs
