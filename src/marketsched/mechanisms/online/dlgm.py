@@ -69,7 +69,7 @@ Decisions (open in the thesis; seed001 note, section 7 item 8)
 * **Ties in the node choice**: the lowest node index among the nodes of maximal tentative
   utility (``numpy.argmin`` of the cost ``-u^``). The work and weight sums of a node with no
   waiting job ahead (or behind) are exactly 0, not a float residue of earlier queues, so
-  exact ties between idle nodes are exact. An idle node is taken without pricing the others
+  idle nodes tie exactly. An idle node is taken without pricing the others
   when every weight is positive, ``d~_j > 0`` and no zero-length job is running (or heads the
   queue of an idle node): its cost 0 is then the minimum value, shared only by other idle
   nodes, so the lowest idle index is the rule's answer (a busy node's cost is positive:
