@@ -11,7 +11,8 @@ from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.backfilling import Backfilling, easy, fcfs
 from marketsched.workloads import read_swf, to_workload
 from marketsched.workloads.workload import Workload
-from reference_easy import parallel_instances, simulate as reference
+from reference_easy import parallel_instances
+from reference_easy import simulate as reference
 
 
 def run(policy, submit, runtime, procs, capacity, estimate=None):

@@ -3,9 +3,9 @@
 Sources
 -------
 * DLGM (Decentralized Local Greedy Mechanism) of Heydenreich, Müller & Uetz (2006), as
-  Stößer's thesis states it (seed 001, section 5.3, Steps 1-3, Figure 5.1; Theorems 1-2,
+  Stößer's thesis states it (Stößer 2009, section 5.3, Steps 1-3, Figure 5.1; Theorems 1-2,
   Appendix C, Lemmas 4-6).
-* P-DLGM, its preemptive extension (seed 001, section 5.4, Steps 1-3, the formulas for the
+* P-DLGM, its preemptive extension (Stößer 2009, section 5.4, Steps 1-3, the formulas for the
   tentative completion time ``e^_j(n)`` and payment ``p^_j(n)``, Theorems 3-5, Lemma 1).
 
 The problem is ``P|r_j|sum v_j e_j`` (DLGM) or ``P|r_j, pmtn|sum v_j e_j`` (P-DLGM) on ``m``
@@ -59,8 +59,8 @@ The credit is booked (``sim.charge(k, -credit)``) when ``k`` completes. This is 
 the payers' transfers, computed independently of ``k``'s completion time, so the tests
 "ex-post utility = tentative utility" and "payments sum to zero" can fail.
 
-Decisions (open in the thesis; seed001 note, section 7 item 8)
---------------------------------------------------------------
+Decisions (open in the thesis)
+------------------------------
 * **Node choice is the job's strategy** (``node_choice``): ``"true"`` (default) maximises the
   tentative utility under the job's true weight (``true_value``; when none is given the
   reports are taken as true), as Theorem 1 and Lemma 4 have it, so a misreporting job still
@@ -144,7 +144,7 @@ def ratio_buckets(ratios: np.ndarray, max_buckets: int, frequent: int = 8) -> tu
     base = np.empty(values.shape[0], dtype=bool)
     base[0] = True
     base[1:] = group[1:] != group[:-1]
-    k = frequent
+    k: int | None = frequent
     while True:
         starts = base.copy()
         if k is not None:
@@ -195,7 +195,7 @@ class DLGM:
         Reported run time ``d~_j`` of each job; must equal the workload's run times (the
         engine runs jobs for those; see the module decisions).
     preemptive:
-        False: DLGM (seed 001 section 5.3); True: P-DLGM (section 5.4).
+        False: DLGM (Stößer 2009, section 5.3); True: P-DLGM (section 5.4).
     max_buckets:
         Upper bound on ratio buckets (speed/memory only; results do not depend on it).
         Default: ``min(8192, 2**22 // nodes)``, at least 1.
@@ -217,6 +217,8 @@ class DLGM:
         ``"immediate"`` (default) or ``"after-arrivals"``: when an idle node starts a job that
         arrives together with others (see the module decisions).
 
+    Notes
+    -----
     After the run: ``tentative_completion``, ``tentative_payment``, ``node``, ``received``
     (compensation received, >= 0), ``paid`` (= ``tentative_payment``, what the job paid at
     arrival), NumPy arrays over job rows; the engine's ``Records.payment`` is the net payment
@@ -339,7 +341,8 @@ class DLGM:
         self.idle = list(range(m))  # heap of idle nodes (lazy: may hold busy ones)
         self.preemption_count = 0
         self.zero_running = 0  # running jobs with no work left (run time 0, started this batch)
-        self._cache = None  # offers of the last arrival, reused by identical copies (same t, v, d, w)
+        # offers of the last arrival, reused by identical copies (same t, v, d, w): (v, d, w, A, B, run_ahead, cost)
+        self._cache: tuple | None = None
         self._to_start: list[int] = []  # nodes whose running job the engine starts at the end of the batch
         self._idle_queued: set[int] = set()  # start_rule "after-arrivals": idle nodes with waiting jobs
         self._zero_heads: set[int] = set()  # ... of which a zero-length job heads the queue

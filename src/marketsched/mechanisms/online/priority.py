@@ -1,4 +1,4 @@
-"""Highest-Bid and the static-priority baselines of the MOSIX market (seed 000, section III).
+"""Highest-Bid and the static-priority baselines of the MOSIX market (Shudler et al. 2010, sections II.A and III.B).
 
 All four allocation rules order serial jobs by a fixed priority key and fill the ``n`` nodes
 from the top; they differ in the key and in whether a running job may be preempted:
@@ -30,15 +30,14 @@ nodes from the queue top, then (HB only) swap while the best queued job beats th
 one. Jobs can be added while the mechanism runs (:meth:`PriorityScheduler.add_jobs`), which is
 how the live market feeds it real submissions.
 
-Decisions (Shudler et al. (2010) leave them open): ties in the key go to the earlier
-submission (the paper's rule; rows are in submission order, so row order breaks ties). WSPT and
-WSEPT divide the bid by the run time (estimate) exactly as the paper writes, however short it
-is: a 0.5 s job has the key ``2 * bid``. Only a divisor of 0 needs a rule: such a job's key is
-``+inf`` whatever its bid (Smith's ratio of a job that takes no time), so it goes before every
-job with a positive divisor, and jobs of divisor 0 go by submission among themselves; under the
-k-th price it pays 0 (see :mod:`~marketsched.mechanisms.online.pricing`). A missing run-time
-estimate (NaN) makes WSEPT fall back to the actual run time for that job, counted in
-``fallback_estimates``.
+Decisions (open in the paper): ties in the key go to the earlier submission (the paper's rule;
+rows are in submission order, so row order breaks ties). WSPT and WSEPT divide the bid by the
+run time (estimate) exactly as the paper writes, however short it is: a 0.5 s job has the key
+``2 * bid``. Only a divisor of 0 needs a rule: such a job's key is ``+inf`` whatever its bid
+(Smith's ratio of a job that takes no time), so it goes before every job with a positive
+divisor, and jobs of divisor 0 go by submission among themselves; under the k-th price it pays
+0 (see :mod:`~marketsched.mechanisms.online.pricing`). A missing run-time estimate (NaN) makes
+WSEPT fall back to the actual run time for that job, counted in ``fallback_estimates``.
 Jobs must be serial (1 processor): split parallel jobs first
 (:func:`marketsched.workloads.transforms.split_parallel`), as the paper does.
 """
@@ -50,7 +49,7 @@ import math
 
 import numpy as np
 
-from marketsched.engine.state import require_serial
+from marketsched.engine.state import ClusterState, require_serial
 from marketsched.mechanisms.online.pricing import make_pricing
 
 RULES = ("hb", "nphb", "wspt", "wsept")
@@ -72,6 +71,8 @@ class PriorityScheduler:
     pricing:
         A payment scheme object or name (``"first"`` or ``"kth"``).
 
+    Notes
+    -----
     Rows are job indices in the engine, in submission order; more can be appended with
     :meth:`add_jobs`.
     """
@@ -84,7 +85,8 @@ class PriorityScheduler:
         self.key: list[float] = []
         self.cost: list[float] = []
         self.prio: list[tuple] = []  # (-key, row): smaller is better
-        self.sim = None
+        self.sim: ClusterState | None = None
+        self.fallback_estimates = 0  # WSEPT: jobs without a run-time estimate (make_priority_mechanism)
         self.add_jobs(bid, key, cost)
 
     def add_jobs(self, bid, key, cost) -> range:
@@ -118,8 +120,14 @@ class PriorityScheduler:
         self.pricing.bind(self, sim)
         self.advance = self.pricing.advance
 
+    def _engine(self) -> ClusterState:
+        """The engine this policy was bound to."""
+        if self.sim is None:
+            raise RuntimeError(f"{self.name}: not bound to an engine yet (bind first)")
+        return self.sim
+
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
-        sim = self.sim
+        sim = self._engine()
         pricing = self.pricing
         prio = self.prio
         waiting = self.waiting
@@ -166,7 +174,7 @@ class PriorityScheduler:
         pricing.update()
 
     def close(self, t: float) -> None:
-        running = self.sim.running
+        running = self._engine().running
         for j, is_running in enumerate(running):
             if is_running:
                 self.pricing.on_stop(j)
@@ -190,7 +198,7 @@ class PriorityScheduler:
 
     def rebid(self, j: int, bid: float, key: float) -> None:
         """Change the bid of job ``j`` (queued or running) to ``bid`` with priority ``key``
-        (the live market's "change my bid"; seed 000 has no such event, see below).
+        (the live market's "change my bid"; Shudler et al. (2010) have no such event, see below).
 
         Steps: a running job's payment is settled at its old bid up to now and its price regime
         re-opened at the new one (the payment scheme's ``on_stop``/``on_start``, with the job
@@ -203,7 +211,7 @@ class PriorityScheduler:
         """
         if not (math.isfinite(bid) and math.isfinite(key)):
             raise ValueError(f"{self.name}: new bid/key of job row {j} must be finite, got {bid!r}, {key!r}")
-        running = self.sim.running[j]
+        running = self._engine().running[j]
         if running:
             self.pricing.on_stop(j)
             if self.preemptive:
@@ -227,7 +235,7 @@ class PriorityScheduler:
         return self.waiting[0] if self.waiting else None
 
     def active_jobs(self) -> int:
-        return self.sim.used + len(self.waiting)
+        return self._engine().used + len(self.waiting)
 
 
 def priority_key(rule: str, bid, runtime, runtime_estimate):
