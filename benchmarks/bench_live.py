@@ -64,7 +64,7 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
         port = s.getsockname()[1]
     log = open(tmp / "broker.log", "wb")
     broker = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
-                               "--port", str(port), "--slots", "2", "--sync", sync], stdout=log, stderr=log)
+                               "--port", str(port), "--slots", "2", "--sync", sync, "--single-user"], stdout=log, stderr=log)
     try:
         url = f"http://127.0.0.1:{port}"
         probe = Client(url, None, timeout=5)
@@ -202,7 +202,7 @@ def broker_decision(n_queued, samples=200):
     from marketsched.live.broker import Broker, MarketConfig
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-live-dec-"))
-    b = Broker(tmp / "market", MarketConfig(slots=2)).start()
+    b = Broker(tmp / "market", MarketConfig(slots=2, single_user=True)).start()
     try:
         b.ensure_admin()
         b.add_user(True, "u", 1e9)

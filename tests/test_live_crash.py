@@ -27,7 +27,7 @@ def free_port():
 def start_broker(data: Path, port: int, log):
     p = subprocess.Popen(
         [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
-         "--slots", "2", "--charge-interval", "0.2"],
+         "--slots", "2", "--charge-interval", "0.2", "--single-user"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
     )
     c = Client(f"http://127.0.0.1:{port}", None, timeout=5)

@@ -56,7 +56,8 @@ CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY,
     token_hash TEXT NOT NULL UNIQUE,
     is_admin INTEGER NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    unix_user TEXT UNIQUE
 );
 CREATE TABLE IF NOT EXISTS accounts (name TEXT PRIMARY KEY, balance BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS entries (
@@ -210,11 +211,21 @@ class Store:
             self._exec("INSERT INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
 
     # ------------------------------------------------------------------ users
-    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float) -> None:
+    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float, unix_user: str | None = None) -> None:
         with self.transaction():
-            self._exec("INSERT INTO users (name, token_hash, is_admin, created) VALUES (?, ?, ?, ?)",
-                       (name, token_hash, int(is_admin), t))
+            self._exec("INSERT INTO users (name, token_hash, is_admin, created, unix_user) VALUES (?, ?, ?, ?, ?)",
+                       (name, token_hash, int(is_admin), t, unix_user))
             self._ensure_account(user_account(name))
+
+    def unix_user(self, name: str) -> str | None:
+        """The Unix account market user ``name``'s jobs run as (None: not mapped)."""
+        rows = self._rows("SELECT unix_user FROM users WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def user_by_unix(self, unix_name: str) -> str | None:
+        """The market user mapped to Unix account ``unix_name`` (None: nobody)."""
+        rows = self._rows("SELECT name FROM users WHERE unix_user = ?", (unix_name,))
+        return rows[0][0] if rows else None
 
     def user_by_token_hash(self, token_hash: str):
         rows = self._rows("SELECT name, is_admin FROM users WHERE token_hash = ?", (token_hash,))

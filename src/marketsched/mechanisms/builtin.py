@@ -54,22 +54,32 @@ for _name, _title, _source, _summary, _live in _PRIORITY:
 
 # ---------------------------------------------------------------------------- DLGM
 def _dlgm(preemptive: bool):
-    def build(jobs):
+    def build(jobs, node_choice, start_rule):
         from marketsched.mechanisms.online.dlgm import make_dlgm
 
-        return make_dlgm(jobs.workload, jobs.bid, preemptive=preemptive)
+        return make_dlgm(jobs.workload, jobs.bid, preemptive=preemptive, true_value=jobs.true_value,
+                         node_choice=node_choice, start_rule=start_rule)
 
     return build
+
+
+DLGM_PARAMS = (
+    Param("node_choice", str, "true", "the weight a job picks its node with: its true value (its myopic best "
+          "response, Stößer (2009), Theorem 1) or its report", ("true", "report")),
+    Param("start_rule", str, "immediate", "jobs arriving together: an idle node starts the first at once "
+          "(the reading of Stößer (2009), Appendix C), or all join queues before idle nodes start",
+          ("immediate", "after-arrivals")),
+)
 
 
 _DLGM_LIVE = ("no: a job's node and payment are fixed at arrival from its reported run time (taken as the actual "
               "one), which a live job does not know; the live executor does not pin jobs to nodes either")
 register(Mechanism("dlgm", "Decentralized Local Greedy Mechanism", "compensation market",
-                   "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), (),
+                   "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), DLGM_PARAMS,
                    ("bids", "serial"), summary="each job picks the node with the best tentative utility; "
                    "it pays the jobs it overtakes", live=_DLGM_LIVE))
-register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer (2009), section 5.4", _dlgm(True), (),
-                   ("bids", "serial"), summary="DLGM with preemption by remaining-run-time ratio", live=_DLGM_LIVE))
+register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer (2009), section 5.4", _dlgm(True),
+                   DLGM_PARAMS, ("bids", "serial"), summary="DLGM with preemption by remaining-run-time ratio", live=_DLGM_LIVE))
 
 
 # ---------------------------------------------------------------------------- EES
