@@ -84,6 +84,8 @@ def test_first_price_audit_finds_a_profitable_shading_and_reproduces_it():
     assert set(table["band"]) == {"low", "middle", "high"}
     s = au.summary(table)
     assert (s["profitable"] > 0).all()
+    by_band = au.summary(table, by=("kind", "amount", "band"))
+    assert by_band["deviations"].sum() == len(table) and by_band["profitable"].sum() == s["profitable"].sum()
     best = table.loc[table["gain"].idxmax()]
     row = int(np.flatnonzero(jobs.workload.job_id == best["job_id"])[0])
     assert best["gain"] == pytest.approx(_plain_gain(jobs, "hb", {"pricing": "first"}, row, best["amount"]), rel=1e-9)
@@ -157,6 +159,6 @@ def test_cli_audit_prints_the_case(tmp_path):
     assert again.exit_code == 0, again.output
     gain = text.split("(gain ")[1].split(")")[0]
     assert f"(gain {gain})" in " ".join(again.output.split())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.csv", "summary.csv", "value.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.csv", "summary-by-band.csv", "summary.csv", "value.png"]
     bad = CliRunner().invoke(main, ["audit", "--mechanism", "easy", "--synthetic-jobs", "20"])
     assert bad.exit_code != 0 and "takes no reports" in bad.output

@@ -573,7 +573,8 @@ def export(results, events_path, run_label, fmt, out_path):
 @click.option("--audit-seed", default=1, show_default=True, type=int, help="Seed of the focal-job draw.")
 @click.option("--job", "job_ids", multiple=True, type=int, help="Audit this job id instead of a sample (repeatable).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for audit.csv (every deviation), summary.csv and a figure per deviation kind.")
+              help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv and a figure per "
+                   "deviation kind.")
 def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir, **opts):
     """Does a job gain by lying? Paired reruns with one focal job's reports changed.
 
@@ -635,6 +636,7 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
         table.to_csv(out_dir / "audit.csv", index=False)
         s.to_csv(out_dir / "summary.csv", index=False)
+        au.summary(table, by=("kind", "amount", "band")).to_csv(out_dir / "summary-by-band.csv", index=False)
         for kind in dict.fromkeys(table["kind"]):
             save(au.figure(table, kind, f"{label}: {kind} lies"), out_dir / f"{kind}.png")
         click.echo(f"audit: {out_dir}", err=True)

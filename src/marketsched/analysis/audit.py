@@ -192,18 +192,19 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return (float(ci.low), float(ci.high))
 
 
-def summary(table):
-    """Per kind and amount: deviations, profitable share with its 95% Wilson interval, mean gain,
-    and the largest gain with its job id (the case to reproduce)."""
+def summary(table, by=("kind", "amount")):
+    """Per group (default: kind and amount; add ``"band"`` for value bands): deviations,
+    profitable share with its 95% Wilson interval, mean gain, and the largest gain with its job
+    id (the case to reproduce)."""
     import pandas as pd
 
     t = table.assign(profitable=profitable(table))
     rows = []
-    for (kind, amount), g in t.groupby(["kind", "amount"], sort=False):
+    for key, g in t.groupby(list(by), sort=False):
         k, n = int(g["profitable"].sum()), len(g)
         lo, hi = wilson(k, n)
         best = g.loc[g["gain"].idxmax()]
-        rows.append({"kind": kind, "amount": amount, "deviations": n, "profitable": k, "share": k / n,
+        rows.append({**dict(zip(by, key)), "deviations": n, "profitable": k, "share": k / n,
                      "ci_low": lo, "ci_high": hi, "mean_gain": float(g["gain"].mean()),
                      "max_gain": float(best["gain"]), "max_gain_job": int(best["job_id"])})
     return pd.DataFrame(rows)
