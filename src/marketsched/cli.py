@@ -605,9 +605,17 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     scenario, jobs = _build(opts)
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
+
     try:
-        table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
-                         job_ids=list(job_ids) or None)
+        with Progress(TextColumn("reruns"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), transient=True) as bar:
+            task = bar.add_task("audit", total=None)
+            table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
+                             job_ids=list(job_ids) or None,
+                             progress=lambda done, total: bar.update(task, completed=done, total=total))
     except (Unfit, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     s = au.summary(table)
