@@ -397,13 +397,20 @@ def _query(request: Request, r: Route) -> dict:
     return q
 
 
+def _timed(resp: Response, request: Request, t0: float) -> Response:
+    """``Server-Timing``: ``wait``, from the request's last bytes arriving to its handler
+    starting (the server's own queueing); ``app``, the handler (ms)."""
+    conn = (request.scope.get("state") or {}).get(CONN_STATE)
+    wait = t0 - conn.received_at if conn is not None else 0.0
+    app = asyncio.get_running_loop().time() - t0
+    resp.headers["server-timing"] = f"wait;dur={1000 * max(wait, 0.0):.3f}, app;dur={1000 * app:.3f}"
+    return resp
+
+
 def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore):
     async def endpoint(request: Request) -> Response:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
+        t0 = asyncio.get_running_loop().time()
         state = request.scope.get("state") or {}
-        conn = state.get(CONN_STATE)
-        wait = t0 - conn.received_at if conn is not None else 0.0
         unread = r.body is not None
         try:
             q = _query(request, r)
@@ -435,8 +442,7 @@ def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore):
         except Exception as exc:  # a bug: answer 500 with the message rather than hang up
             log.exception("internal error on %s %s", request.method, request.url.path)
             resp = _json(500, {"error": f"internal error: {exc!r}"})
-        resp.headers["server-timing"] = f"wait;dur={1000 * wait:.3f}, app;dur={1000 * (loop.time() - t0):.3f}"
-        return resp
+        return _timed(resp, request, t0)
 
     endpoint.__name__ = r.handler.__name__
     return endpoint
@@ -461,7 +467,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
 
     async def health(request: Request) -> Response:
         """Answered on the server's own thread (no broker lock, no worker thread)."""
-        return _json(200, {"ok": True, **stats()})
+        return _timed(_json(200, {"ok": True, **stats()}), request, asyncio.get_running_loop().time())
 
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")

@@ -204,7 +204,7 @@ class DayAhead:
     # ------------------------------------------------------------------ placebid
     def place_bid(self, user: str, length, deadline, value, nodes=None, command=None) -> dict:
         """A sealed bid (thesis ``placebid``): its maximum price goes to escrow until clearing."""
-        from marketsched.live.broker import MarketError, _amount, _number, _utf8
+        from marketsched.live.broker import MarketError, _amount, _number, _show, _utf8
 
         c = self.config
         length = _number(length, "length")
@@ -224,12 +224,12 @@ class DayAhead:
         if nodes is None:
             nodes = 1 if c.mechanism == "relaxed" else c.capacity
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise MarketError(f"nodes must be a whole number >= 1, got {nodes!r}")
+            raise MarketError(f"nodes must be a whole number >= 1, got {_show(nodes)}")
         if c.mechanism == "dpgva" and nodes != c.capacity:
             raise MarketError(f"the DPGVA auction sells the whole machine ({c.capacity} node(s)); "
-                              f"use the relaxed auction for {nodes} node(s)")
+                              f"use the relaxed auction for nodes {_show(nodes)}")
         if nodes > c.capacity:
-            raise MarketError(f"nodes {nodes} is more than the {c.capacity} the auction sells")
+            raise MarketError(f"nodes {_show(nodes)} is more than the {c.capacity} the auction sells")
         b = self.broker
         if command is not None:
             if not isinstance(command, str) or not command.strip() or "\x00" in command:
