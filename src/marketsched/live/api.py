@@ -67,23 +67,24 @@ nothing the database does not.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from marketsched.live.broker import MAX_ID, Broker, MarketError, _number, _show, _utf8, _whole
+from marketsched.live.broker import MAX_ID, Broker, MarketError, _number, _show, _utf8, _whole, page_key_id  # noqa: F401
 from marketsched.live.ledger import ACTIVE_STATES, FINAL_STATES
 from marketsched.live.server import CONN_STATE, PEER_STATE, MarketServer  # noqa: F401 - MarketServer lived here
 
@@ -96,16 +97,14 @@ _PAGE_AUTH = re.compile(r"MarketSig kid=([0-9a-f]{32}), t=([0-9]{1,15}), sig=([0
 
 
 # ---------------------------------------------------------------------------- web page signatures
-def page_key_id(token_hash: str) -> str:
-    return hashlib.sha256(("marketsched-kid:" + token_hash).encode()).hexdigest()[:32]
-
-
 def page_signature(token_hash: str, method: str, target: str, t_ms: int) -> str:
     msg = f"marketsched-page-v1\n{method}\n{target}\n{t_ms}".encode()
     return hmac.new(token_hash.encode(), msg, hashlib.sha256).hexdigest()
 
 
 def _authenticate(b: Broker, peer, header: str, method: str, target: str) -> tuple[str, bool]:
+    """Who is calling (see the module docstring); from the broker's in-memory user index, so
+    it runs on the server's own thread, without the broker's lock."""
     if peer is not None:
         return b.authenticate_unix(peer[0])
     if header.startswith("Bearer "):
@@ -407,7 +406,7 @@ def _timed(resp: Response, request: Request, t0: float) -> Response:
     return resp
 
 
-def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore):
+def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExecutor):
     async def endpoint(request: Request) -> Response:
         t0 = asyncio.get_running_loop().time()
         state = request.scope.get("state") or {}
@@ -420,14 +419,16 @@ def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore):
                     target = request.scope["raw_path"].decode("latin-1")
                     if request.scope["query_string"]:
                         target += "?" + request.scope["query_string"].decode("latin-1")
-                    who = await run_in_threadpool(_authenticate, b, state.get(PEER_STATE),
-                                                  request.headers.get("authorization", ""), request.method, target)
+                    who = _authenticate(b, state.get(PEER_STATE), request.headers.get("authorization", ""),
+                                        request.method, target)
                 body = {}
                 if r.body is not None:
                     raw = await _read_body(request)
                     unread = False
                     body = parse_body(raw, r.body, r.noun)
-                result = await run_in_threadpool(r.handler, b, who, q, body, **request.path_params)
+                # the broker's calls block (its lock, the database): on a worker thread
+                result = await asyncio.get_running_loop().run_in_executor(
+                    pool, functools.partial(r.handler, b, who, q, body, **request.path_params))
             headers = {}
             if r.paged:
                 result, nxt = result
@@ -458,6 +459,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
                   openapi_url="/openapi.json", redirect_slashes=False)
     app.state.broker = broker
     gate = asyncio.Semaphore(max_in_flight)
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
     page = PAGE.encode()
 
     async def home(request: Request) -> Response:
@@ -472,7 +474,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     for r in ROUTES:
-        app.add_api_route(r.path, _endpoint(broker, r, gate), methods=[r.method], summary=r.summary,
+        app.add_api_route(r.path, _endpoint(broker, r, gate, pool), methods=[r.method], summary=r.summary,
                           openapi_extra=r.openapi(), response_class=Response)
 
     @app.exception_handler(StarletteHTTPException)

@@ -218,7 +218,7 @@ class Broker:
         self.engine = LiveEngine(self.mechanism, self.config.slots, lambda: self._t)
         self.active: dict[int, Active] = {}  # jobs not yet ended, by id
         self.active_by_user: Counter = Counter()  # user -> how many of self.active are theirs
-        self._page_keys: dict | None = None  # web page key id -> (user, admin, token hash), built when needed
+        self._users = _UserIndex.of(self.store)  # who is who, for authentication without the lock
         self.running_jobs: set[int] = set()  # ids of the jobs running now
         self.row_job: list[int] = []  # engine row -> job id
         self.balance: dict[str, int] = {}  # user -> micro-units (mirrors the ledger)
@@ -280,7 +280,7 @@ class Broker:
             token = secrets.token_urlsafe(32)
             self.store.add_user("admin", hash_token(token), True, self._now())
             write_private(self.data / "admin.token", token + "\n")
-            self._page_keys = None
+            self._users = _UserIndex.of(self.store)
             self.admin_token = token
             return token
 
@@ -289,8 +289,7 @@ class Broker:
         """``(user name, is_admin)`` for a token; MarketError 401 if missing or wrong."""
         if not token:
             raise MarketError("no token: send the header 'Authorization: Bearer TOKEN'", 401)
-        with self.lock:
-            found = self.store.user_by_token_hash(hash_token(token))
+        found = self._users.by_hash.get(hash_token(token))
         if found is None:
             raise MarketError("wrong token: no user has this token", 401)
         return found
@@ -299,17 +298,16 @@ class Broker:
         """``(user name, is_admin)`` for a caller on the Unix socket with user id ``uid`` (from
         the kernel: SO_PEERCRED). Root and the broker's own account are the administrator; any
         other account is the market user linked to it (``user add NAME --unix ACCOUNT``)."""
-        with self.lock:
-            if uid == 0 or uid == os.geteuid():
-                admins = [n for n, a in self.store.users() if a]
-                if not admins:
-                    raise MarketError("the market has no administrator yet", 401)
-                return admins[0], True
-            try:
-                unix = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                raise MarketError(f"uid {uid} has no Unix account name on this machine", 401) from None
-            found = self.store.user_by_unix(unix)
+        users = self._users
+        if uid == 0 or uid == os.geteuid():
+            if users.admin is None:
+                raise MarketError("the market has no administrator yet", 401)
+            return users.admin, True
+        try:
+            unix = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            raise MarketError(f"uid {uid} has no Unix account name on this machine", 401) from None
+        found = users.by_unix.get(unix)
         if found is None:
             raise MarketError(f"Unix user {unix!r} (uid {uid}) has no market account: the administrator links one "
                               f"with `marketsched market user add NAME --unix {unix}`", 401)
@@ -317,13 +315,8 @@ class Broker:
 
     def page_user(self, key_id: str) -> tuple[str, bool, str] | None:
         """``(user, is_admin, token hash)`` of the user whose web-page key id is ``key_id``
-        (:func:`marketsched.live.api.page_key_id`), or None."""
-        from marketsched.live.api import page_key_id
-
-        with self.lock:
-            if self._page_keys is None:
-                self._page_keys = {page_key_id(h): (n, a, h) for n, a, h in self.store.token_hashes()}
-            return self._page_keys.get(key_id)
+        (:func:`page_key_id`), or None."""
+        return self._users.by_kid.get(key_id)
 
     def add_user(self, admin: bool, name, deposit=0.0, unix=None) -> dict:
         """Create a user with an initial deposit, optionally linked to a Unix account (whose
@@ -352,7 +345,7 @@ class Broker:
                 self.balance[name] = 0
                 if amount:
                     self._deposit(name, amount)
-            self._page_keys = None
+            self._users = _UserIndex.of(self.store)
             return {"name": name, "token": token, "balance": self.balance[name] / MICRO, "unix": unix}
 
     def deposit(self, admin: bool, name, amount) -> dict:
@@ -939,6 +932,31 @@ class Broker:
         self._enter(first)
         self._enter(rest)
         self._after()
+
+
+def page_key_id(token_hash: str) -> str:
+    """The web page's key id for a user (see :mod:`marketsched.live.api`): not the hash itself."""
+    return hashlib.sha256(("marketsched-kid:" + token_hash).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class _UserIndex:
+    """Users by token hash, web-page key id and Unix account, read without the broker's lock:
+    the broker replaces the whole index (one assignment) whenever it adds a user, and is the
+    only writer of its database's users (one broker per database)."""
+
+    by_hash: dict
+    by_kid: dict
+    by_unix: dict
+    admin: str | None
+
+    @classmethod
+    def of(cls, store: Store) -> "_UserIndex":
+        rows = store._rows("SELECT name, is_admin, token_hash, unix_user FROM users ORDER BY name")
+        return cls(by_hash={h: (n, bool(a)) for n, a, h, _ in rows},
+                   by_kid={page_key_id(h): (n, bool(a), h) for n, a, h, _ in rows},
+                   by_unix={u: (n, bool(a)) for n, a, _, u in rows if u is not None},
+                   admin=next((n for n, a, _, _ in rows if a), None))
 
 
 def make_executor(config: MarketConfig, root: Path):
