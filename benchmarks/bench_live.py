@@ -31,6 +31,7 @@ The load is bounded (1,000 requests, 30 s timeout each; 1,500 sockets, 400 MB se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -62,13 +63,12 @@ def proc_cpu(pid) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# ---------------------------------------------------------------------------- load
-def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
-    """``full=False``: the jobs (``true``) run at once, so most submissions start a process.
-    ``full=True``: two long high-bid jobs hold both slots first, so every submission queues:
-    the API, ledger and mechanism path alone."""
+@contextlib.contextmanager
+def served(*args, preexec_fn=None):
+    """A broker (``marketsched market serve ARGS``, its own process) on a free port of
+    127.0.0.1 in a fresh folder, up and answering; killed and cleaned away after. Yields
+    ``(process, port, data folder, administrator's Client)``."""
     from marketsched.live.cli import Client
-    from marketsched.live.ledger import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-live-"))
     data = tmp / "market"
@@ -77,7 +77,7 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
         port = s.getsockname()[1]
     log = open(tmp / "broker.log", "wb")
     broker = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
-                               "--port", str(port), "--slots", "2", "--sync", sync], stdout=log, stderr=log)
+                               "--port", str(port), *map(str, args)], stdout=log, stderr=log, preexec_fn=preexec_fn)
     try:
         url = f"http://127.0.0.1:{port}"
         probe = Client(url, None, timeout=5)
@@ -90,7 +90,26 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
                 if time.monotonic() > deadline or broker.poll() is not None:
                     raise SystemExit("broker did not start: " + (tmp / "broker.log").read_text())
                 time.sleep(0.1)
-        admin = Client(url, (data / "admin.token").read_text().strip(), timeout=30)
+        yield broker, port, data, Client(url, (data / "admin.token").read_text().strip(), timeout=60)
+    finally:
+        if broker.poll() is None:
+            broker.kill()
+            broker.wait()
+        log.close()
+        kill_recorded_jobs(data)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- load
+def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
+    """``full=False``: the jobs (``true``) run at once, so most submissions start a process.
+    ``full=True``: two long high-bid jobs hold both slots first, so every submission queues:
+    the API, ledger and mechanism path alone."""
+    from marketsched.live.cli import Client
+    from marketsched.live.ledger import Store
+
+    with served("--slots", 2, "--sync", sync) as (broker, port, data, admin):
+        url = admin.url
         tokens = [admin.post("/api/users", {"name": f"user{i}", "deposit": 1e6})["token"] for i in range(n_clients)]
         if full:
             holder = Client(url, admin.post("/api/users", {"name": "holder", "deposit": 1e9})["token"])
@@ -165,13 +184,6 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
             print("  error:", e)
         return {"accepted": len(ids), "errors": len(errors), "throughput": len(ids) / wall,
                 "p99_ms": 1000 * pct(lat, 99), "exactly_once": commands == expected and len(set(ids)) == len(ids)}
-    finally:
-        if broker.poll() is None:
-            broker.kill()
-            broker.wait()
-        log.close()
-        kill_recorded_jobs(data)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 
@@ -256,20 +268,17 @@ def broker_decision(n_queued, samples=200):
 def flood(n_idle=1500, files=1024, n_bad=10, junk_mb=40):
     import resource
 
-    from marketsched.live.cli import Client
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-live-flood-"))
-    data = tmp / "market"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < n_idle + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n_idle + 200), hard))
-    log = open(tmp / "broker.log", "wb")
-    broker = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
-                               "--port", str(port), "--slots", "1"], stdout=log, stderr=log,
-                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (files, files)))
+    with served("--slots", 1, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))) as (
+            broker, port, data, admin):
+        _flood(broker, port, admin, n_idle, files, n_bad, junk_mb)
+
+
+def _flood(broker, port, admin, n_idle, files, n_bad, junk_mb):
+    from marketsched.live.cli import Client
+
     socks = []
 
     def health(timeout=60.0):
@@ -291,12 +300,6 @@ def flood(n_idle=1500, files=1024, n_bad=10, junk_mb=40):
                 return int(line.split()[1]) / 1024
 
     try:
-        deadline = time.monotonic() + 60
-        while health(2)[0] is None:
-            if time.monotonic() > deadline or broker.poll() is not None:
-                raise SystemExit("broker did not start: " + (tmp / "broker.log").read_text())
-            time.sleep(0.1)
-        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip(), timeout=60)
         user = Client(admin.url, admin.post("/api/users", {"name": "u", "deposit": 100})["token"], timeout=60)
         quiet = health()[0]
         cpu0 = cpu()
@@ -356,12 +359,6 @@ def flood(n_idle=1500, files=1024, n_bad=10, junk_mb=40):
     finally:
         for s in socks:
             s.close()
-        if broker.poll() is None:
-            broker.kill()
-            broker.wait()
-        log.close()
-        kill_recorded_jobs(data)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv):

@@ -58,6 +58,7 @@ log = logging.getLogger("marketsched.live.server")
 CONN_STATE = "marketsched.conn"  # ASGI state key: the connection's ConnInfo
 PEER_STATE = "marketsched.peer"  # ASGI state key: (uid, gid, pid) of a Unix-socket peer
 FD_RESERVE = 128  # descriptors kept for the database, pipes, pidfds and the jobs' own files
+ACCEPT_BATCH = 64  # connections asyncio accepts in one go (the kernel's queue is Limits.backlog)
 
 
 @dataclass
@@ -85,12 +86,14 @@ class Limits:
 
 
 def fd_budget(slots: int) -> int:
-    """Connections the open-file limit leaves room for, after ``FD_RESERVE`` descriptors and 8
-    per job slot."""
+    """Connections the open-file limit leaves room for, after ``FD_RESERVE`` descriptors, 8
+    per job slot, and two accept batches (connections just accepted, and connections closed
+    to make way for them, whose descriptors the event loop releases a moment later): a full
+    descriptor table would make the event loop stop accepting for a second at a time."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return 1_000_000
-    return max(8, soft - FD_RESERVE - 8 * slots)
+    return max(8, soft - FD_RESERVE - 8 * slots - 2 * ACCEPT_BATCH)
 
 
 def raise_fd_limit(to: int = 65536) -> int:
@@ -301,7 +304,10 @@ class _Uvicorn(uvicorn.Server):
         self.servers = []
         for sock, ctx in self.listeners:
             kw = {"ssl": ctx, "ssl_handshake_timeout": self.handshake_timeout} if ctx is not None else {}
-            self.servers.append(await loop.create_server(create_protocol, sock=sock, backlog=config.backlog, **kw))
+            # asyncio accepts up to `backlog` connections per wake-up: a small batch, so that the
+            # descriptors of connections closed to make way are released between batches ...
+            self.servers.append(await loop.create_server(create_protocol, sock=sock, backlog=ACCEPT_BATCH, **kw))
+            sock.listen(config.backlog)  # ... and the kernel's queue of connections waiting stays long
         self.started = True
 
 
