@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from marketsched.live.broker import MarketError
 from marketsched.live.cli import Client, ClientError
 from marketsched.live.executor import kill_recorded_jobs
 
@@ -389,7 +390,9 @@ def test_each_bad_number_is_400_and_changes_nothing(market):
 
 # ---------------------------------------------------------------------------- limits per user, pages
 def test_per_user_limits_and_pages(market):
-    p, port, admin = market("--slots", 1, "--max-jobs-per-user", 5, "--max-command-bytes", 2000)
+    p, port, admin = market("--slots", 1, "--max-jobs-per-user", 5, "--max-command-bytes", 2000,
+                            "--dayahead", "dpgva", "--da-clear-at", "+3600", "--da-horizon", 600,
+                            "--da-granularity", 60)
     carol = Client(admin.url, admin.post("/api/users", {"name": "carol", "deposit": 1000})["token"])
     dan = Client(admin.url, admin.post("/api/users", {"name": "dan", "deposit": 1000})["token"])
     with pytest.raises(ClientError, match="command is 2001 bytes long, more than the 2000") as e:
@@ -416,6 +419,34 @@ def test_per_user_limits_and_pages(market):
     assert [j["id"] for j in older] == [page[0]["id"] - 2, page[0]["id"] - 1]
     m = carol.get("/api/market?limit=2")
     assert len(m["active"]) == 2 and m["active_total"] == 5
+    # sealed day-ahead bids: the same limit per user
+    for _ in range(5):
+        dan.post("/api/dayahead/bids", {"length": 60, "deadline": 120, "value": 1})
+    with pytest.raises(ClientError, match="dan has 5 sealed day-ahead bids") as e:
+        dan.post("/api/dayahead/bids", {"length": 60, "deadline": 120, "value": 1})
+    assert e.value.status == 429
+
+
+def test_the_job_limit_counts_jobs_after_a_restart(tmp_path):
+    from marketsched.live.broker import Broker, MarketConfig
+
+    cfg = dict(slots=1, max_jobs_per_user=3)
+    b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+    b.ensure_admin()
+    b.add_user(True, "eve", 100)
+    ids = [b.submit("eve", False, 1.0, "sleep 60")["id"] for _ in range(3)]
+    b.stop(kill_jobs=False)
+    b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+    try:
+        assert b.active_by_user["eve"] == 3
+        with pytest.raises(MarketError, match="eve has 3 active jobs") as e:
+            b.submit("eve", False, 1.0, "true")
+        assert e.value.status == 429
+        b.cancel("eve", False, ids[0])
+        assert b.submit("eve", False, 1.0, "sleep 60")["state"] in ("queued", "running")
+        assert b.active_by_user["eve"] == 3 == sum(j.owner == "eve" for j in b.active.values())
+    finally:
+        b.stop(kill_jobs=True)
 
 
 # ---------------------------------------------------------------------------- the Unix socket

@@ -459,7 +459,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
                   openapi_url="/openapi.json", redirect_slashes=False)
     app.state.broker = broker
     gate = asyncio.Semaphore(max_in_flight)
-    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
+    pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
     page = PAGE.encode()
 
     async def home(request: Request) -> Response:

@@ -417,6 +417,7 @@ class MarketServer:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        self.app.state.pool.shutdown(wait=False)
         self.server_close()
 
     def server_close(self) -> None:
