@@ -25,11 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from live_helpers import free_port, start_broker, wait_for
 from marketsched.live.broker import MarketError
 from marketsched.live.cli import Client, ClientError
 from marketsched.live.executor import kill_recorded_jobs
-
-from live_helpers import free_port, start_broker, wait_for
 
 FLOOD = 1500  # idle connections
 BROKER_FILES = 1024  # the broker's open-file limit in the flood test (the failing set-up)
@@ -318,12 +317,12 @@ def test_each_bad_number_is_400_and_changes_nothing(market):
         ("POST", "/api/jobs", '{"bid": NaN, "command": "true"}', tok, "bid must be a finite number"),
         ("POST", "/api/jobs", '{"bid": Infinity, "command": "true"}', tok, "bid must be a finite number"),
         ("POST", "/api/jobs", '{"bid": -Infinity, "command": "true"}', tok, "bid must be a finite number"),
-        ("POST", "/api/jobs", '{"bid": %s, "command": "true"}' % BIG, tok, "bid"),
-        ("POST", "/api/jobs", '{"bid": -%s, "command": "true"}' % BIG, tok, "bid"),
-        ("POST", "/api/jobs", '{"bid": %s, "command": "true"}' % HUGE, tok, "not valid JSON"),
+        ("POST", "/api/jobs", f'{{"bid": {BIG}, "command": "true"}}', tok, "bid"),
+        ("POST", "/api/jobs", f'{{"bid": -{BIG}, "command": "true"}}', tok, "bid"),
+        ("POST", "/api/jobs", f'{{"bid": {HUGE}, "command": "true"}}', tok, "not valid JSON"),
         ("POST", "/api/jobs", '{"bid": 5e-324, "command": "true", "estimate": 5e-324}', tok, "runtime estimate"),
         ("POST", "/api/jobs", '{"bid": 1, "command": "true", "estimate": 1e308}', tok, "runtime estimate"),
-        ("POST", "/api/jobs", '{"bid": 1, "command": "true", "procs": %s}' % BIG, tok, "procs"),
+        ("POST", "/api/jobs", f'{{"bid": 1, "command": "true", "procs": {BIG}}}', tok, "procs"),
         ("POST", "/api/jobs", '{"bid": 1, "command": "true", "procs": 9223372036854775808}', tok, "procs"),
         ("POST", "/api/jobs", '{"bid": 1, "command": "echo \\ud800"}', tok, "command contains '\\ud800'"),
         ("POST", "/api/jobs", '{"bid": 1, "command": ["echo", "\\udfff"]}', tok, "command[1]"),
@@ -335,16 +334,16 @@ def test_each_bad_number_is_400_and_changes_nothing(market):
         ("POST", "/api/jobs", b'{"bid": 1, "command": "\xff"}', tok, "not UTF-8"),
         ("POST", "/api/users", '{"name": "eve", "admin": true}', a, "unknown field(s) ['admin']"),
         ("POST", "/api/users", '{"name": "eve", "deposit": 1e308}', a, "deposit"),
-        ("POST", "/api/users", '{"name": "eve", "deposit": %s}' % BIG, a, "deposit"),
+        ("POST", "/api/users", f'{{"name": "eve", "deposit": {BIG}}}', a, "deposit"),
         ("POST", "/api/users", '{"name": "\\ud800", "deposit": 1}', a, "name contains '\\ud800'"),
         ("POST", "/api/users", '{"name": "eve", "unix": "\\ud800"}', a, "unix contains"),
         ("POST", "/api/users/bob/deposit", '{"amount": 1e308}', a, "deposit"),
         ("POST", "/api/users/bob/deposit", '{"amount": NaN}', a, "deposit must be a finite number"),
-        ("POST", "/api/users/bob/deposit", '{"amount": %s}' % BIG, a, "deposit"),
+        ("POST", "/api/users/bob/deposit", f'{{"amount": {BIG}}}', a, "deposit"),
         ("POST", "/api/users/bob/deposit", '{"amount": -1e-300}', a, "deposit must be a positive"),
         ("POST", "/api/users/bob/deposit", '{"amount": 5, "to": "eve"}', a, "unknown field(s) ['to']"),
         ("POST", f"/api/jobs/{job}/bid", '{"bid": 1e308}', tok, "bid"),
-        ("POST", f"/api/jobs/{job}/bid", '{"bid": %s}' % BIG, tok, "bid"),
+        ("POST", f"/api/jobs/{job}/bid", f'{{"bid": {BIG}}}', tok, "bid"),
         ("POST", f"/api/jobs/{job}/cancel", '{"force": true}', tok, "unknown field(s) ['force']"),
         ("GET", "/api/jobs/9223372036854775808", "", tok, "job id must be a whole number"),
         ("GET", f"/api/jobs/{BIG}", "", tok, "job id must be a whole number"),
@@ -368,11 +367,11 @@ def test_each_bad_number_is_400_and_changes_nothing(market):
         ("GET", "/api/statement?before=0", "", tok, "before"),
         ("GET", "/api/market?limit=99999999999999999999", "", tok, "limit"),
         ("POST", "/api/dayahead/bids", '{"length": 60, "deadline": 120, "value": 1e308}', tok, "maximum price"),
-        ("POST", "/api/dayahead/bids", '{"length": 60, "deadline": 120, "value": %s}' % BIG, tok, "maximum price"),
+        ("POST", "/api/dayahead/bids", f'{{"length": 60, "deadline": 120, "value": {BIG}}}', tok, "maximum price"),
         ("POST", "/api/dayahead/bids", '{"length": 1e308, "deadline": 120, "value": 1}', tok, "deadline"),
-        ("POST", "/api/dayahead/bids", '{"length": %s, "deadline": 120, "value": 1}' % BIG, tok, "length"),
+        ("POST", "/api/dayahead/bids", f'{{"length": {BIG}, "deadline": 120, "value": 1}}', tok, "length"),
         ("POST", "/api/dayahead/bids", '{"length": 60, "deadline": NaN, "value": 1}', tok, "deadline"),
-        ("POST", "/api/dayahead/bids", '{"length": 60, "deadline": 120, "value": 1, "nodes": %s}' % BIG, tok,
+        ("POST", "/api/dayahead/bids", f'{{"length": 60, "deadline": 120, "value": 1, "nodes": {BIG}}}', tok,
          "nodes"),
         ("POST", "/api/dayahead/bids", '{"length": 60, "deadline": 120, "value": 1, "command": "\\ud800"}', tok,
          "command"),

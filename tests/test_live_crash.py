@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from live_helpers import free_port, start_broker, wait_for
 from marketsched.live.cli import Client
 from marketsched.live.executor import kill_recorded_jobs, proc_start_ticks
 from marketsched.live.ledger import Store
-
-from live_helpers import free_port, start_broker, wait_for
 
 
 def job_cmd(log: Path, seconds: float, step=0.05):

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from live_helpers import work
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.server import MarketServer
-
-from live_helpers import work
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

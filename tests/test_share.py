@@ -1,4 +1,5 @@
-"""Proportional Share and Sanghavi-Hajek (seed 001, chapter 6): rules, equilibria, reservations, market loop.
+"""Proportional Share and Sanghavi-Hajek (Stößer 2009, chapter 6): rules, equilibria,
+reservations, market loop.
 
 Worked examples are exact tests (Table 6.1, section 6.5.3); Lemmas 2-3 and Theorems 1-2 become
 property tests over random value pairs, with the equilibria checked against numerical best
@@ -399,7 +400,10 @@ def test_simulate_is_deterministic_and_chunking_invariant():
     plan = sm.MarketPlan.from_workload(w)
     values = np.random.default_rng(2).integers(10, 161, (4, len(w))).astype(float)
     rules = ["ps", "sh", "ps", "sh"]
-    q = lambda: QLearning(alpha=[0.1, 0.3, 0.5, 0.7], gamma=0.3, epsilon=[0.05, 0.05, 0.25, 0.15], low=10, high=160)
+
+    def q():
+        return QLearning(alpha=[0.1, 0.3, 0.5, 0.7], gamma=0.3, epsilon=[0.05, 0.05, 0.25, 0.15], low=10, high=160)
+
     a = sm.simulate(plan, values, rules, q(), seeds=range(4))
     b = sm.simulate(plan, values, rules, q(), seeds=range(4), chunk_elements=7)
     # same decisions; totals are summed in chunk-sized groups, hence rtol instead of bit equality

@@ -27,8 +27,9 @@ def workload_options(f):
                      help="Processors of the built-in workload's machine."),
         click.option("--jobs", default=None, type=click.IntRange(min=1), help="Keep only the first N jobs."),
         click.option("--split", is_flag=True, help="Split parallel jobs into serial jobs (needed by the market mechanisms)."),
-        click.option("--capacity", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-                     help="Fraction of the machine's processors to use (e.g. 0.75)."),
+        click.option("--capacity", default=1.0, show_default=True,
+                     type=click.FloatRange(min=0, max=1, min_open=True),
+                     help="Fraction of the machine's processors to use, 0 < f <= 1 (e.g. 0.75)."),
         click.option("--values", "value_model", default="bimodal", show_default=True, type=click.Choice(VALUE_MODELS),
                      help="Model of the jobs' true values."),
         click.option("--seed", default=1, show_default=True, type=int, help="Seed of the value draws."),
@@ -54,9 +55,10 @@ def _build(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity):
 
 def _run_all(workload, runs, values):
     """Run (mechanism, pricing) pairs with a progress bar; return summary rows."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 
     from marketsched.analysis.metrics import summarize
+    from marketsched.progress import Progress
     from marketsched.scenario import MARKET_MECHANISMS, PRICED_MECHANISMS, simulate
 
     rows, records = [], {}
@@ -198,8 +200,14 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
 
     found = experiments.available()
     if name is None:
-        for key, module in found.items():
-            click.echo(f"{key:20s} {getattr(module, 'TITLE', '')}")
+        click.echo("Usage: marketsched reproduce NAME [--quick] [--out DIR]   "
+                   "(e.g. marketsched reproduce feldman2005 --quick)")
+        click.echo("Writes DIR/report.md (default DIR: results/NAME); --quick runs a reduced grid.\n")
+        rows = [(key, getattr(module, "QUICK_TIME", "?"), getattr(module, "TITLE", "")) for key, module in found.items()]
+        width = max((len(key) for key, _, _ in rows), default=4)
+        click.echo(f"{'NAME':<{width}}  {'--quick CPU':<11}  reproduces")
+        for key, quick_time, title in rows:
+            click.echo(f"{key:<{width}}  {quick_time:<11}  {title}")
         return
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")

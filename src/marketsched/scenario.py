@@ -3,7 +3,7 @@
 This is the single place that turns names (a trace, a mechanism, a pricing, a value model)
 into objects, used by the command line, the benchmarks and the experiment runners.
 
-Common random numbers (DESIGN principle 5): a scenario's true values are drawn from
+Common random numbers: a scenario's true values are drawn from
 ``seed`` alone, before the mechanism is chosen, so every mechanism compared under the same
 seed sees the same jobs with the same values.
 """
@@ -16,8 +16,8 @@ import numpy as np
 
 from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.backfilling import Backfilling
-from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
 from marketsched.mechanisms.online.pricing import SCHEMES
+from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
 from marketsched.workloads import values as value_models
 from marketsched.workloads.workload import Workload
 
@@ -57,8 +57,11 @@ class WorkloadSpec:
                                    seed=self.seed)
             self.notes.append(f"built-in synthetic workload: {len(w)} jobs, {w.capacity} processors, seed {self.seed}")
         else:
-            w, report = to_workload(load_trace(self.trace))
+            log = load_trace(self.trace)
+            w, report = to_workload(log)
             self.notes.append(str(report))
+            if len(w) == 0:
+                raise ValueError(f"{log.path}: no jobs to simulate: {_why_empty(report)}")
         if self.jobs is not None:
             w = first_jobs(w, self.jobs)
         if self.split:
@@ -70,6 +73,16 @@ class WorkloadSpec:
             w = scale_capacity(w, self.capacity)
             self.notes.append(f"capacity {before} -> {w.capacity} processors ({self.capacity:g})")
         return w
+
+
+def _why_empty(report) -> str:
+    """Why cleaning a trace left no job (a :class:`~marketsched.workloads.transforms.DropReport` that kept none)."""
+    from marketsched.workloads.transforms import DROP_REASONS
+
+    if report.total == 0:
+        return "the file has no job lines (only comments or blank lines, or nothing at all)"
+    reasons = "; ".join(f"{n:,} {DROP_REASONS.get(r, r)}" for r, n in report.dropped.items() if n)
+    return f"all {report.total:,} job lines were rejected: {reasons}"
 
 
 def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np.ndarray:

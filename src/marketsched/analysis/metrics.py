@@ -1,4 +1,4 @@
-"""Per-job and aggregate metrics (seed 000 section IV, Eqs. 1-3; seed000 note section 7).
+"""Per-job and aggregate metrics (Shudler et al. 2010, section IV, Eqs. 1-3).
 
 Per job (true value ``w_i``, flow time ``phi_i``, actual run time ``tau_i``):
 
@@ -34,7 +34,7 @@ VALUE_BANDS = ("low", "middle", "high")
 
 
 def value_band(values) -> np.ndarray:
-    """'low' for w <= 60, 'middle' for 60 < w < 120, 'high' for w >= 120 (seed 000 section IV)."""
+    """'low' for w <= 60, 'middle' for 60 < w < 120, 'high' for w >= 120 (Shudler et al. 2010, section IV)."""
     v = np.asarray(values, dtype=np.float64)
     return np.where(v <= 60, "low", np.where(v < 120, "middle", "high"))
 
@@ -64,7 +64,8 @@ def job_table(workload: Workload, records: Records, true_value=None, bid=None, b
         "bounded_slowdown": flow / np.maximum(workload.runtime, bsd_floor),
         "preemptions": records.preemptions,
         "payment": records.payment,
-        "state": pd.Categorical.from_codes(records.state.astype(np.int64), [s.name.lower() for s in FinalState]),
+        "state": pd.Categorical.from_codes(records.state.astype(np.int64),
+                                           pd.Index([s.name.lower() for s in FinalState])),
         "runtime_group": runtime_group(workload.runtime),
     }
     if bid is not None:

@@ -1,4 +1,4 @@
-"""Reproduction of seed 004: Feldman, Lai, Zhang (EC 2005), section 5, figures 3-7.
+"""Reproduction of Feldman, Lai & Zhang (2005, ACM EC), section 5, figures 3-7.
 
 Grid (section 5 and 5.1-5.2): n = 100 machines; m users from 5 to 150; uniform preferences
 (w_ij ~ U(0, 1), normalised) and correlated ones (3-dimensional profiles, normalised); budgets
@@ -8,7 +8,7 @@ local-search best response (uniform preferences only, as the paper). Baselines: 
 and weight-proportional bids. Each cell is one (preferences, m, seed) instance; the best-response
 and greedy runs and both baselines share the instance (common random numbers).
 
-What the paper leaves open and is decided here (see the note, shared/notes/seed004.md): seeds
+What the paper leaves open and is decided here: random seeds
 and repetitions (5 seeds for the infinite model, 2 for the finite one, means reported with
 min-max bands), reserve bid 1e-6 (appendix A), sequential update order, greedy step 1% of the
 budget with a 5% marginal-gap threshold, "the minimum value we observe after running for many
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from marketsched.mechanisms.games.metrics import evaluate, social_optimum
 
 NAME = "feldman2005"
 TITLE = "Feldman, Lai, Zhang 2005: Tycoon fixed-budget proportional-share game (figures 3-7)"
+QUICK_TIME = "~30 s"  # CPU time of --quick (user + system, all processes), measured
 
 N_MACHINES = 100
 PREFS = {"uniform": 0, "correlated": 1}
@@ -93,7 +95,9 @@ def finite_cell(delta: int, m: int, seed: int, cap: int, keep_trace: bool) -> di
 
 
 def _run_all(tasks: list[tuple], workers: int) -> list[dict]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     rows: list[dict] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
@@ -130,7 +134,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     trace_m = 40
     trace_finite = {(5, 30), (20, 10), (5, 60)}
 
-    tasks = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m))
+    tasks: list[tuple[Callable[..., dict], tuple]] = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m))
              for pref in PREFS for m in users for s in range(n_seeds)]
     tasks += [(finite_cell, (d, m, s, finite_cap, s == 0 and (d, m) in trace_finite))
               for d in (5, 20) for m in finite_users for s in range(finite_seeds)]
@@ -367,7 +371,7 @@ The likely reasons, where we have one:
   (cells with a run above 5: {slow}). In the one we examined (uniform, m = 5, seed 3: 14
   iterations) the welfare swings in a slowly damped 2-cycle of +-0.003 around 1.51 before the
   0.001 utility gap is met; it is not caused by the reserve bid (the same 14 iterations with
-  eps = 1e-9 and 1e-4). The note saw a similar damped cycle at m = 5.
+  eps = 1e-9 and 1e-4). Independent runs made while planning this project saw a similar damped cycle at m = 5.
 * *Fairness floors ("uniformity >= 0.65", "envy-freeness >= 0.97")*: met by the means over
   seeds except where a row says otherwise; single correlated runs go lower (uniformity down to
   {inf.ne_uniformity.min():.2f}, envy-freeness down to {inf.ne_envy.min():.3f}; runs below the floors
@@ -380,7 +384,7 @@ The likely reasons, where we have one:
 
 * *Gain over weight-proportional, correlated preferences* (paper: about 30%). Our weight-
   proportional baseline is already efficient for correlated, normalised weights ({wp}), so the
-  equilibrium's {ne} is only a {gain} % gain; the note measured the same. The paper does not say
+  equilibrium's {ne} is only a {gain} % gain; independent runs made while planning this project measured the same. The paper does not say
   whether its baseline normalises the weights or how the profiles are drawn beyond U(0, 1), and
   its figures are not in the text we have, so the cause stays open.
 * *Greedy adjustment*: the paper gives neither its step size nor its marginal-gap threshold, so
@@ -392,7 +396,7 @@ The likely reasons, where we have one:
 * *Finite parallelism*: the start (weight-proportional on the Δ best machines), the reserve bid
   and the first-improvement order of the local search are ours. With Δ = 20 and m = 5-10
   (δ in [1, 2]) our runs do not converge and their fairness drops, where the paper reports "no
-  drop" for Δ = 20 although it lists the same m as non-converging; the note's independent runs
+  drop" for Δ = 20 although it lists the same m as non-converging; independent runs made while planning this project
   showed the same drop (uniformity 0.28-0.56). When a run does not converge we report the minimum
   over the second half of the run, as the paper does ("the minimum value we observe"), which is
   a pessimistic number by construction; the final values are in `finite.csv`.

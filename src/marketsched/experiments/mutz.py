@@ -1,6 +1,6 @@
-"""Reproduction of seed 002 (A. Mutz thesis): EES, relaxed EES, DPGVA and relaxed DPGVA.
+"""Reproduction of Mutz (2008) (A. Mutz, PhD thesis): EES, relaxed EES, DPGVA and relaxed DPGVA.
 
-Everything here is a static snapshot experiment, as in the thesis (note section 0): one queue
+Everything here is a static snapshot experiment, as in the thesis (no traces, no arrivals): one queue
 or one day's bids, with the other participants drawn from uniform priors, and one focal user
 varying one declared parameter. Parts:
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,13 +31,14 @@ from marketsched.mechanisms.clearing.relaxed_dpgva import optimal_schedule, rela
 from marketsched.mechanisms.online.ees import EES, QueueSnapshot, RelaxedEES, TypePrior, Uniform
 
 NAME = "mutz"
-TITLE = "Mutz 2008 (seed 002): EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
+TITLE = "Mutz 2008: EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
+QUICK_TIME = "~40 s"  # CPU time of --quick (user + system, all processes), measured
 
 SEED = 2002
-# Chapter 4 (units: d per hour, r in hours; thesis ranges unstated, note 8.1.2-8.1.3)
+# Chapter 4 (units: d per hour as in the fig 4.2 text, r in hours; the thesis's uniform priors have no stated ranges)
 EES_PRIOR = TypePrior(value=Uniform(0.0, 250.0), delay_cost=Uniform(0.0, 100.0))
 EES_QUEUE, EES_FRONT_R = 8, 0.25
-# Chapter 6 (machine size and ranges unstated, note 8.2.12)
+# Chapter 6 (machine size and ranges unstated in the thesis)
 REES_PRIOR = TypePrior(value=Uniform(0.0, 100.0), delay_cost=Uniform(0.0, 10.0))
 REES_CAPACITY, REES_QUEUE = 16, 8
 # Chapter 5 (stated, section 5.2.1)
@@ -47,7 +49,9 @@ RDP_CAPACITY, RDP_UNITS, RDP_JOBS, RDP_FOCAL_LENGTH = 16, 96, 30, 16
 
 # --------------------------------------------------------------------------- helpers
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -89,7 +93,9 @@ def _audit_row(figure, param, truth, declared, pay: np.ndarray, claim: str) -> d
             "thesis": claim}
 
 
-def _plot_sweep(ax, declared, pay, truth, title, xlabel, dots=True):
+def _plot_sweep(ax, sweep: tuple, title: str, xlabel: str, dots: bool = True) -> None:
+    """One incentive sweep: ``sweep`` is (declared values, payoffs (declared x groups), true value)."""
+    declared, pay, truth = sweep
     declared = np.asarray(declared, float)
     if dots:
         ax.plot(np.repeat(declared, pay.shape[1]), pay.ravel(), ".", color="0.6", ms=1.5, alpha=0.5)
@@ -124,7 +130,7 @@ def _slope(x, y) -> float:
 
 
 # --------------------------------------------------------------------------- EES incentives
-def ees_incentives(groups: int, draws: int, bar) -> tuple[dict, dict]:
+def ees_incentives(groups: int, draws: int, bar) -> tuple[dict, list]:
     prior, n = EES_PRIOR, EES_QUEUE
     mech = EES(prior, draws)
     v_true, d_true, pos = 129.8, 48.9, 3
@@ -286,7 +292,7 @@ def rdpgva_incentives(groups: int, depths: tuple, bar) -> tuple[dict, list]:
     claims = {"value": ("7.1", "indifference ~400-1000, worse below 400"),
               "deadline": ("7.2", "lower deadlines worse"), "nodes": ("7.4", "larger n worse")}
     for param, depth in jobs:
-        store = []
+        store: list[tuple[float, int, bool]] = []
         pay = _sweep(sweeps[param], groups, payoff(param, depth, store), bar, task)
         truth = {"value": v_true, "deadline": d_true, "nodes": n_true}[param]
         out[(param, depth)] = (sweeps[param], pay, truth)
@@ -329,7 +335,7 @@ def budget_imbalance(draws_list, queues: int, bar) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- run time
-def ees_timing(lengths_cached, lengths_naive, lengths_relaxed, draws_list, bar) -> dict:
+def ees_timing(lengths_cached, lengths_naive, lengths_relaxed, draws_list, bar) -> pd.DataFrame:
     task = bar.add_task("EES run time (4.3, 4.4, 6.1, 6.2)",
                         total=len(lengths_cached) + len(lengths_naive) + 2 * len(lengths_relaxed) + 2 * len(draws_list))
     rng = np.random.default_rng([SEED, 43])
@@ -365,7 +371,7 @@ def _dp_bids(rng, m, units, max_len=8):
     return rng.integers(1, max_len + 1, m), rng.integers(1, units + 1, m), rng.uniform(1, 1000, m)
 
 
-def dpgva_timing(bids_list, brute_list, periods_h, granules, bar, brute_cap_s: float) -> dict:
+def dpgva_timing(bids_list, brute_list, periods_h, granules, bar, brute_cap_s: float) -> pd.DataFrame:
     task = bar.add_task("DPGVA run time (5.8-5.14)",
                         total=len(bids_list) + len(brute_list) + len(periods_h) + len(granules))
     rng = np.random.default_rng([SEED, 58])
@@ -471,7 +477,7 @@ def incentive_findings(inc: pd.DataFrame) -> str:
                                  for r in bad.itertuples()) + ".")
     if any(str(f) in ("6.4", "6.5") for f in bad.figure):
         lines.append("""
-Relaxed EES, r and n (figs 6.4, 6.5): in our reading r and n are public (note 8.1.1), so the AGV
+Relaxed EES, r and n (figs 6.4, 6.5): in our reading r and n are public (eq. 4.4 samples only v and d), so the AGV
 transfers do not price them. Declaring a larger r or n lengthens the delays delay_j(i) that every
 waiting job's expected-welfare term xi_j is computed with; that lowers mean_{j != i} xi_j, the part of
 the head's payment set by the others' reports, so the head pays less, and for these priors this
@@ -497,7 +503,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     draws = 200 if quick else 1000
     rdp_depths = (100, 1000) if quick else (100, 1000, 10000)
     rdp_groups = max(4, groups // 3) if quick else max(10, groups // 6)
-    cfg = dict(
+    cfg: dict[str, Any] = dict(
         imbalance_draws=[8, 32, 128, 512] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 4096],
         imbalance_queues=4 if quick else 20,
         len_cached=[8, 32, 64, 128] if quick else [8, 16, 32, 64, 96, 128, 160, 192, 244],
@@ -544,22 +550,22 @@ cores at the end: other work shared the machine, so absolute timings below are i
 figures of `benchmarks/bench_mutz.py` are the reference timings). All experiments are static snapshots (one queue or one
 day of bids) with the other participants drawn from uniform priors, as in the thesis (no traces, no
 FCFS/EASY baselines: those need the discrete-event engine and are left for later). The thesis's plots
-did not survive text extraction, so the comparison is with the claims in its prose (seed 002 note,
-section 6). Raw numbers are in the CSV files beside this report.
+did not survive text extraction, so the comparison is with the claims in its prose. Raw numbers are
+in the CSV files beside this report.
 
 Parameters the thesis does not state, chosen here:
 
 * EES (ch. 4): v ~ U(0, 250), d ~ U(0, 100) per hour, the front job's r = {EES_FRONT_R} h, queue of
   {EES_QUEUE} jobs; focal front job v = 129.8, focal waiting job (position 3) d = 48.9; {draws} Monte
   Carlo draws per expectation (cached estimator), {groups * 15} random groups of other participants per
-  declaration, drawn from the prior the mechanism declares (note 8.1.2), with common random numbers
+  declaration, drawn from the prior the mechanism declares (as the Bayes-Nash guarantee assumes), with common random numbers
   across declarations.
 * Relaxed EES (ch. 6): {REES_CAPACITY}-node machine, empty at the decision, queue of {REES_QUEUE}, v ~ U(0, 100),
   d ~ U(0, 10), r ~ U(1, 10), n ~ U{{1..16}}; focal v = 42.5, r = 7.18, n = 8 (front) and d = 7.64
   (position 3); {groups * 5} groups, {draws // 2 if not quick else draws} draws. r and n are public, so only r >= 7.18
-  and n >= 8 are explored (note 8.5.21).
+  and n >= 8 are explored (smaller ones are useless to the owner, as section 5.2.1 argues for lengths).
 * DPGVA (ch. 5): as stated in section 5.2.1 (20 jobs, 100 units, deadline U(0,100), length U(1,100)
-  (0 excluded, note 8.3.15), value U(1,1000); focal d = 90, l = 5, v = 950), {groups * 5} groups.
+  (0 excluded: a job needs length >= 1), value U(1,1000); focal d = 90, l = 5, v = 950), {groups * 5} groups.
 * Relaxed DPGVA (ch. 7): {RDP_CAPACITY}-node machine, 24 h at 15 min ({RDP_UNITS} units), {RDP_JOBS} other
   bids with length U{{4..32}} units (a crowded day), deadline = length + U{{0..95}} clipped to the day,
   nodes U{{1..16}}, value U(1,1000); figures 7.1, 7.2, 7.4 at depth {rdp['main']}; focal
@@ -577,23 +583,23 @@ about 20 declarations) means no declaration is significantly better than honesty
 differences are skewed (rare groups where the decision flips), so this is a screen, not a proof.
 """)
     fig, ax = _fig(2)
-    _plot_sweep(ax[0], *ees_sw["v"], "EES fig 4.1: front job, v", "declared v")
-    _plot_sweep(ax[1], *ees_sw["d"], "EES fig 4.2: waiting job, d", "declared d (per hour)")
+    _plot_sweep(ax[0], ees_sw["v"], "EES fig 4.1: front job, v", "declared v")
+    _plot_sweep(ax[1], ees_sw["d"], "EES fig 4.2: waiting job, d", "declared d (per hour)")
     ax[0].set_ylabel("expected payoff", fontsize=8)
     rep.figure(fig, "fig4_1_4_2_ees_incentives", "EES: focal payoff against the declared parameter")
     fig, ax = _fig(4)
     for a, (p, t) in zip(ax, (("v", "6.3"), ("r", "6.4"), ("n", "6.5"), ("d", "6.6"))):
-        _plot_sweep(a, *rees_sw[p], f"relaxed EES fig {t}: {p}", f"declared {p}")
+        _plot_sweep(a, rees_sw[p], f"relaxed EES fig {t}: {p}", f"declared {p}")
     rep.figure(fig, "fig6_3_6_6_relaxed_ees_incentives", "Relaxed EES: focal payoff against v, r, n (front job) and d (waiting job)")
     fig, ax = _fig(3)
     for a, (p, t) in zip(ax, (("deadline", "5.5"), ("length", "5.6"), ("value", "5.7"))):
-        _plot_sweep(a, *dp_sw[p], f"DPGVA fig {t}: {p}", f"declared {p}")
+        _plot_sweep(a, dp_sw[p], f"DPGVA fig {t}: {p}", f"declared {p}")
     rep.figure(fig, "fig5_5_5_7_dpgva_incentives", "DPGVA: focal payoff against deadline, length and value")
     top = rdp["main"]
     fig, ax = _fig(5, w=2.7)
-    _plot_sweep(ax[0], *rdp["sweeps"][("value", top)], f"fig 7.1: value (depth {top})", "declared v")
-    _plot_sweep(ax[1], *rdp["sweeps"][("deadline", top)], f"fig 7.2: deadline (depth {top})", "declared deadline")
-    _plot_sweep(ax[2], *rdp["sweeps"][("nodes", top)], f"fig 7.4: nodes (depth {top})", "declared n")
+    _plot_sweep(ax[0], rdp["sweeps"][("value", top)], f"fig 7.1: value (depth {top})", "declared v")
+    _plot_sweep(ax[1], rdp["sweeps"][("deadline", top)], f"fig 7.2: deadline (depth {top})", "declared deadline")
+    _plot_sweep(ax[2], rdp["sweeps"][("nodes", top)], f"fig 7.4: nodes (depth {top})", "declared n")
     for dep in rdp_depths:
         x, pay, _ = rdp["sweeps"][("value", dep)]
         ax[3].plot(x, pay.mean(axis=1), "o-", ms=2, lw=1, label=f"depth {dep}")

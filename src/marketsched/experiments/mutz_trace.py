@@ -1,8 +1,7 @@
-"""Trace-driven extension of seed 002: EES and relaxed EES against FCFS and EASY.
+"""Trace-driven extension of Mutz (2008): EES and relaxed EES against FCFS and EASY.
 
-The thesis evaluates its batch-queue auctions on static snapshots only (seed 002 note,
-section 0: no traces, no FCFS/EASY, no utilization or slowdown). Its implementer note
-(section 9) suggests this comparison as an extension; nothing here is a thesis number.
+The thesis evaluates its batch-queue auctions on static snapshots only (no traces, no FCFS/EASY,
+no utilization or slowdown). This comparison is an extension; nothing here is a thesis number.
 
 What is run (``run``):
 
@@ -40,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,11 +50,17 @@ from marketsched.engine.simulator import Simulator
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.ees import TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import (
-    EESPolicy, RelaxedEESPolicy, declared_runtime, queue_time, realised_utility, synthesize_types,
+    EESPolicy,
+    RelaxedEESPolicy,
+    declared_runtime,
+    queue_time,
+    realised_utility,
+    synthesize_types,
 )
 
 NAME = "mutz-trace"
-TITLE = "Mutz (seed 002) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+TITLE = "Mutz (2008) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+QUICK_TIME = "~20 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "SDSC-SP2-1998-4.2-cln"
 JOBS = 3000
@@ -117,7 +123,7 @@ def run_cell(cell: Cell) -> dict:
         pol = make_mechanism(cell.mechanism, w)
     else:
         v, d = synthesize_types(w, prior_for(cell.d_max), cell.seed)
-        kw = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
+        kw: dict[str, Any] = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
         if cell.mechanism == "ees":
             pol = EESPolicy(v, d, prior_for(cell.d_max), **kw)
         else:
@@ -159,7 +165,9 @@ def measures(w, rec, v, d, extra: dict | None = None) -> dict:
 
 # --------------------------------------------------------------------------- the experiment
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -363,8 +371,8 @@ def _write_report(rep, df, results, quick, seeds, n_draws, workers, elapsed):
     rep.text(f"""
 Run {'quick' if quick else 'full'} in {elapsed:.0f} s ({workers} worker processes; load average
 {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end). An extension, not a reproduction:
-the thesis has no traces, no FCFS/EASY baseline and no utilization or slowdown numbers (seed 002
-note, section 0), so there is nothing of the thesis's to put beside these numbers. Raw numbers:
+the thesis has no traces, no FCFS/EASY baseline and no utilization or slowdown numbers, so there
+is nothing of the thesis's to put beside these numbers. Raw numbers:
 `results.csv` (one row per mechanism, seed and d_max). Method and decisions: `docs/mutz_trace.md`
 and the docstrings of `marketsched.mechanisms.online.ees_driver` and `marketsched.experiments.mutz_trace`.
 
@@ -382,7 +390,7 @@ Set-up:
   discarded job runs to its discard).
 * Mean wall time per simulation: {', '.join(f'{LABELS[k]} {walls[k]:.1f} s' for k in MECHANISMS if k in walls)}.
 """)
-    rep.heading("Main setting (d_max = %g per hour)" % D_MAX)
+    rep.heading(f"Main setting (d_max = {D_MAX:g} per hour)")
     rep.figure(fig_main(df), "main", caption=f"Mean over {len(seeds)} seeds (error bars: sd over seeds); "
                                              f"wait and slowdown over completed jobs only")
     rep.table(summary(df, D_MAX, ["utility_per_job", "value_realised_share", "waiting_cost_per_job",

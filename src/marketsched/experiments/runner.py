@@ -1,6 +1,6 @@
 """The experiment runner: a declared grid of simulation cells, run in parallel, into a tidy table.
 
-DESIGN principle 6 ("experiments are data"); seed000 note, section 5 (the grid of seed 000:
+Experiments are data: a grid is declared, not coded (the grid of Shudler et al. 2010 is
 trace x capacity x mechanism x pricing x behaviour x beta x seed).
 
 A **cell** (:class:`Cell`) is one simulation: a workload (trace, capacity fraction, split,
@@ -51,14 +51,18 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CELL_COLUMNS = ("trace", "capacity", "split", "jobs", "mechanism", "pricing", "behaviour", "beta", "seed",
                 "values", "srg_split")
@@ -281,7 +285,7 @@ class BothPrices:
     """First and k-th price settled side by side on one schedule.
 
     Why this is exact: in HB, NPHB, WSPT and WSEPT the allocation depends on bids and run times
-    only, never on the payment rule (seed 000, Algorithm 1 steps 3-4; section III.B), so the
+    only, never on the payment rule (Shudler et al. 2010, Algorithm 1 steps 3-4; section III.B), so the
     first-price and the k-th-price cell of the same (mechanism, bids) have the same schedule.
     This scheme forwards every hook (``bind``, ``advance``, ``on_start``, ``on_stop``,
     ``update``, ``extend``) to a :class:`FirstPrice` writing the simulator's payments and a
@@ -384,7 +388,7 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
         # The simulator, policy and payment scheme reference each other (cycles), so a finished
         # simulation is only freed by the cyclic GC, which big float lists never trigger:
         # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
-        recs = None
+        recs = {}
         if len(w) >= 20_000:  # small workloads: not worth the collection time
             gc.collect()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
@@ -399,7 +403,7 @@ def _failure(cell: Cell, exc: BaseException) -> dict:
 
 
 # ------------------------------------------------------------------------------------ results table
-def load_results(out_dir) -> "pd.DataFrame":  # noqa: F821
+def load_results(out_dir) -> pd.DataFrame:
     """The results table in ``out_dir`` (all part files), sorted by cell then group; empty if none."""
     import pandas as pd
 
@@ -516,7 +520,9 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
 
     from contextlib import nullcontext
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from marketsched.progress import Progress
 
     bar_ctx = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn()) if progress and batches else nullcontext(None))

@@ -1,7 +1,7 @@
-"""Reproduction of seed 000: Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful Bids on
+"""Reproduction of Shudler et al. (2010): Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful Bids on
 User Utilities and Stability in Computing Markets" (MOSIX market; CCGrid 2010).
 
-What the paper did (section IV, V; seed000 note sections 3-6) and what is run here:
+What the paper did (sections IV and V) and what is run here:
 
 * workload: LPC-EGEE (all serial jobs) on 75% of its 140 CPUs = 105 nodes; true values from the
   bimodal model (80% N(30, 15), 20% N(150, 15); negatives redrawn, see ``docs/workloads.md``);
@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,8 @@ from marketsched.experiments.report import Report
 from marketsched.experiments.runner import Grid, load_results, run_grid
 
 NAME = "shudler2010"
-TITLE = "Shudler et al. 2010: untruthful bids, user utilities and stability in the MOSIX market (seed 000)"
+TITLE = "Shudler et al. 2010: untruthful bids, user utilities and stability in the MOSIX market"
+QUICK_TIME = "~2.5 min"  # CPU time of --quick (user + system, all processes), measured
 
 LPC = "LPC-EGEE-2004-1.2-cln"
 KTH = "KTH-SP2-1996-2.1-cln"
@@ -80,7 +82,7 @@ SETTINGS = (
 
 def grids(setting: Setting, seeds) -> list[Grid]:
     """The cells of one trace: the game grid, FT for all four algorithms, SRG(0.9) for WSEPT."""
-    common = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
+    common: dict[str, Any] = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
                   pricings=["first", "kth"], seeds=list(seeds))
     return [
         Grid(mechanisms=list(ALGS), behaviours=["ft"], **common),
@@ -258,7 +260,7 @@ def _fmt(m, ci):
 
 
 def findings(df, trace: str):
-    """Each qualitative claim of the paper (note section 6) checked on our numbers."""
+    """Each qualitative claim of the paper (sections III-V) checked on our numbers."""
     import pandas as pd
 
     rows = []
@@ -375,7 +377,7 @@ def agreement(games):
 
 
 def consistency(raw):
-    """The note's consistency checks on the raw designer payoffs (section 6)."""
+    """Consistency checks on the raw designer payoffs that Tables II and III imply (section V)."""
     import pandas as pd
 
     d = raw["designer"]
@@ -617,8 +619,8 @@ def _record_timing(results_dir: Path, res, t_sim: float, executor: str, workers)
 
 def _intro(plan, res, quick) -> str:
     lines = [
-        "Source: seed 000 (Shudler, Amar, Barak, Mu'alem), sections IV-V, Tables I-III, Figures 2-8; "
-        "implementation notes in `../shared/notes/seed000.md`. Code: `marketsched.experiments.shudler2010`, "
+        "Source: Shudler, Amar, Barak & Mu'alem (2010), sections IV-V, Tables I-III, Figures 2-8 "
+        "(see `docs/references.md`). Code: `marketsched.experiments.shudler2010`, "
         "runner `marketsched.experiments.runner`, bidders `marketsched.behaviour.bidding`, game "
         "`marketsched.analysis.games`.",
         "",

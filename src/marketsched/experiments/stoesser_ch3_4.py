@@ -1,4 +1,4 @@
-"""Reproduction of Stößer 2009 (seed 001), chapters 3 and 4: the grid exchange.
+"""Reproduction of Stößer (2009), chapters 3 and 4: the grid exchange.
 
 Runs, on order books drawn from table 3.6 (:func:`generate_order_book`):
 
@@ -20,22 +20,36 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import (
-    critical_value_pricing, critical_values, greedy_allocation, k_pricing, node_utilities, user_utilities)
+    critical_value_pricing,
+    critical_values,
+    greedy_allocation,
+    k_pricing,
+    node_utilities,
+    user_utilities,
+)
 from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
 from marketsched.mechanisms.clearing.randomized import (
-    allocation_tree, batch_welfare, greedy_batch, gumbel_orders, two_user_equilibrium)
+    allocation_tree,
+    batch_welfare,
+    greedy_batch,
+    gumbel_orders,
+    two_user_equilibrium,
+)
 
 NAME = "stoesser-ch3-4"
 TITLE = "Stößer 2009 ch. 3-4: GREEDEX vs exact MIP, pricing incentives, randomized mechanisms"
+QUICK_TIME = "~50 s"  # CPU time of --quick (user + system, all processes), measured
 SEED = 1
 KS = (0.3, 0.5, 0.7)
 MANIP_BIDS = np.round(np.arange(0.5, 1.501, 0.1), 2)
@@ -252,7 +266,9 @@ T47_RAND1 = {20: 22, 40: 14, 60: 14, 80: 9, 100: 10}
 # ---------------------------------------------------------------------- driver
 def _run_tasks(tasks, workers: int, label: str):
     """Run (fn, args) tasks on a process pool with a progress bar; returns results in order."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = [None] * len(tasks)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:
@@ -293,7 +309,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     t_start = time.perf_counter()
     rep.text(f"""
 Reproduction of chapters 3 and 4 of Stößer (2009), *Market-Based Scheduling in Distributed
-Computing Systems* (seed 001), with `marketsched.mechanisms.clearing` (greedex, exact,
+Computing Systems* (Stößer 2009), with `marketsched.mechanisms.clearing` (greedex, exact,
 randomized). Order books are drawn from table 3.6 (memory lognormal with log-space sigma; see
 `docs/grid_exchange.md`). Mode: {'quick' if quick else 'full'}; {workers} worker processes.
 The exact solver is HiGHS via `scipy.optimize.milp` (0.1 % gap, time limit {cfg.mip_time_limit:g} s)
@@ -326,14 +342,14 @@ and are not comparable in absolute terms to the thesis's 2008 Xeon.
         ("expected welfare (alpha=2)", "15.97", f"{ew:.2f}"),
         ("deterministic / optimum", "15 / 20", f"{greedy_allocation(t41).welfare():g} / {solve_exact(t41, mip_rel_gap=0).welfare:g}"),
     ], columns=["quantity", "thesis", "ours"])
-    rows = []
+    eq_rows: list[tuple[str, str, str]] = []
     for alpha, nb, npi, nu in ((1, "(1.7748, 2.1716)", "(0.4497, 0.5503)", "(1.4504, 2.6571)"),
                                (2, "(2.6917, 3.1829)", "(0.417, 0.583)", "(0.9626, 2.2254)")):
         b, p, u = two_user_equilibrium(5, 7, alpha)
-        rows += [(f"table 4.3 NE bids, alpha={alpha}", nb, f"({b[0]:.4f}, {b[1]:.4f})"),
+        eq_rows += [(f"table 4.3 NE bids, alpha={alpha}", nb, f"({b[0]:.4f}, {b[1]:.4f})"),
                  (f"table 4.3 pi, alpha={alpha}", npi, f"({p[0]:.4f}, {p[1]:.4f})"),
                  (f"table 4.3 E[u], alpha={alpha}", nu, f"({u[0]:.4f}, {u[1]:.4f})")]
-    rep.table(pd.concat([ex, ex2, pd.DataFrame(rows, columns=["quantity", "thesis", "ours"])]),
+    rep.table(pd.concat([ex, ex2, pd.DataFrame(eq_rows, columns=["quantity", "thesis", "ours"])]),
               caption="Worked examples: thesis vs ours")
     rep.text("All match exactly, except table 4.3's fourth decimals (ours 2.1715 / 2.6570 / 3.1830 "
              "vs printed 2.1716 / 2.6571 / 3.1829): best-response iteration converges to 1e-12, "
@@ -345,7 +361,7 @@ and are not comparable in absolute terms to the thesis's 2008 Xeon.
     # so the limit is stretched by the load per core (at most 3x) to approximate CPU seconds
     load_factor = float(np.clip(os.getloadavg()[0] / (os.cpu_count() or 1), 1.0, 3.0))
     mip_limit = cfg.mip_time_limit * load_factor
-    tasks = [(task_mip, (n, r, b, mip_limit)) for n, r in cfg.mip_cells for b in range(cfg.mip_books)]
+    tasks: list[tuple[Callable[..., Any], tuple]] = [(task_mip, (n, r, b, mip_limit)) for n, r in cfg.mip_cells for b in range(cfg.mip_books)]
     mip = pd.DataFrame(_run_tasks(tasks, workers, "tables 3.7/3.9: exact MIP"))
     rep.heading("Exact MIP vs greedy (tables 3.7 and 3.9)")
     g = mip.groupby(["ratio", "nodes"])
@@ -420,7 +436,7 @@ mean utilities (misreport / truthful); stars are one-tailed matched-pairs t-test
         truth = sub[sub.bid == 1.0].set_index(["scheme", "book"]).utility
         rows = []
         for bi, pct in enumerate(MANIP_BIDS):
-            row = {"bid": f"{pct:.0%}"}
+            row: dict[str, Any] = {"bid": f"{pct:.0%}"}
             for si, sc in enumerate(schemes):
                 cur = sub[(sub.bid == pct) & (sub.scheme == sc)].set_index("book").utility
                 tr = truth.loc[sc].reindex(cur.index)
@@ -482,7 +498,8 @@ misreporting job ran; *rand*: books in which a randomized run was enforced (thes
                                                       w_dist=("w_dist", "mean"), rand=("rand", "sum")).reset_index()
     agg["ratio_ours"] = agg.w_dist / agg.w_det
     rows = []
-    for (r, n), s in agg.groupby(["ratio", "nodes"]):
+    for r, n in agg[["ratio", "nodes"]].drop_duplicates().itertuples(index=False):  # agg is sorted by them
+        s = agg[(agg.ratio == r) & (agg.nodes == n)]
         thesis = (T46 if r == 1 else T47).get(n, [np.nan] * 7)
         row = {"jobs": n * r, "nodes": n, "books": int(s.books.iloc[0])}
         for ai, alpha in enumerate(EFF_ALPHAS):

@@ -1,4 +1,4 @@
-"""Reproduction of seed 001 chapter 5 (Stößer 2009): DLGM against P-DLGM on workload traces.
+"""Reproduction of Stößer (2009), chapter 5: DLGM against P-DLGM on workload traces.
 
 Source: thesis section 5.5 (experimental setup 5.5.1, results 5.5.2): Table 5.2 (ratio of the
 total weighted flow time of DLGM to P-DLGM), Figures 5.3 (uniform weights) and 5.4 (bimodal
@@ -23,7 +23,7 @@ Steps:
    ratio of the mean totals); per slice, the mean over seeds of each mechanism's slice mean,
    then the DLGM / P-DLGM ratio (Figures 5.3/5.4 left) and the two BSD curves (right).
 
-Decisions (seed001 note, section 7 item 8): utility uses the flow time ``e_j - r_j`` (the
+Decisions (open in the thesis): utility uses the flow time ``e_j - r_j`` (the
 completion-time version adds the constant ``-v_j r_j``, which would swamp the ratio, the reason
 the thesis gives for switching to flow time in section 5.5.1); Table 5.2 is read as DLGM /
 P-DLGM (values above 1 = P-DLGM better; the caption's reading, the text says the reverse);
@@ -46,7 +46,8 @@ import pandas as pd
 from marketsched.experiments.report import Report
 
 NAME = "stoesser-ch5"
-TITLE = "Stößer 2009 ch. 5 (seed 001): DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
+TITLE = "Stößer 2009 ch. 5: DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
+QUICK_TIME = "~40 s"  # CPU time of --quick (user + system, all processes), measured
 
 # (label, thesis trace, registry name, capacity fraction); all are split into serial jobs
 TRACES = [
@@ -140,7 +141,9 @@ def _load(path: Path) -> dict:
 
 
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -226,13 +229,13 @@ def _report(out_dir: Path, results: list[dict], n_seeds: int, quick: bool, wall:
     rep.text("Thesis CPUs are before the 75% cut (LPC-EGEE: 105 of 140 nodes; DAS2-FS4: 48 of 64).")
 
     # Table 5.2
-    t52 = []
+    t52_rows: list[dict] = []
     for label, thesis, trace, _ in TRACES:
         for i, model in enumerate(MODELS):
             sub = runs[(runs["trace"] == trace) & (runs["model"] == model)]
             if sub.empty:
                 continue
-            t52.append({
+            t52_rows.append({
                 "trace": label, "weights": model,
                 "DLGM/P-DLGM (mean of runs)": float(sub["ratio"].mean()),
                 "min": float(sub["ratio"].min()), "max": float(sub["ratio"].max()),
@@ -240,7 +243,7 @@ def _report(out_dir: Path, results: list[dict], n_seeds: int, quick: bool, wall:
                 "thesis": THESIS_T52[thesis][i],
                 "runs": len(sub),
             })
-    t52 = pd.DataFrame(t52)
+    t52 = pd.DataFrame(t52_rows)
     t52.to_csv(out_dir / "table_5_2.csv", index=False)
     rep.heading("Table 5.2: total weighted flow time, DLGM / P-DLGM")
     rep.table(t52, floatfmt=".3f")
@@ -338,9 +341,9 @@ def _reading(t52: pd.DataFrame, runs: pd.DataFrame, results: list[dict]) -> str:
         "(the thesis: in every configuration)."
     )
     below = []
-    for r in results:
+    for res in results:
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = r["dlgm_util"] / r["pdlgm_util"]
+            ratio = res["dlgm_util"] / res["pdlgm_util"]
         below.append(float(np.mean(ratio < 1)))
     lines.append(
         f"* Per-percentile utility ratio below 1 (a percentile where DLGM is better) in {100 * np.mean(below):.0f}% "

@@ -1,8 +1,7 @@
-"""Reproduction of seed 001 chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
+"""Reproduction of Stößer (2009), chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
 
 Source: Stößer's thesis, sections 6.3.3 (Table 6.1), 6.4 (Tables 6.2-6.6, Figures 6.1 and 6.3),
-6.5.3 (reservation example) and appendix D (Tables D.1-D.3); ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9.
+6.5.3 (reservation example) and appendix D (Tables D.1-D.3).
 
 What is run
 -----------
@@ -40,8 +39,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,7 @@ from marketsched.mechanisms.online import share as sm
 
 NAME = "stoesser-ch6"
 TITLE = "Stößer (2009) ch. 6: Proportional Share vs Sanghavi-Hajek, reservations, ZIC and Q-learning bidders"
+QUICK_TIME = "~20 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "KTH-SP2-1996-2.1-cln"  # substitute for DAS2-fs0 (shared/data/traces/README.md)
 N_REQUESTS = 1000
@@ -60,11 +61,11 @@ CAPACITY = 10
 #: (demand above supply in a few per cent of the busy seconds, peaks of a few times the supply).
 SENSITIVITY_CAPACITY = 40
 WINDOW = 20
-SEED = 6001  # seed 001, chapter 6
+SEED = 6001  # Stößer (2009), chapter 6
 DISTS = {"narrow": 0, "wide": 1}
 
 # ---------------------------------------------------------------------------- the thesis's numbers
-THESIS_6_1 = {  # Table 6.1 (v_L = 2.1, v_H = 5)
+THESIS_6_1: dict[str, dict[str, Any]] = {  # Table 6.1 (v_L = 2.1, v_H = 5)
     "ps": {"bids": (0.437, 1.041), "shares": (0.296, 0.704), "unit_prices": (1.478, 1.478),
            "utilities": (0.185, 2.479), "revenue": 1.478, "efficiency": 4.142, "ratio": 0.8284},
     "sh": {"bids": (0.441, 1.05), "shares": (0.21, 0.79), "unit_prices": (2.1, 1.329),
@@ -133,6 +134,7 @@ def run_batch(job: dict, queue=None) -> dict:
     rows = job["rows"]
     values = np.stack([draw_values(len(plan), r["dist"], r["workload"]) for r in rows])
     seeds = [np.random.SeedSequence(r["seed"]) for r in rows]
+    bidder: ZIC | QLearning
     if job["kind"] == "zic":
         bidder = ZIC()
     else:
@@ -179,7 +181,7 @@ def _key(r: dict) -> tuple:
 # ---------------------------------------------------------------------------- the grid of jobs
 def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity: int = CAPACITY) -> list[dict]:
     """The batches for one pool size: ZIC (all settings), Q-learning per distribution, the grid in two parts."""
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     zic = []
     for dist in DISTS:
         for w in range(n_workloads):
@@ -189,7 +191,7 @@ def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity
             zic.append({"strategy": "zic-independent", "dist": dist, "workload": w, "rule": "sh", "seed": base + [1]})
     jobs.append({"id": "ZIC", "kind": "zic", "rows": zic})
     for dist in DISTS:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for w in range(n_workloads):
             for rule in ("ps", "sh"):
                 rows.append({"strategy": "q", "dist": dist, "workload": w, "rule": rule, "seed": [SEED, DISTS[dist], w, 1],
@@ -217,7 +219,9 @@ def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     """Run the batches on local processes with one progress bar per batch."""
     from multiprocessing import Manager
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = []
     with Manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -338,7 +342,7 @@ def reservation_section(rep: Report) -> None:
     rep.text(
         "Exact SH shares of the second scenario are 0.3 x (7/54, 16/54, 31/54); the maximum unit price is "
         "10 / (0.3 x 7/54) = 257.14 and revenue 60 + 0.7 x 257.14 = 240.00. The thesis rounded the low "
-        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a known erratum, note section 7 item 12)."
+        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a rounding erratum in the thesis's section 6.5.3)."
     )
 
 
@@ -481,7 +485,8 @@ def grid_section(rep: Report, df: pd.DataFrame, runs: int, capacity: int) -> dic
     agree = {}
     if len(t) >= 4:
         agree = {c: spearmanr(t[c], t[d]).statistic for c, d in (("Spearman", "D.1"), ("utility", "D.2"), ("CV revenue", "D.3"))}
-        best = {c: t.loc[t[c].idxmax() if c != "CV revenue" else t[c].idxmin(), ["alpha", "gamma", "epsilon"]].tolist()
+        params = t[["alpha", "gamma", "epsilon"]].to_numpy()  # row of the best (first on ties, NaN skipped)
+        best = {c: params[np.nanargmax(t[c]) if c != "CV revenue" else np.nanargmin(t[c])].tolist()
                 for c in ("Spearman", "utility", "CV revenue")}
         rep.text(
             f"Rank agreement between our {len(t)} cells and the thesis's (Spearman over cells): "
@@ -658,7 +663,7 @@ DIFFERENCES = """
   the mechanisms also face). The ordering PS > SH, and its significance, is what we compare.
 * **Common random numbers.** PS and SH see the same valuations and (ZIC) the same bids, so ZIC revenue
   is equal by construction; the independent-stream rows reproduce the thesis's noisy version of the check.
-* **Open points of the thesis** (note section 7 item 9) are decided in the modules' docstrings: rule
+* **Open points of the thesis** (chapter 6 leaves them open) are decided in the modules' docstrings: rule
   input is the total bid b c; b_min = 1; exploit bids at the bin's upper end; one uniform per request and
   second; a request starts in state 0; shared tables updated in request order; the optimum is the
   per-second fractional knapsack. Any of them can move the Q-learning numbers; none changes the ZIC

@@ -54,6 +54,10 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psycopg
 
 from marketsched.live.files import private_file, tighten
 
@@ -146,6 +150,7 @@ class Store:
             raise ValueError(f"sync must be 'full' or 'normal', got {sync!r}")
         self._lock = threading.RLock()
         self._depth = 0
+        self.conn: sqlite3.Connection | psycopg.Connection
         if where.startswith(("postgresql://", "postgres://")):
             try:
                 import psycopg  # optional dependency, imported only for a PostgreSQL market
@@ -325,7 +330,8 @@ class Store:
                 before: int | None = None) -> list[dict]:
         """Entries, oldest first (``limit``: the newest N; ``before``: only ids below it)."""
         sql = "SELECT id, t, kind, from_account, to_account, amount, job_id, memo FROM entries"
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         if account is not None:
             cond.append("(from_account = ? OR to_account = ?)")
             params += [account, account]
@@ -395,7 +401,8 @@ class Store:
              before: int | None = None) -> list[dict]:
         """Jobs, oldest first (``limit``: the newest N; ``before``: only ids below it)."""
         sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         if owner is not None:
             cond.append("owner = ?")
             params.append(owner)

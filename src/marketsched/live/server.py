@@ -69,7 +69,7 @@ class Limits:
     max_connections: int = 1000
     header_timeout: float = 10.0
     body_timeout: float = 30.0
-    keep_alive: float = 5.0
+    keep_alive: int = 5  # whole seconds (uvicorn's setting)
     send_timeout: float = 30.0
     max_in_flight: int = 64  # requests handled at once; the others wait, their bodies unread
     backlog: int = 1024
@@ -113,7 +113,7 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except socket.gaierror:
         return False
-    addrs = {ipaddress.ip_address(i[4][0].split("%")[0]) for i in infos}
+    addrs = {ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos}
     return bool(addrs) and all(a.is_loopback for a in addrs)
 
 
@@ -155,7 +155,7 @@ class Registry:
         self.evicted = 0
         self.refused = 0
 
-    def admit(self, proto: "MarketProtocol") -> bool:
+    def admit(self, proto: MarketProtocol) -> bool:
         if len(self.conns) >= self.max:
             victim = next((c for c in self.conns if c.idle()), None)
             if victim is None:
@@ -267,7 +267,7 @@ class MarketProtocol(H11Protocol):
 
     # ------------------------------------------------------------------ errors
     def send_400_response(self, msg: str) -> None:
-        exc = self.conn.last_error
+        exc = self.conn.last_error if isinstance(self.conn, _Conn) else None
         status = exc.error_status_hint if exc is not None and 400 <= exc.error_status_hint < 500 else 400
         body = json.dumps({"error": f"invalid HTTP request: {exc}" if exc is not None else msg}).encode()
         if self.cycle is not None and not self.cycle.response_complete:
@@ -288,25 +288,30 @@ class _Uvicorn(uvicorn.Server):
     """uvicorn's server on listening sockets made beforehand, each with its own TLS context
     (the Unix socket never has one) and a TLS handshake deadline."""
 
-    def __init__(self, config: uvicorn.Config, listeners: list[tuple[socket.socket, ssl.SSLContext | None]],
-                 handshake_timeout: float):
+    def __init__(self, config: uvicorn.Config, protocol: type[MarketProtocol],
+                 listeners: list[tuple[socket.socket, ssl.SSLContext | None]], handshake_timeout: float):
         super().__init__(config)
+        self.protocol = protocol
         self.listeners = listeners
         self.handshake_timeout = handshake_timeout
 
     async def startup(self, sockets=None) -> None:
         config = self.config
 
-        def create_protocol(_loop=None):
-            return config.http_protocol_class(config=config, server_state=self.server_state, app_state={}, _loop=_loop)
+        def create_protocol(_loop=None) -> MarketProtocol:
+            return self.protocol(config=config, server_state=self.server_state, app_state={}, _loop=_loop)
 
         loop = asyncio.get_running_loop()
         self.servers = []
         for sock, ctx in self.listeners:
-            kw = {"ssl": ctx, "ssl_handshake_timeout": self.handshake_timeout} if ctx is not None else {}
             # asyncio accepts up to `backlog` connections per wake-up: a small batch, so that the
             # descriptors of connections closed to make way are released between batches ...
-            self.servers.append(await loop.create_server(create_protocol, sock=sock, backlog=ACCEPT_BATCH, **kw))
+            if ctx is None:
+                server = await loop.create_server(create_protocol, sock=sock, backlog=ACCEPT_BATCH)
+            else:
+                server = await loop.create_server(create_protocol, sock=sock, backlog=ACCEPT_BATCH, ssl=ctx,
+                                                  ssl_handshake_timeout=self.handshake_timeout)
+            self.servers.append(server)
             sock.listen(config.backlog)  # ... and the kernel's queue of connections waiting stays long
         self.started = True
 
@@ -347,14 +352,15 @@ class MarketServer:
             self.server_close()
             raise
         self.host, self.port = host, tcp.getsockname()[1]
-        protocol = type("MarketProtocol", (MarketProtocol,), {"limits": self.limits, "registry": self.registry})
+        protocol: type[MarketProtocol] = type("MarketProtocol", (MarketProtocol,),
+                                              {"limits": self.limits, "registry": self.registry})
         self.app = make_app(broker, self.stats, max_in_flight=self.limits.max_in_flight)
         config = uvicorn.Config(self.app, http=protocol, ws="none", lifespan="off", log_config=None,
                                 access_log=False, server_header=False, proxy_headers=False,
                                 timeout_keep_alive=self.limits.keep_alive, timeout_graceful_shutdown=5,
                                 backlog=self.limits.backlog)
         config.load()
-        self._uvicorn = _Uvicorn(config, listeners, self.limits.header_timeout)
+        self._uvicorn = _Uvicorn(config, protocol, listeners, self.limits.header_timeout)
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ sockets
@@ -424,7 +430,7 @@ class MarketServer:
         for s in self._sockets:
             s.close()
         self._sockets = []
-        if self._unix_bound:
+        if self._unix_bound and self.socket_path is not None:
             self._unix_bound = False
             try:
                 if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):

@@ -183,7 +183,10 @@ setInterval(refresh, 1000);
 
 
 def _sha256(pattern: str) -> str:
-    body = re.search(pattern, PAGE, re.S).group(1)
+    m = re.search(pattern, PAGE, re.S)
+    if m is None:
+        raise RuntimeError(f"the page has no {pattern!r}")
+    body = m.group(1)
     return "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
 
 

@@ -1,7 +1,6 @@
 """Markets for a shared, divisible resource: Proportional Share and Sanghavi-Hajek, pay-as-bid.
 
-Source: Stößer's thesis (seed 001), chapter 6 and appendix D.5; ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9. Sanghavi & Hajek (2004) for the allocation rule, Johari &
+Source: Stößer (2009), chapter 6 and appendix D.5. Sanghavi & Hajek (2004) for the allocation rule, Johari &
 Tsitsiklis (2004) for Proportional Share's bounds, Stoica et al. (1997) for reservations.
 
 What is here
@@ -69,8 +68,8 @@ taken out of the series instead and multiplied out directly, which makes ``q <= 
 (``P`` at most about 60 terms, ``L`` large bidders) instead of ``O(n m)``. Both methods are tested
 against :func:`sh_shares_rational` and against each other.
 
-Decisions (the thesis leaves these open; note section 7 items 9 and 10)
-------------------------------------------------------------------------
+Decisions (chapter 6 of the thesis leaves these open)
+-----------------------------------------------------
 * **Bids enter the rule as totals** ``b_jt c_j`` (``basis="total"``, the default): the money a
   request puts down buys its share, as in the unit model of section 6.2 where the bid is the
   payment. ``basis="per_cpu"`` applies the rule to the per-CPU bids ``b_jt`` (the literal
@@ -99,10 +98,10 @@ Decisions (the thesis leaves these open; note section 7 items 9 and 10)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
-from typing import Callable
+from functools import cache
 
 import numpy as np
 
@@ -150,7 +149,7 @@ def ps_shares(bids) -> np.ndarray:
     return b / b.sum(axis=-1, keepdims=True)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gauss01(m: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Legendre nodes and weights on [0, 1] (ascending, read-only, cached per size).
 
@@ -515,7 +514,7 @@ class MarketPlan:
     segments: list = field(default_factory=list, repr=False)
 
     @classmethod
-    def from_arrays(cls, submit, runtime, cpus, name: str = "requests") -> "MarketPlan":
+    def from_arrays(cls, submit, runtime, cpus, name: str = "requests") -> MarketPlan:
         r = np.asarray(submit, dtype=np.float64)
         d = np.asarray(runtime, dtype=np.float64)
         c = np.asarray(cpus, dtype=np.float64)
@@ -537,7 +536,7 @@ class MarketPlan:
         return plan
 
     @classmethod
-    def from_workload(cls, workload) -> "MarketPlan":
+    def from_workload(cls, workload) -> MarketPlan:
         """Requests from a :class:`~marketsched.workloads.Workload` (``procs`` = CPUs wanted)."""
         return cls.from_arrays(workload.submit_time, workload.runtime, workload.procs, name=workload.name)
 
@@ -567,7 +566,7 @@ class MarketPlan:
                 segs.append((int(t), int(times[k + 1]), np.array(sorted(active), dtype=np.int64)))
         return segs
 
-    def truncated(self, rounds: int) -> "MarketPlan":
+    def truncated(self, rounds: int) -> MarketPlan:
         """The same requests, cut after the first ``rounds`` bidding rounds (for quick runs).
 
         Requests that are never active in the cut plan keep their rows (they bid nothing and get
@@ -868,7 +867,7 @@ class ShareMarketPolicy:
         self.bidsum = np.zeros(len(w))
         self.active: list[int] = []
         self.bidder.reset(self.values[None, :], self.cpus)
-        self._rows = None
+        self._rows: np.ndarray | None = None  # the active jobs' rows while a bidder segment is open
         self.rounds = 0
 
     def step(self, t, arrived, completed) -> None:
@@ -900,6 +899,7 @@ class ShareMarketPolicy:
             self._sx = np.zeros((1, len(self._rows)))
             self._sb = np.zeros((1, len(self._rows)))
         rows = self._rows
+        assert rows is not None, "a segment is open while jobs are active"
         c = self.cpus[rows]
         u = self.rng.random((1, len(rows)))
         bids = self.bidder.bid(u)
