@@ -56,7 +56,7 @@ that process's answers to the page's requests ever get it. The page asks for the
 
     Authorization: MarketSig kid=KID, t=MILLISECONDS, sig=HMAC-SHA256(H, "marketsched-page-v1\\nGET\\nPATH?QUERY\\nMILLISECONDS")
 
-with ``KID = SHA-256("marketsched-kid:" + H)[:32]``. The broker accepts such a signature for
+with ``KID = SHA-256("marketsched-kid:" + H)[:32]`` (:func:`marketsched.live.broker.page_key_id`). The broker accepts such a signature for
 ``GET`` only, within ``PAGE_SIG_WINDOW`` seconds of its clock. What an impostor can do with
 what the page sends it: replay those reads of ``/api/market`` for a few minutes. It can neither
 learn the token nor change anything (deposits, users, jobs need the token itself). Since the
@@ -86,7 +86,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from marketsched.live.broker import MAX_ID, Broker, MarketError, _number, _show, _utf8, _whole, page_key_id  # noqa: F401
+from marketsched.live.broker import MAX_ID, Broker, MarketError, _number, _show, _utf8, _whole
 from marketsched.live.ledger import ACTIVE_STATES, FINAL_STATES
 from marketsched.live.server import CONN_STATE, PEER_STATE, MarketServer  # noqa: F401 - MarketServer lived here
 
