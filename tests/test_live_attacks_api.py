@@ -449,18 +449,29 @@ def test_the_job_limit_counts_jobs_after_a_restart(tmp_path):
 
 
 # ---------------------------------------------------------------------------- the Unix socket
-def _unix_account(name: str) -> pwd.struct_passwd:
-    try:
+@pytest.fixture
+def unix_account():
+    """Makes Unix accounts (``useradd --system``) for the test, removed after it; skipped
+    without root or useradd, except in CI, which runs as root."""
+    made = []
+
+    def make(name: str) -> pwd.struct_passwd:
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            pass
+        if os.geteuid() != 0 or not shutil.which("useradd"):
+            if os.environ.get("CI"):
+                pytest.fail("CI runs as root with useradd: the Unix-socket test must create its accounts")
+            pytest.skip("creating Unix accounts needs root and useradd")
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
+                       capture_output=True)
+        made.append(name)
         return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    if os.geteuid() != 0 or not shutil.which("useradd"):
-        if os.environ.get("CI"):
-            pytest.fail("CI runs as root with useradd: the Unix-socket test must create its accounts")
-        pytest.skip("creating Unix accounts needs root and useradd")
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
-                   capture_output=True)
-    return pwd.getpwnam(name)
+
+    yield make
+    for name in made:
+        subprocess.run(["userdel", name], capture_output=True)
 
 
 def _python_for(uid: int) -> str:
@@ -487,8 +498,8 @@ print(out.decode().split()[1])
 """
 
 
-def test_unix_socket_knows_the_caller_without_a_token(market):
-    linked, stranger = _unix_account("mkth4-alice"), _unix_account("mkth4-mallory")
+def test_unix_socket_knows_the_caller_without_a_token(market, unix_account):
+    linked, stranger = unix_account("mkth4-alice"), unix_account("mkth4-mallory")
     base = Path(tempfile.mkdtemp(prefix="marketsched-sock-"))
     os.chmod(base, 0o711)  # other accounts may pass through to the broker's data folder
     data = base / "market"
