@@ -108,7 +108,7 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
     from marketsched.live.cli import Client
     from marketsched.live.ledger import Store
 
-    with served("--slots", 2, "--sync", sync) as (broker, port, data, admin):
+    with served("--slots", 2, "--sync", sync, "--single-user") as (broker, port, data, admin):
         url = admin.url
         tokens = [admin.post("/api/users", {"name": f"user{i}", "deposit": 1e6})["token"] for i in range(n_clients)]
         if full:
@@ -231,7 +231,7 @@ def broker_decision(n_queued, samples=200):
     from marketsched.live.broker import Broker, MarketConfig
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-live-dec-"))
-    b = Broker(tmp / "market", MarketConfig(slots=2, max_jobs_per_user=n_queued + samples + 10)).start()
+    b = Broker(tmp / "market", MarketConfig(slots=2, single_user=True, max_jobs_per_user=n_queued + samples + 10)).start()
     try:
         b.ensure_admin()
         b.add_user(True, "u", 1e9)
@@ -271,7 +271,7 @@ def flood(n_idle=1500, files=1024, n_bad=10, junk_mb=40):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < n_idle + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n_idle + 200), hard))
-    with served("--slots", 1, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))) as (
+    with served("--slots", 1, "--single-user", preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))) as (
             broker, port, data, admin):
         _flood(broker, port, admin, n_idle, files, n_bad, junk_mb)
 

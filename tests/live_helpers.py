@@ -51,3 +51,27 @@ def start_broker(data: Path, port: int, log, *args, preexec_fn=None) -> subproce
             time.sleep(0.1)
     p.kill()
     raise AssertionError("broker did not come up")
+
+
+def require_cgroups(executor):
+    """Fail (as root, or when ``CI`` is set) or skip (a normal user's machine) when the executor
+    found no writable cgroup: cgroup tests never skip silently where cgroups must work."""
+    import os
+
+    import pytest
+
+    if executor.contained:
+        return
+    why = f"no writable cgroup for jobs: {executor.layout.notes}"
+    if os.geteuid() == 0 or os.environ.get("CI"):
+        pytest.fail(why + " (running as root or in CI, where cgroups must work)")
+    pytest.skip(why)
+
+
+def proc_state(pid):
+    """Scheduler state letter of ``pid`` (R, S, D, T, Z, ...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None

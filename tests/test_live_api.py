@@ -17,7 +17,7 @@ from marketsched.live.cli import Client, ClientError
 
 @pytest.fixture
 def server(tmp_path):
-    broker = Broker(tmp_path / "market", MarketConfig(slots=1)).start()
+    broker = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True)).start()
     broker.ensure_admin()
     srv = MarketServer(broker, "127.0.0.1", 0)
     srv.serve_in_thread()

@@ -105,7 +105,9 @@ def closed_by_peer(s: socket.socket) -> bool:
 
 @pytest.fixture
 def market(tmp_path):
-    """A broker process on 127.0.0.1 (arguments added by the test); yields a starter."""
+    """A broker process on 127.0.0.1 in single-user mode (its jobs run as this test's account;
+    the job side's tests cover jobs as their users), arguments added by the test; yields a
+    starter."""
     started = []
 
     def start(*args, files: int | None = None, data: Path | None = None):
@@ -113,7 +115,7 @@ def market(tmp_path):
         port = free_port()
         log = open(tmp_path / f"broker{len(started)}.log", "ab")
         pre = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))) if files else None
-        p = start_broker(data, port, log, *args, preexec_fn=pre)
+        p = start_broker(data, port, log, "--single-user", *args, preexec_fn=pre)
         started.append((p, log, data))
         admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
         return p, port, admin
@@ -429,7 +431,7 @@ def test_per_user_limits_and_pages(market):
 def test_the_job_limit_counts_jobs_after_a_restart(tmp_path):
     from marketsched.live.broker import Broker, MarketConfig
 
-    cfg = dict(slots=1, max_jobs_per_user=3)
+    cfg = dict(slots=1, max_jobs_per_user=3, single_user=True)
     b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
     b.ensure_admin()
     b.add_user(True, "eve", 100)
@@ -530,7 +532,7 @@ def test_unix_socket_knows_the_caller_without_a_token(market, unix_account):
         assert r.exit_code == 0 and "alice" in r.output and "revenue" in r.output, r.output
         r = CliRunner().invoke(main, ["market", "user", "add", "bea", "--deposit", "1", "--unix", "mkth4-nope",
                                       "--socket", str(sock)])
-        assert r.exit_code == 1 and "no Unix account 'mkth4-nope'" in r.output
+        assert r.exit_code == 1 and "Unix account 'mkth4-nope' does not exist" in r.output
         # a token sent on the socket changes nothing: the caller is its Unix account
         status, _, body = http_unix(sock, request("GET", "/api/me", token="not-a-token"))
         assert status == 200 and json.loads(body) == {"name": "admin", "admin": True}

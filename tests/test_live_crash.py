@@ -33,7 +33,7 @@ def test_kill_9_and_restart(tmp_path):
     log = open(tmp_path / "broker.log", "ab")
     brokers = []
     try:
-        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2))
+        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2, "--single-user"))
         admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
         a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 100})["token"])
         b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 100})["token"])
@@ -63,7 +63,7 @@ def test_kill_9_and_restart(tmp_path):
         assert proc_start_ticks(before[j2]["pid"]) is not None  # j2 runs on
         time.sleep(max(0.0, 1.0 - (time.monotonic() - t_crash)))
 
-        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2))
+        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2, "--single-user"))
         after = {j["id"]: j for j in admin.get("/api/jobs")}
         assert sorted(after) == sorted([j1, j2, j3, j4, j5, j6])  # nothing accepted was lost
         assert {j: after[j]["bid"] for j in after} == {j1: 1, j2: 3, j3: 4, j4: 2, j5: 2.5, j6: 1.5}

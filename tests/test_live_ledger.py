@@ -120,15 +120,14 @@ def test_old_database_is_upgraded_on_open(where):
     assert "unix_user" in s._columns("users")
     assert s.users() == [("old", False)] and s.check_books() == {"deposits": 7 * MICRO, "users": 7 * MICRO, "revenue": 0}
     assert s.unix_user("old") is None and s.user_by_unix("nobody") is None
-    s.set_unix_user("old", "nobody")
-    assert s.unix_user("old") == "nobody" and s.user_by_unix("nobody") == ("old", False)
-    s.add_user("other", "h-other", False, 2.0)
+    s.add_user("new", "h-new", False, 2.0, unix_user="nobody")
+    assert s.unix_user("new") == "nobody" and s.user_by_unix("nobody") == "new"
     with pytest.raises(Exception, match="(?i)unique"):  # a Unix account is at most one market user
-        s.set_unix_user("other", "nobody")
-    assert s.user_by_unix("nobody") == ("old", False) and s.unix_user("other") is None
+        s.add_user("other", "h-other", False, 2.0, unix_user="nobody")
+    assert s.user_by_unix("nobody") == "new" and s.unix_user("other") is None
     s.close()
     s = Store(where)  # opening again changes nothing
-    assert s.schema_version() == 2 and s.user_by_unix("nobody") == ("old", False)
+    assert s.schema_version() == 2 and s.user_by_unix("nobody") == "new"
     s.set_meta("schema_version", 99)
     s.close()
     with pytest.raises(RuntimeError, match="schema version 99, newer than"):
@@ -238,13 +237,13 @@ def test_a_market_user_is_linked_to_a_unix_account(tmp_path):
     try:
         b.ensure_admin()
         assert b.add_user(True, "nob", 1, unix="nobody")["unix"] == "nobody"
-        assert b.store.unix_user("nob") == "nobody" and b.store.user_by_unix("nobody") == ("nob", False)
-        for unix, msg in [("no-such-account-x", "no Unix account"), ("root", "is root"), ("a b", "Unix account name"),
+        assert b.store.unix_user("nob") == "nobody" and b.store.user_by_unix("nobody") == "nob"
+        for unix, msg in [("no-such-account-x", "does not exist"), ("root", "is root"), ("a b", "Unix account name"),
                           (5, "Unix account name"), ("\ud800", "Unix account name")]:
             with pytest.raises(MarketError, match=msg) as e:
                 b.add_user(True, "x", 1, unix=unix)
             assert e.value.status == 400
-        with pytest.raises(MarketError, match="already market user 'nob'") as e:
+        with pytest.raises(MarketError, match="already mapped to user 'nob'") as e:
             b.add_user(True, "y", 1, unix="nobody")
         assert e.value.status == 409
         assert [n for n, _ in b.store.users()] == ["admin", "nob"]  # nothing half-made

@@ -77,7 +77,7 @@ def login(browser, token):
 def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
-    broker = Broker(tmp_path / "market", MarketConfig(slots=1)).start()
+    broker = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True)).start()
     admin_token = broker.ensure_admin()
     srv = MarketServer(broker, "127.0.0.1", 0)
     srv.serve_in_thread()

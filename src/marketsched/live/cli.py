@@ -200,6 +200,15 @@ def market() -> None:
               help="Where jobs run: local process groups, or Slurm batch jobs (sbatch, priorities, "
                    "suspend/resume; see docs/slurm_and_dayahead.md).")
 @click.option("--partition", default=None, help="Slurm partition for --executor slurm (default: Slurm's default).")
+@click.option("--single-user/--multi-user", "single_user", default=None,
+              help="Single-user: every job runs as the broker's own account (one person, a demo; the default "
+                   "when not root). Multi-user: each job runs as its owner's Unix account (`user add NAME --unix "
+                   "ACCOUNT`), contained in its own cgroup; needs root (the default as root).")
+@click.option("--job-cpus", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="CPU limit per job, in CPUs (cgroup cpu quota; 0: no limit).")
+@click.option("--job-memory", default="auto", show_default=True, metavar="BYTES|auto|0",
+              help="Memory limit per job in bytes (suffixes K, M, G), 'auto' = the machine's memory / --slots, "
+                   "0 = no limit.")
 @click.option("--dayahead", default="off", show_default=True, type=click.Choice(["off", "dpgva", "relaxed"]),
               help="Also run the day-ahead reservation auction (Mutz 2008, ch. 5 / 7): placebid, showres.")
 @click.option("--da-clear-at", default="18:00", show_default=True,
@@ -233,9 +242,9 @@ def market() -> None:
 @click.option("--max-command-bytes", default=65536, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Longest command line a job may have; longer: HTTP 413.")
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
-          executor, partition, dayahead, da_clear_at, da_lead, da_horizon, da_granularity, da_capacity,
-          da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections, header_timeout,
-          max_jobs_per_user, max_command_bytes) -> None:
+          executor, partition, single_user, job_cpus, job_memory, dayahead, da_clear_at, da_lead, da_horizon,
+          da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
+          header_timeout, max_jobs_per_user, max_command_bytes) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
 
     On SIGINT/SIGTERM the market posts charges and suspends running jobs; the next `serve` with
@@ -244,6 +253,7 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     from marketsched.live.broker import Broker, MarketConfig
     from marketsched.live.server import Limits, MarketServer, check_plain_http, raise_fd_limit
 
+    memory = _bytes(job_memory, "--job-memory")
     try:
         check_plain_http(host, tls_cert is not None, insecure_http)
         if (tls_cert is None) != (tls_key is None):
@@ -256,8 +266,9 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         sys.setswitchinterval(0.0005)
         broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
                                            charge_interval=charge_interval, admission_seconds=admission_seconds,
-                                           sync=sync, executor=executor, partition=partition,
-                                           max_jobs_per_user=max_jobs_per_user, max_command_bytes=max_command_bytes),
+                                           sync=sync, executor=executor, partition=partition, single_user=single_user,
+                                           job_cpus=job_cpus, job_memory=memory, max_jobs_per_user=max_jobs_per_user,
+                                           max_command_bytes=max_command_bytes),
                         db_url=db_url)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -287,6 +298,13 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     broker.start()
     click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), {executor} executor, "
                f"database {broker.store.location}", err=True)
+    if broker.single_user:
+        click.echo(f"single-user mode: every job runs as uid {os.geteuid()} (the broker's account)", err=True)
+    else:
+        click.echo("multi-user mode: each job runs as its owner's Unix account", err=True)
+    layout = getattr(broker.executor, "layout", None)
+    if layout is not None:
+        click.echo(f"job containment: {layout.describe()}", err=True)
     if mechanism == "wspt":
         click.echo("note: WSPT needs actual run times, unknown before a job ends; it uses the runtime estimate (WSEPT)",
                    err=True)
@@ -532,6 +550,22 @@ def showres(as_json, client) -> None:
         job = f" job {b['job_state']}" if b.get("job_state") else ""
         click.echo(f"{b['id']:>5} {b['owner']:<10} {b['length']:>7g} {b['deadline']:>7g} {b['value']:>9g} "
                    f"{b['state']:<7} {b['price']:>9g}  {when}{job}")
+
+
+def _bytes(text: str, param: str) -> int | None:
+    """``"auto"`` -> None (the default); ``"0"`` -> 0 (no limit); ``"512M"``, ``"2G"``, ``"1048576"`` -> bytes."""
+    t = text.strip().lower()
+    if t == "auto":
+        return None
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(t[-1:], 1)
+    digits = t[:-1] if t[-1:] in "kmgt" and t[-1:] else t
+    try:
+        value = float(digits)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value * mult < 2**63):
+        raise click.BadParameter(f"{text!r} is not a size in bytes (e.g. 512M, 2G), 'auto' or 0", param_hint=param)
+    return int(value * mult)
 
 
 def _number_list(text: str, param: str, kind=float) -> list:

@@ -63,6 +63,7 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import traceback
@@ -173,11 +174,20 @@ class DayAhead:
             raise ValueError(f"on Slurm the day-ahead granularity must be a whole number of minutes "
                              f"(Slurm time limits are minutes), got {config.granularity:g} s")
         self.root = broker.data / "dayahead"
-        self.root.mkdir(parents=True, exist_ok=True)
         if not self.slurm:
             from marketsched.live.executor import LocalExecutor
 
-            self.local = LocalExecutor(self.root)
+            # the spot market's launcher and cgroups (its own cgroup folder, named after
+            # DATA/dayahead: keys are bid ids)
+            self.local = LocalExecutor(self.root, limits=broker.config.limits())
+            # a restarted broker re-attaches reservations' jobs that still run and kills the rest
+            running = [x["id"] for x in self.bids() if x["job_state"] == "running"]
+            kept = [k for k in running if self.local.adopt(k) is not None]
+            self.local.reap(kept)
+        else:
+            from marketsched.live import jobfiles
+
+            self.root_fd = jobfiles.open_root(self.root)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_error: str | None = None
@@ -274,7 +284,8 @@ class DayAhead:
 
     # ------------------------------------------------------------------ views (showres)
     def bid(self, bid_id: int) -> dict | None:
-        rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
+        with self.broker.lock:  # never half a clearing: it runs under the lock, in one transaction
+            rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
         return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
 
     def bids(self, user: str | None = None, round_: int | None = None) -> list[dict]:
@@ -289,7 +300,9 @@ class DayAhead:
             params.append(round_)
         if cond:
             sql += " WHERE " + " AND ".join(cond)
-        return [self._view(dict(zip(BID_COLUMNS, r))) for r in self.store._rows(sql + " ORDER BY id", params)]
+        with self.broker.lock:  # the connection is shared: read between transactions, not inside one
+            rows = self.store._rows(sql + " ORDER BY id", params)
+        return [self._view(dict(zip(BID_COLUMNS, r))) for r in rows]
 
     def _view(self, row: dict) -> dict:
         row["price"] = row["price"] / MICRO
@@ -400,24 +413,36 @@ class DayAhead:
         where = ["Nodes=ALL"] if self.config.mechanism == "dpgva" else [f"CoreCnt={x['nodes']}"]
         if ex.partition:
             where.append(f"PartitionName={ex.partition}")
+        user = self.broker._run_as(x["owner"]) if x["command"] else None
+        # the reservation admits the account the job runs as (its owner's; single-user: ours)
+        import pwd
+
+        runner = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
+        users = ",".join(sorted({"root", runner}))
         run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
-             f"EndTime={_iso(end_wall)}", "Users=root", "Flags=IGNORE_JOBS,OVERLAP"] + where)
+             f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
         job_ref = None
         if x["command"]:
-            wd = self.root / f"job-{x['id']}"
-            wd.mkdir(parents=True, exist_ok=True)
-            (wd / "command.sh").write_text(x["command"] + "\n")
-            from marketsched.live.slurm import BATCH, _shq
+            from marketsched.live import jobfiles
+            from marketsched.live.slurm import BATCH, _shq, export_option, run_as_options
 
-            (wd / "slurm-batch.sh").write_text(BATCH.format(key=f"day-ahead bid {x['id']}", workdir=_shq(str(wd))))
+            wd = self.root / f"job-{x['id']}"
+            uid, gid = (user.uid, user.gid) if user is not None else (None, None)
+            dfd = jobfiles.open_jobdir(self.root_fd, wd.name, create=True, uid=uid, gid=gid)
+            try:
+                jobfiles.replace_file(dfd, "command.sh", (x["command"] + "\n").encode(), uid, gid)
+            finally:
+                os.close(dfd)
             secs = max(60, int(round(end_wall - start_wall)) // 60 * 60)  # whole minutes (granularity check)
             args = ["sbatch", "--parsable", "-J", name, f"--reservation={name}", f"--begin={_iso(start_wall)}",
                     f"--time={secs // 60}:{secs % 60:02d}", "-D", str(wd), "-o", str(wd / "stdout"),
-                    "-e", str(wd / "stderr"), "--no-requeue", f"--export=ALL,MARKETSCHED_DAYAHEAD_BID={x['id']}",
-                    "-n", str(x["nodes"] if self.config.mechanism == "relaxed" else 1)]
+                    "-e", str(wd / "stderr"), "--no-requeue",
+                    export_option(user, {"MARKETSCHED_DAYAHEAD_BID": x["id"]}),
+                    "-n", str(x["nodes"] if self.config.mechanism == "relaxed" else 1)] + run_as_options(user)
             if ex.partition:
                 args += ["-p", ex.partition]
-            job_ref = "slurm:" + run(args + [str(wd / "slurm-batch.sh")]).strip().split(";")[0]
+            script = BATCH.format(key=f"day-ahead bid {x['id']}", workdir=_shq(str(wd)))
+            job_ref = "slurm:" + run(args, input=script).strip().split(";")[0]
         return name, job_ref
 
     def cancel_reservations(self) -> None:
@@ -468,9 +493,16 @@ class DayAhead:
                              (state, code, note, x["id"]))
 
     def _drive_local(self, x: dict, t: float) -> None:
+        from marketsched.live.broker import MarketError
+
         key = x["id"]
         if x["job_state"] == "scheduled" and t >= x["start_t"] and t < x["end_t"]:
-            self.local.launch(key, x["command"], env={"MARKETSCHED_DAYAHEAD_BID": str(key)})
+            try:  # as the bid owner's Unix account, like a spot-market job
+                self.local.launch(key, x["command"], env={"MARKETSCHED_DAYAHEAD_BID": str(key)},
+                                  user=self.broker._run_as(x["owner"]))
+            except (OSError, MarketError) as exc:
+                self._set_job(x, "failed", note=_noted(x, f"launch failed: {exc}"))
+                return
             self._set_job(x, "running")
             return
         if x["job_state"] == "scheduled" and t >= x["end_t"]:
@@ -480,10 +512,12 @@ class DayAhead:
             ended = dict(self.local.exits())
             if key in ended:
                 self._set_job(x, "completed", ended[key])
+                self.local.forget(key)
             elif key not in self.local.procs:
                 self._set_job(x, "failed", note="process lost (broker restart)")
             elif t >= x["end_t"]:
                 self.local.kill(key)
+                self.local.forget(key)
                 self._set_job(x, "killed", note=_noted(x, "reservation ended"))
 
     def _watch_slurm(self, x: dict) -> None:
@@ -544,6 +578,8 @@ class DayAhead:
             self._thread.join(timeout=10)
         if cancel:
             self.cancel_reservations()
+        if not self.slurm:  # reservations' jobs run on (re-attached at restart) unless cancelled
+            self.local.shutdown(kill=cancel)
 
 
 def _noted(x: dict, text: str) -> str:

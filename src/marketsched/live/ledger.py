@@ -257,36 +257,25 @@ class Store:
             self._exec("INSERT INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
 
     # ------------------------------------------------------------------ users
-    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float) -> None:
+    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float, unix_user: str | None = None) -> None:
         with self.transaction():
-            self._exec("INSERT INTO users (name, token_hash, is_admin, created) VALUES (?, ?, ?, ?)",
-                       (name, token_hash, int(is_admin), t))
+            self._exec("INSERT INTO users (name, token_hash, is_admin, created, unix_user) VALUES (?, ?, ?, ?, ?)",
+                       (name, token_hash, int(is_admin), t, unix_user))
             self._ensure_account(user_account(name))
+
+    def unix_user(self, name: str) -> str | None:
+        """The Unix account market user ``name``'s jobs run as (None: not mapped)."""
+        rows = self._rows("SELECT unix_user FROM users WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def user_by_unix(self, unix_name: str) -> str | None:
+        """The market user mapped to Unix account ``unix_name`` (None: nobody)."""
+        rows = self._rows("SELECT name FROM users WHERE unix_user = ?", (unix_name,))
+        return rows[0][0] if rows else None
 
     def user_by_token_hash(self, token_hash: str):
         rows = self._rows("SELECT name, is_admin FROM users WHERE token_hash = ?", (token_hash,))
         return (rows[0][0], bool(rows[0][1])) if rows else None
-
-    def token_hashes(self) -> list[tuple[str, bool, str]]:
-        """``(name, is_admin, token hash)`` of every user (for the web page's signed requests)."""
-        return [(n, bool(a), h) for n, a, h in self._rows("SELECT name, is_admin, token_hash FROM users ORDER BY name")]
-
-    def unix_user(self, user_id: str) -> str | None:
-        """The Unix account market user ``user_id`` (their name) is, or None (not linked, or no
-        such user). The job side starts the user's jobs as this account."""
-        rows = self._rows("SELECT unix_user FROM users WHERE name = ?", (user_id,))
-        return rows[0][0] if rows else None
-
-    def user_by_unix(self, name: str) -> tuple[str, bool] | None:
-        """``(market user, is_admin)`` of the market user linked to Unix account ``name``, or None."""
-        rows = self._rows("SELECT name, is_admin FROM users WHERE unix_user = ?", (name,))
-        return (rows[0][0], bool(rows[0][1])) if rows else None
-
-    def set_unix_user(self, user_id: str, unix: str | None) -> None:
-        """Link market user ``user_id`` to Unix account ``unix`` (None: unlink). The column is
-        unique: a Unix account is at most one market user."""
-        with self.transaction():
-            self._exec("UPDATE users SET unix_user = ? WHERE name = ?", (unix, user_id))
 
     def users(self) -> list[tuple[str, bool]]:
         return [(n, bool(a)) for n, a in self._rows("SELECT name, is_admin FROM users ORDER BY name")]
@@ -474,5 +463,3 @@ def _v2_unix_user(store: Store) -> None:
 
 
 _UPGRADES = {2: _v2_unix_user}
-
-Ledger = Store  # the name the job side (launching jobs as their users) knows the store by
