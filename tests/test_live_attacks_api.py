@@ -451,31 +451,6 @@ def test_the_job_limit_counts_jobs_after_a_restart(tmp_path):
 
 
 # ---------------------------------------------------------------------------- the Unix socket
-@pytest.fixture
-def unix_account():
-    """Makes Unix accounts (``useradd --system``) for the test, removed after it; skipped
-    without root or useradd, except in CI, which runs as root."""
-    made = []
-
-    def make(name: str) -> pwd.struct_passwd:
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            pass
-        if os.geteuid() != 0 or not shutil.which("useradd"):
-            if os.environ.get("CI"):
-                pytest.fail("CI runs as root with useradd: the Unix-socket test must create its accounts")
-            pytest.skip("creating Unix accounts needs root and useradd")
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True,
-                       capture_output=True)
-        made.append(name)
-        return pwd.getpwnam(name)
-
-    yield make
-    for name in made:
-        subprocess.run(["userdel", name], capture_output=True)
-
-
 def _python_for(uid: int) -> str:
     """A Python interpreter account ``uid`` may run (this test's may sit in a private folder)."""
     for cand in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
@@ -500,8 +475,8 @@ print(out.decode().split()[1])
 """
 
 
-def test_unix_socket_knows_the_caller_without_a_token(market, unix_account):
-    linked, stranger = unix_account("mkth4-alice"), unix_account("mkth4-mallory")
+def test_unix_socket_knows_the_caller_without_a_token(market, accounts):
+    linked, stranger = (pwd.getpwnam(n) for n in accounts)  # fresh Unix accounts (conftest)
     base = Path(tempfile.mkdtemp(prefix="marketsched-sock-"))
     os.chmod(base, 0o711)  # other accounts may pass through to the broker's data folder
     data = base / "market"
@@ -522,7 +497,8 @@ def test_unix_socket_knows_the_caller_without_a_token(market, unix_account):
 
         assert as_user(linked) == (200, {"name": "alice", "admin": False})
         status, out = as_user(stranger)
-        assert status == 401 and "Unix user 'mkth4-mallory'" in out["error"] and "--unix mkth4-mallory" in out["error"]
+        who = stranger.pw_name
+        assert status == 401 and f"Unix user {who!r}" in out["error"] and f"--unix {who}" in out["error"]
         # root (this test) is the administrator, through the CLI's --data: no token anywhere
         from click.testing import CliRunner
 
