@@ -76,11 +76,14 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import pwd
+import re
 import secrets
 import shlex
 import threading
 import time
 import traceback
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,8 +92,18 @@ from typing import TYPE_CHECKING
 from marketsched.live.clock import WallClock
 from marketsched.live.engine import LiveEngine
 from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, read_exit_code, warn
+from marketsched.live.files import data_folder, tighten, write_private
 from marketsched.live.jobfiles import JobFileError, read_tail
-from marketsched.live.ledger import ACTIVE_STATES, DEPOSITS, MICRO, REVENUE, Store, user_account
+from marketsched.live.ledger import (
+    ACTIVE_STATES,
+    DEPOSITS,
+    FINAL_STATES,
+    MAX_BALANCE,
+    MICRO,
+    REVENUE,
+    Store,
+    user_account,
+)
 from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
 from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
 
@@ -101,6 +114,14 @@ LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
 EXECUTORS = ("local", "slurm")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+# Bounds of every number a user gives (a value outside is refused with 400, naming the field).
+MAX_BID = 1e9  # per second of running time
+MAX_DEPOSIT = 1e9  # one deposit (the ledger's own bound, MAX_BALANCE, caps the total)
+MIN_ESTIMATE, MAX_ESTIMATE = 1e-3, 1e9  # seconds (WSEPT divides by it)
+MAX_ID = 2**63 - 1  # ids are 64-bit integers in the database
+LIST_COMMAND_CHARS = 240  # list views show at most this much of a command (the job's own view: all)
+JOB_EVENTS = 200  # a job's view shows its newest events, at most this many
 
 
 class MarketError(Exception):
@@ -140,18 +161,24 @@ class MarketConfig:
     single_user: bool | None = None
     job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
     job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
+    max_jobs_per_user: int = 100  # active (queued, running, preempted, held) jobs one user may have: 429 beyond
+    max_command_bytes: int = 65536  # a job's command line, UTF-8: 413 beyond
 
     def check(self) -> None:
         if self.mechanism not in LIVE_RULES:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; choose one of {', '.join(LIVE_RULES)}")
         if self.pricing not in LIVE_PRICINGS:
             raise ValueError(f"unknown pricing {self.pricing!r}; choose one of {', '.join(LIVE_PRICINGS)}")
-        if int(self.slots) != self.slots or self.slots < 1:
-            raise ValueError(f"slots must be a whole number >= 1, got {self.slots!r}")
-        if not self.charge_interval > 0:
-            raise ValueError(f"charge interval must be positive, got {self.charge_interval!r}")
-        if not self.admission_seconds >= 0:
-            raise ValueError(f"admission seconds must be >= 0, got {self.admission_seconds!r}")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or not 1 <= self.slots <= 10_000:
+            raise ValueError(f"slots must be a whole number from 1 to 10000, got {self.slots!r}")
+        if not 0 < self.charge_interval <= 3600:
+            raise ValueError(f"charge interval must be positive and at most 3600 s, got {self.charge_interval!r}")
+        if not 0 <= self.admission_seconds <= 1e6:
+            raise ValueError(f"admission seconds must be from 0 to 1e6, got {self.admission_seconds!r}")
+        for name, hi in (("max_jobs_per_user", 10**6), ("max_command_bytes", 1 << 20)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+                raise ValueError(f"{name} must be a whole number from 1 to {hi}, got {v!r}")
         if self.sync not in ("full", "normal"):
             raise ValueError(f"sync must be 'full' or 'normal', got {self.sync!r}")
         if self.executor not in EXECUTORS:
@@ -231,10 +258,8 @@ class Broker:
         self._draining = False
         self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
         self._accounts: dict[str, RunAs] = {}  # Unix account -> its last lookup
-        self.data = Path(data)
-        self.data.mkdir(parents=True, exist_ok=True)
-        if not self.single_user:
-            _protect_data(self.data, sqlite=db_url is None)
+        self.data = data_folder(data)  # 0711, its files 0600: see marketsched.live.files
+        tighten(self.data / "admin.token")
         self.store = Store(db_url or self.data, sync=self.config.sync)
         self.lock = threading.RLock()
         epoch = self.store.get_meta("epoch")
@@ -265,6 +290,8 @@ class Broker:
                                            name=rule)
         self.engine = LiveEngine(self.mechanism, self.config.slots, lambda: self._t)
         self.active: dict[int, Active] = {}  # jobs not yet ended, by id
+        self.active_by_user: Counter = Counter()  # user -> how many of self.active are theirs
+        self._users = _UserIndex.of(self.store)  # who is who, for authentication without the lock
         self.running_jobs: set[int] = set()  # ids of the jobs running now
         self.row_job: list[int] = []  # engine row -> job id
         self.balance: dict[str, int] = {}  # user -> micro-units (mirrors the ledger)
@@ -360,10 +387,8 @@ class Broker:
                 return None
             token = secrets.token_urlsafe(32)
             self.store.add_user("admin", hash_token(token), True, self._now())
-            path = self.data / "admin.token"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(token + "\n")
+            write_private(self.data / "admin.token", token + "\n")
+            self._users = _UserIndex.of(self.store)
             self.admin_token = token
             return token
 
@@ -372,42 +397,63 @@ class Broker:
         """``(user name, is_admin)`` for a token; MarketError 401 if missing or wrong."""
         if not token:
             raise MarketError("no token: send the header 'Authorization: Bearer TOKEN'", 401)
-        with self.lock:
-            found = self.store.user_by_token_hash(hash_token(token))
+        found = self._users.by_hash.get(hash_token(token))
         if found is None:
             raise MarketError("wrong token: no user has this token", 401)
         return found
 
+    def authenticate_unix(self, uid: int) -> tuple[str, bool]:
+        """``(user name, is_admin)`` for a caller on the Unix socket with user id ``uid`` (from
+        the kernel: SO_PEERCRED). Root and the broker's own account are the administrator; any
+        other account is the market user linked to it (``user add NAME --unix ACCOUNT``)."""
+        users = self._users
+        if uid == 0 or uid == os.geteuid():
+            if users.admin is None:
+                raise MarketError("the market has no administrator yet", 401)
+            return users.admin, True
+        try:
+            unix = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            raise MarketError(f"uid {uid} has no Unix account name on this machine", 401) from None
+        found = users.by_unix.get(unix)
+        if found is None:
+            raise MarketError(f"Unix user {unix!r} (uid {uid}) has no market account: the administrator links one "
+                              f"with `marketsched market user add NAME --unix {unix}`", 401)
+        return found
+
+    def page_user(self, key_id: str) -> tuple[str, bool, str] | None:
+        """``(user, is_admin, token hash)`` of the user whose web-page key id is ``key_id``
+        (:func:`page_key_id`), or None."""
+        return self._users.by_kid.get(key_id)
+
     def add_user(self, admin: bool, name, deposit=0.0, unix=None) -> dict:
         """Create a user with an initial deposit, mapped to Unix account ``unix`` (their jobs
-        run as it; see the module docstring); returns ``{"name", "token", "balance"}``."""
+        run as it, see the module docstring; on the Unix socket that account's processes act as
+        this user); returns ``{"name", "token", "balance", "unix"}``."""
         if not admin:
             raise MarketError("only the administrator creates users", 403)
         if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= NAME_CHARS:
-            raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}")
+            raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {_show(name)}")
         amount = _amount(deposit, "deposit", allow_zero=True)
         if unix is not None:
-            if not isinstance(unix, str) or not unix:
-                raise MarketError(f"Unix account must be a name, got {unix!r}")
-            try:
-                RunAs.lookup(unix)
-            except ValueError as exc:
-                raise MarketError(str(exc)) from None
+            _unix_account(unix)
         with self.lock:
             if name in dict(self.store.users()):
                 raise MarketError(f"user {name!r} already exists", 409)
-            if unix is not None and self.store.user_by_unix(unix) is not None:
-                raise MarketError(f"Unix account {unix!r} is already mapped to user "
-                                  f"{self.store.user_by_unix(unix)!r}", 409)
+            taken = None if unix is None else self.store.user_by_unix(unix)
+            if taken is not None:
+                raise MarketError(f"Unix account {unix!r} is already mapped to user {taken!r}", 409)
             token = secrets.token_urlsafe(32)
             t = self._now()
             with self._transaction():
+                self._check_deposit_total(amount)
                 self.store.add_user(name, hash_token(token), False, t, unix_user=unix)
                 self.unix[name] = unix
                 self.balance[name] = 0
                 if amount:
                     self._deposit(name, amount)
-            return {"name": name, "token": token, "balance": self.balance[name] / MICRO}
+            self._users = _UserIndex.of(self.store)
+            return {"name": name, "token": token, "balance": self.balance[name] / MICRO, "unix": unix}
 
     def deposit(self, admin: bool, name, amount) -> dict:
         """Add money to a user's account; their held jobs re-enter the market if they can pay."""
@@ -416,13 +462,23 @@ class Broker:
         micros = _amount(amount, "deposit")
         with self.lock:
             if name not in self.balance:
-                raise MarketError(f"unknown user {name!r}", 404)
+                raise MarketError(f"unknown user {_show(name)}", 404)
             self._now()
             with self._transaction():
+                self._check_deposit_total(micros)
                 self._deposit(name, micros)
                 self._release(name)
                 self._after()
             return {"name": name, "balance": self.balance[name] / MICRO}
+
+    def _check_deposit_total(self, micros: int) -> None:
+        """Refuse a deposit that would take the total deposited past the ledger's bound (every
+        balance is at most the total, so none can overflow)."""
+        total = -self.store.balance(DEPOSITS)
+        if total + micros > MAX_BALANCE:
+            raise MarketError(f"a deposit of {micros / MICRO:g} would take the market's total deposits past "
+                              f"{MAX_BALANCE / MICRO:.0e}, the most its ledger holds exactly "
+                              f"(now {total / MICRO:.6f})", 409)
 
     def _deposit(self, name: str, micros: int) -> None:
         self.store.post(self._t, "deposit", DEPOSITS, user_account(name), micros, memo="deposit")
@@ -440,10 +496,15 @@ class Broker:
             raise MarketError("command is empty: give the command line to run")
         if "\x00" in command:
             raise MarketError("command contains a NUL character")
+        size = len(_utf8(command, "command"))
+        if size > self.config.max_command_bytes:
+            raise MarketError(f"command is {size} bytes long, more than the {self.config.max_command_bytes} this "
+                              "market accepts (put a long script in a file and run the file)", 413)
         if estimate is not None:
             estimate = _number(estimate, "runtime estimate")
-            if not estimate > 0:
-                raise MarketError(f"runtime estimate must be a finite positive number of seconds, got {estimate!r}")
+            if not MIN_ESTIMATE <= estimate <= MAX_ESTIMATE:
+                raise MarketError(f"runtime estimate must be a finite positive number of seconds from {MIN_ESTIMATE:g} "
+                                  f"to {MAX_ESTIMATE:g}, got {estimate!r}")
         if self.rule == "wsept" and estimate is None:
             raise MarketError(f"the {self.config.mechanism} market orders jobs by bid / runtime estimate: "
                               "give a runtime estimate (seconds)")
@@ -452,6 +513,10 @@ class Broker:
         with self.lock:
             if user not in self.balance:
                 raise MarketError(f"unknown user {user!r}", 404)
+            if self.active_by_user[user] >= self.config.max_jobs_per_user:
+                raise MarketError(f"{user} has {self.active_by_user[user]} active jobs (queued, running, preempted "
+                                  f"or held), the most this market allows one user "
+                                  f"({self.config.max_jobs_per_user}): wait for some to end, or cancel some", 429)
             self._run_as(user)  # refused now if the job could never start
             now = self._now()
             self._admit(user, bid)
@@ -460,6 +525,7 @@ class Broker:
                 self.store.add_event(job_id, now, "submit", f"bid {bid:g}")
                 job = Active(job_id, user, bid, estimate, command, "queued")
                 self.active[job_id] = job
+                self.active_by_user[user] += 1
                 self._enter([job])
                 self._after()
             return self._stored_view(job_id)
@@ -554,14 +620,32 @@ class Broker:
         self._apply()
 
     # ================================================================== views
-    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None) -> list[dict]:
-        """The user's jobs (the administrator: all), oldest first (``limit``: the newest N)."""
+    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None, before: int | None = None) -> list[dict]:
+        """The user's jobs (the administrator: all), oldest first (``limit``: the newest N;
+        ``before``: only jobs whose id is below it, to page back). A command longer than
+        ``LIST_COMMAND_CHARS`` is cut (``command_truncated``); the job's own view has it whole."""
+        bad = set(states or ()) - set(ACTIVE_STATES) - set(FINAL_STATES)
+        if bad:
+            raise MarketError(f"unknown job state(s) {sorted(bad)}; states are {', '.join(ACTIVE_STATES + FINAL_STATES)}")
         with self.lock:
             self._now()
-            return [self._job_view(r) for r in self.store.jobs(None if admin else user, states, limit)]
+            out = []
+            for r in self.store.jobs(None if admin else user, states, limit, before):
+                v = self._job_view(r)
+                if len(v["command"]) > LIST_COMMAND_CHARS:
+                    v["command"] = v["command"][:LIST_COMMAND_CHARS] + "\u2026"
+                    v["command_truncated"] = True
+                out.append(v)
+            return out
+
+    def count_active(self, user: str, admin: bool) -> int:
+        """How many active jobs the user has (the administrator: the market)."""
+        with self.lock:
+            return len(self.active) if admin else self.active_by_user[user]
 
     def job(self, user: str, admin: bool, job_id, tail: int = 4000) -> dict:
-        """One job with its events and the last ``tail`` bytes of its stdout and stderr."""
+        """One job with its newest ``JOB_EVENTS`` events (``events_total``: how many it has)
+        and the last ``tail`` bytes of its stdout and stderr."""
         job_id = _job_id(job_id)
         with self.lock:
             row = self.store.job(job_id)
@@ -569,7 +653,8 @@ class Broker:
                 raise MarketError(f"no job {job_id} of yours", 404)
             self._now()
             view = self._job_view(row)
-            view["events"] = self.store.events(job_id)
+            view["events"] = self.store.events(job_id, JOB_EVENTS)
+            view["events_total"] = self.store.count_events(job_id)
             view["workdir"] = str(self.executor.workdir(job_id))
         wd = self.executor.workdir(job_id)
         for name in ("stdout", "stderr"):  # never through a link the job made (jobfiles)
@@ -625,14 +710,16 @@ class Broker:
             return {"user": user, "balance": self.balance.get(user, 0) / MICRO,
                     "accruing": accruing.get(user, 0) / MICRO}
 
-    def statement(self, user: str, admin: bool, name: str | None = None, limit: int | None = 200) -> dict:
-        """Ledger entries of the user's account (the administrator may name any user)."""
+    def statement(self, user: str, admin: bool, name: str | None = None, limit: int | None = 200,
+                  before: int | None = None) -> dict:
+        """Ledger entries of the user's account, oldest first (the newest ``limit``, with ids
+        below ``before`` if given); the administrator may name any user."""
         who = name if (admin and name) else user
         with self.lock:
             if who not in self.balance:
-                raise MarketError(f"unknown user {who!r}", 404)
+                raise MarketError(f"unknown user {_show(who)}", 404)
             acct = user_account(who)
-            entries = self.store.entries(acct, limit=limit)
+            entries = self.store.entries(acct, limit=limit, before=before)
             return {
                 "user": who,
                 "balance": self.balance.get(who, 0) / MICRO,
@@ -655,6 +742,7 @@ class Broker:
 
     def _job_view(self, row: dict) -> dict:
         v = dict(row)
+        v["command_truncated"] = False
         job = self.active.get(row["id"])
         v["charged"] = row["charged"] / MICRO
         v["unpaid"] = row["unpaid"] / MICRO
@@ -776,7 +864,8 @@ class Broker:
     def _final(self, job: Active, state: str, t: float, exit_code=None, note: str = "") -> None:
         if job.row is not None:
             self._post(job)
-        self.active.pop(job.id, None)
+        if self.active.pop(job.id, None) is not None:
+            self.active_by_user[job.owner] -= 1
         job.state = state
         detail = note if exit_code is None else f"exit code {exit_code}" + (f"; {note}" if note else "")
         self.store.add_event(job.id, t, state, detail)
@@ -1032,6 +1121,7 @@ class Broker:
             if job.state == "held":
                 continue
             (first if was_running else rest).append(job)
+        self.active_by_user = Counter(j.owner for j in self.active.values())
         killed = self.executor.reap(self.active)
         if killed:
             warn(f"killed {killed} process(es) still running for jobs that had ended")
@@ -1040,19 +1130,29 @@ class Broker:
         self._after()
 
 
-def _protect_data(data: Path, sqlite: bool) -> None:
-    """Multi-user market: jobs run as other accounts, so the data folder lets them through
-    (0711: a job reaches its own folder by absolute path, and Slurm enters it as the user) but
-    not list it, and the database and the administrator's token are 0600 (SQLite gives its
-    -wal and -shm files the database's mode; an empty file is a valid new database)."""
-    os.chmod(data, 0o711)
-    if sqlite and not (data / "market.db").exists():
-        os.close(os.open(data / "market.db", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    for name in ("market.db", "market.db-wal", "market.db-shm", "admin.token"):
-        try:
-            os.chmod(data / name, 0o600)
-        except FileNotFoundError:
-            pass
+def page_key_id(token_hash: str) -> str:
+    """The web page's key id for a user (see :mod:`marketsched.live.api`): not the hash itself."""
+    return hashlib.sha256(("marketsched-kid:" + token_hash).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class _UserIndex:
+    """Users by token hash, web-page key id and Unix account, read without the broker's lock:
+    the broker replaces the whole index (one assignment) whenever it adds a user, and is the
+    only writer of its database's users (one broker per database)."""
+
+    by_hash: dict
+    by_kid: dict
+    by_unix: dict
+    admin: str | None
+
+    @classmethod
+    def of(cls, store: Store) -> _UserIndex:
+        rows = store._rows("SELECT name, is_admin, token_hash, unix_user FROM users ORDER BY name")
+        return cls(by_hash={h: (n, bool(a)) for n, a, h, _ in rows},
+                   by_kid={page_key_id(h): (n, bool(a), h) for n, a, h, _ in rows},
+                   by_unix={u: (n, bool(a)) for n, a, _, u in rows if u is not None},
+                   admin=next((n for n, a, _, _ in rows if a), None))
 
 
 def make_executor(config: MarketConfig, root: Path):
@@ -1064,9 +1164,19 @@ def make_executor(config: MarketConfig, root: Path):
     return LocalExecutor(root, limits=config.limits())
 
 
+def _show(x, width: int = 60) -> str:
+    """``repr(x)`` cut to ``width`` characters (an error message never echoes a huge value)."""
+    r = repr(x) if not isinstance(x, int) or abs(x) < 10**width else f"a {len(str(abs(x)))}-digit integer"
+    return r if len(r) <= width else f"{r[:width]}... ({len(r)} characters)"
+
+
 def _number(x, what: str) -> float:
+    """A finite number (int or float, not bool) whose magnitude a float holds exactly enough;
+    MarketError naming ``what`` otherwise."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise MarketError(f"{what} must be a number, got {x!r}")
+        raise MarketError(f"{what} must be a number, got {_show(x)}")
+    if isinstance(x, int) and abs(x) > 2**63:
+        raise MarketError(f"{what} must be a finite number, got {_show(x)}")
     x = float(x)
     if not math.isfinite(x):
         raise MarketError(f"{what} must be a finite number, got {x!r}")
@@ -1075,8 +1185,9 @@ def _number(x, what: str) -> float:
 
 def _bid(x) -> float:
     bid = _number(x, "bid")
-    if not bid > 0:
-        raise MarketError(f"bid must be a finite positive number (per second of running time), got {bid!r}")
+    if not 0 < bid <= MAX_BID:
+        raise MarketError(f"bid must be a finite positive number (per second of running time) of at most "
+                          f"{MAX_BID:g}, got {bid!r}")
     return bid
 
 
@@ -1084,19 +1195,46 @@ def _amount(x, what: str, allow_zero: bool = False) -> int:
     x = _number(x, what)
     if x < 0 or (x == 0 and not allow_zero):
         raise MarketError(f"{what} must be a positive amount, got {x!r}")
-    micros = to_micro(x)
-    if micros > 10**15:
-        raise MarketError(f"{what} of {x!r} is larger than the market accepts (1e9)")
-    return micros
+    if x > MAX_DEPOSIT:
+        raise MarketError(f"{what} of {x!r} is larger than the market accepts ({MAX_DEPOSIT:g})")
+    return to_micro(x)
+
+
+def _whole(x, what: str, lo: int = 1, hi: int = MAX_ID) -> int:
+    """A whole number from ``lo`` to ``hi``, given as an int or as its decimal digits (a path
+    or query parameter); MarketError naming ``what`` otherwise."""
+    if isinstance(x, str):
+        t = x.strip()
+        if not re.fullmatch(r"-?[0-9]{1,40}", t):
+            raise MarketError(f"{what} must be a whole number from {lo} to {hi}, got {_show(x)}")
+        x = int(t)
+    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+        raise MarketError(f"{what} must be a whole number from {lo} to {hi}, got {_show(x)}")
+    return x
 
 
 def _job_id(x) -> int:
+    return _whole(x, "job id")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (JSON lets one through as ``\\udXXX``) is refused."""
     try:
-        if isinstance(x, bool):
-            raise ValueError
-        j = int(x)
-        if str(j) != str(x).strip() and not isinstance(x, int):
-            raise ValueError
-        return j
-    except (TypeError, ValueError):
-        raise MarketError(f"job id must be a whole number, got {x!r}") from None
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MarketError(f"{what} contains {text[exc.start]!r} at character {exc.start}, a lone surrogate, "
+                          "which is not text") from None
+
+
+def _unix_account(unix) -> RunAs:
+    """The Unix account a market user may be mapped to: it exists here, and is neither root nor
+    the broker's own account (jobs run as it)."""
+    if not isinstance(unix, str) or not unix or len(unix) > 32 or not set(unix) <= NAME_CHARS:
+        raise MarketError(f"unix must be a Unix account name (1-32 letters, digits, '_', '.' or '-'), got {_show(unix)}")
+    try:
+        account = RunAs.lookup(unix)
+    except ValueError as exc:
+        raise MarketError(f"unix: {exc}") from None
+    if account.uid == os.geteuid():
+        raise MarketError(f"unix: {unix!r} is the broker's own account; a market user's jobs must not run as it")
+    return account

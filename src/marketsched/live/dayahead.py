@@ -214,7 +214,7 @@ class DayAhead:
     # ------------------------------------------------------------------ placebid
     def place_bid(self, user: str, length, deadline, value, nodes=None, command=None) -> dict:
         """A sealed bid (thesis ``placebid``): its maximum price goes to escrow until clearing."""
-        from marketsched.live.broker import MarketError, _number
+        from marketsched.live.broker import MarketError, _amount, _number, _show, _utf8
 
         c = self.config
         length = _number(length, "length")
@@ -230,25 +230,31 @@ class DayAhead:
         if math.ceil(length / c.granularity - 1e-9) > math.floor(deadline / c.granularity + 1e-9):
             raise MarketError(f"length {length:g} s rounded up to the granularity ({c.granularity:g} s) does not fit "
                               f"before the deadline {deadline:g} s rounded down")
-        if not value > 0:
-            raise MarketError(f"maximum price must be a positive amount, got {value!r}")
+        micros = _amount(value, "maximum price")
         if nodes is None:
             nodes = 1 if c.mechanism == "relaxed" else c.capacity
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise MarketError(f"nodes must be a whole number >= 1, got {nodes!r}")
+            raise MarketError(f"nodes must be a whole number >= 1, got {_show(nodes)}")
         if c.mechanism == "dpgva" and nodes != c.capacity:
             raise MarketError(f"the DPGVA auction sells the whole machine ({c.capacity} node(s)); "
-                              f"use the relaxed auction for {nodes} node(s)")
+                              f"use the relaxed auction for nodes {_show(nodes)}")
         if nodes > c.capacity:
-            raise MarketError(f"nodes {nodes} is more than the {c.capacity} the auction sells")
+            raise MarketError(f"nodes {_show(nodes)} is more than the {c.capacity} the auction sells")
+        b = self.broker
         if command is not None:
             if not isinstance(command, str) or not command.strip() or "\x00" in command:
                 raise MarketError("command must be a non-empty shell command line")
-        micros = int(round(value * MICRO))
-        b = self.broker
+            size = len(_utf8(command, "command"))
+            if size > b.config.max_command_bytes:
+                raise MarketError(f"command is {size} bytes long, more than the {b.config.max_command_bytes} this "
+                                  "market accepts", 413)
         with b.lock:
             if user not in b.balance:
                 raise MarketError(f"unknown user {user!r}", 404)
+            sealed = self.store._rows("SELECT COUNT(*) FROM da_bids WHERE owner = ? AND state = 'sealed'", (user,))[0][0]
+            if sealed >= b.config.max_jobs_per_user:
+                raise MarketError(f"{user} has {sealed} sealed day-ahead bids, the most this market allows one user "
+                                  f"({b.config.max_jobs_per_user})", 429)
             t = b._now()
             r = self.open_round(t)
             if r is None:
