@@ -209,8 +209,11 @@ class PriorityScheduler:
         non-preemptive rules only re-order the queue. Call it between the engine's ``advance``
         and ``step``, like :meth:`withdraw`; costs O(queue length) (a rare user action).
         """
-        if not (math.isfinite(bid) and math.isfinite(key)):
-            raise ValueError(f"{self.name}: new bid/key of job row {j} must be finite, got {bid!r}, {key!r}")
+        # The key may be +inf: WSPT/WSEPT give a job with a zero run time (estimate) that key
+        # whatever its bid, on arrival and on a bid change alike.
+        if not (math.isfinite(bid) and (math.isfinite(key) or key == math.inf)):
+            raise ValueError(f"{self.name}: new bid of job row {j} must be finite and its key finite or +inf, "
+                             f"got {bid!r}, {key!r}")
         running = self._engine().running[j]
         if running:
             self.pricing.on_stop(j)
