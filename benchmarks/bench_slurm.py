@@ -67,7 +67,7 @@ def bench_bid_to_slurm(repeats: int) -> None:
     over, pre, res, raise_, reprio = [], [], [], [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as d:
-            b = Broker(Path(d) / "m", MarketConfig(executor="slurm", sync="normal", charge_interval=0.5,
+            b = Broker(Path(d) / "m", MarketConfig(executor="slurm", sync="normal", single_user=True, charge_interval=0.5,
                                                     slots=cpus(d))).start()
             ex = b.executor
             prefix = ex.job_name(0)[:-1]
@@ -158,7 +158,7 @@ def bench_controls(n: int = 40) -> None:
 
 def bench_throughput(n_jobs: int) -> None:
     with tempfile.TemporaryDirectory() as d:
-        b = Broker(Path(d) / "m", MarketConfig(executor="slurm", sync="normal", charge_interval=0.5,
+        b = Broker(Path(d) / "m", MarketConfig(executor="slurm", sync="normal", single_user=True, charge_interval=0.5,
                                                     slots=cpus(d))).start()
         prefix = b.executor.job_name(0)[:-1]
         try:

@@ -5,6 +5,10 @@ Markers (declared in pyproject.toml): ``live`` marks every test of the live mark
 ``test_dayahead*``, ``test_tycoon_live``); ``slurm`` marks tests that use the ``cluster``
 fixture. ``pytest -m "not live"`` is the library alone (CI runs it on the other interpreters).
 
+``accounts``: two fresh Unix accounts for the multi-user market's tests (``useradd``, removed
+at the end; needs root: skipped for a normal user, a failure as root or in CI). ``open_dir``: a
+folder every account may traverse, for a market whose jobs run as those accounts.
+
 ``trace_path(name)``: the path of a real archive trace in the folder named by
 ``MARKETSCHED_TRACES`` (CI sets it to the shared traces folder). Unset variable: the test is
 skipped. Set but the file missing: the test fails (a CI set-up error must not pass silently).
@@ -13,6 +17,11 @@ skipped. Set but the file missing: the test fails (a CI set-up error must not pa
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -59,3 +68,70 @@ def cluster():
             pytest.fail("MARKETSCHED_SLURM=1 but Slurm does not answer (sinfo): run `bash scripts/slurm-up.sh`")
         pytest.skip("no Slurm cluster (run `bash scripts/slurm-up.sh`; MARKETSCHED_SLURM=1 makes this a failure)")
     return True
+
+
+# ---------------------------------------------------------------------------- Unix accounts
+_ACCOUNT_SETS = 0  # account sets made in this session (each module gets its own)
+
+
+def _need_root():
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI"):
+        pytest.fail("multi-user market tests create Unix accounts and need root (CI runs as root)")
+    pytest.skip("multi-user market tests create Unix accounts: run as root")
+
+
+def _kill_processes_of(uids):
+    """Kill (by pid) every process still running as one of the test accounts' uids."""
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if d.stat().st_uid in uids:
+                os.kill(int(d.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+@pytest.fixture(scope="module")
+def accounts():
+    """Two fresh Unix accounts (names, each with its own group and a 0700 home)."""
+    _need_root()
+    if shutil.which("useradd") is None:
+        pytest.fail("useradd is missing: the attack tests need it to create Unix accounts")
+    homes = Path(tempfile.mkdtemp(prefix="ms-attack-homes-"))
+    os.chmod(homes, 0o755)
+    global _ACCOUNT_SETS
+    _ACCOUNT_SETS += 1
+    names = [f"msat{os.getpid() % 100000}x{_ACCOUNT_SETS}{c}" for c in "ab"]
+    made = []
+    try:
+        for n in names:
+            subprocess.run(["useradd", "-m", "-d", str(homes / n), "-s", "/bin/sh", "-U", n], check=True,
+                           capture_output=True)
+            made.append(n)
+            os.chmod(homes / n, 0o700)
+        yield names
+    finally:
+        uids = set()
+        for n in made:
+            try:
+                uids.add(pwd.getpwnam(n).pw_uid)
+            except KeyError:
+                pass
+        _kill_processes_of(uids)
+        for n in made:
+            subprocess.run(["userdel", "-r", "-f", n], capture_output=True)
+        shutil.rmtree(homes, ignore_errors=True)
+
+
+@pytest.fixture
+def open_dir():
+    """A folder every account may traverse (like /var/lib), so only the market's own modes
+    stand between a job and the market's files (pytest's tmp_path is closed to other users)."""
+    d = Path(tempfile.mkdtemp(prefix="ms-attack-"))
+    os.chmod(d, 0o755)
+    yield d
+    from marketsched.live.executor import kill_recorded_jobs
+
+    kill_recorded_jobs(d / "market")
+    shutil.rmtree(d, ignore_errors=True)

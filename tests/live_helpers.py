@@ -1,6 +1,10 @@
 """Helpers shared by the live-market tests (local processes and Slurm)."""
 
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 
 def wait_for(pred, timeout=60.0, every=0.05):
@@ -19,3 +23,55 @@ def work(seconds, tag="", step=0.05):
     when stopped, since the kernel restarts it against its original deadline)."""
     n = max(1, round(seconds / step))
     return f"i=0; while [ $i -lt {n} ]; do sleep {step}; i=$((i+1)); done; echo done {tag}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_broker(data: Path, port: int, log, *args, preexec_fn=None) -> subprocess.Popen:
+    """``marketsched market serve --data DATA --port PORT ARGS...`` as its own process, its
+    output to ``log``; returns once its health check answers (AssertionError if it exits or
+    does not come up within 30 s)."""
+    from marketsched.live.cli import Client
+
+    p = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
+                          "--port", str(port), *map(str, args)],
+                         stdout=log, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
+    c = Client(f"http://127.0.0.1:{port}", None, timeout=5)
+    deadline = time.monotonic() + 120  # a guard against a hang: a busy machine starts Python slowly
+    while time.monotonic() < deadline:
+        try:
+            c.get("/api/health")
+            return p
+        except Exception:  # noqa: BLE001 - not up yet
+            assert p.poll() is None, f"broker exited with {p.returncode} (its output: {getattr(log, 'name', log)})"
+            time.sleep(0.1)
+    p.kill()
+    raise AssertionError("broker did not come up")
+
+
+def require_cgroups(executor):
+    """Fail (as root, or when ``CI`` is set) or skip (a normal user's machine) when the executor
+    found no writable cgroup: cgroup tests never skip silently where cgroups must work."""
+    import os
+
+    import pytest
+
+    if executor.contained:
+        return
+    why = f"no writable cgroup for jobs: {executor.layout.notes}"
+    if os.geteuid() == 0 or os.environ.get("CI"):
+        pytest.fail(why + " (running as root or in CI, where cgroups must work)")
+    pytest.skip(why)
+
+
+def proc_state(pid):
+    """Scheduler state letter of ``pid`` (R, S, D, T, Z, ...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None

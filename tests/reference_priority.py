@@ -30,8 +30,8 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
     applied are appended to the list ``applied`` when one is given."""
     n = len(submit)
     bid = list(map(float, bid))
-    cost = [1.0] * n if rule in ("hb", "nphb") else [max(r, 1.0) for r in runtime]
-    key = [bid[i] / cost[i] for i in range(n)]
+    cost = [1.0] * n if rule in ("hb", "nphb") else [float(r) for r in runtime]
+    key = [bid[i] / cost[i] if cost[i] > 0 else math.inf for i in range(n)]  # run time 0: first
     changes = sorted(changes, key=lambda c: c[0])
     applied = [] if applied is None else applied
     remaining = list(map(float, runtime))
@@ -50,7 +50,7 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
         while changes and changes[0][0] <= t:
             _, j, b = changes.pop(0)
             if submit[j] < t and j not in done:
-                bid[j], key[j] = float(b), float(b) / cost[j]
+                bid[j], key[j] = float(b), (float(b) / cost[j] if cost[j] > 0 else math.inf)
                 applied.append((t, j, float(b)))
         arrived = [j for j in range(n) if submit[j] <= t and j not in done]
         queued = sorted((j for j in arrived if j not in running), key=prio)
@@ -78,8 +78,8 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
                 price[j] = bid[j] if len(arrived) >= nodes else 1.0
             elif not queued:
                 price[j] = 1.0
-            else:
-                price[j] = cost[j] * min(key[j], key[queued[0]])
+            else:  # the smallest bid that keeps j ahead of the best queued job; 0 if any bid does
+                price[j] = min(bid[j], cost[j] * key[queued[0]]) if cost[j] > 0 else 0.0
         future = [submit[j] for j in range(n) if submit[j] > t] + [c[0] for c in changes if c[0] > t]
         t_next = min([t + remaining[j] for j in running] + future)
         dt = t_next - t

@@ -33,7 +33,7 @@ def broker(tmp_path):
     made = []
 
     def make(clock=None, **cfg):
-        b = Broker(tmp_path / "market", MarketConfig(slots=1, charge_interval=0.2, **cfg), clock=clock).start()
+        b = Broker(tmp_path / "market", MarketConfig(slots=1, charge_interval=0.2, single_user=True, **cfg), clock=clock).start()
         b.ensure_admin()
         made.append(b)
         return b
@@ -238,3 +238,28 @@ def test_placebid_and_showres_commands(broker, tmp_path):
         assert res["next"] is None
     finally:
         server.shutdown()
+
+
+def test_a_reservations_job_runs_as_its_owners_unix_account_in_a_cgroup(accounts, open_dir):
+    """Multi-user market: the day-ahead service starts a winner's command like a spot job (the
+    same launcher and cgroups), as the bid owner's account."""
+    from live_helpers import require_cgroups
+    from marketsched.live.jobfiles import read_tail
+
+    b = Broker(open_dir / "market", MarketConfig(slots=1, charge_interval=0.2, single_user=False)).start()
+    try:
+        b.ensure_admin()
+        b.add_user(True, "alice", 100, unix=accounts[0])
+        da = DayAhead(b, config_from_clock(b._t, clear_in=1.0, lead=0.5, horizon=10, granularity=1, repeat=0))
+        b.dayahead = da
+        require_cgroups(da.local)
+        da.start(0.05)
+        x = da.place_bid("alice", 2, 3, 10, command="id -un; cat /proc/self/cgroup")
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "completed", HANG), da.bid(x["id"])
+        out = read_tail(da.root, f"job-{x['id']}", "stdout", 4000).splitlines()
+        assert out[0] == accounts[0]
+        assert any(f"/{da.local.name}/job-{x['id']}" in line for line in out[1:]), out
+    finally:
+        if b.dayahead is not None:
+            b.dayahead.stop(cancel=True)
+        b.stop(kill_jobs=True)

@@ -55,7 +55,7 @@ def reservations():
 
 
 def test_a_day_cleared_into_slurm_reservations_and_a_job_runs_inside_its_own(cluster, tmp_path):
-    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5)).start()
+    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5, single_user=True)).start()
     b.ensure_admin()
     g, horizon = 60.0, 300.0  # Slurm's time limits are whole minutes: slots of 60 s at least
     cfg = config_from_clock(b._t, clear_in=2.0, lead=3.0, horizon=horizon, granularity=g, repeat=0, capacity=1)
@@ -118,7 +118,7 @@ def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(
     # limit then reaches past the slot), and the service cancels it when the slot ends on the
     # market's clock (moved there by the test once the job runs)
     clock = ShiftedClock()
-    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5), clock=clock)
+    b = Broker(tmp_path / "market", MarketConfig(executor="slurm", charge_interval=0.5, single_user=True), clock=clock)
     clock.epoch = b.epoch  # market time is wall time since the market's epoch (plus the shift)
     b.start()
     b.ensure_admin()
@@ -154,6 +154,34 @@ def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(
         # Slurm recorded the end after the market's slot ended (whole seconds), not before
         assert int(jump_wall) <= b.executor.accounting(slurm_id=sid)["end"] <= time.time()
         assert not (tmp_path / "stamp.1").exists()
+    finally:
+        da.stop(cancel=True)
+        b.stop(kill_jobs=True)
+
+
+def test_a_reservations_job_runs_as_its_owners_account_on_slurm(cluster, accounts, open_dir):
+    """Multi-user market on Slurm: the reservation admits the bid owner's account and the
+    winner's job is submitted as it (sbatch --uid/--gid): Slurm's UserId is the account."""
+    import pwd
+
+    b = Broker(open_dir / "market", MarketConfig(executor="slurm", charge_interval=0.5, single_user=False)).start()
+    b.ensure_admin()
+    b.add_user(True, "alice", 100, unix=accounts[0])
+    cfg = config_from_clock(b._t, clear_in=2.0, lead=3.0, horizon=120.0, granularity=60.0, repeat=0, capacity=1)
+    da = DayAhead(b, cfg)
+    b.dayahead = da
+    try:
+        x = da.place_bid("alice", 60, 60, 10, command="id -un")
+        da.start(0.1)
+        assert wait_for(lambda: da.bid(x["id"])["state"] == "won", HANG), da.bid(x["id"])
+        x = da.bid(x["id"])
+        assert f"Users={'root,' + accounts[0] if 'root' < accounts[0] else accounts[0] + ',root'}" in \
+            run(["scontrol", "-o", "show", "reservation", x["reservation"]])
+        sid = int(x["job_ref"].split(":")[1])
+        info = parse_scontrol(run(["scontrol", "-o", "show", "job", str(sid)]))
+        assert info["UserId"] == f"{accounts[0]}({pwd.getpwnam(accounts[0]).pw_uid})"
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "completed", HANG), (da.bid(x["id"]), da.last_error)
+        assert (da.root / f"job-{x['id']}" / "stdout").read_text().strip() == accounts[0]
     finally:
         da.stop(cancel=True)
         b.stop(kill_jobs=True)

@@ -21,29 +21,43 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marketsched.engine.records import FinalState
-from marketsched.mechanisms.online.dlgm import DLGM, make_dlgm, ratio_buckets, run_dlgm
+from marketsched.mechanisms.online.dlgm import DLGM, START_RULES, make_dlgm, ratio_buckets, run_dlgm
 from marketsched.workloads import read_swf, scale_capacity, split_parallel, to_workload
 from marketsched.workloads.workload import Workload
 
 
 # ---------------------------------------------------------------------------- naive reference
-def reference(submit, runtime, bid, m, preemptive, force=None):
+def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, start_rule="immediate"):
     """Steps 1-3 of sections 5.3/5.4 with explicit per-node lists; every transfer booked.
 
     Same documented choices as the mechanism: node ties to the lowest index, queue ties to the
-    lower job index, completions before arrivals in a batch, arrivals in job order.
+    lower job index, completions before arrivals in a batch, arrivals in job order. A job picks
+    the node that maximises ``-c_j e^_j(n) - p^_j(n)`` with ``c`` = ``choice`` (the weights it
+    chooses by; default its report). ``start_rule``: "immediate" (an idle node starts an arriving
+    job at once, and a freed node its best waiting job) or "after-arrivals" (nodes without a
+    running job start their best waiting job once every arrival of the time stamp is placed).
+    A job's ``start`` is the first time stamp after which it runs; a preemption is counted when
+    a job that was running before the time stamp is displaced.
     """
     n = len(submit)
     force = force or {}
+    choice = bid if choice is None else choice
 
     def ratio(v, d):
         return v / d if d > 0 else math.inf
+
+    def start_best(q):
+        queue[q].sort(key=lambda x: (-x[0], x[1]))
+        run[q] = queue[q].pop(0)[1]
 
     run = [None] * m
     rem = list(map(float, runtime))
     queue = [[] for _ in range(m)]  # (ratio, job)
     out = {k: [None] * n for k in ("tent_e", "tent_p", "node", "end")}
     out["recv"] = [0.0] * n
+    out["start"] = [math.nan] * n
+    out["preempt"] = [0] * n
+    was_running = set()  # jobs running at the end of the previous time stamp
     t, i = 0.0, 0
     while True:
         nxt = submit[i] if i < n else math.inf
@@ -60,9 +74,8 @@ def reference(submit, runtime, bid, m, preemptive, force=None):
             if k is not None and rem[k] <= 0:
                 out["end"][k] = t
                 run[q] = None
-                if queue[q]:
-                    queue[q].sort(key=lambda x: (-x[0], x[1]))
-                    run[q] = queue[q].pop(0)[1]
+                if queue[q] and start_rule == "immediate":
+                    start_best(q)
         while i < n and submit[i] <= t:
             j = i
             i += 1
@@ -85,21 +98,31 @@ def reference(submit, runtime, bid, m, preemptive, force=None):
                     else:
                         behind += bid[kk]
                 offers.append((t + d + ahead, d * behind, run_ahead))
-            q = force.get(j, min(range(m), key=lambda q: (v * offers[q][0] + offers[q][1], q)))
+            c = choice[j]
+            q = force.get(j, min(range(m), key=lambda q: (c * offers[q][0] + offers[q][1], q)))
             out["node"][j], out["tent_e"][j], out["tent_p"][j] = q, offers[q][0], offers[q][1]
             k = run[q]
-            if k is None:
+            if k is None and start_rule == "immediate":
                 run[q] = j
                 continue
             for r, kk in queue[q]:
                 if r < rho:
                     out["recv"][kk] += bid[kk] * d
-            if preemptive and not offers[q][2]:
+            if k is not None and preemptive and not offers[q][2]:
                 out["recv"][k] += bid[k] * d
+                if k in was_running:
+                    out["preempt"][k] += 1
                 queue[q].append((ratio(bid[k], rem[k]), k))
                 run[q] = j
             else:
                 queue[q].append((rho, j))
+        for q in range(m):
+            if run[q] is None and queue[q]:  # "after-arrivals" (under "immediate" every such queue is empty)
+                start_best(q)
+        was_running = {k for k in run if k is not None}
+        for k in was_running:
+            if math.isnan(out["start"][k]):
+                out["start"][k] = t
     return out
 
 
@@ -193,6 +216,76 @@ def test_split_copies_see_each_other():
     assert rec2.end_time.tolist() == [10, 10, 14, 14, 18]
 
 
+def test_node_choice_by_true_weight_differs_from_choice_by_report():
+    # Two nodes, all jobs at t=0 (weights x10 to keep the numbers whole). Job 0 (5 s, weight 10)
+    # takes node 0, job 1 (1 s, weight 10) node 1; job 2 (10 s, weight 20, ratio 2) queues on
+    # node 1 (cost 20 x 1 < 20 x 5). Job 3 (1 s, true weight 3) reports weight 30: on node 1 it
+    # goes ahead of job 2: e^ = 0+1+1 = 2, p^ = 1 x 20 = 20; on node 0: e^ = 0+5+1 = 6, p^ = 0.
+    # By its true weight, node 0 costs 3 x 5 = 15 < 3 x 1 + 20 = 23: node 0 (the myopic best
+    # response, Stößer (2009) Theorem 1); by its report, 30 x 5 = 150 > 30 + 20 = 50: node 1.
+    w = workload([0, 0, 0, 0], [5, 1, 10, 1], 2)
+    true = np.array([10.0, 10, 20, 3])
+    lie = np.array([10.0, 10, 20, 30])
+    _, by_true = run_dlgm(w, lie, true_value=true)
+    _, by_report = run_dlgm(w, lie, true_value=true, node_choice="report")
+    assert by_true.node.tolist() == [0, 1, 1, 0]
+    assert by_report.node.tolist() == [0, 1, 1, 1]
+    assert by_true.tentative_utility(true)[3] == -3 * 6  # = truthful: job 3 with weight 3 also picks node 0
+    assert by_report.tentative_utility(true)[3] == -3 * 2 - 20
+    _, truthful = run_dlgm(w, true)
+    assert truthful.node.tolist() == [0, 1, 1, 0] and truthful.tentative_utility(true)[3] == -18
+    # without true weights the reports are taken as true: both choices coincide
+    _, plain = run_dlgm(w, lie)
+    assert plain.node.tolist() == by_report.node.tolist()
+
+
+def test_pdlgm_job_displaced_before_it_ran_has_no_start_and_no_preemption():
+    # One node. At t=0 job 0 (4 s, weight 1) reaches the idle node, then job 1 (1 s, weight 2,
+    # ratio 2 > 1/4) arrives at the same time and displaces it: job 0 never ran, so it neither
+    # started at 0 nor was preempted. It starts at 1 (paid 1 x 1 for the delay). At t=2 job 2
+    # (1 s, weight 8) displaces it again after 1 s of progress: that is a preemption.
+    w = workload([0, 0, 2], [4, 1, 1], 1)
+    for rule in START_RULES:
+        rec, pol = run_dlgm(w, [1, 2, 8], True, start_rule=rule)
+        assert rec.first_start.tolist() == [1, 0, 2]
+        assert rec.end_time.tolist() == [6, 1, 3]
+        assert rec.preemptions.tolist() == [1, 0, 0]
+        assert pol.preemption_count == 1
+        assert pol.received.tolist() == [1 + 1, 0, 0]  # delayed 1 s by job 1 and 1 s by job 2
+
+
+def test_idle_node_tie_after_a_queue_empties():
+    # Two nodes, one ratio bucket (so the work of node 0's queue sits in one float cell). Jobs 2
+    # (0.1 s) and 3 (0.2 s) wait on node 0 behind job 0 and leave: 0.1 + 0.2 - 0.1 - 0.2 leaves
+    # 5.6e-17 in the cell. At t=3 both nodes are idle and job 4 (the lowest ratio: the whole
+    # bucket is "ahead") sees the same offer on both: the tie goes to node 0.
+    w = workload([0, 0, 0.5, 0.5, 3], [1, 2, 0.1, 0.2, 100], 2)
+    rec, pol = run_dlgm(w, [1, 1, 1, 1, 1], max_buckets=1, record_offers=True)
+    assert pol.node.tolist()[:4] == [0, 1, 0, 0]
+    assert pol.offers_completion[4].tolist() == [103, 103]
+    assert pol.node[4] == 0
+
+
+def test_same_time_arrivals_two_rules():
+    # One node; job 0 (4 s, weight 1) and job 1 (1 s, weight 2) both arrive at t=0.
+    w = workload([0, 0], [4, 1], 1)
+    # "immediate" (the default; the reading of Appendix C): job 0 reaches the idle node first
+    # and starts; DLGM never displaces a running job, so job 1 waits: e^ = 0+4+1 = 5, pays 0.
+    rec, pol = run_dlgm(w, [1, 2])
+    assert rec.first_start.tolist() == [0, 4] and pol.tentative_completion.tolist() == [4, 5]
+    assert rec.payment.tolist() == [0, 0]
+    # "after-arrivals": both wait in the idle node's queue before it starts; job 1 (ratio 2)
+    # goes ahead of job 0 (1/4) and pays it 1 x 1; the node then starts job 1.
+    rec, pol = run_dlgm(w, [1, 2], start_rule="after-arrivals")
+    assert rec.first_start.tolist() == [1, 0] and pol.tentative_completion.tolist() == [4, 1]
+    assert rec.end_time.tolist() == [5, 1]
+    assert rec.payment.tolist() == [-1, 1]
+    # P-DLGM: the same schedule under both rules (a job displaced before it ran is a waiting job)
+    for rule in START_RULES:
+        rec, _ = run_dlgm(w, [1, 2], True, start_rule=rule)
+        assert rec.first_start.tolist() == [1, 0] and rec.preemptions.tolist() == [0, 0]
+
+
 # ---------------------------------------------------------------------------- random instances
 @st.composite
 def instances(draw, max_jobs=12, min_nodes=1, horizon=15):
@@ -215,17 +308,49 @@ def utility(true_value, records):
     return -true_value * records.end_time - records.payment
 
 
-@settings(max_examples=150, deadline=None)
-@given(instances())
-def test_matches_naive_reference(inst):
-    w, v, pre, buckets = inst
-    rec, pol = run_dlgm(w, v, pre, max_buckets=buckets)
-    ref = reference(w.submit_time.tolist(), w.runtime.tolist(), v.tolist(), w.capacity, pre)
+def same_as_reference(rec, pol, ref):
     assert pol.node.tolist() == ref["node"]
     assert pol.tentative_completion.tolist() == ref["tent_e"]
     assert pol.tentative_payment.tolist() == ref["tent_p"]
     assert rec.end_time.tolist() == ref["end"]
     assert pol.received.tolist() == ref["recv"]
+    np.testing.assert_array_equal(rec.first_start, ref["start"])
+    assert rec.preemptions.tolist() == ref["preempt"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.sampled_from(START_RULES))
+def test_matches_naive_reference(inst, rule):
+    w, v, pre, buckets = inst
+    rec, pol = run_dlgm(w, v, pre, max_buckets=buckets, start_rule=rule)
+    ref = reference(w.submit_time.tolist(), w.runtime.tolist(), v.tolist(), w.capacity, pre, start_rule=rule)
+    same_as_reference(rec, pol, ref)
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), st.sampled_from(START_RULES), st.sampled_from(["true", "report"]), st.data())
+def test_matches_naive_reference_with_misreports(inst, rule, choice, data):
+    w, v, pre, buckets = inst
+    lie = v.copy()
+    liars = data.draw(st.lists(st.integers(0, len(w) - 1), max_size=3))
+    for j in liars:
+        lie[j] = data.draw(st.integers(0, 40))
+    rec, pol = run_dlgm(w, lie, pre, max_buckets=buckets, true_value=v, node_choice=choice, start_rule=rule)
+    ref = reference(w.submit_time.tolist(), w.runtime.tolist(), lie.tolist(), w.capacity, pre,
+                    choice=(v if choice == "true" else lie).tolist(), start_rule=rule)
+    same_as_reference(rec, pol, ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances())
+def test_pdlgm_start_rules_agree(inst):
+    # Under P-DLGM a job that an arrival at the same time displaces before it ran is just a
+    # waiting job, so both readings of simultaneous arrivals give one schedule and one ledger.
+    w, v, _, buckets = inst
+    a, pa = run_dlgm(w, v, True, max_buckets=buckets)
+    b, pb = run_dlgm(w, v, True, max_buckets=buckets, start_rule="after-arrivals")
+    assert a.equals(b)
+    assert pa.node.tolist() == pb.node.tolist()
 
 
 @settings(max_examples=150, deadline=None)
@@ -259,15 +384,22 @@ def test_no_gain_from_another_node(inst, data):
 def test_misreported_weight_does_not_raise_tentative_utility(inst, data):
     # Lemma 4 (Theorem 6 of Heydenreich et al.): whatever weight j reports and whichever node it
     # then joins, its tentative utility (valued at the true weight) is at most the truthful one.
+    # The misreporter's default node is its best response under its true weight: the best of
+    # all nodes it could have joined with that report.
     w, v, pre, buckets = inst
     _, pol = run_dlgm(w, v, pre, max_buckets=buckets)
     j = data.draw(st.integers(0, len(w) - 1))
     truthful = pol.tentative_utility(v)[j]
     lie = v.copy()
     lie[j] = data.draw(st.integers(0, 40))
+    forced = []
     for n in range(w.capacity):
         _, p = run_dlgm(w, lie, pre, max_buckets=buckets, force_node={j: n})
-        assert p.tentative_utility(v)[j] <= truthful
+        forced.append(p.tentative_utility(v)[j])
+        assert forced[-1] <= truthful
+    _, best = run_dlgm(w, lie, pre, max_buckets=buckets, true_value=v)
+    assert best.tentative_utility(v)[j] == max(forced)
+    assert forced[best.node[j]] == max(forced) and best.node[j] == forced.index(max(forced))
 
 
 @settings(max_examples=60, deadline=None)
@@ -348,6 +480,12 @@ def test_bad_input_is_named():
         run_dlgm(wide, [1.0, 1.0])
     with pytest.raises(ValueError, match="force_node"):
         run_dlgm(w, [1.0, 1.0], force_node={0: 5})
+    with pytest.raises(ValueError, match="true weight of job row 0"):
+        make_dlgm(w, [1.0, 1.0], true_value=[math.nan, 1.0])
+    with pytest.raises(ValueError, match="node_choice"):
+        make_dlgm(w, [1.0, 1.0], node_choice="best")
+    with pytest.raises(ValueError, match="start_rule"):
+        make_dlgm(w, [1.0, 1.0], start_rule="later")
     from marketsched.engine.simulator import Simulator
 
     with pytest.raises(ValueError, match="differs from the workload"):

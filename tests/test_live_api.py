@@ -17,7 +17,7 @@ from marketsched.live.cli import Client, ClientError
 
 @pytest.fixture
 def server(tmp_path):
-    broker = Broker(tmp_path / "market", MarketConfig(slots=1)).start()
+    broker = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True)).start()
     broker.ensure_admin()
     srv = MarketServer(broker, "127.0.0.1", 0)
     srv.serve_in_thread()
@@ -200,3 +200,39 @@ def test_cli_commands(server, tmp_path):
     assert "unknown user 'ghost'" in r.output
     r = runner.invoke(main, ["market", "list"], env={"MARKETSCHED_URL": "http://127.0.0.1:9", "MARKETSCHED_TOKEN": "x"})
     assert r.exit_code == 1 and "cannot reach the market" in r.output
+
+
+def test_web_page_signed_reads(server):
+    """The page's signed reads (the Chromium test drives the page itself): a good signature
+    reads; a write, a stale time, another path or a wrong key is refused."""
+    import hashlib
+    import time
+
+    from marketsched.live.api import page_signature
+    from marketsched.live.broker import page_key_id
+
+    h = hashlib.sha256(server.broker.admin_token.encode()).hexdigest()
+
+    def signed(method, path, signed_path=None, t_ms=None, key=h, kid=None):
+        t_ms = int(time.time() * 1000) if t_ms is None else t_ms
+        sig = page_signature(key, method, signed_path or path, t_ms)
+        req = urllib.request.Request(server.url + path, method=method, data=b"{}" if method == "POST" else None)
+        req.add_header("Authorization", f"MarketSig kid={kid or page_key_id(h)}, t={t_ms}, sig={sig}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    assert signed("GET", "/api/me") == (200, {"name": "admin", "admin": True})
+    assert signed("GET", "/api/jobs?limit=5")[0] == 200  # the query is signed too
+    status, out = signed("POST", "/api/users")
+    assert status == 403 and "only read" in out["error"]
+    status, out = signed("GET", "/api/me", t_ms=int(time.time() * 1000) - 3_600_000)
+    assert status == 401 and "from the broker's clock" in out["error"]
+    assert signed("GET", "/api/balance", signed_path="/api/me")[0] == 401
+    assert signed("GET", "/api/jobs?limit=5", signed_path="/api/jobs?limit=6")[0] == 401
+    assert signed("GET", "/api/me", key="0" * 64)[0] == 401
+    assert signed("GET", "/api/me", key="0" * 64, kid="0" * 32)[0] == 401
+    status, out = raw(server, "GET", "/api/me", token=None)
+    assert status == 401

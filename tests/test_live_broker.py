@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from live_helpers import wait_for, work
+from live_helpers import proc_state, wait_for, work
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.executor import proc_start_ticks
 from marketsched.live.replay import simulate_recorded
@@ -18,7 +18,7 @@ def market(tmp_path):
     brokers = []
 
     def make(**cfg):
-        b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+        b = Broker(tmp_path / "market", MarketConfig(**{"single_user": True, **cfg})).start()
         b.ensure_admin()
         brokers.append(b)
         return b
@@ -27,6 +27,14 @@ def market(tmp_path):
     for b in brokers:
         if not b._stopping:
             b.stop(kill_jobs=True)
+
+
+def suspended(b, job_id, pid):
+    """Every process of the job is stopped: its cgroup frozen (or, without cgroups, the wrapper
+    in state T)."""
+    if b.executor.contained:
+        return b.executor.frozen(job_id)
+    return proc_state(pid) == "T"
 
 
 def states(b, user="admin", admin=True):
@@ -45,7 +53,7 @@ def test_higher_bid_preempts_lower_which_resumes_and_charges_equal_simulator(mar
     # the preemption is decided within the submission
     assert states(b) == {low: "preempted", high: "running"}
     pid = b.job("alice", False, low)["pid"]
-    assert wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", 2)
+    assert wait_for(lambda: suspended(b, low, pid), 2)
     third = b.submit("bob", False, 3.0, work(0.3, "third"))["id"]  # queued behind high, ahead of low
     assert b.price()["price"] == 3.0  # k-th price: best queued bid
     release.touch()
@@ -112,7 +120,7 @@ def test_running_out_of_money_holds_jobs_until_a_deposit(market):
     assert 0 <= view["unpaid"] <= 1.0 * (hold_t - view["first_start"]) + 1e-6
     assert b.job("dave", False, q)["state"] in ("held", "completed")
     pid = view["pid"]
-    assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T"  # suspended
+    assert wait_for(lambda: suspended(b, j, pid), 2)
     assert [e["kind"] for e in view["events"]][-1] == "hold"
     with pytest.raises(MarketError, match="balance too low"):
         b.submit("dave", False, 1.0, "true")
@@ -253,6 +261,6 @@ def test_config_checks_and_sqlite_durability_modes(tmp_path, market):
     full = market(slots=1)
     assert full.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert full.store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    normal = Broker(tmp_path / "normal", MarketConfig(sync="normal"))
+    normal = Broker(tmp_path / "normal", MarketConfig(sync="normal", single_user=True))
     assert normal.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     normal.stop()

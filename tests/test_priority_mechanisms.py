@@ -55,6 +55,47 @@ def test_wspt_by_hand():
     np.testing.assert_allclose(r.payment, [2 + 16, 3, 5 / 3])
 
 
+def test_wspt_divides_by_sub_second_run_times():
+    # One node. Job 0 (bid 1, 10 s) runs from t=0. At t=1 job 1 (bid 1, 0.5 s: ratio 2) and
+    # job 2 (bid 1.5, 1 s: ratio 1.5) queue. Smith's ratio puts job 1 first; rounding its run
+    # time up to 1 s (ratio 1) would put job 2 first.
+    r = run([0, 1, 1], [10, 0.5, 1], [1, 1, 1.5], 1, "wspt", "kth")
+    assert r.first_start.tolist() == [0, 10, 10.5]
+    # k-th price: job 0 pays 1 on [0,1) (empty queue), then min(1, 10 * 2) = 1 on [1,10): 10.
+    # Job 1 on [10,10.5) with job 2 queued: min(1, 0.5 * 1.5) = 0.75 per second: 0.375.
+    # Job 2 on [10.5,11.5), empty queue: 1.
+    np.testing.assert_allclose(r.payment, [10, 0.375, 1])
+    # WSEPT reads the same ratio off the estimates: 0.5 s estimated, 3 s actual for job 1
+    r = run([0, 1, 1], [10, 3, 1], [1, 1, 1.5], 1, "wsept", "kth", estimate=[10, 0.5, 1])
+    assert r.first_start.tolist() == [0, 10, 13]
+    np.testing.assert_allclose(r.payment, [10, 3 * 0.75, 1])
+
+
+def test_wspt_zero_runtime_goes_first_and_pays_nothing():
+    # One node. Job 0 (bid 2, 10 s) runs from t=0; job 1 (bid 3, 0 s: key +inf) queues at t=1,
+    # job 2 (bid 100, 1 s: key 100) at t=2. Job 1 goes first at t=10 and ends at once; job 2
+    # starts at the same time. While job 1 waits (k* = +inf) job 0 pays its bid.
+    r = run([0, 1, 2], [10, 0, 1], [2, 3, 100], 1, "wspt", "kth")
+    assert r.first_start.tolist() == [0, 10, 10]
+    assert r.end_time.tolist() == [10, 10, 11]
+    assert r.payment.tolist() == [1 + 2 * 9, 0, 1]
+    # a bid of 0 with run time 0 (0/0) is still the key +inf
+    r = run([0, 1, 2], [10, 0, 1], [2, 0, 100], 1, "wspt", "kth")
+    assert r.first_start.tolist() == [0, 10, 10]
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), st.sampled_from(["nphb", "wspt"]), st.sampled_from(["first", "kth"]))
+def test_matches_naive_reference_with_sub_second_run_times(inst, rule, pricing):
+    submit, runtime, bid, nodes = inst
+    runtime = [r / 4 for r in runtime]  # quarter seconds: exact in binary floating point
+    r = run(submit, runtime, bid, nodes, rule, pricing)
+    fs, end, _, pay = reference(submit, runtime, bid, nodes, rule, pricing)
+    np.testing.assert_array_equal(r.first_start, fs)
+    np.testing.assert_array_equal(r.end_time, end)
+    np.testing.assert_allclose(r.payment, pay, rtol=1e-9, atol=1e-9)
+
+
 def test_first_price_reservation_when_machine_not_full():
     # Two nodes, one job: fewer active jobs than nodes, so it pays the reservation price 1.
     r = run([0], [5], [7], 2, "hb", "first")

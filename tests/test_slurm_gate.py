@@ -17,8 +17,10 @@ class FakeSlurm:
         self.cpus = cpus
         self.running = running
 
-    def __call__(self, args, timeout=30.0):
+    def __call__(self, args, timeout=30.0, input=None):
         self.cmds.append(args)
+        if args[0] == "sbatch":
+            assert input is not None and input.startswith("#!/bin/sh"), "sbatch gets its script on stdin"
         if args[0] == "sinfo":
             return f"0/{self.cpus}/0/{self.cpus}\n"
         if args[0] == "sbatch":

@@ -6,6 +6,7 @@ Run when Slurm answers (``sinfo``); skipped otherwise, except with ``MARKETSCHED
 where a missing cluster fails the tests.
 """
 
+import pwd
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from live_helpers import wait_for, work
-from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.replay import simulate_recorded
 from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run
 
@@ -62,7 +63,7 @@ def market(cluster, tmp_path):
         cfg.setdefault("charge_interval", 0.2)
         if "slots" not in cfg:
             cfg["slots"] = SlurmExecutor(tmp_path / "probe").cpus
-        b = Broker(tmp_path / "market", MarketConfig(**cfg)).start()
+        b = Broker(tmp_path / "market", MarketConfig(**{"single_user": True, **cfg})).start()
         b.ensure_admin()
         brokers.append(b)
         prefixes.append(b.executor.job_name(0)[:-1])
@@ -82,7 +83,7 @@ def slurm_state(b, job_id):
 
 
 def _proc_id(b, job_id):
-    return int((b.executor.workdir(job_id) / "proc").read_text().split()[0])
+    return b.executor.recorded(job_id)[0]
 
 
 def final_accounting(b, job_id):
@@ -228,7 +229,7 @@ def start_broker(data: Path, port: int, log, slots: int):
 
     p = subprocess.Popen(
         [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
-         "--slots", str(slots), "--charge-interval", "0.2", "--executor", "slurm", "--sync", "normal"],
+         "--slots", str(slots), "--charge-interval", "0.2", "--executor", "slurm", "--sync", "normal", "--single-user"],
         stdout=log, stderr=log, stdin=subprocess.DEVNULL,
     )
     c = Client(f"http://127.0.0.1:{port}", None, timeout=10)
@@ -303,4 +304,40 @@ def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
                 p.kill()
                 p.wait()
         log.close()
+        cancel_and_wait(prefix)
+
+
+# ---------------------------------------------------------------------------- multi-user
+def test_jobs_are_submitted_as_their_owners_unix_accounts(cluster, accounts, open_dir, monkeypatch):
+    """Multi-user market on Slurm: the broker (root) submits each job with sbatch --uid/--gid
+    of its owner's account; Slurm's record says so (UserId), the job runs as that account with
+    the market's clean environment, and its files belong to it."""
+    monkeypatch.setenv("MARKETSCHED_TOKEN", "the-broker-environment-secret")
+    b = Broker(open_dir / "market", MarketConfig(executor="slurm", single_user=False, slots=2,
+                                                 charge_interval=0.2)).start()
+    try:
+        b.ensure_admin()
+        b.add_user(True, "alice", 100, unix=accounts[0])
+        b.add_user(True, "bob", 100, unix=accounts[1])
+        b.add_user(True, "carol", 100)  # no Unix account: refused in a multi-user market
+        with pytest.raises(MarketError, match="no Unix account"):
+            b.submit("carol", False, 1.0, "true")
+        cmd = "id -un; env | grep -c the-broker-environment-secret; " + work(2.0)
+        ids = {name: b.submit(name, False, 2.0, cmd)["id"] for name in ("alice", "bob")}
+        for name, unix in zip(("alice", "bob"), accounts):
+            j = ids[name]
+            assert wait_for(lambda j=j: b.job("admin", True, j)["state"] == "running", 60)
+            info = b.executor.show(b.job("admin", True, j)["pid"])
+            uid = pwd.getpwnam(unix).pw_uid
+            assert info["UserId"] == f"{unix}({uid})", info
+        assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in ids.values()), 90)
+        for name, unix in zip(("alice", "bob"), accounts):
+            j = b.job("admin", True, ids[name])
+            assert j["stdout"].splitlines()[:2] == [unix, "0"], j["stdout"]  # its account; nothing of ours
+            wd = b.executor.workdir(ids[name])
+            assert wd.stat().st_uid == pwd.getpwnam(unix).pw_uid and wd.stat().st_mode & 0o777 == 0o700
+            assert (wd / "stdout").stat().st_uid == pwd.getpwnam(unix).pw_uid
+    finally:
+        prefix = b.executor.job_name(0)[:-1]
+        b.stop(kill_jobs=True)
         cancel_and_wait(prefix)

@@ -7,8 +7,8 @@ It joins four parts, all driven under one lock:
   :class:`~marketsched.live.engine.LiveEngine` on wall-clock time (HB with k-th price by
   default; NPHB, WSEPT (and WSPT, see below) and first price selectable);
 * the **executor** (:class:`~marketsched.live.executor.LocalExecutor`): ``slots`` jobs run at
-  once, each a process group; the engine's start / preempt decisions become launch or SIGCONT /
-  SIGSTOP;
+  once, each as its owner's Unix account in its own cgroup; the engine's start / preempt
+  decisions become launch or thaw / freeze;
 * the **ledger** (:class:`~marketsched.live.ledger.Store`): users, deposits, per-second charges
   as double entries, jobs, events and the price history;
 * a **market thread** that waits for process exits (pidfds), charges running jobs every
@@ -34,7 +34,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   what is due (up to the balance: the balance never goes negative; a shortfall, at most the
   owner's price times the broker's reaction time, is recorded on the job as ``unpaid`` and not
   charged), and *holds* all the user's active jobs: they leave the mechanism (running ones are
-  suspended with SIGSTOP, exactly as when preempted) and wait in state ``held``. A later deposit
+  frozen, exactly as when preempted) and wait in state ``held``. A later deposit
   re-enters held jobs (new arrivals at that time, so they queue behind equal bids submitted
   while they were held) as long as each passes the admission rule.
 * **Changing a bid.** A user changes the bid of an active job (``rebid``; Shudler et al. (2010) have no
@@ -43,19 +43,32 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   either way). Raising a bid passes the admission rule again at the new bid (402 otherwise,
   nothing changed); lowering one always succeeds. A held job keeps the new bid for when it
   re-enters.
-* **Cancel.** A user cancels their own jobs (the administrator any job); the process group is
-  killed; what the job accrued until then is charged.
+* **Cancel.** A user cancels their own jobs (the administrator any job); every process of the
+  job is killed once the cancel is committed; what the job accrued until then is charged.
+* **Users are Unix users.** In multi-user mode (``MarketConfig.single_user`` False; the default
+  when the broker runs as root) a job runs as the Unix account its owner is mapped to
+  (``users.unix_user``, set by the administrator; :meth:`Broker.add_user` ``unix``); a
+  submission of a user with none is refused (403), and so is a launch whose account has
+  disappeared (the job fails). In single-user mode (the default otherwise) every job runs as the
+  broker's own account: no isolation between market users.
+* **Exactly once.** Effects on processes follow the commit of the decision that asks for them
+  (:meth:`Broker._transaction`): a job's process is launched only once its start is committed,
+  killed only once its end is; exits found in one scan end in one batch of the mechanism (one
+  batch per exit let the first exit resume a preempted job whose own exit came later in the same
+  scan, which was then launched a second time). Run time is recorded with every charge.
 * **Serial jobs.** The priority mechanisms schedule serial jobs (Shudler et al. (2010) split parallel jobs
   first); a live job must ask for 1 processor (a slot).
 * **WSPT** keys jobs by ``bid / actual run time``, which a live market cannot know at
   submission: here ``wspt`` uses the submitted run-time estimate in its place, which is WSEPT;
   both ask every job for an estimate.
-* **Restart.** State lives in the database. A new broker reloads it: jobs whose process still
-  runs (same pid and start time) are re-attached (all are stopped first, then the mechanism
-  decides afresh, the jobs that were running entering first so a non-preemptive rule keeps
-  them); a job whose process ended while the broker was down is completed with the exit code its
-  wrapper wrote; the others are requeued and run from the start. Time the broker was down is
-  not charged.
+* **Restart.** State lives in the database. A new broker reloads it and reconciles each job by
+  its id with what the executor started for it (its state file, else the database's pid): a
+  process that still runs (same pid and start time) is re-attached (all are frozen first, then
+  the mechanism decides afresh, the jobs that were running entering first so a non-preemptive
+  rule keeps them); a job whose process ended while the broker was down is completed with the
+  exit code its wrapper wrote; the others (never launched, or gone without an exit code) are
+  requeued and run from the start; processes still running for jobs that have ended are killed.
+  Time the broker was down is neither charged nor counted as run time.
 """
 
 from __future__ import annotations
@@ -63,19 +76,34 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import pwd
+import re
 import secrets
 import shlex
 import threading
 import time
 import traceback
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from marketsched.live.clock import WallClock
 from marketsched.live.engine import LiveEngine
-from marketsched.live.executor import LocalExecutor, read_exit_code
-from marketsched.live.ledger import ACTIVE_STATES, DEPOSITS, MICRO, REVENUE, Store, user_account
+from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, read_exit_code, warn
+from marketsched.live.files import data_folder, tighten, write_private
+from marketsched.live.jobfiles import JobFileError, read_tail
+from marketsched.live.ledger import (
+    ACTIVE_STATES,
+    DEPOSITS,
+    FINAL_STATES,
+    MAX_BALANCE,
+    MICRO,
+    REVENUE,
+    Store,
+    user_account,
+)
 from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
 from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
 
@@ -86,6 +114,14 @@ LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
 EXECUTORS = ("local", "slurm")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+# Bounds of every number a user gives (a value outside is refused with 400, naming the field).
+MAX_BID = 1e9  # per second of running time
+MAX_DEPOSIT = 1e9  # one deposit (the ledger's own bound, MAX_BALANCE, caps the total)
+MIN_ESTIMATE, MAX_ESTIMATE = 1e-3, 1e9  # seconds (WSEPT divides by it)
+MAX_ID = 2**63 - 1  # ids are 64-bit integers in the database
+LIST_COMMAND_CHARS = 240  # list views show at most this much of a command (the job's own view: all)
+JOB_EVENTS = 200  # a job's view shows its newest events, at most this many
 
 
 class MarketError(Exception):
@@ -117,24 +153,54 @@ class MarketConfig:
     charge_interval: float = 1.0
     admission_seconds: float = 1.0
     sync: str = "full"  # SQLite: "full" (fsync per commit) or "normal" (see marketsched.live.ledger)
-    executor: str = "local"  # "local" (process groups) or "slurm" (marketsched.live.slurm)
+    executor: str = "local"  # "local" (this machine, cgroups) or "slurm" (marketsched.live.slurm)
     partition: str | None = None  # Slurm partition for the "slurm" executor (None: Slurm's default)
+    # Whose Unix account runs a job (see "Users are Unix users" in the module docstring):
+    # False = each job as its owner's mapped Unix account (needs root); True = every job as the
+    # broker's own account (one person, a demo); None = True unless the broker runs as root.
+    single_user: bool | None = None
+    job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
+    job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
+    max_jobs_per_user: int = 100  # active (queued, running, preempted, held) jobs one user may have: 429 beyond
+    max_command_bytes: int = 65536  # a job's command line, UTF-8: 413 beyond
 
     def check(self) -> None:
         if self.mechanism not in LIVE_RULES:
             raise ValueError(f"unknown mechanism {self.mechanism!r}; choose one of {', '.join(LIVE_RULES)}")
         if self.pricing not in LIVE_PRICINGS:
             raise ValueError(f"unknown pricing {self.pricing!r}; choose one of {', '.join(LIVE_PRICINGS)}")
-        if int(self.slots) != self.slots or self.slots < 1:
-            raise ValueError(f"slots must be a whole number >= 1, got {self.slots!r}")
-        if not self.charge_interval > 0:
-            raise ValueError(f"charge interval must be positive, got {self.charge_interval!r}")
-        if not self.admission_seconds >= 0:
-            raise ValueError(f"admission seconds must be >= 0, got {self.admission_seconds!r}")
+        if isinstance(self.slots, bool) or not isinstance(self.slots, int) or not 1 <= self.slots <= 10_000:
+            raise ValueError(f"slots must be a whole number from 1 to 10000, got {self.slots!r}")
+        if not 0 < self.charge_interval <= 3600:
+            raise ValueError(f"charge interval must be positive and at most 3600 s, got {self.charge_interval!r}")
+        if not 0 <= self.admission_seconds <= 1e6:
+            raise ValueError(f"admission seconds must be from 0 to 1e6, got {self.admission_seconds!r}")
+        for name, hi in (("max_jobs_per_user", 10**6), ("max_command_bytes", 1 << 20)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+                raise ValueError(f"{name} must be a whole number from 1 to {hi}, got {v!r}")
         if self.sync not in ("full", "normal"):
             raise ValueError(f"sync must be 'full' or 'normal', got {self.sync!r}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"unknown executor {self.executor!r}; choose one of {', '.join(EXECUTORS)}")
+        if not (isinstance(self.job_cpus, (int, float)) and math.isfinite(self.job_cpus) and self.job_cpus >= 0):
+            raise ValueError(f"job CPU limit must be a number of CPUs >= 0 (0: no limit), got {self.job_cpus!r}")
+        if self.job_memory is not None and (int(self.job_memory) != self.job_memory or self.job_memory < 0):
+            raise ValueError(f"job memory limit must be a whole number of bytes >= 0 (0: no limit), got {self.job_memory!r}")
+        if self.single_user is False and os.geteuid() != 0:
+            raise ValueError("a multi-user market starts each job as its owner's Unix account, which needs root; "
+                             "run the broker as root, or use single-user mode (every job as your own account)")
+
+    def resolved_single_user(self) -> bool:
+        """Single-user mode unless asked otherwise or the broker runs as root."""
+        return self.single_user if self.single_user is not None else os.geteuid() != 0
+
+    def limits(self) -> JobLimits:
+        """Per-job limits for the executor (default memory: the machine's memory / slots)."""
+        memory = self.job_memory
+        if memory is None:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // self.slots
+        return JobLimits(cpus=self.job_cpus or None, memory=memory or None)
 
 
 @dataclass
@@ -180,8 +246,20 @@ class Broker:
                  executor=None):
         self.config = config or MarketConfig()
         self.config.check()
-        self.data = Path(data)
-        self.data.mkdir(parents=True, exist_ok=True)
+        self.single_user = self.config.resolved_single_user()
+        if self.single_user and os.geteuid() == 0:
+            warn("single-user mode as root: every job runs as root with no isolation between market users; "
+                 "map market users to Unix accounts and drop --single-user (docs/live_market.md)")
+        # effects carried out once the transaction that decided them has committed (launches,
+        # kills, state files dropped): see _transaction
+        self._deferred: list = []
+        self._launched: list = []  # (job id, t, pid, start ticks) not yet in the database
+        self._depth = 0
+        self._draining = False
+        self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
+        self._accounts: dict[str, RunAs] = {}  # Unix account -> its last lookup
+        self.data = data_folder(data)  # 0711, its files 0600: see marketsched.live.files
+        tighten(self.data / "admin.token")
         self.store = Store(db_url or self.data, sync=self.config.sync)
         self.lock = threading.RLock()
         epoch = self.store.get_meta("epoch")
@@ -195,13 +273,16 @@ class Broker:
         # timestamp, in the engine and in the database alike.
         self.wall = clock or WallClock(self.epoch)
         self._t = float(self.wall())
-        # The executor carries the mechanism's decisions out: local process groups by default,
+        # The executor carries the mechanism's decisions out: local cgroups by default,
         # Slurm jobs with config.executor == "slurm" (marketsched.live.slurm), or any object with
         # the same interface passed in. Optional hooks: ``arrange(queue)`` after every decision
         # (the mechanism's waiting jobs, best first) and ``outcome(job_id)`` -> (final state,
         # note) when a job ends (e.g. "failed" for a job Slurm killed).
         self.executor = executor if executor is not None else make_executor(self.config, self.data / "jobs")
         self._arrange = getattr(self.executor, "arrange", None)
+        check = getattr(self.executor, "check_reachable", None)
+        if check is not None and not self.single_user:
+            check()  # Slurm enters each job's folder as the job's user
         self.dayahead: DayAhead | None = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
@@ -209,6 +290,8 @@ class Broker:
                                            name=rule)
         self.engine = LiveEngine(self.mechanism, self.config.slots, lambda: self._t)
         self.active: dict[int, Active] = {}  # jobs not yet ended, by id
+        self.active_by_user: Counter = Counter()  # user -> how many of self.active are theirs
+        self._users = _UserIndex.of(self.store)  # who is who, for authentication without the lock
         self.running_jobs: set[int] = set()  # ids of the jobs running now
         self.row_job: list[int] = []  # engine row -> job id
         self.balance: dict[str, int] = {}  # user -> micro-units (mirrors the ledger)
@@ -217,11 +300,46 @@ class Broker:
         self.last_error: str | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._next_charge = math.inf
+        self._next_charge = float(self.wall()) + self.config.charge_interval  # (re)set by start()
         self._last_price: tuple[float, int, int] | None = None
-        with self.lock, self.store.transaction():
+        with self.lock, self._transaction():
             self._now()
             self._recover()
+
+    @contextmanager
+    def _transaction(self):
+        """A database transaction (nested ones join the outer one) after whose COMMIT the
+        effects it deferred (:meth:`_defer`) are carried out, in order; a rollback drops them.
+        So a job's process is started only once the row saying it runs is committed, and
+        killed only once its end is committed (a crash in between leaves a running job the
+        restarted broker re-attaches, or an ended job whose process it kills: never a process
+        the database does not know, nor a cancelled job started again)."""
+        self._depth += 1
+        try:
+            with self.store.transaction():
+                if self._depth == 1:
+                    self._record_launches()
+                yield
+        except BaseException:
+            if self._depth == 1:
+                self._deferred.clear()
+            raise
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and not self._draining:
+            self._draining = True
+            try:
+                while self._deferred:
+                    self._deferred.pop(0)()
+            finally:
+                self._draining = False
+
+    def _defer(self, fn) -> None:
+        """Run ``fn`` once the current transaction commits (at once outside a transaction)."""
+        if self._depth:
+            self._deferred.append(fn)
+        else:
+            fn()
 
     def _now(self) -> float:
         """Move market time to the wall clock (never back) and integrate prices up to it."""
@@ -238,8 +356,8 @@ class Broker:
         return self
 
     def stop(self, kill_jobs: bool = False) -> None:
-        """Stop the market. With ``kill_jobs``, every job's process group is killed and the job
-        cancelled; else charges are posted and running jobs suspended (SIGSTOP: nothing runs
+        """Stop the market. With ``kill_jobs``, every job is killed (all its processes) and the job
+        cancelled; else charges are posted and running jobs frozen (nothing runs
         unpaid while the market is down), for the next broker to re-attach."""
         self._stopping = True
         if self.dayahead is not None:
@@ -249,7 +367,7 @@ class Broker:
             self._thread.join(timeout=10)
         with self.lock:
             self._now()
-            with self.store.transaction():
+            with self._transaction():
                 if kill_jobs:
                     for job in sorted(self.active.values(), key=lambda j: j.id):
                         if job.id in self.active:
@@ -269,10 +387,8 @@ class Broker:
                 return None
             token = secrets.token_urlsafe(32)
             self.store.add_user("admin", hash_token(token), True, self._now())
-            path = self.data / "admin.token"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(token + "\n")
+            write_private(self.data / "admin.token", token + "\n")
+            self._users = _UserIndex.of(self.store)
             self.admin_token = token
             return token
 
@@ -281,30 +397,63 @@ class Broker:
         """``(user name, is_admin)`` for a token; MarketError 401 if missing or wrong."""
         if not token:
             raise MarketError("no token: send the header 'Authorization: Bearer TOKEN'", 401)
-        with self.lock:
-            found = self.store.user_by_token_hash(hash_token(token))
+        found = self._users.by_hash.get(hash_token(token))
         if found is None:
             raise MarketError("wrong token: no user has this token", 401)
         return found
 
-    def add_user(self, admin: bool, name, deposit=0.0) -> dict:
-        """Create a user with an initial deposit; returns ``{"name", "token", "balance"}``."""
+    def authenticate_unix(self, uid: int) -> tuple[str, bool]:
+        """``(user name, is_admin)`` for a caller on the Unix socket with user id ``uid`` (from
+        the kernel: SO_PEERCRED). Root and the broker's own account are the administrator; any
+        other account is the market user linked to it (``user add NAME --unix ACCOUNT``)."""
+        users = self._users
+        if uid == 0 or uid == os.geteuid():
+            if users.admin is None:
+                raise MarketError("the market has no administrator yet", 401)
+            return users.admin, True
+        try:
+            unix = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            raise MarketError(f"uid {uid} has no Unix account name on this machine", 401) from None
+        found = users.by_unix.get(unix)
+        if found is None:
+            raise MarketError(f"Unix user {unix!r} (uid {uid}) has no market account: the administrator links one "
+                              f"with `marketsched market user add NAME --unix {unix}`", 401)
+        return found
+
+    def page_user(self, key_id: str) -> tuple[str, bool, str] | None:
+        """``(user, is_admin, token hash)`` of the user whose web-page key id is ``key_id``
+        (:func:`page_key_id`), or None."""
+        return self._users.by_kid.get(key_id)
+
+    def add_user(self, admin: bool, name, deposit=0.0, unix=None) -> dict:
+        """Create a user with an initial deposit, mapped to Unix account ``unix`` (their jobs
+        run as it, see the module docstring; on the Unix socket that account's processes act as
+        this user); returns ``{"name", "token", "balance", "unix"}``."""
         if not admin:
             raise MarketError("only the administrator creates users", 403)
         if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= NAME_CHARS:
-            raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {name!r}")
+            raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {_show(name)}")
         amount = _amount(deposit, "deposit", allow_zero=True)
+        if unix is not None:
+            _unix_account(unix)
         with self.lock:
             if name in dict(self.store.users()):
                 raise MarketError(f"user {name!r} already exists", 409)
+            taken = None if unix is None else self.store.user_by_unix(unix)
+            if taken is not None:
+                raise MarketError(f"Unix account {unix!r} is already mapped to user {taken!r}", 409)
             token = secrets.token_urlsafe(32)
             t = self._now()
-            with self.store.transaction():
-                self.store.add_user(name, hash_token(token), False, t)
+            with self._transaction():
+                self._check_deposit_total(amount)
+                self.store.add_user(name, hash_token(token), False, t, unix_user=unix)
+                self.unix[name] = unix
                 self.balance[name] = 0
                 if amount:
                     self._deposit(name, amount)
-            return {"name": name, "token": token, "balance": self.balance[name] / MICRO}
+            self._users = _UserIndex.of(self.store)
+            return {"name": name, "token": token, "balance": self.balance[name] / MICRO, "unix": unix}
 
     def deposit(self, admin: bool, name, amount) -> dict:
         """Add money to a user's account; their held jobs re-enter the market if they can pay."""
@@ -313,13 +462,23 @@ class Broker:
         micros = _amount(amount, "deposit")
         with self.lock:
             if name not in self.balance:
-                raise MarketError(f"unknown user {name!r}", 404)
+                raise MarketError(f"unknown user {_show(name)}", 404)
             self._now()
-            with self.store.transaction():
+            with self._transaction():
+                self._check_deposit_total(micros)
                 self._deposit(name, micros)
                 self._release(name)
                 self._after()
             return {"name": name, "balance": self.balance[name] / MICRO}
+
+    def _check_deposit_total(self, micros: int) -> None:
+        """Refuse a deposit that would take the total deposited past the ledger's bound (every
+        balance is at most the total, so none can overflow)."""
+        total = -self.store.balance(DEPOSITS)
+        if total + micros > MAX_BALANCE:
+            raise MarketError(f"a deposit of {micros / MICRO:g} would take the market's total deposits past "
+                              f"{MAX_BALANCE / MICRO:.0e}, the most its ledger holds exactly "
+                              f"(now {total / MICRO:.6f})", 409)
 
     def _deposit(self, name: str, micros: int) -> None:
         self.store.post(self._t, "deposit", DEPOSITS, user_account(name), micros, memo="deposit")
@@ -337,10 +496,15 @@ class Broker:
             raise MarketError("command is empty: give the command line to run")
         if "\x00" in command:
             raise MarketError("command contains a NUL character")
+        size = len(_utf8(command, "command"))
+        if size > self.config.max_command_bytes:
+            raise MarketError(f"command is {size} bytes long, more than the {self.config.max_command_bytes} this "
+                              "market accepts (put a long script in a file and run the file)", 413)
         if estimate is not None:
             estimate = _number(estimate, "runtime estimate")
-            if not estimate > 0:
-                raise MarketError(f"runtime estimate must be a finite positive number of seconds, got {estimate!r}")
+            if not MIN_ESTIMATE <= estimate <= MAX_ESTIMATE:
+                raise MarketError(f"runtime estimate must be a finite positive number of seconds from {MIN_ESTIMATE:g} "
+                                  f"to {MAX_ESTIMATE:g}, got {estimate!r}")
         if self.rule == "wsept" and estimate is None:
             raise MarketError(f"the {self.config.mechanism} market orders jobs by bid / runtime estimate: "
                               "give a runtime estimate (seconds)")
@@ -349,16 +513,44 @@ class Broker:
         with self.lock:
             if user not in self.balance:
                 raise MarketError(f"unknown user {user!r}", 404)
+            if self.active_by_user[user] >= self.config.max_jobs_per_user:
+                raise MarketError(f"{user} has {self.active_by_user[user]} active jobs (queued, running, preempted "
+                                  f"or held), the most this market allows one user "
+                                  f"({self.config.max_jobs_per_user}): wait for some to end, or cancel some", 429)
+            self._run_as(user)  # refused now if the job could never start
             now = self._now()
             self._admit(user, bid)
-            with self.store.transaction():
+            with self._transaction():
                 job_id = self.store.insert_job(user, bid, procs, estimate, command, now)
                 self.store.add_event(job_id, now, "submit", f"bid {bid:g}")
                 job = Active(job_id, user, bid, estimate, command, "queued")
                 self.active[job_id] = job
+                self.active_by_user[user] += 1
                 self._enter([job])
                 self._after()
             return self._stored_view(job_id)
+
+    def _run_as(self, owner: str, cached: bool = False) -> RunAs | None:
+        """The Unix account ``owner``'s jobs run as (None: the broker's own, single-user mode);
+        MarketError 403 when a multi-user market cannot run them. Looked up afresh in the
+        system's user database (a launch always is); ``cached``: the last lookup will do (the
+        Slurm queue view, rebuilt after every decision)."""
+        if self.single_user:
+            return None
+        unix = self.unix.get(owner)
+        if cached and unix in self._accounts:
+            return self._accounts[unix]
+        if unix is None:
+            raise MarketError(
+                f"user {owner!r} has no Unix account: this market runs every job as its owner's Unix account "
+                "(the administrator maps one: `marketsched market user add NAME --unix ACCOUNT`), or the "
+                "market must run in single-user mode (--single-user)", 403)
+        try:
+            self._accounts[unix] = RunAs.lookup(unix)
+        except ValueError as exc:
+            self._accounts.pop(unix, None)
+            raise MarketError(f"user {owner!r}: {exc}", 403) from None
+        return self._accounts[unix]
 
     def _admit(self, user: str, bid: float) -> None:
         """Admission rule (module docstring): the balance covers ``admission_seconds`` at the
@@ -371,12 +563,12 @@ class Broker:
                 f"({self.config.admission_seconds:g} s at max(bid, reservation price {RESERVATION_PRICE:g}))", 402)
 
     def cancel(self, user: str, admin: bool, job_id) -> dict:
-        """Cancel a job of the user's (the administrator: any job): kill its process group."""
+        """Cancel a job of the user's (the administrator: any job): kill all its processes."""
         job_id = _job_id(job_id)
         with self.lock:
             row, job = self._own_active(user, admin, job_id)
             self._now()
-            with self.store.transaction():
+            with self._transaction():
                 self._cancel(job, f"cancelled by {user}")
                 self._after()
             return self._stored_view(job_id)
@@ -393,7 +585,7 @@ class Broker:
             now = self._now()
             if bid > job.bid:
                 self._admit(job.owner, bid)
-            with self.store.transaction():
+            with self._transaction():
                 old = job.bid
                 self.store.update_job(job_id, bid=bid)
                 self.store.add_event(job_id, now, "rebid", f"bid {old:g} -> {bid:g}")
@@ -420,20 +612,40 @@ class Broker:
         t = self._t
         if job.row is not None:
             self.engine.withdraw(job.row)
-        self.executor.kill(job.id)
         self._stopped_running(job, t)
+        # once the cancel is committed: kill, and only then drop the record of the process
+        # (_final defers that), so a crash in between leaves the restarted broker a process to kill
+        self._defer(lambda key=job.id: self.executor.kill(key))
         self._final(job, "cancelled", t, note=why)
         self._apply()
 
     # ================================================================== views
-    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None) -> list[dict]:
-        """The user's jobs (the administrator: all), oldest first (``limit``: the newest N)."""
+    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None, before: int | None = None) -> list[dict]:
+        """The user's jobs (the administrator: all), oldest first (``limit``: the newest N;
+        ``before``: only jobs whose id is below it, to page back). A command longer than
+        ``LIST_COMMAND_CHARS`` is cut (``command_truncated``); the job's own view has it whole."""
+        bad = set(states or ()) - set(ACTIVE_STATES) - set(FINAL_STATES)
+        if bad:
+            raise MarketError(f"unknown job state(s) {sorted(bad)}; states are {', '.join(ACTIVE_STATES + FINAL_STATES)}")
         with self.lock:
             self._now()
-            return [self._job_view(r) for r in self.store.jobs(None if admin else user, states, limit)]
+            out = []
+            for r in self.store.jobs(None if admin else user, states, limit, before):
+                v = self._job_view(r)
+                if len(v["command"]) > LIST_COMMAND_CHARS:
+                    v["command"] = v["command"][:LIST_COMMAND_CHARS] + "\u2026"
+                    v["command_truncated"] = True
+                out.append(v)
+            return out
+
+    def count_active(self, user: str, admin: bool) -> int:
+        """How many active jobs the user has (the administrator: the market)."""
+        with self.lock:
+            return len(self.active) if admin else self.active_by_user[user]
 
     def job(self, user: str, admin: bool, job_id, tail: int = 4000) -> dict:
-        """One job with its events and the last ``tail`` bytes of its stdout and stderr."""
+        """One job with its newest ``JOB_EVENTS`` events (``events_total``: how many it has)
+        and the last ``tail`` bytes of its stdout and stderr."""
         job_id = _job_id(job_id)
         with self.lock:
             row = self.store.job(job_id)
@@ -441,14 +653,15 @@ class Broker:
                 raise MarketError(f"no job {job_id} of yours", 404)
             self._now()
             view = self._job_view(row)
-            view["events"] = self.store.events(job_id)
+            view["events"] = self.store.events(job_id, JOB_EVENTS)
+            view["events_total"] = self.store.count_events(job_id)
             view["workdir"] = str(self.executor.workdir(job_id))
-        for name in ("stdout", "stderr"):
-            p = self.executor.workdir(job_id) / name
+        wd = self.executor.workdir(job_id)
+        for name in ("stdout", "stderr"):  # never through a link the job made (jobfiles)
             try:
-                with open(p, "rb") as f:
-                    f.seek(max(0, p.stat().st_size - tail))
-                    view[name] = f.read().decode(errors="replace")
+                view[name] = read_tail(wd.parent, wd.name, name, tail)
+            except JobFileError as exc:
+                view[name] = f"[not shown: {exc}]"
             except OSError:
                 view[name] = ""
         return view
@@ -497,14 +710,16 @@ class Broker:
             return {"user": user, "balance": self.balance.get(user, 0) / MICRO,
                     "accruing": accruing.get(user, 0) / MICRO}
 
-    def statement(self, user: str, admin: bool, name: str | None = None, limit: int | None = 200) -> dict:
-        """Ledger entries of the user's account (the administrator may name any user)."""
+    def statement(self, user: str, admin: bool, name: str | None = None, limit: int | None = 200,
+                  before: int | None = None) -> dict:
+        """Ledger entries of the user's account, oldest first (the newest ``limit``, with ids
+        below ``before`` if given); the administrator may name any user."""
         who = name if (admin and name) else user
         with self.lock:
             if who not in self.balance:
-                raise MarketError(f"unknown user {who!r}", 404)
+                raise MarketError(f"unknown user {_show(who)}", 404)
             acct = user_account(who)
-            entries = self.store.entries(acct, limit=limit)
+            entries = self.store.entries(acct, limit=limit, before=before)
             return {
                 "user": who,
                 "balance": self.balance.get(who, 0) / MICRO,
@@ -527,11 +742,14 @@ class Broker:
 
     def _job_view(self, row: dict) -> dict:
         v = dict(row)
+        v["command_truncated"] = False
         job = self.active.get(row["id"])
         v["charged"] = row["charged"] / MICRO
         v["unpaid"] = row["unpaid"] / MICRO
         v["accrued"] = v["charged"]
         v["rate"] = 0.0
+        if job is not None and job.pid is not None:  # launched, maybe not yet recorded
+            v["pid"], v["start_ticks"] = job.pid, job.start_ticks
         if job is not None and job.row is not None:
             unposted = to_micro(self.engine.policy.pricing.accrued(job.row)) - job.row_posted
             v["accrued"] = (job.charged + max(unposted, 0)) / MICRO
@@ -561,8 +779,10 @@ class Broker:
         return priority_key(self.rule, bids, [math.nan] * len(bids), est)
 
     def _apply(self) -> None:
-        """Carry out the engine's decisions (launch or SIGCONT, SIGSTOP) and record them."""
-        failed = []
+        """Carry out the engine's decisions and record them. A resume (thaw) and a preemption
+        (freeze) happen at once; a start is recorded now (state running, attempt counted) and
+        its process launched once that is committed (:meth:`_launch`); a kill once the job's end
+        is committed."""
         for kind, row, t in self.engine.drain():
             job = self.active[self.row_job[row]]
             if kind == "start":
@@ -570,16 +790,9 @@ class Broker:
                     self.executor.cont(job.id)
                     self.store.add_event(job.id, t, "resume")
                 else:
-                    kw = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
-                    try:
-                        proc = self.executor.launch(job.id, job.command, env={"MARKETSCHED_JOB_ID": str(job.id)},
-                                                    **kw)
-                    except OSError as exc:
-                        failed.append((job, f"launch failed: {exc}"))
-                        continue
-                    job.pid, job.start_ticks = proc.pid, proc.start_ticks
                     job.attempts += 1
-                    self.store.add_event(job.id, t, "start", f"pid {proc.pid} attempt {job.attempts}")
+                    job.pid = job.start_ticks = None
+                    self.store.add_event(job.id, t, "start", f"attempt {job.attempts}")
                 job.state = "running"
                 job.run_since = t
                 self.running_jobs.add(job.id)
@@ -587,6 +800,8 @@ class Broker:
                     job.first_start = t
                 self.store.update_job(job.id, state="running", first_start=job.first_start, pid=job.pid,
                                       start_ticks=job.start_ticks, attempts=job.attempts)
+                if job.id not in self.executor.procs:
+                    self._defer(lambda job=job, row=row: self._launch(job, row))
             elif kind == "preempt":
                 self.executor.stop(job.id)
                 job.preemptions += 1
@@ -597,13 +812,44 @@ class Broker:
                 self.store.update_job(job.id, state="preempted", preemptions=job.preemptions,
                                       run_seconds=job.run_seconds)
             else:  # the priority mechanisms never kill, discard or reject on their own
-                self.executor.kill(job.id)
                 self._stopped_running(job, t)
+                self._defer(lambda key=job.id: self.executor.kill(key))  # before _final's forget
                 self._final(job, "cancelled", t, note=f"mechanism: {kind}")
-        for job, why in failed:
-            self.engine.withdraw(job.engine_row)
-            self._final(job, "failed", self._t, note=why)
-            self._apply()
+
+    def _launch(self, job: Active, row: int) -> None:
+        """Start the process of a job whose start is committed (deferred by :meth:`_apply`),
+        then record its pid; a job that cannot start fails (its slot goes to the next)."""
+        if self.active.get(job.id) is not job or job.row != row or job.state != "running" \
+                or job.id in self.executor.procs:
+            return  # decided otherwise since (e.g. an earlier launch of the batch failed)
+        kw: dict[str, object] = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
+        try:
+            user = self._run_as(job.owner)
+            if user is not None:
+                kw["user"] = user
+            proc = self.executor.launch(job.id, job.command, env={"MARKETSCHED_JOB_ID": str(job.id)}, **kw)
+        except (OSError, MarketError) as exc:
+            why = f"launch failed: {exc}"
+            with self._transaction():
+                self._now()
+                self.engine.withdraw(job.engine_row)
+                self._stopped_running(job, self._t)
+                self._final(job, "failed", self._t, note=why)
+                self._apply()
+                self._after()
+            return
+        # recorded with the next transaction, not a commit (an fsync) of its own: until then the
+        # executor's state file (written before the process could run) is the record a
+        # restarted broker reconciles by
+        job.pid, job.start_ticks = proc.pid, proc.start_ticks
+        self._launched.append((job.id, self._t, proc.pid, proc.start_ticks))
+
+    def _record_launches(self) -> None:
+        """Write the pids of the processes launched since the last transaction (in it)."""
+        launched, self._launched = self._launched, []
+        for job_id, t, pid, ticks in launched:
+            self.store.add_event(job_id, t, "launch", f"pid {pid}")
+            self.store.update_job(job_id, pid=pid, start_ticks=ticks)
 
     def _stopped_running(self, job: Active, t: float) -> None:
         self.running_jobs.discard(job.id)
@@ -611,32 +857,44 @@ class Broker:
             job.run_seconds += t - job.run_since
             job.run_since = None
 
+    def _ran(self, job: Active) -> float:
+        """Seconds the market has metered ``job`` up to now (its open interval included)."""
+        return job.run_seconds + (self._t - job.run_since if job.run_since is not None else 0.0)
+
     def _final(self, job: Active, state: str, t: float, exit_code=None, note: str = "") -> None:
         if job.row is not None:
             self._post(job)
-        self.active.pop(job.id, None)
+        if self.active.pop(job.id, None) is not None:
+            self.active_by_user[job.owner] -= 1
         job.state = state
         detail = note if exit_code is None else f"exit code {exit_code}" + (f"; {note}" if note else "")
         self.store.add_event(job.id, t, state, detail)
         self.store.update_job(job.id, state=state, end_t=t, exit_code=exit_code, run_seconds=job.run_seconds,
                               charged=job.charged, unpaid=job.unpaid, preemptions=job.preemptions, note=note)
         job.row = None
+        self._defer(lambda key=job.id: self.executor.forget(key))
 
-    def _on_exit(self, job_id: int, code) -> None:
-        job = self.active.get(job_id)
-        if job is None:
+    def _on_exits(self, exits) -> None:
+        """Processes found ended in one scan: their jobs complete together, in *one* batch of
+        the mechanism, and only then does it decide. (One batch per exit let the first exit
+        resume a preempted job whose own exit was later in the same scan, and its process,
+        already gone, was launched a second time.)"""
+        ended = [(self.active[j], code) for j, code in exits if j in self.active]
+        if not ended:
             return
         t = self._t
-        note = "ended while held" if job.state == "held" else ""
-        if job.row is not None:
-            self.engine.complete(job.row)
-        self._stopped_running(job, t)
-        state = "completed"
+        rows = sorted(job.engine_row for job, _ in ended if job.row is not None)
+        notes = {job.id: "ended while held" if job.state == "held" else "" for job, _ in ended}
+        if rows:
+            self.engine.batch(completed=rows)
         outcome = getattr(self.executor, "outcome", None)
-        if outcome is not None:  # e.g. Slurm killed it: "failed", "slurm: NODE_FAIL"
-            state, why = outcome(job_id)
-            note = "; ".join(x for x in (note, why) if x)
-        self._final(job, state, t, exit_code=code, note=note)
+        for job, code in ended:
+            self._stopped_running(job, t)
+            state, note = "completed", notes[job.id]
+            if outcome is not None:  # e.g. Slurm killed it: "failed", "slurm: NODE_FAIL"
+                state, why = outcome(job.id)
+                note = "; ".join(x for x in (note, why) if x)
+            self._final(job, state, t, exit_code=code, note=note)
         self._apply()
 
     # ================================================================== money
@@ -658,6 +916,7 @@ class Broker:
             return True
         due = to_micro(self.engine.accrued(job.row)) - job.row_posted
         if due <= 0:
+            self.store.update_job(job.id, run_seconds=self._ran(job))
             return True
         paid = min(due, max(self.balance[job.owner], 0))
         if paid:
@@ -666,7 +925,8 @@ class Broker:
         job.row_posted += due
         job.charged += paid
         job.unpaid += due - paid
-        self.store.update_job(job.id, charged=job.charged, unpaid=job.unpaid)
+        # the run time metered so far goes with the charge, so a crash leaves the two consistent
+        self.store.update_job(job.id, charged=job.charged, unpaid=job.unpaid, run_seconds=self._ran(job))
         if paid < due:
             self._short.add(job.owner)
             return False
@@ -694,7 +954,7 @@ class Broker:
 
     def _hold(self, user: str) -> None:
         """The user is out of money: all their jobs in the mechanism leave it and wait, held
-        (running ones suspended with SIGSTOP)."""
+        (running ones frozen)."""
         jobs = sorted((j for j in self.active.values() if j.owner == user and j.row is not None), key=lambda j: j.id)
         if not jobs:
             return
@@ -763,7 +1023,7 @@ class Broker:
             if job is None or job.row != row:
                 continue
             out.append({"id": job.id, "key": float(key[row]), "command": job.command,
-                        "env": {"MARKETSCHED_JOB_ID": str(job.id)},
+                        "env": {"MARKETSCHED_JOB_ID": str(job.id)}, "user": self._run_as(job.owner, cached=True),
                         "preempted": job.id in self.executor.procs})
         return out
 
@@ -778,19 +1038,24 @@ class Broker:
             self.executor.wait(timeout)
             if self._stopping:
                 break
-            with self.lock:
-                try:
-                    with self.store.transaction():
-                        self._tick_once()
-                except Exception:  # keep the market alive; the error is printed and kept
-                    self.last_error = traceback.format_exc()
-                    traceback.print_exc()
+            try:
+                self.step()
+            except Exception:  # keep the market alive; the error is printed and kept
+                self.last_error = traceback.format_exc()
+                traceback.print_exc()
+
+    def step(self) -> None:
+        """One round of the market thread, without waiting: process exits, due timers, charges
+        and users out of money (tests with an injected clock and executor call it directly)."""
+        with self.lock, self._transaction():
+            self._tick_once()
 
     def _tick_once(self) -> None:
         self._now()
         changed = False
-        for job_id, code in self.executor.exits():
-            self._on_exit(job_id, code)
+        exits = self.executor.exits()
+        if exits:
+            self._on_exits(exits)
             changed = True
         if self.engine.poll():
             self._apply()
@@ -809,13 +1074,15 @@ class Broker:
 
     # ================================================================== restart
     def _recover(self) -> None:
-        """Reload state after a restart (see the module docstring)."""
+        """Reload state after a restart (see the module docstring): reconcile every active job
+        with what runs for its id, then kill whatever still runs for jobs that have ended."""
         now = self._t
         for acct, bal in self.store.balances().items():
             if acct.startswith("user:"):
                 self.balance[acct[5:]] = bal
         for name, _ in self.store.users():
             self.balance.setdefault(name, 0)
+            self.unix[name] = self.store.unix_user(name)
         first: list[Active] = []
         rest: list[Active] = []
         for r in self.store.jobs(states=ACTIVE_STATES):
@@ -825,35 +1092,67 @@ class Broker:
                          pid=r["pid"], start_ticks=r["start_ticks"])
             self.active[job.id] = job
             wd = self.executor.workdir(job.id)
-            pid, ticks = job.pid, job.start_ticks
-            if pid is None:  # launched, but the crash came before the database recorded it?
-                pid, ticks = _proc_file(wd)
+            # what was started for this job id: the executor's state file (written before the
+            # process may run) or, failing that, the database's pid
+            rec = self.executor.recorded(job.id)
+            started = rec is not None or job.pid is not None
             was_running = r["state"] == "running"
-            if pid is not None:
-                if self.executor.adopt(job.id, pid, ticks, wd) is not None:
-                    self.executor.stop(job.id)  # the mechanism decides afresh who runs
-                    job.pid, job.start_ticks = pid, ticks
-                    if job.state != "held":
-                        job.state = "preempted"
-                    self.store.add_event(job.id, now, "reattach", f"pid {pid}")
-                    self.store.update_job(job.id, state=job.state, pid=pid, start_ticks=ticks)
-                else:
-                    code = read_exit_code(wd)
-                    if code is not None:
-                        self._final(job, "completed", now, exit_code=code, note="ended while the broker was down")
-                        continue
-                    job.pid = job.start_ticks = None
-                    if job.state != "held":
-                        job.state = "queued"
-                    self.store.add_event(job.id, now, "requeue", "process gone without an exit code")
-                    self.store.update_job(job.id, state=job.state, pid=None, start_ticks=None)
-                    was_running = False
+            proc = self.executor.adopt(job.id, job.pid, job.start_ticks, wd) if started else None
+            if proc is not None:
+                self.executor.stop(job.id)  # the mechanism decides afresh who runs
+                job.pid, job.start_ticks = proc.pid, proc.start_ticks
+                if job.state != "held":
+                    job.state = "preempted"
+                self.store.add_event(job.id, now, "reattach", f"pid {proc.pid}")
+                self.store.update_job(job.id, state=job.state, pid=proc.pid, start_ticks=proc.start_ticks)
+            elif started or was_running:
+                code = read_exit_code(wd) if started else None
+                if code is not None:
+                    self._final(job, "completed", now, exit_code=code, note="ended while the broker was down")
+                    continue
+                job.pid = job.start_ticks = None
+                if job.state != "held":
+                    job.state = "queued"
+                why = "process gone without an exit code" if started else "its process had not been started yet"
+                self.store.add_event(job.id, now, "requeue", why)
+                self.store.update_job(job.id, state=job.state, pid=None, start_ticks=None)
+                self._defer(lambda key=job.id: self.executor.forget(key))
+                was_running = False
             if job.state == "held":
                 continue
             (first if was_running else rest).append(job)
+        self.active_by_user = Counter(j.owner for j in self.active.values())
+        killed = self.executor.reap(self.active)
+        if killed:
+            warn(f"killed {killed} process(es) still running for jobs that had ended")
         self._enter(first)
         self._enter(rest)
         self._after()
+
+
+def page_key_id(token_hash: str) -> str:
+    """The web page's key id for a user (see :mod:`marketsched.live.api`): not the hash itself."""
+    return hashlib.sha256(("marketsched-kid:" + token_hash).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class _UserIndex:
+    """Users by token hash, web-page key id and Unix account, read without the broker's lock:
+    the broker replaces the whole index (one assignment) whenever it adds a user, and is the
+    only writer of its database's users (one broker per database)."""
+
+    by_hash: dict
+    by_kid: dict
+    by_unix: dict
+    admin: str | None
+
+    @classmethod
+    def of(cls, store: Store) -> _UserIndex:
+        rows = store._rows("SELECT name, is_admin, token_hash, unix_user FROM users ORDER BY name")
+        return cls(by_hash={h: (n, bool(a)) for n, a, h, _ in rows},
+                   by_kid={page_key_id(h): (n, bool(a), h) for n, a, h, _ in rows},
+                   by_unix={u: (n, bool(a)) for n, a, _, u in rows if u is not None},
+                   admin=next((n for n, a, _, _ in rows if a), None))
 
 
 def make_executor(config: MarketConfig, root: Path):
@@ -862,20 +1161,22 @@ def make_executor(config: MarketConfig, root: Path):
         from marketsched.live.slurm import SlurmExecutor
 
         return SlurmExecutor(root, partition=config.partition, slots=config.slots)
-    return LocalExecutor(root)
+    return LocalExecutor(root, limits=config.limits())
 
 
-def _proc_file(workdir: Path):
-    try:
-        pid, ticks = (workdir / "proc").read_text().split()
-        return int(pid), int(ticks)
-    except (OSError, ValueError):
-        return None, None
+def _show(x, width: int = 60) -> str:
+    """``repr(x)`` cut to ``width`` characters (an error message never echoes a huge value)."""
+    r = repr(x) if not isinstance(x, int) or abs(x) < 10**width else f"a {len(str(abs(x)))}-digit integer"
+    return r if len(r) <= width else f"{r[:width]}... ({len(r)} characters)"
 
 
 def _number(x, what: str) -> float:
+    """A finite number (int or float, not bool) whose magnitude a float holds exactly enough;
+    MarketError naming ``what`` otherwise."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise MarketError(f"{what} must be a number, got {x!r}")
+        raise MarketError(f"{what} must be a number, got {_show(x)}")
+    if isinstance(x, int) and abs(x) > 2**63:
+        raise MarketError(f"{what} must be a finite number, got {_show(x)}")
     x = float(x)
     if not math.isfinite(x):
         raise MarketError(f"{what} must be a finite number, got {x!r}")
@@ -884,8 +1185,9 @@ def _number(x, what: str) -> float:
 
 def _bid(x) -> float:
     bid = _number(x, "bid")
-    if not bid > 0:
-        raise MarketError(f"bid must be a finite positive number (per second of running time), got {bid!r}")
+    if not 0 < bid <= MAX_BID:
+        raise MarketError(f"bid must be a finite positive number (per second of running time) of at most "
+                          f"{MAX_BID:g}, got {bid!r}")
     return bid
 
 
@@ -893,19 +1195,46 @@ def _amount(x, what: str, allow_zero: bool = False) -> int:
     x = _number(x, what)
     if x < 0 or (x == 0 and not allow_zero):
         raise MarketError(f"{what} must be a positive amount, got {x!r}")
-    micros = to_micro(x)
-    if micros > 10**15:
-        raise MarketError(f"{what} of {x!r} is larger than the market accepts (1e9)")
-    return micros
+    if x > MAX_DEPOSIT:
+        raise MarketError(f"{what} of {x!r} is larger than the market accepts ({MAX_DEPOSIT:g})")
+    return to_micro(x)
+
+
+def _whole(x, what: str, lo: int = 1, hi: int = MAX_ID) -> int:
+    """A whole number from ``lo`` to ``hi``, given as an int or as its decimal digits (a path
+    or query parameter); MarketError naming ``what`` otherwise."""
+    if isinstance(x, str):
+        t = x.strip()
+        if not re.fullmatch(r"-?[0-9]{1,40}", t):
+            raise MarketError(f"{what} must be a whole number from {lo} to {hi}, got {_show(x)}")
+        x = int(t)
+    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+        raise MarketError(f"{what} must be a whole number from {lo} to {hi}, got {_show(x)}")
+    return x
 
 
 def _job_id(x) -> int:
+    return _whole(x, "job id")
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (JSON lets one through as ``\\udXXX``) is refused."""
     try:
-        if isinstance(x, bool):
-            raise ValueError
-        j = int(x)
-        if str(j) != str(x).strip() and not isinstance(x, int):
-            raise ValueError
-        return j
-    except (TypeError, ValueError):
-        raise MarketError(f"job id must be a whole number, got {x!r}") from None
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MarketError(f"{what} contains {text[exc.start]!r} at character {exc.start}, a lone surrogate, "
+                          "which is not text") from None
+
+
+def _unix_account(unix) -> RunAs:
+    """The Unix account a market user may be mapped to: it exists here, and is neither root nor
+    the broker's own account (jobs run as it)."""
+    if not isinstance(unix, str) or not unix or len(unix) > 32 or not set(unix) <= NAME_CHARS:
+        raise MarketError(f"unix must be a Unix account name (1-32 letters, digits, '_', '.' or '-'), got {_show(unix)}")
+    try:
+        account = RunAs.lookup(unix)
+    except ValueError as exc:
+        raise MarketError(f"unix: {exc}") from None
+    if account.uid == os.geteuid():
+        raise MarketError(f"unix: {unix!r} is the broker's own account; a market user's jobs must not run as it")
+    return account

@@ -1,16 +1,25 @@
 """``marketsched market ...``: run the live market and talk to it.
 
-``serve`` runs the broker in the foreground; every other command is a client of its HTTP API
-(standard library only), finding it at ``--url`` (``$MARKETSCHED_URL``, default
-``http://127.0.0.1:8765``) with the token from ``--token`` (``$MARKETSCHED_TOKEN``) or
+``serve`` runs the broker in the foreground; every other command is a client of its API
+(standard library only). A client talks to the broker's **Unix socket** when given one
+(``--socket``, ``$MARKETSCHED_SOCKET``) or a data folder holding one (``--data``,
+``$MARKETSCHED_DATA``: ``DATA/market.sock``): the broker then knows the caller by its Unix
+account, no token needed. Otherwise it uses HTTP at ``--url`` (``$MARKETSCHED_URL``, default
+``http://127.0.0.1:8765``; for ``https`` with a self-signed certificate, point
+``$SSL_CERT_FILE`` at it) with the token from ``--token`` (``$MARKETSCHED_TOKEN``) or
 ``--token-file``.
 """
 
 from __future__ import annotations
 
+import functools
+import http.client
 import json
 import os
 import signal
+import socket
+import ssl
+import stat
 import sys
 import threading
 import urllib.error
@@ -20,36 +29,62 @@ from pathlib import Path
 
 import click
 
+from marketsched.live.files import short_socket_path
+
 DEFAULT_URL = "http://127.0.0.1:8765"
+SOCKET_NAME = "market.sock"
 
 
 # ---------------------------------------------------------------------------- client
 class Client:
-    """A minimal JSON client of the market's HTTP API (urllib; no dependency)."""
+    """A minimal JSON client of the market's API (standard library; no dependency): over HTTP
+    at ``url`` with ``token``, or over the broker's Unix socket at ``socket_path`` (no token)."""
 
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0, socket_path=None):
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.socket_path = Path(socket_path) if socket_path is not None else None
 
     def request(self, method: str, path: str, body=None):
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        headers = {"Content-Type": "application/json"}
+        if self.socket_path is not None:
+            status, reason, raw = self._unix(self.socket_path, method, path, data, headers)
+        else:
+            if self.token:
+                headers["Authorization"] = f"Bearer {self.token}"
+            status, reason, raw = self._http(method, path, data, headers)
+        if status >= 400:
+            try:
+                msg = json.loads(raw).get("error", reason)
+            except (ValueError, AttributeError):
+                msg = reason
+            raise ClientError(msg, status)
+        return json.loads(raw or b"null")
+
+    def _http(self, method, path, data, headers):
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return json.loads(r.read() or b"null")
+                return r.status, r.reason, r.read()
         except urllib.error.HTTPError as exc:
-            try:
-                msg = json.loads(exc.read()).get("error", exc.reason)
-            except ValueError:
-                msg = exc.reason
-            raise ClientError(msg, exc.code) from None
+            return exc.code, exc.reason, exc.read()
         except urllib.error.URLError as exc:
             raise ClientError(f"cannot reach the market at {self.url}: {exc.reason} (is `marketsched market serve` running?)",
                               0) from None
+
+    def _unix(self, socket_path: Path, method, path, data, headers):
+        conn = _UnixConnection(socket_path, self.timeout)
+        try:
+            conn.request(method, path, body=data, headers=headers)
+            r = conn.getresponse()
+            return r.status, r.reason, r.read()
+        except OSError as exc:
+            raise ClientError(f"cannot reach the market at {socket_path}: {exc.strerror or exc} "
+                              "(is `marketsched market serve` running?)", 0) from None
+        finally:
+            conn.close()
 
     def get(self, path):
         return self.request("GET", path)
@@ -58,29 +93,71 @@ class Client:
         return self.request("POST", path, body if body is not None else {})
 
 
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: Path, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            with short_socket_path(self.unix_path) as p:
+                s.connect(p)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
 class ClientError(click.ClickException):
     def __init__(self, message: str, status: int):
         super().__init__(message)
         self.status = status
 
 
-def client_options(f):
+def client_options(body):
+    """The options that say how to reach the broker; the command gets ``client``, a Client."""
+
+    @functools.wraps(body)
+    def command(*args, url, token, token_file, socket_path, data_dir, **kwargs):
+        return body(*args, client=_client(url, token, token_file, socket_path, data_dir), **kwargs)
+
+    f = command
     f = click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="File holding the token (e.g. DATA/admin.token).")(f)
     f = click.option("--token", envvar="MARKETSCHED_TOKEN", default=None, help="Your token [$MARKETSCHED_TOKEN].")(f)
     f = click.option("--url", envvar="MARKETSCHED_URL", default=DEFAULT_URL, show_default=True,
                      help="The market's address [$MARKETSCHED_URL].")(f)
+    f = click.option("--data", "data_dir", envvar="MARKETSCHED_DATA", default=None,
+                     type=click.Path(file_okay=False, path_type=Path),
+                     help=f"The market's data folder: use its Unix socket ({SOCKET_NAME}) if there [$MARKETSCHED_DATA].")(f)
+    f = click.option("--socket", "socket_path", envvar="MARKETSCHED_SOCKET", default=None,
+                     type=click.Path(dir_okay=False, path_type=Path),
+                     help="The broker's Unix socket: you are your Unix account, no token [$MARKETSCHED_SOCKET].")(f)
     return f
 
 
-def _client(url, token, token_file) -> Client:
+def _client(url, token, token_file, socket_path=None, data_dir=None) -> Client:
+    """The socket if given (``--socket``) or found in ``--data``; else HTTP with a token."""
+    if socket_path is not None:
+        return Client(socket_path=socket_path)
+    if data_dir is not None:
+        found = data_dir / SOCKET_NAME
+        try:
+            if stat.S_ISSOCK(os.stat(found).st_mode):
+                return Client(socket_path=found)
+        except OSError:
+            pass
     if token_file is not None:
         try:
             token = token_file.read_text().strip()
         except OSError as exc:
             raise click.ClickException(f"cannot read the token file {token_file}: {exc.strerror}") from None
     if not token:
-        raise click.ClickException("no token: give --token, --token-file or set MARKETSCHED_TOKEN")
+        where = f" (no socket at {data_dir / SOCKET_NAME})" if data_dir is not None else ""
+        raise click.ClickException(f"no token: give --token, --token-file or set MARKETSCHED_TOKEN, or use the "
+                                   f"broker's Unix socket with --socket or --data{where}")
     return Client(url, token)
 
 
@@ -123,6 +200,15 @@ def market() -> None:
               help="Where jobs run: local process groups, or Slurm batch jobs (sbatch, priorities, "
                    "suspend/resume; see docs/slurm_and_dayahead.md).")
 @click.option("--partition", default=None, help="Slurm partition for --executor slurm (default: Slurm's default).")
+@click.option("--single-user/--multi-user", "single_user", default=None,
+              help="Single-user: every job runs as the broker's own account (one person, a demo; the default "
+                   "when not root). Multi-user: each job runs as its owner's Unix account (`user add NAME --unix "
+                   "ACCOUNT`), contained in its own cgroup; needs root (the default as root).")
+@click.option("--job-cpus", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="CPU limit per job, in CPUs (cgroup cpu quota; 0: no limit).")
+@click.option("--job-memory", default="auto", show_default=True, metavar="BYTES|auto|0",
+              help="Memory limit per job in bytes (suffixes K, M, G), 'auto' = the machine's memory / --slots, "
+                   "0 = no limit.")
 @click.option("--dayahead", default="off", show_default=True, type=click.Choice(["off", "dpgva", "relaxed"]),
               help="Also run the day-ahead reservation auction (Mutz 2008, ch. 5 / 7): placebid, showres.")
 @click.option("--da-clear-at", default="18:00", show_default=True,
@@ -138,21 +224,51 @@ def market() -> None:
               help="Nodes sold (relaxed: CPUs; local executor: slots held for reservations).")
 @click.option("--da-depth", default=1000, type=click.IntRange(min=1), show_default=True,
               help="Relaxed DPGVA search depth.")
+@click.option("--socket", "socket_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help=f"The Unix socket local users reach the broker on, as their Unix account [default: DATA/{SOCKET_NAME}].")
+@click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TLS certificate (PEM) for HTTPS; with --tls-key.")
+@click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The certificate's private key (PEM).")
+@click.option("--insecure-http", is_flag=True,
+              help="Serve plain HTTP on an address that is not loopback (tokens cross the network in clear).")
+@click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Open connections at most (also capped by the open-file limit); when full, a new one takes the "
+                   "place of the longest-idle one.")
+@click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(0, 3600, min_open=True),
+              help="Seconds a client has to send a request's headers (and a TLS handshake).")
+@click.option("--max-jobs-per-user", default=100, show_default=True, type=click.IntRange(1, 1_000_000),
+              help="Active jobs (queued, running, preempted, held) one user may have; more: HTTP 429.")
+@click.option("--max-command-bytes", default=65536, show_default=True, type=click.IntRange(1, 1 << 20),
+              help="Longest command line a job may have; longer: HTTP 413.")
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
-          executor, partition, dayahead, da_clear_at, da_lead, da_horizon, da_granularity, da_capacity,
-          da_depth) -> None:
-    """Run the market broker (HTTP API, web page, local executor) until interrupted.
+          executor, partition, single_user, job_cpus, job_memory, dayahead, da_clear_at, da_lead, da_horizon,
+          da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
+          header_timeout, max_jobs_per_user, max_command_bytes) -> None:
+    """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
 
     On SIGINT/SIGTERM the market posts charges and suspends running jobs; the next `serve` with
     the same --data re-attaches them. After a crash (kill -9), the same happens at restart.
     """
-    from marketsched.live.api import MarketServer
     from marketsched.live.broker import Broker, MarketConfig
+    from marketsched.live.server import Limits, MarketServer, check_plain_http, raise_fd_limit
 
+    memory = _bytes(job_memory, "--job-memory")
     try:
+        check_plain_http(host, tls_cert is not None, insecure_http)
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        raise_fd_limit()
+        # Every request passes from the server's event-loop thread to a worker thread (the
+        # broker's calls block) and back; with Python's default 5 ms GIL switch interval a busy
+        # thread keeps the other waiting up to 5 ms at each hand-off. 0.5 ms: about 1.4x the
+        # submissions per second under load (benchmarks/bench_live.py), for the same CPU time.
+        sys.setswitchinterval(0.0005)
         broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
                                            charge_interval=charge_interval, admission_seconds=admission_seconds,
-                                           sync=sync, executor=executor, partition=partition),
+                                           sync=sync, executor=executor, partition=partition, single_user=single_user,
+                                           job_cpus=job_cpus, job_memory=memory, max_jobs_per_user=max_jobs_per_user,
+                                           max_command_bytes=max_command_bytes),
                         db_url=db_url)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -171,18 +287,28 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         except ValueError as exc:
             broker.stop()
             raise click.ClickException(f"day-ahead auction: {exc}") from None
+    sock = socket_path if socket_path is not None else data / SOCKET_NAME
     try:
-        server = MarketServer(broker, host, port)
-    except OSError as exc:
+        server = MarketServer(broker, host, port, socket_path=sock, tls_cert=tls_cert, tls_key=tls_key,
+                              insecure_http=insecure_http,
+                              limits=Limits(max_connections=max_connections, header_timeout=header_timeout))
+    except (OSError, ValueError, ssl.SSLError) as exc:
         broker.stop()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise click.ClickException(f"cannot listen on {host}:{port} and {sock}: {exc}") from None
     broker.start()
     click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), {executor} executor, "
                f"database {broker.store.location}", err=True)
+    if broker.single_user:
+        click.echo(f"single-user mode: every job runs as uid {os.geteuid()} (the broker's account)", err=True)
+    else:
+        click.echo("multi-user mode: each job runs as its owner's Unix account", err=True)
+    layout = getattr(broker.executor, "layout", None)
+    if layout is not None:
+        click.echo(f"job containment: {layout.describe()}", err=True)
     if mechanism == "wspt":
         click.echo("note: WSPT needs actual run times, unknown before a job ends; it uses the runtime estimate (WSEPT)",
                    err=True)
-    click.echo(f"web page and API at {server.url}/", err=True)
+    click.echo(f"web page and API at {server.url}/; Unix socket {sock} (local users, no token)", err=True)
     if token:
         click.echo(f"administrator token written to {data / 'admin.token'}", err=True)
     click.echo(f"READY {server.url}", err=True)
@@ -208,11 +334,18 @@ def user() -> None:
 @user.command("add")
 @click.argument("name")
 @click.option("--deposit", default=0.0, type=float, show_default=True, help="Initial deposit.")
+@click.option("--unix", "unix", default=None, metavar="ACCOUNT",
+              help="The Unix account NAME is: on the broker's Unix socket ACCOUNT's processes act as NAME (no "
+                   "token), and NAME's jobs run as ACCOUNT.")
 @client_options
-def user_add(name, deposit, url, token, token_file) -> None:
+def user_add(name, deposit, unix, client) -> None:
     """Create user NAME; prints their token (give it to them) on stdout."""
-    out = _client(url, token, token_file).post("/api/users", {"name": name, "deposit": deposit})
-    click.echo(f"user {out['name']} created with balance {_money(out['balance'])}", err=True)
+    body = {"name": name, "deposit": deposit}
+    if unix is not None:
+        body["unix"] = unix
+    out = client.post("/api/users", body)
+    linked = f", Unix account {out['unix']}" if out.get("unix") else ""
+    click.echo(f"user {out['name']} created with balance {_money(out['balance'])}{linked}", err=True)
     click.echo(out["token"])
 
 
@@ -220,9 +353,9 @@ def user_add(name, deposit, url, token, token_file) -> None:
 @click.argument("name")
 @click.argument("amount", type=float)
 @client_options
-def deposit(name, amount, url, token, token_file) -> None:
+def deposit(name, amount, client) -> None:
     """Add AMOUNT to user NAME's balance (administrator)."""
-    out = _client(url, token, token_file).post(f"/api/users/{name}/deposit", {"amount": amount})
+    out = client.post(f"/api/users/{name}/deposit", {"amount": amount})
     click.echo(f"{out['name']}: balance {_money(out['balance'])}")
 
 
@@ -233,15 +366,14 @@ def deposit(name, amount, url, token, token_file) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @client_options
-def submit(bid, estimate, procs, as_json, command, url, token, token_file) -> None:
+def submit(bid, estimate, procs, as_json, command, client) -> None:
     """Submit COMMAND (after --, e.g. `-- sleep 10`); prints the job id and its state.
 
     One argument is taken as a shell command line (`-- 'echo a; sleep 5'`); several are quoted
     as separate arguments.
     """
     cmd = command[0] if len(command) == 1 else list(command)
-    job = _client(url, token, token_file).post("/api/jobs", {"bid": bid, "command": cmd, "estimate": estimate,
-                                                             "procs": procs})
+    job = client.post("/api/jobs", {"bid": bid, "command": cmd, "estimate": estimate, "procs": procs})
     if as_json:
         click.echo(json.dumps(job, indent=2))
     else:
@@ -250,17 +382,20 @@ def submit(bid, estimate, procs, as_json, command, url, token, token_file) -> No
 
 @market.command("list")
 @click.option("--state", default=None, help="Comma-separated states (queued,running,preempted,held,completed,...).")
-@click.option("--limit", default=None, type=click.IntRange(min=1), help="Only the newest N jobs.")
+@click.option("--limit", default=None, type=click.IntRange(1, 1000), help="Only the newest N jobs (at most 1000).")
+@click.option("--before", default=None, type=click.IntRange(min=1), help="Only jobs whose id is below this (paging back).")
 @click.option("--json", "as_json", is_flag=True)
 @client_options
-def list_jobs(state, limit, as_json, url, token, token_file) -> None:
-    """Your jobs (the administrator sees all)."""
+def list_jobs(state, limit, before, as_json, client) -> None:
+    """Your jobs (the administrator sees all), the newest 1000 unless --limit / --before say otherwise."""
     q = []
     if state:
         q.append(f"state={state}")
     if limit:
         q.append(f"limit={limit}")
-    jobs = _client(url, token, token_file).get("/api/jobs" + ("?" + "&".join(q) if q else ""))
+    if before:
+        q.append(f"before={before}")
+    jobs = client.get("/api/jobs" + ("?" + "&".join(q) if q else ""))
     if as_json:
         click.echo(json.dumps(jobs, indent=2))
         return
@@ -275,9 +410,9 @@ def list_jobs(state, limit, as_json, url, token, token_file) -> None:
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True)
 @client_options
-def show(job_id, as_json, url, token, token_file) -> None:
+def show(job_id, as_json, client) -> None:
     """One job: state, charges, events, the end of its stdout and stderr."""
-    j = _client(url, token, token_file).get(f"/api/jobs/{job_id}")
+    j = client.get(f"/api/jobs/{job_id}")
     if as_json:
         click.echo(json.dumps(j, indent=2))
         return
@@ -297,9 +432,9 @@ def show(job_id, as_json, url, token, token_file) -> None:
 @market.command("cancel")
 @click.argument("job_id")
 @client_options
-def cancel(job_id, url, token, token_file) -> None:
+def cancel(job_id, client) -> None:
     """Cancel a job (kills its processes; what it ran is charged)."""
-    j = _client(url, token, token_file).post(f"/api/jobs/{job_id}/cancel")
+    j = client.post(f"/api/jobs/{job_id}/cancel")
     click.echo(f"job {j['id']} {j['state']}, charged {_money(j['charged'])}")
 
 
@@ -307,9 +442,9 @@ def cancel(job_id, url, token, token_file) -> None:
 @click.argument("job_id")
 @click.argument("bid", type=float)
 @client_options
-def rebid(job_id, bid, url, token, token_file) -> None:
+def rebid(job_id, bid, client) -> None:
     """Change job JOB_ID's bid to BID (per second of running time); the market decides at once."""
-    j = _client(url, token, token_file).post(f"/api/jobs/{job_id}/bid", {"bid": bid})
+    j = client.post(f"/api/jobs/{job_id}/bid", {"bid": bid})
     click.echo(f"job {j['id']} {j['state']}, bid {j['bid']:g}")
 
 
@@ -317,9 +452,9 @@ def rebid(job_id, bid, url, token, token_file) -> None:
 @click.option("--history", is_flag=True, help="The price history too.")
 @click.option("--json", "as_json", is_flag=True)
 @client_options
-def price(history, as_json, url, token, token_file) -> None:
+def price(history, as_json, client) -> None:
     """The current price (per second of running time) and the market's state."""
-    c = _client(url, token, token_file)
+    c = client
     p = c.get("/api/price")
     h = c.get("/api/price/history") if history else None
     if as_json:
@@ -337,9 +472,9 @@ def price(history, as_json, url, token, token_file) -> None:
 @market.command("balance")
 @click.option("--json", "as_json", is_flag=True)
 @client_options
-def balance(as_json, url, token, token_file) -> None:
+def balance(as_json, client) -> None:
     """Your balance (administrator: everyone's, the revenue and the deposits)."""
-    b = _client(url, token, token_file).get("/api/balance")
+    b = client.get("/api/balance")
     if as_json:
         click.echo(json.dumps(b, indent=2))
     elif "users" in b:
@@ -356,10 +491,10 @@ def balance(as_json, url, token, token_file) -> None:
 @click.option("--limit", default=200, type=click.IntRange(min=1), show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @client_options
-def statement(name, limit, as_json, url, token, token_file) -> None:
+def statement(name, limit, as_json, client) -> None:
     """Ledger entries of your account: deposits (+) and charges (-)."""
     q = f"?limit={limit}" + (f"&user={name}" if name else "")
-    s = _client(url, token, token_file).get("/api/statement" + q)
+    s = client.get("/api/statement" + q)
     if as_json:
         click.echo(json.dumps(s, indent=2))
         return
@@ -378,7 +513,7 @@ def statement(name, limit, as_json, url, token, token_file) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @client_options
-def placebid(length, deadline, value, nodes, as_json, command, url, token, token_file) -> None:
+def placebid(length, deadline, value, nodes, as_json, command, client) -> None:
     """A sealed day-ahead bid (Mutz 2008's placebid); optional COMMAND after -- runs in the reservation."""
     body = {"length": length, "deadline": deadline, "value": value}
     if nodes is not None:
@@ -387,7 +522,7 @@ def placebid(length, deadline, value, nodes, as_json, command, url, token, token
         import shlex
 
         body["command"] = command[0] if len(command) == 1 else shlex.join(command)
-    b = _client(url, token, token_file).post("/api/dayahead/bids", body)
+    b = client.post("/api/dayahead/bids", body)
     if as_json:
         click.echo(json.dumps(b, indent=2))
     else:
@@ -397,9 +532,9 @@ def placebid(length, deadline, value, nodes, as_json, command, url, token, token
 @market.command("showres")
 @click.option("--json", "as_json", is_flag=True)
 @client_options
-def showres(as_json, url, token, token_file) -> None:
+def showres(as_json, client) -> None:
     """Day-ahead bids and reservations (showres, as in Mutz 2008); the next clearing."""
-    r = _client(url, token, token_file).get("/api/dayahead")
+    r = client.get("/api/dayahead")
     if as_json:
         click.echo(json.dumps(r, indent=2))
         return
@@ -415,6 +550,22 @@ def showres(as_json, url, token, token_file) -> None:
         job = f" job {b['job_state']}" if b.get("job_state") else ""
         click.echo(f"{b['id']:>5} {b['owner']:<10} {b['length']:>7g} {b['deadline']:>7g} {b['value']:>9g} "
                    f"{b['state']:<7} {b['price']:>9g}  {when}{job}")
+
+
+def _bytes(text: str, param: str) -> int | None:
+    """``"auto"`` -> None (the default); ``"0"`` -> 0 (no limit); ``"512M"``, ``"2G"``, ``"1048576"`` -> bytes."""
+    t = text.strip().lower()
+    if t == "auto":
+        return None
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}.get(t[-1:], 1)
+    digits = t[:-1] if t[-1:] in "kmgt" and t[-1:] else t
+    try:
+        value = float(digits)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value * mult < 2**63):
+        raise click.BadParameter(f"{text!r} is not a size in bytes (e.g. 512M, 2G), 'auto' or 0", param_hint=param)
+    return int(value * mult)
 
 
 def _number_list(text: str, param: str, kind=float) -> list:

@@ -63,6 +63,7 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import traceback
@@ -173,11 +174,20 @@ class DayAhead:
             raise ValueError(f"on Slurm the day-ahead granularity must be a whole number of minutes "
                              f"(Slurm time limits are minutes), got {config.granularity:g} s")
         self.root = broker.data / "dayahead"
-        self.root.mkdir(parents=True, exist_ok=True)
         if not self.slurm:
             from marketsched.live.executor import LocalExecutor
 
-            self.local = LocalExecutor(self.root)
+            # the spot market's launcher and cgroups (its own cgroup folder, named after
+            # DATA/dayahead: keys are bid ids)
+            self.local = LocalExecutor(self.root, limits=broker.config.limits())
+            # a restarted broker re-attaches reservations' jobs that still run and kills the rest
+            running = [x["id"] for x in self.bids() if x["job_state"] == "running"]
+            kept = [k for k in running if self.local.adopt(k) is not None]
+            self.local.reap(kept)
+        else:
+            from marketsched.live import jobfiles
+
+            self.root_fd = jobfiles.open_root(self.root)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_error: str | None = None
@@ -204,7 +214,7 @@ class DayAhead:
     # ------------------------------------------------------------------ placebid
     def place_bid(self, user: str, length, deadline, value, nodes=None, command=None) -> dict:
         """A sealed bid (thesis ``placebid``): its maximum price goes to escrow until clearing."""
-        from marketsched.live.broker import MarketError, _number
+        from marketsched.live.broker import MarketError, _amount, _number, _show, _utf8
 
         c = self.config
         length = _number(length, "length")
@@ -220,25 +230,31 @@ class DayAhead:
         if math.ceil(length / c.granularity - 1e-9) > math.floor(deadline / c.granularity + 1e-9):
             raise MarketError(f"length {length:g} s rounded up to the granularity ({c.granularity:g} s) does not fit "
                               f"before the deadline {deadline:g} s rounded down")
-        if not value > 0:
-            raise MarketError(f"maximum price must be a positive amount, got {value!r}")
+        micros = _amount(value, "maximum price")
         if nodes is None:
             nodes = 1 if c.mechanism == "relaxed" else c.capacity
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise MarketError(f"nodes must be a whole number >= 1, got {nodes!r}")
+            raise MarketError(f"nodes must be a whole number >= 1, got {_show(nodes)}")
         if c.mechanism == "dpgva" and nodes != c.capacity:
             raise MarketError(f"the DPGVA auction sells the whole machine ({c.capacity} node(s)); "
-                              f"use the relaxed auction for {nodes} node(s)")
+                              f"use the relaxed auction for nodes {_show(nodes)}")
         if nodes > c.capacity:
-            raise MarketError(f"nodes {nodes} is more than the {c.capacity} the auction sells")
+            raise MarketError(f"nodes {_show(nodes)} is more than the {c.capacity} the auction sells")
+        b = self.broker
         if command is not None:
             if not isinstance(command, str) or not command.strip() or "\x00" in command:
                 raise MarketError("command must be a non-empty shell command line")
-        micros = int(round(value * MICRO))
-        b = self.broker
+            size = len(_utf8(command, "command"))
+            if size > b.config.max_command_bytes:
+                raise MarketError(f"command is {size} bytes long, more than the {b.config.max_command_bytes} this "
+                                  "market accepts", 413)
         with b.lock:
             if user not in b.balance:
                 raise MarketError(f"unknown user {user!r}", 404)
+            sealed = self.store._rows("SELECT COUNT(*) FROM da_bids WHERE owner = ? AND state = 'sealed'", (user,))[0][0]
+            if sealed >= b.config.max_jobs_per_user:
+                raise MarketError(f"{user} has {sealed} sealed day-ahead bids, the most this market allows one user "
+                                  f"({b.config.max_jobs_per_user})", 429)
             t = b._now()
             r = self.open_round(t)
             if r is None:
@@ -270,9 +286,9 @@ class DayAhead:
     # Views read under the broker's lock: a clearing updates a round's bids one by one inside one
     # transaction on the shared connection, holding the lock, so a view never shows half a round.
     def bid(self, bid_id: int) -> dict | None:
-        with self.broker.lock:
+        with self.broker.lock:  # never half a clearing: it runs under the lock, in one transaction
             rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
-            return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
+        return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
 
     def bids(self, user: str | None = None, round_: int | None = None) -> list[dict]:
         sql = f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids"
@@ -286,8 +302,9 @@ class DayAhead:
             params.append(round_)
         if cond:
             sql += " WHERE " + " AND ".join(cond)
-        with self.broker.lock:
-            return [self._view(dict(zip(BID_COLUMNS, r))) for r in self.store._rows(sql + " ORDER BY id", params)]
+        with self.broker.lock:  # the connection is shared: read between transactions, not inside one
+            rows = self.store._rows(sql + " ORDER BY id", params)
+        return [self._view(dict(zip(BID_COLUMNS, r))) for r in rows]
 
     def _view(self, row: dict) -> dict:
         row["price"] = row["price"] / MICRO
@@ -398,24 +415,36 @@ class DayAhead:
         where = ["Nodes=ALL"] if self.config.mechanism == "dpgva" else [f"CoreCnt={x['nodes']}"]
         if ex.partition:
             where.append(f"PartitionName={ex.partition}")
+        user = self.broker._run_as(x["owner"]) if x["command"] else None
+        # the reservation admits the account the job runs as (its owner's; single-user: ours)
+        import pwd
+
+        runner = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
+        users = ",".join(sorted({"root", runner}))
         run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
-             f"EndTime={_iso(end_wall)}", "Users=root", "Flags=IGNORE_JOBS,OVERLAP"] + where)
+             f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
         job_ref = None
         if x["command"]:
-            wd = self.root / f"job-{x['id']}"
-            wd.mkdir(parents=True, exist_ok=True)
-            (wd / "command.sh").write_text(x["command"] + "\n")
-            from marketsched.live.slurm import BATCH, _shq
+            from marketsched.live import jobfiles
+            from marketsched.live.slurm import BATCH, _shq, export_option, run_as_options
 
-            (wd / "slurm-batch.sh").write_text(BATCH.format(key=f"day-ahead bid {x['id']}", workdir=_shq(str(wd))))
+            wd = self.root / f"job-{x['id']}"
+            uid, gid = (user.uid, user.gid) if user is not None else (None, None)
+            dfd = jobfiles.open_jobdir(self.root_fd, wd.name, create=True, uid=uid, gid=gid)
+            try:
+                jobfiles.replace_file(dfd, "command.sh", (x["command"] + "\n").encode(), uid, gid)
+            finally:
+                os.close(dfd)
             secs = max(60, int(round(end_wall - start_wall)) // 60 * 60)  # whole minutes (granularity check)
             args = ["sbatch", "--parsable", "-J", name, f"--reservation={name}", f"--begin={_iso(start_wall)}",
                     f"--time={secs // 60}:{secs % 60:02d}", "-D", str(wd), "-o", str(wd / "stdout"),
-                    "-e", str(wd / "stderr"), "--no-requeue", f"--export=ALL,MARKETSCHED_DAYAHEAD_BID={x['id']}",
-                    "-n", str(x["nodes"] if self.config.mechanism == "relaxed" else 1)]
+                    "-e", str(wd / "stderr"), "--no-requeue",
+                    export_option(user, {"MARKETSCHED_DAYAHEAD_BID": x["id"]}),
+                    "-n", str(x["nodes"] if self.config.mechanism == "relaxed" else 1)] + run_as_options(user)
             if ex.partition:
                 args += ["-p", ex.partition]
-            job_ref = "slurm:" + run(args + [str(wd / "slurm-batch.sh")]).strip().split(";")[0]
+            script = BATCH.format(key=f"day-ahead bid {x['id']}", workdir=_shq(str(wd)))
+            job_ref = "slurm:" + run(args, input=script).strip().split(";")[0]
         return name, job_ref
 
     def cancel_reservations(self) -> None:
@@ -466,9 +495,16 @@ class DayAhead:
                              (state, code, note, x["id"]))
 
     def _drive_local(self, x: dict, t: float) -> None:
+        from marketsched.live.broker import MarketError
+
         key = x["id"]
         if x["job_state"] == "scheduled" and t >= x["start_t"] and t < x["end_t"]:
-            self.local.launch(key, x["command"], env={"MARKETSCHED_DAYAHEAD_BID": str(key)})
+            try:  # as the bid owner's Unix account, like a spot-market job
+                self.local.launch(key, x["command"], env={"MARKETSCHED_DAYAHEAD_BID": str(key)},
+                                  user=self.broker._run_as(x["owner"]))
+            except (OSError, MarketError) as exc:
+                self._set_job(x, "failed", note=_noted(x, f"launch failed: {exc}"))
+                return
             self._set_job(x, "running")
             return
         if x["job_state"] == "scheduled" and t >= x["end_t"]:
@@ -478,10 +514,12 @@ class DayAhead:
             ended = dict(self.local.exits())
             if key in ended:
                 self._set_job(x, "completed", ended[key])
+                self.local.forget(key)
             elif key not in self.local.procs:
                 self._set_job(x, "failed", note="process lost (broker restart)")
             elif t >= x["end_t"]:
                 self.local.kill(key)
+                self.local.forget(key)
                 self._set_job(x, "killed", note=_noted(x, "reservation ended"))
 
     def _watch_slurm(self, x: dict) -> None:
@@ -542,6 +580,8 @@ class DayAhead:
             self._thread.join(timeout=10)
         if cancel:
             self.cancel_reservations()
+        if not self.slurm:  # reservations' jobs run on (re-attached at restart) unless cancelled
+            self.local.shutdown(kill=cancel)
 
 
 def _noted(x: dict, text: str) -> str:

@@ -30,6 +30,22 @@ so the sum of all balances is always 0. Accounts:
 
 Hence ``sum(user balances) + revenue = total deposits`` at every commit
 (:meth:`Store.check_books` verifies it and recomputes every balance from the entries).
+
+Bounds
+------
+Every balance stays within ``MAX_BALANCE`` (1e12 currency units, 1e18 micro-units) in absolute
+value, below 2**63 (about 9.22e18), so a sum of amounts never overflows a 64-bit integer: SQLite
+would silently store an overflowing sum as a floating-point number (it did, after 9,301
+deposits of 1e9), PostgreSQL would refuse it. :meth:`Store.post` refuses an entry that would
+cross the bound; since every account's balance is at most the total deposited, the broker
+refuses a deposit that would take the total past it.
+
+Schema version
+--------------
+The database records its schema version (``meta`` key ``schema_version``; a database made
+before versions were recorded is version 1). Opening a database applies the missing upgrades
+in order, in one transaction, on SQLite and PostgreSQL alike; a database newer than this code
+is refused. Version 2 added ``users.unix_user`` (the Unix account a market user is, unique).
 """
 
 from __future__ import annotations
@@ -43,7 +59,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psycopg
 
+from marketsched.live.files import private_file, tighten
+
 MICRO = 1_000_000
+MAX_BALANCE = 10**12 * MICRO  # micro-units; any account, in absolute value (< 2**63)
+SCHEMA_VERSION = 2
 DEPOSITS = "external:deposits"
 REVENUE = "provider:revenue"
 
@@ -152,6 +172,10 @@ class Store:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self.kind = "sqlite"
             self.location = str(path)
+            # 0600 whatever the umask; SQLite gives its -wal and -shm files the database's mode
+            private_file(path)
+            for extra in ("-wal", "-shm", "-journal"):
+                tighten(f"{path}{extra}")
             self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute(f"PRAGMA synchronous={sync.upper()}")
@@ -162,8 +186,31 @@ class Store:
             for stmt in schema.split(";"):
                 if stmt.strip():
                     self._exec(stmt)
+            self._upgrade()
             for acct in (DEPOSITS, REVENUE):
                 self._ensure_account(acct)
+
+    # ------------------------------------------------------------------ schema version
+    def schema_version(self) -> int:
+        return int(self.get_meta("schema_version", 1))
+
+    def _upgrade(self) -> None:
+        """Bring the schema to ``SCHEMA_VERSION`` (called inside the opening transaction; the
+        base schema above is version 1, what every database before versions had)."""
+        version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"the market's database has schema version {version}, newer than this marketsched "
+                               f"understands ({SCHEMA_VERSION}): upgrade marketsched")
+        for v in range(version + 1, SCHEMA_VERSION + 1):
+            _UPGRADES[v](self)
+            self.set_meta("schema_version", v)
+
+    def _columns(self, table: str) -> set[str]:
+        if self.kind == "sqlite":
+            return {r[1] for r in self._rows(f"PRAGMA table_info({table})")}
+        return {r[0] for r in self._rows(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = current_schema()",
+            (table,))}
 
     # ------------------------------------------------------------------ plumbing
     def _exec(self, sql: str, params=()):
@@ -210,11 +257,21 @@ class Store:
             self._exec("INSERT INTO meta (key, value) VALUES (?, ?)", (key, str(value)))
 
     # ------------------------------------------------------------------ users
-    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float) -> None:
+    def add_user(self, name: str, token_hash: str, is_admin: bool, t: float, unix_user: str | None = None) -> None:
         with self.transaction():
-            self._exec("INSERT INTO users (name, token_hash, is_admin, created) VALUES (?, ?, ?, ?)",
-                       (name, token_hash, int(is_admin), t))
+            self._exec("INSERT INTO users (name, token_hash, is_admin, created, unix_user) VALUES (?, ?, ?, ?, ?)",
+                       (name, token_hash, int(is_admin), t, unix_user))
             self._ensure_account(user_account(name))
+
+    def unix_user(self, name: str) -> str | None:
+        """The Unix account market user ``name``'s jobs run as (None: not mapped)."""
+        rows = self._rows("SELECT unix_user FROM users WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def user_by_unix(self, unix_name: str) -> str | None:
+        """The market user mapped to Unix account ``unix_name`` (None: nobody)."""
+        rows = self._rows("SELECT name FROM users WHERE unix_user = ?", (unix_name,))
+        return rows[0][0] if rows else None
 
     def user_by_token_hash(self, token_hash: str):
         rows = self._rows("SELECT name, is_admin FROM users WHERE token_hash = ?", (token_hash,))
@@ -231,9 +288,17 @@ class Store:
     def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, job_id=None,
              memo: str = "") -> None:
         """One double entry: ``amount`` micro-units leave ``from_account`` and reach ``to_account``."""
-        if int(amount) != amount or amount <= 0:
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
             raise ValueError(f"a ledger entry moves a positive whole number of micro-units, got {amount!r}")
         with self.transaction():
+            bal = dict(self._rows("SELECT name, balance FROM accounts WHERE name IN (?, ?)", (from_account, to_account)))
+            for acct in (from_account, to_account):
+                if acct not in bal:
+                    raise ValueError(f"no ledger account {acct!r}")
+            if bal[from_account] - amount < -MAX_BALANCE or bal[to_account] + amount > MAX_BALANCE:
+                raise LedgerBoundError(
+                    f"moving {amount} micro-units from {from_account} to {to_account} would take a balance past "
+                    f"{MAX_BALANCE // MICRO:.0e} in absolute value, the most the ledger holds exactly")
             self._exec(
                 "INSERT INTO entries (t, kind, from_account, to_account, amount, job_id, memo) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (t, kind, from_account, to_account, int(amount), job_id, memo),
@@ -244,15 +309,27 @@ class Store:
     def balances(self) -> dict[str, int]:
         return dict(self._rows("SELECT name, balance FROM accounts"))
 
-    def entries(self, account: str | None = None, job_id=None, limit: int | None = None) -> list[dict]:
+    def balance(self, account: str) -> int:
+        rows = self._rows("SELECT balance FROM accounts WHERE name = ?", (account,))
+        if not rows:
+            raise KeyError(f"no ledger account {account!r}")
+        return rows[0][0]
+
+    def entries(self, account: str | None = None, job_id=None, limit: int | None = None,
+                before: int | None = None) -> list[dict]:
+        """Entries, oldest first (``limit``: the newest N; ``before``: only ids below it)."""
         sql = "SELECT id, t, kind, from_account, to_account, amount, job_id, memo FROM entries"
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         if account is not None:
             cond.append("(from_account = ? OR to_account = ?)")
             params += [account, account]
         if job_id is not None:
             cond.append("job_id = ?")
             params.append(job_id)
+        if before is not None:
+            cond.append("id < ?")
+            params.append(before)
         if cond:
             sql += " WHERE " + " AND ".join(cond)
         sql += " ORDER BY id"
@@ -277,6 +354,9 @@ class Store:
             flows[frm] -= amount
             flows[to] += amount
         for acct, b in bal.items():
+            if not isinstance(b, int):
+                raise AssertionError(f"account {acct}: balance {b!r} is not a whole number of micro-units "
+                                     "(the database stored an overflowing sum as a float)")
             if flows.get(acct, 0) != b:
                 raise AssertionError(f"account {acct}: balance {b} but its entries add up to {flows.get(acct, 0)}")
         if sum(bal.values()) != 0:
@@ -306,15 +386,21 @@ class Store:
         rows = self._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id = ?", (job_id,))
         return dict(zip(JOB_COLUMNS, rows[0])) if rows else None
 
-    def jobs(self, owner: str | None = None, states=None, limit: int | None = None) -> list[dict]:
+    def jobs(self, owner: str | None = None, states=None, limit: int | None = None,
+             before: int | None = None) -> list[dict]:
+        """Jobs, oldest first (``limit``: the newest N; ``before``: only ids below it)."""
         sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         if owner is not None:
             cond.append("owner = ?")
             params.append(owner)
         if states:
             cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
             params += list(states)
+        if before is not None:
+            cond.append("id < ?")
+            params.append(before)
         if cond:
             sql += " WHERE " + " AND ".join(cond)
         sql += " ORDER BY id"
@@ -330,14 +416,21 @@ class Store:
         with self.transaction():
             self._exec("INSERT INTO events (job_id, t, kind, detail) VALUES (?, ?, ?, ?)", (job_id, t, kind, detail))
 
-    def events(self, job_id: int | None = None) -> list[dict]:
+    def events(self, job_id: int | None = None, limit: int | None = None) -> list[dict]:
+        """Events, oldest first (``limit``: the newest N)."""
         sql = "SELECT id, job_id, t, kind, detail FROM events"
         params: tuple = ()
         if job_id is not None:
             sql += " WHERE job_id = ?"
             params = (job_id,)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
         keys = ("id", "job_id", "t", "kind", "detail")
-        return [dict(zip(keys, r)) for r in self._rows(sql + " ORDER BY id", params)]
+        return [dict(zip(keys, r)) for r in self._rows(sql, params)]
+
+    def count_events(self, job_id: int) -> int:
+        return int(self._rows("SELECT COUNT(*) FROM events WHERE job_id = ?", (job_id,))[0][0])
 
     def add_price(self, t: float, price: float, queued: int, running: int) -> None:
         with self.transaction():
@@ -356,3 +449,17 @@ class Store:
 
 def user_account(name: str) -> str:
     return f"user:{name}"
+
+
+class LedgerBoundError(ValueError):
+    """An entry would take a balance past ``MAX_BALANCE``."""
+
+
+def _v2_unix_user(store: Store) -> None:
+    """Version 2: ``users.unix_user``, the Unix account a market user is (NULL: none), unique."""
+    if "unix_user" not in store._columns("users"):
+        store._exec("ALTER TABLE users ADD COLUMN unix_user TEXT")
+    store._exec("CREATE UNIQUE INDEX IF NOT EXISTS users_unix_user ON users(unix_user)")
+
+
+_UPGRADES = {2: _v2_unix_user}

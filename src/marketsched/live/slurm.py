@@ -16,6 +16,15 @@ How the market's decisions map onto Slurm
   then knows the whole queue and can act on it by itself. The batch script runs the command in
   the job's folder (``DATA/jobs/job-ID``) like the local executor's wrapper, appends to
   ``stdout``/``stderr`` there and writes the command's exit status to ``exit_code``.
+* **As the job's user.** In a multi-user market the broker (root) submits with ``sbatch
+  --uid=UID --gid=GID`` of the job owner's Unix account: Slurm then runs the batch script, its
+  steps and its output files as that account (slurmstepd drops privileges, as for a job the
+  user submitted; checked on Slurm 22.05: the job's ``UserId`` is the account). The job's folder
+  is created owned by that account (0700), the script goes to sbatch on stdin (no file the
+  user could change) and the environment is exactly the local executor's clean one
+  (``--export=PATH=...,HOME=...``: without ``ALL``, nothing of the broker's environment is
+  passed). Slurm enters the folder as the user, so every folder above the jobs' folder must be
+  traversable by other accounts (:meth:`SlurmExecutor.check_reachable`, checked at start).
 * **Order = priorities.** ``slurm-up.sh`` configures ``PriorityType=priority/multifactor`` with
   every weight 0, so a job's priority is exactly the value the market sets. A job's priority
   is its mechanism key (HB: the bid; WSEPT: bid / estimate) times :data:`PRIORITY_SCALE`,
@@ -66,10 +75,11 @@ How the market's decisions map onto Slurm
   ``PREEMPTED``); ``COMPLETED`` and ``FAILED`` (the command exited non-zero) are completions
   with the command's exit code, as on the local executor.
 * **Identity across a broker restart**: the broker's ``pid`` column holds the Slurm job id
-  (``start_ticks`` 0), and the job's folder holds ``proc`` (``"SLURM_ID 0"``) written right
-  after ``sbatch``; :meth:`adopt` re-attaches a Slurm job that is still pending, running or
-  suspended and carries the market's job name (``NAME_PREFIX-MARKET-ID``, so another market's
-  or a user's job is never taken for it).
+  (``start_ticks`` 0), and the broker's state file ``DATA/jobs/job-ID.proc`` (outside the
+  job's folder, which its user may change) records it right after ``sbatch``; :meth:`adopt`
+  re-attaches a Slurm job that is still pending, running or suspended and carries the market's
+  job name (``NAME_PREFIX-MARKET-ID``, so another market's or a user's job is never taken for
+  it); :meth:`reap` cancels the Slurm jobs of jobs that ended in the market.
 
 Open decisions (documented here, where they are taken)
 -------------------------------------------------------
@@ -94,7 +104,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marketsched.live.executor import WakePipe, read_exit_code
+from marketsched.live import jobfiles
+from marketsched.live.executor import RunAs, WakePipe, job_environment, read_exit_code
 
 PRIORITY_SCALE = 1000.0
 MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
@@ -119,10 +130,12 @@ class SlurmError(RuntimeError):
     """A Slurm command failed; the message names the command and quotes its error."""
 
 
-def run(args: list[str], timeout: float = 30.0) -> str:
-    """Run a Slurm command; return stdout, raise :class:`SlurmError` with its stderr if it fails."""
+def run(args: list[str], timeout: float = 30.0, input: str | None = None) -> str:
+    """Run a Slurm command (``input``: its stdin, e.g. a batch script for sbatch); return stdout,
+    raise :class:`SlurmError` with its stderr if it fails."""
     try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input,
+                           stdin=None if input is not None else subprocess.DEVNULL)
     except FileNotFoundError:
         raise SlurmError(f"{args[0]} not found: Slurm's client commands are not installed "
                          "(run `bash scripts/slurm-up.sh`)") from None
@@ -193,7 +206,7 @@ class SlurmExecutor:
     def __init__(self, root: Path, partition: str | None = None, market_id: str | None = None, poll: float = 0.2,
                  slots: int | None = None):
         self.root = Path(root).resolve()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root_fd = jobfiles.open_root(self.root)
         self.partition = partition
         self.market_id = market_id or hashlib.sha256(str(self.root).encode()).hexdigest()[:8]
         self.poll = float(poll)
@@ -219,9 +232,9 @@ class SlurmExecutor:
         self.gate_all = slots is not None and slots < self.cpus
 
     # ------------------------------------------------------------------ Slurm plumbing
-    def _run(self, args: list[str], timeout: float = 30.0) -> str:
+    def _run(self, args: list[str], timeout: float = 30.0, input: str | None = None) -> str:
         self.calls += 1
-        return run(args, timeout)
+        return run(args, timeout, input)
 
     def partition_cpus(self) -> int:
         """CPUs of the partition's nodes that are up (``sinfo``)."""
@@ -237,44 +250,57 @@ class SlurmExecutor:
             raise SlurmError(f"Slurm partition {self.partition or '(default)'} has no usable CPU ({out})")
         return total
 
-    def job_name(self, key: int) -> str:
+    def job_name(self, key: int | str) -> str:
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
 
     def workdir(self, key: int) -> Path:
         return self.root / f"job-{key}"
 
-    def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool) -> SlurmJob:
+    def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool,
+                user: RunAs | None = None) -> SlurmJob:
         wd = self.workdir(key)
-        wd.mkdir(parents=True, exist_ok=True)
-        (wd / "command.sh").write_text(command + "\n")
-        for stale in ("exit_code", "exit_code.tmp"):
-            (wd / stale).unlink(missing_ok=True)
-        script = wd / "slurm-batch.sh"
-        script.write_text(BATCH.format(key=key, workdir=_shq(str(wd))))
-        exports = ",".join(["ALL"] + [f"{k}={v}" for k, v in (env or {}).items()])
+        uid, gid = (user.uid, user.gid) if user is not None else (None, None)
+        dfd = jobfiles.open_jobdir(self.root_fd, wd.name, create=True, uid=uid, gid=gid)
+        try:
+            jobfiles.replace_file(dfd, "command.sh", (command + "\n").encode(), uid, gid)
+            for stale in ("exit_code", "exit_code.tmp"):
+                jobfiles.unlink(dfd, stale)
+        finally:
+            os.close(dfd)
         args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", "1", "-D", str(wd),
                 "-o", str(wd / "stdout"), "-e", str(wd / "stderr"), "--open-mode=append", "--no-requeue",
-                f"--priority={priority}", f"--export={exports}"]
+                f"--priority={priority}", export_option(user, env)] + run_as_options(user)
         if gated:
             args.append(f"--begin={GATE}")
         if self.partition:
             args += ["-p", self.partition]
-        out = self._run(args + [str(script)]).strip()
+        # the script goes on sbatch's stdin: no file anyone but the broker could change
+        out = self._run(args, input=BATCH.format(key=key, workdir=_shq(str(wd)))).strip()
         try:
             slurm_id = int(out.split(";")[0])
         except ValueError:
             raise SlurmError(f"sbatch printed {out!r}, not a job id") from None
-        (wd / "proc.tmp").write_text(f"{slurm_id} 0\n")
-        os.replace(wd / "proc.tmp", wd / "proc")
+        jobfiles.write_state(self.root, key, {"pid": slurm_id, "ticks": 0, "slurm": True})
         return SlurmJob(key, slurm_id, wd, priority, gated=gated)
+
+    def check_reachable(self) -> None:
+        """Slurm starts a job in its folder as the job's user: every folder above the jobs'
+        folder must let other accounts through (o+x). ValueError naming the first that does not."""
+        for d in [self.root, *self.root.parents]:
+            if not d.stat().st_mode & 0o001:
+                raise ValueError(f"folder {d} is closed to other accounts (mode {d.stat().st_mode & 0o777:o}): Slurm "
+                                 f"starts each job in {self.root}/job-ID as its user, so every folder above must be "
+                                 "traversable (chmod o+x), or choose a --data folder elsewhere")
 
     def _update(self, job: SlurmJob, **fields) -> None:
         self._run(["scontrol", "update", f"jobid={job.pid}"] + [f"{k}={v}" for k, v in fields.items()])
 
     # ------------------------------------------------------------------ the broker's interface
-    def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None) -> SlurmJob:
+    def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None,
+               user: RunAs | None = None) -> SlurmJob:
         """The mechanism starts job ``key``: submit it eligible (or ungate its pending Slurm job).
-        The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority)."""
+        The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority) and the
+        Unix account it runs as (``user``; None: the broker's own)."""
         early = self.early.pop(key, None)
         if early is not None:  # it already ran to its end: report the exit at the next call
             early.started = True
@@ -287,7 +313,7 @@ class SlurmExecutor:
             self._resume[key] = 0.0
         if job is None:
             p = priority_of(priority_key) if priority_key is not None else self._prio.get(key, MAX_PRIORITY)
-            job = self._sbatch(key, command, env, p, gated=False)
+            job = self._sbatch(key, command, env, p, gated=False, user=user)
         elif job.gated:
             self._gate.discard(key)
             self._ungate.add(key)
@@ -333,11 +359,16 @@ class SlurmExecutor:
         except SlurmError:
             pass  # already gone: nothing to cancel
 
-    def adopt(self, key: int, pid: int, start_ticks: int, workdir: Path) -> SlurmJob | None:
-        """Re-attach Slurm job ``pid`` after a broker restart if it is still active and is this
-        market's job ``key``; else None."""
+    def adopt(self, key: int, pid: int | None = None, start_ticks: int | None = None,
+              workdir: Path | None = None) -> SlurmJob | None:
+        """Re-attach job ``key``'s Slurm job after a broker restart (the one its state file
+        records, else ``pid``) if it is still active and is this market's job ``key``; else None."""
+        rec = self.recorded(key)
+        if rec is not None:
+            pid = rec[0]
         if pid is None:
             return None
+        workdir = workdir or self.workdir(key)
         info = self.show(pid)
         if info is None or info.get("JobName") != self.job_name(key) or info.get("JobState") not in ACTIVE:
             return None
@@ -352,6 +383,37 @@ class SlurmExecutor:
                 job.suspended_at = time.monotonic()  # unknown: assume just now (2 s rule)
             self.procs[key] = job
         return job
+
+    def recorded(self, key) -> tuple[int, int] | None:
+        """``(Slurm job id, 0)`` from job ``key``'s state file, or None."""
+        rec = jobfiles.read_state(self.root, key)
+        return None if rec is None or rec.get("pid") is None else (int(rec["pid"]), 0)
+
+    def forget(self, key) -> None:
+        """The broker has recorded job ``key``'s end. The state file stays: it maps the job to
+        its Slurm job id for :meth:`accounting` (Slurm keeps the record)."""
+
+    def reap(self, keep) -> int:
+        """Cancel the Slurm jobs of every state file whose job is not in ``keep`` (ended in the
+        market, e.g. a cancel committed just before a crash); returns how many were still active."""
+        keep = {str(k) for k in keep}
+        n = 0
+        listed = self.squeue()  # one call; only jobs Slurm still lists are looked at closer
+        for key in jobfiles.recorded_keys(self.root):
+            if key in keep:
+                continue
+            rec = jobfiles.read_state(self.root, key)
+            sid = None if rec is None else rec.get("pid")
+            if sid not in listed or listed[sid][0] not in ACTIVE:
+                continue
+            info = self.show(sid)
+            if info is not None and info.get("JobName") == self.job_name(key) and info.get("JobState") in ACTIVE:
+                try:
+                    self._run(["scancel", str(sid)])
+                    n += 1
+                except SlurmError:
+                    pass
+        return n
 
     # ------------------------------------------------------------------ the market's order
     def arrange(self, queue: list[dict]) -> None:
@@ -374,7 +436,7 @@ class SlurmExecutor:
                 if prev is not None and not (p < prev[0] or (p == prev[0] and sid > prev[1])):
                     open_ = False
             if job is None:
-                job = self._sbatch(k, q["command"], q.get("env"), p, gated=not open_)
+                job = self._sbatch(k, q["command"], q.get("env"), p, gated=not open_, user=q.get("user"))
                 self.queued[k] = job
             else:
                 if job.priority != p:
@@ -510,9 +572,8 @@ class SlurmExecutor:
                 raise ValueError("accounting: pass the job's key or its Slurm id")
             job = self.procs.get(key) or self.queued.get(key)
             if job is None:
-                from marketsched.live.broker import _proc_file
-
-                slurm_id, _ = _proc_file(self.workdir(key))
+                rec = self.recorded(key)
+                slurm_id = None if rec is None else rec[0]
             else:
                 slurm_id = job.pid
         if slurm_id is None:
@@ -638,6 +699,23 @@ class SlurmExecutor:
                     self._gate.add(k)
             self.flush()
         self._waker.close()
+        os.close(self.root_fd)
+
+
+def export_option(user: RunAs | None, env: dict | None) -> str:
+    """sbatch's ``--export`` for a job: exactly :func:`~marketsched.live.executor.job_environment`
+    (a clean environment, never the broker's; Slurm adds its ``SLURM_*`` variables)."""
+    items = job_environment(user, env)
+    bad = [k for k, v in items.items() if "," in k or "," in v or "=" in k]
+    if bad:
+        raise SlurmError(f"environment variable(s) {bad} contain ',' or '=': sbatch --export cannot pass them")
+    return "--export=" + ",".join(f"{k}={v}" for k, v in items.items())
+
+
+def run_as_options(user: RunAs | None) -> list[str]:
+    """``sbatch --uid --gid`` for a job of ``user`` (root submits as the user; Slurm then runs
+    the job, its steps and its files as that account); [] for the broker's own account."""
+    return [] if user is None else [f"--uid={user.uid}", f"--gid={user.gid}"]
 
 
 def _gone(msg: str) -> bool:

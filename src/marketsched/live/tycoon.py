@@ -12,28 +12,31 @@ closed form) to the other users' current bids, and host j gives user i the share
 Hosts and enforcement
 ---------------------
 A *host* here is one CPU of this machine: its jobs are pinned to it (``sched_setaffinity``).
-Each user runs one job per host (a process group; by default a CPU-bound shell loop). The share
-is enforced by the kernel's proportional-share scheduler, through the first of these that works:
+Each user runs one job per host (by default a CPU-bound shell loop), started by the live
+market's executor (:class:`~marketsched.live.executor.LocalExecutor`: the launcher, one cgroup
+per job from :mod:`marketsched.live.cgroups`, frozen until its share is set), so Tycoon mode has
+no process or cgroup code of its own. The share is enforced by the kernel's proportional-share
+scheduler, through the first of these that works:
 
-1. **cgroup v2 CPU weights** (``cpu.weight``, 1..10000): a cgroup per host under a cgroup2
-   mount whose ``cgroup.controllers`` offers ``cpu``, a child per job; weight_ij is x_ij scaled
-   so the host's largest bid maps to 10000.
-2. **cgroup v1 CPU shares** (``cpu.shares``, 2..262144), the same tree under the v1 ``cpu``
+1. **cgroup v2 CPU weights** (``cpu.weight``, 1..10000) on each job's cgroup under a cgroup2
+   mount whose ``cgroup.controllers`` offers ``cpu``; weight_ij is x_ij scaled so the host's
+   largest bid maps to 10000 (jobs are pinned, so weights compete per CPU).
+2. **cgroup v1 CPU shares** (``cpu.shares``, 2..262144), the same under the v1 ``cpu``
    hierarchy. On this project's machines ``/sys/fs/cgroup`` is a hybrid mount: v1 controllers
    (``cpu`` writable) and a cgroup2 ``unified`` tree without the ``cpu`` controller, so v1 is
    what runs here; the CFS arithmetic is the same (weights are relative among siblings).
 3. **Stride scheduling** in user space (fallback where no cgroup is writable: a container
    without cgroup delegation, a non-root user): per host, every ``quantum`` seconds the job
-   with the smallest pass runs (SIGCONT) and the others stop (SIGSTOP); a job's pass grows by
-   1 / x_ij per quantum it runs, and its distance to the smallest pass of the active jobs is
-   scaled by old / new bid when its bid changes, also across a time out of the market (bid 0):
-   a job that starts bidding again joins at the smallest pass plus the distance it had when it
-   left, so scaled (Waldspurger and Weihl's stride scheduling with dynamic tickets and dynamic
-   client participation, which Tycoon's proportional share reduces to). Shares are then
-   shares of *wall time* on the host's CPU, not of CPU time when other programs compete for
-   that CPU.
+   with the smallest pass runs (thawed) and the others stop (frozen, or SIGSTOP without a
+   cgroup); a job's pass grows by 1 / x_ij per quantum it runs, and its distance to the
+   smallest pass of the active jobs is scaled by old / new bid when its bid changes, also across
+   a time out of the market (bid 0): a job that starts bidding again joins at the smallest pass
+   plus the distance it had when it left, so scaled (Waldspurger and Weihl's stride scheduling
+   with dynamic tickets and dynamic client participation, which Tycoon's proportional share
+   reduces to). Shares are then shares of *wall time* on the host's CPU, not of CPU time when
+   other programs compete for that CPU.
 
-A user whose bid on a host is 0 gets no share there: its job is stopped (SIGSTOP) until it bids
+A user whose bid on a host is 0 gets no share there: its job is stopped (frozen) until it bids
 again (a CFS weight cannot be 0).
 
 Agents
@@ -75,8 +78,10 @@ Decisions
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import traceback
@@ -86,73 +91,11 @@ from pathlib import Path
 
 import numpy as np
 
+from marketsched.live.cgroups import Layout, detect_enforcement, find_cgroup1_cpu, find_cgroup2_cpu  # noqa: F401
+from marketsched.live.executor import JobLimits, LocalExecutor, proc_cpu_seconds
 from marketsched.mechanisms.games.best_response import best_response
 
 BUSY = "while :; do :; done"
-V2_MAX, V1_MAX, V1_MIN = 10000, 262144, 2
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-# ---------------------------------------------------------------------------- enforcement
-def _mounts() -> list[list[str]]:
-    """Fields of each line of /proc/mounts (device, path, type, options, ...); [] if unreadable."""
-    try:
-        return [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
-    except OSError:
-        return []
-
-
-def find_cgroup2_cpu() -> Path | None:
-    """A writable cgroup2 mount offering the cpu controller, or None."""
-    for parts in _mounts():
-        if len(parts) >= 3 and parts[2] == "cgroup2":
-            root = Path(parts[1])
-            try:
-                if "cpu" in (root / "cgroup.controllers").read_text().split() and os.access(root, os.W_OK):
-                    return root
-            except OSError:
-                continue
-    return None
-
-
-def find_cgroup1_cpu() -> Path | None:
-    """The writable cgroup v1 hierarchy holding the cpu controller, or None."""
-    for parts in _mounts():
-        if len(parts) >= 4 and parts[2] == "cgroup" and "cpu" in parts[3].split(","):
-            root = Path(parts[1])
-            if (root / "cpu.shares").exists() and os.access(root, os.W_OK):
-                return root
-    return None
-
-
-def detect_enforcement() -> str:
-    """"cgroup2", "cgroup1" or "stride" (see the module docstring), tried in that order: a
-    cgroup counts only if a child can really be created in it."""
-    for kind, root in (("cgroup2", find_cgroup2_cpu()), ("cgroup1", find_cgroup1_cpu())):
-        if root is None:
-            continue
-        probe = root / f"marketsched-probe-{os.getpid()}"
-        try:
-            probe.mkdir()
-            probe.rmdir()
-            if kind == "cgroup2":
-                ctl = (root / "cgroup.subtree_control").read_text().split()
-                if "cpu" not in ctl:
-                    (root / "cgroup.subtree_control").write_text("+cpu")
-            return kind
-        except OSError:
-            continue
-    return "stride"
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (s), 0 if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            rest = f.read().rsplit(b")", 1)[1].split()
-        return (int(rest[11]) + int(rest[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 @contextmanager
@@ -183,8 +126,8 @@ class TycoonJob:
     user: int
     host: int
     pid: int
-    popen: subprocess.Popen
-    cgroup: Path | None = None
+    popen: subprocess.Popen | None  # None for a job without a process (tests)
+    key: str = ""  # the job's key in the market's LocalExecutor
     stopped: bool = False
     pass_: float = 0.0
     quanta: int = 0  # quanta the stride scheduler gave it
@@ -229,7 +172,9 @@ class TycoonMarket:
         self.bids = np.where(tot > 0, w / np.where(tot > 0, tot, 1), 1.0 / n) * self.budgets[:, None]
         self.jobs: dict[tuple[int, int], TycoonJob] = {}
         self.history: list[np.ndarray] = [self.bids.copy()]
-        self.root: Path | None = None
+        self.root: Path | None = None  # the market's cgroup folder, if jobs are in cgroups
+        self.executor: LocalExecutor | None = None
+        self._workdir: Path | None = None
         self._lock = threading.RLock()  # bids, history, enforcement (apply, stride threads)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -245,8 +190,12 @@ class TycoonMarket:
         """Start one job per (user, host): ``commands[i][j]`` (shell) or a CPU-bound loop; apply
         the initial bids; start the stride threads (if that is the enforcement) and the agents
         thread, which calls :meth:`resplit` every ``interval`` seconds until :meth:`stop`.
-        A Ctrl-C or SIGTERM arriving meanwhile takes effect when every job is recorded (so
-        :meth:`stop` finds them all)."""
+
+        The jobs are started like the live market's (:class:`~marketsched.live.executor.LocalExecutor`:
+        the launcher, a cgroup per job where the machine has one), pinned to their host's CPU and
+        frozen until their share is set; with cgroup enforcement each job's cgroup gets the CPU
+        weight its bid gives. A Ctrl-C or SIGTERM arriving meanwhile takes effect when every job
+        is recorded (so :meth:`stop` finds them all)."""
         if self.jobs or self._stop.is_set():
             raise RuntimeError("a TycoonMarket starts once")
         with _interrupts_held():
@@ -255,33 +204,24 @@ class TycoonMarket:
 
     def _start(self, commands) -> None:
         try:
-            if self.enforcement != "stride":
-                base = find_cgroup2_cpu() if self.enforcement == "cgroup2" else find_cgroup1_cpu()
-                if base is None:
+            if self.enforcement == "stride":
+                layout = Layout.detect(self.name, cpu=None, memory=None)  # freezing only, where there is a cgroup
+            else:
+                layout = Layout.detect(self.name, cpu=self.enforcement, memory=None)
+                if layout.cpu is None:
+                    layout.remove()
                     raise RuntimeError(f"{self.enforcement} enforcement asked for, but no writable cpu cgroup was found")
-                (base / self.name).mkdir()
-                self.root = base / self.name  # only once it is ours: stop() removes it
-                if self.enforcement == "cgroup2":
-                    (self.root / "cgroup.subtree_control").write_text("+cpu")
+            self._workdir = Path(tempfile.mkdtemp(prefix=self.name + "-"))
+            self.executor = LocalExecutor(self._workdir / "jobs", containment=layout, name=self.name,
+                                          limits=JobLimits(cpus=None, memory=None))
+            dirs = layout.dirs()
+            self.root = (layout.cpu[1] if layout.cpu is not None else dirs[0]) if dirs else None
             for j, cpu in enumerate(self.hosts):
-                hdir = None
-                if self.root is not None:
-                    hdir = self.root / f"host-{j}"
-                    hdir.mkdir()
-                    if self.enforcement == "cgroup2":
-                        (hdir / "cgroup.subtree_control").write_text("+cpu")
                 for i in range(len(self.budgets)):
                     cmd = BUSY if commands is None else commands[i][j]
-                    p = subprocess.Popen(["/bin/sh", "-c", cmd], start_new_session=True, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                    os.kill(p.pid, signal.SIGSTOP)  # nothing runs before its share is set
-                    os.sched_setaffinity(p.pid, {cpu})
-                    job = TycoonJob(i, j, p.pid, p, stopped=True)
-                    if hdir is not None:
-                        job.cgroup = hdir / f"user-{i}"
-                        job.cgroup.mkdir()
-                        (job.cgroup / "cgroup.procs").write_text(str(p.pid))
-                    self.jobs[(i, j)] = job
+                    key = f"u{i}-h{j}"
+                    proc = self.executor.launch(key, cmd, affinity={cpu}, frozen=True, record_exit=False)
+                    self.jobs[(i, j)] = TycoonJob(i, j, proc.pid, proc.popen, key=key, stopped=True)
             self.apply()
         except BaseException:
             self.stop()
@@ -295,7 +235,7 @@ class TycoonMarket:
 
     def apply(self) -> None:
         """Make the current bids the hosts' shares (cgroup weights, or the stride scheduler's
-        strides); a zero bid stops that job."""
+        strides); a zero bid stops (freezes) that job."""
         if self.enforcement == "stride":
             return  # the stride threads read self.bids every quantum
         with self._lock:
@@ -308,22 +248,19 @@ class TycoonMarket:
                     if x <= 0:
                         self._signal(job, signal.SIGSTOP)
                         continue
-                    assert job.cgroup is not None, "cgroup enforcement gives every job a cgroup"
-                    if self.enforcement == "cgroup2":
-                        wgt = int(min(V2_MAX, max(1, round(V2_MAX * x / top))))
-                        (job.cgroup / "cpu.weight").write_text(str(wgt))
-                    else:
-                        wgt = int(min(V1_MAX, max(V1_MIN, round(V1_MAX * x / top))))
-                        (job.cgroup / "cpu.shares").write_text(str(wgt))
-                    job.extra["weight"] = wgt
+                    # weight x / top: the host's largest bid gets the cgroup's largest weight
+                    assert self.executor is not None  # started
+                    job.extra["weight"] = self.executor.set_weight(job.key, x / top)
                     self._signal(job, signal.SIGCONT)
 
     def _signal(self, job: TycoonJob, sig) -> None:
-        try:
-            os.killpg(job.pid, sig)
-            job.stopped = sig == signal.SIGSTOP
-        except ProcessLookupError:
-            pass
+        """Stop (SIGSTOP: freeze) or continue (SIGCONT: thaw) one job, through the executor."""
+        assert self.executor is not None  # started
+        if sig == signal.SIGSTOP:
+            self.executor.stop(job.key)
+        else:
+            self.executor.cont(job.key)
+        job.stopped = sig == signal.SIGSTOP
 
     def _stride(self, j: int) -> None:
         """The stride thread of host j (fallback enforcement): :meth:`stride_quantum` every quantum."""
@@ -333,7 +270,7 @@ class TycoonMarket:
 
     def stride_quantum(self, j: int) -> TycoonJob | None:
         """One quantum of user-space stride scheduling on host j: the job with the smallest pass
-        (ties: the lower user) runs (SIGCONT, the one that ran before is stopped) and its pass
+        (ties: the lower user) runs (thawed, the one that ran before frozen) and its pass
         grows by 1 / bid; returns it (None when nobody bids on j).
 
         Bid changes (Waldspurger and Weihl's dynamic tickets): when a job's bid changes from b to
@@ -433,21 +370,11 @@ class TycoonMarket:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
-        for job in self.jobs.values():
-            for sig in (signal.SIGKILL, signal.SIGCONT):
-                try:
-                    os.killpg(job.pid, sig)
-                except ProcessLookupError:
-                    pass
-            job.popen.wait()
-        if self.root is not None and self.root.exists():
-            for d in sorted(self.root.glob("host-*/user-*")) + sorted(self.root.glob("host-*")) + [self.root]:
-                for _ in range(50):
-                    try:
-                        d.rmdir()
-                        break
-                    except OSError:
-                        time.sleep(0.02)
+        if self.executor is not None:
+            self.executor.shutdown(kill=True)
+            self.executor = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self):
         return self.start()

@@ -102,7 +102,7 @@ def to_workload(
     5. sort by submit time (stable), as :class:`Workload` requires.
 
     Decision: jobs with run time 0 are kept by default (they were admitted and completed at
-    once; mechanisms must cope: WSPT uses max(runtime, 1)). Pass
+    once; mechanisms must cope: WSPT gives them the key +inf). Pass
     ``drop_zero_runtime=True`` to drop them. ``keep_status`` (e.g. ``{1}`` for completed jobs
     only) keeps only the given SWF status codes. Neither reproduces the 219,704 LPC
     jobs (see the module docstring), so neither is a default.

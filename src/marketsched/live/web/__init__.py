@@ -2,9 +2,21 @@
 or fonts), refreshing itself every second from ``GET /api/market``.
 
 It is a Python string rather than a data file so that it ships with every kind of install
-(package data would need a packaging rule). The token comes from ``/#token=...`` (then kept in
-the browser's localStorage) or from the form the page shows when it has none.
+(package data would need a packaging rule).
+
+The token is pasted into the page's form and kept only in the page's memory, as a
+non-extractable Web Crypto key derived from it: never in ``localStorage``, ``sessionStorage``,
+a cookie or the address, and never sent. Each refresh is a read signed with that key
+(``MarketSig``, see :mod:`marketsched.live.api`), so a process that takes the broker's port
+while the broker is down neither receives the token from an open page nor finds it in the
+browser when it serves its own page at that address. A reload asks for the token again.
+``CSP`` is the page's Content-Security-Policy: only its own inline script and style (by hash),
+requests to its own origin only.
 """
+
+import base64
+import hashlib
+import re
 
 PAGE = r"""<!doctype html>
 <html lang="en">
@@ -47,8 +59,9 @@ PAGE = r"""<!doctype html>
 <main>
   <section class="wide" id="login" hidden>
     <h2>Token</h2>
-    <input id="token" type="password" placeholder="paste your token (or open /#token=...)">
+    <input id="token" type="password" autocomplete="off" placeholder="paste your token">
     <button id="save">use token</button>
+    <p class="muted">The token stays in this page's memory (a reload asks again) and is never sent: each refresh is signed with it.</p>
   </section>
   <section class="wide"><div id="error"></div>
     <h2>Price history</h2>
@@ -60,7 +73,7 @@ PAGE = r"""<!doctype html>
     <tbody id="running"></tbody></table>
   </section>
   <section>
-    <h2>Queue</h2>
+    <h2>Queue <span id="qnote" class="muted"></span></h2>
     <table><thead><tr><th>job</th><th>user</th><th>bid</th><th>state</th><th>ran s</th><th>command</th></tr></thead>
     <tbody id="queue"></tbody></table>
   </section>
@@ -78,12 +91,35 @@ PAGE = r"""<!doctype html>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
-function token() {
-  const m = location.hash.match(/token=([^&]+)/);
-  if (m) { localStorage.setItem("marketsched-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
-  return localStorage.getItem("marketsched-token") || "";
+const enc = new TextEncoder();
+const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+let key = null, keyId = null;  // the signing key (not extractable) and its id; the token itself is not kept
+if (location.hash) history.replaceState(null, "", location.pathname);  // tokens in the address are not read
+async function useToken(tok) {
+  key = keyId = null;
+  if (!tok) return;
+  if (!window.crypto || !crypto.subtle) {
+    $("error").textContent = "this page needs https, or http on 127.0.0.1 or localhost (the browser's Web Crypto)";
+    return;
+  }
+  const h = hex(await crypto.subtle.digest("SHA-256", enc.encode(tok)));
+  keyId = hex(await crypto.subtle.digest("SHA-256", enc.encode("marketsched-kid:" + h))).slice(0, 32);
+  key = await crypto.subtle.importKey("raw", enc.encode(h), {name: "HMAC", hash: "SHA-256"}, false, ["sign"]);
 }
-$("save").onclick = () => { localStorage.setItem("marketsched-token", $("token").value.trim()); refresh(); };
+async function signedGet(path) {
+  const t = Date.now();
+  const sig = hex(await crypto.subtle.sign("HMAC", key, enc.encode("marketsched-page-v1\nGET\n" + path + "\n" + t)));
+  return fetch(path, {headers: {"Authorization": "MarketSig kid=" + keyId + ", t=" + t + ", sig=" + sig},
+                      credentials: "omit", cache: "no-store", redirect: "error"});
+}
+async function login() {
+  const tok = $("token").value.trim();
+  $("token").value = "";
+  await useToken(tok);
+  refresh();
+}
+$("save").onclick = login;
+$("token").onkeydown = (e) => { if (e.key === "Enter") login(); };
 const fmt = (x, d = 3) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
 function esc(s) { return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c])); }
 function rows(el, items, cells) {
@@ -105,12 +141,15 @@ function chart(history, now) {
     + "<text x='790' y='198' font-size='11' fill='#778' text-anchor='end'>market time " + t1.toFixed(0) + " s</text>";
 }
 async function refresh() {
-  const tok = token();
-  if (!tok) { $("login").hidden = false; return; }
+  if (!key) { $("login").hidden = false; return; }
   try {
-    const r = await fetch("/api/market", {headers: {"Authorization": "Bearer " + tok}});
+    const r = await signedGet("/api/market");
     const m = await r.json();
-    if (!r.ok) { $("error").textContent = m.error; $("login").hidden = false; return; }
+    if (!r.ok) {
+      $("error").textContent = m.error;
+      if (r.status === 401) { key = keyId = null; $("login").hidden = false; }
+      return;
+    }
     $("error").textContent = ""; $("login").hidden = true;
     const p = m.price;
     $("price").textContent = fmt(p.price, 3);
@@ -120,6 +159,8 @@ async function refresh() {
     const running = m.active.filter((j) => j.state === "running");
     const queue = m.active.filter((j) => j.state !== "running").sort((a, b) => b.bid - a.bid || a.id - b.id);
     rows($("running"), running, (j) => [j.id, j.owner, fmt(j.bid, 2), fmt(j.rate, 3), fmt(j.run_seconds, 1), fmt(j.accrued, 3), {v: j.command, cls: "cmd"}]);
+    const shown = m.active.length, total = m.active_total;
+    $("qnote").textContent = shown < total ? "(the newest " + shown + " of " + total + " active jobs)" : "";
     rows($("queue"), queue, (j) => [j.id, j.owner, fmt(j.bid, 2), {v: j.state, cls: "state-" + j.state}, fmt(j.run_seconds, 1), {v: j.command, cls: "cmd"}]);
     rows($("recent"), m.recent.slice().reverse(), (j) => [j.id, j.owner, j.state, j.exit_code ?? "-", fmt(j.charged, 3), {v: j.command, cls: "cmd"}]);
     const b = m.balance;
@@ -139,3 +180,16 @@ setInterval(refresh, 1000);
 </body>
 </html>
 """
+
+
+def _sha256(pattern: str) -> str:
+    m = re.search(pattern, PAGE, re.S)
+    if m is None:
+        raise RuntimeError(f"the page has no {pattern!r}")
+    body = m.group(1)
+    return "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+
+
+CSP = (f"default-src 'none'; script-src {_sha256(r'<script>(.*?)</script>')}; "
+       f"style-src {_sha256(r'<style>(.*?)</style>')}; connect-src 'self'; img-src 'self'; base-uri 'none'; "
+       "form-action 'none'; frame-ancestors 'none'")

@@ -28,9 +28,10 @@ run time ``d~_j``), both mechanisms:
    ``k`` is ahead iff ``v~_k/d~_k(r_j) >= v~_j/d~_j`` (ties: ``k < j`` is ahead), otherwise it
    is displaced (``H_j(t)`` and ``L_j(t)`` of section 5.4).
 3. **Queueing**: ``j`` picks the node maximising its tentative utility
-   ``-v_j e^_j(n) - p^_j(n)``, joins its queue by priority (P-DLGM: or preempts the running
-   job, which returns to the same node's queue and resumes there later) and pays
-   ``v~_k d~_j`` to every lower-priority job ``k`` it displaces.
+   ``-v_j e^_j(n) - p^_j(n)`` under its *true* weight ``v_j`` (the job's own choice, its
+   myopic best response: Theorem 1/3, Lemma 4), joins its queue by priority (P-DLGM: or
+   preempts the running job, which returns to the same node's queue and resumes there later)
+   and pays ``v~_k d~_j`` to every lower-priority job ``k`` it displaces.
 
 A node serves its queue in priority order (a single-server WSPT queue) and is never idle while
 its queue is not empty. Under P-DLGM a waiting job's ratio is constant and a running job's only
@@ -60,19 +61,38 @@ the payers' transfers, computed independently of ``k``'s completion time, so the
 
 Decisions (open in the thesis)
 ------------------------------
+* **Node choice is the job's strategy** (``node_choice``): ``"true"`` (default) maximises the
+  tentative utility under the job's true weight (``true_value``; when none is given the
+  reports are taken as true), as Theorem 1 and Lemma 4 have it, so a misreporting job still
+  picks the node best for itself; ``"report"`` maximises it under the reported weight (what
+  the mechanism would do if it chose for the job). Under truthful reports both are the same.
 * **Ties in the node choice**: the lowest node index among the nodes of maximal tentative
-  utility (``numpy.argmin`` of the cost ``-u^``). An idle node is taken without pricing the
-  others when every reported weight is positive, ``d~_j > 0`` and no zero-length job is
-  running: its cost 0 is then the minimum value, shared only by other idle nodes, so the
-  lowest idle index is the rule's answer (a busy node's cost is positive: either work ahead
-  or a positive weight behind).
+  utility (``numpy.argmin`` of the cost ``-u^``). The work and weight sums of a node with no
+  waiting job ahead (or behind) are exactly 0, not a float residue of earlier queues, so
+  idle nodes tie exactly. An idle node is taken without pricing the others
+  when every weight is positive, ``d~_j > 0`` and no zero-length job is running (or heads the
+  queue of an idle node): its cost 0 is then the minimum value, shared only by other idle
+  nodes, so the lowest idle index is the rule's answer (a busy node's cost is positive:
+  either work ahead or a positive weight behind).
 * **Reported run times** are the actual run times (``d~ = d``): the engine runs jobs for their
   trace run time and has no "kill at the reported time" rule. Only weights are reports.
 * **Run time 0**: ratio ``+inf`` (such a job is ahead of every job with a positive run time;
   equal ratios go by job index). It pays nothing (``d~_j = 0``) and delays nobody.
-* **Simultaneous events** (engine batch order): completions first; a freed node starts the
-  head of its queue at once; then the arrivals of the batch, one by one in job order, each
-  seeing the placements of the earlier ones (jobs are "numbered by arrival", section 5.2).
+* **Simultaneous events** (engine batch order): completions first, then the arrivals of the
+  batch, one by one in job order, each seeing the placements of the earlier ones (jobs are
+  "numbered by arrival", section 5.2). When an idle node starts a job (``start_rule``):
+  ``"immediate"`` (default): an idle node starts a job the moment it reaches it, and a freed
+  node the head of its queue at once, so a later arrival of the same time finds it running
+  (DLGM never displaces it). This is the reading of Appendix C: each arrival is its own
+  decision point, and Lemma 6 counts as waiting only the jobs that start strictly after
+  ``r~_j`` (``b_k > r~_j``); a job started at ``r~_j`` is the running job. ``"after-arrivals"``:
+  every arrival of the time stamp joins a queue first (an idle node's queue too, where a later
+  arrival may go ahead of an earlier one and pays it), then every idle node starts its best
+  job. Under P-DLGM both rules give the same schedule and payments.
+* **Starts and preemptions** (P-DLGM): a job's start is the first instant it makes progress,
+  and a preemption interrupts positive progress. A job that reached a node at ``t`` and is
+  displaced by another arrival at ``t`` is put back in the queue (and paid) without a start or
+  a preemption: the engine starts each node's job only after the whole batch.
 * **Ratios in floating point**: ``v~/d~`` and ``v~_k/d~_k(t)`` are IEEE divisions, compared
   exactly; the queue order and the sets ``H_j``, ``L_j`` use the same numbers, so they agree.
 * DLGM's release-date restriction ``r_j >= alpha d_j`` (needed only for Theorem 2's bound) is
@@ -91,6 +111,8 @@ import numpy as np
 from marketsched.engine.state import require_serial
 
 INF = math.inf
+NODE_CHOICES = ("true", "report")  # the weight a job picks its node with
+START_RULES = ("immediate", "after-arrivals")  # when an idle node starts a job arriving with others
 
 
 def _ratio(v: float, d: float) -> float:
@@ -184,6 +206,16 @@ class DLGM:
         Keep, for every job, the tentative completion time and payment offered by every node
         (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
         instances only).
+    true_value:
+        True weight ``v_j`` of each job (>= 0), used only for the job's own node choice;
+        None: the reports are the true weights.
+    node_choice:
+        ``"true"`` (default): each job joins the node with the largest tentative utility
+        ``-v_j e^_j(n) - p^_j(n)`` under its true weight (its myopic best response);
+        ``"report"``: under its reported weight.
+    start_rule:
+        ``"immediate"`` (default) or ``"after-arrivals"``: when an idle node starts a job that
+        arrives together with others (see the module decisions).
 
     Notes
     -----
@@ -194,16 +226,27 @@ class DLGM:
     """
 
     def __init__(self, bid, runtime, preemptive: bool = False, max_buckets: int | None = None,
-                 force_node: dict[int, int] | None = None, record_offers: bool = False):
+                 force_node: dict[int, int] | None = None, record_offers: bool = False,
+                 true_value=None, node_choice: str = "true", start_rule: str = "immediate"):
         bid = np.asarray(bid, dtype=np.float64)
         runtime = np.asarray(runtime, dtype=np.float64)
         name = "P-DLGM" if preemptive else "DLGM"
         if bid.ndim != 1 or runtime.shape != bid.shape:
             raise ValueError(f"{name}: bid {bid.shape} and runtime {runtime.shape} must be 1-D of equal length")
-        bad = ~np.isfinite(bid) | (bid < 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"{name}: reported weight of job row {i} is {bid[i]!r}; weights must be finite and >= 0")
+        if node_choice not in NODE_CHOICES:
+            raise ValueError(f"{name}: node_choice must be one of {', '.join(NODE_CHOICES)}, got {node_choice!r}")
+        if start_rule not in START_RULES:
+            raise ValueError(f"{name}: start_rule must be one of {', '.join(START_RULES)}, got {start_rule!r}")
+        for what, arr in (("reported weight", bid), ("true weight", true_value)):
+            if arr is None:
+                continue
+            arr = np.asarray(arr, dtype=np.float64)
+            if arr.shape != bid.shape:
+                raise ValueError(f"{name}: {what}s {arr.shape} must be one per job ({bid.shape[0]})")
+            bad = ~np.isfinite(arr) | (arr < 0)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{name}: {what} of job row {i} is {arr[i]!r}; weights must be finite and >= 0")
         bad = ~np.isfinite(runtime) | (runtime < 0)
         if bad.any():
             i = int(np.argmax(bad))
@@ -215,6 +258,11 @@ class DLGM:
         self.max_buckets = max_buckets
         self.force_node = dict(force_node or {})
         self.record_offers = bool(record_offers)
+        self.node_choice = node_choice
+        self.start_rule = start_rule
+        # the weight a job weighs completion time with when it picks its node
+        self.choice_array = bid if true_value is None or node_choice == "report" else np.asarray(
+            true_value, dtype=np.float64)
 
     # ------------------------------------------------------------------ engine hooks
     def bind(self, sim) -> None:
@@ -257,7 +305,8 @@ class DLGM:
         self.v = v.tolist()
         self.d = d.tolist()
         self.ratio = ratio0.tolist()  # current ratio of a waiting job (P-DLGM: updated at preemption)
-        self.all_positive = bool((v > 0).all())
+        self.w_choice = self.v if self.choice_array is self.bid_array else self.choice_array.tolist()
+        self.all_positive = bool((v > 0).all() and (self.choice_array > 0).all())
         # per-job state
         self.node_of = [-1] * n_jobs
         self.bucket_of = [-1] * n_jobs  # bucket while waiting, -1 otherwise
@@ -292,8 +341,11 @@ class DLGM:
         self.idle = list(range(m))  # heap of idle nodes (lazy: may hold busy ones)
         self.preemption_count = 0
         self.zero_running = 0  # running jobs with no work left (run time 0, started this batch)
-        # offers of the last arrival, reused by identical copies (same t, v, d): (v, d, A, B, run_ahead, cost)
+        # offers of the last arrival, reused by identical copies (same t, v, d, w): (v, d, w, A, B, run_ahead, cost)
         self._cache: tuple | None = None
+        self._to_start: list[int] = []  # nodes whose running job the engine starts at the end of the batch
+        self._idle_queued: set[int] = set()  # start_rule "after-arrivals": idle nodes with waiting jobs
+        self._zero_heads: set[int] = set()  # ... of which a zero-length job heads the queue
 
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
         self._cache = None
@@ -302,6 +354,19 @@ class DLGM:
         with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 on idle nodes: NaN, never ahead
             for j in arrived:
                 self._arrive(j, t)
+        if self._idle_queued:  # "after-arrivals": every arrival of the batch is in; idle nodes start
+            for n in sorted(self._idle_queued):
+                self._dequeue_and_start(n)
+            self._idle_queued.clear()
+            self._zero_heads.clear()
+        # The engine starts a node's job only now, so a job that a same-time arrival displaced
+        # (P-DLGM) has not started and is not preempted: it never ran.
+        sim = self.sim
+        for n in self._to_start:
+            k = self.run_job[n]
+            if k >= 0 and not sim.running[k]:
+                sim.start(k)
+        self._to_start.clear()
 
     def close(self, t: float) -> None:
         """Book the credits of jobs still queued or running when a run is cut (``until``)."""
@@ -355,14 +420,16 @@ class DLGM:
             self.sim.charge(k, -amount)
 
     def _start(self, n: int, k: int) -> None:
+        """Node ``n`` runs ``k`` from now on; the engine is told at the end of the batch."""
         sim = self.sim
-        sim.start(k)
-        if sim.remaining[k] == 0:
+        rem = sim.remaining[k]
+        if rem == 0:
             self.zero_running += 1
         self.run_job[n] = k
         self.run_v[n] = self.v[k]
-        self.run_fin[n] = sim.finish_at[k]
+        self.run_fin[n] = sim.now + rem
         self.busy[n] = True
+        self._to_start.append(n)
 
     def _enqueue(self, n: int, k: int, ratio: float, work: float, b: int = -1) -> None:
         """Put ``k`` into node ``n``'s queue with the given (current) ratio, work and bucket
@@ -400,14 +467,18 @@ class DLGM:
         if self.d[c] == 0:
             self.zero_running -= 1
         self._book_credit(c)
-        if self.queue[n]:
+        self.run_job[n] = -1
+        self.run_v[n] = 0.0
+        self.run_fin[n] = 0.0  # <= t: no remaining work
+        self.busy[n] = False
+        if not self.queue[n]:
+            heapq.heappush(self.idle, n)
+        elif self.start_rule == "immediate":
             self._dequeue_and_start(n)
         else:
-            self.run_job[n] = -1
-            self.run_v[n] = 0.0
-            self.run_fin[n] = 0.0  # <= t: no remaining work
-            self.busy[n] = False
-            heapq.heappush(self.idle, n)
+            self._idle_queued.add(n)
+            if self.queue[n][0][0] == -INF:  # a zero-length job waits first: this node costs 0
+                self._zero_heads.add(n)
 
     def _flush(self) -> None:
         """Apply the pending queue changes to the Fenwick tree ``W``."""
@@ -444,8 +515,10 @@ class DLGM:
                     v_ahead[nk] += vv[k]
                     work_ahead[nk] += work[k]
                     n_ahead[nk] += 1
-        # exact zero where every waiting job is ahead (weights are floats: the difference of two
-        # sums kept in different orders would leave a residue and break exact ties)
+        # exact zeros where no waiting job is ahead, and where every waiting job is ahead (the
+        # sums are floats: adding and removing run times and weights in different orders leaves
+        # a residue, e.g. 0.1 + 0.2 - 0.1 - 0.2 = 5.6e-17, which would break exact node ties)
+        work_ahead[n_ahead == 0] = 0.0
         v_behind = np.array(self.Vtot) - v_ahead
         v_behind[n_ahead == np.array(self.qlen)] = 0.0
         rem = self.run_fin - t  # idle nodes: run_fin = 0 <= t
@@ -467,14 +540,15 @@ class DLGM:
 
     def _arrive(self, j: int, t: float) -> None:
         sim = self.sim
-        v, d = self.v[j], self.d[j]
+        v, d, w = self.v[j], self.d[j], self.w_choice[j]
         forced = self.force_node.get(j) if self.force_node else None
         n = -1
         cache = self._cache
         self._cache = None
-        if forced is None and not self.record_offers and self.all_positive and d > 0 and not self.zero_running:
-            idle, busy = self.idle, self.busy
-            while idle and busy[idle[0]]:
+        if (forced is None and not self.record_offers and self.all_positive and d > 0 and not self.zero_running
+                and not self._zero_heads):
+            idle, busy, qlen = self.idle, self.busy, self.qlen
+            while idle and (busy[idle[0]] or qlen[idle[0]]):  # running, or (after-arrivals) a job waits
                 heapq.heappop(idle)
             if idle:
                 n = heapq.heappop(idle)
@@ -482,14 +556,14 @@ class DLGM:
                 displaced_v = 0.0
                 run_ahead_n = False
         if n < 0:
-            if cache is not None and cache[0] == v and cache[1] == d:
-                # the previous arrival (same batch) had the same weight and run time, e.g. a
+            if cache is not None and cache[0] == v and cache[1] == d and cache[2] == w:
+                # the previous arrival (same batch) had the same weights and run time, e.g. a
                 # copy of the same split job: the offers are those it saw, except on the node it
                 # joined, where it is now ahead of this job (equal ratio, lower index)
-                A, B, run_ahead, cost = cache[2], cache[3], cache[4], cache[5]
+                A, B, run_ahead, cost = cache[3], cache[4], cache[5], cache[6]
             else:
                 A, B, run_ahead = self._offers(j, t)
-                cost = v * A + d * B  # -(tentative utility) + v r_j, the same for every node
+                cost = w * A + d * B  # -(tentative utility at weight w) + w (r_j + d_j), the same on every node
             if self.record_offers:
                 self.offers_completion[j] = t + d + A
                 self.offers_payment[j] = d * B
@@ -502,12 +576,12 @@ class DLGM:
             run_ahead_n = bool(run_ahead[n])
             # keep the offers for an identical successor: it sees this job ahead of it on node n
             A[n] += d
-            cost[n] = v * A[n] + d * B[n]
+            cost[n] = w * A[n] + d * B[n]
             if self.preemptive:
                 if self.run_job[n] < 0 or not run_ahead_n:
                     run_ahead = run_ahead.copy() if run_ahead is self.busy else run_ahead
                     run_ahead[n] = True
-            self._cache = (v, d, A, B, run_ahead, cost)
+            self._cache = (v, d, w, A, B, run_ahead, cost)
         self.node_of[j] = n
         e_hat = t + d + ahead
         p_hat = d * displaced_v
@@ -516,7 +590,7 @@ class DLGM:
         if p_hat:
             sim.charge(j, p_hat)
         k = self.run_job[n]
-        if k < 0:  # idle node: start at once
+        if k < 0 and self.start_rule == "immediate":  # idle node (its queue is empty): start at once
             self._start(n, j)
             return
         if d > 0:
@@ -532,20 +606,28 @@ class DLGM:
                 for i in self.members[b]:
                     if node_of[i] == n and ratio[i] < rho:
                         cw[i] += d
-        if self.preemptive and not run_ahead_n:
-            # j displaces the running job k: k is paid, suspended and re-queued on node n
+        if k >= 0 and self.preemptive and not run_ahead_n:
+            # j displaces the running job k: k is paid and re-queued on node n. If k has run
+            # since before t it is preempted; if it was to start at t, it never ran: no start,
+            # no preemption (a preemption interrupts positive progress)
             self.credit_work[k] += d
-            sim.preempt(k)
-            self.preemption_count += 1
+            if sim.running[k]:
+                sim.preempt(k)
+                self.preemption_count += 1
             rem_k = sim.remaining[k]
             self._enqueue(n, k, _ratio(self.v[k], rem_k), rem_k)
             self._start(n, j)
         else:
             self._enqueue(n, j, self.ratio[j], d, self.bucket0[j])
+            if k < 0:  # "after-arrivals": the idle node starts its best job after the batch's arrivals
+                self._idle_queued.add(n)
+                if d == 0:
+                    self._zero_heads.add(n)
 
 
 def make_dlgm(workload, bid, preemptive: bool = False, **kwargs) -> DLGM:
-    """DLGM or P-DLGM for ``workload`` with reported weights ``bid`` (run times from the workload)."""
+    """DLGM or P-DLGM for ``workload`` with reported weights ``bid`` (run times from the workload);
+    ``kwargs`` go to :class:`DLGM` (``true_value``, ``node_choice``, ``start_rule``, ...)."""
     bid = np.asarray(bid, dtype=np.float64)
     if bid.shape != (len(workload),):
         raise ValueError(f"expected one bid per job ({len(workload)}), got shape {bid.shape}")

@@ -173,7 +173,7 @@ def per_second_prior(prior: TypePrior, time_unit: float) -> TypePrior:
     if isinstance(dc, Uniform):
         dc = Uniform(dc.low / time_unit, dc.high / time_unit)
     elif isinstance(dc, Discrete):
-        dc = Discrete(tuple(x / time_unit for x in dc.values), tuple(dc.probs))
+        dc = type(dc)(tuple(x / time_unit for x in dc.values), tuple(dc.probs))  # keeps a subclass's sampler
     else:
         raise ValueError(f"per_second_prior: unsupported delay-cost prior {type(dc).__name__}")
     return TypePrior(value=prior.value, delay_cost=dc)

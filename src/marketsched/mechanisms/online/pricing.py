@@ -19,6 +19,7 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 
 RESERVATION_PRICE = 1.0
+INF = float("inf")
 _NO_QUEUE = (float("inf"), 0)  # boundary when the queue is empty: no running job is after it
 
 
@@ -95,7 +96,11 @@ class KthPrice:
     ``i`` pays per unit of time
 
     * ``1`` if the queue is empty;
-    * ``c_i * min(k_i, k*)`` otherwise.
+    * ``c_i * min(k_i, k*)`` otherwise, i.e. ``min(w~_i, c_i k*)``: the same ratio ``k_i = w~_i / c_i``
+      as the allocation's key, with the run time (estimate) not rounded. A job of divisor
+      ``c_i = 0`` (key ``+inf``, see :mod:`~marketsched.mechanisms.online.priority`) pays 0: any
+      bid keeps its place. While the best queued job has divisor 0 (``k* = +inf``), a running
+      job with ``c_i > 0`` pays its bid.
 
     Under HB (preemptive) the running jobs are the top ``n``, so ``k_i >= k*`` and this is the
     uniform price ``k*`` = the (n+1)-th highest active bid. Under NPHB it is
@@ -105,7 +110,8 @@ class KthPrice:
     capped at the job's own bid (a decision: the paper states no cap; the cap keeps
     ``k-th <= first <= bid``).
 
-    Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``E(t)`` =
+    Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``k*`` is finite
+    (when it is ``+inf`` every uncapped running job has ``c_i = 0`` and pays nothing) and ``E(t)`` =
     time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*
     (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority ``(-key, row)``, so
     when ``k*`` moves only the jobs whose priority lies between the old and new boundary change regime
@@ -145,7 +151,7 @@ class KthPrice:
         if dt:
             if self.kstar is None:
                 self.E += dt
-            else:
+            elif self.kstar != INF:
                 self.K += self.kstar * dt
         self.last = t
 
@@ -205,7 +211,9 @@ class KthPrice:
             return 0.0
         if self.capped[j]:
             return self.bid[j]
-        return RESERVATION_PRICE if self.kstar is None else self.cost[j] * self.kstar
+        if self.kstar is None:
+            return RESERVATION_PRICE
+        return self.cost[j] * self.kstar if self.cost[j] else 0.0
 
     def accrued(self, j: int) -> float:
         """Payment of job ``j`` so far: what is settled plus its open running interval up to the

@@ -30,9 +30,13 @@ nodes from the queue top, then (HB only) swap while the best queued job beats th
 one. Jobs can be added while the mechanism runs (:meth:`PriorityScheduler.add_jobs`), which is
 how the live market feeds it real submissions.
 
-Decisions (open in the paper): ties in the key go to the earlier submission (the paper's
-rule; rows are in submission order, so row order breaks ties); a run time of 0 counts as 1 s
-in WSPT/WSEPT keys and prices (no division by zero); a missing run-time estimate (NaN) makes
+Decisions (open in the paper): ties in the key go to the earlier submission (the paper's rule;
+rows are in submission order, so row order breaks ties). WSPT and WSEPT divide the bid by the
+run time (estimate) exactly as the paper writes, however short it is: a 0.5 s job has the key
+``2 * bid``. Only a divisor of 0 needs a rule: such a job's key is ``+inf`` whatever its bid
+(Smith's ratio of a job that takes no time), so it goes before every job with a positive
+divisor, and jobs of divisor 0 go by submission among themselves; under the k-th price it pays
+0 (see :mod:`~marketsched.mechanisms.online.pricing`). A missing run-time estimate (NaN) makes
 WSEPT fall back to the actual run time for that job, counted in ``fallback_estimates``.
 Jobs must be serial (1 processor): split parallel jobs first
 (:func:`marketsched.workloads.transforms.split_parallel`), as the paper does.
@@ -205,8 +209,11 @@ class PriorityScheduler:
         non-preemptive rules only re-order the queue. Call it between the engine's ``advance``
         and ``step``, like :meth:`withdraw`; costs O(queue length) (a rare user action).
         """
-        if not (math.isfinite(bid) and math.isfinite(key)):
-            raise ValueError(f"{self.name}: new bid/key of job row {j} must be finite, got {bid!r}, {key!r}")
+        # The key may be +inf: WSPT/WSEPT give a job with a zero run time (estimate) that key
+        # whatever its bid, on arrival and on a bid change alike.
+        if not (math.isfinite(bid) and (math.isfinite(key) or key == math.inf)):
+            raise ValueError(f"{self.name}: new bid of job row {j} must be finite and its key finite or +inf, "
+                             f"got {bid!r}, {key!r}")
         running = self._engine().running[j]
         if running:
             self.pricing.on_stop(j)
@@ -237,19 +244,21 @@ class PriorityScheduler:
 def priority_key(rule: str, bid, runtime, runtime_estimate):
     """``(key, cost)`` arrays of the rule's priority ``key = bid / cost`` (see the table above):
     ``cost`` is 1 for HB and NPHB, the run time for WSPT, the estimate (or, when it is NaN, the
-    run time) for WSEPT, at least 1 s. Shared by the simulator's and the live market's
-    construction of the mechanism."""
+    run time) for WSEPT, not rounded; a cost of 0 gives the key ``+inf`` (see the decisions
+    above). Shared by the simulator's and the live market's construction of the mechanism."""
     bid = np.asarray(bid, dtype=np.float64)
     if rule in ("hb", "nphb"):
         cost = np.ones_like(bid)
     elif rule == "wspt":
-        cost = np.maximum(np.asarray(runtime, dtype=np.float64), 1.0)
+        cost = np.asarray(runtime, dtype=np.float64)
     elif rule == "wsept":
         est = np.asarray(runtime_estimate, dtype=np.float64)
-        cost = np.maximum(np.where(np.isnan(est), runtime, est), 1.0)
+        cost = np.where(np.isnan(est), runtime, est)
     else:
         raise ValueError(f"unknown allocation rule {rule!r}; choose one of {', '.join(RULES)}")
-    return bid / cost, cost
+    with np.errstate(divide="ignore", invalid="ignore"):
+        key = np.where(cost > 0, bid / np.where(cost > 0, cost, 1.0), np.inf)
+    return key, cost
 
 
 def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> PriorityScheduler:

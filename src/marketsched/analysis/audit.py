@@ -1,0 +1,240 @@
+"""Does a job gain by lying? A paired audit of any registered market mechanism.
+
+Steps of :func:`audit`:
+
+1. simulate the truthful run once (every job reports its true value, estimate and arrival);
+2. pick focal jobs (:func:`focal_jobs`): ``per_band`` original jobs from each value band of
+   Shudler et al. (2010) (low, middle, high), drawn with ``seed``; a split job's serial copies
+   deviate together (one user owns them);
+3. for each focal job and each deviation (:class:`Deviation`: ``value`` multiplies its bid,
+   ``estimate`` its run-time estimate, ``delay`` adds seconds to its submission), simulate again
+   with only that job's reports changed: the same jobs, true values, deadlines and seed (the
+   mechanism's own random draws are seeded by the scenario), so the pair differs only by the lie;
+4. the gain is the focal job's **true** utility in the deviating run minus that in the truthful
+   run, summed over its copies. Utility: the mechanism's own (registry ``utility``), else
+   ``-w x flow time - payment`` (Shudler et al. (2010), Eq. 3) with the true value ``w``. Under a
+   delay the flow time counts from the true arrival (the job existed, it just waited to say so).
+
+:func:`summary` gives per deviation kind and amount the share of profitable deviations (gain
+above a relative tolerance of 1e-9) with a 95% Wilson interval, and the largest gain with the
+case that reproduces it. Every deviation is a full rerun of the simulation (an incremental rerun
+from the deviator's arrival is not implemented).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+KINDS = ("value", "estimate", "delay")
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """A lie: ``value`` (bid x amount), ``estimate`` (run-time estimate x amount) or ``delay``
+    (submission + amount seconds)."""
+
+    kind: str
+    amount: float
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"deviation: unknown kind {self.kind!r}; choose from {', '.join(KINDS)}")
+        if self.kind in ("value", "estimate") and not self.amount > 0:
+            raise ValueError(f"deviation {self.kind}: the factor must be > 0, got {self.amount}")
+        if self.kind == "delay" and not self.amount >= 0:
+            raise ValueError(f"deviation delay: the seconds must be >= 0, got {self.amount}")
+
+    @classmethod
+    def parse(cls, text: str) -> list[Deviation]:
+        """``"value:0.5,0.8"`` -> two deviations (``KIND:AMOUNT[,AMOUNT...]``)."""
+        kind, colon, amounts = text.partition(":")
+        if not colon or not amounts.strip():
+            raise ValueError(f"expected KIND:AMOUNT[,AMOUNT...] (kinds: {', '.join(KINDS)}), got {text!r}")
+        try:
+            return [cls(kind.strip(), float(a)) for a in amounts.split(",") if a.strip()]
+        except ValueError as exc:
+            raise ValueError(f"{text!r}: {exc}") from None
+
+
+def groups(workload) -> np.ndarray:
+    """The original job of each row (copies of a split job share it): 0, 1, ... in row order."""
+    parent = workload.meta.get("parent")
+    if parent is None:
+        return np.arange(len(workload))
+    parent = np.asarray(parent)
+    return np.r_[0, np.cumsum(parent[1:] != parent[:-1])] if len(parent) else parent
+
+
+def focal_jobs(jobs, per_band: int, seed: int) -> list[np.ndarray]:
+    """``per_band`` original jobs drawn from each value band (fewer where a band has fewer), as
+    arrays of their rows, in band order."""
+    from marketsched.analysis.metrics import VALUE_BANDS, value_band
+
+    g = groups(jobs.workload)
+    first = np.r_[0, np.flatnonzero(np.diff(g)) + 1] if len(g) else g
+    band = value_band(jobs.true_value[first])
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in VALUE_BANDS:
+        pool = np.flatnonzero(band == b)
+        for k in np.sort(rng.choice(pool, size=min(per_band, len(pool)), replace=False)):
+            out.append(np.flatnonzero(g == g[first[k]]))
+    return out
+
+
+def deviate(jobs, rows, dev: Deviation):
+    """``(jobs', rows')``: the jobs with ``rows`` reporting ``dev``, and where those rows are now
+    (a delay can move them). True values stay true."""
+    w = jobs.workload
+    if dev.kind == "value":
+        if jobs.bid is None:
+            raise ValueError("value deviations need bids: the mechanism takes none")
+        bid = jobs.bid.copy()
+        bid[rows] *= dev.amount
+        return replace(jobs, bid=bid), rows
+    if dev.kind == "estimate":
+        est = w.runtime_estimate.copy()
+        if np.isnan(est[rows]).any():
+            raise ValueError("estimate deviations need run-time estimates (--estimates exact or badness:f=...)")
+        est[rows] *= dev.amount
+        return replace(jobs, workload=replace(w, runtime_estimate=est)), rows
+    submit = w.submit_time.copy()
+    submit[rows] += dev.amount
+    order = np.argsort(submit, kind="stable")
+    n = len(w)
+    meta = {k: (v[order] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v) for k, v in w.meta.items()}
+    cols = {k: v[order] for k, v in w.columns.items()}
+    cols["submit_time"] = submit[order]
+    w2 = replace(w, **cols, meta=meta)
+    per_job = {k: (None if getattr(jobs, k) is None else np.asarray(getattr(jobs, k))[order])
+               for k in ("true_value", "bid", "deadline", "min_reliability")}
+    where = np.empty(n, np.int64)
+    where[order] = np.arange(n)
+    return replace(jobs, workload=w2, **per_job), np.sort(where[rows])
+
+
+def true_utility(jobs, run, rows, true_submit) -> float:
+    """The focal rows' summed true utility in ``run`` (module docstring, step 4)."""
+    from marketsched.engine.records import FinalState
+    from marketsched.mechanisms.registry import get
+
+    fn = get(run.mechanism).utility
+    if fn is not None:
+        if not np.array_equal(true_submit, jobs.workload.submit_time[rows]):
+            raise ValueError(f"{run.mechanism}: delay deviations need the quasi-linear utility; this mechanism has "
+                             "its own utility model, not audited under delays yet")
+        return float(np.sum(np.asarray(fn(jobs, run), dtype=np.float64)[rows]))
+    r = run.records
+    done = r.state[rows] == FinalState.COMPLETED
+    if not done.all():
+        raise ValueError(f"{run.mechanism}: a focal job did not complete; its utility is undefined in this model")
+    flow = r.end_time[rows] - true_submit
+    return float(np.sum(-jobs.true_value[rows] * flow - r.payment[rows]))
+
+
+def rows_of(jobs, job_ids) -> list[np.ndarray]:
+    """The rows of each original job id (all its copies); ValueError naming an unknown id."""
+    out = []
+    for jid in job_ids:
+        rows = np.flatnonzero(jobs.workload.job_id == jid)
+        if not len(rows):
+            raise ValueError(f"no job with id {jid} in the workload")
+        out.append(rows)
+    return out
+
+
+def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int = 3, seed: int = 1, progress=None,
+          job_ids=None):
+    """One row per (focal job, deviation): ``job_id``, ``band``, ``kind``, ``amount``,
+    ``truthful``, ``deviating`` (true utilities) and ``gain`` (module docstring). ``job_ids``:
+    audit these jobs instead of a sample (to reproduce a case)."""
+    import pandas as pd
+
+    from marketsched.analysis.metrics import value_band
+    from marketsched.mechanisms.registry import get
+    from marketsched.scenario import run
+
+    if not get(mechanism).market:
+        raise ValueError(f"{mechanism} takes no reports (no bids, no payments): nothing to audit")
+    truthful = run(jobs, mechanism, params)
+    focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
+    out = []
+    total = len(focal) * len(deviations)
+    for rows in focal:
+        u0 = true_utility(jobs, truthful, rows, jobs.workload.submit_time[rows])
+        for dev in deviations:
+            jobs2, rows2 = deviate(jobs, rows, dev)
+            u1 = true_utility(jobs2, run(jobs2, mechanism, params), rows2, jobs.workload.submit_time[rows])
+            out.append((int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
+                        float(jobs.true_value[rows[0]]), len(rows), dev.kind, dev.amount, u0, u1, u1 - u0))
+            if progress is not None:
+                progress(len(out), total)
+    return pd.DataFrame(out, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
+                                      "deviating", "gain"])
+
+
+def profitable(table) -> np.ndarray:
+    """Gains above the relative tolerance (floating-point noise is not a profit)."""
+    scale = np.maximum(1.0, np.abs(table["truthful"].to_numpy()))
+    return table["gain"].to_numpy() > TOLERANCE * scale
+
+
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion k/n (scipy's binomtest)."""
+    from scipy.stats import binomtest
+
+    if n == 0:
+        return (float("nan"), float("nan"))
+    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
+    return (float(ci.low), float(ci.high))
+
+
+def summary(table, by=("kind", "amount")):
+    """Per group (default: kind and amount; add ``"band"`` for value bands): deviations,
+    profitable share with its 95% Wilson interval, mean gain, and the largest gain with its job
+    id (the case to reproduce)."""
+    import pandas as pd
+
+    t = table.assign(profitable=profitable(table))
+    rows = []
+    for key, g in t.groupby(list(by), sort=False):
+        k, n = int(g["profitable"].sum()), len(g)
+        lo, hi = wilson(k, n)
+        best = g.loc[g["gain"].idxmax()]
+        rows.append({**dict(zip(by, key)), "deviations": n, "profitable": k, "share": k / n,
+                     "ci_low": lo, "ci_high": hi, "mean_gain": float(g["gain"].mean()),
+                     "max_gain": float(best["gain"]), "max_gain_job": int(best["job_id"])})
+    return pd.DataFrame(rows)
+
+
+def figure(table, kind: str, title: str = ""):
+    """Gains of one deviation kind: one column of points per amount (symlog scale), profitable
+    ones in red, with the profitable share above each column."""
+    from marketsched.analysis.plots import _plt
+
+    plt = _plt()
+    t = table[table["kind"] == kind]
+    amounts = sorted(t["amount"].unique())
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for i, a in enumerate(amounts):
+        g = t[t["amount"] == a]
+        p = profitable(g)
+        x = i + np.linspace(-0.15, 0.15, len(g)) if len(g) > 1 else np.full(len(g), float(i))
+        ax.scatter(x[~p], g["gain"].to_numpy()[~p], s=14, color="tab:blue")
+        ax.scatter(x[p], g["gain"].to_numpy()[p], s=14, color="tab:red")
+        ax.annotate(f"{p.sum()}/{len(g)} pay", (i, 1.0), xycoords=("data", "axes fraction"), ha="center",
+                    va="bottom", fontsize=8)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_yscale("symlog")
+    lo, hi = float(t["gain"].min()), float(t["gain"].max())
+    ax.set_ylim(min(lo * 3, -1.0), max(hi * 3, 1.0))  # symlog: a factor of 3 of headroom keeps points off the frame
+    ax.set_xticks(range(len(amounts)), [f"{a:g}" for a in amounts])
+    ax.set_xlabel({"value": "bid / true value", "estimate": "reported / actual run-time estimate",
+                   "delay": "arrival delayed by (s)"}[kind])
+    ax.set_ylabel("gain in true utility (red: profitable)")
+    ax.set_title(title, fontsize=9, pad=16)
+    fig.tight_layout()
+    return fig

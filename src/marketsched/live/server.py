@@ -1,0 +1,439 @@
+"""The live market's HTTP server: the API (:mod:`marketsched.live.api`, a FastAPI application)
+served by uvicorn's HTTP/1.1 protocol (h11) on a TCP address and on a Unix socket, in one
+thread of its own.
+
+What it adds to uvicorn, which on its own has no limit on how long a client may take to send a
+request nor on how many connections it holds (each costs a file descriptor, and a broker out
+of descriptors cannot start a job):
+
+* **Read deadlines.** A connection must deliver a request's headers within ``header_timeout``
+  seconds of being accepted (or of the previous response), and its body within
+  ``body_timeout`` seconds of the headers; else it is closed. Idle keep-alive connections are
+  closed after ``keep_alive`` seconds, TLS handshakes after ``header_timeout``, and a response
+  the client does not read after ``send_timeout``.
+* **A connection cap that does not lock clients out.** At most ``max_connections`` (further
+  capped by the process's open-file limit, keeping descriptors for the database and the jobs).
+  When full, a new connection takes the place of the connection idle the longest (no request
+  in progress: an idle or slow client), as nginx reuses idle keep-alive connections; only when
+  every connection is serving a request is the newcomer closed. So a flood of idle sockets
+  cannot keep a health check or a user out.
+* **No desync.** h11 frames every body by its ``Content-Length`` or chunked encoding and
+  refuses anything else (a negative or malformed length, two different lengths) with 400 and a
+  closed connection; a response sent before its request's body was read in full (an error, a
+  413) closes the connection, so the rest of that body is never read, least of all as a request.
+* **Errors as JSON**: uvicorn's plain-text 400 becomes ``{"error": "invalid HTTP request: ..."}``.
+* **Peer credentials**: on the Unix socket, the kernel's ``SO_PEERCRED`` (pid, uid, gid of the
+  connecting process) goes into the request's ASGI state as ``marketsched.peer``, from which
+  the API identifies the caller (no token); TCP requests carry none.
+* **TLS** on the TCP address (``tls_cert``, ``tls_key``; TLS 1.2 at least). Plain HTTP is
+  refused on an address that is not loopback unless ``insecure_http`` is given: a token sent
+  in clear over a network is anyone's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import resource
+import socket
+import ssl
+import stat
+import struct
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from marketsched.live.files import short_socket_path
+
+log = logging.getLogger("marketsched.live.server")
+
+CONN_STATE = "marketsched.conn"  # ASGI state key: the connection's ConnInfo
+PEER_STATE = "marketsched.peer"  # ASGI state key: (uid, gid, pid) of a Unix-socket peer
+FD_RESERVE = 128  # descriptors kept for the database, pipes, pidfds and the jobs' own files
+ACCEPT_BATCH = 64  # connections asyncio accepts in one go (the kernel's queue is Limits.backlog)
+
+
+@dataclass
+class Limits:
+    """The server's limits (seconds, counts). ``max_connections`` is further capped by the
+    open-file limit (:func:`fd_budget`)."""
+
+    max_connections: int = 1000
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    keep_alive: int = 5  # whole seconds (uvicorn's setting)
+    send_timeout: float = 30.0
+    max_in_flight: int = 64  # requests handled at once; the others wait, their bodies unread
+    backlog: int = 1024
+
+    def check(self) -> None:
+        for name in ("max_connections", "max_in_flight", "backlog"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
+                raise ValueError(f"{name} must be a whole number from 1 to 1000000, got {v!r}")
+        for name in ("header_timeout", "body_timeout", "keep_alive", "send_timeout"):
+            v = getattr(self, name)
+            if not 0 < v <= 3600:
+                raise ValueError(f"{name} must be more than 0 and at most 3600 seconds, got {v!r}")
+
+
+def fd_budget(slots: int) -> int:
+    """Connections the open-file limit leaves room for, after ``FD_RESERVE`` descriptors, 8
+    per job slot, and two accept batches (connections just accepted, and connections closed
+    to make way for them, whose descriptors the event loop releases a moment later): a full
+    descriptor table would make the event loop stop accepting for a second at a time."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1_000_000
+    return max(8, soft - FD_RESERVE - 8 * slots - 2 * ACCEPT_BATCH)
+
+
+def raise_fd_limit(to: int = 65536) -> int:
+    """Raise this process's soft open-file limit towards ``to`` (never above the hard limit);
+    returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = to if hard == resource.RLIM_INFINITY else min(to, hard)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    return soft
+
+
+def is_loopback(host: str) -> bool:
+    """True if every address ``host`` resolves to is a loopback address."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    addrs = {ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos}
+    return bool(addrs) and all(a.is_loopback for a in addrs)
+
+
+def check_plain_http(host: str, tls: bool, insecure_http: bool) -> None:
+    """Refuse plain HTTP on an address beyond loopback (ValueError) unless forced."""
+    if not tls and not insecure_http and not is_loopback(host):
+        raise ValueError(f"refusing plain HTTP on {host}, which is not a loopback address: tokens would cross the "
+                         "network in clear. Give --tls-cert and --tls-key, or --insecure-http to force it")
+
+
+class ConnInfo:
+    """What the server knows of a connection, for the API (``scope["state"][CONN_STATE]``)."""
+
+    __slots__ = ("received_at",)
+
+    def __init__(self):
+        self.received_at = 0.0  # loop time of the last bytes received
+
+
+class _Conn(h11.Connection):
+    """h11's connection, remembering the protocol error it raised (for the 400 message)."""
+
+    last_error: h11.RemoteProtocolError | None = None
+
+    def next_event(self):
+        try:
+            return super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.last_error = exc
+            raise
+
+
+class Registry:
+    """The server's open connections, least recently active first."""
+
+    def __init__(self, max_connections: int):
+        self.max = max_connections
+        self.conns: OrderedDict[MarketProtocol, None] = OrderedDict()
+        self.evicted = 0
+        self.refused = 0
+
+    def admit(self, proto: MarketProtocol) -> bool:
+        if len(self.conns) >= self.max:
+            victim = next((c for c in self.conns if c.idle()), None)
+            if victim is None:
+                self.refused += 1
+                return False
+            del self.conns[victim]
+            victim.transport.close()
+            self.evicted += 1
+        self.conns[proto] = None
+        return True
+
+    def touch(self, proto) -> None:
+        if proto in self.conns:
+            self.conns.move_to_end(proto)
+
+    def discard(self, proto) -> None:
+        self.conns.pop(proto, None)
+
+
+class MarketProtocol(H11Protocol):
+    """uvicorn's h11 protocol with read deadlines, the connection cap, peer credentials and
+    JSON errors (module docstring). ``limits`` and ``registry`` are set per server."""
+
+    limits: Limits
+    registry: Registry
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.conn = _Conn(h11.SERVER, self.config.h11_max_incomplete_event_size
+                          or h11._connection.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
+        self.info = ConnInfo()
+        self._phase: str | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
+
+    def idle(self) -> bool:
+        """No request in progress (waiting for one, or reading its headers)."""
+        return self.cycle is None or self.cycle.response_complete
+
+    # ------------------------------------------------------------------ connection
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self.info.received_at = self.loop.time()
+        self.app_state = {**self.app_state, CONN_STATE: self.info}
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
+            self.app_state[PEER_STATE] = (uid, gid, pid)
+        if not self.registry.admit(self):
+            log.warning("connection refused: all %d connections are serving requests", self.registry.max)
+            transport.abort()
+            return
+        self._watch()
+
+    def connection_lost(self, exc) -> None:
+        self.registry.discard(self)
+        for handle in (self._deadline, self._send_deadline):
+            if handle is not None:
+                handle.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.info.received_at = self.loop.time()
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        if self.conn.their_state is h11.SEND_BODY:
+            # answered before the body was read in full: close rather than read the rest
+            self.transport.close()
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self.registry.touch(self)
+            self._watch()
+
+    # ------------------------------------------------------------------ deadlines
+    def _watch(self) -> None:
+        """Arm the read deadline of the request phase h11 is in: headers (IDLE), body
+        (SEND_BODY); none once the request is read (the application's turn)."""
+        state = self.conn.their_state
+        phase = "header" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
+        if phase == self._phase:
+            return
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self._phase = phase
+        if phase is not None:
+            timeout = self.limits.header_timeout if phase == "header" else self.limits.body_timeout
+            self._deadline = self.loop.call_later(timeout, self._expire, phase)
+
+    def _expire(self, phase: str) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            log.info("closing a connection that took too long to send a request's %s", phase)
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(self.limits.send_timeout, self.transport.abort)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    # ------------------------------------------------------------------ errors
+    def send_400_response(self, msg: str) -> None:
+        exc = self.conn.last_error if isinstance(self.conn, _Conn) else None
+        status = exc.error_status_hint if exc is not None and 400 <= exc.error_status_hint < 500 else 400
+        body = json.dumps({"error": f"invalid HTTP request: {exc}" if exc is not None else msg}).encode()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the application's answer, if any, goes nowhere
+            self.cycle.message_event.set()
+        try:
+            for event in (h11.Response(status_code=status, reason=b"Bad Request",
+                                       headers=[(b"content-type", b"application/json"), (b"connection", b"close"),
+                                                (b"content-length", str(len(body)).encode())]),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # a response had already begun: nothing more to say
+            pass
+        self.transport.close()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server on listening sockets made beforehand, each with its own TLS context
+    (the Unix socket never has one) and a TLS handshake deadline."""
+
+    def __init__(self, config: uvicorn.Config, protocol: type[MarketProtocol],
+                 listeners: list[tuple[socket.socket, ssl.SSLContext | None]], handshake_timeout: float):
+        super().__init__(config)
+        self.protocol = protocol
+        self.listeners = listeners
+        self.handshake_timeout = handshake_timeout
+
+    async def startup(self, sockets=None) -> None:
+        config = self.config
+
+        def create_protocol(_loop=None) -> MarketProtocol:
+            return self.protocol(config=config, server_state=self.server_state, app_state={}, _loop=_loop)
+
+        loop = asyncio.get_running_loop()
+        self.servers = []
+        for sock, ctx in self.listeners:
+            # asyncio accepts up to `backlog` connections per wake-up: a small batch, so that the
+            # descriptors of connections closed to make way are released between batches ...
+            if ctx is None:
+                server = await loop.create_server(create_protocol, sock=sock, backlog=ACCEPT_BATCH)
+            else:
+                server = await loop.create_server(create_protocol, sock=sock, backlog=ACCEPT_BATCH, ssl=ctx,
+                                                  ssl_handshake_timeout=self.handshake_timeout)
+            self.servers.append(server)
+            sock.listen(config.backlog)  # ... and the kernel's queue of connections waiting stays long
+        self.started = True
+
+
+class MarketServer:
+    """The broker's API on ``host:port`` (TLS with ``tls_cert`` and ``tls_key``) and, with
+    ``socket_path``, on a Unix socket (mode 0666; callers identified by peer credentials).
+    Sockets are bound at construction (``url`` is known at once; OSError if taken), served by
+    :meth:`serve_in_thread` until :meth:`shutdown`."""
+
+    def __init__(self, broker, host: str = "127.0.0.1", port: int = 8765, *, socket_path=None, tls_cert=None,
+                 tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
+        from marketsched.live.api import make_app
+
+        self.broker = broker
+        self.limits = limits or Limits()
+        self.limits.check()
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
+        check_plain_http(host, tls_cert is not None, insecure_http)
+        self.tls = tls_cert is not None
+        ctx = None
+        if self.tls:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+            ctx.load_cert_chain(str(tls_cert), str(tls_key))
+        slots = getattr(getattr(broker, "config", None), "slots", 1)
+        self.registry = Registry(min(self.limits.max_connections, fd_budget(slots)))
+        self._sockets: list[socket.socket] = []
+        self._unix_bound = False
+        self.socket_path = Path(socket_path) if socket_path is not None else None
+        try:
+            tcp = self._bind_tcp(host, port)
+            listeners = [(tcp, ctx)]
+            if self.socket_path is not None:
+                listeners.append((self._bind_unix(self.socket_path), None))
+        except BaseException:
+            self.server_close()
+            raise
+        self.host, self.port = host, tcp.getsockname()[1]
+        protocol: type[MarketProtocol] = type("MarketProtocol", (MarketProtocol,),
+                                              {"limits": self.limits, "registry": self.registry})
+        self.app = make_app(broker, self.stats, max_in_flight=self.limits.max_in_flight)
+        config = uvicorn.Config(self.app, http=protocol, ws="none", lifespan="off", log_config=None,
+                                access_log=False, server_header=False, proxy_headers=False,
+                                timeout_keep_alive=self.limits.keep_alive, timeout_graceful_shutdown=5,
+                                backlog=self.limits.backlog)
+        config.load()
+        self._uvicorn = _Uvicorn(config, protocol, listeners, self.limits.header_timeout)
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ sockets
+    def _bind_tcp(self, host: str, port: int) -> socket.socket:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        s = socket.socket(family, kind, proto)
+        self._sockets.append(s)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(addr)
+        s.listen(self.limits.backlog)
+        s.setblocking(False)
+        return s
+
+    def _bind_unix(self, path: Path) -> socket.socket:
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                raise OSError(f"{path} exists and is not a socket")
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                with short_socket_path(path) as p:
+                    probe.connect(p)
+                raise OSError(f"another broker answers on {path}: one broker per data folder")
+            except (ConnectionRefusedError, FileNotFoundError):
+                path.unlink()  # left by a broker that is gone
+            finally:
+                probe.close()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sockets.append(s)
+        with short_socket_path(path) as p:
+            s.bind(p)
+        self._unix_bound = True
+        os.chmod(path, 0o666)  # anyone may connect; the broker identifies them by their uid
+        s.listen(self.limits.backlog)
+        s.setblocking(False)
+        return s
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def stats(self) -> dict:
+        """Connection counts, for the health check."""
+        r = self.registry
+        return {"connections": len(r.conns), "max_connections": r.max, "evicted": r.evicted, "refused": r.refused}
+
+    # ------------------------------------------------------------------ running
+    def serve_in_thread(self) -> threading.Thread:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._uvicorn.serve()), name="http", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def shutdown(self) -> None:
+        """Stop serving (requests in progress get up to 5 s to finish) and close the sockets."""
+        self._uvicorn.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        self.app.state.pool.shutdown(wait=False)
+        self.server_close()
+
+    def server_close(self) -> None:
+        for s in self._sockets:
+            s.close()
+        self._sockets = []
+        if self._unix_bound and self.socket_path is not None:
+            self._unix_bound = False
+            try:
+                if stat.S_ISSOCK(os.lstat(self.socket_path).st_mode):
+                    self.socket_path.unlink()
+            except FileNotFoundError:
+                pass
