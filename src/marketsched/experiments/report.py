@@ -102,3 +102,26 @@ def _markdown_table(df, floatfmt: str, index: bool) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def scoreboard_markdown(docs_dir) -> str:
+    """The scoreboard table of ``docs/reproductions/README.md``: verdict counts per report, from each
+    report's ``claims.csv`` (the paper's claims only)."""
+    import pandas as pd
+
+    from marketsched.analysis.verdicts import MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED
+
+    lines = ["| report | claims | match | near | differs | not attempted |", "|---|---|---|---|---|---|"]
+    total = dict.fromkeys((MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED), 0)
+    for path in sorted(Path(docs_dir).glob("*/claims.csv")):
+        df = pd.read_csv(path)
+        df = df[df["counted"]]
+        n = {v: int((df["verdict"] == v).sum()) for v in total}
+        for v in total:
+            total[v] += n[v]
+        name = path.parent.name
+        lines.append(f"| [{name}]({name}/report.md) | {len(df)} | {n[MATCH]} | {n[NEAR_V]} | {n[DIFFERS]} | "
+                     f"{n[NOT_ATTEMPTED]} |")
+    lines.append(f"| **all** | {sum(total.values())} | {total[MATCH]} | {total[NEAR_V]} | {total[DIFFERS]} | "
+                 f"{total[NOT_ATTEMPTED]} |")
+    return "\n".join(lines)
