@@ -121,6 +121,8 @@ class Interval:
             return f"{e} (+-{self.hi - self.estimate:.1g}, numerical)"
         if self.n <= 1:
             return f"{e} (1 run)"
+        if self.lo == self.hi and self.method == "fit":
+            return f"{e} (no interval: {self.n} points)"
         return f"{e} [{format(self.lo, fmt)}, {format(self.hi, fmt)}]{unit}"
 
 
