@@ -6,7 +6,7 @@ Cases (issue 4 target on a 2-core machine):
 * ``dlgm-hpc2n``: DLGM on the same workload (no stated target; reported beside it);
 * ``pdlgm-lpc``, ``dlgm-lpc``: LPC-EGEE at 75% (220k jobs, 105 nodes), the thesis's setting.
 
-Weights: uniform on {1..100}, seed 1 (seed 001 section 5.5.1). Traces are found as everywhere
+Weights: uniform on {1..100}, seed 1 (Stößer 2009, section 5.5.1). Traces are found as everywhere
 in marketsched (``MARKETSCHED_TRACES`` folder, cache, download). Each case runs in its own
 process so that the peak resident memory it prints is its own; "simulate" is the engine run
 alone (wall clock; "cpu s" is its CPU time, the fairer figure on a shared machine), "prepare"

@@ -1,4 +1,4 @@
-"""Egg (seed 003) benchmark: 100,000 bids against 100 providers with 48-slot price tables.
+"""Egg (Kang & Parkes 2007) benchmark: 100,000 bids against 100 providers with 48-slot price tables.
 
 Prints two figures:
 
@@ -24,8 +24,15 @@ import time
 
 import numpy as np
 
-from marketsched.mechanisms.online.egg import (BidBatch, EstimatorStore, LinearEstimator, Market, PriceBook,
-                                               ReliabilityLedger, clear)
+from marketsched.mechanisms.online.egg import (
+    BidBatch,
+    EstimatorStore,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    ReliabilityLedger,
+    clear,
+)
 
 HOUR = 3600.0
 

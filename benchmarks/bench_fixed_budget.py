@@ -1,4 +1,4 @@
-"""Benchmark of the Tycoon fixed-budget game (seed 004). Prints figures; asserts nothing.
+"""Benchmark of the Tycoon fixed-budget game (Feldman, Lai & Zhang 2005). Prints figures; asserts nothing.
 
     python benchmarks/bench_fixed_budget.py [--repeat 5]
 

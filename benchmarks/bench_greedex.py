@@ -1,4 +1,4 @@
-"""Benchmark of the grid exchange (Stößer 2009, seed 001, chapter 3); prints figures.
+"""Benchmark of the grid exchange (Stößer 2009, chapter 3); prints figures.
 
 * greedy allocation + k-pricing on 2,500 orders per side (thesis, section 3.6: 12.7 s);
 * greedy + proportional critical-value pricing at 200 nodes / 200 and 600 jobs (thesis

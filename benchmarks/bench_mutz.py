@@ -1,4 +1,4 @@
-"""Benchmarks of issue 7 (seed 002, Mutz): prints the three figures.
+"""Benchmarks of issue 7 (Mutz 2008): prints the three figures.
 
     python benchmarks/bench_mutz.py
 

@@ -1,4 +1,4 @@
-"""Shared-resource market (seed 001 ch. 6, issue 9): prints microseconds per market second and run times.
+"""Shared-resource market (Stößer 2009, ch. 6; issue 9): prints microseconds per market second and run times.
 
 Cases (targets of issue 9, 2-core machine):
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a one-host Slurm cluster on this machine for marketsched's Slurm tests and benchmarks.
 #
-# The recipe is the one measured in shared/notes/slurm.md: Debian's Slurm 22.05 (no PySlurm),
+# The recipe is the one measured when this was built: Debian's Slurm 22.05 (no PySlurm),
 # munge, slurmctld + slurmd on one node called "localhost" (declaring SLURM_CPUS CPUs, more
 # than the hardware has if asked: SlurmdParameters=config_overrides), multifactor priority with
 # every weight 0 (so the market's priority= values alone decide the order), no Slurm-native
@@ -114,7 +114,7 @@ else
     ACCT="AccountingStorageType=accounting_storage/none"
 fi
 NEWCONF=$(cat <<EOF
-# Written by marketsched's scripts/slurm-up.sh (one-host cluster for tests; see shared/notes/slurm.md)
+# Written by marketsched's scripts/slurm-up.sh (one-host cluster for tests)
 ClusterName=ci
 SlurmctldHost=localhost
 SlurmUser=root

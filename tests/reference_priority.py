@@ -42,7 +42,10 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
     running = set()
     done = set()
     t = 0.0
-    prio = lambda j: (-key[j], j)
+
+    def prio(j):
+        return (-key[j], j)
+
     while len(done) < n:
         while changes and changes[0][0] <= t:
             _, j, b = changes.pop(0)

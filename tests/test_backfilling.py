@@ -1,7 +1,8 @@
 """FCFS and EASY backfilling on hand-made cases and the reservation guarantee on random ones."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.backfilling import Backfilling, easy, fcfs

@@ -1,4 +1,4 @@
-"""Bidding behaviour (seed 000 section IV): distributions, common random numbers, bounds."""
+"""Bidding behaviour (Shudler et al. 2010, section IV): distributions, common random numbers, bounds."""
 
 from __future__ import annotations
 

@@ -1,15 +1,82 @@
 """The command line on the built-in workload (no download)."""
 
+import pytest
 from click.testing import CliRunner
 
 from marketsched.cli import main
 
+BUILT_IN = ["hb", "nphb", "wspt", "wsept", "dlgm", "pdlgm", "ees", "relaxed-ees", "ps", "sh", "egg", "fcfs", "easy"]
+SMALL = ["--synthetic-jobs", "300", "--synthetic-nodes", "8"]
 
-def test_compare_default_prints_every_mechanism():
-    r = CliRunner().invoke(main, ["compare", "--synthetic-jobs", "400", "--synthetic-nodes", "8"])
+
+def test_compare_default_shows_every_mechanism_that_fits_grouped_with_a_legend():
+    r = CliRunner().invoke(main, ["compare", *SMALL])
     assert r.exit_code == 0, r.output
-    for name in ("hb", "nphb", "wspt", "wsept", "dlgm", "pdlgm", "fcfs", "easy"):
+    for label in ("hb/kth", "hb/first", "nphb/kth", "wspt/first", "wsept/kth", "dlgm", "pdlgm", "ees", "relaxed-ees",
+                  "egg", "fcfs", "easy"):
+        assert f" {label} " in r.output, label
+    for heading in ("priority market", "compensation", "queue auction", "decentralized", "queue"):
+        assert f" {heading} " in r.output
+    # bimodal values include a few below 1, which ZIC bidders cannot bid: not run, and why
+    assert "not run" in r.output and "ps: true values of at least 1" in r.output and "--values uniform" in r.output
+    for term in ("BSD", "SSJ", "TWFT", "negative", "sum to zero", "DLGM"):
+        assert term in r.output.split("not run")[1], term
+    assert max(len(line) for line in r.output.splitlines() if not line.startswith(("note:", "built-in"))) <= 100
+
+
+def test_compare_with_values_at_least_one_runs_all_thirteen():
+    r = CliRunner().invoke(main, ["compare", *SMALL, "--values", "uniform", "--param", "ees.n_draws=20",
+                                  "--pricings", "kth", "--no-legend"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split()[0] for line in r.output.splitlines() if line.strip()]
+    for name in BUILT_IN:
+        assert any(row == name or row.startswith(name + "/") or row.startswith(name + "(") for row in rows), name
+    assert "ees(n_draws=20)" in r.output and "not run" not in r.output and "hb/first" not in r.output
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_simulate_runs_every_mechanism(name):
+    r = CliRunner().invoke(main, ["simulate", *SMALL, "--values", "uniform", "--mechanism", name])
+    assert r.exit_code == 0, r.output
+    assert f" {name}" in r.output
+
+
+def test_refusals_name_what_is_missing():
+    runner = CliRunner()
+    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "ees", "--deadlines", "none"])
+    assert r.exit_code != 0 and "--deadlines patience" in r.output
+    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "sh"])
+    assert r.exit_code != 0 and "--values uniform" in r.output
+    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "hb", "--param", "pricing=second"])
+    assert r.exit_code != 0 and "must be one of kth, first" in r.output
+    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "dlgm", "--pricing", "first"])
+    assert r.exit_code != 0 and "dlgm has no pricing" in r.output
+    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "ees", "--param", "draws=3"])
+    assert r.exit_code != 0 and "no parameter 'draws'" in r.output
+    r = runner.invoke(main, ["compare", *SMALL, "--mechanisms", "dlgm,fcfs", "--param", "pricing=first"])
+    assert r.exit_code != 0 and "no compared mechanism has a parameter 'pricing'" in r.output
+    r = runner.invoke(main, ["compare", *SMALL, "--mechanisms", "ees", "--deadlines", "none"])
+    assert r.exit_code != 0 and "no mechanism can run" in r.output
+    r = runner.invoke(main, ["simulate", *SMALL, "--deadlines", "soon"])
+    assert r.exit_code != 0 and "unknown deadlines model 'soon'" in r.output
+
+
+def test_mechanisms_lists_all():
+    runner = CliRunner()
+    r = runner.invoke(main, ["mechanisms"])
+    assert r.exit_code == 0, r.output
+    for name in BUILT_IN:
         assert f" {name} " in r.output
+    assert "Shudler et al. (2010)" in r.output and "Kang & Parkes (2007)" in r.output
+    r = runner.invoke(main, ["mechanisms", "egg"])
+    assert "deadlines" in r.output and "price_level" in r.output and "live market: no" in r.output
+    import json
+
+    r = runner.invoke(main, ["mechanisms", "--json"])
+    listed = json.loads(r.output)
+    assert [m["name"] for m in listed][: len(BUILT_IN)] == BUILT_IN
+    assert listed[0]["params"][0] == {"name": "pricing", "type": "str", "default": "kth", "choices": ["kth", "first"],
+                                      "help": listed[0]["params"][0]["help"]}
 
 
 def test_simulate_writes_per_job_csv(tmp_path):
@@ -28,6 +95,8 @@ def test_clear_errors():
     runner = CliRunner()
     r = runner.invoke(main, ["compare", "--mechanisms", "hb,magic"])
     assert r.exit_code != 0 and "unknown mechanism 'magic'" in r.output
+    r = runner.invoke(main, ["simulate", "--mechanism", "magic"])
+    assert r.exit_code != 0 and "unknown mechanism 'magic'" in r.output
     r = runner.invoke(main, ["simulate", "--trace", "/nonexistent/file.swf"])
     assert r.exit_code != 0 and "Error" in r.output
     r = runner.invoke(main, ["simulate", "--out", "x.txt"])
@@ -37,11 +106,86 @@ def test_clear_errors():
     assert r.exit_code != 0
 
 
-def test_reproduce_lists_experiments():
+def test_reproduce_without_name_says_how_to_run_one():
+    from marketsched import experiments
+
     r = CliRunner().invoke(main, ["reproduce"])
-    assert r.exit_code == 0
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith("Usage: marketsched reproduce NAME [--quick]")
+    for name, module in experiments.available().items():
+        row = next(line for line in lines if line.startswith(name + " "))
+        assert module.TITLE in row and getattr(module, "QUICK_TIME", "?") in row
+
+
+def _swf(path, lines):
+    path.write_text("; MaxProcs: 4\n" + "".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_trace_without_usable_jobs_is_an_error_naming_the_file(tmp_path):
+    runner = CliRunner()
+    empty = _swf(tmp_path / "empty.swf", [])
+    r = runner.invoke(main, ["simulate", "--trace", empty])
+    assert r.exit_code == 1 and empty in r.output and "no job lines" in r.output
+    assert "0 jobs on" not in r.output
+    bad = _swf(tmp_path / "bad.swf", ["1 0 0 -1 1 -1 -1 1 -1 -1 0 1 1 -1 -1 -1 -1 -1",
+                                      "2 5 0 10 0 -1 -1 -1 -1 -1 1 1 1 -1 -1 -1 -1 -1"])
+    r = runner.invoke(main, ["compare", "--trace", bad])
+    assert r.exit_code == 1 and bad in r.output and "all 2 job lines were rejected" in r.output
+    assert "1 cancelled" in r.output and "1 processors <= 0" in r.output
+
+
+@pytest.mark.parametrize("capacity", ["3", "1.5", "0", "-0.5"])
+def test_capacity_outside_zero_one_is_rejected(capacity):
+    r = CliRunner().invoke(main, ["simulate", "--synthetic-jobs", "50", "--capacity", capacity])
+    assert r.exit_code == 2 and "--capacity" in r.output and "0<x<=1" in r.output
+
+
+def test_capacity_fraction_is_applied():
+    r = CliRunner().invoke(main, ["simulate", "--synthetic-jobs", "50", "--synthetic-nodes", "8", "--capacity", "0.5"])
+    assert r.exit_code == 0, r.output
+    assert "capacity 8 -> 4 processors" in r.stderr and "50 jobs on 4 processors" in r.stdout
+
+
+def test_piped_run_prints_plain_progress_lines_on_stderr():
+    r = CliRunner().invoke(main, ["compare", "--synthetic-jobs", "3000", "--synthetic-nodes", "8",
+                                  "--mechanisms", "hb,fcfs", "--pricings", "kth"])
+    assert r.exit_code == 0, r.output
+    assert "hb/kth: 3,000/3,000 (100%) after" in r.stderr
+    assert "fcfs: 3,000/3,000 (100%) after" in r.stderr  # run labels: a mechanism without pricing has no "/-"
+    assert "(100%)" not in r.stdout  # the table goes to stdout, progress to stderr
 
 
 def test_reproduce_rejects_executor_for_experiments_without_runner():
     r = CliRunner().invoke(main, ["reproduce", "feldman2005", "--executor", "serial", "--quick"])
     assert r.exit_code != 0 and "takes no --executor" in r.output
+
+
+TRACE_SLICE = ["--jobs", "25", "--split", "--capacity", "0.3", "--values", "uniform"]
+
+
+@pytest.mark.trace
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_simulate_runs_every_mechanism_on_a_trace_slice(name, trace_path):
+    path = str(trace_path("KTH-SP2-1996-2.1-cln"))
+    r = CliRunner().invoke(main, ["simulate", "--trace", path, *TRACE_SLICE, "--mechanism", name,
+                                  *(["--param", "n_draws=20"] if "ees" in name else [])])
+    assert r.exit_code == 0, r.output
+    assert f" {name}" in r.output
+
+
+@pytest.mark.trace
+def test_compare_runs_every_mechanism_on_a_trace_slice(trace_path):
+    path = str(trace_path("KTH-SP2-1996-2.1-cln"))
+    r = CliRunner().invoke(main, ["compare", "--trace", path, *TRACE_SLICE, "--param", "n_draws=20", "--no-legend"])
+    assert r.exit_code == 0, r.output
+    assert "not run" not in r.output
+    rows = [line.split()[0] for line in r.output.splitlines() if line.strip()]
+    for name in BUILT_IN:
+        assert any(row == name or row.startswith((name + "/", name + "(")) for row in rows), name
+    # without --split the serial-only mechanisms are not run, and the reason names --split
+    r = CliRunner().invoke(main, ["compare", "--trace", path, "--jobs", "60", "--values", "uniform",
+                                  "--mechanisms", "hb,dlgm,egg,fcfs,easy"])
+    assert r.exit_code == 0, r.output
+    assert "hb: serial jobs" in r.output and "--split" in r.output and " easy " in r.output

@@ -1,4 +1,4 @@
-"""The day-ahead reservation auction as a service (seed 002 ch. 5 and 7): a day of sealed bids
+"""The day-ahead reservation auction as a service (Mutz 2008, ch. 5 and 7): a day of sealed bids
 cleared at the clearing time, Clarke prices equal to the library's, losers pay nothing, money
 in escrow returns, a winner's command runs inside its reservation (held slots on the local
 executor; Slurm reservations in tests/test_dayahead_slurm.py); placebid and showres commands."""
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from live_helpers import wait_for
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.cli import market as market_cli
@@ -16,10 +17,6 @@ from marketsched.live.dayahead import ESCROW, DayAhead, DayAheadConfig, config_f
 from marketsched.live.ledger import MICRO
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
-
-from live_helpers import wait_for
-
-
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ import time
 import numpy as np
 import pytest
 
+from live_helpers import wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.dayahead import ESCROW, DayAhead, config_from_clock
 from marketsched.live.ledger import MICRO
 from marketsched.live.slurm import parse_scontrol, run
 from marketsched.mechanisms.clearing.dpgva import DPGVA
-
-from live_helpers import wait_for
 
 
 def reservations():

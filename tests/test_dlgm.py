@@ -1,4 +1,4 @@
-"""DLGM and P-DLGM (seed 001, sections 5.3-5.4, Appendix C).
+"""DLGM and P-DLGM (Stößer 2009, sections 5.3-5.4, Appendix C).
 
 Hand-worked instances (exact), a naive reference (explicit queues and an explicit ledger of
 every transfer, written straight from Steps 1-3 of the thesis), and the thesis's properties on
@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.engine.records import FinalState
 from marketsched.mechanisms.online.dlgm import DLGM, make_dlgm, ratio_buckets, run_dlgm

@@ -1,11 +1,16 @@
-"""DPGVA (seed 002, chapter 5)."""
+"""DPGVA (Mutz 2008, chapter 5)."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.clearing.dpgva import (
-    DPGVA, brute_force_schedule, dpgva, dpgva_schedule, dpgva_welfare_without_each,
+    DPGVA,
+    brute_force_schedule,
+    dpgva,
+    dpgva_schedule,
+    dpgva_welfare_without_each,
 )
 
 
@@ -71,7 +76,7 @@ def test_payments_clarke_properties(b):
 @given(bids, st.integers(0, 6), st.integers(0, 10), st.integers(0, 40))
 def test_truthful_is_dominant(b, dl, dd, v_dev):
     """Thesis 5.1.3: with the optimal DP, declaring the true (l, d, v) is a dominant strategy
-    against longer lengths, earlier deadlines and any value (note 8.5.21)."""
+    against longer lengths, earlier deadlines and any value (shorter lengths and later deadlines are useless to the owner, section 5.2.1)."""
     l, d, v, n = b
     true_l, true_d, true_v = l[0], d[0], float(v[0])
 

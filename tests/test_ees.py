@@ -1,14 +1,23 @@
-"""EES and relaxed EES (seed 002, chapters 4 and 6)."""
+"""EES and relaxed EES (Mutz 2008, chapters 4 and 6)."""
 
 import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.ees import (
-    EES, Decision, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform,
-    expected_externality_payments, payments_from_welfare,
+    EES,
+    Decision,
+    Discrete,
+    Ledger,
+    QueueSnapshot,
+    RelaxedEES,
+    TypePrior,
+    Uniform,
+    expected_externality_payments,
+    payments_from_welfare,
 )
 from marketsched.mechanisms.online.profile import AvailabilityProfile
 

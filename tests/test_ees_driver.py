@@ -1,4 +1,4 @@
-"""EES and relaxed EES on the discrete-event engine (seed 002 ch. 4 and 6; ees_driver)."""
+"""EES and relaxed EES on the discrete-event engine (Mutz 2008, ch. 4 and 6; ees_driver)."""
 
 import numpy as np
 import pytest
@@ -7,10 +7,21 @@ from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.backfilling import fcfs
 from marketsched.mechanisms.online.ees import (
-    EES, Discrete, QueueSnapshot, TypePrior, Uniform, expected_externality_payments,
+    EES,
+    Discrete,
+    QueueSnapshot,
+    TypePrior,
+    Uniform,
+    expected_externality_payments,
 )
 from marketsched.mechanisms.online.ees_driver import (
-    EESPolicy, RelaxedEESPolicy, declared_runtime, profile_of, queue_time, realised_utility, synthesize_types,
+    EESPolicy,
+    RelaxedEESPolicy,
+    declared_runtime,
+    profile_of,
+    queue_time,
+    realised_utility,
+    synthesize_types,
 )
 from marketsched.mechanisms.online.profile import AvailabilityProfile
 from marketsched.workloads import first_jobs, load_trace, to_workload

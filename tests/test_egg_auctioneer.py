@@ -1,4 +1,4 @@
-"""The vectorised auctioneer (seed 003, equations 3-5) against a literal scalar reading.
+"""The vectorised auctioneer (Kang & Parkes 2007, equations 3-5) against a literal scalar reading.
 
 The reference loops over providers and candidate completion times, reads prices with
 ``PriceTable.price`` and values with the scalar schedule classes, and applies the tie rules
@@ -7,7 +7,8 @@ set (the earliest feasible point of each column) loses nothing for non-increasin
 """
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import Bid, BidBatch, ConstantDeadline, PriceBook, Steps, clear
 from marketsched.mechanisms.online.egg.beliefs import random_schedule

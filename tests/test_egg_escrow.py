@@ -1,8 +1,9 @@
-"""Escrow and reliability (seed 003, protocol steps 1d, 2a-2c): money is conserved."""
+"""Escrow and reliability (Kang & Parkes 2007, protocol steps 1d, 2a-2c): money is conserved."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import BidBatch, Escrow, EscrowError, ReliabilityLedger
 from marketsched.mechanisms.online.egg.escrow import HELD, PAID, REFUNDED

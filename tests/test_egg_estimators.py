@@ -1,12 +1,21 @@
-"""Estimators (seed 003, definitions 4-5): verified monotone models, inactive periods."""
+"""Estimators (Kang & Parkes 2007, definitions 4-5): verified monotone models, inactive periods."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import (
-    Bid, BidBatch, ConstantDeadline, EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator, LinearEstimator,
-    Market, PriceBook, dominates,
+    Bid,
+    BidBatch,
+    ConstantDeadline,
+    EstimatorStore,
+    EstimatorUpdateError,
+    GroupedLinearEstimator,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    dominates,
 )
 
 CAT = np.array([False, False, True])

@@ -1,6 +1,6 @@
-"""Seed 003 (Kang & Parkes 2007): the paper's worked examples as exact tests.
+"""Kang & Parkes (2007): the paper's worked examples as exact tests.
 
-Example 1 (section 2.4): an admissible price-table update, and the violations the note lists.
+Example 1 (section 2.4): an admissible price-table update, and two variants that definition 6 rejects.
 Example 2 (section 3): price lookup: slot [t0+2, t0+3), price 13, surplus 4.
 Sample bid (section 2.2): linear value 10 -> 2 with the misprint corrected.
 Reliability indifference (section 2.2, after definition 2).
@@ -10,8 +10,18 @@ import numpy as np
 import pytest
 
 from marketsched.mechanisms.online.egg import (
-    AdmissibilityError, Bid, BidBatch, EstimatorStore, Linear, LinearEstimator, Market, PriceBook, PriceTable,
-    ReliabilityLedger, Steps, clear,
+    AdmissibilityError,
+    Bid,
+    BidBatch,
+    EstimatorStore,
+    Linear,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    PriceTable,
+    ReliabilityLedger,
+    Steps,
+    clear,
 )
 from marketsched.mechanisms.online.egg.price_table import RULE_LOCKED, RULE_MONOTONE, RULE_VALUE
 

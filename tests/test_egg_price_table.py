@@ -1,8 +1,9 @@
-"""Price tables (seed 003, definition 6): checks on every update, projection, rolling, lookups."""
+"""Price tables (Kang & Parkes 2007, definition 6): checks on every update, projection, rolling, lookups."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import AdmissibilityError, PriceBook, PriceTable
 from marketsched.mechanisms.online.egg.instances import random_tables

@@ -1,12 +1,18 @@
-"""Egg providers on the engine (seed 003 section 3; local schedulers, pricing, failures)."""
+"""Egg providers on the engine (Kang & Parkes 2007, section 3; local schedulers, pricing, failures)."""
 
 import numpy as np
 import pytest
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
-from marketsched.mechanisms.online.egg import (BidBatch, EstimatorStore, LinearEstimator, Market,
-                                               PriceBook, ReliabilityLedger)
+from marketsched.mechanisms.online.egg import (
+    BidBatch,
+    EstimatorStore,
+    LinearEstimator,
+    Market,
+    PriceBook,
+    ReliabilityLedger,
+)
 from marketsched.mechanisms.online.egg.providers import EggPolicy, LoadAwarePricing, ProviderAgent, StaticPricing
 from marketsched.workloads import Workload, first_jobs, load_trace, synthetic_workload, to_workload
 

@@ -1,4 +1,4 @@
-"""Theorem 1 of seed 003 (Kang & Parkes 2007, section 3.1) as property tests.
+"""Theorem 1 of Kang & Parkes (2007, section 3.1) as property tests.
 
 "The auction framework is t-strategyproof for jobs with bounded patience and users with
 limited misreports, uniform-failure and threshold-reliability beliefs, if price table entries
@@ -17,7 +17,8 @@ and a non-monotone estimator lets an inflated description pay less.
 
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.egg import BidBatch, JobType, LinearEstimator, dominates
 from marketsched.mechanisms.online.egg.beliefs import KINDS, believed_utility, misreports
@@ -126,8 +127,14 @@ def test_non_monotone_estimator_would_reward_an_inflated_description():
     """Without definition 4 the theorem fails: a larger description with a smaller estimate pays less."""
     import pytest
 
-    from marketsched.mechanisms.online.egg import (Bid, ConstantDeadline, EstimatorStore, EstimatorUpdateError,
-                                                   Market, PriceBook)
+    from marketsched.mechanisms.online.egg import (
+        Bid,
+        ConstantDeadline,
+        EstimatorStore,
+        EstimatorUpdateError,
+        Market,
+        PriceBook,
+    )
     with pytest.raises(EstimatorUpdateError, match="definition 4"):
         LinearEstimator([2.0], [[-0.5]])
     bad = object.__new__(LinearEstimator)  # bypass the check to see why it exists

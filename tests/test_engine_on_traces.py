@@ -27,7 +27,10 @@ def test_easy_beats_fcfs_on_sdsc_sp2_slice(trace_path):
     w, _ = to_workload(read_swf(trace_path("SDSC-SP2-1998-4.2-cln")))
     w = first_jobs(w, 8_000)
     f, e = simulate(w, "fcfs"), simulate(w, "easy")
-    wait = lambda r: np.mean(r.first_start - w.submit_time)
+
+    def wait(r):
+        return np.mean(r.first_start - w.submit_time)
+
     assert (e.state == FinalState.COMPLETED).all() and (f.state == FinalState.COMPLETED).all()
     assert wait(e) < wait(f)
 

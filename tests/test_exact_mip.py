@@ -1,4 +1,4 @@
-"""Exact MIP (Stößer 2009, seed 001, eqs. 3.1-3.6 / appendix A) against brute force and
+"""Exact MIP (Stößer 2009, eqs. 3.1-3.6 / appendix A) against brute force and
 the thesis's optima; the greedy never beats it."""
 
 import itertools
@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import greedy_allocation
 from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
-
 from test_greedex import T32_JOBS, T32_NODES, one_slot
 
 

@@ -1,4 +1,4 @@
-"""Tests for the Tycoon fixed-budget game (seed 004, Feldman, Lai, Zhang 2005)."""
+"""Tests for the Tycoon fixed-budget game (Feldman, Lai & Zhang 2005)."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def test_opposite_weight_asymmetric_equilibria_beyond_alpha0(alpha):
     assert eqs[0][0] * eqs[2][0] == pytest.approx(1.0)        # reciprocal roots (f is palindromic)
 
 
-def test_opposite_weight_numbers_from_the_note():
+def test_opposite_weight_asymmetric_equilibrium_numbers():
     g = opposite_weight_game(0.95)
     (d0, bids), (d1, _), (d2, _) = opposite_equilibria(0.95)
     assert (d0, d1, d2) == pytest.approx((0.1189, 1.0, 8.4074), abs=1e-4)
@@ -257,7 +257,7 @@ def test_worst_case_instance_is_an_equilibrium(n):
     assert u[n * n:].sum() == pytest.approx(n / (n + 1))
     assert u.sum() == pytest.approx(2 * n / (n + 1))
     assert social_optimum(g)[0] == pytest.approx(n)
-    # the flat users' share per machine is 1/(n(n+1)) (the note's correction of the paper's text)
+    # the flat users' share per machine is 1/(n(n+1)) (section 3.2 calls 1/(n^2(n+1)) the share; that is the utility)
     assert g.shares(bids)[0, 0] == pytest.approx(1 / (n * (n + 1)))
 
 
@@ -486,7 +486,7 @@ def test_stabilisation_time():
 
 
 def test_simultaneous_best_responses_oscillate_where_sequential_converge():
-    """The note's numerical check behind the default update order (section 2.5 of the note)."""
+    """Why sequential updates are the default order (the paper leaves the order open)."""
     g = uniform_game(20, 30, np.random.default_rng(0))
     seq = run_dynamics(g)
     sim = run_dynamics(g, order="simultaneous", max_iterations=50)

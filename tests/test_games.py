@@ -1,4 +1,4 @@
-"""Empirical designer-vs-users games (seed 000, section V): pure Nash equilibria and payoffs."""
+"""Empirical designer-vs-users games (Shudler et al. 2010, section V): pure Nash equilibria and payoffs."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_paper_table_iii_kth_price_equilibria():
 
 
 def test_paper_tables_combined_have_one_equilibrium():
-    """Both tables share a normalisation, so they form one 6x7 game (note section 4)."""
+    """Both tables share a normalisation, so they form one 6x7 game (section V)."""
     first, kth = paper_game("first"), paper_game("kth")
     d = np.vstack([first.designer, kth.designer])
     u = np.vstack([first.users, kth.users])

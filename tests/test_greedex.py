@@ -1,4 +1,4 @@
-"""GREEDEX (Stößer 2009, seed 001, chapter 3): worked example of tables 3.2-3.5, the
+"""GREEDEX (Stößer 2009, chapter 3): worked example of tables 3.2-3.5, the
 proof examples of theorems 3, 5, 6 and 7, and the proved properties as hypothesis tests."""
 
 import numpy as np
@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from marketsched.mechanisms.clearing.greedex import (
-    critical_value_pricing, critical_values, greedy_allocation, k_pricing, node_utilities, user_utilities)
+    critical_value_pricing,
+    critical_values,
+    greedy_allocation,
+    k_pricing,
+    node_utilities,
+    user_utilities,
+)
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 
 # table 3.2: (v, c, m, r, e) per job j1..j6 and (v, C, M, R, E) per node n1, n2
@@ -73,7 +79,7 @@ def test_theorem_3_competitive_ratio_example(k):
 
 
 def test_theorem_5_critical_value_not_job_merge_proof():
-    # merged memory 200, as corrected in note seed001 (300 would not fit n2)
+    # merged memory 200: the thesis prints 300, which would not fit n2
     nodes = [(0, 1, 150), (1, 3, 200)]
     sep = one_slot([(4, 1, 100), (3, 1, 150), (2, 2, 100)], nodes)
     a = greedy_allocation(sep)

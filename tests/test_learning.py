@@ -1,4 +1,4 @@
-"""ZIC and epsilon-greedy Q-learning bidders (seed 001, section 6.4.1, Algorithm 1, appendix D).
+"""ZIC and epsilon-greedy Q-learning bidders (Stößer 2009, section 6.4.1, Algorithm 1, appendix D).
 
 The vectorised Q-learner is checked against a literal, one-request-at-a-time Python version of
 Algorithm 1 with the decisions written in ``behaviour/learning.py``.

@@ -7,16 +7,10 @@ import time
 import numpy as np
 import pytest
 
+from live_helpers import wait_for, work
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.executor import proc_start_ticks
 from marketsched.live.replay import simulate_recorded
-
-from live_helpers import wait_for, work
-
-
-
-
-
 
 
 @pytest.fixture

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from live_helpers import wait_for
 from marketsched.live.cli import Client
 from marketsched.live.executor import kill_recorded_jobs, proc_start_ticks
 from marketsched.live.ledger import Store
-
-from live_helpers import wait_for
 
 
 def free_port():

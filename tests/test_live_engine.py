@@ -1,11 +1,12 @@
 """The live engine drives the simulator's mechanism objects and, on a fake clock, makes exactly
-the simulator's decisions and payments (DESIGN principle 8)."""
+the simulator's decisions and payments (one rule, one implementation)."""
 
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import SchedulingError, Simulator
@@ -14,8 +15,8 @@ from marketsched.live.engine import LiveEngine
 from marketsched.live.replay import replay_live
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
 from marketsched.workloads.workload import Workload
-
-from reference_priority import BIDS, instances, simulate as reference
+from reference_priority import BIDS, instances
+from reference_priority import simulate as reference
 
 
 def random_workload(seed, n=60, nodes=3):

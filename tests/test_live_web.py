@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from live_helpers import work
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig
-
-from live_helpers import work
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

@@ -1,4 +1,4 @@
-"""Metrics of seed 000 (Eqs. 1-3) and the grouping helpers."""
+"""Metrics of Shudler et al. 2010 (Eqs. 1-3) and the grouping helpers."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Order book validation and the table 3.6 generator (Stößer 2009, seed 001, section 3.5.1)."""
+"""Order book validation and the table 3.6 generator (Stößer 2009, section 3.5.1)."""
 
 import numpy as np
 import pytest

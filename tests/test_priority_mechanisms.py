@@ -1,15 +1,16 @@
-"""HB, NPHB, WSPT, WSEPT with first and k-th price (seed 000, sections III and V)."""
+"""HB, NPHB, WSPT, WSEPT with first and k-th price (Shudler et al. 2010, sections III and V)."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
 from marketsched.workloads.workload import Workload
-
-from reference_priority import instances, simulate as reference
+from reference_priority import instances
+from reference_priority import simulate as reference
 
 
 def run(submit, runtime, bid, nodes, rule, pricing, estimate=None):

@@ -1,7 +1,8 @@
-"""Availability profile (seed 002, section 6.1.3 SegmentedFunction)."""
+"""Availability profile (Mutz 2008, section 6.1.3 SegmentedFunction)."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.online.profile import AvailabilityProfile, greedy_starts
 

@@ -1,5 +1,5 @@
 """Randomized pay-as-bid heuristic and distributed randomized mechanism (Stößer 2009,
-seed 001, chapter 4): tables 4.1-4.3, theorem 1, sampler against the exact tree."""
+chapter 4): tables 4.1-4.3, theorem 1, sampler against the exact tree."""
 
 import numpy as np
 import pytest
@@ -9,9 +9,17 @@ from hypothesis import strategies as st
 from marketsched.mechanisms.clearing.greedex import greedy_allocation, node_utilities, user_utilities
 from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
 from marketsched.mechanisms.clearing.randomized import (
-    allocation_tree, batch_welfare, distributed_randomized, greedy_batch, gumbel_orders, pay_as_bid,
-    random_order, randomized_allocation, two_user_best_response, two_user_equilibrium)
-
+    allocation_tree,
+    batch_welfare,
+    distributed_randomized,
+    greedy_batch,
+    gumbel_orders,
+    pay_as_bid,
+    random_order,
+    randomized_allocation,
+    two_user_best_response,
+    two_user_equilibrium,
+)
 from test_greedex import books, one_slot
 
 

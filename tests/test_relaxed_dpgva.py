@@ -1,12 +1,18 @@
-"""Relaxed DPGVA (seed 002, chapter 7)."""
+"""Relaxed DPGVA (Mutz 2008, chapter 7)."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketsched.mechanisms.clearing.dpgva import dpgva_schedule
 from marketsched.mechanisms.clearing.relaxed_dpgva import (
-    RelaxedDPGVA, brute_force_orderings, greedy_batch, optimal_schedule, relaxed_dpgva, relaxed_dpgva_schedule,
+    RelaxedDPGVA,
+    brute_force_orderings,
+    greedy_batch,
+    optimal_schedule,
+    relaxed_dpgva,
+    relaxed_dpgva_schedule,
 )
 from marketsched.mechanisms.online.profile import AvailabilityProfile
 

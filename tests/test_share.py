@@ -1,4 +1,5 @@
-"""Proportional Share and Sanghavi-Hajek (seed 001, chapter 6): rules, equilibria, reservations, market loop.
+"""Proportional Share and Sanghavi-Hajek (Stößer 2009, chapter 6): rules, equilibria,
+reservations, market loop.
 
 Worked examples are exact tests (Table 6.1, section 6.5.3); Lemmas 2-3 and Theorems 1-2 become
 property tests over random value pairs, with the equilibria checked against numerical best
@@ -394,12 +395,34 @@ def test_vectorised_loop_equals_engine_policy(rule, make):
         assert policy.rounds == plan.rounds
 
 
+@pytest.mark.parametrize("rule", ["ps", "sh"])
+def test_engine_policy_chunks_seconds_without_changing_the_market(rule):
+    """ZIC bids without state: the policy meters whole segments at once; same bids, same shares."""
+    from marketsched.engine.simulator import Simulator
+
+    w = small_workload(seed=3)
+    values = np.random.default_rng(4).integers(10, 61, len(w)).astype(float)
+    out = {}
+    for chunk in (True, False):
+        policy = sm.ShareMarketPolicy(rule, ZIC(), values, capacity=10, rng=7, chunk=chunk, chunk_elements=50)
+        records = Simulator(w, policy, capacity=int(w.procs.sum())).run()
+        out[chunk] = (records, policy)
+    (r1, p1), (r0, p0) = out[True], out[False]
+    assert p1.rounds == p0.rounds and p1.chunk and not p0.chunk
+    np.testing.assert_allclose(p1.received, p0.received, rtol=1e-12)
+    np.testing.assert_allclose(r1.payment, r0.payment, rtol=1e-12)
+    np.testing.assert_array_equal(r1.end_time, r0.end_time)
+
+
 def test_simulate_is_deterministic_and_chunking_invariant():
     w = small_workload(seed=5)
     plan = sm.MarketPlan.from_workload(w)
     values = np.random.default_rng(2).integers(10, 161, (4, len(w))).astype(float)
     rules = ["ps", "sh", "ps", "sh"]
-    q = lambda: QLearning(alpha=[0.1, 0.3, 0.5, 0.7], gamma=0.3, epsilon=[0.05, 0.05, 0.25, 0.15], low=10, high=160)
+
+    def q():
+        return QLearning(alpha=[0.1, 0.3, 0.5, 0.7], gamma=0.3, epsilon=[0.05, 0.05, 0.25, 0.15], low=10, high=160)
+
     a = sm.simulate(plan, values, rules, q(), seeds=range(4))
     b = sm.simulate(plan, values, rules, q(), seeds=range(4), chunk_elements=7)
     # same decisions; totals are summed in chunk-sized groups, hence rtol instead of bit equality

@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from live_helpers import wait_for, work
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.replay import simulate_recorded
 from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run
-
-from live_helpers import wait_for, work
 
 STEP = 0.2
 

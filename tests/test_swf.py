@@ -62,6 +62,30 @@ def test_header_only_file_is_empty_log(tmp_path):
     assert len(log) == 0 and log.max_procs == 140
 
 
+@pytest.mark.parametrize("text", ["", HEADER, "\n\n"])
+def test_workload_of_a_file_without_jobs_is_an_error_naming_it(tmp_path, text):
+    from marketsched.scenario import WorkloadSpec
+
+    path = write(tmp_path / "empty.swf", text)
+    with pytest.raises(ValueError) as err:
+        WorkloadSpec(trace=str(path)).build()
+    assert str(path) in str(err.value) and "has no job lines" in str(err.value)
+
+
+def test_workload_whose_every_job_is_rejected_says_how_many_and_why(tmp_path):
+    from marketsched.scenario import WorkloadSpec
+
+    # job 2 of JOBS is cancelled (run time -1); a copy of job 1 on 0 processors; one 200 wide on 140
+    lines = [JOBS[1], "5 40 0 10 0 -1 -1 -1 60 -1 1 7 1 -1 2 -1 -1 -1",
+             "6 50 0 10 200 -1 -1 200 60 -1 1 7 1 -1 2 -1 -1 -1", JOBS[1].replace("2 10", "7 60", 1)]
+    path = write(tmp_path / "bad.swf", HEADER + "\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as err:
+        WorkloadSpec(trace=str(path)).build()
+    msg = str(err.value)
+    assert str(path) in msg and "all 4 job lines were rejected" in msg
+    assert "2 cancelled or never ran" in msg and "1 processors <= 0" in msg and "1 needs more processors" in msg
+
+
 @pytest.mark.parametrize(
     "bad_line, message",
     [

@@ -156,10 +156,10 @@ def test_drop_report_str():
 
 @pytest.mark.trace
 def test_lpc_egee_clean_split_scale(trace_path):
-    """LPC-EGEE as seed 000 uses it: serial jobs on 75% of 140 nodes."""
+    """LPC-EGEE as Shudler et al. (2010) use it: serial jobs on 75% of 140 nodes."""
     w, report = to_workload(read_swf(trace_path("LPC-EGEE-2004-1.2-cln")))
     assert report.total == 234_889 and report.dropped["cancelled"] == 14_194
-    assert len(w) == 220_695 and w.capacity == 140  # seed 000 Table I says 219,704: see transforms docstring
+    assert len(w) == 220_695 and w.capacity == 140  # Shudler et al. (2010), Table I: 219,704
     s = scale_capacity(split_parallel(w), 0.75)
     assert len(s) == 220_695 and s.capacity == 105
     assert abs(s.runtime.mean() - 3196.16) < 0.01  # Table I: 3,212 s

@@ -1,4 +1,4 @@
-"""Tycoon mode for real (seed 004, Feldman, Lai and Zhang, EC 2005): user agents re-split their
+"""Tycoon mode for real (Feldman, Lai & Zhang 2005, ACM EC): user agents re-split their
 budgets across hosts (CPUs) with the library's best response every interval, in a background
 thread, and the CPU time the jobs' processes get follows the bids.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from live_helpers import wait_for
 
+from live_helpers import wait_for
 from marketsched.live.cli import market
 from marketsched.live.tycoon import (
     BUSY,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
 
-from marketsched.scenario import MECHANISMS, PRICINGS, VALUE_MODELS
+from marketsched.scenario import PRICINGS, VALUE_MODELS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,7 +16,9 @@ def main() -> None:
 
 
 def workload_options(f):
-    """Options shared by every command that builds a workload."""
+    """Options shared by every command that builds a workload and its jobs."""
+    from marketsched.workloads.attributes import DEADLINES, ESTIMATES, RELIABILITY
+
     opts = [
         click.option("--trace", default=None, metavar="NAME|PATH",
                      help="Trace name (see `marketsched traces list`) or SWF path; default: built-in synthetic workload."),
@@ -27,156 +28,410 @@ def workload_options(f):
                      help="Processors of the built-in workload's machine."),
         click.option("--jobs", default=None, type=click.IntRange(min=1), help="Keep only the first N jobs."),
         click.option("--split", is_flag=True, help="Split parallel jobs into serial jobs (needed by the market mechanisms)."),
-        click.option("--capacity", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-                     help="Fraction of the machine's processors to use (e.g. 0.75)."),
+        click.option("--capacity", default=1.0, show_default=True,
+                     type=click.FloatRange(min=0, max=1, min_open=True),
+                     help="Fraction of the machine's processors to use, 0 < f <= 1 (e.g. 0.75)."),
+        click.option("--whole-seconds", is_flag=True,
+                     help="Round submit and run times up to whole seconds (the share markets bid once a second)."),
+        click.option("--estimates", default="trace", show_default=True, metavar="MODEL",
+                     help=f"Run-time estimates: {', '.join(ESTIMATES)} (e.g. badness:f=3); see docs/workloads.md."),
         click.option("--values", "value_model", default="bimodal", show_default=True, type=click.Choice(VALUE_MODELS),
                      help="Model of the jobs' true values."),
-        click.option("--seed", default=1, show_default=True, type=int, help="Seed of the value draws."),
+        click.option("--deadlines", default="patience", show_default=True, metavar="MODEL",
+                     help=f"Deadline model: {', '.join(DEADLINES)} (e.g. slack:factor=5)."),
+        click.option("--reliability", default="none", show_default=True, metavar="MODEL",
+                     help=f"Minimum provider reliability each job asks for: {', '.join(RELIABILITY)}."),
+        click.option("--seed", default=1, show_default=True, type=int,
+                     help="Seed of the value, deadline, estimate and reliability draws."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-def _build(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity):
-    from marketsched.scenario import WorkloadSpec
+def _build(opts: dict):
+    """The scenario of the workload options and its jobs (notes to stderr); click errors on bad input."""
+    from marketsched.scenario import Scenario, WorkloadSpec
+    from marketsched.workloads.attributes import parse_model
 
-    spec = WorkloadSpec(trace=trace, synthetic_jobs=synthetic_jobs, synthetic_nodes=synthetic_nodes, jobs=jobs,
-                        split=split, capacity=capacity)
     try:
-        workload = spec.build()
+        for kind in ("estimates", "deadlines", "reliability"):
+            parse_model(kind, opts[kind])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"--{kind}") from None
+    spec = WorkloadSpec(trace=opts["trace"], synthetic_jobs=opts["synthetic_jobs"],
+                        synthetic_nodes=opts["synthetic_nodes"], jobs=opts["jobs"], split=opts["split"],
+                        capacity=opts["capacity"], whole_seconds=opts["whole_seconds"], estimates=opts["estimates"],
+                        estimates_seed=opts["seed"])
+    scenario = Scenario(spec, opts["value_model"], opts["seed"], opts["deadlines"], opts["reliability"])
+    try:
+        jobs = scenario.build()
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     for note in spec.notes:
         click.echo(note, err=True)
-    return workload
+    return scenario, jobs
 
 
-def _run_all(workload, runs, values):
-    """Run (mechanism, pricing) pairs with a progress bar; return summary rows."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def _params(items, where: str = "--param") -> list[tuple[str | None, str, str]]:
+    """``KEY=VALUE`` or ``NAME.KEY=VALUE`` items as ``(name or None, key, value)``."""
+    out = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE (or MECHANISM.KEY=VALUE), got {item!r}", param_hint=where)
+        name, dot, k = key.strip().rpartition(".")
+        out.append((name if dot else None, k, value))
+    return out
 
-    from marketsched.analysis.metrics import summarize
-    from marketsched.scenario import MARKET_MECHANISMS, PRICED_MECHANISMS, simulate
 
-    rows, records = [], {}
-    with Progress(TextColumn("{task.description:<12}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+def _run_all(jobs, runs, events: bool = False):
+    """Simulate ``(mechanism, params)`` pairs with a progress bar; returns the runs."""
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.mechanisms.registry import get
+    from marketsched.progress import Progress
+    from marketsched.scenario import run
+
+    out = []
+    with Progress(TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), transient=True) as bar:
-        for mech, pricing in runs:
-            task = bar.add_task(f"{mech}/{pricing or '-'}", total=len(workload))
-            t0 = time.perf_counter()
-            market = mech in MARKET_MECHANISMS
-            rec = simulate(workload, mech, values if market else None, pricing or "kth",
-                           progress=lambda done, total, task=task: bar.update(task, completed=done))
-            seconds = time.perf_counter() - t0
-            row = {"mechanism": mech, "pricing": pricing if mech in PRICED_MECHANISMS else "-",
-                   **summarize(workload, rec, values), "seconds": seconds}
-            if not market:
-                for k in ("revenue", "revenue_per_twft", "mean_utility"):
-                    row[k] = float("nan")
-            rows.append(row)
-            records[(mech, pricing)] = rec
-    return rows, records
+        for name, params in runs:
+            task = bar.add_task(get(name).label(get(name).resolve(params)), total=len(jobs.workload))
+            out.append(run(jobs, name, params, events=events,
+                           progress=lambda done, total, task=task: bar.update(task, completed=done)))
+    return out
 
 
-def _print_table(rows, title):
+COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_wait", "wait h", "h"),
+           ("mean_bsd", "BSD", "{:.2f}"), ("ssj_share", "SSJ%", "%"), ("utilization", "util%", "%"),
+           ("preemptions", "preempt", "{:,}"), ("revenue", "revenue", "g"), ("twft", "TWFT", "g"),
+           ("mean_utility", "utility", "g"), ("cpu_seconds", "CPU s", "{:.2f}")]
+
+LEGEND = """\
+done     jobs that ran to the end; the others were discarded (EES), rejected (Egg: no provider's
+         price or deadline fits) or killed (Egg: a crash, or unfinished at its completion time).
+wait h   mean hours from submission to first start (completed jobs).
+BSD      bounded slowdown, flow time / max(run time, 60 s), mean over completed jobs
+         (Shudler et al. (2010), Eq. 1); SSJ% = share of severely slowed-down jobs, BSD >= 5.
+util%    processor-seconds of completed work / (processors x span from first submit to last end).
+revenue  sum of all payments. DLGM and P-DLGM show 0: a job pays the jobs it overtakes, so every
+         payment is a transfer between jobs and they sum to zero (Stößer (2009), section 5.3);
+         EES's expected-externality payments also balance over the queue (Mutz (2008), eq. 4.4).
+TWFT     total weighted flow time, sum of true value x flow time over completed jobs: the social
+         cost the priority markets minimise (lower is better).
+utility  mean per-job utility in the mechanism's own model, comparable within a kind only.
+         Priority and compensation markets: -w x flow time - payment (Shudler et al. (2010),
+         Eq. 3): negative by construction, as a job only loses (w per second until it ends, and
+         its payment) and nothing rewards completion. Queue auctions: v - d x wait - payment with
+         v = w x patience, d = w (Mutz (2008)); share markets: value x CPU-seconds received -
+         payment (Stößer (2009)); Egg: value at the scheduled completion - price, 0 if not served.
+         Share markets run every job from its release for its run time whatever its share, so
+         their wait is 0 and BSD at most 1: the share shows in the utility.
+CPU s    CPU seconds of the simulation."""
+
+
+KIND_HEADINGS = {"compensation market": "compensation", "decentralized auction": "decentralized"}
+
+
+def _summary_rows(jobs, runs):
+    from marketsched.mechanisms.registry import get
+    from marketsched.results import summary_of
+
+    rows = []
+    for r in runs:
+        m = get(r.mechanism)
+        row = {"label": r.label, "kind": m.kind, **summary_of(jobs, r), "cpu_seconds": r.cpu_seconds}
+        if not m.market:
+            for k in ("revenue", "mean_utility"):
+                row[k] = float("nan")
+        rows.append(row)
+    return rows
+
+
+def _cell(v, fmt: str) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if isinstance(v, float) and abs(v) < 1e-6:
+        v = 0.0  # float noise: payments that are transfers between jobs sum to zero
+    if fmt == "h":
+        return f"{v / 3600:.2f}"
+    if fmt == "%":
+        return f"{100 * v:.1f}"
+    if fmt == "g":
+        return f"{v:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+    return fmt.format(v)
+
+
+def _console():
     from rich.console import Console
+
+    console = Console()
+    if console.width < 100:
+        console = Console(width=100)  # pipes and CI logs: 100 columns, as the table and legend are laid out
+    return console
+
+
+def _print_table(rows, title, legend: bool = False, skipped=()):
+    from rich import box
     from rich.table import Table
 
-    cols = [("mechanism", "mechanism", "{}"), ("pricing", "pricing", "{}"), ("completed", "completed", "{:,}"),
-            ("mean_wait", "wait (h)", "h"), ("mean_bsd", "mean BSD", "{:.2f}"), ("ssj_share", "SSJ %", "%"),
-            ("utilization", "util %", "%"), ("preemptions", "preempt", "{:,}"), ("revenue", "revenue", "{:.4g}"),
-            ("twft", "TWFT", "{:.4g}"), ("revenue_per_twft", "rev/TWFT", "{:.3f}"),
-            ("mean_utility", "mean utility", "{:.4g}"), ("seconds", "time (s)", "{:.2f}")]
-    table = Table(title=title)
-    for _, head, _ in cols:
-        table.add_column(head, justify="right")
-    for row in rows:
-        cells = []
-        for key, _, fmt in cols:
-            v = row.get(key)
-            if isinstance(v, float) and abs(v) < 1e-6:
-                v = 0.0  # float noise: DLGM's payments are transfers between jobs and sum to zero
-            if v is None or (isinstance(v, float) and v != v):
-                cells.append("-")
-            elif fmt == "h":
-                cells.append(f"{v / 3600:.2f}")
-            elif fmt == "%":
-                cells.append(f"{100 * v:.1f}")
-            else:
-                cells.append(fmt.format(v))
-        table.add_row(*cells)
-    console = Console()
-    if console.width < 150:
-        console = Console(width=150)  # pipes and CI logs: do not squeeze the table to 80 columns
+    from marketsched.mechanisms.registry import KINDS
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), title_justify="left")
+    for i, (_, head, _) in enumerate(COLUMNS):
+        if i == 0:  # kind headings run on into the empty cells to their right
+            table.add_column(head, no_wrap=True, min_width=13)
+        else:
+            table.add_column(head, justify="right", no_wrap=True, min_width=len(head))
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    for kind in kinds:
+        if len(kinds) > 1:
+            table.add_row(f"[bold]{KIND_HEADINGS.get(kind, kind)}[/]", *[""] * (len(COLUMNS) - 1))
+        for row in (r for r in rows if r["kind"] == kind):
+            table.add_row(*[_cell(row.get(key), fmt) for key, _, fmt in COLUMNS])
+        if kind != kinds[-1]:
+            table.add_section()
+    console = _console()
     console.print(table)
+    if skipped:
+        import textwrap
+
+        console.print("not run (what is missing, and how to get it):")
+        for name, reason in skipped:
+            console.print(textwrap.fill(f"{name}: {reason}", width=100, initial_indent="  ", subsequent_indent="      "),
+                          highlight=False, markup=False)
+    if legend:
+        console.print(LEGEND, highlight=False, markup=False)
+
+
+def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) -> None:
+    import pandas as pd
+
+    from marketsched.results import job_table_of, metadata, write
+
+    meta = metadata(scenario, runs, command)
+    if out_path is not None:
+        table = pd.concat([job_table_of(jobs, r) for r in runs], ignore_index=True)
+        write(table, out_path, meta)
+        click.echo(f"per-job results: {out_path}", err=True)
+    if events_path is not None:
+        ev = pd.concat([r.events.assign(run=r.label)[["run", *r.events.columns]] for r in runs], ignore_index=True)
+        write(ev, events_path, meta)
+        click.echo(f"event log: {events_path}", err=True)
+
+
+def _check_out(path, option):
+    from marketsched.results import check_path
+
+    if path is not None:
+        try:
+            check_path(path, option)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[1], param_hint=option) from None
 
 
 @main.command()
 @workload_options
-@click.option("--mechanism", default="hb", show_default=True, type=click.Choice(MECHANISMS), help="Allocation rule.")
-@click.option("--pricing", default="kth", show_default=True, type=click.Choice(PRICINGS),
-              help="Payment scheme of hb, nphb, wspt, wsept (DLGM and P-DLGM pay by their own rule).")
+@click.option("--mechanism", default="hb", show_default=True, metavar="NAME",
+              help="Any registered mechanism (`marketsched mechanisms` lists them).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="A parameter of the mechanism (repeatable), e.g. --param pricing=first.")
+@click.option("--pricing", default=None, type=click.Choice(PRICINGS),
+              help="Same as --param pricing=...: payment scheme of hb, nphb, wspt, wsept (default kth).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write per-job results to this .parquet or .csv file.")
-def simulate(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value_model, seed, mechanism, pricing,
-             out_path):
+              help="Write per-job results, with what produced them, to this .parquet or .csv file.")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the per-job event log (start, preempt, resume, finish, payment) to this .parquet or .csv file.")
+def simulate(mechanism, params, pricing, out_path, events_path, **opts):
     """Simulate one mechanism on a workload and print a summary.
 
-    Example: marketsched simulate --trace LPC-EGEE-2004-1.2-cln --capacity 0.75 --mechanism hb --pricing kth
+    Example: marketsched simulate --trace LPC-EGEE-2004-1.2-cln --split --capacity 0.75 --mechanism hb --param pricing=first
     """
-    from marketsched.analysis.metrics import job_table
-    from marketsched.scenario import true_values
+    from marketsched.mechanisms.registry import Unfit, get
 
-    if out_path is not None and out_path.suffix not in (".parquet", ".csv"):
-        raise click.BadParameter("the file name must end in .parquet or .csv", param_hint="--out")
-    workload = _build(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity)
-    values = true_values(workload, value_model, seed)
+    _check_out(out_path, "--out")
+    _check_out(events_path, "--events")
     try:
-        rows, records = _run_all(workload, [(mechanism, pricing)], values)
+        m = get(mechanism)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--mechanism") from None
+    given = {}
+    for name, key, value in _params(params):
+        if name not in (None, mechanism):
+            raise click.BadParameter(f"{name}.{key}: simulate runs {mechanism!r} only", param_hint="--param")
+        given[key] = value
+    if pricing is not None:
+        if m.param("pricing") is None:
+            raise click.BadParameter(f"{mechanism} has no pricing (it pays by its own rule)", param_hint="--pricing")
+        given["pricing"] = pricing
+    try:
+        m.resolve(given)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--param") from None
+    scenario, jobs = _build(opts)
+    try:
+        runs = _run_all(jobs, [(mechanism, given)], events=events_path is not None)
+    except Unfit as exc:
+        raise click.ClickException(f"{exc}") from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    _print_table(rows, f"{workload.name}: {len(workload):,} jobs on {workload.capacity} processors, truthful bids")
-    if out_path is not None:
-        table = job_table(workload, records[(mechanism, pricing)], true_value=values, bid=values)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        table.to_parquet(out_path) if out_path.suffix == ".parquet" else table.to_csv(out_path, index=False)
-        click.echo(f"per-job results: {out_path}")
+    w = jobs.workload
+    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids")
+    _write_outputs(scenario, jobs, runs, out_path, events_path, "simulate")
 
 
 @main.command()
 @workload_options
-@click.option("--mechanisms", default="hb,nphb,wspt,wsept,dlgm,pdlgm,fcfs,easy", show_default=True,
-              help="Comma-separated mechanisms to compare.")
-@click.option("--pricings", default="kth,first", show_default=True, help="Comma-separated payment schemes.")
-def compare(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity, value_model, seed, mechanisms, pricings):
+@click.option("--mechanisms", default="all", show_default=True,
+              help="Comma-separated mechanisms to compare; 'all': every registered mechanism that fits the workload.")
+@click.option("--mechanism", "extra", multiple=True, metavar="NAME", help="A mechanism to compare (repeatable).")
+@click.option("--param", "params", multiple=True, metavar="[NAME.]KEY=VALUE",
+              help="A parameter: for the named mechanism, or every compared mechanism that has it (repeatable).")
+@click.option("--pricings", default="kth,first", show_default=True,
+              help="Payment schemes of the mechanisms with a pricing parameter (one run each).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every run's per-job results, with what produced them, to this .parquet or .csv file.")
+@click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write every run's per-job event log to this .parquet or .csv file.")
+@click.option("--legend/--no-legend", default=True, show_default=True, help="Explain the columns under the table.")
+def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, **opts):
     """Compare mechanisms on one workload (the main job; default: the built-in workload).
 
-    Every mechanism sees the same jobs with the same true values (common random numbers);
-    bids are truthful.
+    Every mechanism sees the same jobs with the same true values and deadlines (common random
+    numbers); bids are truthful. Rows are grouped by kind of mechanism.
     """
-    from marketsched.scenario import PRICED_MECHANISMS, true_values
+    from marketsched.mechanisms.registry import Unfit, get, missing, names
 
-    mechs = [m.strip() for m in mechanisms.split(",") if m.strip()]
+    _check_out(out_path, "--out")
+    _check_out(events_path, "--events")
+    wanted = [m.strip() for m in mechanisms.split(",") if m.strip()] + list(extra)
+    if extra and mechanisms == "all":
+        wanted.remove("all")
+    every = "all" in wanted
+    chosen = names() if every else list(dict.fromkeys(wanted))
+    for m in chosen:
+        try:
+            get(m)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--mechanisms") from None
     prices = [p.strip() for p in pricings.split(",") if p.strip()]
-    for m in mechs:
-        if m not in MECHANISMS:
-            raise click.BadParameter(f"unknown mechanism {m!r}; choose from {', '.join(MECHANISMS)}", param_hint="--mechanisms")
     for p in prices:
         if p not in PRICINGS:
             raise click.BadParameter(f"unknown pricing {p!r}; choose from {', '.join(PRICINGS)}", param_hint="--pricings")
-    workload = _build(trace, synthetic_jobs, synthetic_nodes, jobs, split, capacity)
-    values = true_values(workload, value_model, seed)
-    runs = [(m, p) for m in mechs for p in (prices if m in PRICED_MECHANISMS else [None])]
+    given: dict[str, dict] = {m: {} for m in chosen}
+    for name, key, value in _params(params):
+        targets = [name] if name is not None else [m for m in chosen if get(m).param(key) is not None]
+        if name is not None and name not in given:
+            raise click.BadParameter(f"{name}.{key}: {name!r} is not among the compared mechanisms", param_hint="--param")
+        if not targets:
+            raise click.BadParameter(f"no compared mechanism has a parameter {key!r}", param_hint="--param")
+        for t in targets:
+            given[t][key] = value
+    runs = []
+    for m in chosen:
+        mech = get(m)
+        try:
+            mech.resolve(given[m])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--param") from None
+        if mech.param("pricing") is not None and "pricing" not in given[m]:
+            runs += [(m, {**given[m], "pricing": p}) for p in prices]
+        else:
+            runs.append((m, given[m]))
+    scenario, jobs = _build(opts)
+    skipped, fit = [], []
+    for m, p in runs:
+        gaps = missing(get(m), jobs)
+        if gaps:
+            if (m, "; ".join(gaps)) not in skipped:
+                skipped.append((m, "; ".join(g.split(" needs ", 1)[1] for g in gaps)))
+        else:
+            fit.append((m, p))
+    if not fit:
+        raise click.ClickException("no mechanism can run on this workload: "
+                                   + " | ".join(f"{m}: {why}" for m, why in skipped))
     try:
-        rows, _ = _run_all(workload, runs, values)
+        done = _run_all(jobs, fit, events=events_path is not None)
+    except Unfit as exc:
+        raise click.ClickException(str(exc)) from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    _print_table(rows, f"{workload.name}: {len(workload):,} jobs on {workload.capacity} processors, "
-                       f"{value_model} values (seed {seed}), truthful bids")
-    if {"fcfs", "easy"} <= set(mechs) and bool((workload.procs == 1).all()):
+    w = jobs.workload
+    _print_table(_summary_rows(jobs, done), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, "
+                 f"{scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), truthful bids",
+                 legend=legend, skipped=skipped)
+    names_run = {m for m, _ in fit}
+    if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
         click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
                    "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
+    _write_outputs(scenario, jobs, done, out_path, events_path, "compare")
+
+
+def _default(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+@main.command("mechanisms")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
+def mechanisms_(name, as_json):
+    """List every registered mechanism (name, kind, source, needs, parameters); NAME shows one in full."""
+    import json
+
+    from rich import box
+    from rich.table import Table
+
+    from marketsched.mechanisms.registry import NEEDS, describe, get, mechanisms
+
+    try:
+        items = [get(name)] if name else mechanisms()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+    if as_json:
+        click.echo(json.dumps([describe(m) for m in items], indent=1, ensure_ascii=False))
+        return
+    console = _console()
+    if name:
+        import textwrap
+
+        m = items[0]
+
+        def line(indent: int, text: str) -> None:
+            click.echo(textwrap.fill(text, width=100, initial_indent=" " * indent, subsequent_indent=" " * (indent + 4)))
+
+        line(0, f"{m.name}: {m.title} ({m.kind}, {m.origin})")
+        for label, text in (("source", m.source), ("what", m.summary), ("live market", m.live)):
+            line(2, f"{label}: {text}")
+        line(2, "needs:" if m.needs or m.optional else "needs: nothing beyond the workload")
+        for need in m.needs:
+            line(4, f"{need}: {NEEDS[need]}")
+        for need in m.optional:
+            line(4, f"{need} (optional): {NEEDS[need]}")
+        line(2, "parameters (--param KEY=VALUE):" if m.params else "parameters: none")
+        for p in m.params:
+            choices = f" ({'|'.join(map(str, p.choices))})" if p.choices else ""
+            line(4, f"{p.name}: {p.type.__name__} = {_default(p.default)}{choices}. {p.help}")
+        return
+    from marketsched.mechanisms.registry import KINDS
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1))
+    table.add_column("name", min_width=11, max_width=13)
+    table.add_column("source", ratio=5, overflow="fold")
+    table.add_column("needs", ratio=3, overflow="fold")
+    table.add_column("parameters", ratio=3, overflow="fold")
+    kinds = [k for k in KINDS if any(m.kind == k for m in items)]
+    for kind in kinds:
+        table.add_row(f"[bold]{kind}[/]", f"[italic]{KINDS[kind]}[/]", "", "")
+        for m in (m for m in items if m.kind == kind):
+            params = ", ".join(f"{p.name}={_default(p.default)}" for p in m.params) or "-"
+            needs = ", ".join([*m.needs, *(f"({n})" for n in m.optional)]) or "-"
+            table.add_row(m.name + ("" if m.origin == "built-in" else " *"), m.source, needs, params)
+        if kind != kinds[-1]:
+            table.add_section()
+    console.print(table)
+    console.print("(optional inputs in brackets; * a plugin or registered from Python) `marketsched mechanisms NAME` shows one with its "
+                  "parameters' help and where it runs; live market: hb, nphb, wsept (and wspt as wsept).", highlight=False)
 
 
 @main.command()
@@ -206,8 +461,14 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
 
     found = experiments.available()
     if name is None:
-        for key, module in found.items():
-            click.echo(f"{key:20s} {getattr(module, 'TITLE', '')}")
+        click.echo("Usage: marketsched reproduce NAME [--quick] [--out DIR]   "
+                   "(e.g. marketsched reproduce feldman2005 --quick)")
+        click.echo("Writes DIR/report.md (default DIR: results/NAME); --quick runs a reduced grid.\n")
+        rows = [(key, getattr(module, "QUICK_TIME", "?"), getattr(module, "TITLE", "")) for key, module in found.items()]
+        width = max((len(key) for key, _, _ in rows), default=4)
+        click.echo(f"{'NAME':<{width}}  {'--quick CPU':<11}  reproduces")
+        for key, quick_time, title in rows:
+            click.echo(f"{key:<{width}}  {quick_time:<11}  {title}")
         return
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")

@@ -1,30 +1,40 @@
-"""One simulation, end to end: workload -> true values -> bids -> mechanism -> records.
+"""One simulation, end to end: workload -> jobs' attributes -> mechanism -> records.
 
-This is the single place that turns names (a trace, a mechanism, a pricing, a value model)
-into objects, used by the command line, the benchmarks and the experiment runners.
+This is the single place that turns names (a trace, a mechanism and its parameters, a value
+model, attribute models) into objects, used by the command line, the benchmarks and the
+experiment runners:
 
-Common random numbers (DESIGN principle 5): a scenario's true values are drawn from
-``seed`` alone, before the mechanism is chosen, so every mechanism compared under the same
-seed sees the same jobs with the same values.
+1. :class:`WorkloadSpec` builds the workload (a trace or the built-in synthetic workload, then
+   the transforms: clean, first N jobs, split, capacity, whole seconds, run-time estimates);
+2. :func:`prepare_jobs` draws what the trace does not say (true values, deadlines, minimum
+   reliabilities; :mod:`marketsched.workloads.attributes`) and takes the bids;
+3. :func:`run` builds the mechanism by name from the registry
+   (:mod:`marketsched.mechanisms.registry`) and simulates it, optionally with a per-job event
+   log (:mod:`marketsched.engine.events`).
+
+Common random numbers: a scenario's true values are drawn
+from ``seed`` alone, before the mechanism is chosen, so every mechanism compared under the
+same seed sees the same jobs with the same values (and the same deadlines: each attribute has
+its own stream derived from the seed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from marketsched.engine.simulator import Simulator
-from marketsched.mechanisms.online.backfilling import Backfilling
-from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
 from marketsched.mechanisms.online.pricing import SCHEMES
+from marketsched.mechanisms.online.priority import RULES
 from marketsched.workloads import values as value_models
 from marketsched.workloads.workload import Workload
 
 PRICED_MECHANISMS = RULES  # hb, nphb, wspt, wsept: with a first or k-th price payment scheme
 MARKET_MECHANISMS = PRICED_MECHANISMS + ("dlgm", "pdlgm")  # need bids; DLGM pays by its own rule
 QUEUE_MECHANISMS = ("fcfs", "easy")  # no market: no bids, no payments
-MECHANISMS = MARKET_MECHANISMS + QUEUE_MECHANISMS
+MECHANISMS = MARKET_MECHANISMS + QUEUE_MECHANISMS  # the original eight; the registry knows them all
 PRICINGS = tuple(SCHEMES)
 VALUE_MODELS = tuple(value_models.MODELS)
 
@@ -35,7 +45,9 @@ class WorkloadSpec:
 
     ``trace``: a registry name or a path to an SWF file; ``None`` gives the built-in synthetic
     workload (``synthetic_jobs`` jobs, serial unless ``parallel``). Transforms apply in the
-    order: clean -> first ``jobs`` -> ``split`` -> ``capacity`` fraction.
+    order: clean -> first ``jobs`` -> ``split`` -> ``capacity`` fraction -> ``whole_seconds``
+    (submit and run times rounded up to whole seconds) -> ``estimates`` (the run-time estimate
+    model, :data:`marketsched.workloads.attributes.ESTIMATES`, drawn with ``estimates_seed``).
     """
 
     trace: str | None = None
@@ -46,10 +58,16 @@ class WorkloadSpec:
     split: bool = False
     capacity: float = 1.0
     seed: int = 0  # synthetic workload seed
+    whole_seconds: bool = False
+    estimates: str = "trace"
+    estimates_seed: int = 1
     notes: list[str] = field(default_factory=list)
 
     def build(self) -> Workload:
+        from dataclasses import replace
+
         from marketsched.workloads import first_jobs, load_trace, scale_capacity, split_parallel, to_workload
+        from marketsched.workloads.attributes import with_estimates
         from marketsched.workloads.synthetic import synthetic_workload
 
         if self.trace is None:
@@ -57,8 +75,11 @@ class WorkloadSpec:
                                    seed=self.seed)
             self.notes.append(f"built-in synthetic workload: {len(w)} jobs, {w.capacity} processors, seed {self.seed}")
         else:
-            w, report = to_workload(load_trace(self.trace))
+            log = load_trace(self.trace)
+            w, report = to_workload(log)
             self.notes.append(str(report))
+            if len(w) == 0:
+                raise ValueError(f"{log.path}: no jobs to simulate: {_why_empty(report)}")
         if self.jobs is not None:
             w = first_jobs(w, self.jobs)
         if self.split:
@@ -69,7 +90,76 @@ class WorkloadSpec:
             before = w.capacity
             w = scale_capacity(w, self.capacity)
             self.notes.append(f"capacity {before} -> {w.capacity} processors ({self.capacity:g})")
+        if self.whole_seconds:
+            frac = int(((w.submit_time % 1 != 0) | (w.runtime % 1 != 0)).sum())
+            w = replace(w, submit_time=np.ceil(w.submit_time), runtime=np.ceil(w.runtime))
+            self.notes.append(f"times rounded up to whole seconds ({frac:,} jobs changed)")
+        if self.estimates != "trace":
+            w = with_estimates(w, self.estimates, self.estimates_seed)
+            self.notes.append(f"run-time estimates from model {self.estimates!r} (seed {self.estimates_seed})")
         return w
+
+    def describe(self) -> dict:
+        """What built the workload, for result files: the spec's fields, plus the trace file's
+        name and sha256 (None for the built-in workload)."""
+        from marketsched.workloads.registry import resolve_trace, sha256_file
+
+        out = {k: v for k, v in asdict(self).items() if k != "notes"}
+        if self.trace is not None:
+            path = resolve_trace(self.trace, download=False)
+            out["trace_file"] = path.name
+            out["trace_sha256"] = sha256_file(path)
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Jobs:
+    """Everything a mechanism may know about the jobs besides the workload's columns.
+
+    ``true_value``: each job's private value per unit of time (utilities use it; a mechanism
+    must not); ``bid``: the reports (None: no bids); ``deadline``: absolute times (None: no
+    deadline model); ``min_reliability``: what each job requires of a provider (0: nothing);
+    ``seed``: the scenario's seed, for mechanisms with random draws of their own; ``models``:
+    the attribute models' names (for result files).
+    """
+
+    workload: Workload
+    true_value: np.ndarray
+    bid: np.ndarray | None = None
+    deadline: np.ndarray | None = None
+    min_reliability: np.ndarray | None = None
+    seed: int = 1
+    models: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        n = len(self.workload)
+        for name in ("true_value", "bid", "deadline", "min_reliability"):
+            a = getattr(self, name)
+            if a is None:
+                continue
+            a = np.asarray(a, dtype=np.float64)
+            if a.shape != (n,):
+                raise ValueError(f"Jobs.{name}: expected one entry per job ({n}), got shape {a.shape}")
+            object.__setattr__(self, name, a)
+        if self.min_reliability is None:
+            object.__setattr__(self, "min_reliability", np.zeros(n))
+
+    @classmethod
+    def from_bids(cls, workload: Workload, bid, seed: int = 1) -> Jobs:
+        """Jobs whose true values are their bids (truthful), without deadlines."""
+        bid = None if bid is None else np.asarray(bid, dtype=np.float64)
+        true = bid if bid is not None else np.full(len(workload), np.nan)
+        return cls(workload, true, bid, seed=seed)
+
+
+def _why_empty(report) -> str:
+    """Why cleaning a trace left no job (a :class:`~marketsched.workloads.transforms.DropReport` that kept none)."""
+    from marketsched.workloads.transforms import DROP_REASONS
+
+    if report.total == 0:
+        return "the file has no job lines (only comments or blank lines, or nothing at all)"
+    reasons = "; ".join(f"{n:,} {DROP_REASONS.get(r, r)}" for r, n in report.dropped.items() if n)
+    return f"all {report.total:,} job lines were rejected: {reasons}"
 
 
 def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np.ndarray:
@@ -79,23 +169,117 @@ def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np
     return value_models.per_job(workload, model, np.random.default_rng(seed))
 
 
-def make_mechanism(name: str, workload: Workload, bid=None, pricing: str = "kth"):
-    """A fresh policy object for ``name`` (see :data:`MECHANISMS`); ``pricing`` applies to
-    :data:`PRICED_MECHANISMS` only (DLGM and P-DLGM have their own payment rule)."""
-    if name in MARKET_MECHANISMS and bid is None:
-        raise ValueError(f"mechanism {name!r} is a market: it needs bids")
-    if name in PRICED_MECHANISMS:
-        return make_priority_mechanism(name, workload, bid, pricing)
-    if name in ("dlgm", "pdlgm"):
-        from marketsched.mechanisms.online.dlgm import make_dlgm
+def prepare_jobs(workload: Workload, values: str = "bimodal", seed: int = 1, deadlines: str = "patience",
+                 reliability: str = "none", bid=None) -> Jobs:
+    """The jobs of a scenario: true values from the value model, deadlines and minimum
+    reliabilities from their models (:mod:`marketsched.workloads.attributes`), all seeded by
+    ``seed``; ``bid`` defaults to the true values (truthful reports)."""
+    from marketsched.workloads.attributes import draw
 
-        return make_dlgm(workload, bid, preemptive=(name == "pdlgm"))
-    if name in QUEUE_MECHANISMS:
-        return Backfilling(backfill=(name == "easy"))
-    raise ValueError(f"unknown mechanism {name!r}; choose one of {', '.join(MECHANISMS)}")
+    v = true_values(workload, values, seed)
+    return Jobs(workload, v, v if bid is None else bid, deadline=draw("deadlines", deadlines, workload, seed),
+                min_reliability=draw("reliability", reliability, workload, seed), seed=seed,
+                models={"values": values, "deadlines": deadlines, "reliability": reliability})
+
+
+@dataclass
+class Run:
+    """One simulated mechanism: records, the policy after the run, the resolved parameters,
+    the event log (None unless asked for) and the CPU seconds of the simulation."""
+
+    mechanism: str
+    params: dict
+    records: object
+    policy: object
+    events: object = None
+    cpu_seconds: float = 0.0
+
+    @property
+    def label(self) -> str:
+        from marketsched.mechanisms.registry import get
+
+        return get(self.mechanism).label(self.params)
+
+
+def run(jobs: Jobs, mechanism: str, params: dict | None = None, progress=None, events: bool = False) -> Run:
+    """Build ``mechanism`` from the registry with ``params`` (text or Python values) and simulate it
+    on ``jobs``; :class:`marketsched.mechanisms.registry.Unfit` if the jobs lack what it needs."""
+    from marketsched.mechanisms.registry import build
+
+    t0 = time.process_time()
+    policy, resolved = build(mechanism, jobs, params)
+    capacity = getattr(policy, "engine_capacity", None)
+    log = None
+    if events:
+        from marketsched.engine.events import RecordingSimulator
+
+        recorder = RecordingSimulator(jobs.workload, policy, capacity=capacity)
+        records = recorder.run(progress=progress)
+        log = recorder.events()
+    else:
+        records = Simulator(jobs.workload, policy, capacity=capacity).run(progress=progress)
+    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0)
+
+
+def make_mechanism(name: str, workload: Workload, bid=None, pricing: str | None = None, **params):
+    """A fresh policy for ``name`` on ``workload`` with reports ``bid`` (true values = bids, no
+    deadlines); ``pricing`` applies to the mechanisms that have a ``pricing`` parameter."""
+    from marketsched.mechanisms.registry import build, get
+
+    if pricing is not None and get(name).param("pricing") is not None:
+        params = {"pricing": pricing, **params}
+    if bid is None and get(name).market:
+        raise ValueError(f"mechanism {name!r} is a market: it needs bids")
+    return build(name, Jobs.from_bids(workload, bid), params)[0]
 
 
 def simulate(workload: Workload, mechanism: str, bid=None, pricing: str = "kth", progress=None):
     """Run one mechanism over one workload; returns the :class:`~marketsched.engine.records.Records`."""
     policy = make_mechanism(mechanism, workload, bid, pricing)
-    return Simulator(workload, policy).run(progress=progress)
+    return Simulator(workload, policy, capacity=getattr(policy, "engine_capacity", None)).run(progress=progress)
+
+
+@dataclass
+class Scenario:
+    """A whole scenario by name: the workload's recipe and the models of what the trace does not
+    say (values, deadlines, minimum reliabilities, all drawn from ``seed``; bids are truthful).
+
+    :meth:`describe` gives a plain dict (for result files) and :meth:`from_dict` rebuilds the
+    same scenario from it, so a result file can be re-run from its metadata alone.
+    """
+
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    values: str = "bimodal"
+    seed: int = 1
+    deadlines: str = "patience"
+    reliability: str = "none"
+
+    def build(self) -> Jobs:
+        return prepare_jobs(self.workload.build(), self.values, self.seed, self.deadlines, self.reliability)
+
+    def describe(self) -> dict:
+        return {"workload": self.workload.describe(), "values": self.values, "seed": self.seed,
+                "deadlines": self.deadlines, "reliability": self.reliability, "bids": "truthful"}
+
+    @classmethod
+    def from_dict(cls, d: dict, check_trace: bool = True) -> Scenario:
+        """The scenario :meth:`describe` wrote; with ``check_trace`` the trace file must have the
+        recorded sha256 (``ValueError`` otherwise: the numbers would not be reproducible)."""
+        from dataclasses import fields
+
+        wd = dict(d["workload"])
+        sha = wd.pop("trace_sha256", None)
+        wd.pop("trace_file", None)
+        known = {f.name for f in fields(WorkloadSpec)}
+        unknown = set(wd) - known
+        if unknown:
+            raise ValueError(f"scenario: unknown workload fields {sorted(unknown)} (written by a newer marketsched?)")
+        spec = WorkloadSpec(**wd)
+        if check_trace and sha is not None:
+            from marketsched.workloads.registry import resolve_trace, sha256_file
+
+            got = sha256_file(resolve_trace(spec.trace, download=False))
+            if got != sha:
+                raise ValueError(f"scenario: trace {spec.trace!r} has sha256 {got}, the results were made from {sha}")
+        return cls(spec, d.get("values", "bimodal"), int(d.get("seed", 1)), d.get("deadlines", "patience"),
+                   d.get("reliability", "none"))

@@ -1,7 +1,7 @@
-"""Empirical designer-vs-aggressive-users games and their pure Nash equilibria (seed 000, section V).
+"""Empirical designer-vs-aggressive-users games and their pure Nash equilibria
+(Shudler et al. 2010, section V).
 
-Source: Shudler et al., section V "Game-theoretic analysis", Tables II and III; seed000 note,
-section 4 and section 8 items 10 and 13.
+Source: Shudler et al. (2010), section V "Game-theoretic analysis", Tables II and III.
 
 The game is one-shot, two players, pure strategies, with payoffs measured by simulation:
 
@@ -80,7 +80,7 @@ class PayoffGame:
         """All pure Nash equilibria as (row label, column label)."""
         return [(self.rows[i], self.cols[j]) for i, j in pure_nash(self.designer, self.users, atol)]
 
-    def without(self, *rows) -> "PayoffGame":
+    def without(self, *rows) -> PayoffGame:
         """The game with some designer strategies removed (e.g. k-th price without WSPT)."""
         missing = [r for r in rows if r not in self.rows]
         if missing:
@@ -223,7 +223,7 @@ def games_from_results(results, pricings=("first", "kth"), confidence: float = 0
 
 
 # ---------------------------------------------------------------------------------- the paper's tables
-#: Table II (first price) and Table III (k-th price) of seed 000, group C, as printed
+#: Table II (first price) and Table III (k-th price) of Shudler et al. (2010), group C, as printed
 #: (designer, users); columns are PAPER_BETAS, rows PAPER_ALGORITHMS.
 PAPER_TABLE_II = {
     "hb": [(1.000, 0.833), (0.990, 0.842), (0.976, 0.845), (0.970, 0.838), (0.963, 0.824), (0.955, 0.802), (0.945, 0.777)],

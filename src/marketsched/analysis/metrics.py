@@ -1,4 +1,4 @@
-"""Per-job and aggregate metrics (seed 000 section IV, Eqs. 1-3; seed000 note section 7).
+"""Per-job and aggregate metrics (Shudler et al. 2010, section IV, Eqs. 1-3).
 
 Per job (true value ``w_i``, flow time ``phi_i``, actual run time ``tau_i``):
 
@@ -34,7 +34,7 @@ VALUE_BANDS = ("low", "middle", "high")
 
 
 def value_band(values) -> np.ndarray:
-    """'low' for w <= 60, 'middle' for 60 < w < 120, 'high' for w >= 120 (seed 000 section IV)."""
+    """'low' for w <= 60, 'middle' for 60 < w < 120, 'high' for w >= 120 (Shudler et al. 2010, section IV)."""
     v = np.asarray(values, dtype=np.float64)
     return np.where(v <= 60, "low", np.where(v < 120, "middle", "high"))
 
@@ -48,14 +48,32 @@ def runtime_group(runtime) -> np.ndarray:
     return np.array(["A", "B", "C"])[np.minimum(3 * rank // max(n, 1), 2)]
 
 
-def job_table(workload: Workload, records: Records, true_value=None, bid=None, bsd_floor: float = BSD_FLOOR):
-    """Per-job metrics as a pandas DataFrame (one row per job, workload order)."""
+def copy_index(workload: Workload) -> np.ndarray:
+    """Which serial copy of its original job each row is (0, 1, ...; 0 for an unsplit job):
+    with ``job_id`` it is a unique key of a split workload's rows, whose copies repeat ``job_id``."""
+    parent = workload.meta.get("parent")
+    n = len(workload)
+    if parent is None or n == 0:
+        return np.zeros(n, np.int64)
+    parent = np.asarray(parent)
+    first = np.r_[0, np.flatnonzero(np.diff(parent)) + 1]  # copies are consecutive rows
+    starts = np.repeat(first, np.diff(np.r_[first, n]))
+    return np.arange(n, dtype=np.int64) - starts
+
+
+def job_table(workload: Workload, records: Records, true_value=None, bid=None, bsd_floor: float = BSD_FLOOR,
+              utility=None):
+    """Per-job metrics as a pandas DataFrame (one row per job, workload order).
+
+    ``(job_id, copy)`` is a unique key (``copy``: :func:`copy_index`). ``utility`` overrides the
+    quasi-linear ``-w x flow - payment`` of Eq. 3 with a mechanism's own per-job utility."""
     import pandas as pd
 
     done = records.state == FinalState.COMPLETED
     flow = np.where(done, records.end_time - workload.submit_time, np.nan)
     cols = {
         "job_id": workload.job_id,
+        "copy": copy_index(workload),
         "submit_time": workload.submit_time,
         "runtime": workload.runtime,
         "procs": workload.procs,
@@ -64,7 +82,8 @@ def job_table(workload: Workload, records: Records, true_value=None, bid=None, b
         "bounded_slowdown": flow / np.maximum(workload.runtime, bsd_floor),
         "preemptions": records.preemptions,
         "payment": records.payment,
-        "state": pd.Categorical.from_codes(records.state.astype(np.int64), [s.name.lower() for s in FinalState]),
+        "state": pd.Categorical.from_codes(records.state.astype(np.int64),
+                                           pd.Index([s.name.lower() for s in FinalState])),
         "runtime_group": runtime_group(workload.runtime),
     }
     if bid is not None:
@@ -75,6 +94,8 @@ def job_table(workload: Workload, records: Records, true_value=None, bid=None, b
         cols["valuation"] = -w * flow
         cols["utility"] = -w * flow - records.payment
         cols["value_band"] = value_band(w)
+    if utility is not None:
+        cols["utility"] = np.asarray(utility, dtype=np.float64)
     return pd.DataFrame(cols)
 
 

@@ -2,7 +2,7 @@
 
 Every reproduction report (``docs/reproductions/*/report.md``) lists each quantitative claim of
 its paper with our figure and a verdict computed here, so the rule is stated once and is the
-same for every paper. ``docs/reproductions/README.md`` ("How verdicts are decided") prints
+same for every paper. ``docs/reproductions/index.md`` ("How verdicts are decided") prints
 :func:`rule_markdown`, generated from the constants below; a test keeps the two equal.
 
 **Intervals** (95%, :data:`CONFIDENCE`) on every figure we compare:
@@ -55,8 +55,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -108,7 +109,7 @@ class Interval:
     def has_spread(self) -> bool:
         return self.method != "exact" and self.n > 1
 
-    def scaled(self, factor: float) -> "Interval":
+    def scaled(self, factor: float) -> Interval:
         a, b = self.lo * factor, self.hi * factor
         return Interval(self.estimate * factor, min(a, b), max(a, b), self.n, self.method)
 
@@ -200,7 +201,7 @@ def relative_welch_interval(a: Iterable[float], b: Iterable[float], confidence: 
     return welch_interval(a, b, confidence).scaled(1 / ref)
 
 
-def bootstrap_interval(statistic: Callable[..., float], *samples: Sequence, confidence: float = CONFIDENCE,
+def bootstrap_interval(statistic: Callable[..., float], *samples: Any, confidence: float = CONFIDENCE,
                        resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> Interval:
     """Percentile bootstrap of ``statistic(*samples)``; the samples are paired rows, resampled together."""
     arrays = [np.asarray(s, dtype=float) for s in samples]
@@ -253,7 +254,7 @@ class Region:
         if self.lo == self.hi and (self.lo_open or self.hi_open):
             raise ValueError(f"Region: an open end makes [{self.lo}, {self.hi}] empty")
 
-    def widened(self, frac: float = NEAR) -> "Region":
+    def widened(self, frac: float = NEAR) -> Region:
         lo = self.lo - frac * abs(self.lo) if math.isfinite(self.lo) else self.lo
         hi = self.hi + frac * abs(self.hi) if math.isfinite(self.hi) else self.hi
         return Region(lo, hi, self.contain, self.lo_open, self.hi_open)
@@ -434,13 +435,14 @@ def counts_text(counts: dict[str, int]) -> str:
 
 
 def rule_markdown() -> str:
-    """The rule as printed in ``docs/reproductions/README.md`` (generated, so it cannot drift)."""
+    """The rule as printed in ``docs/reproductions/index.md`` (generated, so it cannot drift)."""
     lines = [
         f"* **Intervals.** Every figure we compare carries a {CONFIDENCE:.0%} interval: a Student-t interval "
         "over independent runs (seeds, books, random groups), the t-interval of paired differences where the "
         f"runs are paired (common random numbers), a percentile bootstrap ({BOOTSTRAP_RESAMPLES} resamples, "
-        f"seed {BOOTSTRAP_SEED}) for ratios and shares, a Wilson interval for counts, none for exact "
-        "computations. A figure from one run is marked \"(1 run)\" and is judged as a point.",
+        f"seed {BOOTSTRAP_SEED}) for ratios and shares, a Wilson interval for counts, the least-squares interval "
+        "for a fitted slope, +- the tolerance of a numerical method, none for exact computations. A figure from "
+        "one run is marked \"(1 run)\" and is judged as a point.",
         "* **Printed numbers.** *match* when our interval overlaps the paper's value +- half a unit of its last "
         "printed digit (\"1.07\" is [1.065, 1.075]).",
         "* **Bounds, orderings, verbal claims.** *match* only when our whole interval lies inside the claimed "

@@ -1,10 +1,10 @@
-"""Bidding behaviour: truthful bids, bid shading and the Small Risk-aggressive Group (seed 000).
+"""Bidding behaviour: truthful bids, bid shading and the Small Risk-aggressive Group (Shudler et al. 2010).
 
 Source: Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful Bids on User Utilities and
-Stability in Computing Markets", section IV ("Full-Truthfulness", "Untruthful bids", "Small
-Risk-aggressive Group"); seed000 note, section 3 and section 8 items 2, 10 and 11.
+Stability in Computing Markets", section II.B ("Full-Truthfulness", "Untruthful bids", "Small
+Risk-aggressive Group").
 
-A bidding strategy maps true types to reports (DESIGN principle 3): the mechanism only ever
+A bidding strategy maps true types to reports: the mechanism only ever
 sees the bids returned here, utilities use the true values.
 
 * **FT (full truthfulness):** ``bid_i = w_i``.
@@ -19,7 +19,7 @@ sees the bids returned here, utilities use the true values.
   source of run-to-run noise in the size of the aggressive group, which the game's user payoff
   averages over; the paper's bid distributions are the same either way).
 
-Common random numbers (DESIGN principle 5, note section 8 item 10): every random quantity of a
+Common random numbers: every random quantity of a
 bidder -- membership of the aggressive group and the uniform draw ``U_i`` -- is drawn once per
 (workload, seed) into a :class:`ShadingDraws`, *before* the mechanism and beta are chosen.
 Every cell of an experiment (FT or SRG, any beta, any mechanism or pricing) then maps the same
@@ -33,7 +33,7 @@ differ in. Steps:
 
 Decisions:
 
-* **Copies of a split parallel job** (note section 8 item 2) share their job's group and
+* **Copies of a split parallel job** (the paper serialises parallel jobs but does not say this) share their job's group and
   ``U``, as they share its value (``per_job`` in :mod:`marketsched.workloads.values`): a job is
   one user with one strategy. Draws are made per original job and expanded through
   ``workload.meta["parent"]``; the exact 10% partition is therefore of original jobs.
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: SRG model parameters (seed 000, section IV).
+#: SRG model parameters (Shudler et al. 2010, section II.B).
 SRG_P_AGGRESSIVE = 0.1
 SRG_BETA_CONSERVATIVE = 0.1
 SRG_BETA_AGGRESSIVE = 0.9
@@ -94,7 +94,8 @@ class ShadingDraws:
 def _check_beta(beta: float, what: str = "beta") -> float:
     beta = float(beta)
     if not (0.0 <= beta < 1.0):
-        raise ValueError(f"{what} = {beta!r} is outside [0, 1) (seed 000 section IV: bid range [(1-beta)w, w])")
+        raise ValueError(f"{what} = {beta!r} is outside [0, 1) "
+                         "(Shudler et al. 2010, section II.B: bid range [(1-beta)w, w])")
     return beta
 
 
@@ -159,7 +160,7 @@ def draw_shading(jobs, seed: int, p_aggressive: float = SRG_P_AGGRESSIVE, split:
 
 
 def truthful(true_value) -> np.ndarray:
-    """FT: report the true value (seed 000, section IV)."""
+    """FT: report the true value (Shudler et al. 2010, section II.B)."""
     return _check_values(true_value).copy()
 
 
@@ -188,7 +189,7 @@ def srg_bids(true_value, draws: ShadingDraws, beta_conservative: float = SRG_BET
     """SRG bids: aggressive jobs shade with ``beta_aggressive``, the others with ``beta_conservative``.
 
     Section V varies ``beta_aggressive`` over {5, 25, 50, 60, 70, 80, 90}% with the
-    conservative users at 10% (note section 4: "[DECIDE] conservative users keep beta = 10%").
+    conservative users at 10% (section V does not restate it; we keep the SRG model's 10%).
     """
     w = _check_values(true_value, len(draws))
     beta = np.where(draws.aggressive, _check_beta(beta_aggressive, "beta_aggressive"),

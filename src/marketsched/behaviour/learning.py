@@ -1,8 +1,8 @@
-"""Bidders for the shared-resource market: ZIC and epsilon-greedy Q-learning (seed 001, ch. 6).
+"""Bidders for the shared-resource market: ZIC and epsilon-greedy Q-learning (Stößer 2009, ch. 6).
 
 Source: Stößer's thesis, section 6.4.1 ("Modeling the User Strategies", Algorithm 1,
 "Dealing with Short Request Runtimes", "Parameterizing the Q-Learning Strategy", Table 6.3)
-and appendix D.2-D.4; ``shared/notes/seed001.md`` sections 4.4 and 7.9.
+and appendix D.2-D.4.
 
 Both bidders work on a **batch** of ``B`` independent runs over the same requests (the market
 loop :func:`marketsched.mechanisms.online.share.simulate` and the engine policy
@@ -39,8 +39,8 @@ Q-learning (Algorithm 1)
   ``Q(s, a) <- (1 - alpha) Q(s, a) + alpha (reward + gamma max_k Q(s', k))``, ``s'`` the bin of the
   share just received, which is also the state of the next round.
 
-Decisions (note section 7 item 9; each one is a constructor argument where it could matter)
----------------------------------------------------------------------------------------------
+Decisions (chapter 6 leaves these open; each one is a constructor argument where it could matter)
+-------------------------------------------------------------------------------------------------
 * ``b_min = 1`` (``v_min``): the lowest bid of ZIC's action space ``{1, ..., v_j}``.
 * **Exploit bid at the bin's upper end** (``bid_point="upper"``: bin ``k`` -> ratio ``k/10``, so
   bin 0 is the minimum bid and bin 10 the true value); Algorithm 1 multiplies the argmax by

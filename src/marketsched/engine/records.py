@@ -1,6 +1,6 @@
 """Per-job results of a simulation, stored as columns.
 
-Every submitted job ends in exactly one final state (DESIGN principle 9):
+Every submitted job ends in exactly one final state:
 
 * ``COMPLETED``: ran to the end of its run time;
 * ``REJECTED``: refused at submission (e.g. it can never fit);
@@ -58,7 +58,7 @@ class Records:
             "state": self.state,
         }
 
-    def equals(self, other: "Records") -> bool:
+    def equals(self, other: Records) -> bool:
         """Bit-for-bit equality (NaN equal to NaN), for determinism checks."""
         return all(
             np.array_equal(a, b, equal_nan=a.dtype.kind == "f")

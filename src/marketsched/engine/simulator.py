@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -55,7 +56,7 @@ _COMPLETED = int(FinalState.COMPLETED)
 
 
 class Policy(Protocol):
-    def bind(self, sim: "Simulator") -> None: ...
+    def bind(self, sim: Simulator) -> None: ...
 
     def step(self, t: float, arrived: range, completed: list[int]) -> None: ...
 
@@ -72,6 +73,8 @@ class Simulator(ClusterState):
     capacity:
         Overrides ``workload.capacity`` (processors available to the policy).
 
+    Notes
+    -----
     After :meth:`run`, :attr:`records` holds the per-job results.
     """
 

@@ -29,7 +29,7 @@ class SchedulingError(RuntimeError):
 
 def require_serial(name: str, procs) -> None:
     """ValueError naming the first job row of ``procs`` that needs more than one processor, for
-    the policies that schedule serial jobs only (seed 000 splits parallel jobs first)."""
+    the policies that schedule serial jobs only (Shudler et al. 2010 split parallel jobs first)."""
     for j, p in enumerate(procs):
         if p != 1:
             raise ValueError(

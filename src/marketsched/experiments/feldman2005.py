@@ -17,8 +17,7 @@ played from the weight-proportional and random starts; the closed-form examples 
 (equal- and opposite-weight games, the worst-case instance of Theorem 3) are evaluated exactly
 when the report is written.
 
-What the paper leaves open and is decided here (see the implementation notes,
-``shared/notes/seed004.md``): seeds and repetitions (5 seeds for the infinite model, 3 for the
+What the paper leaves open and is decided here: random seeds and repetitions (5 seeds for the infinite model, 3 for the
 finite one), reserve bid 1e-6 (appendix A), sequential update order, greedy step 1% of the
 budget with a 5% marginal-gap threshold, "the minimum value we observe after running for many
 iterations" read as the minimum over the second half of a non-converged run, one local-search
@@ -37,8 +36,10 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,13 +47,22 @@ import pandas as pd
 from marketsched.analysis import verdicts as V
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.games.dynamics import regrets, run_dynamics
-from marketsched.mechanisms.games.fixed_budget import (FixedBudgetGame, correlated_game, equal_weight_game,
-                                                       opposite_equilibria, opposite_weight_game, shares_of,
-                                                       uniform_game, weight_proportional_bids, worst_case_game)
+from marketsched.mechanisms.games.fixed_budget import (
+    FixedBudgetGame,
+    correlated_game,
+    equal_weight_game,
+    opposite_equilibria,
+    opposite_weight_game,
+    shares_of,
+    uniform_game,
+    weight_proportional_bids,
+    worst_case_game,
+)
 from marketsched.mechanisms.games.metrics import evaluate, social_optimum
 
 NAME = "feldman2005"
 TITLE = "Feldman, Lai & Zhang (2005): Tycoon fixed-budget proportional-share game (sections 3 and 5, figures 3-7)"
+QUICK_TIME = "~90 s"  # CPU time of --quick (user + system, all processes), measured
 
 N_MACHINES = 100
 PREFS = {"uniform": 0, "correlated": 1}
@@ -146,7 +156,8 @@ def two_player_cell(n: int, seed: int, starts: int) -> list[dict]:
     rng = np.random.default_rng([seed, n, 2])
     g = uniform_game(2, n, rng, reserve=TWO_PLAYER_RESERVE)
     rows = []
-    for k, x0 in enumerate([None] + _random_starts(g, rng, starts)):
+    starts_: list[np.ndarray | None] = [None, *_random_starts(g, rng, starts)]
+    for k, x0 in enumerate(starts_):
         r = run_dynamics(g, initial=x0, tol=1e-12, max_iterations=5000, order="simultaneous", damping=0.9)
         ev = evaluate(g, shares_of(r.bids, 0.0))  # measured on x/Y: the reserve only guards the dynamics
         rows.append({"n": n, "seed": seed, "start": k, "converged": r.converged, "iterations": r.iterations,
@@ -156,7 +167,9 @@ def two_player_cell(n: int, seed: int, starts: int) -> list[dict]:
 
 
 def _run_all(tasks: list[tuple], workers: int) -> list:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     rows: list = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
@@ -188,11 +201,12 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     trace_m = 40
     trace_finite = {(5, 30), (20, 10), (5, 60)}
 
-    tasks = [(infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m, starts))
+    tasks: list[tuple[Callable[..., Any], tuple]] = [
+        (infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m, starts))
              for pref in PREFS for m in users for s in range(n_seeds)]
     tasks += [(finite_cell, (d, m, s, finite_cap, s == 0 and (d, m) in trace_finite))
               for d in (5, 20) for m in finite_users for s in range(finite_seeds)]
-    tasks.sort(key=lambda t: -(t[1][1] * (t[1][0] if t[0] is finite_cell else 1)))  # big cells first
+    tasks.sort(key=lambda t: -(int(t[1][1]) * (int(t[1][0]) if t[0] is finite_cell else 1)))  # big cells first
     tasks += [(two_player_cell, (n, s, 2)) for n in TWO_PLAYER_MACHINES for s in range(two_games)]
     workers = workers or max(1, min(os.cpu_count() or 1, 2))
     t0 = time.perf_counter()
@@ -404,7 +418,7 @@ def _all_parts(claims: V.Claims, where: str, claim: str, paper: str, region: V.R
     return claims.add(where, claim, paper, ours, worst, (note + "; " if note else "") + f"parts: {detail}")
 
 
-def _share(k: int, n: int) -> V.Interval:
+def _share(k, n) -> V.Interval:
     return V.wilson_interval(int(k), int(n))
 
 
@@ -412,7 +426,7 @@ def analytic() -> dict:
     """The closed-form claims of section 3, computed exactly (no sampling)."""
     from scipy.optimize import minimize_scalar
 
-    out = {}
+    out: dict[str, Any] = {}
     # equal-weight game: the dynamics from the weight-proportional start, several alpha
     dev, effs = 0.0, []
     for a in (0.2, 0.5, 0.7, 0.9):
@@ -520,9 +534,9 @@ def claims(inf: pd.DataFrame, fin: pd.DataFrame, two: pd.DataFrame, meta: dict) 
     c.check("Sec. 3.1", "alpha -> 1: utility uniformity -> 1/2", "1/2", V.value("0.5"), V.exact(a["limit_uni"]),
             fmt=".6f")
     eq = two[two.regret <= TWO_PLAYER_REGRET]
-    for key, printed, label in (("efficiency", 0.75, "pi(Q) >= 3/4"), ("uniformity", 0.5, "tau(Q) >= 0.5"),
-                                ("envy", 1.0, "rho(Q) = 1 (every two-player equilibrium is envy-free)")):
-        c.check("Sec. 3.1, Thm 2", f"two players: {label}", f">= {printed:g}", V.bound(">=", printed, exact=True),
+    for key, bound_, label in (("efficiency", 0.75, "pi(Q) >= 3/4"), ("uniformity", 0.5, "tau(Q) >= 0.5"),
+                               ("envy", 1.0, "rho(Q) = 1 (every two-player equilibrium is envy-free)")):
+        c.check("Sec. 3.1, Thm 2", f"two players: {label}", f">= {bound_:g}", V.bound(">=", bound_, exact=True),
                 V.exact(float(eq[key].min())) if len(eq) else None, fmt=".6f",
                 note=f"worst of {len(eq)} equilibria (largest regret <= {TWO_PLAYER_REGRET:g}; {len(two) - len(eq)} of "
                      f"{len(two)} runs did not reach one) in {two.groupby(['n', 'seed']).ngroups} random games; "
@@ -544,7 +558,7 @@ def claims(inf: pd.DataFrame, fin: pd.DataFrame, two: pd.DataFrame, meta: dict) 
     small = inf[inf.m < 60]
     large = inf[inf.m >= 60]
     parts = {(p, m): _share(g.gr_converged.sum(), len(g)) for (p, m), g in small.groupby(["pref", "m"])}
-    _all_parts(c, "Sec. 5.1 (Fig. 3a,b)", f"greedy does not converge within 500 iterations for m < 60", "0 converged",
+    _all_parts(c, "Sec. 5.1 (Fig. 3a,b)", "greedy does not converge within 500 iterations for m < 60", "0 converged",
                V.value(0.0, exact=True), parts, fmt=".2f", label=lambda k: f"{k[0]} m={k[1]}",
                note=f"share of runs converged, Wilson interval; cap {meta['greedy_cap']}")
     parts = {(p, m): _share(g.gr_converged.sum(), len(g)) for (p, m), g in large.groupby(["pref", "m"])}
@@ -573,16 +587,16 @@ def claims(inf: pd.DataFrame, fin: pd.DataFrame, two: pd.DataFrame, meta: dict) 
                fmt=".2%", label=lambda k: f"{k[0]} m={k[1]}", note="relative difference NE / optimum - 1")
     for pref, target in (("uniform", 50), ("correlated", 30)):
         d = inf[inf.pref == pref]
-        parts = {m: V.t_interval(100 * (g.ne_efficiency / g.wp_efficiency - 1)) for m, g in d.groupby("m")}
+        gains = {m: V.t_interval(100 * (g.ne_efficiency / g.wp_efficiency - 1)) for m, g in d.groupby("m")}
         _all_parts(c, "Sec. 5.1 (Fig. 3c,d)", f"{pref}: equilibrium efficiency ~{target}% above weight-proportional",
-                   f"~{target}%", V.verbal("about", target), parts, fmt=".3g",
+                   f"~{target}%", V.verbal("about", target), gains, fmt=".3g",
                    note="per-game gain NE/WP - 1 in %; the paper names no m, so every m")
-    parts = {}
+    fair: dict = {}
     for (p, m), g in inf.groupby(["pref", "m"]):
-        parts[(p, m, "uniformity")] = V.paired_interval(g.wp_uniformity, g.ne_uniformity)
-        parts[(p, m, "envy")] = V.paired_interval(g.wp_envy, g.ne_envy)
+        fair[(p, m, "uniformity")] = V.paired_interval(g.wp_uniformity, g.ne_uniformity)
+        fair[(p, m, "envy")] = V.paired_interval(g.wp_envy, g.ne_envy)
     _all_parts(c, "Sec. 5.1 (Fig. 3e-h)", "weight-proportional has the highest fairness of the three methods "
-               "(above the equilibrium)", "WP > NE", V.ordering(">"), parts,
+               "(above the equilibrium)", "WP > NE", V.ordering(">"), fair,
                label=lambda k: f"{k[0]} m={k[1]} {k[2]}", note="paired difference WP - NE")
     parts = {(p, m): V.relative_paired_interval(g.ne_uniformity, g.wp_uniformity) for (p, m), g in
              inf.groupby(["pref", "m"])}

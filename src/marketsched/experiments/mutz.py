@@ -1,6 +1,6 @@
 """Reproduction of Mutz (2008), PhD thesis: EES, relaxed EES, DPGVA and relaxed DPGVA.
 
-Everything here is a static snapshot experiment, as in the thesis (note section 0): one queue
+Everything here is a static snapshot experiment, as in the thesis (no traces, no arrivals): one queue
 or one day's bids, with the other participants drawn from uniform priors, and one focal user
 varying one declared parameter. Parts:
 
@@ -25,10 +25,12 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from marketsched.analysis import verdicts as V
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.clearing.dpgva import brute_force_schedule, dpgva, dpgva_schedule
 from marketsched.mechanisms.clearing.relaxed_dpgva import optimal_schedule, relaxed_dpgva_schedule
@@ -36,12 +38,13 @@ from marketsched.mechanisms.online.ees import EES, QueueSnapshot, RelaxedEES, Ty
 
 NAME = "mutz"
 TITLE = "Mutz (2008): EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
+QUICK_TIME = "~60 s"  # CPU time of --quick (user + system, all processes), measured
 
 SEED = 2002
-# Chapter 4 (units: d per hour, r in hours; thesis ranges unstated, note 8.1.2-8.1.3)
+# Chapter 4 (units: d per hour as in the fig 4.2 text, r in hours; the thesis's uniform priors have no stated ranges)
 EES_PRIOR = TypePrior(value=Uniform(0.0, 250.0), delay_cost=Uniform(0.0, 100.0))
 EES_QUEUE, EES_FRONT_R = 8, 0.25
-# Chapter 6 (machine size and ranges unstated, note 8.2.12)
+# Chapter 6 (machine size and ranges unstated in the thesis)
 REES_PRIOR = TypePrior(value=Uniform(0.0, 100.0), delay_cost=Uniform(0.0, 10.0))
 REES_CAPACITY, REES_QUEUE = 16, 8
 # Chapter 5 (stated, section 5.2.1)
@@ -52,7 +55,9 @@ RDP_CAPACITY, RDP_UNITS, RDP_JOBS, RDP_FOCAL_LENGTH = 16, 96, 30, 16
 
 # --------------------------------------------------------------------------- helpers
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -78,9 +83,12 @@ def _sweep(declared, groups: int, payoff, bar, task) -> np.ndarray:
     return out
 
 
-def _plot_sweep(ax, declared, pay, truth, title, xlabel, dots=True):
-    """Mean payoff over groups with its 95% t-interval (shaded); grey dots: single groups."""
+def _plot_sweep(ax, sweep: tuple, title: str, xlabel: str, dots: bool = True) -> None:
+    """One incentive sweep ``(declared values, payoffs (declared x groups), true value, ...)``: mean payoff
+    over groups with its 95% t-interval (shaded); grey dots: single groups."""
     from marketsched.analysis.verdicts import t_interval
+
+    declared, pay, truth = sweep[0], sweep[1], sweep[2]
 
     declared = np.asarray(declared, float)
     if dots:
@@ -308,7 +316,7 @@ def budget_imbalance(draws_list, queues: int, bar) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- run time
-def ees_timing(lengths_cached, lengths_naive, lengths_relaxed, draws_list, bar) -> dict:
+def ees_timing(lengths_cached, lengths_naive, lengths_relaxed, draws_list, bar) -> pd.DataFrame:
     task = bar.add_task("EES run time (4.3, 4.4, 6.1, 6.2)",
                         total=len(lengths_cached) + len(lengths_naive) + 2 * len(lengths_relaxed) + 2 * len(draws_list))
     rng = np.random.default_rng([SEED, 43])
@@ -344,7 +352,7 @@ def _dp_bids(rng, m, units, max_len=8):
     return rng.integers(1, max_len + 1, m), rng.integers(1, units + 1, m), rng.uniform(1, 1000, m)
 
 
-def dpgva_timing(bids_list, brute_list, periods_h, granules, bar, brute_cap_s: float) -> dict:
+def dpgva_timing(bids_list, brute_list, periods_h, granules, bar, brute_cap_s: float) -> pd.DataFrame:
     task = bar.add_task("DPGVA run time (5.8-5.14)",
                         total=len(bids_list) + len(brute_list) + len(periods_h) + len(granules))
     rng = np.random.default_rng([SEED, 58])
@@ -457,8 +465,8 @@ def _sweeps_frame(sweeps: dict) -> pd.DataFrame:
 def _sweeps_dict(df: pd.DataFrame) -> dict:
     """Inverse of :func:`_sweeps_frame`: key -> (declared, (K, G) payoffs, truth, (K, G) won or None)."""
     out = {}
-    for (fig, depth), d in df.groupby(["figure", "depth"], sort=False):
-        d = d.drop_duplicates(["declared", "group"])
+    for fig, depth in df[["figure", "depth"]].drop_duplicates().itertuples(index=False):
+        d = df[(df.figure == fig) & (df.depth == depth)].drop_duplicates(["declared", "group"])
         declared = np.sort(d.declared.unique())
         pay = d.pivot(index="declared", columns="group", values="payoff").loc[declared].to_numpy()
         won = d.pivot(index="declared", columns="group", values="won").loc[declared].to_numpy()
@@ -477,7 +485,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     draws = 200 if quick else 1000
     rdp_depths = (100, 1000) if quick else (100, 1000, 10000)
     rdp_groups = 4 if quick else 40
-    cfg = dict(
+    cfg: dict[str, Any] = dict(
         imbalance_draws=[8, 32, 128, 512] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 4096],
         imbalance_queues=4 if quick else 20,
         len_cached=[8, 32, 64, 128] if quick else [8, 16, 32, 64, 96, 128, 160, 192, 244],
@@ -563,8 +571,7 @@ cores at the end: other work shared the machine, so absolute timings below are i
 figures of `benchmarks/bench_mutz.py` are the reference timings). All experiments are static snapshots (one queue or one
 day of bids) with the other participants drawn from uniform priors, as in the thesis (the trace-driven
 comparison with FCFS and EASY is the separate report `mutz-trace`). The thesis's plots did not survive
-text extraction, so the comparison is with the claims in its prose (listed in the implementation notes,
-`shared/notes/seed002.md`, section 6). Stored results: `results/` (one row per declaration and random group in
+text extraction, so the comparison is with the claims in its prose. Stored results: `results/` (one row per declaration and random group in
 `sweeps.csv.gz`); `marketsched reproduce {NAME} --report-only --results results` rewrites this report from them.
 
 Parameters the thesis does not state, chosen here:
@@ -572,14 +579,14 @@ Parameters the thesis does not state, chosen here:
 * EES (ch. 4): v ~ U(0, 250), d ~ U(0, 100) per hour, the front job's r = {EES_FRONT_R} h, queue of
   {EES_QUEUE} jobs; focal front job v = 129.8, focal waiting job (position 3) d = 48.9; {meta['draws']} Monte
   Carlo draws per expectation (cached estimator), {g['EES']} random groups of other participants per
-  declaration, drawn from the prior the mechanism declares (note 8.1.2), with common random numbers
+  declaration, drawn from the prior the mechanism declares (as the Bayes-Nash guarantee assumes), with common random numbers
   across declarations.
 * Relaxed EES (ch. 6): {REES_CAPACITY}-node machine, empty at the decision, queue of {REES_QUEUE}, v ~ U(0, 100),
   d ~ U(0, 10), r ~ U(1, 10), n ~ U{{1..16}}; focal v = 42.5, r = 7.18, n = 8 (front) and d = 7.64
   (position 3); {g['relaxed EES']} groups, {meta['rees_draws']} draws. r and n are public, so only r >= 7.18
-  and n >= 8 are explored (note 8.5.21).
+  and n >= 8 are explored (smaller ones are useless to the owner, as section 5.2.1 argues for lengths).
 * DPGVA (ch. 5): as stated in section 5.2.1 (20 jobs, 100 units, deadline U(0,100), length U(1,100)
-  (0 excluded, note 8.3.15), value U(1,1000); focal d = 90, l = 5, v = 950), {g['DPGVA']} groups.
+  (0 excluded: a job needs length >= 1), value U(1,1000); focal d = 90, l = 5, v = 950), {g['DPGVA']} groups.
 * Relaxed DPGVA (ch. 7): {RDP_CAPACITY}-node machine, 24 h at 15 min ({RDP_UNITS} units), {RDP_JOBS} other
   bids with length U{{4..32}} units (a crowded day), deadline = length + U{{0..95}} clipped to the day,
   nodes U{{1..16}}, value U(1,1000); figures 7.1, 7.2, 7.4 at depth {main}; focal
@@ -596,25 +603,25 @@ random numbers), so a declaration is compared with the truth by the interval of 
 differences (the claims table).
 """)
     fig, ax = _fig(2)
-    _plot_sweep(ax[0], *sweeps["4.1"][:3], "EES fig 4.1: front job, v", "declared v")
-    _plot_sweep(ax[1], *sweeps["4.2"][:3], "EES fig 4.2: waiting job, d", "declared d (per hour)")
+    _plot_sweep(ax[0], sweeps["4.1"], "EES fig 4.1: front job, v", "declared v")
+    _plot_sweep(ax[1], sweeps["4.2"], "EES fig 4.2: waiting job, d", "declared d (per hour)")
     ax[0].set_ylabel("expected payoff", fontsize=8)
     rep.figure(fig, "fig4_1_4_2_ees_incentives", "EES: focal payoff against the declared parameter (band: 95% "
                                                   "interval of the mean over groups)")
     fig, ax = _fig(4)
     for a, (p, t) in zip(ax, (("v", "6.3"), ("r", "6.4"), ("n", "6.5"), ("d", "6.6"))):
-        _plot_sweep(a, *sweeps[t][:3], f"relaxed EES fig {t}: {p}", f"declared {p}")
+        _plot_sweep(a, sweeps[t], f"relaxed EES fig {t}: {p}", f"declared {p}")
     rep.figure(fig, "fig6_3_6_6_relaxed_ees_incentives", "Relaxed EES: focal payoff against v, r, n (front job) and "
                                                          "d (waiting job) (band: 95% interval of the mean over groups)")
     fig, ax = _fig(3)
     for a, (p, t) in zip(ax, (("deadline", "5.5"), ("length", "5.6"), ("value", "5.7"))):
-        _plot_sweep(a, *sweeps[t][:3], f"DPGVA fig {t}: {p}", f"declared {p}")
+        _plot_sweep(a, sweeps[t], f"DPGVA fig {t}: {p}", f"declared {p}")
     rep.figure(fig, "fig5_5_5_7_dpgva_incentives", "DPGVA: focal payoff against deadline, length and value (band: "
                                                    "95% interval of the mean over groups)")
     fig, ax = _fig(5, w=2.7)
-    _plot_sweep(ax[0], *sweeps[("7.1", main)][:3], f"fig 7.1: value (depth {main})", "declared v")
-    _plot_sweep(ax[1], *sweeps[("7.2", main)][:3], f"fig 7.2: deadline (depth {main})", "declared deadline")
-    _plot_sweep(ax[2], *sweeps[("7.4", main)][:3], f"fig 7.4: nodes (depth {main})", "declared n")
+    _plot_sweep(ax[0], sweeps[("7.1", main)], f"fig 7.1: value (depth {main})", "declared v")
+    _plot_sweep(ax[1], sweeps[("7.2", main)], f"fig 7.2: deadline (depth {main})", "declared deadline")
+    _plot_sweep(ax[2], sweeps[("7.4", main)], f"fig 7.4: nodes (depth {main})", "declared n")
     for dep in rdp_depths:
         x, pay, _, won = sweeps[("7.10", dep) if dep != main else ("7.1", dep)]
         ivs = [V.t_interval(r) for r in pay]
@@ -653,7 +660,7 @@ differences (the claims table).
     rep.table(pd.DataFrame(rows), caption="Relaxed EES, front job: chance of running and payment at the true and at the "
                                           "largest declared r and n (payoff = 42.5 x runs - payment)")
     rep.text("""
-Relaxed EES, r and n (figs 6.4, 6.5): in our reading r and n are public (note 8.1.1), so the AGV transfers do not
+Relaxed EES, r and n (figs 6.4, 6.5): in our reading r and n are public (eq. 4.4 samples only v and d), so the AGV transfers do not
 price them. The table above shows what a larger declaration changes in our runs: the chance of running and the
 payment; where the payment falls by more than 42.5 x the fall in the chance of running, the larger declaration pays.
 The thesis reports the opposite ("payoff drops off quickly", "honest n gives the highest payoff"); its text does not
@@ -674,12 +681,12 @@ say how its simulator treated r and n in the expectations, so we cannot say why 
     agg = []
     for kind, gr in imb.groupby("mechanism"):
         ax[0].plot(gr.draws, gr.imbalance, ".", alpha=0.3, ms=3)
-        ivs = {d: V.t_interval(x.imbalance.to_numpy()) for d, x in gr.groupby("draws")}
-        xs = sorted(ivs)
-        line, = ax[0].plot(xs, [ivs[d].estimate for d in xs], "o-", ms=3, label=f"{kind} (mean)")
-        ax[0].fill_between(xs, [max(ivs[d].lo, 1e-4) for d in xs], [ivs[d].hi for d in xs], color=line.get_color(),
-                           alpha=0.2, lw=0)
-        agg += [{"mechanism": kind, "draws": d, "mean (95% interval over queues)": ivs[d].text(".3g"),
+        by_draws = {int(d): V.t_interval(gr[gr.draws == d].imbalance.to_numpy()) for d in gr.draws.unique()}
+        xs = sorted(by_draws)
+        line, = ax[0].plot(xs, [by_draws[d].estimate for d in xs], "o-", ms=3, label=f"{kind} (mean)")
+        ax[0].fill_between(xs, [max(by_draws[d].lo, 1e-4) for d in xs], [by_draws[d].hi for d in xs],
+                           color=line.get_color(), alpha=0.2, lw=0)
+        agg += [{"mechanism": kind, "draws": d, "mean (95% interval over queues)": by_draws[d].text(".3g"),
                  "median": float(gr[gr.draws == d].imbalance.median())} for d in xs]
     ax[0].set_xscale("log", base=2)
     ax[0].set_xlabel("Monte Carlo draws per expectation", fontsize=8)
@@ -803,7 +810,7 @@ advanced together as one (depth, 96) array. Our "optimum" is the exact time-inde
 force is over orderings), on a crowded day (lengths 2-12 h) with {cfg['rdp_quality_instances']} instances per job count.
 """)
     paper = claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual)
-    rep.claims(paper, intro="The thesis's claims as listed in the implementation notes (section 6, 24 items; items "
+    rep.claims(paper, intro="The thesis's quantitative statements on these experiments (24 items; items "
                "with several figures split). A curve claim (\"highest at the truth\", \"lower deadlines worse\") is "
                "judged declaration by declaration on the 95% interval of the paired difference to the truth and "
                "takes the worst verdict; \"indifference\" and \"flat\" read as \"almost the same\" (+-5% of the payoff "
@@ -817,7 +824,7 @@ force is over orderings), on a crowded day (lengths 2-12 h) with {cfg['rdp_quali
 """)
 
 
-def _fit(x, y) -> "V.Interval":
+def _fit(x, y) -> V.Interval | None:
     """Least-squares slope of log y on log x with its 95% t-interval (n - 2 degrees of freedom)."""
     from scipy import stats
 
@@ -860,7 +867,7 @@ def _dpgva_slopes(t_dp: pd.DataFrame) -> dict:
 
 
 def claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual):
-    """The thesis's claims (implementation notes, section 6) with our figures and verdicts."""
+    """The thesis's quantitative statements on these experiments with our figures and verdicts."""
     from marketsched.analysis import verdicts as V
 
     c = V.Claims("The thesis's claims, our figures and verdicts")
@@ -1021,7 +1028,6 @@ def claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual):
     c.check("Fig 7.10", f"depth {rdp_depths[0]}: payoff peaks near 300", "peak ~300", V.verbal("about", 300.0),
             argmax_iv(d100), fmt=".0f", note="declaration with the highest mean payoff, bootstrap over groups")
     declared, pay, _, won = sweeps[d100]
-    neg = float((pay < 0).mean())
     c.check("Fig 7.10", f"depth {rdp_depths[0]}: payoffs both positive and negative", "both signs",
             V.Region(0.0, 1.0, True, lo_open=True, hi_open=True), V.wilson_interval(int((pay < 0).sum()), pay.size),
             fmt=".2f", note=f"share of negative payoffs over declarations and groups; mean payoff "

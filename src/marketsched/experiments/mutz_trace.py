@@ -1,8 +1,7 @@
 """Trace-driven extension of Mutz (2008): EES and relaxed EES against FCFS and EASY.
 
-The thesis evaluates its batch-queue auctions on static snapshots only (implementation notes,
-section 0: no traces, no FCFS/EASY, no utilization or slowdown); section 9 of the notes
-suggests this comparison as an extension. The only thesis statements it can judge are the
+The thesis evaluates its batch-queue auctions on static snapshots only (no traces, no FCFS/EASY,
+no utilization or slowdown). This comparison is an extension. The only thesis statements it can judge are the
 currency flows of sections 4.1 and 6.1 (discarded jobs gain currency, jobs that run lose it).
 
 What is run (``run``):
@@ -44,6 +43,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,11 +54,17 @@ from marketsched.engine.simulator import Simulator
 from marketsched.experiments.report import Report
 from marketsched.mechanisms.online.ees import TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import (
-    EESPolicy, RelaxedEESPolicy, declared_runtime, queue_time, realised_utility, synthesize_types,
+    EESPolicy,
+    RelaxedEESPolicy,
+    declared_runtime,
+    queue_time,
+    realised_utility,
+    synthesize_types,
 )
 
 NAME = "mutz-trace"
-TITLE = "Mutz (seed 002) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+TITLE = "Mutz (2008) on a trace: EES and relaxed EES vs FCFS and EASY with synthesised values"
+QUICK_TIME = "~20 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "SDSC-SP2-1998-4.2-cln"
 JOBS = 3000
@@ -121,7 +127,7 @@ def run_cell(cell: Cell) -> dict:
         pol = make_mechanism(cell.mechanism, w)
     else:
         v, d = synthesize_types(w, prior_for(cell.d_max), cell.seed)
-        kw = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
+        kw: dict[str, Any] = dict(n_draws=cell.n_draws, seed=cell.seed, time_unit=TIME_UNIT)
         if cell.mechanism == "ees":
             pol = EESPolicy(v, d, prior_for(cell.d_max), **kw)
         else:
@@ -163,7 +169,9 @@ def measures(w, rec, v, d, extra: dict | None = None) -> dict:
 
 # --------------------------------------------------------------------------- the experiment
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
@@ -420,8 +428,8 @@ def _write_report(rep, df, jobs, dec, meta):
     rep.text(f"""
 Run {'quick' if quick else 'full'} in {meta['seconds']:.0f} s ({workers} worker processes; load average
 {meta['load_average']:.1f} on {meta['cores']} cores at the end). An extension, not a reproduction:
-the thesis has no traces, no FCFS/EASY baseline and no utilization or slowdown numbers (implementation
-notes, section 0); the only thesis statements these runs can judge are its currency flows (claims below).
+the thesis has no traces, no FCFS/EASY baseline and no utilization or slowdown numbers; the only
+thesis statements these runs can judge are its currency flows (claims below).
 Stored results: `results/` (`results.csv`: one row per mechanism, seed and d_max; the per-job view of
 seed {seeds[0]}); `marketsched reproduce {NAME} --report-only --results results` rewrites this report from
 them. Method and decisions: `docs/mutz_trace.md` and the docstrings of
@@ -441,7 +449,7 @@ Set-up:
   discarded job runs to its discard).
 * Mean wall time per simulation: {', '.join(f'{LABELS[k]} {walls[k]:.1f} s' for k in MECHANISMS if k in walls)}.
 """)
-    rep.heading("Main setting (d_max = %g per hour)" % D_MAX)
+    rep.heading(f"Main setting (d_max = {D_MAX:g} per hour)")
     rep.figure(fig_main(df), "main", caption=f"Mean over {len(seeds)} seeds (error bars: 95% t-interval over seeds); "
                                              f"wait and slowdown over completed jobs only")
     rep.table(summary(df, D_MAX, ["utility_per_job", "value_realised_share", "waiting_cost_per_job",

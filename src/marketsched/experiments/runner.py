@@ -1,11 +1,14 @@
 """The experiment runner: a declared grid of simulation cells, run in parallel, into a tidy table.
 
-DESIGN principle 6 ("experiments are data"); seed000 note, section 5 (the grid of seed 000:
+Experiments are data: a grid is declared, not coded (the grid of Shudler et al. 2010 is
 trace x capacity x mechanism x pricing x behaviour x beta x seed).
 
 A **cell** (:class:`Cell`) is one simulation: a workload (trace, capacity fraction, split,
-optional first-N-jobs cut), a mechanism and pricing, a bidding behaviour with its beta, and a
-seed. A **grid** (:class:`Grid`) is the Cartesian product of lists of those; several grids can
+optional first-N-jobs cut, run-time estimate model), any registered mechanism
+(:mod:`marketsched.mechanisms.registry`) with its pricing (``"-"`` for a mechanism without a
+pricing parameter) and other parameters, a bidding behaviour with its beta, the deadline and
+reliability models, and a seed. A mechanism that cannot run on the cell's jobs fails that cell
+with the registry's message naming what is missing (e.g. ``--split``). A **grid** (:class:`Grid`) is the Cartesian product of lists of those; several grids can
 be joined (``cells_of(g1, g2)``), duplicates dropped.
 
 Steps of :func:`run_grid`:
@@ -51,17 +54,24 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 CELL_COLUMNS = ("trace", "capacity", "split", "jobs", "mechanism", "pricing", "behaviour", "beta", "seed",
-                "values", "srg_split")
+                "values", "srg_split", "params", "estimates", "deadlines", "reliability")
+#: Values of the columns added after the first tables were written (older part files lack them).
+COLUMN_DEFAULTS = {"params": "", "estimates": "trace", "deadlines": "patience", "reliability": "none"}
+NO_PRICING = "-"
 GROUP_COLUMNS = ("value_bin", "value_band", "runtime_group", "bidder")
 SUM_COLUMNS = ("jobs_in_group", "completed", "sum_value", "sum_bid", "sum_runtime", "sum_flow", "sum_wait",
                "sum_bsd", "ssj", "sum_payment", "sum_wflow", "sum_utility", "preemptions")
@@ -77,7 +87,10 @@ class Cell:
     ``trace``: a registry name, an SWF path, or ``"synthetic:<jobs>:<nodes>"`` (the built-in
     synthetic workload, seed 0). ``jobs`` = 0 keeps every job, N > 0 the first N (before the
     split). ``beta`` is the aggressive users' beta for ``behaviour="srg"``, everyone's for
-    ``"shade"``, and 0 for ``"ft"``.
+    ``"shade"``, and 0 for ``"ft"``. ``pricing`` is ``"-"`` for a mechanism without a pricing
+    parameter; ``params`` its other parameters as ``"key=value;..."`` (sorted, defaults left
+    out); ``estimates``, ``deadlines``, ``reliability``: attribute models
+    (:mod:`marketsched.workloads.attributes`), drawn from ``seed``.
     """
 
     trace: str
@@ -91,19 +104,33 @@ class Cell:
     seed: int = 1
     values: str = "bimodal"
     srg_split: str = "exact"
+    params: str = ""
+    estimates: str = "trace"
+    deadlines: str = "patience"
+    reliability: str = "none"
 
     def key(self) -> tuple:
         return tuple(getattr(self, c) for c in CELL_COLUMNS)
 
     def workload_key(self) -> tuple:
-        return (self.trace, self.capacity, self.split, self.jobs)
+        # estimates drawn at random depend on the seed; "trace" and "exact" do not
+        seed = self.seed if self.estimates.split(":")[0] not in ("trace", "exact") else 0
+        return (self.trace, self.capacity, self.split, self.jobs, self.estimates, seed)
 
     def batch_key(self) -> tuple:
-        return self.workload_key() + (self.seed, self.values, self.srg_split)
+        return self.workload_key() + (self.seed, self.values, self.srg_split, self.deadlines, self.reliability)
+
+    def mechanism_params(self) -> dict:
+        """The cell's mechanism parameters (text values, as on the command line)."""
+        out = dict(item.split("=", 1) for item in self.params.split(";") if item)
+        if self.pricing != NO_PRICING:
+            out["pricing"] = self.pricing
+        return out
 
     def label(self) -> str:
         return (f"{self.trace} cap={self.capacity:g}{' split' if self.split else ''}"
-                f"{f' jobs={self.jobs}' if self.jobs else ''} {self.mechanism}/{self.pricing} "
+                f"{f' jobs={self.jobs}' if self.jobs else ''} {self.mechanism}/{self.pricing}"
+                f"{f'({self.params})' if self.params else ''} "
                 f"{self.behaviour} beta={self.beta:g} seed={self.seed}")
 
 
@@ -114,9 +141,26 @@ def _norm_key(values) -> tuple:
                  for v in values)
 
 
+def params_text(mechanism: str, params: dict | None) -> str:
+    """``params`` of ``mechanism`` (without ``pricing``) as a cell's canonical ``"key=value;..."``:
+    checked by the registry, sorted, defaults left out."""
+    from marketsched.mechanisms.registry import get
+
+    m = get(mechanism)
+    given = {k: v for k, v in (params or {}).items() if k != "pricing"}
+    resolved = m.resolve(given)
+    defaults = {p.name: p.default for p in m.params}
+    return ";".join(f"{k}={resolved[k]}" for k in sorted(given) if defaults[k] != resolved[k])
+
+
 @dataclass
 class Grid:
-    """A Cartesian product of cells. ``betas`` apply to the shading behaviours; FT cells get beta 0."""
+    """A Cartesian product of cells. ``betas`` apply to the shading behaviours; FT cells get beta 0.
+
+    ``mechanisms``: any registered names; ``pricings`` apply to the mechanisms with a pricing
+    parameter (the others get one cell with pricing ``"-"``); ``params``: per mechanism name, a
+    dict of its other parameters.
+    """
 
     traces: Sequence[str]
     capacities: Sequence[float] = (1.0,)
@@ -129,9 +173,15 @@ class Grid:
     seeds: Sequence[int] = (1,)
     values: str = "bimodal"
     srg_split: str = "exact"
+    params: dict = field(default_factory=dict)
+    estimates: str = "trace"
+    deadlines: str = "patience"
+    reliability: str = "none"
 
     def __post_init__(self):
-        from marketsched.scenario import MARKET_MECHANISMS, PRICINGS, VALUE_MODELS
+        from marketsched.mechanisms.registry import names
+        from marketsched.scenario import PRICINGS, VALUE_MODELS
+        from marketsched.workloads.attributes import parse_model
 
         def check(name, items, allowed):
             items = list(items)
@@ -141,8 +191,14 @@ class Grid:
                 if x not in allowed:
                     raise ValueError(f"Grid.{name}: unknown {x!r}; choose from {', '.join(map(str, allowed))}")
 
-        check("mechanisms", self.mechanisms, MARKET_MECHANISMS)
+        check("mechanisms", self.mechanisms, names())
         check("pricings", self.pricings, PRICINGS)
+        for name, p in self.params.items():
+            if name not in self.mechanisms:
+                raise ValueError(f"Grid.params: {name!r} is not among Grid.mechanisms")
+            params_text(name, p)  # raises naming a bad parameter
+        for kind in ("estimates", "deadlines", "reliability"):
+            parse_model(kind, getattr(self, kind))
         check("behaviours", self.behaviours, BEHAVIOURS)
         if self.values not in VALUE_MODELS:
             raise ValueError(f"Grid.values: unknown value model {self.values!r}; choose from {', '.join(VALUE_MODELS)}")
@@ -162,13 +218,19 @@ class Grid:
             raise ValueError(f"Grid.jobs = {self.jobs} is negative")
 
     def cells(self) -> list[Cell]:
+        from marketsched.mechanisms.registry import get
+
         out = []
         for trace, cap, seed, mech, pricing, beh in itertools.product(
                 self.traces, self.capacities, self.seeds, self.mechanisms, self.pricings, self.behaviours):
+            if get(mech).param("pricing") is None:
+                pricing = NO_PRICING
             for beta in (self.betas if beh != "ft" else (0.0,)):
                 out.append(Cell(trace=str(trace), capacity=float(cap), split=bool(self.split), jobs=int(self.jobs),
                                 mechanism=mech, pricing=pricing, behaviour=beh, beta=float(beta), seed=int(seed),
-                                values=self.values, srg_split=self.srg_split))
+                                values=self.values, srg_split=self.srg_split,
+                                params=params_text(mech, self.params.get(mech)), estimates=self.estimates,
+                                deadlines=self.deadlines, reliability=self.reliability))
         return _dedupe(out)
 
 
@@ -199,7 +261,7 @@ def cells_of(*grids) -> list[Cell]:
 
 # ------------------------------------------------------------------------------------ one batch
 @lru_cache(maxsize=4)
-def _build_workload(trace: str, capacity: float, split: bool, jobs: int):
+def _build_workload(trace: str, capacity: float, split: bool, jobs: int, estimates: str = "trace", seed: int = 0):
     from marketsched.scenario import WorkloadSpec
 
     if trace.startswith("synthetic"):
@@ -210,9 +272,10 @@ def _build_workload(trace: str, capacity: float, split: bool, jobs: int):
         except ValueError:
             raise ValueError(f"synthetic trace {trace!r}: expected 'synthetic:<jobs>:<nodes>'") from None
         spec = WorkloadSpec(trace=None, synthetic_jobs=n_jobs, synthetic_nodes=nodes,
-                            jobs=jobs or None, split=split, capacity=capacity)
+                            jobs=jobs or None, split=split, capacity=capacity, estimates=estimates, estimates_seed=seed)
     else:
-        spec = WorkloadSpec(trace=trace, jobs=jobs or None, split=split, capacity=capacity)
+        spec = WorkloadSpec(trace=trace, jobs=jobs or None, split=split, capacity=capacity, estimates=estimates,
+                            estimates_seed=seed)
     w = spec.build()
     if len(w) == 0:
         raise ValueError(f"workload {trace!r} (capacity {capacity}, split {split}, jobs {jobs}) has no jobs")
@@ -281,7 +344,7 @@ class BothPrices:
     """First and k-th price settled side by side on one schedule.
 
     Why this is exact: in HB, NPHB, WSPT and WSEPT the allocation depends on bids and run times
-    only, never on the payment rule (seed 000, Algorithm 1 steps 3-4; section III.B), so the
+    only, never on the payment rule (Shudler et al. 2010, Algorithm 1 steps 3-4; section III.B), so the
     first-price and the k-th-price cell of the same (mechanism, bids) have the same schedule.
     This scheme forwards every hook (``bind``, ``advance``, ``on_start``, ``on_stop``,
     ``update``, ``extend``) to a :class:`FirstPrice` writing the simulator's payments and a
@@ -325,20 +388,31 @@ class BothPrices:
         self.kth.update()
 
 
-def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str]) -> dict:
-    """Records per pricing of one mechanism and bid vector; first + k-th share one simulation."""
+def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str], jobs=None, params: dict | None = None) -> dict:
+    """Records per pricing of one mechanism and bid vector; for the priority rules (HB, NPHB,
+    WSPT, WSEPT) first + k-th share one simulation. ``jobs``: the scenario's jobs (default:
+    the bids as true values, no deadlines); ``params``: the mechanism's other parameters."""
     from dataclasses import replace
 
     from marketsched.engine.simulator import Simulator
-    from marketsched.mechanisms.online.priority import make_priority_mechanism
-    from marketsched.scenario import simulate
+    from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
+    from marketsched.mechanisms.registry import Unfit, get, missing
+    from marketsched.scenario import Jobs, run
 
     pricings = list(pricings)
-    if sorted(pricings) == ["first", "kth"]:
+    jobs = Jobs.from_bids(w, bid) if jobs is None else jobs
+    if sorted(pricings) == ["first", "kth"] and mechanism in RULES and not params:
+        gaps = missing(get(mechanism), jobs)
+        if gaps:
+            raise Unfit("; ".join(gaps))
         both = BothPrices()
         rec = Simulator(w, make_priority_mechanism(mechanism, w, bid, both)).run()
         return {"first": rec, "kth": replace(rec, payment=np.asarray(both.kth_payment, dtype=np.float64))}
-    return {p: simulate(w, mechanism, bid, p) for p in pricings}
+    out = {}
+    for p in pricings:
+        given = dict(params or {}, **({} if p == NO_PRICING else {"pricing": p}))
+        out[p] = run(jobs, mechanism, given).records
+    return out
 
 
 def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_schedule: bool = True):
@@ -350,7 +424,8 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     """
     import pandas as pd
 
-    from marketsched.scenario import simulate, true_values
+    from marketsched.scenario import Jobs, true_values
+    from marketsched.workloads.attributes import draw
 
     first = cells[0]
     if any(c.batch_key() != first.batch_key() for c in cells):
@@ -358,6 +433,8 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     try:
         w, _ = _build_workload(*first.workload_key())
         v = true_values(w, first.values, first.seed)
+        deadline = draw("deadlines", first.deadlines, w, first.seed)
+        reliability = draw("reliability", first.reliability, w, first.seed)
         draws = draw_shading(w, first.seed, split=first.srg_split)
         static = _groups_static(w, v, draws, bin_width)
     except Exception as exc:  # the whole batch fails, each cell reported
@@ -366,17 +443,17 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     # cells differing only in the pricing share one schedule (share_schedule=True)
     units: dict[tuple, list[Cell]] = {}
     for c in cells:
-        k = (c.mechanism, c.behaviour, c.beta) if share_schedule else (c.key(),)
+        k = (c.mechanism, c.params, c.behaviour, c.beta) if share_schedule else (c.key(),)
         units.setdefault(k, []).append(c)
     for group in units.values():
         t0, c0_cpu = time.perf_counter(), time.process_time()
         try:
             c0 = group[0]
             bid = make_bids(c0.behaviour, v, draws, c0.beta)
-            if len(group) > 1:
-                recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group])
-            else:
-                recs = {c0.pricing: simulate(w, c0.mechanism, bid, c0.pricing)}
+            jobs = Jobs(w, v, bid, deadline=deadline, min_reliability=reliability, seed=c0.seed,
+                        models={"values": c0.values, "deadlines": c0.deadlines, "reliability": c0.reliability})
+            other = {k: x for k, x in c0.mechanism_params().items() if k != "pricing"}
+            recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group], jobs, other)
             for c in group:
                 parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
         except Exception as exc:
@@ -384,7 +461,7 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
         # The simulator, policy and payment scheme reference each other (cycles), so a finished
         # simulation is only freed by the cyclic GC, which big float lists never trigger:
         # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
-        recs = None
+        recs = {}
         if len(w) >= 20_000:  # small workloads: not worth the collection time
             gc.collect()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
@@ -399,7 +476,7 @@ def _failure(cell: Cell, exc: BaseException) -> dict:
 
 
 # ------------------------------------------------------------------------------------ results table
-def load_results(out_dir) -> "pd.DataFrame":  # noqa: F821
+def load_results(out_dir) -> pd.DataFrame:
     """The results table in ``out_dir`` (all part files), sorted by cell then group; empty if none."""
     import pandas as pd
 
@@ -407,6 +484,10 @@ def load_results(out_dir) -> "pd.DataFrame":  # noqa: F821
     if not parts:
         return pd.DataFrame(columns=list(CELL_COLUMNS + GROUP_COLUMNS + SUM_COLUMNS) + ["nodes"])
     df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    for col, default in COLUMN_DEFAULTS.items():  # part files written before the column existed
+        if col not in df:
+            df[col] = default
+        df[col] = df[col].fillna(default)
     df = df.drop_duplicates(subset=list(CELL_COLUMNS + GROUP_COLUMNS), keep="first")
     return df.sort_values(list(CELL_COLUMNS + GROUP_COLUMNS), kind="stable").reset_index(drop=True)
 
@@ -463,7 +544,7 @@ def make_batches(cells: Sequence[Cell], max_batch: int = 16) -> list[list[Cell]]
         # cells differing only in pricing stay in one batch (they share a schedule)
         units: dict[tuple, list[Cell]] = {}
         for c in g:
-            units.setdefault((c.mechanism, c.behaviour, c.beta), []).append(c)
+            units.setdefault((c.mechanism, c.params, c.behaviour, c.beta), []).append(c)
         n_chunks = -(-len(g) // max_batch)
         target = -(-len(g) // n_chunks)  # even chunks
         chunk: list[Cell] = []
@@ -516,7 +597,9 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
 
     from contextlib import nullcontext
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from marketsched.progress import Progress
 
     bar_ctx = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TimeRemainingColumn()) if progress and batches else nullcontext(None))

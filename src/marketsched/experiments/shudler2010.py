@@ -1,7 +1,7 @@
 """Reproduction of Shudler et al. (2010): Shudler, Amar, Barak, Mu'alem, "The Effects of Untruthful
 Bids on User Utilities and Stability in Computing Markets" (MOSIX market; CCGrid 2010).
 
-What the paper did (section IV, V; seed000 note sections 3-6) and what is run here:
+What the paper did (sections IV and V) and what is run here:
 
 * workload: LPC-EGEE (all serial jobs) on 75% of its 140 CPUs = 105 nodes; true values from the
   bimodal model (80% N(30, 15), 20% N(150, 15); negatives redrawn, see ``docs/workloads.md``);
@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from marketsched.experiments.runner import Grid, load_results, run_grid
 
 NAME = "shudler2010"
 TITLE = "Shudler et al. (2010): untruthful bids, user utilities and stability in the MOSIX market"
+QUICK_TIME = "~2.5 min"  # CPU time of --quick (user + system, all processes), measured
 
 LPC = "LPC-EGEE-2004-1.2-cln"
 KTH = "KTH-SP2-1996-2.1-cln"
@@ -80,7 +82,7 @@ SETTINGS = (
 
 def grids(setting: Setting, seeds) -> list[Grid]:
     """The cells of one trace: the game grid, FT for all four algorithms, SRG(0.9) for WSEPT."""
-    common = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
+    common: dict[str, Any] = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
                   pricings=["first", "kth"], seeds=list(seeds))
     return [
         Grid(mechanisms=list(ALGS), behaviours=["ft"], **common),
@@ -190,9 +192,9 @@ def _finish(ax, ylabel, title):
 
 BANDS = ("Coloured bands: 95% t-intervals over seeds of the per-seed mean (log axes: of the log values, a geometric "
          "band); the grey span marks the middle-bid values 60-120; bins with fewer than 5 jobs per seed are left out.")
-FT = dict(behaviour="ft")
-FT_SAME = dict(behaviour="ft", bidder="aggressive")  # FT run, the jobs that are aggressive under SRG (paired)
-SRG_A = dict(behaviour="srg", beta=SRG_BETA, bidder="aggressive")
+FT: dict[str, Any] = dict(behaviour="ft")
+FT_SAME: dict[str, Any] = dict(behaviour="ft", bidder="aggressive")  # FT run, the jobs that are aggressive under SRG
+SRG_A: dict[str, Any] = dict(behaviour="srg", beta=SRG_BETA, bidder="aggressive")
 
 
 def figures(rep: Report, df, trace: str, tag: str) -> None:
@@ -232,7 +234,7 @@ def figures(rep: Report, df, trace: str, tag: str) -> None:
                f"(the paper's Fig. 6), bottom k-th price. {BANDS}")
     # Fig 7: group C, high-bid jobs: (a) first price, (b) first price relative gain, (c) k-th price
     fig, axes = _axes(3, ncols=3)
-    hi = dict(mechanism="hb", runtime_group="C", value_band="high")
+    hi: dict[str, Any] = dict(mechanism="hb", runtime_group="C", value_band="high")
     for ax, pricing in ((axes[0], "first"), (axes[2], "kth")):
         _curve(ax, df, trace, "utility", "FT, all users", "-", pricing=pricing, **hi, **FT)
         _curve(ax, df, trace, "utility", "SRG, aggressive", "--", pricing=pricing, **hi, **SRG_A)
@@ -287,7 +289,7 @@ def agreement(games):
 
 
 def consistency(raw):
-    """The note's consistency checks on the raw designer payoffs (section 6)."""
+    """Consistency checks on the raw designer payoffs that Tables II and III imply (section V)."""
     import pandas as pd
 
     d = raw["designer"]
@@ -462,7 +464,7 @@ def write_report(results, out_dir=None) -> Path:
     rep.text(_intro(plan, failures, quick) + "\n\nStored results: `results/` (the runner's table, one row per cell "
              f"and group); `marketsched reproduce {NAME} --report-only --results results` rewrites this report from "
              "it. Every figure we compare carries a 95% Student-t interval over seeds; the verdicts follow "
-             "[How verdicts are decided](../README.md#how-verdicts-are-decided). The paper's claims are judged on "
+             "[How verdicts are decided](../index.md#how-verdicts-are-decided). The paper's claims are judged on "
              "LPC (the only trace it shows); the substitutes' results are listed as ours.")
     if failures:
         rep.heading("Failed cells")
@@ -569,19 +571,27 @@ def revenue_section(rep, df, trace, tag) -> None:
 
 def claims(c, df, trace: str, n_jobs: int, nodes: int) -> None:
     """Every claim of sections III-V judged on ``trace`` (added to ``c``)."""
+    # the claims reuse short names for selections, interval maps and table cells of different types
+    parts: Any
+    printed: Any
+    b: Any
+    x: Any
+    h: Any
+    vs: Any
+    tables: dict[str, list] = {"first": [], "kth": []}
     from marketsched.analysis import verdicts as V
     from marketsched.analysis.games import PAPER_ALGORITHMS, normalise, per_seed_payoffs
 
     lpc = trace == LPC
-    for label, printed, ours in (("number of nodes", "105", nodes), ("number of serial jobs", "219,704", n_jobs)):
+    for label, printed, count in (("number of nodes", "105", nodes), ("number of serial jobs", "219,704", n_jobs)):
         if lpc:
-            c.check("Table I, LPC", label, printed, V.value(printed), V.exact(ours), fmt=",.0f")
+            c.check("Table I, LPC", label, printed, V.value(printed), V.exact(count), fmt=",.0f")
     if lpc:
         c.not_attempted("Table I, LPC", "average run time (s)", "3,212", "not stored per cell; the project's LPC log "
                         "has 3,196 s (docs/workloads.md)")
-        for cl, vals in (("DAS2", "48; 118,567; 2,236"), ("REQUIN", "1,536; 466,177; 45,674")):
-            c.not_attempted(f"Table I, {cl}", "nodes; serial jobs; average run time", vals, "trace not available")
-    hb = dict(mechanism="hb", pricing="kth")
+        for cluster, vals in (("DAS2", "48; 118,567; 2,236"), ("REQUIN", "1,536; 466,177; 45,674")):
+            c.not_attempted(f"Table I, {cluster}", "nodes; serial jobs; average run time", vals, "trace not available")
+    hb: dict[str, Any] = dict(mechanism="hb", pricing="kth")
     f_low, s_low = _seeds(df, trace, "bsd", value_band="low", **hb, **FT), \
         _seeds(df, trace, "bsd", value_band="low", **hb, **SRG_A)
     c.check("Fig 2", "low-bid jobs: average BSD higher under SRG (aggressive) than FT", "SRG > FT", V.ordering(">"),
@@ -602,9 +612,9 @@ def claims(c, df, trace: str, n_jobs: int, nodes: int) -> None:
     vs = [V.judge(V.ordering("<"), iv) for iv in parts.values()]
     c.add("Fig 4", "low-bid aggressive jobs: WSPT and WSEPT both better than HB", "< HB",
           "; ".join(f"{LABEL[a]} - HB: {iv.text('.3g')}" for a, iv in parts.items()), V.worst(vs), "paired over seeds")
-    hi = _seeds(df, trace, "bsd", value_band="high", **hb, **SRG_A)
+    hi_bsd = _seeds(df, trace, "bsd", value_band="high", **hb, **SRG_A)
     c.check("Fig 4", "for high-bid jobs the BSD becomes smaller (than for low-bid jobs, HB)", "high < low",
-            V.ordering("<"), _pair(hi, low["hb"]))
+            V.ordering("<"), _pair(hi_bsd, low["hb"]))
     parts = {b: _pair(_seeds(df, trace, "bsd", value_band=b, mechanism="hb", pricing="kth", **SRG_A),
                       _seeds(df, trace, "bsd", value_band=b, mechanism="nphb", pricing="kth", **SRG_A))
              for b in ("low", "middle", "high")}
@@ -632,7 +642,7 @@ def claims(c, df, trace: str, n_jobs: int, nodes: int) -> None:
         c.add("Fig 6", f"group {grp}, first price: utility higher under FT than SRG, low and high bids", "FT > SRG",
               "; ".join(f"{b}: {iv.text('.3g')}" for b, iv in parts.items() if iv is not None), V.worst(vs),
               "FT (the same jobs) minus SRG-aggressive, paired over seeds")
-    cl = dict(runtime_group="C", mechanism="hb", pricing="first")
+    cl: dict[str, Any] = dict(runtime_group="C", mechanism="hb", pricing="first")
     c.check("Fig 6(c)", "group C, first price, low-bid: utility lower under SRG", "SRG < FT", V.ordering("<"),
             _pair(_seeds(df, trace, "utility", value_band="low", **cl, **SRG_A),
                   _seeds(df, trace, "utility", value_band="low", **cl, **FT_SAME)))
@@ -640,7 +650,7 @@ def claims(c, df, trace: str, n_jobs: int, nodes: int) -> None:
     c.check("Fig 6(c), 7(a,b)", "group C, first price, high-bid: utility higher under SRG (underbidding pays)",
             "SRG > FT", V.ordering(">"), _pair(s_hc, _seeds(df, trace, "utility", value_band="high", **cl, **FT_SAME)),
             note="the same jobs under FT, paired")
-    ck = dict(runtime_group="C", mechanism="hb", pricing="kth")
+    ck: dict[str, Any] = dict(runtime_group="C", mechanism="hb", pricing="kth")
     s_k = _seeds(df, trace, "utility", value_band="high", **ck, **SRG_A)
     f_k = _seeds(df, trace, "utility", value_band="high", **ck, **FT_SAME)
     c.check("Fig 7(c)", "group C, k-th price, high-bid: SRG utility coincides with FT", "coincide",
@@ -662,7 +672,6 @@ def claims(c, df, trace: str, n_jobs: int, nodes: int) -> None:
     # --- section V: the game
     per = per_seed_payoffs(df, trace=trace)
     seeds = sorted(per.index.get_level_values("seed").unique())
-    tables = {"first": [], "kth": []}
     for sd in seeds:
         raw = per.xs(sd, level="seed")
         games = {}
@@ -692,7 +701,7 @@ def claims(c, df, trace: str, n_jobs: int, nodes: int) -> None:
     for key, printed, g in (("first", ("hb", 0.5), games["first"]), ("kth", ("wspt", 0.7), games["kth"]),
                             ("kth w/o WSPT", ("nphb", 0.25), games["kth"].without("wspt"))):
         eq = g.equilibria()
-        ours = eq[0] if len(eq) == 1 else None
+        ours: Any = eq[0] if len(eq) == 1 else None
         verdict = (V.category_verdict(printed[1], ours[1], grid) if ours and ours[0] == printed[0]
                    else V.category_verdict(printed, ours))
         c.add("Sec. V", f"the pure Nash equilibrium, {key} (unique)", f"({LABEL[printed[0]]}, {100 * printed[1]:g}%)",
@@ -782,8 +791,8 @@ def _record_timing(results_dir: Path, res, t_sim: float, executor: str, workers)
 
 def _intro(plan, failures, quick) -> str:
     lines = [
-        "Source: Shudler et al. (2010), sections III-V, Tables I-III, Figures 2-8; implementation notes in "
-        "`shared/notes/seed000.md`. Code: `marketsched.experiments.shudler2010`, "
+        "Source: Shudler, Amar, Barak & Mu'alem (2010), sections III-V, Tables I-III, Figures 2-8 "
+        "(see `docs/references.md`). Code: `marketsched.experiments.shudler2010`, "
         "runner `marketsched.experiments.runner`, bidders `marketsched.behaviour.bidding`, game "
         "`marketsched.analysis.games`.",
         "",

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,13 +37,25 @@ import pandas as pd
 from marketsched.analysis import verdicts as V
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import (
-    critical_value_pricing, critical_values, greedy_allocation, k_pricing, node_utilities, user_utilities)
+    critical_value_pricing,
+    critical_values,
+    greedy_allocation,
+    k_pricing,
+    node_utilities,
+    user_utilities,
+)
 from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
 from marketsched.mechanisms.clearing.randomized import (
-    allocation_tree, batch_welfare, greedy_batch, gumbel_orders, two_user_equilibrium)
+    allocation_tree,
+    batch_welfare,
+    greedy_batch,
+    gumbel_orders,
+    two_user_equilibrium,
+)
 
 NAME = "stoesser-ch3-4"
 TITLE = "Stößer (2009), ch. 3-4: GREEDEX vs exact MIP, pricing incentives, randomized mechanisms"
+QUICK_TIME = "~80 s"  # CPU time of --quick (user + system, all processes), measured
 SEED = 1
 KS = (0.3, 0.5, 0.7)
 MANIP_BIDS = np.round(np.arange(0.5, 1.501, 0.1), 2)
@@ -273,7 +287,9 @@ T47_RAND1 = {20: 22, 40: 14, 60: 14, 80: 9, 100: 10}
 # ---------------------------------------------------------------------- driver
 def _run_tasks(tasks, workers: int, label: str):
     """Run (fn, args) tasks on a process pool with a progress bar; returns results in order."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = [None] * len(tasks)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:
@@ -307,8 +323,9 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     # so the limit is stretched by the load per core (at most 3x) to approximate CPU seconds
     load_factor = float(np.clip(os.getloadavg()[0] / (os.cpu_count() or 1), 1.0, 3.0))
     mip_limit = cfg.mip_time_limit * load_factor
-    tasks = [(task_mip, (n, r, b, mip_limit, mem)) for mem in ("sigma", "variance") for n, r in cfg.mip_cells
-             for b in range(cfg.mip_books)]
+    tasks: list[tuple[Callable[..., Any], tuple]] = [
+        (task_mip, (n, r, b, mip_limit, mem)) for mem in ("sigma", "variance") for n, r in cfg.mip_cells
+        for b in range(cfg.mip_books)]
     parts = {"mip": pd.DataFrame(_run_tasks(tasks, workers, "tables 3.7/3.9: exact MIP (both memory readings)"))}
     tasks = [(task_speed, (n, b)) for n in cfg.speed_nodes for b in range(cfg.speed_books)]
     parts["speed"] = pd.DataFrame(_run_tasks(tasks, workers, "table 3.8: heuristic runtime"))
@@ -426,6 +443,18 @@ def write_report(results, out_dir=None) -> Path:
 
     from marketsched.experiments.report import Report
 
+    # report-writing loops reuse short names for rows, cells and tables of different types
+    r: Any
+    c: Any
+    t: Any
+    s: Any
+    x: Any
+    row: Any
+    rows: Any
+    sub: Any
+    num: Any
+    n: Any
+    d: Any
     results = Path(results)
     out_dir = Path(out_dir) if out_dir is not None else results.parent
     meta = json.loads((results / "meta.json").read_text())
@@ -450,7 +479,7 @@ The exact solver is HiGHS via `scipy.optimize.milp` (0.1 % gap, time limit {meta
 Runtimes are on this machine and are not comparable in absolute terms to the thesis's 2008 Xeon.
 Stored results: `results/` (one row per book); `marketsched reproduce {NAME} --report-only --results results`
 rewrites this report from them. Every figure we compare carries its 95% interval over books; the
-verdicts follow [How verdicts are decided](../README.md#how-verdicts-are-decided).
+verdicts follow [How verdicts are decided](../index.md#how-verdicts-are-decided).
 """)
     # ------------------------------------------------------------ worked examples
     rep.heading("Worked examples (tables 3.2-3.5, 4.1-4.3)")
@@ -515,9 +544,9 @@ verdicts follow [How verdicts are decided](../README.md#how-verdicts-are-decided
     c = V.Claims("Tables 3.7 and 3.9")
     for r in (1, 2, 3):
         ran = set(t[t.ratio == r].nodes)
-        cells = [n for n, x in zip(range(20, 201, 20), T37[r]) if np.isfinite(x)]
-        c.not_attempted(f"Table 3.7, |J|/|N| = {r}", f"exact (CPLEX) runtime, {len(cells)} cells "
-                        f"({cells[0]}-{cells[-1]} nodes)", f"{T37[r][0]:,.0f}-{max(x for x in T37[r] if np.isfinite(x)):,.0f} ms",
+        t37_cells = [n for n, x in zip(range(20, 201, 20), T37[r]) if np.isfinite(x)]
+        c.not_attempted(f"Table 3.7, |J|/|N| = {r}", f"exact (CPLEX) runtime, {len(t37_cells)} cells "
+                        f"({t37_cells[0]}-{t37_cells[-1]} nodes)", f"{T37[r][0]:,.0f}-{max(x for x in T37[r] if np.isfinite(x)):,.0f} ms",
                         f"absolute CPLEX 9.1 times on 2008 hardware; our HiGHS times for {sorted(ran)} nodes are in "
                         "the table above")
     for r in (1, 2, 3):
@@ -636,7 +665,6 @@ over books); *succ*: books in which the misreporting job ran; *rand*: books in w
 enforced (counts with 95% Wilson intervals); thesis in brackets.
 """)
     figr, axr = plt.subplots(1, 2, figsize=(9, 3.2))
-    n_books = int(rs.book.nunique())
     for fi, (nj, tu, tsu, tra) in enumerate(((20, T44_UTIL, T44_SUCC, T44_RAND), (60, T45_UTIL, T45_SUCC, T45_RAND))):
         num = "4.4" if nj == 20 else "4.5"
         sub = rs[rs.jobs == nj]
@@ -700,14 +728,15 @@ enforced (counts with 95% Wilson intervals); thesis in brackets.
             for ai, alpha in enumerate(EFF_ALPHAS):
                 where = f"Table {num}, {n} nodes x {n * r} jobs, alpha={alpha}"
                 x = s[s.alpha == alpha]
-                printed = f"{table[n][ai]:.3f}"
+                printed_ratio = f"{table[n][ai]:.3f}"
                 if x.empty:
-                    c.not_attempted(where, "mean distributed / mean deterministic welfare", printed, "cell not run")
-                    row[f"a={alpha}"] = f"- [{printed}]"
+                    c.not_attempted(where, "mean distributed / mean deterministic welfare", printed_ratio, "cell not run")
+                    row[f"a={alpha}"] = f"- [{printed_ratio}]"
                     continue
                 iv = V.bootstrap_interval(_ratio_of_means, x.w_dist, x.w_det)
-                c.check(where, "mean distributed / mean deterministic welfare", printed, V.value(printed), iv, fmt=".4f")
-                row[f"a={alpha}"] = f"{iv.estimate:.3f} [{printed}]"
+                c.check(where, "mean distributed / mean deterministic welfare", printed_ratio, V.value(printed_ratio), iv,
+                        fmt=".4f")
+                row[f"a={alpha}"] = f"{iv.estimate:.3f} [{printed_ratio}]"
             x = s[s.alpha == 1]
             where = f"Table {num}, {n} nodes x {n * r} jobs, alpha=1"
             if x.empty:
@@ -740,7 +769,8 @@ def _txt(iv) -> str:
 def _index_comparison(rep, manip: pd.DataFrame, manip0: pd.DataFrame) -> None:
     """Our comparison: the first order as misreporter (the earlier runs) against a random one."""
     rows = []
-    for (side, nj), sub in manip.groupby(["side", "jobs"]):
+    for side, nj in (("user", 20), ("user", 60), ("provider", 20), ("provider", 60)):
+        sub = manip[(manip.side == side) & (manip.jobs == nj)]
         s0 = manip0[(manip0.side == side) & (manip0.jobs == nj)]
         for sc in ("k=0.3", "critical value"):
             a = sub[(sub.scheme == sc) & (sub.bid == 1.0)].set_index("book").utility

@@ -1,8 +1,7 @@
 """Reproduction of Stößer (2009), chapter 6: Proportional Share vs Sanghavi-Hajek, reservations, bidders.
 
 Source: Stößer's thesis, sections 6.3.3 (Table 6.1), 6.4 (Tables 6.2-6.6, Figures 6.1 and 6.3),
-6.5.3 (reservation example) and appendix D (Tables D.1-D.3); ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9.
+6.5.3 (reservation example) and appendix D (Tables D.1-D.3).
 
 What is run
 -----------
@@ -47,8 +46,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,6 +59,7 @@ from marketsched.mechanisms.online import share as sm
 
 NAME = "stoesser-ch6"
 TITLE = "Stößer (2009) ch. 6: Proportional Share vs Sanghavi-Hajek, reservations, ZIC and Q-learning bidders"
+QUICK_TIME = "~40 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "KTH-SP2-1996-2.1-cln"  # substitute for DAS2-fs0 (shared/data/traces/README.md)
 N_REQUESTS = 1000
@@ -67,7 +68,7 @@ CAPACITY = 10
 #: (demand above supply in a few per cent of the busy seconds, peaks of a few times the supply).
 SENSITIVITY_CAPACITY = 40
 WINDOW = 20
-SEED = 6001  # seed 001, chapter 6
+SEED = 6001  # Stößer (2009), chapter 6
 DISTS = {"narrow": 0, "wide": 1}
 
 # ---------------------------------------------------------------------------- the thesis's numbers
@@ -140,6 +141,7 @@ def run_batch(job: dict, queue=None) -> dict:
     rows = job["rows"]
     values = np.stack([draw_values(len(plan), r["dist"], r["workload"]) for r in rows])
     seeds = [np.random.SeedSequence(r["seed"]) for r in rows]
+    bidder: ZIC | QLearning
     if job["kind"] == "zic":
         bidder = ZIC()
     else:
@@ -186,7 +188,7 @@ def _key(r: dict) -> tuple:
 # ---------------------------------------------------------------------------- the grid of jobs
 def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity: int = CAPACITY) -> list[dict]:
     """The batches for one pool size: ZIC (all settings), Q-learning per distribution, the grid in two parts."""
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     zic = []
     for dist in DISTS:
         for w in range(n_workloads):
@@ -196,7 +198,7 @@ def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity
             zic.append({"strategy": "zic-independent", "dist": dist, "workload": w, "rule": "sh", "seed": base + [1]})
     jobs.append({"id": "ZIC", "kind": "zic", "rows": zic})
     for dist in DISTS:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for w in range(n_workloads):
             for rule in ("ps", "sh"):
                 rows.append({"strategy": "q", "dist": dist, "workload": w, "rule": rule, "seed": [SEED, DISTS[dist], w, 1],
@@ -226,7 +228,9 @@ def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
     """Run the batches on local processes with one progress bar per batch."""
     from multiprocessing import Manager
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    from marketsched.progress import Progress
 
     results = []
     with Manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
@@ -284,8 +288,8 @@ def two_user_section(rep: Report, c) -> None:
     from marketsched.analysis import verdicts as V
 
     rep.heading("Two users (section 6.3, Table 6.1)")
-    rows = []
-    printed = {"ps": {"bids": ("0.437", "1.041"), "shares": ("0.296", "0.704"), "unit_prices": ("1.478", "1.478"),
+    rows: list[tuple[str, str, float, str]] = []
+    printed: dict[str, dict[str, Any]] = {"ps": {"bids": ("0.437", "1.041"), "shares": ("0.296", "0.704"), "unit_prices": ("1.478", "1.478"),
                       "utilities": ("0.185", "2.479"), "revenue": "1.478", "efficiency": "4.142", "ratio": "0.8284"},
                "sh": {"bids": ("0.441", "1.05"), "shares": ("0.21", "0.79"), "unit_prices": ("2.1", "1.329"),
                       "utilities": ("0", "2.9"), "revenue": "1.491", "efficiency": "4.391", "ratio": "0.8782"}}
@@ -295,9 +299,9 @@ def two_user_section(rep: Report, c) -> None:
         for key in ("bids", "shares", "unit_prices", "utilities"):
             for i, who in enumerate(("L", "H")):
                 name = {"bids": "bid", "shares": "share", "unit_prices": "unit price", "utilities": "utility"}[key]
-                rows.append((label, f"{name} {who}", float(getattr(out, key)[i]), t[key][i]))
+                rows.append((label, f"{name} {who}", float(getattr(out, key)[i]), str(t[key][i])))
         for key in ("revenue", "efficiency", "ratio"):
-            rows.append((label, key, float(getattr(out, key)), t[key]))
+            rows.append((label, key, float(getattr(out, key)), str(t[key])))
     for label, q, ours, th in rows:
         c.check("Table 6.1", f"{label}: {q} (v_L = 2.1, v_H = 5)", th, V.value(th), V.exact(ours), fmt=".5g")
     rep.text(
@@ -343,8 +347,8 @@ def reservation_section(rep: Report, c) -> None:
         f"{', '.join(f'{x:.4f}' for x in b.sh_shares)}, price {b.unit_price:.2f}, revenue {b.revenue:.2f}. "
         "Exact SH shares of the second scenario are 0.3 x (7/54, 16/54, 31/54); the maximum unit price is "
         "10 / (0.3 x 7/54) = 257.14 and revenue 60 + 0.7 x 257.14 = 240.00. The thesis rounded the low "
-        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a known erratum, implementation notes "
-        "section 7 item 12)."
+        "bidder's share to 3.9%, which gives its 256.41 and 239.49 (a rounding erratum in the thesis's "
+        "section 6.5.3)."
     )
     c.check("Sec. 6.5.3", "RES 70%, SH bids 10 and 20: share of the high bidder", "22.5%", V.value("22.5"),
             V.exact(100 * a.sh_shares[1]), fmt=".4g")
@@ -473,7 +477,8 @@ def grid_section(rep: Report, df: pd.DataFrame, runs: int, capacity: int) -> dic
     agree = {}
     if len(t) >= 4:
         agree = {c: spearmanr(t[c], t[d]).statistic for c, d in (("Spearman", "D.1"), ("utility", "D.2"), ("CV revenue", "D.3"))}
-        best = {c: t.loc[t[c].idxmax() if c != "CV revenue" else t[c].idxmin(), ["alpha", "gamma", "epsilon"]].tolist()
+        params = t[["alpha", "gamma", "epsilon"]].to_numpy()  # row of the best (first on ties, NaN skipped)
+        best = {c: params[np.nanargmax(t[c]) if c != "CV revenue" else np.nanargmin(t[c])].tolist()
                 for c in ("Spearman", "utility", "CV revenue")}
         rep.text(
             f"Rank agreement between our {len(t)} cells and the thesis's (Spearman over cells): "
@@ -737,12 +742,12 @@ def claims(df: pd.DataFrame, cap: int, c, prefix: str = "") -> None:
             c.not_attempted(where(label.format(2)), "mean utility per request", f"{THESIS_D2[i]:,}",
                             "level depends on the substitute trace")
             rev = cell.revenue.to_numpy()
-            cv = (lambda r: float(np.std(r, ddof=1) / np.mean(r)))
             c.check(where(label.format(3)), "coefficient of variation of revenue over the runs", f"{THESIS_D3[i]:.3f}",
-                    V.value(f"{THESIS_D3[i]:.3f}"), V.bootstrap_interval(cv, rev) if len(rev) > 2 else None, fmt=".4f")
+                    V.value(f"{THESIS_D3[i]:.3f}"), V.bootstrap_interval(_cv, rev) if len(rev) > 2 else None, fmt=".4f")
         means = g.groupby(["alpha", "gamma", "epsilon"]).agg(spearman=("spearman", "mean"), util=("mean_utility", "mean"))
         for col, what in (("spearman", "largest correlation with demand"), ("util", "largest mean utility")):
-            best = tuple(float(v) for v in means[col].idxmax())
+            params = means.index.to_frame().to_numpy()  # the cell with the largest mean (first on ties)
+            best = tuple(float(v) for v in params[int(np.argmax(means[col].to_numpy()))])
             c.add(where("Sec. 6.4.1"), f"(0.3, 0.3, 0.05) gives the {what}", "(0.3, 0.3, 0.05)", str(best),
                   V.category_verdict((0.3, 0.3, 0.05), best), "cell means over the runs")
         cvs = g.groupby(["alpha", "gamma", "epsilon"]).revenue.agg(lambda r: r.std(ddof=1) / r.mean())
@@ -751,11 +756,16 @@ def claims(df: pd.DataFrame, cap: int, c, prefix: str = "") -> None:
         ch = g[(g.alpha == 0.3) & (g.gamma == 0.3) & (g.epsilon == 0.05)].revenue.to_numpy()
         if len(ch) > 2:
             c.check(where("Sec. 6.4.1"), "the chosen cell's coefficient of variation is 1.3%", "1.3%", V.value("0.013"),
-                    V.bootstrap_interval(lambda r: float(np.std(r, ddof=1) / np.mean(r)), ch), fmt=".4f")
+                    V.bootstrap_interval(_cv, ch), fmt=".4f")
     for what in ("an increase in demand first causes a short drop in the mean percentage bid (Fig. 6.3)",
                  "the results hold for SH and narrow valuations, with smaller differences between cells",
                  "results robust to non-zero initial Q-values"):
         c.not_attempted(where("Sec. 6.4.1"), what, "qualitative", "not run")
+
+
+def _cv(r) -> float:
+    """Coefficient of variation (sample standard deviation / mean)."""
+    return float(np.std(r, ddof=1) / np.mean(r))
 
 
 def _parts(c, where, claim, paper, region, parts: dict, fmt=".3g", note=""):
@@ -808,7 +818,7 @@ DIFFERENCES = """
   above); the substitute trace's congestion is the remaining candidate, and is not tested here.
 * **Common random numbers.** PS and SH see the same valuations and (ZIC) the same bids, so ZIC revenue
   is equal by construction; the independent-stream rows reproduce the thesis's noisy version of the check.
-* **Open points of the thesis** (note section 7 item 9) are decided in the modules' docstrings: rule
+* **Open points of the thesis** (chapter 6 leaves them open) are decided in the modules' docstrings: rule
   input is the total bid b c; b_min = 1; exploit bids at the bin's upper end; one uniform per request and
   second; a request starts in state 0; shared tables updated in request order; the optimum is the
   per-second fractional knapsack. Any of them can move the Q-learning numbers; none changes the ZIC

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -64,7 +65,7 @@ class MarketServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def serve_in_thread(self) -> threading.Thread:
         t = threading.Thread(target=self.serve_forever, name="http", daemon=True)
@@ -72,7 +73,8 @@ class MarketServer(ThreadingHTTPServer):
         return t
 
 
-ROUTES = []
+# (method, path pattern, needs a token, handler), in the order they are tried
+ROUTES: list[tuple[str, re.Pattern[str], bool, Callable]] = []
 
 
 def route(method: str, pattern: str, auth: bool = True):

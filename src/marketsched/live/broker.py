@@ -1,4 +1,4 @@
-"""The broker: a running MOSIX-style market on this machine (seed 000's market, for real).
+"""The broker: a running MOSIX-style market on this machine (the market of Shudler et al. 2010, for real).
 
 It joins four parts, all driven under one lock:
 
@@ -17,7 +17,7 @@ It joins four parts, all driven under one lock:
 Rules of the live market (decisions; the paper's market assumes budgets, not these mechanics)
 --------------------------------------------------------------------------------------------
 * **Charging.** A job pays, per second of running time, the price its payment scheme sets
-  (seed 000, Algorithm 1 steps 2 and 5, as implemented in
+  (Shudler et al. 2010, Algorithm 1 steps 2 and 5, as implemented in
   :mod:`~marketsched.mechanisms.online.pricing`). The broker reads each running job's accrued
   payment (``accrued``) every ``charge_interval`` seconds (default 1 s) and posts what was not
   yet posted, rounded to a micro-unit, as an entry ``user:NAME -> provider:revenue``; a job's
@@ -37,7 +37,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   suspended with SIGSTOP, exactly as when preempted) and wait in state ``held``. A later deposit
   re-enters held jobs (new arrivals at that time, so they queue behind equal bids submitted
   while they were held) as long as each passes the admission rule.
-* **Changing a bid.** A user changes the bid of an active job (``rebid``; seed 000 has no
+* **Changing a bid.** A user changes the bid of an active job (``rebid``; Shudler et al. (2010) have no
   such event): the job keeps its place in submission order (ties), a running job pays its old
   price up to now and the new one from now, and the mechanism decides at once (HB may preempt
   either way). Raising a bid passes the admission rule again at the new bid (402 otherwise,
@@ -45,7 +45,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   re-enters.
 * **Cancel.** A user cancels their own jobs (the administrator any job); the process group is
   killed; what the job accrued until then is charged.
-* **Serial jobs.** The priority mechanisms schedule serial jobs (seed 000 splits parallel jobs
+* **Serial jobs.** The priority mechanisms schedule serial jobs (Shudler et al. (2010) split parallel jobs
   first); a live job must ask for 1 processor (a slot).
 * **WSPT** keys jobs by ``bid / actual run time``, which a live market cannot know at
   submission: here ``wspt`` uses the submitted run-time estimate in its place, which is WSEPT;
@@ -70,6 +70,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marketsched.live.clock import WallClock
 from marketsched.live.engine import LiveEngine
@@ -77,6 +78,9 @@ from marketsched.live.executor import LocalExecutor, read_exit_code
 from marketsched.live.ledger import ACTIVE_STATES, DEPOSITS, MICRO, REVENUE, Store, user_account
 from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
 from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
+
+if TYPE_CHECKING:
+    from marketsched.live.dayahead import DayAhead
 
 LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
@@ -156,6 +160,13 @@ class Active:
     start_ticks: int | None = None
     extra: dict = field(default_factory=dict)
 
+    @property
+    def engine_row(self) -> int:
+        """``row``, for a job known to be in the mechanism (an error otherwise)."""
+        if self.row is None:
+            raise RuntimeError(f"job {self.id} is not in the mechanism")
+        return self.row
+
 
 class Broker:
     """The market. Thread-safe: every public method takes the broker's lock.
@@ -191,7 +202,7 @@ class Broker:
         # note) when a job ends (e.g. "failed" for a job Slurm killed).
         self.executor = executor if executor is not None else make_executor(self.config, self.data / "jobs")
         self._arrange = getattr(self.executor, "arrange", None)
-        self.dayahead = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
+        self.dayahead: DayAhead | None = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
         self.mechanism = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=self.config.pricing,
@@ -207,7 +218,7 @@ class Broker:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._next_charge = math.inf
-        self._last_price = None
+        self._last_price: tuple[float, int, int] | None = None
         with self.lock, self.store.transaction():
             self._now()
             self._recover()
@@ -219,7 +230,7 @@ class Broker:
         return self._t
 
     # ================================================================== lifecycle
-    def start(self) -> "Broker":
+    def start(self) -> Broker:
         """Start the market thread (process exits, charging, running out of money)."""
         self._next_charge = self._t + self.config.charge_interval
         self._thread = threading.Thread(target=self._loop, name="market", daemon=True)
@@ -347,7 +358,7 @@ class Broker:
                 self.active[job_id] = job
                 self._enter([job])
                 self._after()
-            return self._job_view(self.store.job(job_id))
+            return self._stored_view(job_id)
 
     def _admit(self, user: str, bid: float) -> None:
         """Admission rule (module docstring): the balance covers ``admission_seconds`` at the
@@ -368,7 +379,7 @@ class Broker:
             with self.store.transaction():
                 self._cancel(job, f"cancelled by {user}")
                 self._after()
-            return self._job_view(self.store.job(job_id))
+            return self._stored_view(job_id)
 
     def rebid(self, user: str, admin: bool, job_id, bid) -> dict:
         """Change the bid of an active job of the user's (the administrator: any job); the
@@ -392,7 +403,7 @@ class Broker:
                 job.bid = bid
                 self._apply()
                 self._after()
-            return self._job_view(self.store.job(job_id))
+            return self._stored_view(job_id)
 
     def _own_active(self, user: str, admin: bool, job_id: int) -> tuple[dict, Active]:
         """The stored row and active state of a job of the user's (the administrator: any
@@ -448,7 +459,7 @@ class Broker:
             self._now()
             eng = self.engine
             best = self.mechanism.best_queued()
-            keys = [self.mechanism.key[self.active[j].row] for j in self.running_jobs]
+            keys = [self.mechanism.key[self.active[j].engine_row] for j in self.running_jobs]
             return {
                 "t": self._t,
                 "time": self.epoch + self._t,
@@ -462,7 +473,7 @@ class Broker:
                 "best_queued_key": None if best is None else -best[0],
                 "lowest_running_key": min(keys, default=None),
                 "reservation_price": RESERVATION_PRICE,
-                "rates": {str(j): eng.rate(self.active[j].row) for j in sorted(self.running_jobs)},
+                "rates": {str(j): eng.rate(self.active[j].engine_row) for j in sorted(self.running_jobs)},
             }
 
     def price_history(self, since: float | None = None, limit: int = 1000) -> list[dict]:
@@ -506,6 +517,13 @@ class Broker:
         """Deposits, user balances and revenue (currency units), after checking the double entry."""
         with self.lock:
             return {k: v / MICRO for k, v in self.store.check_books().items()}
+
+    def _stored_view(self, job_id: int) -> dict:
+        """The view of a job as the database holds it (after a change just written)."""
+        row = self.store.job(job_id)
+        if row is None:
+            raise MarketError(f"job {job_id} is not in the market's database")
+        return self._job_view(row)
 
     def _job_view(self, row: dict) -> dict:
         v = dict(row)
@@ -583,7 +601,7 @@ class Broker:
                 self._stopped_running(job, t)
                 self._final(job, "cancelled", t, note=f"mechanism: {kind}")
         for job, why in failed:
-            self.engine.withdraw(job.row)
+            self.engine.withdraw(job.engine_row)
             self._final(job, "failed", self._t, note=why)
             self._apply()
 
@@ -664,7 +682,7 @@ class Broker:
         rate: dict[str, float] = {}
         for job_id in self.running_jobs:
             job = self.active[job_id]
-            rate[job.owner] = rate.get(job.owner, 0.0) + eng.rate(job.row)
+            rate[job.owner] = rate.get(job.owner, 0.0) + eng.rate(job.engine_row)
         soonest, broke = math.inf, []
         for user, r in sorted(rate.items()):
             left = self.balance[user] - self._unposted(user)
@@ -680,8 +698,8 @@ class Broker:
         jobs = sorted((j for j in self.active.values() if j.owner == user and j.row is not None), key=lambda j: j.id)
         if not jobs:
             return
-        was_running = [self.engine.running[j.row] for j in jobs]
-        self.engine.withdraw(*sorted(j.row for j in jobs))
+        was_running = [self.engine.running[j.engine_row] for j in jobs]
+        self.engine.withdraw(*sorted(j.engine_row for j in jobs))
         t = self._t
         for job, ran in zip(jobs, was_running):
             self._post(job)  # the row's final amount, up to the balance
@@ -715,7 +733,7 @@ class Broker:
     def _market_price(self) -> float:
         """The price shown: the mean per-second price the running jobs pay now (with HB and
         k-th price, the uniform k-th price); the reservation price when nothing runs."""
-        rates = [self.engine.rate(self.active[j].row) for j in self.running_jobs]
+        rates = [self.engine.rate(self.active[j].engine_row) for j in self.running_jobs]
         return sum(rates) / len(rates) if rates else RESERVATION_PRICE
 
     def _after(self) -> None:
@@ -798,7 +816,8 @@ class Broker:
                 self.balance[acct[5:]] = bal
         for name, _ in self.store.users():
             self.balance.setdefault(name, 0)
-        first, rest = [], []
+        first: list[Active] = []
+        rest: list[Active] = []
         for r in self.store.jobs(states=ACTIVE_STATES):
             job = Active(r["id"], r["owner"], r["bid"], r["estimate"], r["command"], r["state"],
                          charged=r["charged"], unpaid=r["unpaid"], preemptions=r["preemptions"],

@@ -95,7 +95,7 @@ def _money(x) -> str:
 # ---------------------------------------------------------------------------- commands
 @click.group("market")
 def market() -> None:
-    """The live market: a MOSIX-style market sharing this machine among users (seed 000's
+    """The live market: a MOSIX-style market sharing this machine among users (Shudler et al. 2010's
     Highest-Bid with k-th price by default), with accounts, a ledger and a web page."""
 
 
@@ -106,7 +106,8 @@ def market() -> None:
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
 @click.option("--slots", default=2, show_default=True, type=click.IntRange(min=1), help="Jobs that run at once.")
 @click.option("--mechanism", default="hb", show_default=True, type=click.Choice(["hb", "nphb", "wsept", "wspt"]),
-              help="Allocation rule (seed 000): HB preempts; NPHB, WSEPT do not (WSPT here = WSEPT).")
+              help="Allocation rule (Shudler et al. 2010): HB preempts; NPHB, WSEPT do not "
+                   "(WSPT here = WSEPT).")
 @click.option("--pricing", default="kth", show_default=True, type=click.Choice(["kth", "first"]),
               help="Payment rule per second of running time.")
 @click.option("--charge-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -123,7 +124,7 @@ def market() -> None:
                    "suspend/resume; see docs/slurm_and_dayahead.md).")
 @click.option("--partition", default=None, help="Slurm partition for --executor slurm (default: Slurm's default).")
 @click.option("--dayahead", default="off", show_default=True, type=click.Choice(["off", "dpgva", "relaxed"]),
-              help="Also run the day-ahead reservation auction (seed 002 ch. 5 / 7): placebid, showres.")
+              help="Also run the day-ahead reservation auction (Mutz 2008, ch. 5 / 7): placebid, showres.")
 @click.option("--da-clear-at", default="18:00", show_default=True,
               help="Daily clearing time HH:MM (reserves the next day), or +SECONDS for one round that clears "
                    "SECONDS after start (demos, tests).")
@@ -378,7 +379,7 @@ def statement(name, limit, as_json, url, token, token_file) -> None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @client_options
 def placebid(length, deadline, value, nodes, as_json, command, url, token, token_file) -> None:
-    """A sealed day-ahead bid (seed 002's placebid); optional COMMAND after -- runs in the reservation."""
+    """A sealed day-ahead bid (Mutz 2008's placebid); optional COMMAND after -- runs in the reservation."""
     body = {"length": length, "deadline": deadline, "value": value}
     if nodes is not None:
         body["nodes"] = nodes
@@ -397,7 +398,7 @@ def placebid(length, deadline, value, nodes, as_json, command, url, token, token
 @click.option("--json", "as_json", is_flag=True)
 @client_options
 def showres(as_json, url, token, token_file) -> None:
-    """Day-ahead bids and reservations (seed 002's showres); the next clearing."""
+    """Day-ahead bids and reservations (showres, as in Mutz 2008); the next clearing."""
     r = _client(url, token, token_file).get("/api/dayahead")
     if as_json:
         click.echo(json.dumps(r, indent=2))
@@ -450,7 +451,7 @@ def _number_list(text: str, param: str, kind=float) -> list:
               help="How shares are enforced: cgroup v2 cpu.weight, cgroup v1 cpu.shares, or user-space stride "
                    "scheduling (auto: the first that works, in that order).")
 def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> None:
-    """Tycoon mode (seed 004): a proportional-share market over this machine's CPUs.
+    """Tycoon mode (Feldman, Lai & Zhang 2005): a proportional-share market over this machine's CPUs.
 
     One CPU-bound job per (user, host); every --interval each user's agent re-splits its budget
     across the hosts with the best response (Feldman, Lai and Zhang, EC 2005, sec. 4.1) and host j

@@ -1,4 +1,5 @@
-"""Clocks injected into the live engine (DESIGN principle 8).
+"""Clocks injected into the live engine (one rule, one implementation: the live engine runs the
+simulator's policies).
 
 The live engine never reads the time itself: it calls ``clock()``. Tests pass a
 :class:`FakeClock` they move by hand, so a scripted sequence of arrivals and completions

@@ -1,4 +1,4 @@
-"""The day-ahead reservation auction as a service (seed 002, A. Mutz, chapter 5; chapter 7 relaxed).
+"""The day-ahead reservation auction as a service (Mutz 2008, chapter 5; chapter 7 relaxed).
 
 Users place **sealed bids** during the day: a length (s), a deadline (s from the start of the
 reserved period), a maximum price (the bid's value, currency units; the thesis's ``placebid``),
@@ -256,7 +256,9 @@ class DayAhead:
                 bid_id = int(cur.fetchone()[0])
                 self.store.post(t, "escrow", user_account(user), ESCROW, micros, memo=f"day-ahead bid {bid_id}")
                 b.balance[user] -= micros
-            return self.bid(bid_id)
+            placed = self.bid(bid_id)
+            assert placed is not None, "the bid was just inserted"
+            return placed
 
     def _ensure_round(self, r: int) -> None:
         if not self.store._rows("SELECT 1 FROM da_rounds WHERE round = ?", (r,)):
@@ -265,13 +267,14 @@ class DayAhead:
                              (r, ca, ps, self.config.mechanism))
 
     # ------------------------------------------------------------------ views (showres)
-    def bid(self, bid_id: int) -> dict:
+    def bid(self, bid_id: int) -> dict | None:
         rows = self.store._rows(f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids WHERE id = ?", (bid_id,))
         return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
 
     def bids(self, user: str | None = None, round_: int | None = None) -> list[dict]:
         sql = f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids"
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         if user is not None:
             cond.append("owner = ?")
             params.append(user)
@@ -516,7 +519,7 @@ class DayAhead:
         elif st not in ("PENDING", None):
             self._set_job(x, "failed", note=f"slurm: {st}")
 
-    def start(self, every: float = 0.2) -> "DayAhead":
+    def start(self, every: float = 0.2) -> DayAhead:
         def loop():
             while not self._stop.wait(every):
                 try:

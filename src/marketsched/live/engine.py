@@ -1,6 +1,6 @@
 """The live engine: the simulator's policy-facing API on an injected clock.
 
-DESIGN principle 8 (one rule, one implementation): the live market does not re-implement any
+One rule, one implementation: the live market does not re-implement any
 mechanism. It drives the very policy objects the :class:`~marketsched.engine.simulator.Simulator`
 drives (e.g. :class:`~marketsched.mechanisms.online.priority.PriorityScheduler` with
 :class:`~marketsched.mechanisms.online.pricing.KthPrice`), through the same interface:
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.state import ClusterState, SchedulingError

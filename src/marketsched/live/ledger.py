@@ -38,6 +38,10 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psycopg
 
 MICRO = 1_000_000
 DEPOSITS = "external:deposits"
@@ -126,6 +130,7 @@ class Store:
             raise ValueError(f"sync must be 'full' or 'normal', got {sync!r}")
         self._lock = threading.RLock()
         self._depth = 0
+        self.conn: sqlite3.Connection | psycopg.Connection
         if where.startswith(("postgresql://", "postgres://")):
             try:
                 import psycopg  # optional dependency, imported only for a PostgreSQL market

@@ -1,4 +1,5 @@
-"""Replays between the simulator and the live engine (DESIGN principle 8).
+"""Replays between the simulator and the live engine (one rule, one implementation: both run the
+same policy objects).
 
 :func:`replay_live` feeds a workload to a :class:`~marketsched.live.engine.LiveEngine` on a
 :class:`~marketsched.live.clock.FakeClock`, playing the part of the executor: it knows each
@@ -27,7 +28,15 @@ from marketsched.mechanisms.online.priority import PriorityScheduler, make_prior
 from marketsched.workloads.workload import Workload
 
 
-def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", changes=()) -> tuple[LiveEngine, Records]:
+class ReplayEngine(LiveEngine):
+    """The live engine of a replay; ``applied_changes`` lists the ``(t, row, new_bid)`` changes applied."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.applied_changes: list[tuple[float, int, float]] = []
+
+
+def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", changes=()) -> tuple[ReplayEngine, Records]:
     """Run ``rule`` x ``pricing`` over ``workload`` in the live engine on a fake clock.
 
     ``changes``: ``(t, row, new_bid)`` bid changes (the live market's rebid), applied in the
@@ -40,14 +49,13 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", change
     key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
     mech = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=pricing, name=rule)
     clock = FakeClock(0.0)
-    eng = LiveEngine(mech, workload.capacity, clock)
+    eng = ReplayEngine(mech, workload.capacity, clock)
     submit = workload.submit_time.tolist()
     remaining = workload.runtime.tolist()
     procs = workload.procs.tolist()
     n = len(workload)
     finish_at: dict[int, float] = {}
     changes = sorted(changes, key=lambda c: c[0])
-    eng.applied_changes = []
     i = c = 0
     while True:
         t = submit[i] if i < n else math.inf

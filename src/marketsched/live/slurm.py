@@ -1,8 +1,8 @@
 """Slurm executor: the live market drives a real Slurm cluster instead of local processes.
 
 The broker (:mod:`marketsched.live.broker`) keeps deciding *who runs* with the simulator's own
-mechanism (seed 000's Highest-Bid and friends, through the live engine); this executor carries
-the decisions out on Slurm 22.05 through its command-line tools (``shared/notes/slurm.md``:
+mechanism (Highest-Bid of Shudler et al. 2010 and friends, through the live engine); this
+executor carries the decisions out on Slurm 22.05 through its command-line tools (measured:
 PySlurm has no release for 22.05, every control answers in about 5 ms). It has the interface
 the broker uses of :class:`~marketsched.live.executor.LocalExecutor` (``launch``, ``stop``,
 ``cont``, ``kill``, ``adopt``, ``exits``, ``wait``, ``wake``, ``workdir``, ``procs``,
@@ -39,7 +39,7 @@ How the market's decisions map onto Slurm
     oversubscribes a node). A resume is carried out only when Slurm's running jobs leave a free
     CPU (``squeue`` count of the partition's running CPUs below its CPUs); otherwise it is
     deferred and retried at every poll.
-  - *2 s rule*: slurmd delays a resume that comes less than 2 s after the suspend (note). The
+  - *2 s rule*: slurmd delays a resume that comes less than 2 s after the suspend (seen with Slurm 22.05). The
     executor defers such a resume itself until ``suspend + RESUME_GAP``. The market charges
     the job from the moment its mechanism resumed it (at most ``RESUME_GAP`` s early; only when
     a preemptor ends within 2 s of preempting).
@@ -506,6 +506,8 @@ class SlurmExecutor:
         """Slurm's accounting record of a job (``sacct --json``): ``state``, ``exit_code``,
         ``submission``, ``start``, ``end``, ``suspended``, ``elapsed`` (s); None if unknown."""
         if slurm_id is None:
+            if key is None:
+                raise ValueError("accounting: pass the job's key or its Slurm id")
             job = self.procs.get(key) or self.queued.get(key)
             if job is None:
                 from marketsched.live.broker import _proc_file

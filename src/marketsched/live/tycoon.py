@@ -1,6 +1,6 @@
 """Tycoon mode: a proportional-share market over several hosts with best-responding user agents.
 
-Source: seed 004 (M. Feldman, K. Lai, L. Zhang, "A price-anticipating resource allocation
+Source: Feldman, Lai & Zhang (2005) (M. Feldman, K. Lai, L. Zhang, "A price-anticipating resource allocation
 mechanism for distributed shared clusters", EC 2005), the game of
 :mod:`marketsched.mechanisms.games` run for real. User i has a budget X_i and a private weight
 w_ij for host j (what a share of host j is worth to it); every ``interval`` seconds its agent
@@ -162,7 +162,7 @@ class TycoonJob:
 
 
 class TycoonMarket:
-    """Tycoon's proportional share (seed 004, Feldman, Lai and Zhang, EC 2005) over ``hosts``
+    """Tycoon's proportional share (Feldman, Lai & Zhang 2005, ACM EC) over ``hosts``
     (distinct CPU numbers) for users with ``budgets`` (m,) and private ``weights`` (m, n);
     ``interval``: seconds between the agents' re-splits; ``enforcement``: "auto" (see
     :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride"; ``quantum``: the stride
@@ -267,6 +267,7 @@ class TycoonMarket:
                     if x <= 0:
                         self._signal(job, signal.SIGSTOP)
                         continue
+                    assert job.cgroup is not None, "cgroup enforcement gives every job a cgroup"
                     if self.enforcement == "cgroup2":
                         wgt = int(min(V2_MAX, max(1, round(V2_MAX * x / top))))
                         (job.cgroup / "cpu.weight").write_text(str(wgt))
@@ -290,7 +291,8 @@ class TycoonMarket:
         it gets no burst for the time it was out; when an active job's bid changes from b to b',
         its distance to that pass is scaled by b / b' (their dynamic ticket change), so a job
         that once bid almost nothing is not starved after it bids again."""
-        current, last = None, {}  # last: bid of each active job at the previous quantum
+        current: TycoonJob | None = None
+        last: dict[int, float] = {}  # last: bid of each active job at the previous quantum
         while not self._stop.is_set():
             with self._lock:
                 cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]
@@ -315,7 +317,7 @@ class TycoonMarket:
     # ------------------------------------------------------------------ agents
     def resplit(self) -> np.ndarray:
         """One interval of the agents: each user in turn best-responds to the others' bids
-        (seed 004 section 4.1, the library's closed form), the round's bids join ``history``
+        (Feldman, Lai & Zhang 2005, section 4.1; the library's closed form), the round's bids join ``history``
         and the shares follow; returns the new bids. The agents thread calls this."""
         with self._lock:
             for i in range(len(self.budgets)):

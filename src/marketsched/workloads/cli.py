@@ -36,9 +36,8 @@ def list_(traces_dir, cache_dir) -> None:
     from rich.table import Table
 
     table = Table(title="Parallel Workloads Archive traces")
-    for col, justify in (("name", "left"), ("jobs", "right"), ("procs", "right"), ("where", "left"),
-                         ("sha256", "left"), ("note", "left")):
-        table.add_column(col, justify=justify)
+    for col in ("name", "jobs", "procs", "where", "sha256", "note"):
+        table.add_column(col, justify="right" if col in ("jobs", "procs") else "left")
     for name, info in sorted(registry.TRACES.items(), key=lambda kv: kv[0].lower()):
         where, _ = registry.where(name, traces_dir=traces_dir, cache_dir=cache_dir)
         table.add_row(name, _fmt(info.jobs), _fmt(info.procs), where,

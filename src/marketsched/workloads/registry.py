@@ -89,7 +89,7 @@ _ENTRIES = [
            "1.29M serial jobs once split; substitute for SHARCNET WHALE"),
     _entry("KTH-SP2-1996-2.1-cln.swf.gz", "l_kth_sp2",
            "3e152f201fd2e96808a735bced6ea6eb0bb07fdc447689cafb0750d87b264c0b", 28476, 100,
-           "substitute for DAS2-fs4 (seeds 000, 001)"),
+           "substitute for DAS2-fs4 (Shudler et al. 2010; Stößer 2009)"),
     _entry("LANL-CM5-1994-4.1-cln.swf.gz", "l_lanl_cm5",
            "71ff3dfa301b3ee1bd30ebc63c5363b5e8ec488e75f1f9398aa46d485ef23c3c", 122060, 1024),
     # The archive's LCG-2005-1 grid trace, stored here under the name its mirror used.
@@ -127,14 +127,15 @@ _ENTRIES = [
            "08b390c160c41c5d3a70d66c48884b5bb68aa277506988ccdc408913342b38df", 57882, 1524),
     _entry("LPC-EGEE-2004-1.2-cln.swf.gz", "l_lpc",
            "2fc37df5cc14c355fc7a88235f72e54fdf5f0d93de09399d015383ee5c35a59d", 234889, 140,
-           "all serial; used by seeds 000 and 001"),
-    # Traces the seeds used that are not in the shared folder: no known checksum.
-    # Job counts from seed 000 Table I / seed 001 Table 5.1 where given (DAS2-fs4: 32,626 jobs
-    # on 64 CPUs); unsure: the archive's fs0 and SHARCNET figures, left None.
-    _entry("DAS2-fs4-2003-1.swf.gz", "l_das2", None, 32626, 64, "seeds 000 and 001 (64 CPUs, 48 used)"),
-    _entry("DAS2-fs0-2003-1.swf.gz", "l_das2", None, None, 144, "seed 001 ch. 6 (first 1,000 requests)"),
+           "all serial; used by Shudler et al. 2010 and Stößer 2009"),
+    # Traces the papers used that are not in the shared folder: no known checksum.
+    # Job counts from Shudler et al. (2010) Table I / Stößer (2009) Table 5.1 where given
+    # (DAS2-fs4: 32,626 jobs on 64 CPUs); unsure: the archive's fs0 and SHARCNET figures, left None.
+    _entry("DAS2-fs4-2003-1.swf.gz", "l_das2", None, 32626, 64,
+           "Shudler et al. 2010 and Stößer 2009 (64 CPUs, 48 used)"),
+    _entry("DAS2-fs0-2003-1.swf.gz", "l_das2", None, None, 144, "Stößer 2009, ch. 6 (first 1,000 requests)"),
     _entry("SHARCNET-2005-2.swf.gz", "l_sharcnet", None, None, None,
-           "seeds 000, 001: clusters WHALE and REQUIN (how to separate them: unsure)"),
+           "Shudler et al. 2010, Stößer 2009: clusters WHALE and REQUIN (how to separate them: unsure)"),
 ]
 
 #: Registry name -> :class:`TraceInfo`.

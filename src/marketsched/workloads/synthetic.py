@@ -7,7 +7,7 @@ user estimates, and an exact offered load), chosen so that it can be stated in a
 1. **Run time** (seconds): two-phase hyper-exponential, with probability
    ``p_long`` = 0.2 exponential of mean 12,000 s (long jobs), else exponential of mean
    600 s; then ``ceil`` and at least 1 s. Mean about 2,880 s, coefficient of variation
-   about 2.4 (trace logs: LPC 3,212 s and CV 5, seed 001 Table 5.1).
+   about 2.4 (trace logs: LPC 3,212 s and CV 5, Stößer 2009, Table 5.1).
 2. **Processors**: 1 for every job when ``parallel=False``. Otherwise serial with
    probability ``p_serial`` = 0.3, else ``2**k`` with ``k`` uniform on
    ``{1, ..., floor(log2(capacity))}`` (powers of two dominate real logs).

@@ -1,14 +1,15 @@
 """From an SWF log to the workload a simulation runs: clean, split, scale, slice.
 
 Every transform is vectorised (NumPy) and never loses a job silently: the ones that drop
-jobs return or record a :class:`DropReport` with the count per reason (DESIGN.md principle 9).
+jobs return or record a :class:`DropReport` with the count per reason.
 
 - :func:`to_workload` (clean): SWF columns -> :class:`Workload`, with a :class:`DropReport`.
-- :func:`split_parallel`: a k-processor job becomes k serial jobs (seed 001, Table 5.1).
-- :func:`scale_capacity`: keep a fraction of the machine (seed 000 section III.A, Table I: 140 -> 105).
+- :func:`split_parallel`: a k-processor job becomes k serial jobs (Stößer 2009, Table 5.1).
+- :func:`scale_capacity`: keep a fraction of the machine (Shudler et al. 2010, section III.A,
+  Table I: 140 -> 105).
 - :func:`first_jobs`, :func:`time_window`: slices; their report goes into ``meta["drops"]``.
 
-How the LPC-EGEE job count of seed 000 Table I (219,704 serial jobs, mean run time 3,212 s)
+How the LPC-EGEE job count of Shudler et al. (2010), Table I (219,704 serial jobs, mean run time 3,212 s)
 relates to the archive file ``LPC-EGEE-2004-1.2-cln``: the file has 234,889 jobs, 14,194 of
 them cancelled (run time -1, 0 allocated procs), leaving 220,695 with run time >= 0 (mean
 3,196.2 s; 6,373 of them have run time 0, so run time > 0 leaves 214,322, mean 3,291.2 s).
@@ -86,7 +87,7 @@ def to_workload(
 ) -> tuple[Workload, DropReport]:
     """Clean an SWF log into a :class:`Workload` and count what was dropped and why.
 
-    Steps (the paper leaves cleaning to the implementer: seed 000 note section 8.3):
+    Steps (the papers leave cleaning to the implementer):
 
     1. ``procs`` = ``requested_procs``; where it is missing (<= 0, e.g. CTC-SP2 has none)
        ``allocated_procs`` is used. ``procs_from="allocated"`` reverses the preference
@@ -101,9 +102,9 @@ def to_workload(
     5. sort by submit time (stable), as :class:`Workload` requires.
 
     Decision: jobs with run time 0 are kept by default (they were admitted and completed at
-    once; mechanisms must cope: WSPT uses max(runtime, 1), seed 000 note 8.4). Pass
+    once; mechanisms must cope: WSPT uses max(runtime, 1)). Pass
     ``drop_zero_runtime=True`` to drop them. ``keep_status`` (e.g. ``{1}`` for completed jobs
-    only) keeps only the given SWF status codes. Neither reproduces seed 000's 219,704 LPC
+    only) keeps only the given SWF status codes. Neither reproduces the 219,704 LPC
     jobs (see the module docstring), so neither is a default.
     """
     n = len(log)
@@ -159,12 +160,12 @@ def to_workload(
 
 # ---------------------------------------------------------------------------- split
 def split_parallel(w: Workload, name: str | None = None) -> Workload:
-    """Replace each k-processor job by k serial jobs (seed 001 section 5.5.1, Table 5.1).
+    """Replace each k-processor job by k serial jobs (Stößer 2009, section 5.5.1, Table 5.1).
 
-    Source: Stößer's thesis (seed 001), Table 5.1 and its text: parallel jobs are
+    Source: Stößer (2009), Table 5.1 and its text: parallel jobs are
     "serialized", each of the k copies keeping the original's release (submit) time, run
     time and weight ("a collection of serial jobs all with the same weight, release date
-    and runtime"); seed 000 section III.A converts parallel jobs the same way (Table I).
+    and runtime"); Shudler et al. (2010), section III.A, convert parallel jobs the same way (Table I).
 
     Steps: ``np.repeat`` every column by ``procs`` (copies are consecutive rows, so the
     submit-time order is kept), set ``procs`` to 1, keep the capacity (processors become
@@ -191,9 +192,9 @@ def split_parallel(w: Workload, name: str | None = None) -> Workload:
 
 # ---------------------------------------------------------------------------- capacity
 def scale_capacity(w: Workload, fraction: float) -> Workload:
-    """Keep ``floor(capacity * fraction)`` processors (e.g. 0.75 * 140 = 105, seed 000 sec. III.A).
+    """Keep ``floor(capacity * fraction)`` processors (e.g. 0.75 * 140 = 105; Shudler et al. 2010).
 
-    Seed 000 cuts the DAS2 and LPC machines by 25% "to create competition". A fraction
+    Shudler et al. (2010) cut the DAS2 and LPC machines by 25% "to create competition". A fraction
     above 1 grows the machine. Raises ValueError if ``fraction`` is not a finite number > 0,
     if fewer than 1 processor is left, or if a job no longer fits (naming the first one).
     """
@@ -215,7 +216,7 @@ def scale_capacity(w: Workload, fraction: float) -> Workload:
 
 # ---------------------------------------------------------------------------- slices
 def first_jobs(w: Workload, n: int) -> Workload:
-    """The first ``n`` jobs in submit order (seed 001 ch. 6 uses the first 1,000 requests).
+    """The first ``n`` jobs in submit order (Stößer 2009, ch. 6, uses the first 1,000 requests).
 
     The jobs left out are recorded in ``meta["drops"]`` (reason ``after_first_n``).
     """

@@ -1,13 +1,13 @@
 """Job value (weight) models: the true, private value w_i each job's owner holds.
 
-- :func:`bimodal`: 80% N(30, 15) and 20% N(150, 15). Source: seed 000 section II.A, Fig. 1
-  (after Chun & Culler), "less important" and "more important" jobs; seed 001 section 5.5.1
+- :func:`bimodal`: 80% N(30, 15) and 20% N(150, 15). Source: Shudler et al. (2010), section II.A, Fig. 1
+  (after Chun & Culler), "less important" and "more important" jobs; Stößer (2009), section 5.5.1
   uses the same mix, footnote 6: "negative valuations were cut off".
-- :func:`uniform_int`: uniform on {1, ..., 100}. Source: seed 001 section 5.5.1 (Table 5.2).
+- :func:`uniform_int`: uniform on {1, ..., 100}. Source: Stößer (2009), section 5.5.1 (Table 5.2).
 - :func:`per_job`: draw one value per original job of a (possibly split) workload and give
-  every serial copy its parent's value (seed 001: copies keep the weight).
+  every serial copy its parent's value (Stößer 2009: copies keep the weight).
 
-Decision on draws below 0 (seed 000 note section 8.1; the papers say only "cut off"):
+Decision on draws below 0 (the papers say only "cut off"):
 about 1.82% of bimodal draws fall below 0 (0.8 * P(Z < -2)). The default
 ``negative="resample"`` redraws each such value from the *same* component until it is
 >= 0, i.e. each component becomes a normal truncated at 0; the 80/20 mix is exact and no
@@ -44,7 +44,7 @@ def _count(n) -> int:
 
 def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0.2,
             negative: str = "resample") -> np.ndarray:
-    """Values from a two-component normal mix (seed 000 section II.A; seed 001 section 5.5.1).
+    """Values from a two-component normal mix (Shudler et al. 2010, section II.A; Stößer 2009, section 5.5.1).
 
     Steps:
 
@@ -85,7 +85,7 @@ def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0
 
 
 def uniform_int(rng, n: int, low: int = 1, high: int = 100) -> np.ndarray:
-    """Values uniform on the integers ``{low, ..., high}`` (both included; seed 001 section 5.5.1).
+    """Values uniform on the integers ``{low, ..., high}`` (both included; Stößer 2009, section 5.5.1).
 
     Returned as float64 so that every value model has one dtype.
     """

@@ -58,7 +58,7 @@ class Workload:
         name: str = "workload",
         meta: dict | None = None,
         sort: bool = True,
-    ) -> "Workload":
+    ) -> Workload:
         """Validate and build a workload; missing optional columns get defaults.
 
         ``sort=True`` orders rows by submit time (stable), as the engine requires.
@@ -116,7 +116,7 @@ class Workload:
     def columns(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k) for k in COLUMNS}
 
-    def take(self, index, name: str | None = None, **meta) -> "Workload":
+    def take(self, index, name: str | None = None, **meta) -> Workload:
         """Rows selected by a boolean mask or an (increasing) index array."""
         return replace(
             self,
@@ -125,7 +125,7 @@ class Workload:
             meta={**self.meta, **meta},
         )
 
-    def with_capacity(self, capacity: int) -> "Workload":
+    def with_capacity(self, capacity: int) -> Workload:
         return Workload.from_columns(**self.columns, capacity=capacity, name=self.name, meta=self.meta, sort=False)
 
     @property

@@ -1,6 +1,6 @@
 """DPGVA: Dynamic-Programming Generalized Vickrey Auction for day-ahead reservations.
 
-Source: seed 002 (A. Mutz thesis), chapter 5: section 5.1.2 (the dynamic programme, pseudo-code
+Source: Mutz (2008) (A. Mutz, PhD thesis), chapter 5: section 5.1.2 (the dynamic programme, pseudo-code
 ``compute(t, j)``) and section 5.1.3 (GVA / Clarke payments, equation 5.1 utilities).
 
 Every job uses the whole machine. A bid is (length l, deadline d, value v) in time units of
@@ -9,26 +9,26 @@ loser gets nothing and pays nothing.
 
 Allocation, the thesis's forward recursion (section 5.1.2):
 
-1. sort the jobs by *decreasing* deadline, so J_1 has the latest deadline (note 8.3.13: the
+1. sort the jobs by *decreasing* deadline, so J_1 has the latest deadline (a decision: the
    pseudo-code puts job j at the start of the sub-schedule with the lower-index jobs after it,
    which is optimal only in this order; ties in deadline keep the bid order, i.e. stable);
 2. table(t, 0) = 0; table(n, j) = 0 (time runs out at the horizon n);
 3. table(t, j) = table(t, j-1) if t + l_j > d_j, else
    max(v_j + table(t + l_j, j-1), table(t, j-1)) with a strict ">" (ties exclude job j,
-   note 8.3.14);
+   as written);
 4. the answer is table(0, m); walking back from (0, m) gives the jobs in start order, packed
    contiguously from time 0 (no release times, so no idle gaps are needed).
 
 Each row of the table is computed for all t at once (one NumPy pass per job), and the
 schedule is recovered from a boolean "take" table (back-pointers, O(n m) memory) instead of
-the thesis's per-cell job lists (O(n m^2)); see note 8.3.16.
+the thesis's per-cell job lists (O(n m^2)).
 
 Payments (section 5.1.3, Clarke pivot): mu_i = W(-i) - (W - v_i x_i), where W is the optimal
 welfare, W(-i) the optimal welfare without bid i, x_i = 1 if i wins. That needs m+1 solves;
 here all m+1 tables are advanced together as rows of one array (row 0 with everyone, row
 i+1 without bid i), so the m+1 solves cost m vectorised passes over an (m+1, n+1) array.
 
-Decisions where the thesis is silent (note 8.3.15): integer time units 0..n; a job is
+Decisions where the thesis is silent (section 5.1.2 fixes no time indexing): integer time units 0..n; a job is
 feasible at t if t + l <= min(d, n); lengths must be >= 1; deadlines beyond the horizon are
 clipped to it. ``DPGVA`` converts seconds to units: lengths round *up* and deadlines round
 *down* to the granularity, so a winner always gets at least its requested time by its
@@ -153,11 +153,13 @@ def brute_force_schedule(length, deadline, value, horizon: int) -> tuple[np.ndar
     """
     length, deadline, value = check_bids(length, deadline, value, horizon)
     m = len(length)
-    best = [0.0, ()]
+    best_total = 0.0
+    best_seq: tuple[int, ...] = ()
 
-    def extend(t: int, used: int, seq: tuple, total: float):
-        if total > best[0]:
-            best[0], best[1] = total, seq
+    def extend(t: int, used: int, seq: tuple[int, ...], total: float) -> None:
+        nonlocal best_total, best_seq
+        if total > best_total:
+            best_total, best_seq = total, seq
         for j in range(m):
             if not used >> j & 1 and t + length[j] <= deadline[j]:
                 extend(t + int(length[j]), used | 1 << j, seq + (j,), total + value[j])
@@ -165,10 +167,10 @@ def brute_force_schedule(length, deadline, value, horizon: int) -> tuple[np.ndar
     extend(0, 0, (), 0.0)
     start = np.full(m, -1, dtype=np.int64)
     t = 0
-    for j in best[1]:
+    for j in best_seq:
         start[j] = t
         t += int(length[j])
-    return start, float(best[0])
+    return start, float(best_total)
 
 
 class DPGVA:

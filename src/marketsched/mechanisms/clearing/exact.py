@@ -1,4 +1,4 @@
-"""Exact welfare maximisation for the grid exchange (Stößer 2009, seed 001, section 3.4.2,
+"""Exact welfare maximisation for the grid exchange (Stößer 2009, section 3.4.2,
 equations 3.1-3.6; compact form in appendix A), solved as a MIP by HiGHS through
 :func:`scipy.optimize.milp`.
 
@@ -18,7 +18,7 @@ relaxation than the literal 3.6.
 
 "Anytime-CPLEX" (section 3.5.1) stopped at a 0.1 % gap or after 30 minutes and returned
 the best solution found; :func:`solve_exact` does the same with ``mip_rel_gap`` and
-``time_limit`` (decision from note seed001 section 7 item 4: CPLEX 9.1 is not available,
+``time_limit`` (decision: the thesis used CPLEX 9.1, which is not available here;
 HiGHS is; absolute runtimes are not comparable).
 """
 
@@ -59,8 +59,7 @@ class ExactResult:
 def _variables(book: OrderBook):
     """All (j, n, t) allowed by eq. 3.2, as three index arrays (vectorised over pairs)."""
     J, N = book.n_jobs, book.n_nodes
-    jj, nn = np.meshgrid(np.arange(J), np.arange(N), indexing="ij")
-    jj, nn = jj.ravel(), nn.ravel()
+    jj, nn = (a.ravel() for a in np.meshgrid(np.arange(J), np.arange(N), indexing="ij"))
     ok = book.node_reserve[nn] <= book.job_value[jj]
     lo = np.maximum(book.job_release[jj], book.node_start[nn])
     hi = np.minimum(book.job_end[jj], book.node_end[nn])

@@ -1,4 +1,4 @@
-"""GREEDEX: the greedy double-sided multi-attribute exchange of Stößer 2009 (seed 001, ch. 3).
+"""GREEDEX: the greedy double-sided multi-attribute exchange of Stößer (2009, ch. 3).
 
 Allocation -- Algorithm 1 (section 3.4.2), :func:`greedy_allocation`:
 
@@ -21,7 +21,7 @@ Pricing -- section 3.4.3:
 
 Both schemes are budget-balanced by construction (sum p_j == sum p_n).
 
-Decisions the thesis leaves open (note seed001 section 7, items 1-3):
+Decisions the thesis leaves open:
 
 * Ties in the job ranking go to the lower job index, ties among nodes to the lower node
   index (stable sorts).
@@ -58,7 +58,7 @@ class Allocation:
     @property
     def allocated(self) -> np.ndarray:
         """Boolean per job: allocated in all its slots."""
-        return (self.assign >= 0).any(axis=1)
+        return np.asarray((self.assign >= 0).any(axis=1))
 
     def job_nodes(self, j: int) -> np.ndarray:
         """Node per slot r_j..e_j for an allocated job."""
@@ -153,7 +153,7 @@ class _SlotState:
         self.cpu = np.where(avail, book.node_cpu[self.order][None, :], -np.inf)
         self.mem = np.where(avail, book.node_mem[self.order][None, :], -np.inf)
 
-    def copy(self) -> "_SlotState":
+    def copy(self) -> _SlotState:
         """An independent copy of the capacity arrays (ranking shared)."""
         twin = object.__new__(_SlotState)
         twin.order, twin.reserve = self.order, self.reserve

@@ -1,4 +1,4 @@
-"""Order book of the grid exchange (Stößer 2009, seed 001, chapter 3, section 3.4.1).
+"""Order book of the grid exchange (Stößer 2009, chapter 3, section 3.4.1).
 
 A node offer is ``theta_n = (v_n, C_n, M_n, R_n, E_n)``: reserve price per CPU unit per
 timeslot, CPU and memory capacity, first and last available timeslot. A job request is
@@ -44,7 +44,7 @@ class OrderBook:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_arrays(cls, *, job_value, job_cpu, job_mem, job_release, job_end,
-                    node_reserve, node_cpu, node_mem, node_start, node_end) -> "OrderBook":
+                    node_reserve, node_cpu, node_mem, node_start, node_end) -> OrderBook:
         """Validate the ten columns and build a book; raises ValueError naming the problem."""
         raw = dict(job_value=job_value, job_cpu=job_cpu, job_mem=job_mem, job_release=job_release,
                    job_end=job_end, node_reserve=node_reserve, node_cpu=node_cpu, node_mem=node_mem,
@@ -83,7 +83,7 @@ class OrderBook:
         return cls(**cols)
 
     @classmethod
-    def from_rows(cls, jobs, nodes) -> "OrderBook":
+    def from_rows(cls, jobs, nodes) -> OrderBook:
         """Build from row tuples ``(v, c, m, r, e)`` per job and ``(v, C, M, R, E)`` per node."""
         jobs = np.asarray(jobs, dtype=np.float64).reshape(-1, 5) if len(jobs) else np.zeros((0, 5))
         nodes = np.asarray(nodes, dtype=np.float64).reshape(-1, 5) if len(nodes) else np.zeros((0, 5))
@@ -110,7 +110,7 @@ class OrderBook:
         ends = [int(a.max()) + 1 for a in (self.job_end, self.node_end) if a.size]
         return max(ends, default=0)
 
-    def with_job_value(self, job: int, value: float) -> "OrderBook":
+    def with_job_value(self, job: int, value: float) -> OrderBook:
         """The same book with job ``job`` reporting ``value`` (for misreporting studies)."""
         v = self.job_value.copy()
         v[job] = value
@@ -118,7 +118,7 @@ class OrderBook:
             raise ValueError(f"job_value of job {job} must be finite and >= 0, got {value}")
         return replace(self, job_value=v)
 
-    def with_node_reserve(self, node: int, reserve: float) -> "OrderBook":
+    def with_node_reserve(self, node: int, reserve: float) -> OrderBook:
         """The same book with node ``node`` reporting ``reserve``."""
         v = self.node_reserve.copy()
         v[node] = reserve
@@ -156,7 +156,7 @@ def generate_order_book(n_nodes: int, n_jobs: int, rng: np.random.Generator, *,
     valuation       integer Uniform[10, 20]    integer Uniform[7, 12]
     ==============  =========================  =========================
 
-    Decisions (note seed001 section 4.1 and section 7 item 5):
+    Decisions (the thesis leaves these open):
 
     * The second lognormal parameter is the log-space *standard deviation* sigma, although
       the text calls it a variance: only sigma = 0.15 reproduces the stated memory mean

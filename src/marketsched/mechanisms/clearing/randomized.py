@@ -1,5 +1,5 @@
 """Randomized pay-as-bid heuristic and distributed randomized mechanism (Stößer 2009,
-seed 001, chapter 4: equation 4.1, algorithm 2 in appendix B.1, section 4.4).
+chapter 4: equation 4.1, algorithm 2 in appendix B.1, section 4.4).
 
 Randomized allocation (eq. 4.1, algorithm 2), :func:`randomized_allocation`:
 
@@ -21,7 +21,7 @@ have weight 0 and are never drawn (algorithm 2 stops when the weight sum is 0).
 
 Pricing, :func:`pay_as_bid`: a winner pays its report, p_j = v~_j c_j d_j (section 4.3;
 d_j added because the simulations use the chapter-3 books with time). The thesis leaves
-payments to providers open (providers are obedient, note seed001 section 7 item 7); we pay
+payments to providers open (providers are obedient); we pay
 each node what the jobs it hosts pay for those slots, i.e. k-pricing with k = 0, which is
 budget-balanced and individually rational for nodes (v~_j >= v_n on every used node).
 

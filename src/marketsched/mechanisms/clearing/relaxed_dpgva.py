@@ -1,6 +1,6 @@
 """Relaxed DPGVA: random-restart greedy reservations with Clarke payments on top.
 
-Source: seed 002 (A. Mutz thesis), chapter 7: section 7.1.2 (the search heuristic kappa') and
+Source: Mutz (2008) (A. Mutz, PhD thesis), chapter 7: section 7.1.2 (the search heuristic kappa') and
 the payment expression after it (GVA with kappa', utilities 7.1).
 
 A bid is (length l, deadline d, value v, nodes n); a winner gets exactly l contiguous time
@@ -9,7 +9,7 @@ so none of the GVA guarantees hold (see "Odd payments" below).
 
 Allocation kappa' at search depth D (section 7.1.2):
 
-1. repeat D times (the first ordering counts as one; note 8.4.18):
+1. repeat D times (the first ordering counts as one; the thesis does not say):
    a. shuffle the bids uniformly at random;
    b. insert each bid, in that order, into an empty availability profile of ``capacity``
       nodes over the horizon (24 h in the thesis) at its earliest window of n nodes for l
@@ -28,13 +28,13 @@ NumPy passes over a (D, horizon) array instead of D Python-level insertions.
 
 Decisions where the thesis is silent:
 
-* Random streams (note 8.4.17): ``streams="independent"`` (default, what "each without-i run
+* Random streams (chapter 7 does not say how the m+1 searches draw): ``streams="independent"`` (default, what "each without-i run
   is a separate random search" reads as) gives each of the m+1 searches its own child
   generator spawned from ``rng``; ``streams="common"`` reuses the main search's orderings
   with bid i deleted (common random numbers: less noise, losers then never pay < 0).
 * Time indexing as in the DPGVA (integer units, deadlines clipped to the horizon,
   feasible iff start + l <= d).
-* Odd payments (note 8.4.17): the formula is applied literally, with no cap. Because kappa'
+* Odd payments (the thesis gives no capping rule): the formula is applied literally, with no cap. Because kappa'
   is suboptimal and random, W'(-i) can be below W' - v_i (a winner gets paid, mu < 0), above
   W' (mu > v_i, negative payoff), and a loser can pay or be paid when the search without it
   finds a different value. ``ReservationOutcome.payments`` reports these as they come; the
@@ -157,7 +157,7 @@ def relaxed_dpgva(length, deadline, value, nodes, capacity: int, horizon: int, d
 
 def brute_force_orderings(length, deadline, value, nodes, capacity: int, horizon: int,
                           max_bids: int = 8) -> tuple[np.ndarray, float]:
-    """Best greedy schedule over *all* m! orderings (note 8.4.19); small m only."""
+    """Best greedy schedule over *all* m! orderings (the brute-force solver of section 7.2.2); small m only."""
     import itertools
 
     length, deadline, value = check_bids(length, deadline, value, horizon, "brute_force_orderings")
@@ -200,7 +200,7 @@ def optimal_schedule(length, deadline, value, nodes, capacity: int, horizon: int
         cc.append(np.full(len(cover), v_idx))
         vv.append(np.full(len(cover), nodes[j_of[v_idx]]))
     cap = coo_matrix((np.concatenate(vv), (np.concatenate(rr), np.concatenate(cc))), shape=(T, nv))
-    res = milp(-value[j_of], integrality=np.ones(nv), bounds=Bounds(0, 1),
+    res = milp(-value[j_of], integrality=np.ones(nv, dtype=np.int64), bounds=Bounds(0, 1),
                constraints=[LinearConstraint(one, 0, 1), LinearConstraint(cap, 0, capacity)])
     if res.x is None:
         raise RuntimeError(f"optimal_schedule: MILP failed: {res.message}")

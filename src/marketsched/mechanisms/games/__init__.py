@@ -1,6 +1,6 @@
 """Static games over matrices.
 
-``fixed_budget`` (seed 004, Feldman, Lai, Zhang 2005: the Tycoon fixed-budget proportional-share
+``fixed_budget`` (Feldman, Lai & Zhang 2005: the Tycoon fixed-budget proportional-share
 game), ``best_response`` (sections 4.1-4.3), ``dynamics`` (section 5), ``metrics`` (sections 2, 3,
 4.2 and the section 5.1 baselines).
 """

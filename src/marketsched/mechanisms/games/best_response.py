@@ -1,9 +1,8 @@
 """Best responses in the fixed-budget game: closed form, local search, greedy adjustment.
 
-Source: seed 004 (Feldman, Lai, Zhang, EC 2005), section 4; note ``shared/notes/seed004.md``
-section 2. Everything here is a pure function of one user's weights w, the other users'
-total bids y (the reserve eps already added by the caller: y_j = eps + sum_{k != i} x_kj) and
-the user's budget X.
+Source: Feldman, Lai & Zhang (2005, ACM EC), section 4. Everything here is a pure function of one
+user's weights w, the other users' total bids y (the reserve eps already added by the caller:
+y_j = eps + sum_{k != i} x_kj) and the user's budget X.
 
 Infinite parallelism, section 4.1 ("sort and prefix"), maximise sum_j w_j x_j / (x_j + y_j)
 subject to sum_j x_j = X, x_j >= 0:
@@ -13,14 +12,14 @@ subject to sum_j x_j = X, x_j >= 0:
 3. x_j = 0 for j > k, and x_j = sqrt(w_j y_j) / sum_{i<=k} sqrt(w_i y_i) * (X + sum_{i<=k} y_i) - y_j
    for j <= k.
 
-Decisions taken here (the paper leaves them open; note section 2.2):
+Decisions taken here (the paper leaves them open):
 
 * y_j = 0 on a machine with w_j > 0 has no best response (the supremum, an infinitesimal bid
   taking the whole machine, is not attained). This is refused with a ValueError; use a
   reserve eps > 0 (the perturbed game Q^eps of appendix A), which makes every y_j >= eps.
 * Machines with w_j = 0 get ratio 0 (also when y_j = 0: 0/0 is defined as 0) and never a bid.
 * Ties in w_j/y_j keep machine-index order (stable sort); "largest k" as the paper writes it
-  (the note checked that "extend until the inequality first fails" gives the same answer).
+  (checked numerically while planning this project: "extend until the inequality first fails" gives the same answer).
 * Round-off: tiny negative bids are clipped to 0 and the bids rescaled to sum to X exactly.
 * A user with all weights 0 splits its budget evenly (appendix A's convention).
 """
@@ -285,11 +284,11 @@ def local_search(weights, others, budget, k: int, reserve: float = 0.0,
     3-5. For each i in A and each j not in A, B = A - {i} + {j}; if U(B) > U(A), A <- B, goto 2.
     6. Output x(A).
 
-    Decisions (the paper leaves them open; note section 2.3): first improvement as written, in
+    Decisions (the paper leaves them open): first improvement as written, in
     the loop order "i over A in the order A is held, j over the outside machines by decreasing
     w_j/y_j" (all swaps of a pass are evaluated at once, vectorised, and the first improving
     one in that order is taken, which is the same as the paper's nested loop); "U(B) > U(A)"
-    means better by more than ``rel_tol`` relatively (the note needed a tolerance to stop
+    means better by more than ``rel_tol`` relatively (without one, the search can go on with
     endless 1e-12 improvements); at most 1000 swaps per call.
     """
     w, ye, b = _check_inputs(weights, others, budget, reserve)

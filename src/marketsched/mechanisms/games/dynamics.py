@@ -1,12 +1,12 @@
 """Iterated best-response (or greedy) dynamics of the fixed-budget game, and equilibrium checks.
 
-Source: seed 004 (Feldman, Lai, Zhang, EC 2005), section 5 ("Iterative Method", "Convergence
-Criteria"); note ``shared/notes/seed004.md`` section 2.5.
+Source: Feldman, Lai & Zhang (2005, ACM EC), section 5 ("Iterative Method", "Convergence
+Criteria").
 
 Steps (section 5):
 
 1. Every user starts from weight-proportional bids, x_ij = X_i w_ij / sum_k w_ik (finite
-   parallelism: over its k_i highest-weight machines; the note's choice).
+   parallelism: over its k_i highest-weight machines; a decision, the paper does not say).
 2. In each iteration every user updates its bids once: the closed-form best response
    (section 4.1), the local search (section 4.2) under finite parallelism, or one local greedy
    adjustment (section 4.3).
@@ -25,13 +25,13 @@ Decisions (the paper leaves them open):
 
 * Update order: **sequential** by default (Gauss-Seidel: users update one after the other in
   index order, each seeing the latest bids); ``order="simultaneous"`` (Jacobi: everybody
-  answers the previous iteration's bids, vectorised) is available. The note checked
+  answers the previous iteration's bids, vectorised) is available. Runs made while planning this project showed
   numerically that sequential updates reproduce the paper's numbers, while undamped
   simultaneous best responses oscillate (every user rushes to the same cheap machines;
   efficiency falls to 0.01-0.5 and nothing converges in 200 iterations).
 * One iteration = one update of every user.
 * ``damping`` d (default 0, the paper's plain best response): a user moves only part of the way,
-  x_i <- d x_i + (1 - d) BR_i (the note: damping 0.2-0.5 partly rescues simultaneous updates;
+  x_i <- d x_i + (1 - d) BR_i (damping 0.2-0.5 partly rescues simultaneous updates, see tests/test_fixed_budget.py;
   it also helps sequential updates out of the 2-cycles two-player games can fall into).
   Infinite parallelism only (a mix of two k-machine bids may use more than k machines).
 * The greedy step is ``greedy_step`` = 1% of the user's budget and the marginal gap threshold
@@ -51,8 +51,10 @@ from marketsched.mechanisms.games.best_response import (
     _br_one,
     _br_rows,
     _local_search_one,
-    greedy_step as _greedy_step,
     response_utility,
+)
+from marketsched.mechanisms.games.best_response import (
+    greedy_step as _greedy_step,
 )
 from marketsched.mechanisms.games.fixed_budget import FixedBudgetGame, shares_of, top_k_sums, weight_proportional_bids
 from marketsched.mechanisms.games.metrics import envy_freeness, social_optimum, utility_uniformity
@@ -207,7 +209,7 @@ def regrets(game: FixedBudgetGame, bids) -> np.ndarray:
         top_k_sums(w * np.where(x > 0, x / (x + ys), 0.0), game.parallelism)
     if game.finite:
         best = np.array([
-            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.parallelism[i]))[0], ys[i])
+            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.bounds[i]))[0], ys[i])
             for i in range(game.m)])
     else:
         best = response_utility(w, _br_rows(w, ys, game.budgets), ys)

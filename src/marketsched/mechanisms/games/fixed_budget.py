@@ -1,8 +1,8 @@
 """The fixed-budget proportional-share game (Tycoon).
 
-Source: seed 004, Feldman, Lai and Zhang, "A Price-Anticipating Resource Allocation Mechanism
+Source: Feldman, Lai & Zhang (2005), "A Price-Anticipating Resource Allocation Mechanism
 for Distributed Shared Clusters" (ACM EC 2005), section 2 ("The model"), with the perturbed
-game Q^eps of appendix A; implementation note ``shared/notes/seed004.md``.
+game Q^eps of appendix A.
 
 The game, step by step (section 2):
 
@@ -14,7 +14,7 @@ The game, step by step (section 2):
    Delta in section 5.2): U_i is the sum of the k_i largest w_ij r_ij and the user bids on at
    most k_i machines.
 
-Decision taken here (the paper leaves it open; note section 2.2): the *reserve* bid. With
+Decision taken here (the paper leaves it open): the *reserve* bid. With
 ``reserve = eps > 0`` the game is the paper's own perturbed game Q^eps of appendix A,
 r_ij = x_ij / (eps + Y_j): the host holds a reserve bid eps that is never allocated to
 anybody. Without it a machine nobody else bids on has no best response (bidding any
@@ -25,7 +25,7 @@ budget, which is 1); the analytic examples of section 3 use ``reserve = 0``.
 
 Budgets X_i = 1 and weights normalised to sum 1 per user are the paper's normalisation for
 all its analysis (section 3); the instance generators apply it ("normalized thereafter",
-section 5.1; the note checked numerically that the correlated weights must be normalised
+section 5.1; runs made while planning this project showed that the correlated weights must be normalised
 too to reproduce the paper's fairness numbers).
 """
 
@@ -71,7 +71,8 @@ def _as_vector(name: str, value, length: int, positive: bool = True) -> np.ndarr
 
 @dataclass(frozen=True)
 class FixedBudgetGame:
-    """A fixed-budget proportional-share game (seed 004, section 2; appendix A for ``reserve``).
+    """A fixed-budget proportional-share game (Feldman, Lai & Zhang 2005, section 2; appendix A
+for ``reserve``).
 
     weights:      (m, n) preference weights w_ij >= 0.
     budgets:      (m,) budgets X_i > 0 (a scalar is broadcast).
@@ -113,6 +114,11 @@ class FixedBudgetGame:
         return self.weights.shape[1]
 
     @property
+    def bounds(self) -> np.ndarray:
+        """(m,) parallelism bounds k_i; n for every user when there is none (a bound >= n is no bound)."""
+        return np.full(self.m, self.n, np.int64) if self.parallelism is None else self.parallelism
+
+    @property
     def finite(self) -> bool:
         """True when some user's parallelism bound is below n (otherwise the infinite model)."""
         return self.parallelism is not None and bool(np.any(self.parallelism < self.n))
@@ -128,10 +134,10 @@ class FixedBudgetGame:
             raise ValueError(f"bids of user {i} sum to {spent[i]}, not its budget {self.budgets[i]} (fixed budget, section 2)")
         if self.finite:
             count = (x > 0).sum(axis=1)
-            over = count > self.parallelism
+            over = count > self.bounds
             if over.any():
                 i = int(np.flatnonzero(over)[0])
-                raise ValueError(f"user {i} bids on {count[i]} machines, above its parallelism bound {self.parallelism[i]}")
+                raise ValueError(f"user {i} bids on {count[i]} machines, above its parallelism bound {self.bounds[i]}")
         return x
 
     def shares(self, bids) -> np.ndarray:
@@ -189,7 +195,7 @@ def uniform_game(m: int, n: int, rng: np.random.Generator, parallelism=None,
 def correlated_game(m: int, n: int, rng: np.random.Generator, dims: int = 3, parallelism=None,
                     reserve: float = DEFAULT_RESERVE) -> FixedBudgetGame:
     """Correlated preferences (section 5.1): w_ij = p_i . q_j with ``dims`` = 3 resource
-    profiles of i.i.d. U(0, 1) entries, normalised per user (note: checked numerically that
+    profiles of i.i.d. U(0, 1) entries, normalised per user (checked numerically while planning this project:
     normalising reproduces the paper; raw weights give far lower utility uniformity); X_i = 1."""
     p = rng.random((m, dims))
     q = rng.random((n, dims))
@@ -216,8 +222,8 @@ def opposite_equilibria(alpha: float) -> list[tuple[float, np.ndarray]]:
     """Every equilibrium of the opposite-weight game (section 3.1): (delta, bids) per nonnegative root.
 
     The roots of f(delta) = delta^3 - c delta^2 + c delta - 1, c = 1/(2 alpha (1 - alpha)) - 1,
-    smallest first; the bids are appendix B's with beta = 1 - alpha, using the corrected closed
-    forms of the note (section 3): user 1 bids x = 1/(1 + delta^2 (1 - alpha)/alpha) on machine 1,
+    smallest first; the bids are appendix B's with beta = 1 - alpha (the printed closed forms for x
+    and y are wrong, so they are re-derived from the appendix's own equations): user 1 bids x = 1/(1 + delta^2 (1 - alpha)/alpha) on machine 1,
     user 2 bids y = 1/(1 + delta^2 alpha/(1 - alpha)). delta = 1 is the symmetric equilibrium.
     """
     if not 0 < alpha < 1:
@@ -251,7 +257,7 @@ def worst_case_game(n: int) -> tuple[FixedBudgetGame, np.ndarray]:
 def weight_proportional_bids(game: FixedBudgetGame) -> np.ndarray:
     """Baseline and starting point of the dynamics (section 5): x_ij = X_i w_ij / sum_k w_ik.
 
-    Under finite parallelism (decision, as the note did): proportional to the weights of the
+    Under finite parallelism (a decision, the paper does not say): proportional to the weights of the
     user's k_i highest-weight machines only (ties broken by machine index). A user with all
     weights zero splits evenly (appendix A's convention), over its first k_i machines if bounded.
     """
@@ -260,7 +266,7 @@ def weight_proportional_bids(game: FixedBudgetGame) -> np.ndarray:
         order = np.argsort(-w, axis=1, kind="stable")
         rank = np.empty_like(order)
         np.put_along_axis(rank, order, np.arange(game.n)[None, :].repeat(game.m, 0), axis=1)
-        keep = rank < game.parallelism[:, None]
+        keep = rank < game.bounds[:, None]
         w = np.where(keep, w, 0.0)
     else:
         keep = np.ones_like(w, dtype=bool)

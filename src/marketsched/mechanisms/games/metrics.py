@@ -1,6 +1,6 @@
 """Efficiency and fairness of allocations in the fixed-budget game, and the baselines.
 
-Source: seed 004 (Feldman, Lai, Zhang, EC 2005): section 2 (definitions of efficiency,
+Source: Feldman, Lai & Zhang (2005, ACM EC): section 2 (definitions of efficiency,
 utility uniformity and envy-freeness), section 3 (social optimum, infinite parallelism),
 section 4.2 (Lemma 1: social optimum under finite parallelism is a maximum-weight matching),
 section 5.1 (baselines: social optimum and weight-proportional bidding).
@@ -9,7 +9,7 @@ section 5.1 (baselines: social optimum and weight-proportional bidding).
 * Utility uniformity tau = min_i U_i / max_i U_i.
 * Envy-freeness rho = min_{i != j} U_i(r_i) / U_i(r_j); envy-free iff rho >= 1.
 
-Decisions (note section 1 [impl]): the simulation measures the one equilibrium it reaches,
+Decisions (the paper leaves these open): the simulation measures the one equilibrium it reaches,
 not the minimum over all equilibria; the envy pairs exclude i = j; a pair with
 U_i(r_j) = 0 is skipped (ratio +inf, also for 0/0), U_i(r_i) = 0 < U_i(r_j) gives 0; with
 no pair left rho = +inf. Uniformity with every utility 0 is 1 (all equal).
@@ -40,7 +40,7 @@ def social_optimum(game: FixedBudgetGame) -> tuple[float, np.ndarray]:
         best = np.argmax(w, axis=0)
         r[best, np.arange(game.n)] = 1.0
         return float(w.max(axis=0).sum()), r
-    owner = np.repeat(np.arange(game.m), game.parallelism)       # row -> user of each copy
+    owner = np.repeat(np.arange(game.m), game.bounds)       # row -> user of each copy
     rows, cols = linear_sum_assignment(w[owner], maximize=True)
     r[owner[rows], cols] = 1.0
     return float(w[owner[rows], cols].sum()), r
@@ -54,7 +54,7 @@ def envy_matrix(game: FixedBudgetGame, shares: np.ndarray) -> np.ndarray:
     # 150 x 100 x 150 product that einsum does in ~1 ms.
     if not game.finite:
         return np.einsum("ik,jk->ij", w, shares)
-    k = game.parallelism
+    k = game.bounds
     if np.all((shares > 0).sum(axis=1) <= k.min()):              # bundles small enough: plain sum
         return np.einsum("ik,jk->ij", w, shares)
     return np.vstack([top_k_sums(w[i] * shares, np.full(game.m, k[i])) for i in range(game.m)])

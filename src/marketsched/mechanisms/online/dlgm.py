@@ -3,9 +3,9 @@
 Sources
 -------
 * DLGM (Decentralized Local Greedy Mechanism) of Heydenreich, Müller & Uetz (2006), as
-  Stößer's thesis states it (seed 001, section 5.3, Steps 1-3, Figure 5.1; Theorems 1-2,
+  Stößer's thesis states it (Stößer 2009, section 5.3, Steps 1-3, Figure 5.1; Theorems 1-2,
   Appendix C, Lemmas 4-6).
-* P-DLGM, its preemptive extension (seed 001, section 5.4, Steps 1-3, the formulas for the
+* P-DLGM, its preemptive extension (Stößer 2009, section 5.4, Steps 1-3, the formulas for the
   tentative completion time ``e^_j(n)`` and payment ``p^_j(n)``, Theorems 3-5, Lemma 1).
 
 The problem is ``P|r_j|sum v_j e_j`` (DLGM) or ``P|r_j, pmtn|sum v_j e_j`` (P-DLGM) on ``m``
@@ -58,8 +58,8 @@ The credit is booked (``sim.charge(k, -credit)``) when ``k`` completes. This is 
 the payers' transfers, computed independently of ``k``'s completion time, so the tests
 "ex-post utility = tentative utility" and "payments sum to zero" can fail.
 
-Decisions (open in the thesis; seed001 note, section 7 item 8)
---------------------------------------------------------------
+Decisions (open in the thesis)
+------------------------------
 * **Ties in the node choice**: the lowest node index among the nodes of maximal tentative
   utility (``numpy.argmin`` of the cost ``-u^``). An idle node is taken without pricing the
   others when every reported weight is positive, ``d~_j > 0`` and no zero-length job is
@@ -122,7 +122,7 @@ def ratio_buckets(ratios: np.ndarray, max_buckets: int, frequent: int = 8) -> tu
     base = np.empty(values.shape[0], dtype=bool)
     base[0] = True
     base[1:] = group[1:] != group[:-1]
-    k = frequent
+    k: int | None = frequent
     while True:
         starts = base.copy()
         if k is not None:
@@ -173,7 +173,7 @@ class DLGM:
         Reported run time ``d~_j`` of each job; must equal the workload's run times (the
         engine runs jobs for those; see the module decisions).
     preemptive:
-        False: DLGM (seed 001 section 5.3); True: P-DLGM (section 5.4).
+        False: DLGM (Stößer 2009, section 5.3); True: P-DLGM (section 5.4).
     max_buckets:
         Upper bound on ratio buckets (speed/memory only; results do not depend on it).
         Default: ``min(8192, 2**22 // nodes)``, at least 1.
@@ -185,6 +185,8 @@ class DLGM:
         (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
         instances only).
 
+    Notes
+    -----
     After the run: ``tentative_completion``, ``tentative_payment``, ``node``, ``received``
     (compensation received, >= 0), ``paid`` (= ``tentative_payment``, what the job paid at
     arrival), NumPy arrays over job rows; the engine's ``Records.payment`` is the net payment
@@ -290,7 +292,8 @@ class DLGM:
         self.idle = list(range(m))  # heap of idle nodes (lazy: may hold busy ones)
         self.preemption_count = 0
         self.zero_running = 0  # running jobs with no work left (run time 0, started this batch)
-        self._cache = None  # offers of the last arrival, reused by identical copies (same t, v, d)
+        # offers of the last arrival, reused by identical copies (same t, v, d): (v, d, A, B, run_ahead, cost)
+        self._cache: tuple | None = None
 
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
         self._cache = None

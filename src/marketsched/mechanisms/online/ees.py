@@ -1,6 +1,6 @@
 """Expected Externality Scheduler (EES) and relaxed EES over a queue snapshot.
 
-Source: seed 002 (A. Mutz, "Eliciting Honest Behavior on Computational Grids", UCSB thesis),
+Source: Mutz (2008) (A. Mutz, "Eliciting Honest Behavior on Computational Grids", UCSB thesis),
 chapter 4 (EES, equations 4.1-4.6) and chapter 6 (relaxed EES, equations 6.1-6.6, delay
 estimation of section 6.1.3). The payment rule is the Expected Externality mechanism of
 Arrow and d'Aspremont / Gerard-Varet (AGV), thesis equation 3.1.
@@ -9,7 +9,7 @@ EES (chapter 4), for the job i at the front of a FIFO queue of I jobs, each job 
 
 1. a = v_i                                   (4.1)
 2. b = sum_{j != i} d_j * r_i                (4.2)
-3. run i if a >= b, else discard it          (4.3)  (ties run, note 8.1.9)
+3. run i if a >= b, else discard it          (4.3)  (ties run: a >= b, section 4.1.2)
 4. every queued job m pays
    mu_m = 1/(I-1) sum_{j != m} xi_j(t_j) - xi_m(t_m)                      (4.4)
    with xi_j(t_j) = E_{s_-j}[ sum_{l != j} U(s_l, kappa(t_j, s_-j)) ] the expected welfare
@@ -23,7 +23,7 @@ its earliest window of n free nodes for r); utilities (6.5)-(6.6) change accordi
 Both are the same computation with a per-job *externality weight* w_j (w_j = r_i in EES,
 w_j = delay_j(i) in relaxed EES): run iff v_i >= sum_j w_j d_j.
 
-Decisions taken where the thesis is silent (seed 002 note, section 8):
+Decisions taken where the thesis is silent:
 
 * What is sampled (8.1.1): only v of the front job and d of the waiting jobs; r and n are
   public, fixed at their declared values. Hence the relaxed-EES delays are computed once
@@ -59,10 +59,10 @@ point: a job arrives to an idle machine, or a node frees and the queue is not em
             discard front job (final state "discarded"), pop it, decide on the next
 
 The snapshot is position-ordered (index 0 is the queue head); ``Decision.payments[k]`` is
-charged to ``Decision.job_ids[k]``. Discarding takes zero time (note 8.1.7). For the relaxed
-EES the driver passes the availability profile of running and committed jobs (note 8.2.10:
+charged to ``Decision.job_ids[k]``. Discarding takes zero time (the thesis does not say). For the relaxed
+EES the driver passes the availability profile of running and committed jobs (a decision:
 an accepted job is committed to the plan at its planned start); the mechanism never modifies
-it. Balances may go negative (note 8.1.6: no budgets are specified).
+it. Balances may go negative (the thesis specifies no budgets).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ ESTIMATORS = ("cached", "naive", "exact")
 # --------------------------------------------------------------------------- priors
 @dataclass(frozen=True)
 class Uniform:
-    """Uniform prior on [low, high] (seed 002, section 8.3: all preferences are uniform)."""
+    """Uniform prior on [low, high] (Mutz 2008, section 8.3: all preferences are uniform)."""
 
     low: float
     high: float
@@ -296,9 +296,9 @@ def expected_externality_payments(front_value: float, delay_cost, weights, prior
     # naive (thesis nesting): fresh estimates of every xi_j inside every payment mu_m
     n = len(delay_cost) + 1
     pay = np.zeros(n)
-    xi_last = None
     if n == 1:
         return pay, np.zeros(1)
+    xi_last = np.zeros(n)
     for m_ in range(n):
         xi_last = welfare_estimates(front_value, delay_cost, weights, prior, n_draws, rng)
         pay[m_] = (xi_last.sum() - xi_last[m_]) / (n - 1) - xi_last[m_]
@@ -307,7 +307,7 @@ def expected_externality_payments(front_value: float, delay_cost, weights, prior
 
 # --------------------------------------------------------------------------- mechanisms
 class EES:
-    """Expected Externality Scheduler, seed 002 chapter 4 (eqs 4.1-4.6); full-width jobs.
+    """Expected Externality Scheduler, Mutz (2008), chapter 4 (eqs 4.1-4.6); full-width jobs.
 
     ``decide(queue, rng)`` takes the run-or-discard decision for ``queue`` position 0 and
     computes every queued job's payment for that decision (see the module docstring).
@@ -322,12 +322,17 @@ class EES:
         self.n_draws = int(n_draws)
         self.estimator = estimator
 
-    def externality_weights(self, queue: QueueSnapshot, **_) -> tuple[np.ndarray, float | None]:
-        """w_j = r_i for every waiting job (running i delays each of them by r_i, eq 4.2)."""
+    def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None,
+                            now: float = 0.0) -> tuple[np.ndarray, float | None]:
+        """w_j = r_i for every waiting job (running i delays each of them by r_i, eq 4.2).
+
+        ``profile`` and ``now`` are used by :class:`RelaxedEES` only.
+        """
         return np.full(len(queue) - 1, queue.runtime[0]), None
 
-    def decide(self, queue: QueueSnapshot, rng: np.random.Generator | None = None, **kw) -> Decision:
-        weights, start = self.externality_weights(queue, **kw)
+    def decide(self, queue: QueueSnapshot, rng: np.random.Generator | None = None,
+               profile: AvailabilityProfile | None = None, now: float = 0.0) -> Decision:
+        weights, start = self.externality_weights(queue, profile, now)
         v0, d = float(queue.value[0]), queue.delay_cost[1:]
         runs, b = decide(v0, d, weights)
         pay, xi = expected_externality_payments(v0, d, weights, self.prior, self.n_draws, rng, self.estimator)
@@ -336,7 +341,7 @@ class EES:
 
 
 class RelaxedEES(EES):
-    """Relaxed EES, seed 002 chapter 6 (eqs 6.1-6.6, delay estimate of section 6.1.3).
+    """Relaxed EES, Mutz (2008), chapter 6 (eqs 6.1-6.6, delay estimate of section 6.1.3).
 
     Steps of ``decide(queue, rng, profile=None, now=0.0)``:
 
@@ -344,7 +349,7 @@ class RelaxedEES(EES):
        ``capacity`` nodes starting at ``now`` when none is given);
     2. greedily insert all queued jobs in queue order at their earliest windows (schedule
        with i), and again without the front job i (schedule without i);
-    3. delay_j(i) = start_j(with i) - start_j(without i) (not clamped, note 8.2.11);
+    3. delay_j(i) = start_j(with i) - start_j(without i) (not clamped; section 6.1.3 does not discuss clamping);
     4. run i iff v_i >= sum_j d_j delay_j(i)  (6.3); its planned start is its start in (2);
     5. payments (6.4) as in EES with weights delay_j(i).
     """

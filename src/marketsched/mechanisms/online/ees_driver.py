@@ -1,6 +1,6 @@
 """EES and relaxed EES as online policies on the discrete-event engine, trace-driven.
 
-Source: seed 002 (A. Mutz, "Eliciting Honest Behavior on Computational Grids"), chapter 4
+Source: Mutz (2008) (A. Mutz, "Eliciting Honest Behavior on Computational Grids"), chapter 4
 (EES: FIFO batch queue, full-width jobs, run-or-discard rule 4.1-4.3, expected-externality
 payments 4.4 with utilities 4.5/4.6) and chapter 6 (relaxed EES: jobs ask n nodes, delays
 from two greedy schedules, section 6.1.3, rule 6.1-6.3, payments 6.4 with utilities
@@ -8,12 +8,12 @@ from two greedy schedules, section 6.1.3, rule 6.1-6.3, payments 6.4 with utilit
 :mod:`marketsched.mechanisms.online.ees`; this module only decides *when* they are asked,
 *who* is in the queue, and turns their decisions into engine actions (``sim.start``,
 ``sim.discard``, ``sim.charge``, ``sim.wake_at``). The thesis has no discrete-event
-simulation, no arrivals and no traces (seed 002 note, section 0): everything about time
+simulation, no arrivals and no traces (it evaluates static snapshots): everything about time
 below is a decision taken here, marked **Decision**.
 
 Units. The engine works in seconds. A job's value ``v`` is in currency, its delay cost ``d``
 in currency per ``time_unit`` seconds (default 3600: per hour, as in the thesis's figure 4.2
-text; note 8.1.3). The policies hand the mechanism run times in seconds and ``d /
+text; section 4.1.1 says per second). The policies hand the mechanism run times in seconds and ``d /
 time_unit`` (currency per second), with the declared prior of ``d`` rescaled the same way,
 so every product ``d * delay`` is in currency.
 
@@ -31,10 +31,10 @@ Shared decisions (both policies)
   actual state (EES: the machine is idle again; relaxed EES: the availability profile is
   rebuilt at every decision from the running jobs' ``start + r`` and the committed jobs, so the
   unused rest of an early job's reservation is free for later decisions).
-* **Who is in the queue I** (note 8.1.5): jobs that have arrived and on which no decision has
+* **Who is in the queue I** (the thesis does not define it): jobs that have arrived and on which no decision has
   been taken yet, in submission order (ties in workload row order). Running jobs and, in the
   relaxed EES, accepted jobs waiting for their planned start (committed) are not in I.
-* **Payments** (note 8.1.6): at every decision every job in I is charged its ``mu`` through
+* **Payments** (the thesis does not say when they are charged): at every decision every job in I is charged its ``mu`` through
   ``sim.charge`` (positive: it pays; negative: it receives), also the discarded front job;
   the same decision is recorded in the policy's :class:`~marketsched.mechanisms.online.ees.Ledger`
   (``policy.ledger``, job ids = workload rows). No budgets; balances may go negative.
@@ -52,7 +52,7 @@ Steps of ``step(t, arrived, completed)``:
 2. if the machine is idle (the job it ran has completed) and the queue is not empty, take the
    decision for the head on the snapshot of the whole queue (``EES.decide``): charge every
    queued job its payment; if the head runs, start it now and stop (the machine is busy);
-   otherwise discard it (zero time, note 8.1.7) and decide on the new head.
+   otherwise discard it (zero time, a decision) and decide on the new head.
 
 **Decision (full width)**: as in the thesis's batch queue every job holds the whole machine,
 so one job runs at a time whatever its trace node count; the engine still books the job's
@@ -61,7 +61,7 @@ the price of the full-width model on a parallel machine).
 
 RelaxedEESPolicy (chapter 6)
 ----------------------------
-Jobs keep their node counts. **Decision (execution, note 8.2.10)**: an accepted job is
+Jobs keep their node counts. **Decision (execution; chapter 6 leaves it open)**: an accepted job is
 committed to its planned start (its start in the greedy schedule with it, ``dec.start_time``)
 and started then, through a timer (``sim.wake_at``); the plan is a promise not to start it
 *later*. **Decision (compression, ``compress=True``, the default)**: when a job ends before its
@@ -148,7 +148,7 @@ def synthesize_types(workload, prior: TypePrior, seed: int) -> tuple[np.ndarray,
     """Value v and delay cost d (per ``time_unit`` of the prior) for every job of a trace.
 
     Model: each job's (v, d) is drawn from the mechanism's declared prior (the Bayes-Nash
-    guarantee of EES assumes types come from the prior the payments use, note 8.1.2), i.i.d.
+    guarantee of EES assumes types come from the prior the payments use), i.i.d.
     across jobs and independent of the job's size. Seeded per job: job ``k`` draws v then d
     from ``numpy.random.default_rng([seed, job_id_k])``, so a job has the same type in every
     mechanism (common random numbers) and in every slice of the trace that contains it.
@@ -173,7 +173,7 @@ def per_second_prior(prior: TypePrior, time_unit: float) -> TypePrior:
     if isinstance(dc, Uniform):
         dc = Uniform(dc.low / time_unit, dc.high / time_unit)
     elif isinstance(dc, Discrete):
-        dc = Discrete(tuple(x / time_unit for x in dc.values), tuple(dc.probs))
+        dc = type(dc)(tuple(x / time_unit for x in dc.values), tuple(dc.probs))  # keeps a subclass's sampler
     else:
         raise ValueError(f"per_second_prior: unsupported delay-cost prior {type(dc).__name__}")
     return TypePrior(value=prior.value, delay_cost=dc)
@@ -305,7 +305,7 @@ class _EESDriver:
 
 
 class EESPolicy(_EESDriver):
-    """EES (seed 002, chapter 4) on the engine: one full-width job at a time, FIFO, run or discard.
+    """EES (Mutz 2008, chapter 4) on the engine: one full-width job at a time, FIFO, run or discard.
 
     ``value`` and ``delay_cost`` are the jobs' reports (one per workload row; ``delay_cost``
     per ``time_unit`` seconds), ``prior`` the declared :class:`TypePrior` in the same units,
@@ -339,7 +339,7 @@ class EESPolicy(_EESDriver):
 
 
 class RelaxedEESPolicy(_EESDriver):
-    """Relaxed EES (seed 002, chapter 6) on the engine: jobs with node counts, committed plans.
+    """Relaxed EES (Mutz 2008, chapter 6) on the engine: jobs with node counts, committed plans.
 
     Same arguments as :class:`EESPolicy`, plus ``compress`` (move commitments up after early
     ends); the machine's capacity comes from the engine. After the run,
@@ -385,6 +385,7 @@ class RelaxedEESPolicy(_EESDriver):
                           [procs[j] for j in rows])
         for s, j in sorted((s, j) for j, s in self.committed.items()):
             s2 = prof.place(int(procs[j]), float(r[j]))
+            assert s2 is not None, "a placement without a deadline always finds a window"
             if s2 < s:
                 self.committed[j] = s2
                 self.moved_up += 1
@@ -415,6 +416,7 @@ class RelaxedEESPolicy(_EESDriver):
             if not dec.runs:
                 sim.discard(head)
                 continue
+            assert dec.start_time is not None, "relaxed EES plans a start for every job it runs"
             s = float(dec.start_time)
             prof.reserve(s, float(self.runtime[head]), int(sim.procs[head]))
             self.planned_start[head] = s

@@ -1,4 +1,4 @@
-"""Payment schemes of the MOSIX market (seed 000, section III.A and section V).
+"""Payment schemes of the MOSIX market (Shudler et al. 2010, sections II.A and IV; adaptations in section V).
 
 Both are per-unit-of-running-time prices, integrated over the time a job actually runs
 (Algorithm 1, steps 2 and 5: every event adds ``p'_i * t'_i`` and resets ``t'_i``). Prices
@@ -8,7 +8,7 @@ no per-event loop over running jobs.
 
 The reservation price of every node is :data:`RESERVATION_PRICE` = 1 per unit of time.
 
-Decisions (seed000 note, section 8 item 5): "active jobs" counts running plus queued jobs; prices
+Decisions (open in the paper): "active jobs" counts running plus queued jobs; prices
 are taken exactly as the paper states them, with no floor at the reservation price, so a job
 whose bid is below 1 pays its bid under first price while the machine is full (and the k-th
 price can be below 1 when every queued bid is).
@@ -25,7 +25,7 @@ _NO_QUEUE = (float("inf"), 0)  # boundary when the queue is empty: no running jo
 class FirstPrice:
     """First price: a running job pays its own bid ``w~_i`` per unit of running time while the
     number of active (running + queued) jobs is at least the number of nodes, and the
-    reservation price 1 otherwise (seed 000, section III.A).
+    reservation price 1 otherwise (Shudler et al. 2010, section IV).
 
     Steps: keep ``S(t)``, the time integral of the indicator "active >= nodes"; a job that ran
     from ``a`` to ``b`` pays ``bid * (S(b) - S(a)) + 1 * ((b - a) - (S(b) - S(a)))``.
@@ -87,7 +87,7 @@ class FirstPrice:
 class KthPrice:
     """k-th price: every running job pays the smallest bid with which it would still be
     running, i.e. the priority of the highest-priority *queued* job converted back to a bid;
-    with an empty queue it pays the reservation price 1 (seed 000, section III.A; adaptations
+    with an empty queue it pays the reservation price 1 (Shudler et al. 2010, section IV; adaptations
     for the non-preemptive algorithms in section V).
 
     With priority key ``k_i = w~_i / c_i`` (``c_i = 1`` for HB and NPHB, the run time for WSPT,
@@ -103,7 +103,7 @@ class KthPrice:
     running job was smaller than the maximal bid of a queued job". Under WSPT it is
     ``min(w~_i, (w~_j / tau_j) * tau_i)`` with ``j`` the best queued job: the paper's formula,
     capped at the job's own bid (a decision: the paper states no cap; the cap keeps
-    ``k-th <= first <= bid``, as the note suggests).
+    ``k-th <= first <= bid``).
 
     Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``E(t)`` =
     time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*

@@ -1,4 +1,4 @@
-"""Highest-Bid and the static-priority baselines of the MOSIX market (seed 000, section III).
+"""Highest-Bid and the static-priority baselines of the MOSIX market (Shudler et al. 2010, sections II.A and III.B).
 
 All four allocation rules order serial jobs by a fixed priority key and fill the ``n`` nodes
 from the top; they differ in the key and in whether a running job may be preempted:
@@ -30,7 +30,7 @@ nodes from the queue top, then (HB only) swap while the best queued job beats th
 one. Jobs can be added while the mechanism runs (:meth:`PriorityScheduler.add_jobs`), which is
 how the live market feeds it real submissions.
 
-Decisions (seed000 note, section 8): ties in the key go to the earlier submission (the paper's
+Decisions (open in the paper): ties in the key go to the earlier submission (the paper's
 rule; rows are in submission order, so row order breaks ties); a run time of 0 counts as 1 s
 in WSPT/WSEPT keys and prices (no division by zero); a missing run-time estimate (NaN) makes
 WSEPT fall back to the actual run time for that job, counted in ``fallback_estimates``.
@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from marketsched.engine.state import require_serial
+from marketsched.engine.state import ClusterState, require_serial
 from marketsched.mechanisms.online.pricing import make_pricing
 
 RULES = ("hb", "nphb", "wspt", "wsept")
@@ -67,6 +67,8 @@ class PriorityScheduler:
     pricing:
         A payment scheme object or name (``"first"`` or ``"kth"``).
 
+    Notes
+    -----
     Rows are job indices in the engine, in submission order; more can be appended with
     :meth:`add_jobs`.
     """
@@ -79,7 +81,8 @@ class PriorityScheduler:
         self.key: list[float] = []
         self.cost: list[float] = []
         self.prio: list[tuple] = []  # (-key, row): smaller is better
-        self.sim = None
+        self.sim: ClusterState | None = None
+        self.fallback_estimates = 0  # WSEPT: jobs without a run-time estimate (make_priority_mechanism)
         self.add_jobs(bid, key, cost)
 
     def add_jobs(self, bid, key, cost) -> range:
@@ -113,8 +116,14 @@ class PriorityScheduler:
         self.pricing.bind(self, sim)
         self.advance = self.pricing.advance
 
+    def _engine(self) -> ClusterState:
+        """The engine this policy was bound to."""
+        if self.sim is None:
+            raise RuntimeError(f"{self.name}: not bound to an engine yet (bind first)")
+        return self.sim
+
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
-        sim = self.sim
+        sim = self._engine()
         pricing = self.pricing
         prio = self.prio
         waiting = self.waiting
@@ -161,7 +170,7 @@ class PriorityScheduler:
         pricing.update()
 
     def close(self, t: float) -> None:
-        running = self.sim.running
+        running = self._engine().running
         for j, is_running in enumerate(running):
             if is_running:
                 self.pricing.on_stop(j)
@@ -185,7 +194,7 @@ class PriorityScheduler:
 
     def rebid(self, j: int, bid: float, key: float) -> None:
         """Change the bid of job ``j`` (queued or running) to ``bid`` with priority ``key``
-        (the live market's "change my bid"; seed 000 has no such event, see below).
+        (the live market's "change my bid"; Shudler et al. (2010) have no such event, see below).
 
         Steps: a running job's payment is settled at its old bid up to now and its price regime
         re-opened at the new one (the payment scheme's ``on_stop``/``on_start``, with the job
@@ -198,7 +207,7 @@ class PriorityScheduler:
         """
         if not (math.isfinite(bid) and math.isfinite(key)):
             raise ValueError(f"{self.name}: new bid/key of job row {j} must be finite, got {bid!r}, {key!r}")
-        running = self.sim.running[j]
+        running = self._engine().running[j]
         if running:
             self.pricing.on_stop(j)
             if self.preemptive:
@@ -222,7 +231,7 @@ class PriorityScheduler:
         return self.waiting[0] if self.waiting else None
 
     def active_jobs(self) -> int:
-        return self.sim.used + len(self.waiting)
+        return self._engine().used + len(self.waiting)
 
 
 def priority_key(rule: str, bid, runtime, runtime_estimate):

@@ -1,6 +1,6 @@
 """Availability profile: free nodes of a cluster as a step function of time.
 
-Source: seed 002 (Mutz thesis), section 6.1.3, the "SegmentedFunction" data structure: a
+Source: Mutz (2008), section 6.1.3, the "SegmentedFunction" data structure: a
 sorted list of segments covering [origin, inf) giving the number of occupied nodes, with
 "insert a segment" and "find the soonest window where n nodes are available for t seconds".
 The thesis uses a linked list with linear scans; here the segments are two NumPy arrays
@@ -46,7 +46,7 @@ class AvailabilityProfile:
         self.times = np.array([self.origin])
         self.used = np.array([0], dtype=np.int64)
 
-    def copy(self) -> "AvailabilityProfile":
+    def copy(self) -> AvailabilityProfile:
         other = AvailabilityProfile(self.capacity, self.origin)
         other.times = self.times.copy()
         other.used = self.used.copy()
@@ -125,7 +125,7 @@ def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | 
                   origin: float = 0.0) -> np.ndarray:
     """Insert jobs in the given order, each at its earliest window; return their starts.
 
-    This is the "best-effort schedule" of seed 002, section 6.1.3. ``profile`` (copied, not
+    This is the "best-effort schedule" of Mutz (2008), section 6.1.3. ``profile`` (copied, not
     modified) holds capacity already taken, e.g. by running jobs.
     """
     runtime = np.asarray(runtime, dtype=float)

@@ -1,7 +1,6 @@
 """Markets for a shared, divisible resource: Proportional Share and Sanghavi-Hajek, pay-as-bid.
 
-Source: Stößer's thesis (seed 001), chapter 6 and appendix D.5; ``shared/notes/seed001.md``
-sections 2.4, 4.4, 4.6 and 7.9. Sanghavi & Hajek (2004) for the allocation rule, Johari &
+Source: Stößer (2009), chapter 6 and appendix D.5. Sanghavi & Hajek (2004) for the allocation rule, Johari &
 Tsitsiklis (2004) for Proportional Share's bounds, Stoica et al. (1997) for reservations.
 
 What is here
@@ -69,8 +68,8 @@ taken out of the series instead and multiplied out directly, which makes ``q <= 
 (``P`` at most about 60 terms, ``L`` large bidders) instead of ``O(n m)``. Both methods are tested
 against :func:`sh_shares_rational` and against each other.
 
-Decisions (the thesis leaves these open; note section 7 items 9 and 10)
-------------------------------------------------------------------------
+Decisions (chapter 6 of the thesis leaves these open)
+-----------------------------------------------------
 * **Bids enter the rule as totals** ``b_jt c_j`` (``basis="total"``, the default): the money a
   request puts down buys its share, as in the unit model of section 6.2 where the bid is the
   payment. ``basis="per_cpu"`` applies the rule to the per-CPU bids ``b_jt`` (the literal
@@ -99,10 +98,10 @@ Decisions (the thesis leaves these open; note section 7 items 9 and 10)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
-from typing import Callable
+from functools import cache
 
 import numpy as np
 
@@ -150,7 +149,7 @@ def ps_shares(bids) -> np.ndarray:
     return b / b.sum(axis=-1, keepdims=True)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gauss01(m: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss-Legendre nodes and weights on [0, 1] (ascending, read-only, cached per size).
 
@@ -515,7 +514,7 @@ class MarketPlan:
     segments: list = field(default_factory=list, repr=False)
 
     @classmethod
-    def from_arrays(cls, submit, runtime, cpus, name: str = "requests") -> "MarketPlan":
+    def from_arrays(cls, submit, runtime, cpus, name: str = "requests") -> MarketPlan:
         r = np.asarray(submit, dtype=np.float64)
         d = np.asarray(runtime, dtype=np.float64)
         c = np.asarray(cpus, dtype=np.float64)
@@ -537,7 +536,7 @@ class MarketPlan:
         return plan
 
     @classmethod
-    def from_workload(cls, workload) -> "MarketPlan":
+    def from_workload(cls, workload) -> MarketPlan:
         """Requests from a :class:`~marketsched.workloads.Workload` (``procs`` = CPUs wanted)."""
         return cls.from_arrays(workload.submit_time, workload.runtime, workload.procs, name=workload.name)
 
@@ -567,7 +566,7 @@ class MarketPlan:
                 segs.append((int(t), int(times[k + 1]), np.array(sorted(active), dtype=np.int64)))
         return segs
 
-    def truncated(self, rounds: int) -> "MarketPlan":
+    def truncated(self, rounds: int) -> MarketPlan:
         """The same requests, cut after the first ``rounds`` bidding rounds (for quick runs).
 
         Requests that are never active in the cut plan keep their rows (they bid nothing and get
@@ -843,9 +842,19 @@ class ShareMarketPolicy:
     :func:`shares` and meters the CPU-seconds itself. Requests are ``start_metered`` at release
     and ``finish``-ed at ``r_j + d_j``; their payment is charged then (or at ``close``).
     Build it through :func:`run_on_engine`, which sizes the engine's (virtual) processor count.
+
+    Speed: with a bidder without state (``bidder.stateful`` false, ZIC) and ``chunk`` true, the
+    seconds until the active set can next change (the next release or end) are bid, allocated
+    and metered in one vectorised chunk of at most ``chunk_elements`` numbers, with one timer at
+    the chunk's end instead of one per second; the uniforms are drawn in the same order
+    (``rng.random((seconds, active))``), so bids and shares are the per-second ones and the totals
+    differ only by the order of floating-point additions. Chunks
+    run ahead of the engine's clock, so a run cut by ``until`` needs ``chunk=False``
+    (:func:`run_on_engine` sees to it).
     """
 
-    def __init__(self, rule: str, bidder, values, capacity: float = 10.0, rng=0, basis: str = "total"):
+    def __init__(self, rule: str, bidder, values, capacity: float = 10.0, rng=0, basis: str = "total",
+                 chunk: bool = True, chunk_elements: int = 1 << 20):
         self.rule = _rule(rule)
         if basis not in BASES:
             raise ValueError(f"ShareMarketPolicy: basis must be one of {BASES}, got {basis!r}")
@@ -855,6 +864,11 @@ class ShareMarketPolicy:
         self.capacity = float(capacity)
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.alloc = _Allocator(np.array([self.rule], dtype=object), basis)
+        self.chunk = bool(chunk) and not bool(getattr(bidder, "stateful", True))
+        self.chunk_elements = int(chunk_elements)
+        # processors the engine must offer: virtual slots, one per CPU every request asks for
+        # (set by run_on_engine and by the registry; None: the workload's capacity)
+        self.engine_capacity: int | None = None
 
     def bind(self, sim) -> None:
         w = sim.workload
@@ -868,8 +882,9 @@ class ShareMarketPolicy:
         self.bidsum = np.zeros(len(w))
         self.active: list[int] = []
         self.bidder.reset(self.values[None, :], self.cpus)
-        self._rows = None
+        self._rows: np.ndarray | None = None  # the active jobs' rows while a bidder segment is open
         self.rounds = 0
+        self._next_row = 0  # first row not yet released
 
     def step(self, t, arrived, completed) -> None:
         sim = self.sim
@@ -884,6 +899,8 @@ class ShareMarketPolicy:
                         sim.finish(j)
                 self.active = still
                 changed = True
+        if len(arrived):
+            self._next_row = arrived.stop
         for j in arrived:
             if self.plan.runtime[j] == 0:
                 sim.finish(j)
@@ -900,7 +917,22 @@ class ShareMarketPolicy:
             self._sx = np.zeros((1, len(self._rows)))
             self._sb = np.zeros((1, len(self._rows)))
         rows = self._rows
+        assert rows is not None, "a segment is open while jobs are active"
         c = self.cpus[rows]
+        if self.chunk:
+            nxt = min(self.end_at[j] for j in self.active)
+            if self._next_row < len(sim.submit):
+                nxt = min(nxt, sim.submit[self._next_row])
+            seconds = int(max(1, min(nxt - t, self.chunk_elements // len(rows))))
+            u = self.rng.random((seconds, 1, len(rows)))  # the per-second draws, in their order
+            bids = self.bidder.bid(u)
+            tau = self.alloc(bids * c if self.basis == "total" else bids)
+            x = np.minimum(c, tau * self.capacity)
+            self._sx += x.sum(axis=0)
+            self._sb += bids.sum(axis=0)
+            self.rounds += seconds
+            sim.wake_at(t + seconds)
+            return
         u = self.rng.random((1, len(rows)))
         bids = self.bidder.bid(u)
         tau = self.alloc(bids * c if self.basis == "total" else bids)
@@ -943,9 +975,9 @@ def run_on_engine(workload, values, rule: str, bidder, *, capacity: float = 10.0
     """
     from marketsched.engine.simulator import Simulator
 
-    policy = ShareMarketPolicy(rule, bidder, values, capacity=capacity, rng=rng, basis=basis)
-    slots = max(1, int(np.asarray(workload.procs).sum()))
-    sim = Simulator(workload, policy, capacity=slots)
+    policy = ShareMarketPolicy(rule, bidder, values, capacity=capacity, rng=rng, basis=basis, chunk=until is None)
+    policy.engine_capacity = max(1, int(np.asarray(workload.procs).sum()))
+    sim = Simulator(workload, policy, capacity=policy.engine_capacity)
     records = sim.run(until=until)
     return records, policy
 

@@ -1,4 +1,4 @@
-"""Egg: the decentralized auction framework of Kang & Parkes (2007), seed 003.
+"""Egg: the decentralized auction framework of Kang & Parkes (2007).
 
 A trusted market infrastructure holds every provider's price table (admissible, definition 6)
 and resource estimator (monotone, definitions 4-5); a single-use auctioneer per bid picks,
@@ -14,8 +14,18 @@ Modules: :mod:`.bids` (descriptions, value schedules, bids), :mod:`.price_table`
 """
 
 from .auctioneer import Outcome, clear
-from .bids import (Bid, BidBatch, ConstantDeadline, JobType, Linear, Schema, Steps, ValueSchedule, dominates,
-                   true_utility)
+from .bids import (
+                   Bid,
+                   BidBatch,
+                   ConstantDeadline,
+                   JobType,
+                   Linear,
+                   Schema,
+                   Steps,
+                   ValueSchedule,
+                   dominates,
+                   true_utility,
+)
 from .escrow import Escrow, EscrowError, ReliabilityLedger
 from .estimators import EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator, LinearEstimator
 from .market import Market

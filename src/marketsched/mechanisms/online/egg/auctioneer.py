@@ -1,4 +1,4 @@
-"""The per-bid auctioneer: equations 3-5 of seed 003 (Kang & Parkes 2007, section 3).
+"""The per-bid auctioneer: equations 3-5 of Kang & Parkes (2007, section 3).
 
 On receiving bid ``(J, a, w, gamma)`` (all reported), the single-use auctioneer:
 
@@ -27,8 +27,8 @@ resource bucket is offered (finite price), the column is at or after the one con
 ``a + r_k``, the completion time is before the patience horizon ``a + Delta`` (half-open,
 decision 2) and the reported value there is ``> 0`` (``tau <= d``).
 
-Decisions (seed003 note, decision 6)
-------------------------------------
+Decisions (open in the paper)
+-----------------------------
 * **Ties within a provider:** earliest completion time (the paper's rule).
 * **Ties across providers** (the paper gives none): earliest completion time ``tau*``, then
   the lower provider index. (Equal surplus at an equal time means an equal price: the value

@@ -1,6 +1,6 @@
 """User utilities under the paper's beliefs, and the misreports of definition 7.
 
-Source: seed 003 (Kang & Parkes 2007), section 2.2 (definitions 1-3) and section 3.1
+Source: Kang & Parkes (2007), section 2.2 (definitions 1-3) and section 3.1
 (definition 7, theorem 1).
 
 * **Threshold-reliability beliefs (definition 2):** every provider in ``Gamma_i`` (reliability
@@ -8,7 +8,7 @@ Source: seed 003 (Kang & Parkes 2007), section 2.2 (definitions 1-3) and section
 * **Uniform-failure beliefs (definition 3):** on a given provider, a description ``J' > J``
   is no likelier to complete than ``J``.
 * The paper leaves implicit what a user believes about providers *outside* ``Gamma_i``
-  (seed003 note, section 3: lowering ``gamma_hat`` "admits providers the user distrusts").
+  (lowering ``gamma_hat`` would admit providers the user distrusts).
   **Decision:** an award from a provider outside ``Gamma_i`` is worth 0 to the user (she
   believes it will not deliver). Without some such assumption a user could gain by lowering
   ``gamma_hat``, and theorem 1 could not hold.

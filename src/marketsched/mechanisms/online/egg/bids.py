@@ -1,6 +1,6 @@
 """Job descriptions, value schedules and bids of the Egg framework.
 
-Source: seed 003, L. Kang and D. C. Parkes, "A Decentralized Auction Framework to Promote
+Source: Kang & Parkes (2007), L. Kang and D. C. Parkes, "A Decentralized Auction Framework to Promote
 Efficient Resource Allocation in Open Computational Grids" (NetEcon+IBC 2007), section 2.2:
 a job's type is ``theta_i = (J_i, w_i, a_i, gamma_i)``; a *bid* is the job description, the
 value schedule and an optional minimum reliability; the arrival is the moment the bid reaches
@@ -22,8 +22,8 @@ What is here
   vectorised auctioneer and the benchmark).
 * :func:`true_utility`: the user's utility under definition 1 and the rules of section 3.
 
-Decisions (seed003 note, section 6)
------------------------------------
+Decisions (open in the paper)
+-----------------------------
 * **Value schedules are non-increasing** in ``tau`` (checked; ``ValueError`` otherwise).
   ``w(tau)`` is the willingness to pay for completion *by* ``tau``; every example in the
   paper decreases or is constant. This makes the best completion time inside a price
@@ -44,8 +44,8 @@ Decisions (seed003 note, section 6)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -118,17 +118,19 @@ def dominates(a, b, categorical_mask=None) -> np.ndarray:
 class ValueSchedule:
     """A non-increasing value schedule ``w(tau)`` on absolute time (section 2.2)."""
 
-    #: latest time with positive value (``d`` in the paper); ``-inf`` if never positive
-    deadline: float
+    @property
+    def deadline(self) -> float:
+        """Latest time with positive value (``d`` in the paper); ``-inf`` if never positive."""
+        raise NotImplementedError
 
     def value_at(self, tau) -> np.ndarray:
         raise NotImplementedError
 
-    def truncated(self, horizon: float) -> "ValueSchedule":
+    def truncated(self, horizon: float) -> ValueSchedule:
         """The schedule with ``w(tau) = 0`` for ``tau >= horizon`` (bounded patience)."""
         return Truncated(self, float(horizon))
 
-    def scaled(self, factor: float) -> "ValueSchedule":
+    def scaled(self, factor: float) -> ValueSchedule:
         """``factor * w`` (used for over- and under-statements)."""
         return Scaled(self, float(factor))
 
@@ -354,33 +356,32 @@ class BidBatch:
     # -- construction
     @classmethod
     def linear(cls, arrival, description, v_start, v_end, t_deadline, min_reliability=None, t0=None,
-               view=None) -> "BidBatch":
+               view=None) -> BidBatch:
         """Linear (or, with ``v_start == v_end``, constant-with-deadline) bids, validated."""
         arrival = np.asarray(arrival, dtype=np.float64)
         n = arrival.shape[0]
         description = np.asarray(description, dtype=np.float64)
         if description.ndim == 1:
             description = description[:, None]
-        cols = {
-            "v_start": np.broadcast_to(np.asarray(v_start, dtype=np.float64), (n,)).copy(),
-            "v_end": np.broadcast_to(np.asarray(v_end, dtype=np.float64), (n,)).copy(),
-            "t_deadline": np.broadcast_to(np.asarray(t_deadline, dtype=np.float64), (n,)).copy(),
-            "t0": arrival.copy() if t0 is None else np.broadcast_to(np.asarray(t0, dtype=np.float64), (n,)).copy(),
-            "min_reliability": (np.zeros(n) if min_reliability is None else
-                                np.broadcast_to(np.asarray(min_reliability, dtype=np.float64), (n,)).copy()),
-        }
-        batch = cls(arrival=arrival, description=description, kind=np.zeros(n, np.int8), view=view, **cols)
+
+        def column(x) -> np.ndarray:
+            return np.broadcast_to(np.asarray(x, dtype=np.float64), (n,)).copy()
+
+        batch = cls(arrival=arrival, description=description, kind=np.zeros(n, np.int8), view=view,
+                    v_start=column(v_start), v_end=column(v_end), t_deadline=column(t_deadline),
+                    t0=arrival.copy() if t0 is None else column(t0),
+                    min_reliability=np.zeros(n) if min_reliability is None else column(min_reliability))
         batch.validate()
         return batch
 
     @classmethod
-    def from_bids(cls, bids: Sequence[Bid], arrival, n_providers: int | None = None) -> "BidBatch":
+    def from_bids(cls, bids: Sequence[Bid], arrival, n_providers: int | None = None) -> BidBatch:
         """Columns from :class:`Bid` objects (linear and step schedules, possibly truncated or scaled)."""
         arrival = np.broadcast_to(np.asarray(arrival, dtype=np.float64), (len(bids),)).copy()
         n = len(bids)
         kind = np.zeros(n, np.int8)
         v_start, v_end, t0, td = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-        steps = []
+        steps: list[tuple[np.ndarray, np.ndarray] | None] = []
         horizon = np.full(n, np.inf)
         for b, bid in enumerate(bids):
             base, factor, horizon[b] = _flatten(bid.schedule)
@@ -452,7 +453,7 @@ class BidBatch:
             if self.step_breaks is None or self.step_values is None:
                 raise ValueError("BidBatch: step bids need step_breaks and step_values")
 
-    def take(self, index) -> "BidBatch":
+    def take(self, index) -> BidBatch:
         def sub(x):
             return None if x is None else x[index]
 
@@ -467,8 +468,8 @@ class BidBatch:
     def deadlines(self) -> np.ndarray:
         """``d_b``: latest time with positive value (a supremum for half-open pieces), ``-inf`` if none."""
         d = np.where(self.v_start > 0, self.t_deadline, -np.inf)
-        if self.step_breaks is not None and (self.kind == KIND_STEPS).any():
-            pos = self.step_values > 0
+        if self.step_breaks is not None and self.step_values is not None and (self.kind == KIND_STEPS).any():
+            pos = np.asarray(self.step_values > 0)
             last = np.where(pos.any(axis=1), pos.shape[1] - 1 - np.argmax(pos[:, ::-1], axis=1), -1)
             ds = np.where(last >= 0, np.take_along_axis(self.step_breaks, np.maximum(last, 0)[:, None] + 1, 1)[:, 0],
                           -np.inf)

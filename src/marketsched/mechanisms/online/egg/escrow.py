@@ -1,6 +1,6 @@
 """Escrow, result gate and reliability ledger of the market infrastructure.
 
-Source: seed 003 (Kang & Parkes 2007), section 3, steps 1(d), 1(e) and 2(a)-(c) of the
+Source: Kang & Parkes (2007), section 3, steps 1(d), 1(e) and 2(a)-(c) of the
 auction protocol:
 
 * 1(d) the price is collected from the user when the job is awarded and held in escrow;
@@ -16,7 +16,7 @@ state) so a run with millions of awards settles in vectorised passes. Every entr
 exactly once, and not before its due time: **conservation** ``collected = paid + refunded +
 held`` holds after every operation (:meth:`Escrow.check`).
 
-:class:`ReliabilityLedger` (decision 8 of the seed003 note) estimates "the frequency with
+:class:`ReliabilityLedger` (our decision on how to count) estimates "the frequency with
 which the provider has successfully completed a job by the scheduled completion time"
 (section 2.2) as the posterior mean of a Beta prior: ``(alpha + successes) / (alpha + beta +
 attempts)``, counts optionally decaying with a half-life. Decisions: the default prior

@@ -1,4 +1,4 @@
-"""Resource estimators restricted to verifiable monotone models (seed 003, section 2.3).
+"""Resource estimators restricted to verifiable monotone models (Kang & Parkes 2007, section 2.3).
 
 Provider ``k``'s estimator maps a job description to an ``L``-vector of resource
 requirements, ``Q = R_k^t(J)`` (run time, memory, disk, ...). The infrastructure holds the
@@ -11,7 +11,7 @@ model and evaluates it itself, so a provider cannot look at the bid before estim
   while the provider stays active. A model that lowers any estimate may only be installed
   after an **inactive period of at least Delta**.
 
-Model classes (decision 10 of the seed003 note: only models whose monotonicity the
+Model classes (decision: only models whose monotonicity the
 infrastructure can *verify structurally*, never by sampling):
 
 * :class:`LinearEstimator`: ``Q = b + W x`` with ``b >= 0`` and ``W >= 0`` on ordered
@@ -38,7 +38,8 @@ providers produce no estimates and are not asked in auctions (decision 9, see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal, cast
 
 import numpy as np
 
@@ -101,6 +102,11 @@ class LinearEstimator:
         object.__setattr__(self, "categorical", cat)
 
     @property
+    def categorical_mask(self) -> np.ndarray:
+        """Boolean (A,) mask of the categorical attributes (``categorical`` as normalised on construction)."""
+        return cast(np.ndarray, self.categorical)
+
+    @property
     def n_resources(self) -> int:
         return int(self.intercept.shape[0])
 
@@ -111,7 +117,7 @@ class LinearEstimator:
     def estimate(self, x) -> np.ndarray:
         """(n, L) estimates of (n, A) descriptions."""
         x = _check_x(x, self.n_attributes, "LinearEstimator.estimate")
-        if np.any(x[:, ~self.categorical] < 0):
+        if np.any(x[:, ~self.categorical_mask] < 0):
             raise ValueError("LinearEstimator.estimate: ordered attributes must be >= 0")
         return self.intercept[None, :] + x @ self.weights.T
 
@@ -131,11 +137,14 @@ class GroupedLinearEstimator:
     """A :class:`LinearEstimator` per value of categorical attribute ``group_attr``, plus a default."""
 
     group_attr: int
-    models: dict
+    models: dict[float, LinearEstimator]
     default: LinearEstimator
+    _keys: np.ndarray = field(init=False, repr=False)
+    _b: np.ndarray = field(init=False, repr=False)
+    _w: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self):
-        if not self.default.categorical[self.group_attr]:
+        if not self.default.categorical_mask[self.group_attr]:
             raise ValueError(f"GroupedLinearEstimator: attribute {self.group_attr} must be categorical")
         models = {float(g): m for g, m in self.models.items()}
         for g, m in models.items():
@@ -158,7 +167,7 @@ class GroupedLinearEstimator:
     def n_attributes(self) -> int:
         return self.default.n_attributes
 
-    def all_models(self):
+    def all_models(self) -> list[LinearEstimator]:
         return [*self.models.values(), self.default]
 
     def model_for(self, g: float) -> LinearEstimator:
@@ -166,7 +175,7 @@ class GroupedLinearEstimator:
 
     def estimate(self, x) -> np.ndarray:
         x = _check_x(x, self.n_attributes, "GroupedLinearEstimator.estimate")
-        if np.any(x[:, ~self.default.categorical] < 0):
+        if np.any(x[:, ~self.default.categorical_mask] < 0):
             raise ValueError("GroupedLinearEstimator.estimate: ordered attributes must be >= 0")
         g = x[:, self.group_attr]
         keys = self._keys
@@ -186,6 +195,11 @@ class GroupedLinearEstimator:
             return (all(self.model_for(g).dominates(other.model_for(g)) for g in groups)
                     and self.default.dominates(other.default))
         return False
+
+
+# The models as one table for EstimatorStore.estimates: (group attribute or None, group keys,
+# intercepts (K, G+1, L), weights (K, G+1, L, A), mask of the ordered attributes).
+_Stack = tuple[int | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 class EstimatorStore:
@@ -229,9 +243,9 @@ class EstimatorStore:
         self.installs = 0
         self.refused = 0
         self.now = -np.inf
-        self._stack = None
+        self._stack: _Stack | Literal[False] | None = None
 
-    def copy(self) -> "EstimatorStore":
+    def copy(self) -> EstimatorStore:
         """An independent copy (models are immutable and shared)."""
         out = object.__new__(EstimatorStore)
         out.__dict__.update(self.__dict__)
@@ -328,7 +342,7 @@ class EstimatorStore:
         idx = np.where(found, pc, len(keys))  # last row: the default model
         return np.transpose(b[:, idx], (1, 0, 2)) + np.einsum("knla,na->nkl", W[:, idx], x)
 
-    def _build_stack(self):
+    def _build_stack(self) -> _Stack | Literal[False]:
         """All models as one table (providers x groups x resources [x attributes]) for one einsum.
 
         Possible when every model is linear or grouped on the same attribute; otherwise False
@@ -340,12 +354,16 @@ class EstimatorStore:
         attr = attrs.pop() if attrs else None
         keys = np.array(sorted({g for m in self.models if isinstance(m, GroupedLinearEstimator) for g in m.models}),
                         dtype=np.float64)
-        rows = lambda m: ([m.model_for(g) for g in keys] + [m.default] if isinstance(m, GroupedLinearEstimator)
-                          else [m] * (len(keys) + 1))
+
+        def rows(m: LinearEstimator | GroupedLinearEstimator) -> list[LinearEstimator]:
+            if isinstance(m, GroupedLinearEstimator):
+                return [m.model_for(g) for g in keys] + [m.default]
+            return [m] * (len(keys) + 1)
+
         b = np.stack([np.stack([r.intercept for r in rows(m)]) for m in self.models])
         W = np.stack([np.stack([r.weights for r in rows(m)]) for m in self.models])
         first = self.models[0]
-        cat = first.categorical if isinstance(first, LinearEstimator) else first.default.categorical
+        cat = first.categorical_mask if isinstance(first, LinearEstimator) else first.default.categorical_mask
         return attr, keys, b, W, ~cat
 
     def runtimes(self, Q: np.ndarray) -> np.ndarray:

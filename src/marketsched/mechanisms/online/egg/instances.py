@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from marketsched.mechanisms.online.egg.bids import JobType
 from marketsched.mechanisms.online.egg.beliefs import random_schedule
+from marketsched.mechanisms.online.egg.bids import JobType
 from marketsched.mechanisms.online.egg.escrow import StaticReliability
-from marketsched.mechanisms.online.egg.estimators import (EstimatorStore, EstimatorUpdateError, GroupedLinearEstimator,
-                                                          LinearEstimator)
+from marketsched.mechanisms.online.egg.estimators import (
+    EstimatorStore,
+    EstimatorUpdateError,
+    GroupedLinearEstimator,
+    LinearEstimator,
+)
 from marketsched.mechanisms.online.egg.market import Market
 from marketsched.mechanisms.online.egg.price_table import AdmissibilityError, PriceBook
 
@@ -63,7 +67,7 @@ def random_market(rng: np.random.Generator, n_providers: int = 3, n_resources: i
         widths = rng.uniform(0.2, 1.5, (K, n_buckets))
         edges.append(np.concatenate([np.zeros((K, 1)), np.cumsum(widths, axis=1)], axis=1))
     book = PriceBook(K, edges, slot, delta, H, start, random_tables(rng, (K, *([n_buckets] * L), H), p_inf))
-    models = []
+    models: list[LinearEstimator | GroupedLinearEstimator] = []
     for _ in range(K):
         if categorical and rng.random() < 0.5:
             groups = {float(g): _random_linear(rng, L, A, cat, runtime_scale) for g in range(2)}
@@ -79,7 +83,7 @@ def random_job(rng: np.random.Generator, market: Market, cat: np.ndarray, arriva
                scale: float = 20.0) -> JobType:
     """A random true type arriving at ``arrival`` (default: the market's clock) with patience ``<= Delta``."""
     a = market.now if arrival is None else float(arrival)
-    A = cat.shape[0]
+    A = int(cat.shape[0])
     x = rng.uniform(0.0, 2.0, A) * (rng.random(A) < 0.8)
     x[cat] = rng.integers(0, 3, cat.sum())
     w = random_schedule(rng, a, a + market.delta, scale)

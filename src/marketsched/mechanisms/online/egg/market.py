@@ -1,4 +1,4 @@
-"""The Egg market infrastructure: one object holding the rules of section 3 of seed 003.
+"""The Egg market infrastructure: one object holding the rules of section 3 of Kang & Parkes (2007).
 
 Source: Kang & Parkes 2007, sections 2.1 and 3. The infrastructure is trusted by users and
 providers. It holds every provider's price table (:class:`PriceBook`, definition 6 checked
@@ -10,7 +10,7 @@ It is free of I/O and has no clock of its own: the caller advances it (:meth:`Ma
 with simulated time (the engine policy in :mod:`.providers`, the benchmark, the tests) or
 with wall-clock time in a live service.
 
-One total order (decision 17 of the seed003 note): at each instant ``t``
+One total order (decision; the paper gives none): at each instant ``t``
 
 1. :meth:`advance` rolls the tables and activates estimators whose inactive period ended;
 2. settlements due at ``t`` (:meth:`settle`: escrow release or refund, reliability record);
@@ -57,7 +57,7 @@ class Market:
         self.bids = 0
         self.truncated = 0  # bids whose reported deadline reached past a + Delta (decision 5)
 
-    def copy(self) -> "Market":
+    def copy(self) -> Market:
         """An independent copy (tables, estimators, ledger, escrow), for what-if audits."""
         import copy as _copy
 

@@ -1,6 +1,6 @@
 """Provider price tables and the admissibility rules of definition 6.
 
-Source: seed 003 (Kang & Parkes 2007), section 2.4. Provider ``k`` keeps a table
+Source: Kang & Parkes (2007), section 2.4. Provider ``k`` keeps a table
 ``phi_k^t(Q, tau)``: the price, quoted at time ``t``, for completing a job with resource
 requirements ``Q`` by ``tau``; one axis per resource plus one for the completion period.
 The infrastructure accepts only *admissible* tables (definition 6):
@@ -12,8 +12,8 @@ The infrastructure accepts only *admissible* tables (definition 6):
 Example 1 (section 2.4) is the test oracle: with ``Delta = 3`` h and hour-long columns from
 ``t0``, the first three columns may only rise, the fourth may move freely.
 
-Representation (seed003 note, decisions 1-4)
---------------------------------------------
+Representation (decisions; the paper leaves it open)
+----------------------------------------------------
 * Completion times are grouped in **absolute slots** ``s`` covering ``[s*slot, (s+1)*slot)``;
   column ``h`` of the book is slot ``base + h``. Absolute indexing is what rule 2 needs (it
   compares the *same* completion time across quote times); the paper's tables are written
@@ -43,8 +43,8 @@ Representation (seed003 note, decisions 1-4)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -144,7 +144,7 @@ class PriceBook:
         self.delta = float(delta)
         self.horizon = int(horizon)
         self.now = float(start)
-        self.base = self.slot_of(start)
+        self.base = int(self.slot_of(start))  # absolute slot of column 0
         shape = (self.n_providers, *self.n_buckets, self.horizon)
         if prices is None:
             self.prices = np.full(shape, np.inf)
@@ -189,7 +189,7 @@ class PriceBook:
         if t < self.now:
             raise ValueError(f"PriceBook.roll: time {t} is before the book's clock {self.now}")
         self.now = t
-        new_base = self.slot_of(t)
+        new_base = int(self.slot_of(t))
         shift = new_base - self.base
         if shift <= 0:
             return
@@ -361,10 +361,10 @@ class PriceBook:
         """``prices`` viewed as ``(K, rows, H)``."""
         return self.prices.reshape(self.n_providers, -1, self.horizon)
 
-    def table(self, k: int) -> "PriceTable":
+    def table(self, k: int) -> PriceTable:
         return PriceTable(self, k)
 
-    def copy(self) -> "PriceBook":
+    def copy(self) -> PriceBook:
         out = object.__new__(PriceBook)
         out.__dict__.update(self.__dict__)
         out.prices = self.prices.copy()
@@ -382,7 +382,7 @@ class PriceTable:
 
     @classmethod
     def create(cls, edges: Sequence, slot: float, delta: float, horizon: int, prices=None,
-               start: float = 0.0) -> "PriceTable":
+               start: float = 0.0) -> PriceTable:
         """A one-provider book (for examples and tests)."""
         p = None if prices is None else np.asarray(prices, dtype=np.float64)[None]
         return cls(PriceBook(1, edges, slot, delta, horizon, start, p), 0)

@@ -1,10 +1,10 @@
 """Provider agents on the engine: local schedulers, pricing strategies, failures.
 
-Source: seed 003 (Kang & Parkes 2007), section 3: "A resource provider can employ a
+Source: Kang & Parkes (2007), section 3: "A resource provider can employ a
 scheduling algorithm of choice, and retains autonomy to decide when to actually schedule a
 job ... to get paid for a job it wins, it must schedule the job so the job can be completed on
 or before the scheduled completion time". Pricing, scheduling and failure behaviour are left
-to the implementer (seed003 note, decisions 11-13); this module supplies baselines.
+to the implementer; this module supplies baselines.
 
 :class:`EggPolicy` plugs the market infrastructure (:class:`~.market.Market`) and ``K``
 provider agents into the engine (:class:`marketsched.engine.simulator.Simulator`). The engine
@@ -72,7 +72,7 @@ class StaticPricing:
     fee: float = 0.1
     hour: float = 3600.0
 
-    def wish(self, agent: "ProviderAgent", market: Market, now: float) -> np.ndarray:
+    def wish(self, agent: ProviderAgent, market: Market, now: float) -> np.ndarray:
         return self.base(market, agent.k)
 
     def base(self, market: Market, k: int) -> np.ndarray:
@@ -99,7 +99,7 @@ class LoadAwarePricing(StaticPricing):
     def dynamic(self) -> bool:
         return True
 
-    def wish(self, agent: "ProviderAgent", market: Market, now: float) -> np.ndarray:
+    def wish(self, agent: ProviderAgent, market: Market, now: float) -> np.ndarray:
         book = market.book
         base = self.base(market, agent.k)
         ends = book.slot_starts + book.slot
@@ -243,7 +243,7 @@ class EggPolicy:
         self.dropped = np.zeros(n, bool)
         self.killed_at_deadline = np.zeros(n, bool)
         self.rejected_updates = 0
-        self.last_slot = None
+        self.last_slot: int | None = None
         self.reliability_log: list[tuple[float, np.ndarray]] = []
         self._job_of_entry: dict[int, int] = {}
         for t, _ in self.probes:
