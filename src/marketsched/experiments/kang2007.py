@@ -23,7 +23,7 @@ value model, window) is our design and is listed in the report. ``seeds`` is the
 value/failure seeds of part C.
 
 :func:`run` simulates B-D and stores the results in ``OUT/results`` (``theorem.csv``,
-``trace_runs.csv``, ``trace_providers.csv``, ``reliability.csv``, ``prices.csv``,
+``trace_runs.csv``, ``trace_providers.csv``, ``reliability.csv``, ``prices.csv.gz``,
 ``audits.csv``, ``meta.json``); :func:`write_report` reads only those (part A, exact, is
 recomputed) and writes the report, the figures and ``claims.csv``.
 """
@@ -397,9 +397,11 @@ def trace_data(quick: bool, seeds: int) -> dict:
                     rel += [{"scenario": scenario, "t": log[i][0], **{f"p{k}": float(v) for k, v in
                                                                          enumerate(log[i][1])}} for i in keep]
                     aw = np.nonzero(pol.provider >= 0)[0]
-                    prices.append(pd.DataFrame({"scenario": scenario, "arrival": bids.arrival[aw],
-                                                "price_over_value": pol.price[aw] / np.maximum(pol.bids.v_start[aw], 1e-9),
-                                                "provider": pol.provider[aw]}))
+                    if scenario == "mixed":  # the figure shows one scenario
+                        prices.append(pd.DataFrame({"scenario": scenario, "arrival": bids.arrival[aw],
+                                                    "price_over_value": pol.price[aw] / np.maximum(pol.bids.v_start[aw],
+                                                                                                   1e-9),
+                                                    "provider": pol.provider[aw]}))
                 bar.advance(task)
     return {"runs": pd.DataFrame(rows), "providers": pd.DataFrame(per), "reliability": pd.DataFrame(rel),
             "prices": pd.concat(prices, ignore_index=True), "w": w, "models": models,
@@ -725,8 +727,9 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     n_markets = 60 if quick else 600
     theorem_data(n_markets).to_csv(res / "theorem.csv", index=False)
     trace = trace_data(quick, seeds)
-    for key in ("runs", "providers", "reliability", "prices"):
+    for key in ("runs", "providers", "reliability"):
         trace[key].to_csv(res / f"{'trace_' if key in ('runs', 'providers') else ''}{key}.csv", index=False)
+    trace["prices"].to_csv(res / "prices.csv.gz", index=False, float_format="%.6g")
     both, audit_meta = audits_data(quick, trace)
     both.to_csv(res / "audits.csv", index=False)
     (res / "meta.json").write_text(json.dumps({"quick": quick, "n_markets": n_markets, **trace["meta"],
@@ -745,7 +748,7 @@ def write_report(results, out_dir=None) -> Path:
     runs = pd.read_csv(results / "trace_runs.csv")
     per = pd.read_csv(results / "trace_providers.csv")
     rel = pd.read_csv(results / "reliability.csv")
-    prices = pd.read_csv(results / "prices.csv")
+    prices = pd.read_csv(results / "prices.csv.gz")
     both = pd.read_csv(results / "audits.csv")
     quick, seeds = meta["quick"], meta["seeds"]
     rep = Report(out_dir, TITLE)
