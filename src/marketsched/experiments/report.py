@@ -125,3 +125,31 @@ def scoreboard_markdown(docs_dir) -> str:
     lines.append(f"| **all** | {sum(total.values())} | {total[MATCH]} | {total[NEAR_V]} | {total[DIFFERS]} | "
                  f"{total[NOT_ATTEMPTED]} |")
     return "\n".join(lines)
+
+
+RULE_BEGIN, RULE_END = "<!-- verdict rule: generated -->", "<!-- end of the verdict rule -->"
+BOARD_BEGIN, BOARD_END = "<!-- scoreboard: generated -->", "<!-- end of the scoreboard -->"
+
+
+def update_index(docs_dir) -> Path:
+    """Rewrite the generated blocks of ``docs_dir/index.md`` (the verdict rule and the scoreboard)
+    between their markers: ``python -m marketsched.experiments.report docs/reproductions``."""
+    from marketsched.analysis.verdicts import rule_markdown
+
+    path = Path(docs_dir) / "index.md"
+    text = path.read_text()
+    for begin, end, body in ((RULE_BEGIN, RULE_END, rule_markdown()), (BOARD_BEGIN, BOARD_END,
+                                                                      scoreboard_markdown(docs_dir))):
+        if begin not in text or end not in text:
+            raise ValueError(f"{path}: the markers {begin!r} and {end!r} are missing")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{body}\n{end}{tail}"
+    path.write_text(text)
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(update_index(sys.argv[1] if len(sys.argv) > 1 else "docs/reproductions"))
