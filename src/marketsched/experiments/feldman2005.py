@@ -705,10 +705,9 @@ def _discussion(summary: pd.DataFrame, inf: pd.DataFrame, fsum: pd.DataFrame) ->
   at any m. Our weight-proportional baseline is already efficient for correlated, normalised weights
   ({rng_(c.wp_eff)}); the paper does not say whether its baseline normalises the weights or how its
   profiles are drawn beyond U(0, 1), and its figures are not in the text we have, so the cause stays open.
-* **Greedy adjustment.** The paper gives neither its step size nor its marginal-gap threshold, so where
-  greedy converges and how long the welfare takes to stabilise depend on our choices (1% of the budget
-  per step, 5% relative gap); the verdicts on "25 to 90" and "within 100" iterations are for these
-  choices only.
+* **Greedy adjustment.** The paper gives neither its step size nor its marginal-gap threshold; ours are
+  1% of the budget per step and a 5% relative gap. The verdicts on "25 to 90" and "within 100" iterations
+  hold for these choices only; we did not vary them, so we cannot say whether other choices would match.
 * **Finite parallelism.** The start (weight-proportional on the Δ best machines), the reserve bid and the
   first-improvement order of the local search are ours. With Δ = 20 and m = 5-10 (δ in [1, 2]) our runs
   do not converge and their fairness drops, where the paper reports no drop for Δ = 20 although it

@@ -818,18 +818,16 @@ def _intro(plan, failures, quick) -> str:
 DISCUSSION = """
 **Substitute traces.** KTH-SP2 and SDSC-SP2 are not the paper's DAS2-fs4 and REQUIN, and in
 these settings they are far more congested than LPC (compare the congestion line at the top
-of each section). With long queues, waiting dominates utilities: shading costs an aggressive
-user much more, so the users' best response moves to small beta, and the non-preemptive WSPT
-(Smith's rule) gives the designer a better revenue / TWFT than HB, so the equilibria move away
-from the paper's. The per-job findings (Figs 2-6, 8) are compared all the same; the
-substitutes have fewer seeds (2 and 1), so their confidence intervals are wide or missing.
+of each section); their equilibria move away from the paper's (the summary above). Whether the
+load is the cause is not tested here: the LPC capacity sweep that would separate load from trace
+was not run. The substitutes have fewer seeds (2 and 1), so their intervals are wide or missing,
+and their judgements are listed as ours.
 
 **Reading the comparison.** The paper publishes no plot data (only captions and text survive)
 and states neither the number of runs nor seeds, so the figures are compared with the paper's
-verbal claims (findings table), and the tables cell by cell. Where a finding does not hold,
-the likely reasons are: (1) a different version of the LPC log (see above); (2) open choices
-the paper does not fix (negative values redrawn rather than clipped; exact 10% partition;
-WSPT's k-th price capped at the job's bid; no price floor at the reservation price; the
-designer payoff summed over all jobs); (3) seed-to-seed noise in the middle band and in the
-small aggressive group (10% of 73k group-C jobs, ~1.5k of them high-bid).
+verbal claims and the tables cell by cell. Open choices the paper does not fix, none of them
+varied here: negative values redrawn rather than clipped; an exact 10% partition of the
+aggressive users rather than a coin per job; WSPT's k-th price capped at the job's bid; no price
+floor at the reservation price; the designer payoff summed over all jobs (the report shows the
+group-C-only variant). The LPC log is another version than the paper's (0.45% more jobs).
 """
