@@ -18,7 +18,10 @@ What the paper did (sections IV and V) and what is run here:
   7 betas x 2 pricings, group C) with their pure Nash equilibria
   (:mod:`marketsched.analysis.games`), several seeds with 95% Student-t confidence intervals;
 * substitutes (``../shared/data/traces/README.md``): KTH-SP2 split into serial jobs at 75% of
-  its CPUs for DAS2-fs4, SDSC-SP2 split at 100% for REQUIN; labelled as substitutes.
+  its CPUs for DAS2-fs4, SDSC-SP2 split at 100% for REQUIN; labelled as substitutes;
+* ours (full runs): LPC on fewer or more nodes (does load move the equilibria as on the
+  substitutes?), the aggressive group by a coin per job (an open choice), and the 80/20 split
+  of section II.B (behaviour ``srg20``).
 
 Steps of :func:`run`: (1) declare the grid per trace; (2) run it with
 :func:`marketsched.experiments.runner.run_grid` into ``out_dir/results`` (resumable), with the
@@ -71,6 +74,7 @@ class Setting:
     seeds_full: int
     tag: str
     substitute_for: str | None = None
+    srg_split: str = "exact"
 
 
 SETTINGS = (
@@ -83,9 +87,15 @@ SETTINGS = (
 #: Ours (full runs only): LPC with fewer nodes, to separate load from trace (the substitutes are
 #: far more congested than LPC at 75 %).
 SWEEP = (
+    Setting(LPC, "LPC-EGEE, 140 nodes (100%) [load sweep]", 1.0, True, 3, "LPC-100"),
     Setting(LPC, "LPC-EGEE, 84 nodes (60%) [load sweep]", 0.6, True, 3, "LPC-60"),
     Setting(LPC, "LPC-EGEE, 70 nodes (50%) [load sweep]", 0.5, True, 3, "LPC-50"),
+    Setting(LPC, "LPC-EGEE, 42 nodes (30%) [load sweep]", 0.3, True, 3, "LPC-30"),
 )
+#: Ours (full runs only): an open choice varied, the aggressive group drawn by a coin per job
+#: (probability 10 %) instead of an exact 10 % partition.
+OPEN = (Setting(LPC, "LPC-EGEE, 105 nodes (75%), aggressive group by coin [open choice]", 0.75, True, 3, "LPC-coin",
+                srg_split="coin"),)
 #: Section II.B's "more traditional 80/20 split": aggressive users shade by up to 80 %, the others
 #: by up to 20 % (behaviour ``srg20``); run on LPC with the main seeds, the four algorithms and
 #: both pricings (full runs only).
@@ -100,7 +110,7 @@ def variant_grid(seeds) -> Grid:
 def grids(setting: Setting, seeds) -> list[Grid]:
     """The cells of one trace: the game grid, FT for all four algorithms, SRG(0.9) for WSEPT."""
     common: dict[str, Any] = dict(traces=[setting.trace], capacities=[setting.capacity], split=setting.split,
-                  pricings=["first", "kth"], seeds=list(seeds))
+                  pricings=["first", "kth"], seeds=list(seeds), srg_split=setting.srg_split)
     return [
         Grid(mechanisms=list(ALGS), behaviours=["ft"], **common),
         Grid(mechanisms=list(GAME_ALGS), behaviours=["srg"], betas=list(PAPER_BETAS), **common),
@@ -433,7 +443,8 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
     """Run the grid (resumable) into ``out_dir/results`` and write ``report.md`` from it.
 
     ``quick``: LPC only with 2 seeds. ``seeds``: seeds for LPC (substitutes use at most their
-    own default). ``executor``: ``process`` (default), ``serial`` or ``ray``
+    own default). Full runs add, as ours: LPC on 100/60/50/30 % of its CPUs (``SWEEP``), the
+    aggressive group drawn by a coin (``OPEN``) and the 80/20 split (``variant_grid``). ``executor``: ``process`` (default), ``serial`` or ``ray``
     (``marketsched reproduce shudler2010 --executor ray``).
     """
     import json
@@ -443,10 +454,10 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
     executor = executor or "process"
     if seeds is not None and seeds < 1:
         raise ValueError(f"seeds = {seeds} must be >= 1")
-    settings = SETTINGS[:1] if quick else SETTINGS + SWEEP
+    settings = SETTINGS[:1] if quick else SETTINGS + SWEEP + OPEN
     plan = []
     for s in settings:
-        main_lpc = s.trace == LPC and s not in SWEEP
+        main_lpc = s.trace == LPC and s is SETTINGS[0]
         n = (seeds or (2 if quick else s.seeds_full)) if main_lpc else min(seeds or s.seeds_full, s.seeds_full)
         plan.append((s, list(range(1, n + 1))))
     all_cells = [g for s, sd in plan for g in grids(s, sd)]
@@ -473,7 +484,7 @@ def write_report(results, out_dir=None) -> Path:
     out_dir = Path(out_dir) if out_dir is not None else results.parent
     meta = json.loads((results / "plan.json").read_text())
     quick = meta["quick"]
-    by_tag = {s.tag: s for s in SETTINGS + SWEEP} | {s.trace: s for s in SETTINGS}  # older plans name traces
+    by_tag = {s.tag: s for s in SETTINGS + SWEEP + OPEN} | {s.trace: s for s in SETTINGS}  # older plans name traces
     plan = [(by_tag[t], sd) for t, sd in meta["plan"]]
     variant_seeds = meta.get("variant_seeds", [])
     failures = json.loads((results / "failures.json").read_text()) if (results / "failures.json").exists() else []
@@ -481,9 +492,9 @@ def write_report(results, out_dir=None) -> Path:
     df = load_results(results)
     out_dir.mkdir(parents=True, exist_ok=True)
     _cell_summary(df).to_csv(out_dir / "cells.csv", index=False)
-    wanted = {(s.trace, round(s.capacity, 4), sd) for s, seeds_ in plan for sd in seeds_}
-    df = df[[(t, round(cap, 4), sd) in wanted or (b == "srg20" and t == LPC and sd in variant_seeds)
-             for t, cap, sd, b in zip(df["trace"], df["capacity"], df["seed"], df["behaviour"])]]
+    wanted = {(s.trace, round(s.capacity, 4), s.srg_split, sd) for s, seeds_ in plan for sd in seeds_}
+    df = df[[(t, round(cap, 4), sp, sd) in wanted or (b == "srg20" and t == LPC and sd in variant_seeds)
+             for t, cap, sp, sd, b in zip(df["trace"], df["capacity"], df["srg_split"], df["seed"], df["behaviour"])]]
     variant = df[df["behaviour"] == "srg20"]
     df = df[df["behaviour"] != "srg20"]
 
@@ -498,12 +509,11 @@ def write_report(results, out_dir=None) -> Path:
         rep.table(pd.DataFrame([{"cell": f["label"], "error": f["error"]} for f in failures]))
     summary_rows = []
     sweep_rows = []
+    lpc_main: Any = None
     for s, sd in plan:
         tag = s.tag
-        sub = df[(df["trace"] == s.trace) & np.isclose(df["capacity"], s.capacity)]
-        if sub.empty:
-            continue
-        if s in SWEEP:
+        sub = _setting_rows(df, s)
+        if sub.empty or s in SWEEP or s in OPEN:
             continue
         rep.heading(f"{s.label}" + (" (substitute)" if s.substitute_for else ""))
         if s.substitute_for:
@@ -525,6 +535,8 @@ def write_report(results, out_dir=None) -> Path:
         revenue_section(rep, sub, s.trace, tag)
         c = V.Claims(f"The paper's claims ({tag})", ours=bool(s.substitute_for))
         claims(c, sub, s.trace, n_jobs, nodes)
+        if s is SETTINGS[0]:
+            lpc_main = (sub, n_jobs, nodes)
         c8 = None
         if s.trace == LPC:
             if len(variant):
@@ -554,15 +566,28 @@ def write_report(results, out_dir=None) -> Path:
     sweep = [(s, sd) for s, sd in plan if s in SWEEP]
     if sweep:
         for s, sd in sweep:
-            sub = df[(df["trace"] == s.trace) & np.isclose(df["capacity"], s.capacity)]
+            sub = _setting_rows(df, s)
             if sub.empty:
                 continue
             ft = select(sub, s.trace, mechanism="hb", pricing="kth", behaviour="ft")
             bsd_m, _, _ = mean_ci(per_seed(ft, "bsd"))
             ssj_m, _, _ = mean_ci(per_seed(ft, "ssj"))
             gm, _ = games_from_results(sub, trace=s.trace)
-            sweep_rows.append(_load_row(s, sub, gm, int(sub["nodes"].iloc[0]), bsd_m, ssj_m))
-        load_section(rep, sweep_rows)
+            cs = V.Claims(f"figure claims, {s.tag}", ours=True)
+            claims(cs, sub, s.trace, 0, 0, figures_only=True)
+            row = _load_row(s, sub, gm, int(sub["nodes"].iloc[0]), bsd_m, ssj_m)
+            sweep_rows.append(row | {"figure claims (match / near / differ)": _mnd(cs)})
+        sweep_seeds = sorted({sd for _, seeds_ in sweep for sd in seeds_})
+        for r in sweep_rows:
+            r.setdefault("figure claims (match / near / differ)", "-")
+            if r["_tag"] == "LPC" and lpc_main is not None:
+                cs = V.Claims("figure claims, LPC", ours=True)
+                claims(cs, lpc_main[0][lpc_main[0]["seed"].isin(sweep_seeds)], LPC, 0, 0, figures_only=True)
+                r["figure claims (match / near / differ)"] = _mnd(cs)
+        load_section(rep, sweep_rows, sweep_seeds)
+    for s, sd in plan:
+        if s in OPEN and lpc_main is not None:
+            open_choice_section(rep, s, _setting_rows(df, s), lpc_main, sd)
     rep.heading("Summary")
     summary_rows.append({"trace": "paper (LPC)", "claims judged here": "-",
                          "equilibria (ours: first / k-th / k-th w/o WSPT)": "(HB, 50%) / (WSPT, 70%) / (NPHB, 25%)"})
@@ -833,12 +858,49 @@ def same_kind(c, c8) -> None:
             continue
         parts.append(V.category_verdict(b, r.verdict, (V.MATCH, V.NEAR_V, V.DIFFERS)))
         if b != r.verdict:
-            changed.append(f"{r.where}: {b} -> {r.verdict}")
+            changed.append(f"{r.where}, {r.claim}: {b} -> {r.verdict}")
     c.add("Sec. II.B", "the 80/20 split (beta 20% / 80%) gives results of the same kind", "same kind",
           f"{len(parts) - len(changed)} of {len(parts)} figure claims keep their verdict"
           + (f" ({'; '.join(changed)})" if changed else ""), V.worst(parts) if parts else V.NOT_ATTEMPTED,
           "the figure claims' verdicts under the 80/20 split (table below) against the default SRG's; near: one "
           "step apart on match / near / differs")
+
+
+def _setting_rows(df, s: Setting):
+    return df[(df["trace"] == s.trace) & np.isclose(df["capacity"], s.capacity) & (df["srg_split"] == s.srg_split)]
+
+
+def _mnd(c) -> str:
+    n = c.counts()
+    return f"{n.get('match', 0)} / {n.get('near', 0)} / {n.get('differs', 0)}"
+
+
+def open_choice_section(rep, s: Setting, sub, lpc_main, seeds) -> None:
+    """Ours: every claim again with an open choice varied, against the default on the same seeds."""
+    import pandas as pd
+
+    from marketsched.analysis import verdicts as V
+
+    base_df, n_jobs, nodes = lpc_main
+    base_df = base_df[base_df["seed"].isin(seeds)]
+    rep.heading(f"Open choice: {s.label.split(', ')[-1].split(' [')[0]} (ours: not counted)")
+    if sub.empty or base_df.empty:
+        rep.text("Not run.")
+        return
+    a = V.Claims("default", ours=True)
+    b = V.Claims("variant", ours=True)
+    claims(a, base_df, LPC, n_jobs, nodes)
+    claims(b, sub, LPC, n_jobs, nodes)
+    base = {(r.where, r.claim): r for r in a.rows}
+    rows = [{"where": r.where, "claim": r.claim, "default": f"{base[(r.where, r.claim)].ours} "
+             f"({base[(r.where, r.claim)].verdict})", "variant": f"{r.ours} ({r.verdict})"}
+            for r in b.rows if (r.where, r.claim) in base and base[(r.where, r.claim)].verdict != r.verdict]
+    rep.text(f"{s.label}: every claim of the paper judged again on seeds {seeds[0]}..{seeds[-1]}, against the "
+             f"default (exact 10 % partition) on the same seeds. Default: {V.counts_text(a.counts())}; variant: "
+             f"{V.counts_text(b.counts())}. {len(rows)} claim(s) change their verdict"
+             + (":" if rows else "."))
+    if rows:
+        rep.table(pd.DataFrame(rows), caption="Claims whose verdict changes with the open choice (default / variant)")
 
 
 EQ_KEYS = ("first price", "k-th price", "k-th w/o WSPT")
@@ -855,7 +917,7 @@ def _load_row(s: Setting, sub, gm, nodes: int, bsd_m: float, ssj_m: float) -> di
                   "_alg": {k: sorted({a for a, _ in e}) for k, e in eqs.items()}, "_nodes": nodes}
 
 
-def load_section(rep, rows: list) -> None:
+def load_section(rep, rows: list, seeds) -> None:
     """Ours: LPC with fewer nodes against the substitutes, to test whether load moves the equilibria."""
     import pandas as pd
 
@@ -863,7 +925,9 @@ def load_section(rep, rows: list) -> None:
     rep.text("The substitute traces are far more congested than LPC at 75 % and their equilibria differ from the "
              "paper's. Running LPC's own jobs on fewer nodes separates load from trace: if load is the cause, LPC's "
              "equilibria move toward the substitutes' as its congestion rises. Equilibria of the tables of means; "
-             "congestion under HB with truthful bids (mean over seeds).")
+             "congestion under HB with truthful bids (mean over seeds); the figure claims (Figs 2-8, section IV) "
+             f"judged on seeds {seeds[0]}..{seeds[-1]} for every LPC row, so that their intervals are comparable "
+             "(the LPC section above uses all its seeds).")
     rep.table(pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]),
               caption="Congestion and pure Nash equilibria: LPC at 75 % (the paper's setting), LPC with fewer nodes, "
                       "and the substitutes")
@@ -877,16 +941,21 @@ def load_section(rep, rows: list) -> None:
     toward = [k for k in moved if subs and all(top["_alg"][k] == r["_alg"][k] for r in subs)]
     lines = [f"At {top['_nodes']} nodes LPC's mean bounded slowdown is {top['_bsd']:.3g} (at 75 %: "
              f"{base['_bsd']:.3g}" + "".join(f"; {r['_tag']}: {r['_bsd']:.3g}" for r in subs) + ")."]
+    reached = not subs or top["_bsd"] >= min(r["_bsd"] for r in subs)
     if toward:
         lines.append(f"The algorithm of the {', '.join(toward)} equilibrium moves to the substitutes' "
                      f"({', '.join(LABEL.get(a, a) for a in top['_alg'][toward[0]])}): load alone moves it, so the "
                      "congestion explanation is confirmed for " + ("it." if len(toward) == 1 else "them."))
+    elif reached:
+        lines.append("No equilibrium's algorithm moves to the substitutes' "
+                     + (f"({', '.join(moved)} changed, to other algorithms)" if moved else "(none changed)")
+                     + " although LPC is now as congested as a substitute: load alone does not explain the "
+                     "substitutes' equilibria, and that explanation is withdrawn.")
     else:
         lines.append("No equilibrium's algorithm moves to the substitutes' "
                      + (f"({', '.join(moved)} changed, to other algorithms)" if moved else "(none changed)")
-                     + ": load alone does not explain the substitutes' equilibria, and that explanation is withdrawn.")
-    if subs and top["_bsd"] < min(r["_bsd"] for r in subs):
-        lines.append("The sweep stays below the substitutes' congestion, so it tests load only up to that level.")
+                     + ", but the sweep stays below the substitutes' congestion: up to this load the explanation is "
+                     "not borne out, beyond it it is untested.")
     rep.text(" ".join(lines))
 
 
