@@ -85,6 +85,17 @@ def test_srg_bids_use_the_group_betas():
     assert stats.kstest(b[~a], "uniform", args=(90.0, 10.0)).pvalue > 1e-3
 
 
+def test_srg20_is_the_80_20_split():
+    """Section II.B's 80/20 split: the same groups and U, conservative users shade by up to 20 %."""
+    draws = draw_shading(N, seed=2)
+    w = np.full(N, 100.0)
+    b = make_bids("srg20", w, draws, 0.8)
+    a = draws.aggressive
+    np.testing.assert_array_equal(b, srg_bids(w, draws, 0.2, 0.8))
+    assert (b[~a] >= 80.0).all() and (b[a] >= 20.0).all()
+    np.testing.assert_array_equal(b[a], make_bids("srg", w, draws, 0.8)[a])
+
+
 def test_common_random_numbers_across_cells():
     """Same (workload, seed): same values, same groups, same U in every cell; only beta changes bids."""
     wl = synthetic_workload(2000, capacity=16, seed=1)

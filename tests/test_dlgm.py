@@ -490,3 +490,24 @@ def test_bad_input_is_named():
 
     with pytest.raises(ValueError, match="differs from the workload"):
         Simulator(w, DLGM([1.0, 1.0], [3.0, 9.0])).run()
+
+
+def test_exact_optimum_of_small_instances():
+    """The brute force behind the competitive-ratio check: Smith's rule on one node with common
+    release 0; a hand instance with a release date; never above DLGM's schedule."""
+    from marketsched.experiments.stoesser_ch5 import competitive_instances, exact_optimum
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        d = rng.integers(1, 9, 5).astype(float)
+        v = rng.integers(1, 9, 5).astype(float)
+        order = np.argsort(-v / d, kind="stable")  # WSPT is optimal for 1 || sum w_j C_j
+        assert exact_optimum(np.zeros(5), d, v, 1) == pytest.approx(float((v[order] * np.cumsum(d[order])).sum()))
+    # two jobs, one node: job 0 (r=0, d=4, v=1), job 1 (r=1, d=1, v=10): waiting for job 1 pays
+    assert exact_optimum([0, 1], [4, 1], [1, 10], 1) == pytest.approx(min(1 * 4 + 10 * 5, 10 * 2 + 1 * 6))
+    # two nodes: everything starts at release
+    r, d, v = np.array([0.0, 2, 3]), np.array([3.0, 1, 2]), np.array([1.0, 2, 3])
+    brute = min(sum(vv * e for vv, e in zip(v, ends)) for ends in [r + d])
+    assert exact_optimum(r, d, v, 3) == pytest.approx(brute)
+    comp = competitive_instances(15)
+    assert (comp.dlgm >= comp.optimum - 1e-9).all()

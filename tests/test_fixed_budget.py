@@ -33,7 +33,7 @@ from marketsched.mechanisms.games import (
 )
 from marketsched.mechanisms.games.best_response import _br_one, response_utility
 from marketsched.mechanisms.games.dynamics import stabilisation_time
-from marketsched.mechanisms.games.fixed_budget import shares_of
+from marketsched.mechanisms.games.fixed_budget import opposite_equilibria, shares_of
 
 SETTINGS = settings(max_examples=60, deadline=None)
 ALPHA0 = (2 + math.sqrt(2)) / 4
@@ -179,20 +179,6 @@ def test_equal_weight_game(alpha):
     assert ev["envy_freeness"] == pytest.approx(1.0)
     res = run_dynamics(g, tol=1e-12)                            # the unique equilibrium is the start
     np.testing.assert_allclose(res.bids, bids, atol=1e-12)
-
-
-def opposite_equilibria(alpha: float) -> list[tuple[float, np.ndarray]]:
-    """Every nonnegative root delta of f = d^3 - c d^2 + c d - 1 with the bids it implies
-    (appendix B with beta = 1 - alpha; the printed closed forms for x and y are wrong, so they are
-    re-derived from the appendix's own equations)."""
-    c = 1 / (2 * alpha * (1 - alpha)) - 1
-    roots = np.roots([1, -c, c, -1])
-    out = []
-    for d in sorted(r.real for r in roots if abs(r.imag) < 1e-9 and r.real >= 0):
-        x = 1 / (1 + d * d * (1 - alpha) / alpha)    # user 1's bid on machine 1
-        y = 1 / (1 + d * d * alpha / (1 - alpha))    # user 2's bid on machine 1
-        out.append((d, np.array([[x, 1 - x], [y, 1 - y]])))
-    return out
 
 
 @pytest.mark.parametrize("alpha", [0.5, 0.6, math.sqrt(2) / 2, 0.8, 0.85])

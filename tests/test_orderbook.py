@@ -93,3 +93,15 @@ def test_generator_duration_sweep_and_determinism():
         assert np.array_equal(getattr(a1, f), getattr(a2, f))
     with pytest.raises(ValueError, match="n_nodes"):
         generate_order_book(-1, 3, np.random.default_rng(0))
+
+
+def test_memory_read_as_a_log_space_variance():
+    b = generate_order_book(4000, 4000, np.random.default_rng(7), memory="variance")
+    # log-space sigma sqrt(0.15), sqrt(0.2): mean exp(4 + 0.15 / 2), the other columns unchanged
+    assert abs(np.log(b.job_mem).std() - np.sqrt(0.15)) < 0.02
+    assert abs(np.log(b.node_mem).std() - np.sqrt(0.2)) < 0.02
+    assert abs(b.job_mem.mean() - np.exp(4 + 0.075)) < 1.5
+    same = generate_order_book(4000, 4000, np.random.default_rng(7))
+    assert np.array_equal(b.job_value, same.job_value) and np.array_equal(b.node_end, same.node_end)
+    with pytest.raises(ValueError, match="memory must be one of"):
+        generate_order_book(3, 3, np.random.default_rng(0), memory="var")

@@ -444,9 +444,17 @@ def mechanisms_(name, as_json):
               help="Where grid cells run: local processes (default), in this process, or a Ray cluster "
                    "(pip install ray). For experiments built on the grid runner.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Local worker processes (default: cores).")
+@click.option("--report-only", is_flag=True,
+              help="Simulate nothing: rewrite the report from the stored results (--results).")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Stored results to read (default: OUT/results); a run stores them there.")
 def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | None, executor: str | None,
-              workers: int | None) -> None:
-    """Reproduce a paper's experiments and write a report (list them without NAME)."""
+              workers: int | None, report_only: bool, results_dir: Path | None) -> None:
+    """Reproduce a paper's experiments and write a report (list them without NAME).
+
+    A run stores its results in OUT/results and writes OUT/report.md from them;
+    `--report-only` rewrites the report from stored results without simulating.
+    """
     import inspect
 
     from marketsched import experiments
@@ -465,13 +473,32 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")
     out_dir = out_dir or Path("results") / name
+    module = found[name]
+    if report_only:
+        for flag, given in (("--quick", quick), ("--seeds", seeds), ("--executor", executor), ("--workers", workers)):
+            if given:
+                raise click.BadParameter(f"{flag} chooses what to simulate; --report-only simulates nothing",
+                                         param_hint=flag)
+        results_dir = results_dir or out_dir / "results"
+        if not results_dir.is_dir():
+            raise click.BadParameter(f"no stored results in {results_dir} (run `marketsched reproduce {name}` first, "
+                                     "or point --results at a run's results folder)", param_hint="--results")
+        try:
+            path = module.write_report(results_dir, out_dir)
+        except FileNotFoundError as exc:
+            raise click.ClickException(f"{results_dir} is missing a stored result of {name}: {exc}") from exc
+        click.echo(f"report: {path}")
+        return
+    if results_dir is not None:
+        raise click.BadParameter("a run stores its results in OUT/results; --results goes with --report-only",
+                                 param_hint="--results")
     extra = {k: v for k, v in (("executor", executor), ("workers", workers)) if v is not None}
-    accepted = inspect.signature(found[name].run).parameters
+    accepted = inspect.signature(module.run).parameters
     for key in extra:
         if key not in accepted:
             raise click.BadParameter(f"experiment {name!r} does not run on the grid runner; it takes no --{key}",
                                      param_hint=f"--{key}")
-    path = found[name].run(out_dir=out_dir, quick=quick, seeds=seeds, **extra)
+    path = module.run(out_dir=out_dir, quick=quick, seeds=seeds, **extra)
     click.echo(f"report: {path}")
 
 

@@ -55,8 +55,10 @@ import numpy as np
 SRG_P_AGGRESSIVE = 0.1
 SRG_BETA_CONSERVATIVE = 0.1
 SRG_BETA_AGGRESSIVE = 0.9
+#: The "more traditional 80/20 split" section II.B also tried: conservative users shade by up to 20 %.
+SRG20_BETA_CONSERVATIVE = 0.2
 SPLITS = ("exact", "coin")
-BEHAVIOURS = ("ft", "shade", "srg")
+BEHAVIOURS = ("ft", "shade", "srg", "srg20")
 
 # Stream tag so bidding draws never collide with the value draw default_rng(seed).
 _BIDDING_STREAM = 0x5A4D_0B1D
@@ -202,7 +204,9 @@ def make_bids(behaviour: str, true_value, draws: ShadingDraws, beta: float = SRG
     """Bids for one experiment cell.
 
     ``"ft"``: truthful (``beta`` ignored); ``"shade"``: every job shades with ``beta``;
-    ``"srg"``: the SRG model with aggressive ``beta`` and conservative ``beta_conservative``.
+    ``"srg"``: the SRG model with aggressive ``beta`` and conservative ``beta_conservative``;
+    ``"srg20"``: the same groups with the conservative users at ``SRG20_BETA_CONSERVATIVE`` (20 %;
+    with ``beta = 0.8`` the 80/20 split of section II.B).
     """
     if behaviour == "ft":
         return truthful(true_value)
@@ -210,4 +214,6 @@ def make_bids(behaviour: str, true_value, draws: ShadingDraws, beta: float = SRG
         return shade(_check_values(true_value, len(draws)), draws.u, beta)
     if behaviour == "srg":
         return srg_bids(true_value, draws, beta_conservative, beta)
+    if behaviour == "srg20":
+        return srg_bids(true_value, draws, SRG20_BETA_CONSERVATIVE, beta)
     raise ValueError(f"unknown bidding behaviour {behaviour!r}; choose one of {', '.join(BEHAVIOURS)}")

@@ -2,11 +2,18 @@
 
 Usage::
 
-    rep = Report(out_dir, "Feldman et al. 2005: fixed-budget proportional share")
+    rep = Report(out_dir, "Feldman, Lai & Zhang (2005): fixed-budget proportional share")
     rep.text("What was run ...")
     rep.table(dataframe, caption="Efficiency against number of users")
     rep.figure(fig, "efficiency", caption="...")   # saves efficiency.png
-    path = rep.write()                             # out_dir/report.md
+    rep.claims(claims)                             # a verdicts.Claims list (see below)
+    path = rep.write()                             # out_dir/report.md (+ claims.csv)
+
+Claims (:class:`marketsched.analysis.verdicts.Claims`) are the paper's quantitative claims with
+our figure and the verdict of the one rule in :mod:`marketsched.analysis.verdicts`. The counts
+over every claims list of the report (lists marked ``ours`` excluded) go right under the title,
+and every row, ours included, into ``claims.csv`` (column ``counted``), which the scoreboard of
+``docs/reproductions/index.md`` is built from.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ class Report:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.parts: list[str] = [f"# {title}\n"]
+        self._claims: list = []
 
     def heading(self, text: str, level: int = 2) -> None:
         self.parts.append(f"{'#' * level} {text}\n")
@@ -42,9 +50,41 @@ class Report:
         self.parts.append(f"![{caption or stem}]({path.name})\n\n*{caption}*\n" if caption else f"![{stem}]({path.name})\n")
         return path
 
+    def claims(self, claims, intro: str = "") -> None:
+        """Append a claims list (a :class:`~marketsched.analysis.verdicts.Claims`) as a table with its counts."""
+        from marketsched.analysis.verdicts import counts_text
+
+        self.heading(claims.title + (" (ours: not counted)" if claims.ours else ""))
+        if intro:
+            self.text(intro)
+        self.parts.append(f"*{counts_text(claims.counts())}.*\n")
+        self.parts.append(_markdown_table(claims.frame(), ".4g", False) + "\n")
+        self._claims.append(claims)
+
+    def counts(self) -> dict:
+        """Verdict counts over the report's counted claims (the paper's, not ours)."""
+        from marketsched.analysis.verdicts import VERDICTS
+
+        out = dict.fromkeys(VERDICTS, 0)
+        for c in self._claims:
+            if not c.ours:
+                for k, v in c.counts().items():
+                    out[k] += v
+        return out
+
     def write(self, name: str = "report.md") -> Path:
+        parts = list(self.parts)
+        if self._claims:
+            import pandas as pd
+
+            from marketsched.analysis.verdicts import counts_text
+
+            parts.insert(1, f"**Scoreboard: {counts_text(self.counts())}** (the paper's claims only; verdicts by the "
+                            "rule in [How verdicts are decided](../index.md#how-verdicts-are-decided)).\n")
+            frames = [c.frame().assign(section=c.title, counted=not c.ours) for c in self._claims]
+            pd.concat(frames, ignore_index=True).to_csv(self.out_dir / "claims.csv", index=False)
         path = self.out_dir / name
-        path.write_text("\n".join(self.parts))
+        path.write_text("\n".join(parts))
         return path
 
 
@@ -56,9 +96,60 @@ def _markdown_table(df, floatfmt: str, index: bool) -> str:
     def fmt(v):
         if isinstance(v, float):
             return format(v, floatfmt)
-        return str(v)
+        return str(v).replace("|", "\\|").replace("\n", " ")
 
     rows = [[fmt(v) for v in row] for row in df.itertuples(index=False, name=None)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def scoreboard_markdown(docs_dir) -> str:
+    """The scoreboard table of ``docs/reproductions/index.md``: verdict counts per report, from each
+    report's ``claims.csv`` (the paper's claims only)."""
+    import pandas as pd
+
+    from marketsched.analysis.verdicts import DIFFERS, MATCH, NEAR_V, NOT_ATTEMPTED
+
+    lines = ["| report | claims | match | near | differs | not attempted |", "|---|---|---|---|---|---|"]
+    total = dict.fromkeys((MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED), 0)
+    for path in sorted(Path(docs_dir).glob("*/claims.csv")):
+        df = pd.read_csv(path)
+        df = df[df["counted"]]
+        n = {v: int((df["verdict"] == v).sum()) for v in total}
+        for v in total:
+            total[v] += n[v]
+        name = path.parent.name
+        lines.append(f"| [{name}]({name}/report.md) | {len(df)} | {n[MATCH]} | {n[NEAR_V]} | {n[DIFFERS]} | "
+                     f"{n[NOT_ATTEMPTED]} |")
+    lines.append(f"| **all** | {sum(total.values())} | {total[MATCH]} | {total[NEAR_V]} | {total[DIFFERS]} | "
+                 f"{total[NOT_ATTEMPTED]} |")
+    return "\n".join(lines)
+
+
+RULE_BEGIN, RULE_END = "<!-- verdict rule: generated -->", "<!-- end of the verdict rule -->"
+BOARD_BEGIN, BOARD_END = "<!-- scoreboard: generated -->", "<!-- end of the scoreboard -->"
+
+
+def update_index(docs_dir) -> Path:
+    """Rewrite the generated blocks of ``docs_dir/index.md`` (the verdict rule and the scoreboard)
+    between their markers: ``python -m marketsched.experiments.report docs/reproductions``."""
+    from marketsched.analysis.verdicts import rule_markdown
+
+    path = Path(docs_dir) / "index.md"
+    text = path.read_text()
+    for begin, end, body in ((RULE_BEGIN, RULE_END, rule_markdown()), (BOARD_BEGIN, BOARD_END,
+                                                                      scoreboard_markdown(docs_dir))):
+        if begin not in text or end not in text:
+            raise ValueError(f"{path}: the markers {begin!r} and {end!r} are missing")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{body}\n{end}{tail}"
+    path.write_text(text)
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(update_index(sys.argv[1] if len(sys.argv) > 1 else "docs/reproductions"))

@@ -138,8 +138,12 @@ def _check(cols, key, ok, message):
 
 
 # ---------------------------------------------------------------------- table 3.6 generator
+MEMORY_READINGS = ("sigma", "variance")
+
+
 def generate_order_book(n_nodes: int, n_jobs: int, rng: np.random.Generator, *,
-                        job_duration_trials: int = 5, node_availability_trials: int = 8) -> OrderBook:
+                        job_duration_trials: int = 5, node_availability_trials: int = 8,
+                        memory: str = "sigma") -> OrderBook:
     """Draw an order book from table 3.6 of the thesis (section 3.5.1).
 
     ==============  =========================  =========================
@@ -156,7 +160,9 @@ def generate_order_book(n_nodes: int, n_jobs: int, rng: np.random.Generator, *,
 
     * The second lognormal parameter is the log-space *standard deviation* sigma, although
       the text calls it a variance: only sigma = 0.15 reproduces the stated memory mean
-      55.216 and variance 69.375 (``exp(4 + 0.15**2 / 2) = 55.216``).
+      55.216 and variance 69.375 (``exp(4 + 0.15**2 / 2) = 55.216``). ``memory="variance"``
+      reads it as the text names it, the log-space variance (sigma = sqrt(0.15), sqrt(0.2)),
+      for sensitivity runs.
     * Memory is rounded to the nearest integer (at least 1).
     * Time origin is slot 0 (Binomial(n, 0.5) can be 0); end = start + duration - 1.
     * ``job_duration_trials`` / ``node_availability_trials`` are the binomial trials of the
@@ -165,13 +171,16 @@ def generate_order_book(n_nodes: int, n_jobs: int, rng: np.random.Generator, *,
     """
     if n_nodes < 0 or n_jobs < 0:
         raise ValueError(f"n_nodes and n_jobs must be >= 0, got {n_nodes}, {n_jobs}")
+    if memory not in MEMORY_READINGS:
+        raise ValueError(f"memory must be one of {MEMORY_READINGS}, got {memory!r}")
+    spread = (lambda p: p) if memory == "sigma" else np.sqrt
     job_cpu = 1 + rng.binomial(5, 0.5, n_jobs)
-    job_mem = np.maximum(1, np.rint(rng.lognormal(4.0, 0.15, n_jobs)))
+    job_mem = np.maximum(1, np.rint(rng.lognormal(4.0, spread(0.15), n_jobs)))
     job_release = rng.binomial(5, 0.5, n_jobs)
     job_end = job_release + rng.binomial(job_duration_trials, 0.5, n_jobs)  # 1 + Bin - 1
     job_value = rng.integers(10, 21, n_jobs).astype(np.float64)
     node_cpu = 1 + rng.binomial(10, 0.5, n_nodes)
-    node_mem = np.maximum(1, np.rint(rng.lognormal(5.0, 0.2, n_nodes)))
+    node_mem = np.maximum(1, np.rint(rng.lognormal(5.0, spread(0.2), n_nodes)))
     node_start = rng.binomial(4, 0.5, n_nodes)
     node_end = node_start + rng.binomial(node_availability_trials, 0.5, n_nodes)
     node_reserve = rng.integers(7, 13, n_nodes).astype(np.float64)

@@ -218,6 +218,26 @@ def opposite_weight_game(alpha: float) -> FixedBudgetGame:
     return FixedBudgetGame(w, np.ones(2), None, 0.0)
 
 
+def opposite_equilibria(alpha: float) -> list[tuple[float, np.ndarray]]:
+    """Every equilibrium of the opposite-weight game (section 3.1): (delta, bids) per nonnegative root.
+
+    The roots of f(delta) = delta^3 - c delta^2 + c delta - 1, c = 1/(2 alpha (1 - alpha)) - 1,
+    smallest first; the bids are appendix B's with beta = 1 - alpha (the printed closed forms for x
+    and y are wrong, so they are re-derived from the appendix's own equations): user 1 bids x = 1/(1 + delta^2 (1 - alpha)/alpha) on machine 1,
+    user 2 bids y = 1/(1 + delta^2 alpha/(1 - alpha)). delta = 1 is the symmetric equilibrium.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    c = 1 / (2 * alpha * (1 - alpha)) - 1
+    roots = np.roots([1, -c, c, -1])
+    out = []
+    for d in sorted(r.real for r in roots if abs(r.imag) < 1e-9 and r.real >= 0):
+        x = 1 / (1 + d * d * (1 - alpha) / alpha)
+        y = 1 / (1 + d * d * alpha / (1 - alpha))
+        out.append((float(d), np.array([[x, 1 - x], [y, 1 - y]])))
+    return out
+
+
 def worst_case_game(n: int) -> tuple[FixedBudgetGame, np.ndarray]:
     """The m = n^2 + n instance of section 3.2 and its equilibrium bids.
 
