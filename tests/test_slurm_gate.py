@@ -16,9 +16,13 @@ class FakeSlurm:
         self.next_id = 100
         self.cpus = cpus
         self.running = running
+        self.refuse: dict[int, str] = {}  # slurm id -> the error an update of it gets
 
     def __call__(self, args, timeout=30.0, input=None):
         self.cmds.append(args)
+        if args[:2] == ["scontrol", "update"] and int(args[2].split("=")[1]) in self.refuse:
+            jid = int(args[2].split("=")[1])
+            raise slurm.SlurmError(f"`{' '.join(args)}` failed (exit 1): {self.refuse[jid]} for job {jid}")
         if args[0] == "sbatch":
             assert input is not None and input.startswith("#!/bin/sh"), "sbatch gets its script on stdin"
         if args[0] == "sinfo":
@@ -117,3 +121,19 @@ def test_more_slots_than_cpus_is_refused_and_fewer_gates_everything(fake, tmp_pa
     ex = slurm.SlurmExecutor(tmp_path, slots=2)
     ex.arrange([q(1, 5.0), q(2, 4.0)])
     assert ex.queued[1].gated and ex.queued[2].gated  # the spare CPUs must stay unused
+
+
+def test_a_gate_that_comes_after_slurm_started_the_job_is_left_to_the_poll(fake, tmp_path):
+    # Slurm gives a free CPU to an eligible job at once; the market's next decision may want it
+    # gated a moment later: the update then fails ("no longer pending"), which is not an error
+    # (the poll finds the job running unstarted and suspends it after UNSTARTED_GRACE)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4)
+    ex.arrange([q(1, 4.0)])
+    sid = ex.queued[1].pid
+    assert not ex.queued[1].gated
+    fake.refuse[sid] = "Job is no longer pending execution"
+    ex.arrange([q(9, 4.5, preempted=True), q(1, 4.0)])  # 1 falls out of the eligible prefix
+    assert ("gate", sid, slurm.GATE) in fake.ops() and ex.queued[1].gated
+    fake.refuse[sid] = "Access/permission denied"  # any other refusal is still an error
+    with pytest.raises(slurm.SlurmError, match="permission denied"):
+        ex.arrange([q(1, 4.0)])

@@ -60,7 +60,8 @@ How the market's decisions map onto Slurm
   is not charged. If it even ends before the market starts it, its exit is kept and reported
   right after the market's start, so the mechanism's sequence is kept. If the market has not
   started it ``UNSTARTED_GRACE`` s after Slurm did (a decision went another way), it is
-  suspended until the market starts it.
+  suspended until the market starts it. A gate that reaches Slurm after it started the job
+  ("no longer pending") is left to that reconciliation.
 * **Cancel** (``kill``): ``scancel`` (also of suspended and pending jobs).
 * **State** is read with ``squeue -h -o`` (9 ms; ``squeue --json`` costs 60-70 ms with 100
   jobs and ignores ``-j`` in 22.05, so it serves only :meth:`SlurmExecutor.squeue_json`), one
@@ -481,10 +482,13 @@ class SlurmExecutor:
         self._ungate.clear()
 
     def _try(self, job: SlurmJob, field_: str, value: str) -> None:
+        """An update that may come too late: the job has ended, or (a begin time) Slurm has
+        already started it, which the next poll reconciles (:meth:`_unstarted_running`)."""
         try:
             self._update(job, **{field_: value})
         except SlurmError as exc:
-            if not _gone(str(exc)):
+            msg = str(exc)
+            if not (_gone(msg) or (field_ == "StartTime" and "no longer pending" in msg.lower())):
                 raise
 
     def _suspend_job(self, job: SlurmJob) -> bool:
