@@ -361,9 +361,10 @@ def test_links_a_job_makes_in_its_folder_are_not_followed(market, open_dir):
     canary.write_text("CANARY\n")
     shadow = Path("/etc/shadow").read_bytes() if Path("/etc/shadow").exists() else None
     b = market(slots=2)
-    # job 1 points command.sh at a root-owned file; job 2 points stdout at /etc/shadow and
+    # job 1 points command.sh at a root-owned file (on its first run only: a relaunched job 1
+    # that linked again would race the check below); job 2 points stdout at /etc/shadow and
     # makes stderr a FIFO (which would block a reader or writer that opened it blindly)
-    j1 = b.submit("alice", False, 1.0, f"ln -sf {canary} command.sh; echo linked > done; sleep 60")["id"]
+    j1 = b.submit("alice", False, 1.0, f"[ -e done ] || ln -sf {canary} command.sh; echo linked > done; sleep 60")["id"]
     j2 = b.submit("alice", False, 1.0, "rm -f stdout stderr; ln -s /etc/shadow stdout; mkfifo stderr; "
                                        "echo linked > done; sleep 60")["id"]
     job_file(b, j1, "done")
