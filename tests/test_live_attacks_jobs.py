@@ -9,6 +9,7 @@ runs as its owner's account, in its own cgroup. Each attack is the one issue 16 
 * a job signals the broker or another user's job, or moves itself out of its cgroup: denied;
 * a job's ``setsid`` child during preemption and during cancel: frozen with the job, killed with
   it; a sibling job of the same user cannot resume a frozen job with SIGCONT;
+* a fork bomb: held to the job's process limit, the other users' jobs and the broker go on;
 * kill -9 of the broker during submission bursts: every process that ran is a recorded job,
   run once, and no job id is reused;
 * the preempted-then-exited race with real processes: no job runs twice;
@@ -263,6 +264,75 @@ def test_a_sibling_job_cannot_resume_a_frozen_job_with_sigcont(market):
     c1 = job_file(b, ja, "count")
     time.sleep(0.5)
     assert job_file(b, ja, "count") == c1
+
+
+# ---------------------------------------------------------------------------- fork bomb
+BOMB = """python3 - <<'EOF'
+import os, time
+ok = failed = 0
+for _ in range({tries}):
+    try:
+        pid = os.fork()
+    except OSError:
+        failed += 1
+        continue
+    if pid == 0:
+        time.sleep(300)
+        os._exit(0)
+    ok += 1
+with open("forks", "w") as f:
+    f.write(f"{{ok}} {{failed}}\\n")
+time.sleep(300)
+EOF"""
+
+
+def test_a_fork_bomb_is_held_to_the_jobs_process_limit(market):
+    """A job tries to start twice its process limit of sleeping children (bounded: were the
+    limit to fail, 2N sleeping processes would do no harm): its cgroup never holds more than N
+    tasks, the job sees the forks fail, another user's job and the broker go on, and cancel
+    kills every process of it."""
+    n = 16
+    b = market(slots=3, job_processes=n)
+    jb = b.submit("bob", False, 1.0, COUNT)["id"]
+    job_file(b, jb, "count")
+    ja = b.submit("alice", False, 1.0, BOMB.format(tries=2 * n))["id"]
+    assert wait_for(lambda: ja in b.executor.procs, 60)
+    cg = b.executor.procs[ja].cgroup
+    assert cg.pids_limit is not None, "no pids cgroup: the number of processes is not limited"
+    limit_dir = cg.pids_limit[1]
+    assert (limit_dir / "pids.max").read_text().strip() == str(n)
+    most = {"tasks": 0, "procs": 0}
+
+    def sample():  # the largest number of tasks the job's cgroups held while it forked
+        try:
+            most["tasks"] = max(most["tasks"], int((limit_dir / "pids.current").read_text()))
+        except (OSError, ValueError):
+            pass
+        most["procs"] = max(most["procs"], len(cg.pids()))
+        return (b.executor.workdir(ja) / "forks").exists()
+
+    assert wait_for(sample, 120, every=0.001), "the fork loop never finished"
+    started, failed = map(int, job_file(b, ja, "forks").split())
+    assert started + failed == 2 * n and failed >= n and started >= 1, (started, failed)
+    sample()
+    assert 1 <= most["tasks"] <= n and most["procs"] <= n, most
+    assert len(cg.pids()) <= n
+    events = limit_dir / "pids.events"
+    if events.exists():  # the kernel counts the forks it refused
+        assert int(dict(line.split() for line in events.read_text().splitlines())["max"]) >= n
+    # another user's job and the broker go on
+    c1 = int(job_file(b, jb, "count"))
+    assert wait_for(lambda: int(job_file(b, jb, "count")) > c1, 60)
+    jc = b.submit("bob", False, 1.0, "echo still-forks")["id"]
+    assert wait_for(lambda: state(b, jc) == "completed", 60)
+    assert "still-forks" in output(b, jc)
+    # cancel kills every process of the bomb and removes its cgroups
+    pids = cg.pids()
+    assert len(pids) > started  # the children and the job's own shells
+    b.cancel("alice", False, ja)
+    assert wait_for(lambda: all(proc_start_ticks(p) is None for p in pids), 60)
+    assert wait_for(lambda: not any(d.exists() for d in cg.dirs()), 60)
+    assert state(b, ja) == "cancelled" and state(b, jb) == "running"
 
 
 # ---------------------------------------------------------------------------- exactly once

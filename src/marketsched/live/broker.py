@@ -161,6 +161,7 @@ class MarketConfig:
     single_user: bool | None = None
     job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
     job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
+    job_processes: int = 512  # tasks (processes and threads) per job at once (0: no limit)
     max_jobs_per_user: int = 100  # active (queued, running, preempted, held) jobs one user may have: 429 beyond
     max_command_bytes: int = 65536  # a job's command line, UTF-8: 413 beyond
 
@@ -187,6 +188,10 @@ class MarketConfig:
             raise ValueError(f"job CPU limit must be a number of CPUs >= 0 (0: no limit), got {self.job_cpus!r}")
         if self.job_memory is not None and (int(self.job_memory) != self.job_memory or self.job_memory < 0):
             raise ValueError(f"job memory limit must be a whole number of bytes >= 0 (0: no limit), got {self.job_memory!r}")
+        if isinstance(self.job_processes, bool) or not isinstance(self.job_processes, int) \
+                or not 0 <= self.job_processes <= 4_194_304:
+            raise ValueError("job process limit must be a whole number from 0 to 4194304 (0: no limit), "
+                             f"got {self.job_processes!r}")
         if self.single_user is False and os.geteuid() != 0:
             raise ValueError("a multi-user market starts each job as its owner's Unix account, which needs root; "
                              "run the broker as root, or use single-user mode (every job as your own account)")
@@ -200,7 +205,7 @@ class MarketConfig:
         memory = self.job_memory
         if memory is None:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // self.slots
-        return JobLimits(cpus=self.job_cpus or None, memory=memory or None)
+        return JobLimits(cpus=self.job_cpus or None, memory=memory or None, processes=self.job_processes or None)
 
 
 @dataclass

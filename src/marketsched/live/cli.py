@@ -209,6 +209,9 @@ def market() -> None:
 @click.option("--job-memory", default="auto", show_default=True, metavar="BYTES|auto|0",
               help="Memory limit per job in bytes (suffixes K, M, G), 'auto' = the machine's memory / --slots, "
                    "0 = no limit.")
+@click.option("--job-processes", default=512, show_default=True, type=click.IntRange(0, 4_194_304),
+              help="Processes (and threads) a job may have at once (cgroup pids.max; a fork beyond fails inside "
+                   "the job); 0 = no limit.")
 @click.option("--dayahead", default="off", show_default=True, type=click.Choice(["off", "dpgva", "relaxed"]),
               help="Also run the day-ahead reservation auction (Mutz 2008, ch. 5 / 7): placebid, showres.")
 @click.option("--da-clear-at", default="18:00", show_default=True,
@@ -242,7 +245,7 @@ def market() -> None:
 @click.option("--max-command-bytes", default=65536, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Longest command line a job may have; longer: HTTP 413.")
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
-          executor, partition, single_user, job_cpus, job_memory, dayahead, da_clear_at, da_lead, da_horizon,
+          executor, partition, single_user, job_cpus, job_memory, job_processes, dayahead, da_clear_at, da_lead, da_horizon,
           da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
           header_timeout, max_jobs_per_user, max_command_bytes) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
@@ -267,7 +270,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
                                            charge_interval=charge_interval, admission_seconds=admission_seconds,
                                            sync=sync, executor=executor, partition=partition, single_user=single_user,
-                                           job_cpus=job_cpus, job_memory=memory, max_jobs_per_user=max_jobs_per_user,
+                                           job_cpus=job_cpus, job_memory=memory, job_processes=job_processes,
+                                           max_jobs_per_user=max_jobs_per_user,
                                            max_command_bytes=max_command_bytes),
                         db_url=db_url)
     except (ValueError, RuntimeError, OSError) as exc:

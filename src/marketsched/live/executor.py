@@ -17,8 +17,8 @@
   children that leave the process group (``setsid``, double fork), is in the job's cgroup.
   **Preempt / resume** freeze and thaw the cgroup; **cancel** kills every process in it; after a
   normal exit whatever the job left behind is killed the same way. CPU time is limited to
-  ``limits.cpus`` CPUs and memory to ``limits.memory`` bytes per job where a cgroup offers the
-  controller. **Fallback** where no cgroup is writable: process groups, as before cgroups were
+  ``limits.cpus`` CPUs, memory to ``limits.memory`` bytes and the number of tasks (processes and
+  threads) to ``limits.processes`` per job where a cgroup offers the controller. **Fallback** where no cgroup is writable: process groups, as before cgroups were
   used (SIGSTOP / SIGCONT / SIGKILL to the group), with a loud warning: processes that leave
   the group escape preemption and cancel, and nothing is limited.
 * **Exits** are noticed through a pidfd per wrapper process (``os.pidfd_open``; readable when
@@ -88,11 +88,12 @@ class RunAs:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """Per-job limits: ``cpus`` CPUs' worth of CPU time (None: no limit) and ``memory`` bytes
-    (None: no limit)."""
+    """Per-job limits: ``cpus`` CPUs' worth of CPU time, ``memory`` bytes, and ``processes``
+    tasks (processes and threads) at once; None: no limit."""
 
     cpus: float | None = 1.0
     memory: int | None = None
+    processes: int | None = None
 
 
 def job_environment(user: RunAs | None, extra: dict | None = None) -> dict[str, str]:
@@ -245,8 +246,8 @@ class LocalExecutor:
         if self.layout.track is None and containment != "none":
             self.warning = ("no writable cgroup on this machine (" + "; ".join(self.layout.notes) + "): jobs are "
                             "contained by process groups only. A job's processes that leave its process group "
-                            "(setsid, double fork) are neither stopped on preemption nor killed on cancel, and CPU "
-                            "and memory are not limited. Run the broker as root where cgroups are writable for "
+                            "(setsid, double fork) are neither stopped on preemption nor killed on cancel, and CPU, "
+                            "memory and the number of processes are not limited. Run the broker as root where cgroups are writable for "
                             "full containment (docs/live_market.md).")
             warn(self.warning)
         elif self.layout.track is not None and self.layout.notes:
@@ -299,7 +300,7 @@ class LocalExecutor:
             if self.layout.track is not None:
                 self.layout.ensure()
                 cg = self.layout.job(key)
-                cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight)
+                cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight, processes=limits.processes)
                 if frozen:
                     cg.freeze()
             argv = launcher_argv(["/bin/sh", "-c", WRAPPER if record_exit else command], job_environment(user, env),
