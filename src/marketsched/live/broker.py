@@ -91,9 +91,9 @@ from typing import TYPE_CHECKING
 
 from marketsched.live.clock import WallClock
 from marketsched.live.engine import LiveEngine
-from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, read_exit_code, warn
+from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, warn
 from marketsched.live.files import data_folder, tighten, write_private
-from marketsched.live.jobfiles import JobFileError, read_tail
+from marketsched.live.jobfiles import JobFileError
 from marketsched.live.ledger import (
     ACTIVE_STATES,
     DEPOSITS,
@@ -661,10 +661,9 @@ class Broker:
             view["events"] = self.store.events(job_id, JOB_EVENTS)
             view["events_total"] = self.store.count_events(job_id)
             view["workdir"] = str(self.executor.workdir(job_id))
-        wd = self.executor.workdir(job_id)
         for name in ("stdout", "stderr"):  # never through a link the job made (jobfiles)
             try:
-                view[name] = read_tail(wd.parent, wd.name, name, tail)
+                view[name] = self.executor.read_file(job_id, name, tail)
             except JobFileError as exc:
                 view[name] = f"[not shown: {exc}]"
             except OSError:
@@ -1111,7 +1110,7 @@ class Broker:
                 self.store.add_event(job.id, now, "reattach", f"pid {proc.pid}")
                 self.store.update_job(job.id, state=job.state, pid=proc.pid, start_ticks=proc.start_ticks)
             elif started or was_running:
-                code = read_exit_code(wd) if started else None
+                code = self.executor.exit_code(job.id) if started else None
                 if code is not None:
                     self._final(job, "completed", now, exit_code=code, note="ended while the broker was down")
                     continue
