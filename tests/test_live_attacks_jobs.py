@@ -44,12 +44,16 @@ LOOP = "while :; do :; done"
 COUNT = 'i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.05; done'
 
 
-@pytest.fixture
-def market(accounts, open_dir):
+@pytest.fixture(params=["root", "launcher"])
+def market(request, accounts, open_dir):
+    """Brokers in multi-user mode: a root broker that starts jobs itself, or one whose jobs go
+    through the privileged launcher (a separate root process; the broker here stays in the
+    test's process: ``serve --service-user`` below also drops it to a service account)."""
     made = []
 
     def make(slots=1, **cfg):
-        b = Broker(open_dir / "market", MarketConfig(slots=slots, single_user=False, charge_interval=0.2, **cfg))
+        b = Broker(open_dir / "market", MarketConfig(slots=slots, single_user=False, charge_interval=0.2,
+                                                     launcher=request.param == "launcher", **cfg))
         require_cgroups(b.executor)
         b.start()
         b.ensure_admin()
@@ -298,8 +302,9 @@ def test_a_fork_bomb_is_held_to_the_jobs_process_limit(market):
     ja = b.submit("alice", False, 1.0, BOMB.format(tries=2 * n))["id"]
     assert wait_for(lambda: ja in b.executor.procs, 60)
     cg = b.executor.procs[ja].cgroup
-    assert cg.pids_limit is not None, "no pids cgroup: the number of processes is not limited"
-    limit_dir = cg.pids_limit[1]
+    assert b.executor.layout.pids is not None, "no pids cgroup: the number of processes is not limited"
+    limit_dir = b.executor.layout.pids[1] / f"job-{ja}"
+    assert limit_dir in cg.dirs()
     assert (limit_dir / "pids.max").read_text().strip() == str(n)
     most = {"tasks": 0, "procs": 0}
 
@@ -446,7 +451,7 @@ def test_links_a_job_makes_in_its_folder_are_not_followed(market, open_dir):
     # and a new broker requeues and relaunches them: through the links?
     b.stop()
     kill_recorded_jobs(b.data)
-    b2 = Broker(b.data, MarketConfig(slots=2, single_user=False, charge_interval=0.2)).start()
+    b2 = Broker(b.data, MarketConfig(slots=2, single_user=False, charge_interval=0.2, launcher=b.config.launcher)).start()
     try:
         assert wait_for(lambda: b2.job("admin", True, j1)["state"] in ("running", "completed"), 60)
         assert wait_for(lambda: b2.job("admin", True, j2)["state"] == "failed", 60)

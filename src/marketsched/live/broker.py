@@ -159,6 +159,9 @@ class MarketConfig:
     # False = each job as its owner's mapped Unix account (needs root); True = every job as the
     # broker's own account (one person, a demo); None = True unless the broker runs as root.
     single_user: bool | None = None
+    # True: jobs are started, frozen and killed by a separate privileged launcher process
+    # (marketsched.live.launcherd), so the broker itself needs no root (serve --service-user)
+    launcher: bool = False
     job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
     job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
     job_processes: int = 512  # tasks (processes and threads) per job at once (0: no limit)
@@ -192,13 +195,16 @@ class MarketConfig:
                 or not 0 <= self.job_processes <= 4_194_304:
             raise ValueError("job process limit must be a whole number from 0 to 4194304 (0: no limit), "
                              f"got {self.job_processes!r}")
-        if self.single_user is False and os.geteuid() != 0:
+        if self.launcher and (self.single_user or self.executor != "local"):
+            raise ValueError("the privileged launcher starts local jobs as their owners' accounts: it needs "
+                             "multi-user mode and the local executor")
+        if self.single_user is False and os.geteuid() != 0 and not self.launcher:
             raise ValueError("a multi-user market starts each job as its owner's Unix account, which needs root; "
                              "run the broker as root, or use single-user mode (every job as your own account)")
 
     def resolved_single_user(self) -> bool:
         """Single-user mode unless asked otherwise or the broker runs as root."""
-        return self.single_user if self.single_user is not None else os.geteuid() != 0
+        return self.single_user if self.single_user is not None else os.geteuid() != 0 and not self.launcher
 
     def limits(self) -> JobLimits:
         """Per-job limits for the executor (default memory: the machine's memory / slots)."""
@@ -283,6 +289,9 @@ class Broker:
         # the same interface passed in. Optional hooks: ``arrange(queue)`` after every decision
         # (the mechanism's waiting jobs, best first) and ``outcome(job_id)`` -> (final state,
         # note) when a job ends (e.g. "failed" for a job Slurm killed).
+        if executor is None and self.config.launcher and db_url is not None:
+            raise ValueError("the privileged launcher reads the market's users from its SQLite database: "
+                             "it does not work with --db")
         self.executor = executor if executor is not None else make_executor(self.config, self.data / "jobs")
         self._arrange = getattr(self.executor, "arrange", None)
         check = getattr(self.executor, "check_reachable", None)
@@ -1165,6 +1174,10 @@ def make_executor(config: MarketConfig, root: Path):
         from marketsched.live.slurm import SlurmExecutor
 
         return SlurmExecutor(root, partition=config.partition, slots=config.slots)
+    if config.launcher:  # the launcher's parent is this (root) process: for a broker that stays root
+        from marketsched.live.launcherd import LauncherExecutor, spawn
+
+        return LauncherExecutor(root, spawn(root, os.geteuid(), config.limits(), root.parent / "market.db"))
     return LocalExecutor(root, limits=config.limits())
 
 
