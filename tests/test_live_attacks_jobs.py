@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from live_helpers import proc_state, require_cgroups, wait_for
+from live_helpers import chown_tree, make_service_account, proc_state, require_cgroups, wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.executor import kill_recorded_jobs, proc_cpu_seconds, proc_start_ticks
 from marketsched.live.ledger import Store
@@ -166,19 +166,44 @@ def test_a_job_cannot_leave_its_cgroup_nor_signal_another_users_job(market, acco
     assert state(b, jb) == "running" and not b.executor.frozen(jb)
 
 
+@pytest.fixture(scope="module")
+def service():
+    yield from make_service_account()
+
+
+@pytest.fixture(params=["root", "service-user"])
+def broker_account(request):
+    """How `serve` runs: as root (None), or started as root with ``--service-user`` (the
+    service account's name): the broker drops to it and a privileged launcher starts jobs."""
+    return None if request.param == "root" else request.getfixturevalue("service")
+
+
+def uids_of(pid) -> list[int]:
+    """Real, effective, saved and filesystem uids of process ``pid``."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return [int(x) for x in next(line for line in status if line.startswith("Uid:")).split()[1:]]
+
+
+def children_of(pid) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def prepare(data: Path, accounts) -> dict:
-    """A multi-user market's users, made with the broker (then stopped): tokens by name."""
+def prepare(data: Path, accounts, service=None) -> dict:
+    """A multi-user market's users, made with the broker (then stopped): tokens by name; the
+    data folder handed to the ``service`` account if given."""
     b = Broker(data, MarketConfig(single_user=False))
     tokens = {"admin": b.ensure_admin()}
     for name, unix in zip(("alice", "bob"), accounts):
         tokens[name] = b.add_user(True, name, 1e6, unix=unix)["token"]
     b.stop()
+    if service is not None:
+        chown_tree(data, service)
     return tokens
 
 
@@ -202,26 +227,43 @@ def serve(data: Path, port: int, log, *extra):
     return p
 
 
-def test_a_job_cannot_kill_the_broker(accounts, open_dir):
+def test_a_job_cannot_kill_the_broker(accounts, open_dir, broker_account):
+    """... nor its privileged launcher; with ``--service-user`` the broker runs as the service
+    account (every uid of it) and only the launcher is root."""
     from marketsched.live.cli import Client
 
     data = open_dir / "market"
-    tokens = prepare(data, accounts)
+    tokens = prepare(data, accounts, broker_account)
     port = free_port()
+    extra = ["--service-user", broker_account] if broker_account else []
     with open(open_dir / "broker.log", "ab") as log:
-        p = serve(data, port, log, "--slots", "2")
+        p = serve(data, port, log, "--slots", "2", *extra)
         try:
+            targets = {"broker": p.pid}
+            if broker_account:
+                svc = pwd.getpwnam(broker_account).pw_uid
+                assert uids_of(p.pid) == [svc] * 4
+                launchers = [c for c in children_of(p.pid) if b"launcherd" in Path(f"/proc/{c}/cmdline").read_bytes()]
+                assert len(launchers) == 1 and uids_of(launchers[0]) == [0] * 4
+                targets["launcher"] = launchers[0]
+                assert (data / "market.db").stat().st_uid == svc and (data / "jobs").stat().st_uid == svc
+            else:
+                assert uids_of(p.pid) == [0] * 4
             url = f"http://127.0.0.1:{port}"
             alice = Client(url, tokens["alice"])
-            cmd = (f'kill -KILL {p.pid} 2>/dev/null && echo "kill broker: done" || echo "kill broker: denied"; '
-                   f'kill -STOP {p.pid} 2>/dev/null && echo "stop broker: done" || echo "stop broker: denied"')
+            cmd = "; ".join(f'kill -{sig} {pid} 2>/dev/null && echo "{sig} {name}: done" || echo "{sig} {name}: denied"'
+                            for name, pid in targets.items() for sig in ("KILL", "STOP"))
             j = alice.post("/api/jobs", {"bid": 1, "command": cmd})["id"]
             admin = Client(url, tokens["admin"])
             assert wait_for(lambda: admin.get(f"/api/jobs/{j}")["state"] == "completed", 60)
             out = admin.get(f"/api/jobs/{j}")["stdout"]
-            assert "kill broker: denied" in out and "stop broker: denied" in out, out
-            assert p.poll() is None and proc_state(p.pid) != "T"
+            for name in targets:
+                assert f"KILL {name}: denied" in out and f"STOP {name}: denied" in out, out
+            assert p.poll() is None and all(proc_state(pid) not in ("T", None) for pid in targets.values())
             assert admin.get("/api/health") is not None
+            j2 = alice.post("/api/jobs", {"bid": 1, "command": "id -un"})["id"]  # the launcher still starts jobs
+            assert wait_for(lambda: admin.get(f"/api/jobs/{j2}")["state"] == "completed", 60)
+            assert admin.get(f"/api/jobs/{j2}")["stdout"].strip() == accounts[0]
         finally:
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
@@ -341,14 +383,17 @@ def test_a_fork_bomb_is_held_to_the_jobs_process_limit(market):
 
 
 # ---------------------------------------------------------------------------- exactly once
-def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir):
+def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir, broker_account):
     """Bursts of submissions while the broker is killed with SIGKILL at a random moment, 8 times:
     each job appends ``ID TAG`` to a log when it runs; at the end every line is a recorded job
-    with that tag (no execution unrecorded, no id given to two submissions) and appears once."""
+    with that tag (no execution unrecorded, no id given to two submissions) and appears once.
+    With ``--service-user`` the launcher goes with each broker (its socket closes) and a job
+    it started but had not given the go never runs."""
     from marketsched.live.cli import Client
 
     data = open_dir / "market"
-    tokens = prepare(data, accounts)
+    tokens = prepare(data, accounts, broker_account)
+    extra = ["--service-user", broker_account] if broker_account else []
     ran = open_dir / "ran.log"
     ran.touch()
     os.chmod(ran, 0o666)  # both accounts' jobs append to it
@@ -359,7 +404,7 @@ def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir):
     lock = threading.Lock()
     with open(open_dir / "broker.log", "ab") as log:
         for cycle in range(8):
-            p = serve(data, port, log, "--slots", "2")
+            p = serve(data, port, log, "--slots", "2", *extra)
             stop = threading.Event()
 
             def client(i, cycle=cycle, stop=stop):
@@ -385,7 +430,7 @@ def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir):
             stop.set()
             for t in threads:
                 t.join()
-        p = serve(data, port, log, "--slots", "2")
+        p = serve(data, port, log, "--slots", "2", *extra)
         try:
             admin = Client(url, tokens["admin"], timeout=30)
             assert wait_for(lambda: admin.get("/api/price")["running"] + admin.get("/api/price")["queued"] == 0, 300)

@@ -176,6 +176,21 @@ def market() -> None:
     Highest-Bid with k-th price by default), with accounts, a ledger and a web page."""
 
 
+def _preload() -> None:
+    """Import what the broker needs later, before it drops to the service account, which may not
+    be able to read the interpreter's files (a Python installed under root's home, say)."""
+    import concurrent.futures.thread  # noqa: F401 - imported lazily by concurrent.futures
+    import importlib
+
+    import uvicorn.loops.auto  # noqa: F401 - uvicorn picks its event loop by name
+    import uvicorn.loops.asyncio  # noqa: F401
+
+    import marketsched.live.api  # noqa: F401
+    import marketsched.live.server  # noqa: F401
+
+    importlib.import_module("marketsched.live.web")
+
+
 def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead):
     """For ``serve --service-user``: start the privileged launcher (root), drop this process to
     the service account for good, and return the executor that sends jobs to the launcher."""
@@ -190,6 +205,7 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
     prepare_data(data, pw)
     client = spawn(data / "jobs", pw.pw_uid, config.limits(), data / "market.db")
     try:
+        _preload()
         drop_privileges(service_user)
         return LauncherExecutor(data / "jobs", client)
     except BaseException:
