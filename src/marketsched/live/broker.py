@@ -469,6 +469,25 @@ class Broker:
             self._users = _UserIndex.of(self.store)
             return {"name": name, "token": token, "balance": self.balance[name] / MICRO, "unix": unix}
 
+    def new_token(self, user: str, admin: bool, name) -> dict:
+        """Issue user ``name`` a new token (the administrator for anyone, a user for themselves);
+        the old one stops working at once, over HTTP and for the web page's signed reads (the
+        Unix socket needs none). The administrator's new token also replaces ``admin.token``.
+        Returns ``{"name", "token"}``."""
+        if not (admin or name == user):
+            raise MarketError("only the administrator issues tokens for other users", 403)
+        with self.lock:
+            if not isinstance(name, str) or name not in dict(self.store.users()):
+                raise MarketError(f"unknown user {_show(name)}", 404)
+            token = secrets.token_urlsafe(32)
+            with self._transaction():
+                self.store.set_token_hash(name, hash_token(token))
+            if name == self._users.admin:
+                write_private(self.data / "admin.token", token + "\n")
+                self.admin_token = token
+            self._users = _UserIndex.of(self.store)
+            return {"name": name, "token": token}
+
     def deposit(self, admin: bool, name, amount) -> dict:
         """Add money to a user's account; their held jobs re-enter the market if they can pay."""
         if not admin:

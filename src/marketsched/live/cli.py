@@ -399,6 +399,17 @@ def user_add(name, deposit, unix, client) -> None:
     click.echo(out["token"])
 
 
+@user.command("token")
+@click.argument("name")
+@client_options
+def user_token(name, client) -> None:
+    """Issue user NAME a new token, printed on stdout; the old one stops working at once
+    (administrator; a user may renew their own)."""
+    out = client.post(f"/api/users/{name}/token", {})
+    click.echo(f"new token for {out['name']}; the old one no longer works", err=True)
+    click.echo(out["token"])
+
+
 @market.command("deposit")
 @click.argument("name")
 @click.argument("amount", type=float)
