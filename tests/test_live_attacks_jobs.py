@@ -237,8 +237,10 @@ def test_a_job_cannot_kill_the_broker(accounts, open_dir, broker_account):
     port = free_port()
     extra = ["--service-user", broker_account] if broker_account else []
     with open(open_dir / "broker.log", "ab") as log:
-        p = serve(data, port, log, "--slots", "2", *extra)
+        p = serve(data, port, log, "--slots", "2", "--job-processes", "300", *extra)
         try:
+            summary = (open_dir / "broker.log").read_text()
+            assert "processes: cgroup" in summary and ", 300 processes" in summary, summary
             targets = {"broker": p.pid}
             if broker_account:
                 svc = pwd.getpwnam(broker_account).pw_uid

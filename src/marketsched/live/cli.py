@@ -355,6 +355,7 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     layout = getattr(broker.executor, "layout", None)
     if layout is not None:
         click.echo(f"job containment: {layout.describe()}", err=True)
+        click.echo(f"job limits (each job): {broker.executor.limits.describe()}", err=True)
     if mechanism == "wspt":
         click.echo("note: WSPT needs actual run times, unknown before a job ends; it uses the runtime estimate (WSEPT)",
                    err=True)

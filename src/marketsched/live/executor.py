@@ -95,6 +95,13 @@ class JobLimits:
     memory: int | None = None
     processes: int | None = None
 
+    def describe(self) -> str:
+        """E.g. "1 CPU, 2048 MiB of memory, 512 processes" (what ``serve`` prints)."""
+        cpus = "no CPU limit" if self.cpus is None else f"{self.cpus:g} CPU{'' if self.cpus == 1 else 's'}"
+        memory = "no memory limit" if self.memory is None else f"{self.memory / 2**20:.0f} MiB of memory"
+        procs = "no process limit" if self.processes is None else f"{self.processes} processes"
+        return f"{cpus}, {memory}, {procs}"
+
 
 def job_environment(user: RunAs | None, extra: dict | None = None) -> dict[str, str]:
     """The whole environment of a job of ``user`` (None: the broker's own account): a fixed
