@@ -412,6 +412,9 @@ def mechanisms_(name, as_json):
         for p in m.params:
             choices = f" ({'|'.join(map(str, p.choices))})" if p.choices else ""
             line(4, f"{p.name}: {p.type.__name__} = {_default(p.default)}{choices}. {p.help}")
+        line(2, "incentive claims (checked by marketsched audit):" if m.claims else "incentive claims: none")
+        for c in m.claims:
+            line(4, f"{c.text} ({c.strength}; lies: {', '.join(c.lies)}): {c.source}")
         return
     from marketsched.mechanisms.registry import KINDS
 
@@ -600,8 +603,8 @@ def export(results, events_path, run_label, fmt, out_path):
 @click.option("--audit-seed", default=1, show_default=True, type=int, help="Seed of the focal-job draw.")
 @click.option("--job", "job_ids", multiple=True, type=int, help="Audit this job id instead of a sample (repeatable).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv and a figure per "
-                   "deviation kind.")
+              help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv, claims.csv (a "
+                   "verdict per incentive property the mechanism claims) and a figure per deviation kind.")
 def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir, **opts):
     """Does a job gain by lying? Paired reruns with one focal job's reports changed.
 
@@ -667,11 +670,24 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
                       f"--deviate {case.kind}:{case.amount:g}", highlight=False, markup=False)
     else:
         console.print("no lie paid for any focal job", highlight=False)
+    verdicts = au.claim_verdicts(table, m.claims)
+    for v in verdicts:
+        console.print(f"claim ({v['strength']}, {v['source']}): {v['claim']}\n  -> {v['text']}",
+                      highlight=False, markup=False)
+    if not m.claims:
+        console.print(f"{m.name} claims no incentive property in the registry: the table is the finding",
+                      highlight=False)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         table.to_csv(out_dir / "audit.csv", index=False)
         s.to_csv(out_dir / "summary.csv", index=False)
         au.summary(table, by=("kind", "amount", "band")).to_csv(out_dir / "summary-by-band.csv", index=False)
+        import pandas as pd
+
+        pd.DataFrame([{k: (v[k].text(".6g") if k == "mean_gain" and v[k] is not None else v[k])
+                       for k in ("claim", "strength", "source", "verdict", "lies", "paid", "mean_gain", "text")}
+                      for v in verdicts], columns=["claim", "strength", "source", "verdict", "lies", "paid",
+                                                   "mean_gain", "text"]).to_csv(out_dir / "claims.csv", index=False)
         for kind in dict.fromkeys(table["kind"]):
             save(au.figure(table, kind, f"{label}: {kind} lies"), out_dir / f"{kind}.png")
         click.echo(f"audit: {out_dir}", err=True)

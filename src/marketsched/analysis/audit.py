@@ -17,7 +17,8 @@ Steps of :func:`audit`:
 
 :func:`summary` gives per deviation kind and amount the share of profitable deviations (gain
 above a relative tolerance of 1e-9) with a 95% Wilson interval, and the largest gain with the
-case that reproduces it. Every deviation is a full rerun of the simulation (an incremental rerun
+case that reproduces it. :func:`claim_verdicts` judges each incentive property the mechanism
+claims in the registry by one rule. Every deviation is a full rerun of the simulation (an incremental rerun
 from the deviator's arrival is not implemented).
 """
 
@@ -182,32 +183,84 @@ def profitable(table) -> np.ndarray:
     return table["gain"].to_numpy() > TOLERANCE * scale
 
 
-def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n (scipy's binomtest)."""
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return (float("nan"), float("nan"))
-    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
-    return (float(ci.low), float(ci.high))
-
-
 def summary(table, by=("kind", "amount")):
     """Per group (default: kind and amount; add ``"band"`` for value bands): deviations,
     profitable share with its 95% Wilson interval, mean gain, and the largest gain with its job
     id (the case to reproduce)."""
     import pandas as pd
 
+    from marketsched.analysis.verdicts import wilson_interval
+
     t = table.assign(profitable=profitable(table))
     rows = []
     for key, g in t.groupby(list(by), sort=False):
         k, n = int(g["profitable"].sum()), len(g)
-        lo, hi = wilson(k, n)
+        share = wilson_interval(k, n)
+        lo, hi = share.lo, share.hi
         best = g.loc[g["gain"].idxmax()]
         rows.append({**dict(zip(by, key)), "deviations": n, "profitable": k, "share": k / n,
                      "ci_low": lo, "ci_high": hi, "mean_gain": float(g["gain"].mean()),
                      "max_gain": float(best["gain"]), "max_gain_job": int(best["job_id"])})
     return pd.DataFrame(rows)
+
+
+def covered(table, claim) -> np.ndarray:
+    """Rows of ``table`` that are lies ``claim`` speaks of: its kinds, within its bounds, and not
+    the truth itself (a factor of 1, a delay of 0)."""
+    mask = np.zeros(len(table), dtype=bool)
+    kinds, amounts = table["kind"].to_numpy(), table["amount"].to_numpy(dtype=float)
+    for lie in claim.lies:
+        kind, lo, hi = claim.bounds(lie)
+        truth = 0.0 if kind == "delay" else 1.0
+        mask |= (kinds == kind) & (amounts >= lo) & (amounts <= hi) & (amounts != truth)
+    return mask
+
+
+def claim_verdicts(table, claims) -> list[dict]:
+    """One verdict per claim (:class:`marketsched.mechanisms.registry.Claim`), by one rule:
+
+    * no covered lie tried: ``not audited``;
+    * ``dominant``: ``holds on this sample`` if no covered lie paid (with the 95% Wilson upper
+      bound of the share that pays), else ``violated``, with the largest gain and its case;
+    * ``bayes-nash``: ``contradicted`` if the mean gain over the covered lies is above 0 with 95%
+      confidence (t-interval of the paired gains), else ``consistent``; single lies that pay are
+      counted, not decisive;
+    * ``myopic``: ``not testable ex post`` (the claim is about the utility promised at the
+      report), with how often a lie paid after the fact.
+
+    Each verdict: ``claim``, ``strength``, ``source``, ``verdict``, ``lies``, ``paid``,
+    ``mean_gain`` (an :class:`~marketsched.analysis.verdicts.Interval`), ``case`` (the row of the
+    largest gain, or None) and ``text`` (one line)."""
+    from marketsched.analysis.verdicts import paired_interval, wilson_interval
+
+    out = []
+    for claim in claims:
+        t = table[covered(table, claim)]
+        row = {"claim": claim.text, "strength": claim.strength, "source": claim.source, "lies": len(t), "paid": 0,
+               "mean_gain": None, "case": None}
+        if not len(t):
+            kinds = ", ".join(claim.bounds(lie)[0] for lie in claim.lies)
+            out.append({**row, "verdict": "not audited",
+                        "text": f"not audited: no lie of kind {kinds} was tried (add --deviate)"})
+            continue
+        paid = profitable(t)
+        k, n = int(paid.sum()), len(t)
+        gain = paired_interval(t["deviating"], t["truthful"])
+        case = t.loc[t["gain"].idxmax()]
+        row.update(paid=k, mean_gain=gain, case=case if k else None)
+        counts = f"{k} of {n} lies paid"
+        where = (f"; largest gain {case.gain:.4g} by job {case.job_id} ({case.kind} {case.amount:g})" if k else "")
+        if claim.strength == "dominant":
+            verdict = "violated" if k else "holds on this sample"
+            text = f"{verdict}: {counts}" + (where if k else f" (share <= {wilson_interval(0, n).hi:.2f} at 95%)")
+        elif claim.strength == "bayes-nash":
+            verdict = "contradicted" if gain.lo > 0 else "consistent"
+            text = f"{verdict}: mean gain {gain.text('.4g')}; {counts}{where}"
+        else:
+            verdict = "not testable ex post"
+            text = f"{verdict}: {counts} after the fact{where}"
+        out.append({**row, "verdict": verdict, "text": text})
+    return out
 
 
 def figure(table, kind: str, title: str = ""):
