@@ -140,3 +140,25 @@ def test_the_launcher_runs_as_root_and_exits_with_its_broker(launcher):
     assert os.getsid(pid) == pid  # its own session: a Ctrl-C at the broker's terminal does not reach it
     launcher.sock.close()  # the broker went away
     assert launcher.process.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--service-user", "root"], "is root: the broker must run as an unprivileged account"),
+    (["--service-user", "no-such-account"], "service account 'no-such-account' does not exist"),
+    (["--service-user", "daemon", "--single-user"], "needs multi-user mode and the local executor"),
+    (["--service-user", "daemon", "--executor", "slurm"], "needs multi-user mode and the local executor"),
+    (["--service-user", "daemon", "--db", "postgresql://nobody@localhost/none"], "SQLite database in --data"),
+    (["--service-user", "daemon", "--dayahead", "dpgva"], "without --dayahead"),
+])
+def test_serve_with_a_service_user_refuses_what_it_cannot_do(tmp_path, args, error):
+    """Each refusal comes before anything is started or dropped (this test process stays root)."""
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    if os.geteuid() != 0:
+        pytest.skip("serve --service-user is started as root")
+    res = CliRunner().invoke(main, ["market", "serve", "--data", str(tmp_path / "m"), "--port", "0", *args])
+    assert res.exit_code == 1 and error in res.output, res.output
+    assert os.geteuid() == 0 and os.getuid() == 0
+    assert not (tmp_path / "m").exists()
