@@ -335,6 +335,7 @@ class LocalExecutor(JobFolders):
             uid, gid = user.uid, user.gid
         name = f"job-{key}"
         dfd = jobfiles.open_jobdir(self.root_fd, name, create=True, uid=uid, gid=gid)
+        folder = os.fstat(dfd)
         out = err = None
         cg = None
         try:
@@ -365,7 +366,12 @@ class LocalExecutor(JobFolders):
         ticks = ticks if ticks is not None else -1
         proc = Proc(key, popen.pid, ticks, self.workdir(key), popen, cgroup=cg)
         try:
-            # the launcher waits for the go: into the job's cgroups and pinned, before anything
+            # the launcher waits for the go. It entered the folder by its path: the folder must
+            # be the one just filled (not another put in its place meanwhile)
+            cwd = os.stat(f"/proc/{popen.pid}/cwd")
+            if (cwd.st_dev, cwd.st_ino) != (folder.st_dev, folder.st_ino):
+                raise jobfiles.JobFileError(f"job folder {name} was replaced while its job was being started")
+            # into the job's cgroups and pinned, before anything
             for procs in cg.procs_files() if cg is not None else []:
                 with open(procs, "w") as f:
                     f.write(str(popen.pid))

@@ -22,7 +22,10 @@ itself; it trusts nothing the broker says beyond the request set (:data:`REQUEST
 * a job is named by its id (a positive integer), never by a path: every path is the
   launcher's own ``ROOT/job-ID`` (``ROOT`` fixed at its start and owned by the service
   account) or the job's cgroups under the market's cgroup folders; a file read is one of
-  ``stdout``, ``stderr``, ``exit_code``;
+  ``stdout``, ``stderr``, ``exit_code``; files are opened through the folder's descriptor
+  without following links, and the process waiting for the go must be in the very folder
+  that was filled (the service account owns ``ROOT``, so it could swap a job's folder
+  between the two: :meth:`marketsched.live.executor.LocalExecutor.start` checks);
 * a job runs as an account named in the request, which must exist, must not be root nor the
   service account, must be an ordinary account (uid from ``UID_MIN`` to ``UID_MAX`` of
   ``/etc/login.defs``, 1000 to 60000 by default: system accounts such as ``daemon`` or
