@@ -39,7 +39,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .swf import SwfLog, read_swf
+from .swf import SwfLog
 
 ARCHIVE = "https://www.cs.huji.ac.il/labs/parallel/workload"
 ENV_TRACES = "MARKETSCHED_TRACES"
@@ -328,6 +328,9 @@ def resolve_trace(name_or_path, *, traces_dir=None, cache_dir=None, download: bo
         raise TraceNotFoundError(f"trace {info.name!r}: tried {'; '.join(tried)}; then {exc}") from exc
 
 
-def load_trace(name_or_path, **kwargs) -> SwfLog:
-    """:func:`read_swf` of :func:`resolve_trace` (same keyword arguments)."""
-    return read_swf(resolve_trace(name_or_path, **kwargs))
+def load_trace(name_or_path, *, column_cache: bool = True, **kwargs) -> SwfLog:
+    """:func:`read_swf` of :func:`resolve_trace` (same keyword arguments), through the local cache of
+    parsed columns (:mod:`marketsched.workloads.column_cache`; ``column_cache=False`` bypasses it)."""
+    from .column_cache import read_cached
+
+    return read_cached(resolve_trace(name_or_path, **kwargs), enabled=column_cache)
