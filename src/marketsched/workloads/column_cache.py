@@ -29,6 +29,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,8 @@ def _store(file: Path, sha256: str, log: SwfLog) -> None:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".part", dir=file.parent)
         tmp = Path(tmp_name)
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, meta=meta_bytes, **log.columns)
+            arrays: dict[str, Any] = {"meta": meta_bytes, **log.columns}
+            np.savez(fh, **arrays)
         os.replace(tmp, file)
         tmp = None
     except OSError:
