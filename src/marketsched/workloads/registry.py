@@ -38,8 +38,10 @@ import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .swf import SwfLog
+if TYPE_CHECKING:
+    from .swf import SwfLog
 
 ARCHIVE = "https://www.cs.huji.ac.il/labs/parallel/workload"
 ENV_TRACES = "MARKETSCHED_TRACES"
