@@ -261,6 +261,8 @@ def _print_table(rows, title, legend: bool = False, skipped=()):
 
 
 def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) -> None:
+    if out_path is None and events_path is None:
+        return  # nothing to write: pandas is not even imported
     import pandas as pd
 
     from marketsched.results import job_table_of, metadata, write
