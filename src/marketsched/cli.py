@@ -62,7 +62,23 @@ class _NamesOption(click.Option):
         pass
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The main group; the command groups of other packages are imported only when used (or
+    listed by ``--help``): ``simulate`` never imports the live market's HTTP client."""
+
+    lazy = {"traces": ("marketsched.workloads.cli", "traces"), "market": ("marketsched.live.cli", "market")}
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="marketsched")
 def main() -> None:
     """Market-based scheduling for distributed computing: simulate, reproduce, serve."""
@@ -762,16 +778,6 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
             save(au.figure(table, kind, f"{label}: {kind} lies"), out_dir / f"{kind}.png")
         click.echo(f"audit: {out_dir}", err=True)
 
-
-def _register_groups() -> None:
-    from marketsched.live.cli import market
-    from marketsched.workloads.cli import traces
-
-    main.add_command(traces)
-    main.add_command(market)
-
-
-_register_groups()
 
 if __name__ == "__main__":
     main()

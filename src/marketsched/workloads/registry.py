@@ -34,7 +34,6 @@ import shutil
 import sys
 import tempfile
 import urllib.error
-import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +229,8 @@ def where(name: str, *, traces_dir=None, cache_dir=None) -> tuple[str, Path | No
 # ---------------------------------------------------------------------------- download
 def _fetch(url: str, dest: Path, progress: bool = True) -> None:
     """Download ``url`` into the file ``dest`` (the one network call; tests replace it)."""
+    import urllib.request  # here: its HTTP client costs tens of milliseconds at start-up
+
     req = urllib.request.Request(url, headers={"User-Agent": "marketsched (trace download)"})
     with urllib.request.urlopen(req, timeout=60) as resp, open(dest, "wb") as out:
         total = int(resp.headers.get("Content-Length") or 0) or None
