@@ -264,3 +264,4 @@ def test_config_checks_and_sqlite_durability_modes(tmp_path, market):
     normal = Broker(tmp_path / "normal", MarketConfig(sync="normal", single_user=True))
     assert normal.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     normal.stop()
+    normal.stop()  # a second stop does nothing (it once failed writing to the closed wake-up pipe)

@@ -372,7 +372,10 @@ class Broker:
     def stop(self, kill_jobs: bool = False) -> None:
         """Stop the market. With ``kill_jobs``, every job is killed (all its processes) and the job
         cancelled; else charges are posted and running jobs frozen (nothing runs
-        unpaid while the market is down), for the next broker to re-attach."""
+        unpaid while the market is down), for the next broker to re-attach. A second call does
+        nothing."""
+        if self._stopping:
+            return
         self._stopping = True
         if self.dayahead is not None:
             self.dayahead.stop()
