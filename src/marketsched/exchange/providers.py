@@ -1,0 +1,81 @@
+"""What runs a provider's contracts: a backend per provider.
+
+:class:`LocalBackend` runs each contract's command with the live market's
+:class:`~marketsched.live.executor.LocalExecutor` (a process tree in its own session, pinned to
+the node's CPUs; cgroups where writable), so a job keeps running through a kill -9 of the
+exchange and is re-attached by the restarted exchange. Tests pass a backend of their own with
+the same five methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from marketsched.live.executor import JobLimits, LocalExecutor
+from marketsched.live.jobfiles import read_exit_code
+
+PROVIDER_KINDS = ("local",)
+
+
+class Backend(Protocol):
+    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
+        """Start the contract's command now (OSError: the provider could not)."""
+
+    def stop(self, contract_id: int) -> float:
+        """Kill the contract's processes (its window is over); returns CPU seconds used."""
+
+    def ended(self) -> list[tuple[int, int | None]]:
+        """Contracts whose processes ended by themselves since the last call: (id, exit code)."""
+
+    def reattach(self, contract_id: int) -> bool | int | None:
+        """After a restart of the exchange: True if the contract's process still runs; else its
+        recorded exit code (None: it ended without one, False: it never started)."""
+
+    def close(self) -> None:
+        """Stop watching (processes keep running)."""
+
+
+class LocalBackend:
+    """A local provider: contracts run on this machine under ``root`` (one folder per contract)."""
+
+    def __init__(self, root: Path, containment="auto"):
+        self.executor = LocalExecutor(Path(root), containment=containment, limits=JobLimits(cpus=None, memory=None))
+
+    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
+        self.executor.launch(contract_id, command, env=env, affinity=cpus)
+
+    def stop(self, contract_id: int) -> float:
+        used = self.executor.cpu_seconds(contract_id)
+        self.executor.kill(contract_id)
+        self.executor.forget(contract_id)
+        return used
+
+    def ended(self) -> list[tuple[int, int | None]]:
+        out = self.executor.exits()
+        for key, _ in out:
+            self.executor.forget(key)
+        return out
+
+    def reattach(self, contract_id: int) -> bool | int | None:
+        if self.executor.adopt(contract_id) is not None:
+            return True
+        workdir = self.executor.workdir(contract_id)
+        if not workdir.exists():
+            return False
+        return read_exit_code(workdir)
+
+    def close(self) -> None:
+        self.executor.shutdown(kill=False)
+
+
+def local_backends(data_dir: Path, containment="auto"):
+    """A backend factory: each ``local`` provider's contracts under ``data_dir/providers/NAME``."""
+
+    def make(provider: dict) -> Backend:
+        if provider["kind"] != "local":
+            raise ValueError(f"provider {provider['name']!r} is of kind {provider['kind']!r}; this exchange runs "
+                             f"{', '.join(PROVIDER_KINDS)} providers")
+        return LocalBackend(Path(data_dir) / "providers" / provider["name"], containment)
+
+    return make
