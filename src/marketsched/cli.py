@@ -699,6 +699,8 @@ def _register_groups() -> None:
 
     main.add_command(traces)
     main.add_command(market)
+    from marketsched.exchange.cli import exchange
+    main.add_command(exchange)
 
 
 _register_groups()
