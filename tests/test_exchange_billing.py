@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from exchange_helpers import make_exchange
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exchange_helpers import make_exchange
 from marketsched.exchange.store import CLEARING
 
 

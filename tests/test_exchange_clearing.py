@@ -4,10 +4,10 @@ payment equal to the library's to the micro-unit; no node is ever oversold acros
 from __future__ import annotations
 
 import pytest
-from exchange_helpers import make_exchange
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exchange_helpers import make_exchange
 from marketsched.exchange.book import period_rng, split
 from marketsched.exchange.store import MICRO, to_micro
 from marketsched.mechanisms.clearing.greedex import critical_value_pricing, greedy_allocation, k_pricing

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exchange_helpers import make_exchange, reopen
 
+from exchange_helpers import make_exchange, reopen
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import ExchangeStore
 

@@ -163,15 +163,16 @@ def status_cmd(data, as_json):
     states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
     orders = dict(store.rows("SELECT side || ':' || state, COUNT(*) FROM ex_orders GROUP BY side, state"))
     books = store.check_books()
-    out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states,
-           "balances": {k: v / MICRO for k, v in sorted(store.balances().items())}, "books": books}
+    balances = {k: v / MICRO for k, v in sorted(store.balances().items())}
+    out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,
+           "books": books}
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    click.echo(f"time {out['time']:.1f} s, slot {out['slot']}")
+    click.echo(f"time {ex.clock():.1f} s, slot {ex.slot()}")
     click.echo("orders: " + ", ".join(f"{k} {v}" for k, v in sorted(orders.items())))
     click.echo("contracts: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
-    for acct, bal in out["balances"].items():
+    for acct, bal in balances.items():
         click.echo(f"  {acct:30s} {bal:16.6f}")
     click.echo(f"books balance; clearing account holds {books['clearing']} micro-units")
 

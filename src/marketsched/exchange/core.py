@@ -41,8 +41,7 @@ from collections.abc import Callable
 from .book import ClearingBook, build_book, contracts_of, period_rng, run_mechanism
 from .orders import check_mechanism, check_name, check_node, check_offer, check_request
 from .providers import PROVIDER_KINDS, Backend
-from .store import (CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account,
-                    user_account)
+from .store import CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account, user_account
 
 
 def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds: float, mechanism: str,
@@ -179,7 +178,8 @@ class Exchange:
     def start(self, c: dict, node: dict, now: float) -> None:
         with self.store.transaction():
             self.store.update_contract(c["id"], state="starting", started_t=now)
-        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
+        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_PROVIDER": c["provider"],
+               "MARKETSCHED_NODE": node["name"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
                "MARKETSCHED_LAST_SLOT": c["last_slot"], "MARKETSCHED_WINDOW_END": c["end_t"]}
         try:
             self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"])

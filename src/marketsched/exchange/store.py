@@ -186,7 +186,7 @@ class ExchangeStore:
             cur = self.conn.execute(
                 "INSERT INTO ex_nodes (id, provider, name, cpu, mem, cpus) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
                 (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus))
-            return int(cur.fetchone()[0])
+            return _new_id(cur)
 
     def nodes(self) -> dict[int, dict]:
         out = {}
@@ -211,10 +211,11 @@ class ExchangeStore:
                 "submit_t, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open') RETURNING id",
                 (order_id, side, order["owner"], order.get("node_id"), order["value"], order["cpu"], order["mem"],
                  order["first_slot"], order["last_slot"], order.get("command", ""), t))
-            return int(cur.fetchone()[0])
+            return _new_id(cur)
 
     def orders(self, side: str | None = None, state: str | None = None, upto: int | None = None) -> list[dict]:
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         for col, val in (("side", side), ("state", state)):
             if val is not None:
                 cond.append(f"{col} = ?")
@@ -246,10 +247,11 @@ class ExchangeStore:
         cur = self.conn.execute(
             f"INSERT INTO ex_contracts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) RETURNING id",
             [row[c] for c in cols])
-        return int(cur.fetchone()[0])
+        return _new_id(cur)
 
     def contracts(self, states=None, node_id: int | None = None) -> list[dict]:
-        cond, params = [], []
+        cond: list[str] = []
+        params: list[object] = []
         if states:
             cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
             params += list(states)
@@ -306,6 +308,12 @@ class ExchangeStore:
         if clearing != users - providers:
             raise AssertionError(f"clearing account holds {clearing}, expected {users - providers}")
         return {"clearing": clearing, "users_paid": users, "providers_paid": providers, "penalties": penalties}
+
+
+def _new_id(cur) -> int:
+    row = cur.fetchone()
+    assert row is not None  # INSERT ... RETURNING id returns the row
+    return int(row[0])
 
 
 def user_account(name: str) -> str:
