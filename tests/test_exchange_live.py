@@ -12,8 +12,8 @@ import sys
 import time
 
 import numpy as np
-from live_helpers import wait_for
 
+from live_helpers import wait_for
 from marketsched.exchange.book import run_mechanism
 from marketsched.exchange.core import Exchange, create_exchange, recorded_book
 from marketsched.exchange.replay import contract_terms, replay_session
