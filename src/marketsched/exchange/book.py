@@ -30,8 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marketsched.mechanisms.clearing.greedex import (Allocation, Payments, critical_value_pricing,
-                                                     greedy_allocation, k_pricing)
+from marketsched.mechanisms.clearing.greedex import (
+    Allocation,
+    Payments,
+    critical_value_pricing,
+    greedy_allocation,
+    k_pricing,
+)
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 from marketsched.mechanisms.clearing.randomized import pay_as_bid, randomized_allocation
 

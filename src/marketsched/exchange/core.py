@@ -107,10 +107,9 @@ class Exchange:
         order = check_offer(provider, node, reserve, first_slot, last_slot, after_slot=self.slot())
         with self.store.transaction():
             node_id = self.store.node_id(provider, node)
-            spec = self.store.nodes()[node_id]
-            for o in self.store.orders("offer", "open"):
-                if o["node_id"] == node_id and o["first_slot"] <= order["last_slot"] \
-                        and order["first_slot"] <= o["last_slot"]:
+            spec = self.store.nodes(node_id)[node_id]
+            for o in self.store.orders("offer", "open", node_id=node_id):
+                if o["first_slot"] <= order["last_slot"] and order["first_slot"] <= o["last_slot"]:
                     raise ValueError(f"offer fields 'first_slot'/'last_slot': node {node!r} of {provider!r} already "
                                      f"has open offer {o['id']} for slots {o['first_slot']}-{o['last_slot']}")
             order.update(node_id=node_id, cpu=spec["cpu"], mem=spec["mem"])

@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS ex_orders (
     closed_t REAL
 );
 CREATE INDEX IF NOT EXISTS ex_orders_state ON ex_orders(state);
+CREATE INDEX IF NOT EXISTS ex_orders_node ON ex_orders(node_id);
 CREATE TABLE IF NOT EXISTS ex_periods (
     id INTEGER PRIMARY KEY,
     t REAL NOT NULL,
@@ -188,9 +189,12 @@ class ExchangeStore:
                 (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus))
             return _new_id(cur)
 
-    def nodes(self) -> dict[int, dict]:
+    def nodes(self, node_id: int | None = None) -> dict[int, dict]:
+        """Nodes by id (all, or the one ``node_id``)."""
         out = {}
-        for row in self.dicts(NODE_COLUMNS, f"SELECT {', '.join(NODE_COLUMNS)} FROM ex_nodes ORDER BY id"):
+        where, params = ("", ()) if node_id is None else (" WHERE id = ?", (node_id,))
+        for row in self.dicts(NODE_COLUMNS, f"SELECT {', '.join(NODE_COLUMNS)} FROM ex_nodes{where} ORDER BY id",
+                              params):
             row["cpus"] = json.loads(row["cpus"]) if row["cpus"] else None
             out[row["id"]] = row
         return out
@@ -213,10 +217,12 @@ class ExchangeStore:
                  order["first_slot"], order["last_slot"], order.get("command", ""), t))
             return _new_id(cur)
 
-    def orders(self, side: str | None = None, state: str | None = None, upto: int | None = None) -> list[dict]:
+    def orders(self, side: str | None = None, state: str | None = None, upto: int | None = None,
+               node_id: int | None = None) -> list[dict]:
+        """Orders in id order: of one side, in one state, up to id ``upto``, of one node."""
         cond: list[str] = []
         params: list[object] = []
-        for col, val in (("side", side), ("state", state)):
+        for col, val in (("side", side), ("state", state), ("node_id", node_id)):
             if val is not None:
                 cond.append(f"{col} = ?")
                 params.append(val)
