@@ -20,7 +20,7 @@ from marketsched.live.clock import WallClock
 from .core import Exchange, create_exchange
 from .info import market_info
 from .orders import MECHANISMS
-from .providers import PROVIDER_KINDS, local_backends
+from .providers import PROVIDER_KINDS, provider_backends
 from .replay import contract_terms, replay_session
 from .store import MICRO, ExchangeStore
 
@@ -76,10 +76,12 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
 @exchange.command("join")
 @DATA
 @click.argument("provider")
-@click.option("--kind", default="local", show_default=True, type=click.Choice(PROVIDER_KINDS))
-def join_cmd(data, provider, kind):
+@click.option("--kind", default="local", show_default=True, type=click.Choice(PROVIDER_KINDS),
+              help="local: nodes on this machine's CPUs; slurm: contracts run as batch jobs in a Slurm partition.")
+@click.option("--partition", default=None, help="Slurm partition of a slurm provider (default: Slurm's default).")
+def join_cmd(data, provider, kind, partition):
     """A provider joins the exchange."""
-    _do(_open(data).join, provider, kind)
+    _do(_open(data).join, provider, kind, partition)
     click.echo(f"provider {provider} joined")
 
 
@@ -137,7 +139,7 @@ def offer_cmd(data, provider, node, reserve, first_slot, last_slot):
 def run_cmd(data, containment, poll, duration):
     """Run the exchange: clear every period, run contracts, settle them (Ctrl-C stops it;
     running jobs keep running and are re-attached by the next run)."""
-    ex = _open(data, local_backends(data, containment))
+    ex = _open(data, provider_backends(data, containment))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     ex.recover()

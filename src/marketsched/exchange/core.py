@@ -86,11 +86,17 @@ class Exchange:
         return slot * self.settings["slot_seconds"]
 
     # ------------------------------------------------------------------ participants and orders
-    def join(self, provider: str, kind: str = "local") -> None:
+    def join(self, provider: str, kind: str = "local", partition: str | None = None) -> None:
+        """A provider joins: ``local`` (nodes on this machine's CPUs) or ``slurm`` (contracts
+        run in Slurm partition ``partition``; None: Slurm's default)."""
         check_name("provider", "name", provider)
         if kind not in PROVIDER_KINDS:
             raise ValueError(f"provider field 'kind' must be one of {', '.join(PROVIDER_KINDS)}, got {kind!r}")
-        self.store.add_provider(provider, kind, self.clock())
+        if partition is not None:
+            if kind != "slurm":
+                raise ValueError("provider field 'partition' is for slurm providers only")
+            check_name("provider", "partition", partition)
+        self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None) -> int:
         return self.store.add_node(check_node(provider, name, cpu, mem, cpus))

@@ -1,10 +1,14 @@
 """What runs a provider's contracts: a backend per provider.
 
-:class:`LocalBackend` runs each contract's command with the live market's
-:class:`~marketsched.live.executor.LocalExecutor` (a process tree in its own session, pinned to
-the node's CPUs; cgroups where writable), so a job keeps running through a kill -9 of the
-exchange and is re-attached by the restarted exchange. Tests pass a backend of their own with
-the same five methods.
+* ``local`` providers: :class:`LocalBackend` runs each contract's command with the live
+  market's :class:`~marketsched.live.executor.LocalExecutor` (a process tree in its own
+  session, pinned to the node's CPUs; cgroups where writable), so a job keeps running through a
+  kill -9 of the exchange and is re-attached by the restarted exchange.
+* ``slurm`` providers: :class:`SlurmBackend` submits each contract's command to the provider's
+  Slurm partition with the live market's :class:`~marketsched.live.slurm.SlurmExecutor` (one
+  batch job per contract, cancelled with ``scancel`` when its window ends).
+
+Tests pass a backend of their own with the same five methods.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Protocol
 from marketsched.live.executor import JobLimits, LocalExecutor
 from marketsched.live.jobfiles import read_exit_code
 
-PROVIDER_KINDS = ("local",)
+PROVIDER_KINDS = ("local", "slurm")
 
 
 class Backend(Protocol):
@@ -69,13 +73,52 @@ class LocalBackend:
         self.executor.shutdown(kill=False)
 
 
-def local_backends(data_dir: Path, containment="auto"):
-    """A backend factory: each ``local`` provider's contracts under ``data_dir/providers/NAME``."""
+class SlurmBackend:
+    """A Slurm provider: contracts are batch jobs in ``partition`` (None: Slurm's default),
+    their folders under ``root``."""
+
+    def __init__(self, root: Path, partition: str | None = None):
+        from marketsched.live.slurm import SlurmExecutor  # only for Slurm providers
+
+        self.executor = SlurmExecutor(Path(root), partition=partition)
+
+    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
+        from marketsched.live.slurm import SlurmError
+
+        try:
+            self.executor.launch(contract_id, command, env=env)
+        except SlurmError as exc:
+            raise OSError(str(exc)) from exc
+
+    def stop(self, contract_id: int) -> float:
+        self.executor.kill(contract_id)
+        return 0.0
+
+    def ended(self) -> list[tuple[int, int | None]]:
+        return self.executor.exits()
+
+    def reattach(self, contract_id: int) -> bool | int | None:
+        if self.executor.adopt(contract_id) is not None:
+            return True
+        workdir = self.executor.workdir(contract_id)
+        if not workdir.exists():
+            return False
+        return read_exit_code(workdir)
+
+    def close(self) -> None:
+        self.executor.shutdown(kill=False)
+
+
+def provider_backends(data_dir: Path, containment="auto"):
+    """A backend factory: each provider's contracts under ``data_dir/providers/NAME``."""
 
     def make(provider: dict) -> Backend:
-        if provider["kind"] != "local":
-            raise ValueError(f"provider {provider['name']!r} is of kind {provider['kind']!r}; this exchange runs "
-                             f"{', '.join(PROVIDER_KINDS)} providers")
-        return LocalBackend(Path(data_dir) / "providers" / provider["name"], containment)
+        root = Path(data_dir) / "providers" / provider["name"]
+        if provider["kind"] == "slurm":
+            return SlurmBackend(root, provider.get("partition"))
+        if provider["kind"] == "local":
+            return LocalBackend(root, containment)
+        raise ValueError(f"provider {provider['name']!r} is of kind {provider['kind']!r}; this exchange runs "
+                         f"{', '.join(PROVIDER_KINDS)} providers")
 
     return make

@@ -35,7 +35,7 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
         try:
             fresh.init_settings(**settings)
             for p in recorded.providers():
-                fresh.add_provider(p["name"], p["kind"], p["joined"])
+                fresh.add_provider(p["name"], p["kind"], p["joined"], p["partition"])
             for node in recorded.nodes().values():
                 fresh.add_node(node, node_id=node["id"])
             orders = recorded.orders()

@@ -25,7 +25,12 @@ SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k
             "penalty": float, "seed": int, "epoch": float}
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS ex_providers (name TEXT PRIMARY KEY, kind TEXT NOT NULL, joined REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS ex_providers (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    partition TEXT,
+    joined REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ex_nodes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     provider TEXT NOT NULL REFERENCES ex_providers(name),
@@ -167,15 +172,17 @@ class ExchangeStore:
         return self.ledger.balances()
 
     # ------------------------------------------------------------------ providers and nodes
-    def add_provider(self, name: str, kind: str, t: float) -> None:
+    def add_provider(self, name: str, kind: str, t: float, partition: str | None = None) -> None:
         with self.transaction():
             if self.rows("SELECT 1 FROM ex_providers WHERE name = ?", (name,)):
                 raise ValueError(f"provider {name!r} has already joined")
-            self.conn.execute("INSERT INTO ex_providers (name, kind, joined) VALUES (?, ?, ?)", (name, kind, t))
+            self.conn.execute("INSERT INTO ex_providers (name, kind, partition, joined) VALUES (?, ?, ?, ?)",
+                              (name, kind, partition, t))
             self.ensure_account(provider_account(name))
 
     def providers(self) -> list[dict]:
-        return self.dicts(("name", "kind", "joined"), "SELECT name, kind, joined FROM ex_providers ORDER BY name")
+        return self.dicts(("name", "kind", "partition", "joined"),
+                          "SELECT name, kind, partition, joined FROM ex_providers ORDER BY name")
 
     def add_node(self, node: dict, node_id: int | None = None) -> int:
         with self.transaction():
