@@ -14,7 +14,7 @@ Tests pass a backend of their own with the same five methods.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from marketsched.live.executor import JobLimits, LocalExecutor
 from marketsched.live.jobfiles import read_exit_code
@@ -40,7 +40,24 @@ class Backend(Protocol):
         """Stop watching (processes keep running)."""
 
 
-class LocalBackend:
+class _ExecutorBackend:
+    """What both backends do the same way through their executor (``self.executor``)."""
+
+    executor: Any
+
+    def reattach(self, contract_id: int) -> bool | int | None:
+        if self.executor.adopt(contract_id) is not None:
+            return True
+        workdir = self.executor.workdir(contract_id)
+        if not workdir.exists():
+            return False
+        return read_exit_code(workdir)
+
+    def close(self) -> None:
+        self.executor.shutdown(kill=False)
+
+
+class LocalBackend(_ExecutorBackend):
     """A local provider: contracts run on this machine under ``root`` (one folder per contract)."""
 
     def __init__(self, root: Path, containment="auto"):
@@ -61,19 +78,9 @@ class LocalBackend:
             self.executor.forget(key)
         return out
 
-    def reattach(self, contract_id: int) -> bool | int | None:
-        if self.executor.adopt(contract_id) is not None:
-            return True
-        workdir = self.executor.workdir(contract_id)
-        if not workdir.exists():
-            return False
-        return read_exit_code(workdir)
-
-    def close(self) -> None:
-        self.executor.shutdown(kill=False)
 
 
-class SlurmBackend:
+class SlurmBackend(_ExecutorBackend):
     """A Slurm provider: contracts are batch jobs in ``partition`` (None: Slurm's default),
     their folders under ``root``."""
 
@@ -97,16 +104,6 @@ class SlurmBackend:
     def ended(self) -> list[tuple[int, int | None]]:
         return self.executor.exits()
 
-    def reattach(self, contract_id: int) -> bool | int | None:
-        if self.executor.adopt(contract_id) is not None:
-            return True
-        workdir = self.executor.workdir(contract_id)
-        if not workdir.exists():
-            return False
-        return read_exit_code(workdir)
-
-    def close(self) -> None:
-        self.executor.shutdown(kill=False)
 
 
 def provider_backends(data_dir: Path, containment="auto"):
