@@ -224,3 +224,30 @@ def test_dlgm_release_time_lies_do_not_pay_on_a_sample():
     (_, delay) = au.claim_verdicts(t, get_mechanism("dlgm").claims)
     assert delay["verdict"] == "holds on this sample", delay["text"]
     assert t["gain"].min() < 0  # lies can cost: the check is not vacuous
+
+
+def test_group_lies_change_only_the_group_and_sum_its_utility():
+    """A group lie is the same paired rerun with several jobs' reports changed, its utilities the
+    members' sums (checked against plain runs); the registry's claims are about one job's lies and
+    get no verdict from a group audit."""
+    jobs = _jobs(4, n=60, nodes=3)
+    groups = au.group_draws(jobs, 0.5, 3, seed=1)
+    assert [len(g) for g in groups] == [30, 30, 30] and not all(np.array_equal(groups[0], g) for g in groups[1:])
+    assert all(np.array_equal(a, b) for a, b in zip(groups, au.group_draws(jobs, 0.5, 3, seed=1)))  # seeded
+    t = au.audit(jobs, "hb", {"pricing": "first"}, au.Deviation.parse("value:0.5"), seed=1, group=0.5, group_draws_=3)
+    assert list(t["who"]) == ["group"] * 3 and list(t["copies"]) == [30, 30, 30]
+    for i, rows in enumerate(groups):  # the row is the members' summed true utility, from plain runs
+        bid = jobs.true_value.copy()
+        bid[rows] *= 0.5
+        def u(b):
+            r = run(prepare_jobs(jobs.workload, "bimodal", jobs.seed, bid=b), "hb", {"pricing": "first"}).records
+            return float(np.sum(-jobs.true_value[rows] * (r.end_time[rows] - jobs.workload.submit_time[rows])
+                                - r.payment[rows]))
+        assert t["truthful"].iloc[i] == pytest.approx(u(jobs.true_value), rel=1e-12)
+        assert t["deviating"].iloc[i] == pytest.approx(u(bid), rel=1e-12)
+    from marketsched.mechanisms.registry import get
+
+    (v,) = au.claim_verdicts(t, get("egg").claims)
+    assert v["verdict"] == "not audited" and "groups lie together" in v["text"]
+    with pytest.raises(ValueError, match="group share"):
+        au.group_draws(jobs, 0.0, 3, seed=1)

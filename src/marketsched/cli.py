@@ -602,10 +602,15 @@ def export(results, events_path, run_label, fmt, out_path):
               help="Focal jobs drawn from each value band (low, middle, high).")
 @click.option("--audit-seed", default=1, show_default=True, type=int, help="Seed of the focal-job draw.")
 @click.option("--job", "job_ids", multiple=True, type=int, help="Audit this job id instead of a sample (repeatable).")
+@click.option("--group", "group_share", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="SHARE",
+              help="Instead of one job at a time, random groups of this share of the jobs lie together (the "
+                   "group model of Shudler et al. (2010)); gains are the group's summed true utility.")
+@click.option("--groups", "group_count", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Random groups drawn with --group (each one rerun per lie).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv, claims.csv (a "
                    "verdict per incentive property the mechanism claims) and a figure per deviation kind.")
-def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir, **opts):
+def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_share, group_count, out_dir, **opts):
     """Does a job gain by lying? Paired reruns with one focal job's reports changed.
 
     Each focal job (sampled across value bands) lies in one way at a time; the rest stay truthful,
@@ -644,16 +649,18 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
                       TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task("audit", total=None)
             table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
-                             job_ids=list(job_ids) or None,
+                             job_ids=list(job_ids) or None, group=group_share, group_draws_=group_count,
                              progress=lambda done, total: bar.update(task, completed=done, total=total))
     except (Unfit, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     s = au.summary(table)
     label = m.label(m.resolve(given))
     w = jobs.workload
-    out = Table(title=f"{label} on {w.name} ({len(w):,} jobs): gains of one focal job's lie, true utility",
+    what = f"groups of {group_share:g} of the jobs lying together" if group_share else "one focal job's lie"
+    out = Table(title=f"{label} on {w.name} ({len(w):,} jobs): gains of {what}, true utility",
                 box=box.SIMPLE_HEAD, title_justify="left")
-    for head in ("lie", "amount", "tried", "pays", "share (95% CI)", "mean gain", "largest gain", "job"):
+    for head in ("lie", "amount", "tried", "pays", "share (95% CI)", "mean gain", "largest gain",
+                 "group" if group_share else "job"):
         out.add_column(head, justify="left" if head == "lie" else "right")
     for r in s.itertuples():
         out.add_row(r.kind, f"{r.amount:g}", str(r.deviations), str(r.profitable),
@@ -662,7 +669,13 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
     console = _console()
     console.print(out)
     best = table.loc[table["gain"].idxmax()]
-    if au.profitable(table.loc[[best.name]])[0]:
+    if group_share and au.profitable(table.loc[[best.name]])[0]:
+        case = table.loc[best.name]
+        console.print(f"largest profitable group lie: group {case.job_id} ({case.copies} jobs), {case.kind} "
+                      f"{case.amount:g}: summed true utility {case.truthful:.6g} -> {case.deviating:.6g} (gain "
+                      f"{case.gain:.6g}). Reproduce: the same command (the groups are drawn with --audit-seed)",
+                      highlight=False, markup=False)
+    elif au.profitable(table.loc[[best.name]])[0]:
         case = table.loc[best.name]
         console.print(f"largest profitable lie: job {case.job_id} ({case.band} value {case.true_value:.4g}), "
                       f"{case.kind} {case.amount:g}: true utility {case.truthful:.6g} -> {case.deviating:.6g} "

@@ -86,6 +86,23 @@ def focal_jobs(jobs, per_band: int, seed: int) -> list[np.ndarray]:
     return out
 
 
+def group_draws(jobs, share: float, draws: int, seed: int) -> list[np.ndarray]:
+    """``draws`` groups, each a random ``share`` of the original jobs (at least one; a split job's
+    copies together), drawn with ``seed``: the rows of each group. The group model of Shudler et
+    al. (2010) (a share of the users bids untruthfully), as coalitions that lie together."""
+    if not 0 < share <= 1:
+        raise ValueError(f"group share must be in (0, 1], got {share}")
+    if draws < 1:
+        raise ValueError(f"group draws must be at least 1, got {draws}")
+    g = groups(jobs.workload)
+    n = int(g[-1]) + 1 if len(g) else 0
+    if n == 0:
+        raise ValueError("no jobs to draw a group from")
+    size = max(1, int(round(share * n)))
+    rng = np.random.default_rng([seed, 7])
+    return [np.flatnonzero(np.isin(g, rng.choice(n, size=size, replace=False))) for _ in range(draws)]
+
+
 def deviate(jobs, rows, dev: Deviation):
     """``(jobs', rows')``: the jobs with ``rows`` reporting ``dev``, and where those rows are now
     (a delay can move them). True values stay true."""
@@ -148,10 +165,13 @@ def rows_of(jobs, job_ids) -> list[np.ndarray]:
 
 
 def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int = 3, seed: int = 1, progress=None,
-          job_ids=None):
+          job_ids=None, group: float | None = None, group_draws_: int = 5):
     """One row per (focal job, deviation): ``job_id``, ``band``, ``kind``, ``amount``,
     ``truthful``, ``deviating`` (true utilities) and ``gain`` (module docstring). ``job_ids``:
-    audit these jobs instead of a sample (to reproduce a case)."""
+    audit these jobs instead of a sample (to reproduce a case). ``group``: instead of one job,
+    ``group_draws_`` random groups of this share of the jobs lie together (:func:`group_draws`);
+    a row is then a group (``job_id`` its draw number, ``band`` "group", ``copies`` its rows) and
+    its utilities are the members' sums; column ``who`` says which."""
     import pandas as pd
 
     from marketsched.analysis.metrics import value_band
@@ -161,20 +181,27 @@ def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int =
     if not get(mechanism).market:
         raise ValueError(f"{mechanism} takes no reports (no bids, no payments): nothing to audit")
     truthful = run(jobs, mechanism, params)
-    focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
+    if group is not None:
+        focal = group_draws(jobs, group, group_draws_, seed)
+    else:
+        focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
     out = []
     total = len(focal) * len(deviations)
-    for rows in focal:
+    for i, rows in enumerate(focal):
         u0 = true_utility(jobs, truthful, rows, jobs.workload.submit_time[rows])
+        if group is not None:
+            who = (i, "group", float(np.mean(jobs.true_value[rows])), len(rows), "group")
+        else:
+            who = (int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
+                   float(jobs.true_value[rows[0]]), len(rows), "job")
         for dev in deviations:
             jobs2, rows2 = deviate(jobs, rows, dev)
             u1 = true_utility(jobs2, run(jobs2, mechanism, params), rows2, jobs.workload.submit_time[rows])
-            out.append((int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
-                        float(jobs.true_value[rows[0]]), len(rows), dev.kind, dev.amount, u0, u1, u1 - u0))
+            out.append((*who[:4], dev.kind, dev.amount, u0, u1, u1 - u0, who[4]))
             if progress is not None:
                 progress(len(out), total)
     return pd.DataFrame(out, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
-                                      "deviating", "gain"])
+                                      "deviating", "gain", "who"])
 
 
 def profitable(table) -> np.ndarray:
@@ -234,8 +261,13 @@ def claim_verdicts(table, claims) -> list[dict]:
     from marketsched.analysis.verdicts import paired_interval, wilson_interval
 
     out = []
+    if len(table) and "who" in table and (table["who"] != "job").all():
+        return [{"claim": c.text, "strength": c.strength, "source": c.source, "lies": 0, "paid": 0, "mean_gain": None,
+                 "case": None, "verdict": "not audited",
+                 "text": "not audited: the claim is about one job's lies, this audit made groups lie together"}
+                for c in claims]
     for claim in claims:
-        t = table[covered(table, claim)]
+        t = table[covered(table, claim) & (table["who"].to_numpy() == "job" if "who" in table else True)]
         row = {"claim": claim.text, "strength": claim.strength, "source": claim.source, "lies": len(t), "paid": 0,
                "mean_gain": None, "case": None}
         if not len(t):
