@@ -247,7 +247,7 @@ def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
         offers = store.orders("offer", "open", upto)
         nodes = store.nodes()
         touched = {o["node_id"] for o in offers}
-        sold = [c for c in store.contracts() if c["node_id"] in touched and c["last_slot"] >= base_slot]
+        sold = [c for c in store.contracts(ending_from=base_slot) if c["node_id"] in touched]
         cb = build_book(requests, offers, nodes, sold, base_slot)
         t0 = time.perf_counter()
         legs, welfare = [], 0.0

@@ -85,9 +85,12 @@ class SlurmBackend(_ExecutorBackend):
     their folders under ``root``."""
 
     def __init__(self, root: Path, partition: str | None = None):
-        from marketsched.live.slurm import SlurmExecutor  # only for Slurm providers
+        from marketsched.live.slurm import SlurmError, SlurmExecutor  # only for Slurm providers
 
-        self.executor = SlurmExecutor(Path(root), partition=partition)
+        try:
+            self.executor = SlurmExecutor(Path(root), partition=partition)
+        except SlurmError as exc:  # the partition is unreachable: the provider cannot run the contract
+            raise OSError(f"Slurm partition {partition or '(default)'}: {exc}") from exc
 
     def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
         from marketsched.live.slurm import SlurmError

@@ -97,6 +97,7 @@ CREATE TABLE IF NOT EXISTS ex_contracts (
 );
 CREATE INDEX IF NOT EXISTS ex_contracts_state ON ex_contracts(state);
 CREATE INDEX IF NOT EXISTS ex_contracts_node ON ex_contracts(node_id);
+CREATE INDEX IF NOT EXISTS ex_contracts_last ON ex_contracts(last_slot);
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
@@ -262,9 +263,13 @@ class ExchangeStore:
             [row[c] for c in cols])
         return _new_id(cur)
 
-    def contracts(self, states=None, node_id: int | None = None) -> list[dict]:
+    def contracts(self, states=None, node_id: int | None = None, ending_from: int | None = None) -> list[dict]:
+        """Contracts in id order: in ``states``, of one node, with a last slot >= ``ending_from``."""
         cond: list[str] = []
         params: list[object] = []
+        if ending_from is not None:
+            cond.append("last_slot >= ?")
+            params.append(ending_from)
         if states:
             cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
             params += list(states)
