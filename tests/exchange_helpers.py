@@ -12,21 +12,25 @@ class FakeBackend:
 
     def __init__(self, clock):
         self.clock = clock
-        self.running: dict[int, float] = {}
+        self.live: dict[int, float] = {}
         self.exited: dict[int, int | None] = {}
         self.started: list[tuple[int, float, tuple]] = []
         self._news: list[tuple[int, int | None]] = []
         self.fail_start = False
+        self.pending: set[int] = set()  # started, but the provider has not run them yet (a Slurm queue)
 
     def start(self, contract_id, command, env, cpus):
         if self.fail_start:
             raise OSError("node down")
-        assert contract_id not in self.running and contract_id not in self.exited, "a contract started twice"
-        self.running[contract_id] = self.clock()
+        assert contract_id not in self.live and contract_id not in self.exited, "a contract started twice"
+        self.live[contract_id] = self.clock()
         self.started.append((contract_id, self.clock(), tuple(cpus or ())))
 
+    def running(self, contract_id):
+        return contract_id in self.live and contract_id not in self.pending
+
     def stop(self, contract_id):
-        self.running.pop(contract_id)
+        self.live.pop(contract_id)
         self.exited[contract_id] = -9
         return 0.0
 
@@ -36,12 +40,12 @@ class FakeBackend:
 
     def exit(self, contract_id, code):
         """The job's processes end with ``code`` (>= 128 or None: killed, as by a dead node)."""
-        self.running.pop(contract_id)
+        self.live.pop(contract_id)
         self.exited[contract_id] = code
         self._news.append((contract_id, code))
 
     def reattach(self, contract_id):
-        if contract_id in self.running:
+        if contract_id in self.live:
             return True
         if contract_id in self.exited:
             self._news = [n for n in self._news if n[0] != contract_id]

@@ -126,7 +126,7 @@ def test_books_balance_after_any_sequence(tmp_path_factory, ops, mechanism):
         elif op[0] == "advance":
             clock.advance(op[1])
         else:
-            running = sorted((cid, m) for m in machines.by_name.values() for cid in m.running)
+            running = sorted((cid, m) for m in machines.by_name.values() for cid in m.live)
             if running:
                 cid, m = running[op[1] % len(running)]
                 m.exit(cid, op[2])
@@ -144,3 +144,17 @@ def test_books_balance_after_any_sequence(tmp_path_factory, ops, mechanism):
             assert starts == []
         else:
             assert len(starts) == 1 and c["start_t"] <= starts[0] < c["end_t"]
+
+
+def test_a_job_the_provider_never_ran_in_its_window_is_its_failure(tmp_path):
+    """A Slurm-like provider accepted the job but left it pending past the window's end."""
+    ex, clock, machines, c = _one_contract(tmp_path)
+    m = machines({"name": "p1"})
+    clock.set(21)
+    ex.tick()
+    m.pending.add(c["id"])
+    clock.set(40)
+    ex.tick()
+    done = ex.store.contract(c["id"])
+    assert done["state"] == "failed" and "had not started" in done["note"]
+    assert _balance(ex, "user:u1") == c["penalty"]

@@ -73,7 +73,7 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
                 first = s + 3 + int(rng.integers(0, 3))
                 client.submit_request(f"u{int(rng.integers(1, 4))}", float(rng.integers(7, 15)),
                                       int(rng.integers(1, 3)), int(rng.integers(5, 40)), first,
-                                      first + int(rng.integers(0, 3)), short)
+                                      first + 1 + int(rng.integers(0, 3)), short)
 
         batch(4)
         first = client.slot() + 3
@@ -116,17 +116,19 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
         cid, provider, t = line.split()
         assert int(cid) not in stamps, f"contract {cid} ran twice"
         stamps[int(cid)] = (provider, float(t))
-    delivered = [c for c in contracts if c["state"] == "delivered"]
-    assert {c["provider"] for c in delivered} == providers
     for c in contracts:
         if c["state"] == "lapsed":
             assert c["id"] not in stamps
             continue
-        provider, t = stamps[c["id"]]  # the job's own record: it ran, on its provider, inside its window
-        assert provider == c["provider"]
-        assert epoch + c["start_t"] <= t
-        assert c["start_t"] <= c["started_t"] < c["end_t"]
-        assert (data / "providers" / c["provider"] / f"job-{c['id']}" / "stdout").read_text().startswith("ran")
+        assert c["start_t"] <= c["started_t"] < c["end_t"]  # handed to its provider inside its window
+        assert (data / "providers" / c["provider"] / f"job-{c['id']}").is_dir()
+        if c["id"] in stamps:  # the job's own record: it ran on its provider, not before its window
+            provider, t = stamps[c["id"]]
+            assert provider == c["provider"] and epoch + c["start_t"] <= t
+        if c["note"] == "the job exited by itself":  # it ran to its end: the echo is recorded
+            assert c["id"] in stamps
+            assert (data / "providers" / c["provider"] / f"job-{c['id']}" / "stdout").read_text().startswith("ran")
+    assert {c["provider"] for c in contracts if c["note"] == "the job exited by itself"} == providers
     v = store.contract(victim)
     assert v["state"] == "failed" and v["penalty"] == 2 * v["user_price"] > 0
     entries = [e for e in store.ledger.entries() if e["job_id"] == victim]

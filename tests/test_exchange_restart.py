@@ -38,11 +38,11 @@ def _populate(ex, clock, rng, periods=6):
 def test_restart_loses_nothing_and_reattaches_running_jobs(tmp_path):
     ex, clock, machines = make_exchange(tmp_path / "x.db")
     _populate(ex, clock, np.random.default_rng(3))
-    running = sorted(cid for m in machines.by_name.values() for cid in m.running)
+    running = sorted(cid for m in machines.by_name.values() for cid in m.live)
     assert running, "the scenario should leave jobs running"
     before = _snapshot(ex.store)
     # kill -9: the object is dropped without closing anything; jobs keep running meanwhile
-    m_of = {cid: m for m in machines.by_name.values() for cid in m.running}
+    m_of = {cid: m for m in machines.by_name.values() for cid in m.live}
     m_of[running[0]].exit(running[0], 0)  # one ends while the exchange is down
     ex2 = reopen(tmp_path / "x.db", clock, machines)
     after = _snapshot(ex2.store)
@@ -80,7 +80,7 @@ def test_replay_of_a_recorded_session_gives_the_same_contracts(tmp_path, mechani
     ex, clock, machines = make_exchange(tmp_path / "x.db", mechanism=mechanism, k=0.3)
     _populate(ex, clock, np.random.default_rng(5), periods=8)
     for m in machines.by_name.values():  # execution outcomes do not change the clearing
-        for cid in sorted(m.running)[:2]:
+        for cid in sorted(m.live)[:2]:
             m.exit(cid, 137)
     clock.advance(100)
     ex.tick()

@@ -24,9 +24,10 @@ Each call of :meth:`Exchange.tick`:
      0-127, whatever the code: what the user's command did is the user's business) or was still
      running when its window ended (the exchange stops it then). The user pays the contract's
      user price to the exchange, the exchange pays the provider its provider price.
-   * *failed* (the provider's fault): the provider could not start the job, or the job's
-     processes were killed by a signal the exchange did not send (a dead node), or they ended
-     with no exit status. The provider pays the contract's penalty to the user; no price is
+   * *failed* (the provider's fault): the provider could not start the job, or had still not
+     started it when its window ended (a Slurm job left pending), or the job's processes were
+     killed by a signal the exchange did not send (a dead node), or they ended with no exit
+     status. The provider pays the contract's penalty to the user; no price is
      paid.
    * *lapsed*: the window passed before the exchange started the job (the exchange was down):
      nobody pays.
@@ -177,8 +178,13 @@ class Exchange:
             if c["id"] in ended:
                 self.finish(c, ended[c["id"]], now)
             elif now >= c["end_t"]:
-                used = self.backend(c["provider"]).stop(c["id"])
-                self.settle(c["id"], "delivered", now, cpu_seconds=used, note="served its whole window")
+                backend = self.backend(c["provider"])
+                ran = backend.running(c["id"])
+                used = backend.stop(c["id"])
+                if ran:
+                    self.settle(c["id"], "delivered", now, cpu_seconds=used, note="served its whole window")
+                else:
+                    self.settle(c["id"], "failed", now, note="the provider had not started the job by its window's end")
 
     def start(self, c: dict, node: dict, now: float) -> None:
         with self.store.transaction():

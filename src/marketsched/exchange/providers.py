@@ -32,6 +32,9 @@ class Backend(Protocol):
     def ended(self) -> list[tuple[int, int | None]]:
         """Contracts whose processes ended by themselves since the last call: (id, exit code)."""
 
+    def running(self, contract_id: int) -> bool:
+        """True if the contract's job is running on the provider now (not waiting to start)."""
+
     def reattach(self, contract_id: int) -> bool | int | None:
         """After a restart of the exchange: True if the contract's process still runs; else its
         recorded exit code (None: it ended without one, False: it never started)."""
@@ -48,6 +51,7 @@ class _ExecutorBackend:
     def reattach(self, contract_id: int) -> bool | int | None:
         if self.executor.adopt(contract_id) is not None:
             return True
+        self.executor.forget(contract_id)  # it has ended: its state file goes
         workdir = self.executor.workdir(contract_id)
         if not workdir.exists():
             return False
@@ -65,6 +69,9 @@ class LocalBackend(_ExecutorBackend):
 
     def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
         self.executor.launch(contract_id, command, env=env, affinity=cpus)
+
+    def running(self, contract_id: int) -> bool:
+        return contract_id in self.executor.procs  # a local job runs from its launch
 
     def stop(self, contract_id: int) -> float:
         used = self.executor.cpu_seconds(contract_id)
@@ -99,6 +106,11 @@ class SlurmBackend(_ExecutorBackend):
             self.executor.launch(contract_id, command, env=env)
         except SlurmError as exc:
             raise OSError(str(exc)) from exc
+
+    def running(self, contract_id: int) -> bool:
+        job = self.executor.procs.get(contract_id)
+        info = self.executor.show(job.pid) if job is not None else None
+        return info is not None and info.get("JobState") in ("RUNNING", "SUSPENDED", "COMPLETING")
 
     def stop(self, contract_id: int) -> float:
         self.executor.kill(contract_id)
