@@ -21,7 +21,7 @@ from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore, to_micro
 from marketsched.live.clock import WallClock
 from marketsched.live.jobfiles import read_state
-from marketsched.live.slurm import slurm_up
+from marketsched.live.slurm import run, slurm_up
 
 SLOT = 2.0
 
@@ -29,6 +29,21 @@ SLOT = 2.0
 def _start(data, log):
     return subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "run", str(data), "--containment",
                              "none", "--poll", "0.1"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+
+
+def _kill_leftovers(store, data):
+    """Jobs outlive the exchange: after a failed test, kill those of unsettled contracts."""
+    for c in store.contracts(("starting", "running")):
+        rec = read_state(data / "providers" / c["provider"], c["id"])
+        if rec is None:
+            continue
+        if rec.get("slurm"):
+            run(["scancel", str(rec["pid"])])
+        else:
+            try:
+                os.killpg(rec["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _state(store, cid):
@@ -109,6 +124,7 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=60)
         log.close()
+        _kill_leftovers(store, data)
 
     contracts = store.contracts()
     stamps = {}

@@ -58,6 +58,8 @@ def test_a_slurm_partition_and_a_local_provider(cluster, tmp_path):
         assert step_until(lambda: all(c["state"] in FINAL_CONTRACT_STATES for c in store.contracts())
                           and all(o["state"] != "open" for o in store.orders("request")))
     finally:
+        for c in store.contracts(("starting", "running")):  # a failed test leaves nothing running
+            ex.backend(c["provider"]).stop(c["id"])
         ex.close()
     contracts = {c["request_id"]: c for c in store.contracts()}
     assert set(contracts) == {quick, boxed, victim}
