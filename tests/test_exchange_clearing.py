@@ -8,8 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exchange_helpers import make_exchange
-from marketsched.exchange.book import period_rng, split
+from marketsched.exchange.book import EXACT_MAX_ORDERS, period_rng, split
 from marketsched.exchange.store import MICRO, to_micro
+from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import critical_value_pricing, greedy_allocation, k_pricing
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 from marketsched.mechanisms.clearing.randomized import pay_as_bid, randomized_allocation
@@ -37,6 +38,9 @@ def _session(tmp_path, mechanism, requests, offers, k=0.5):
 
 
 def _library(book, mechanism, k):
+    if mechanism == "exact":
+        alloc = solve_exact(book, mip_rel_gap=0.0).allocation
+        return alloc, k_pricing(book, alloc, k)
     if mechanism == "pay-as-bid":
         alloc = randomized_allocation(book, 10.0, period_rng(7, 1))
         return alloc, pay_as_bid(book, alloc)
@@ -44,7 +48,7 @@ def _library(book, mechanism, k):
     return alloc, (critical_value_pricing(book, alloc) if mechanism == "critical-value" else k_pricing(book, alloc, k))
 
 
-@pytest.mark.parametrize("mechanism", ["critical-value", "k-pricing", "pay-as-bid"])
+@pytest.mark.parametrize("mechanism", ["critical-value", "k-pricing", "pay-as-bid", "exact"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(request_st, min_size=1, max_size=8), offers=st.lists(offer_st, min_size=1, max_size=3),
        k=st.sampled_from([0.0, 0.3, 1.0]))
@@ -155,3 +159,20 @@ def test_bad_input_names_the_field(tmp_path, call, message):
     clock.set(15)  # slot 1: slot 0 and 1 are not tradeable any more
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         call(ex)
+
+
+def test_exact_clearing_falls_back_to_greedex_on_a_large_book(tmp_path):
+    """Above EXACT_MAX_ORDERS the period is cleared by GREEDEX with k-pricing, and says so."""
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="exact", k=0.5)
+    ex.join("p")
+    ex.add_node("p", "n", 8, 500)
+    ex.submit_offer("p", "n", 1, 2, 9)
+    for i in range(EXACT_MAX_ORDERS):
+        ex.submit_request("u", 2 + i % 7, 1, 5, 2 + i % 5, 3 + i % 5, "true")
+    ex.clear()
+    assert ex.store.periods()[0]["mechanism"] == "k-pricing"
+    clock.advance(30)
+    ex.submit_request("u", 9, 2, 5, 8, 9, "true")
+    ex.clear()
+    assert ex.store.periods()[1]["mechanism"] == "exact"
+    assert ex.store.orders("request")[-1]["state"] == "filled"

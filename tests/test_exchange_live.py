@@ -157,7 +157,7 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
         cb = recorded_book(store, period["id"])
         if not (cb.book.n_jobs and cb.book.n_nodes):
             continue
-        alloc, pay = run_mechanism(cb.book, settings["mechanism"], settings["k"], settings["alpha"], None)
+        alloc, pay = run_mechanism(cb.book, period["mechanism"], settings["k"], settings["alpha"], None)
         mine = [c for c in contracts if c["period"] == period["id"]]
         for j, rid in enumerate(cb.request_ids):
             assert sum(c["user_price"] for c in mine if c["request_id"] == rid) == \

@@ -17,6 +17,12 @@ Decisions the thesis leaves to the exchange:
   node whose capacity varies over time. Pieces with no CPU left are left out.
 * **Contracts.** An allocated job becomes one contract per run of consecutive slots on one
   node (usually one contract; more when the mechanism moved the job between nodes).
+* **Exact clearing.** ``exact`` allocates with the welfare-maximising MIP (:func:`solve_exact`,
+  eqs. 3.1-3.6, proven optimum: ``mip_rel_gap=0``) and prices by k-pricing, which is
+  budget-balanced on any allocation. It is meant for small books: a book of more than
+  ``EXACT_MAX_ORDERS`` orders (requests plus book nodes), or one the solver does not prove
+  optimal within ``EXACT_SECONDS``, is cleared by GREEDEX with k-pricing instead. The
+  period records the mechanism that cleared it, and the replay uses that one.
 * **Money.** A job pays the library's payment ``pay.job[j]`` rounded to a micro-unit, and a
   node receives the sum of its pieces' ``pay.node`` rounded to a micro-unit; each is split
   over its contracts in proportion to CPU slots by the largest-remainder method, so the sums
@@ -37,6 +43,7 @@ from marketsched.mechanisms.clearing.greedex import (
     greedy_allocation,
     k_pricing,
 )
+from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 from marketsched.mechanisms.clearing.randomized import pay_as_bid, randomized_allocation
 
@@ -103,10 +110,20 @@ def build_book(requests: list[dict], offers: list[dict], nodes: dict[int, dict],
                         piece_node)
 
 
+EXACT_MAX_ORDERS = 60
+EXACT_SECONDS = 30.0
+
+
 def run_mechanism(book: OrderBook, mechanism: str, k: float, alpha: float,
-                  rng: np.random.Generator) -> tuple[Allocation, Payments]:
-    """The library's clearing of ``book``: allocation and payments."""
+                  rng: np.random.Generator | None) -> tuple[Allocation, Payments] | None:
+    """The library's clearing of ``book``: allocation and payments (``exact``: None when the
+    solver did not prove an optimum within ``EXACT_SECONDS``)."""
+    if mechanism == "exact":
+        res = solve_exact(book, time_limit=EXACT_SECONDS, mip_rel_gap=0.0)
+        return (res.allocation, k_pricing(book, res.allocation, k)) if res.status == "optimal" else None
     if mechanism == "pay-as-bid":
+        if rng is None:
+            raise ValueError("the randomized mechanism needs its period's random numbers")
         alloc = randomized_allocation(book, alpha, rng)
         return alloc, pay_as_bid(book, alloc)
     alloc = greedy_allocation(book)

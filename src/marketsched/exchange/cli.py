@@ -56,7 +56,8 @@ def exchange() -> None:
 @click.option("--period-seconds", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Time between clearings.")
 @click.option("--mechanism", default="critical-value", show_default=True, type=click.Choice(MECHANISMS),
-              help="GREEDEX with critical-value or k-pricing, or the randomized pay-as-bid heuristic.")
+              help="GREEDEX with critical-value or k-pricing, the randomized pay-as-bid heuristic, or the exact "
+                   "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing).")
 @click.option("--k", default=0.5, show_default=True, type=click.FloatRange(0, 1),
               help="k-pricing: the user's share of each local surplus.")
 @click.option("--alpha", default=10.0, show_default=True, type=click.FloatRange(min=1),

@@ -39,7 +39,7 @@ import math
 import time
 from collections.abc import Callable
 
-from .book import ClearingBook, build_book, contracts_of, period_rng, run_mechanism
+from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
 from .orders import check_mechanism, check_name, check_node, check_offer, check_request
 from .providers import PROVIDER_KINDS, Backend
 from .store import CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account, user_account
@@ -239,9 +239,11 @@ class Exchange:
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
-                 last_order: int | None = None) -> int:
+                 last_order: int | None = None, mechanism: str | None = None) -> int:
     """One clearing at time ``t`` of the orders up to id ``last_order`` (default: all
-    committed) from slot ``base_slot`` on, in one transaction; returns the period number."""
+    committed) from slot ``base_slot`` on, in one transaction; returns the period number.
+    ``mechanism``: the one to use (a replay's recorded one; default: the exchange's, with
+    the fallback of the exact clearing, :mod:`.book`)."""
     with store.transaction():
         period = int(store.rows("SELECT COALESCE(MAX(id), 0) FROM ex_periods")[0][0]) + 1
         upto = store.last_order_id() if last_order is None else last_order
@@ -257,13 +259,23 @@ def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
         cb = build_book(requests, offers, nodes, sold, base_slot)
         t0 = time.perf_counter()
         legs, welfare = [], 0.0
+        replayed = mechanism is not None
+        mechanism = mechanism or settings["mechanism"]
+        if mechanism == "exact" and not replayed and cb.book.n_jobs + cb.book.n_nodes > EXACT_MAX_ORDERS:
+            mechanism = "k-pricing"
         if cb.book.n_jobs and cb.book.n_nodes:
-            alloc, pay = run_mechanism(cb.book, settings["mechanism"], settings["k"], settings["alpha"],
-                                       period_rng(settings["seed"], period))
+            out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"],
+                                period_rng(settings["seed"], period))
+            if out is None and not replayed:  # the exact clearing proved no optimum in time
+                mechanism = "k-pricing"
+                out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"], None)
+            if out is None:
+                raise RuntimeError(f"the replay of period {period} proved no optimum in time: it cannot be compared")
+            alloc, pay = out
             legs, welfare = contracts_of(cb, alloc, pay), alloc.welfare()
         latency = time.perf_counter() - t0
         store.insert_period({"id": period, "t": t, "base_slot": base_slot, "last_order": upto,
-                             "mechanism": settings["mechanism"], "k": settings["k"], "seed": settings["seed"],
+                             "mechanism": mechanism, "k": settings["k"], "seed": settings["seed"],
                              "book": cb.to_json(), "requests": cb.book.n_jobs, "offers": len(offers),
                              "welfare": welfare, "latency": latency})
         owners = {o["id"]: o["owner"] for o in requests + offers}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid")
+MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "exact")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 

@@ -45,7 +45,8 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
                     o = orders[pos]
                     fresh.insert_order(o["side"], o, o["submit_t"], order_id=o["id"])
                     pos += 1
-                clear_period(fresh, settings, period["t"], period["base_slot"], period["last_order"])
+                clear_period(fresh, settings, period["t"], period["base_slot"], period["last_order"],
+                             period["mechanism"])
             return contract_terms(fresh)
         finally:
             fresh.close()
