@@ -37,6 +37,11 @@ def test_the_exchange_commands(tmp_path):
     assert bad.exit_code != 0 and "request field 'value'" in bad.output
     bad = runner.invoke(main, ["exchange", "node", str(data), "p1", "n1", "--cpu", "4", "--mem", "1", "--cpus", "x"])
     assert bad.exit_code != 0 and "--cpus" in bad.output
+    assert "request 3" in _ok(runner, "request", data, "carol", "--value", 1, "--cpu", 1, "--first-slot", 3,
+                              "--last-slot", 3, "--command", "true")
+    bad = runner.invoke(main, ["exchange", "cancel", str(data), "alice", "3"])
+    assert bad.exit_code != 0 and "'alice' has no order 3" in bad.output
+    assert "order 3 cancelled" in _ok(runner, "cancel", data, "carol", 3)
     missing = runner.invoke(main, ["exchange", "status", str(tmp_path / "nothing")])
     assert missing.exit_code != 0 and "no exchange at" in missing.output
 
@@ -53,5 +58,5 @@ def test_the_exchange_commands(tmp_path):
     (period,) = json.loads(_ok(runner, "info", data, "--json"))
     assert (period["contracts"], period["cpu_slots"], period["volume"], period["price"]) == (1, 4, 28.0, 7.0)
     assert period["classes"] == {"2": {"cpu_slots": 4, "price": 7.0}}
-    assert period["open_interest"] == 1  # the offer stays open
+    assert period["open_interest"] == 1  # the offer stays open (carol's request was cancelled)
     assert "the same 1 contracts over 1 periods" in _ok(runner, "replay", data)

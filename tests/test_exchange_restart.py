@@ -99,3 +99,29 @@ def test_replay_notices_a_changed_record(tmp_path):
     with store.transaction():
         store.conn.execute("UPDATE ex_orders SET value = value + 7 WHERE id = ?", (rid,))
     assert replay_session(store) != recorded
+
+
+def test_cancelled_orders_leave_the_book_and_the_replay_agrees(tmp_path):
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing")
+    _populate(ex, clock, np.random.default_rng(8), periods=2)
+    s = ex.slot()
+    ex.join("p9")
+    ex.add_node("p9", "n", 8, 500)
+    cheap = ex.submit_offer("p9", "n", 0.5, s + 2, s + 30)  # the cheapest node: it would win
+    big = ex.submit_request("u1", 50, 2, 10, s + 5, s + 6, "true")
+    ex.cancel("p9", cheap)
+    with pytest.raises(ValueError, match="cancel field 'order': 'u2' has no order"):
+        ex.cancel("u2", big)
+    clock.advance(30)
+    ex.tick()
+    assert all(c["offer_id"] != cheap for c in ex.store.contracts())
+    assert ex.store.order(big)["state"] == "filled"
+    with pytest.raises(ValueError, match=f"order {big} is filled, not open"):
+        ex.cancel("u1", big)
+    late = ex.submit_request("u2", 40, 1, 10, ex.slot() + 5, ex.slot() + 6, "true")
+    ex.cancel("u2", late)
+    other = ex.submit_request("u3", 30, 1, 10, ex.slot() + 5, ex.slot() + 6, "true")
+    clock.advance(30)
+    ex.tick()
+    assert ex.store.order(late)["state"] == "cancelled" and ex.store.order(other)["state"] == "filled"
+    assert replay_session(ex.store) == contract_terms(ex.store)

@@ -131,6 +131,16 @@ def offer_cmd(data, provider, node, reserve, first_slot, last_slot):
     click.echo(f"offer {oid}")
 
 
+@exchange.command("cancel")
+@DATA
+@click.argument("owner")
+@click.argument("order_id", type=int)
+def cancel_cmd(data, owner, order_id):
+    """Withdraw an open order (its owner: the user or the provider)."""
+    _do(_open(data).cancel, owner, order_id)
+    click.echo(f"order {order_id} cancelled")
+
+
 @exchange.command("run")
 @DATA
 @click.option("--containment", default="auto", show_default=True, type=click.Choice(["auto", "none"]),

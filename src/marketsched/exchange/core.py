@@ -122,6 +122,17 @@ class Exchange:
             order.update(node_id=node_id, cpu=spec["cpu"], mem=spec["mem"])
             return self.store.insert_order("offer", order, self.clock())
 
+    def cancel(self, owner: str, order_id: int) -> None:
+        """Withdraw an open order of ``owner`` (a user's request or a provider's offer); the
+        contracts it already made stand."""
+        with self.store.transaction():
+            order = self.store.order(order_id)
+            if order is None or order["owner"] != owner:
+                raise ValueError(f"cancel field 'order': {owner!r} has no order {order_id}")
+            if order["state"] != "open":
+                raise ValueError(f"cancel field 'order': order {order_id} is {order['state']}, not open")
+            self.store.close_order(order_id, "cancelled", self.clock())
+
     # ------------------------------------------------------------------ clearing
     def due(self) -> bool:
         rows = self.store.rows("SELECT MAX(t) FROM ex_periods")

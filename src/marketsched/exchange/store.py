@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS ex_orders (
     command TEXT NOT NULL,
     submit_t REAL NOT NULL,
     state TEXT NOT NULL,
-    closed_t REAL
+    closed_t REAL,
+    closed_after INTEGER
 );
 CREATE INDEX IF NOT EXISTS ex_orders_state ON ex_orders(state);
 CREATE INDEX IF NOT EXISTS ex_orders_node ON ex_orders(node_id);
@@ -101,7 +102,7 @@ CREATE INDEX IF NOT EXISTS ex_contracts_last ON ex_contracts(last_slot);
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
-                 "submit_t", "state", "closed_t")
+                 "submit_t", "state", "closed_t", "closed_after")
 CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider", "node_id", "cpu", "mem",
                     "first_slot", "last_slot", "start_t", "end_t", "user_price", "provider_price", "penalty", "state",
                     "started_t", "ended_t", "exit_code", "cpu_seconds", "note")
@@ -241,11 +242,17 @@ class ExchangeStore:
         return self.dicts(ORDER_COLUMNS, f"SELECT {', '.join(ORDER_COLUMNS)} FROM ex_orders{where} ORDER BY id",
                           params)
 
+    def order(self, order_id: int) -> dict | None:
+        rows = self.dicts(ORDER_COLUMNS, f"SELECT {', '.join(ORDER_COLUMNS)} FROM ex_orders WHERE id = ?", (order_id,))
+        return rows[0] if rows else None
+
     def last_order_id(self) -> int:
         return int(self.rows("SELECT COALESCE(MAX(id), 0) FROM ex_orders")[0][0])
 
     def close_order(self, order_id: int, state: str, t: float) -> None:
-        self.conn.execute("UPDATE ex_orders SET state = ?, closed_t = ? WHERE id = ?", (state, t, order_id))
+        """Close an order; ``closed_after`` records the last clearing before it (for replays)."""
+        self.conn.execute("UPDATE ex_orders SET state = ?, closed_t = ?, closed_after = "
+                          "(SELECT COALESCE(MAX(id), 0) FROM ex_periods) WHERE id = ?", (state, t, order_id))
 
     # ------------------------------------------------------------------ periods and contracts
     def periods(self) -> list[dict]:
