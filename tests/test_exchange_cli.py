@@ -60,3 +60,25 @@ def test_the_exchange_commands(tmp_path):
     assert period["classes"] == {"2": {"cpu_slots": 4, "price": 7.0}}
     assert period["open_interest"] == 1  # the offer stays open (carol's request was cancelled)
     assert "the same 1 contracts over 1 periods" in _ok(runner, "replay", data)
+
+
+def test_agents_from_a_config_file(tmp_path):
+    runner = CliRunner()
+    data = tmp_path / "ex"
+    _ok(runner, "init", data, "--slot-seconds", 1000, "--period-seconds", 1000)
+    _ok(runner, "join", data, "p1")
+    _ok(runner, "node", data, "p1", "n0", "--cpu", 4, "--mem", 100)
+    config = tmp_path / "agents.json"
+    config.write_text(json.dumps({
+        "providers": [{"provider": "p1", "costs": {"n0": 5}, "markup": 1.5, "horizon": 10, "renew": 2}],
+        "users": [{"user": "alice", "jobs": [{"value": 9, "cpu": 2, "mem": 10, "duration": 2, "release": 3,
+                                               "deadline": 8, "command": "true"}]}]}))
+    assert "2 agents" in _ok(runner, "agents", data, config, "--for", 0)
+    store = ExchangeStore(data)
+    (offer,) = store.orders("offer")
+    (req,) = store.orders("request")
+    assert (offer["value"], offer["first_slot"], offer["last_slot"]) == (7.5, 1, 10)
+    assert (req["owner"], req["value"], req["first_slot"], req["last_slot"]) == ("alice", 9.0, 3, 4)
+    config.write_text(json.dumps({"users": [{"user": "bob", "jobs": [{"value": 1}]}]}))
+    bad = runner.invoke(main, ["exchange", "agents", str(data), str(config), "--for", "0"])
+    assert bad.exit_code != 0 and "missing field 'cpu'" in bad.output

@@ -107,6 +107,28 @@ class OfferAgent:
         return new
 
 
+def agents_from_config(config: dict, now_slot: int) -> list:
+    """Agents from a JSON-like ``config``: ``{"users": [{"user", "shade", "lead", "jobs":
+    [{"value", "cpu", "mem", "duration", "release", "deadline", "command"}]}], "providers":
+    [{"provider", "costs": {node: cost}, "markup", "horizon", "renew"}]}``. A job's
+    ``release`` and ``deadline`` count slots from ``now_slot``. ValueError naming what is wrong."""
+    agents: list = []
+    try:
+        for p in config.get("providers", []):
+            agents.append(OfferAgent(p["provider"], {str(k): float(v) for k, v in p["costs"].items()},
+                                     float(p.get("markup", 1.0)), int(p.get("horizon", 20)), int(p.get("renew", 3))))
+        for u in config.get("users", []):
+            jobs = [JobNeed(float(j["value"]), int(j["cpu"]), int(j.get("mem", 0)), int(j["duration"]),
+                            now_slot + int(j["release"]), now_slot + int(j["deadline"]), str(j.get("command", "true")))
+                    for j in u["jobs"]]
+            agents.append(BiddingAgent(u["user"], jobs, float(u.get("shade", 1.0)), int(u.get("lead", 2))))
+    except KeyError as exc:
+        raise ValueError(f"agents config: missing field {exc}") from None
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"agents config: {exc}") from None
+    return agents
+
+
 def simulate(ex: Exchange, agents, until: float, step: float) -> None:
     """Run agents and exchange on the exchange's fake clock (it must have ``advance``) from now
     to ``until``: at every step each agent acts, then the exchange ticks."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import (
     Allocation,
     Payments,
@@ -43,7 +44,6 @@ from marketsched.mechanisms.clearing.greedex import (
     greedy_allocation,
     k_pricing,
 )
-from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 from marketsched.mechanisms.clearing.randomized import pay_as_bid, randomized_allocation
 

@@ -166,6 +166,33 @@ def run_cmd(data, containment, poll, duration):
         ex.close()
 
 
+@exchange.command("agents")
+@DATA
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between the agents' turns.")
+@click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
+def agents_cmd(data, config, step, duration):
+    """Run bidding and offer agents from a JSON file against the exchange (docs/exchange.md);
+    the exchange itself runs separately (marketsched exchange run)."""
+    from .agents import agents_from_config
+
+    ex = _open(data)
+    try:
+        spec = json.loads(config.read_text())
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"{config}: not JSON ({exc})") from None
+    agents = _do(agents_from_config, spec, ex.slot())
+    end = None if duration is None else time.monotonic() + duration
+    while True:
+        for agent in agents:
+            _do(agent.act, ex)
+        if end is not None and time.monotonic() >= end:
+            break
+        time.sleep(step)
+    click.echo(f"{len(agents)} agents, {len(ex.store.orders())} orders in the book's history")
+
+
 @exchange.command("status")
 @DATA
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
