@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -158,7 +159,10 @@ def run_cmd(data, containment, poll, duration):
     end = None if duration is None else time.monotonic() + duration
     try:
         while not stop and (end is None or time.monotonic() < end):
-            ex.tick()
+            try:
+                ex.tick()
+            except (OSError, RuntimeError, sqlite3.OperationalError) as exc:  # e.g. Slurm or the disk, for a moment
+                click.echo(f"exchange: this step failed, trying again: {exc}", err=True)  # each step commits whole
             time.sleep(poll)
     except KeyboardInterrupt:
         pass
