@@ -1,15 +1,85 @@
-"""The ``marketsched`` command line."""
+"""The ``marketsched`` command line.
+
+Start-up is kept light: NumPy, pandas and the engine are imported inside the commands that
+use them, and option help naming the value, estimate, deadline and reliability models looks
+the names up only when shown (:class:`_NamesOption`), so ``marketsched --help`` imports none
+of them.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import click
 
-from marketsched.scenario import PRICINGS, VALUE_MODELS
+from marketsched.mechanisms.online.pricing import SCHEMES
+
+PRICINGS = tuple(SCHEMES)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _names(module: str, attr: str):
+    """A function giving the keys of ``module.attr`` (a registry of models), imported when called."""
+    return lambda: list(getattr(importlib.import_module(module), attr))
+
+
+class _NamesChoice(click.Choice):
+    """A :class:`click.Choice` whose choices come from ``names()``, called when first needed."""
+
+    def __init__(self, names) -> None:
+        self._names = names
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._names())
+        return self._choices
+
+    @choices.setter
+    def choices(self, value) -> None:
+        self._choices = tuple(value)
+
+
+class _NamesOption(click.Option):
+    """An option whose help names ``names()`` (``{names}`` in its help), looked up when shown;
+    ``choice=True`` also makes them its only accepted values."""
+
+    def __init__(self, *args, names, choice: bool = False, **kwargs) -> None:
+        self._help_template = kwargs.pop("help")
+        self._names = names
+        if choice:
+            kwargs["type"] = _NamesChoice(names)
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str:
+        return self._help_template.format(names=", ".join(self._names()))
+
+    @help.setter
+    def help(self, value) -> None:  # click sets it at construction; the template stands
+        pass
+
+
+class _Group(click.Group):
+    """The main group; the command groups of other packages are imported only when used (or
+    listed by ``--help``): ``simulate`` never imports the live market's HTTP client."""
+
+    lazy = {"traces": ("marketsched.workloads.cli", "traces"), "market": ("marketsched.live.cli", "market"),
+            "exchange": ("marketsched.exchange.cli", "exchange")}
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="marketsched")
 def main() -> None:
     """Market-based scheduling for distributed computing: simulate, reproduce, serve."""
@@ -17,8 +87,7 @@ def main() -> None:
 
 def workload_options(f):
     """Options shared by every command that builds a workload and its jobs."""
-    from marketsched.workloads.attributes import DEADLINES, ESTIMATES, RELIABILITY
-
+    attributes = "marketsched.workloads.attributes"
     opts = [
         click.option("--trace", default=None, metavar="NAME|PATH",
                      help="Trace name (see `marketsched traces list`) or SWF path; default: built-in synthetic workload."),
@@ -33,14 +102,17 @@ def workload_options(f):
                      help="Fraction of the machine's processors to use, 0 < f <= 1 (e.g. 0.75)."),
         click.option("--whole-seconds", is_flag=True,
                      help="Round submit and run times up to whole seconds (the share markets bid once a second)."),
-        click.option("--estimates", default="trace", show_default=True, metavar="MODEL",
-                     help=f"Run-time estimates: {', '.join(ESTIMATES)} (e.g. badness:f=3); see docs/workloads.md."),
-        click.option("--values", "value_model", default="bimodal", show_default=True, type=click.Choice(VALUE_MODELS),
+        click.option("--estimates", default="trace", show_default=True, metavar="MODEL", cls=_NamesOption,
+                     names=_names(attributes, "ESTIMATES"),
+                     help="Run-time estimates: {names} (e.g. badness:f=3); see docs/workloads.md."),
+        click.option("--values", "value_model", default="bimodal", show_default=True, cls=_NamesOption,
+                     names=_names("marketsched.workloads.values", "MODELS"), choice=True,
                      help="Model of the jobs' true values."),
-        click.option("--deadlines", default="patience", show_default=True, metavar="MODEL",
-                     help=f"Deadline model: {', '.join(DEADLINES)} (e.g. slack:factor=5)."),
-        click.option("--reliability", default="none", show_default=True, metavar="MODEL",
-                     help=f"Minimum provider reliability each job asks for: {', '.join(RELIABILITY)}."),
+        click.option("--deadlines", default="patience", show_default=True, metavar="MODEL", cls=_NamesOption,
+                     names=_names(attributes, "DEADLINES"), help="Deadline model: {names} (e.g. slack:factor=5)."),
+        click.option("--reliability", default="none", show_default=True, metavar="MODEL", cls=_NamesOption,
+                     names=_names(attributes, "RELIABILITY"),
+                     help="Minimum provider reliability each job asks for: {names}."),
         click.option("--seed", default=1, show_default=True, type=int,
                      help="Seed of the value, deadline, estimate and reliability draws."),
     ]
@@ -206,6 +278,8 @@ def _print_table(rows, title, legend: bool = False, skipped=()):
 
 
 def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) -> None:
+    if out_path is None and events_path is None:
+        return  # nothing to write: pandas is not even imported
     import pandas as pd
 
     from marketsched.results import job_table_of, metadata, write
@@ -705,18 +779,6 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
             save(au.figure(table, kind, f"{label}: {kind} lies"), out_dir / f"{kind}.png")
         click.echo(f"audit: {out_dir}", err=True)
 
-
-def _register_groups() -> None:
-    from marketsched.live.cli import market
-    from marketsched.workloads.cli import traces
-
-    main.add_command(traces)
-    main.add_command(market)
-    from marketsched.exchange.cli import exchange
-    main.add_command(exchange)
-
-
-_register_groups()
 
 if __name__ == "__main__":
     main()
