@@ -16,19 +16,21 @@ from pathlib import Path
 
 import click
 
-from marketsched.live.clock import WallClock
-
-from .core import Exchange, create_exchange
-from .info import market_info
-from .orders import MECHANISMS
-from .providers import PROVIDER_KINDS, provider_backends
-from .replay import contract_terms, replay_session
+from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
+
+# the exchange's core (NumPy, the mechanisms) is imported by the commands that use it, so that
+# `marketsched --help` stays light
 
 DATA = click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 
 
-def _open(data: Path, backends=None) -> Exchange:
+def _open(data: Path, backends=None):
+    """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
+    from marketsched.live.clock import WallClock
+
+    from .core import Exchange
+
     if not (data / "exchange.db").exists():
         raise click.ClickException(f"no exchange at {data} (create one with: marketsched exchange init {data})")
     store = ExchangeStore(data)
@@ -68,6 +70,8 @@ def exchange() -> None:
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the randomized mechanism.")
 def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed):
     """Create an exchange in DATA (its clock starts now)."""
+    from .core import create_exchange
+
     store = ExchangeStore(data)
     _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
                                 k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time()))
@@ -151,6 +155,8 @@ def cancel_cmd(data, owner, order_id):
 def run_cmd(data, containment, poll, duration):
     """Run the exchange: clear every period, run contracts, settle them (Ctrl-C stops it;
     running jobs keep running and are re-attached by the next run)."""
+    from .providers import provider_backends
+
     ex = _open(data, provider_backends(data, containment))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -240,6 +246,8 @@ def contracts_cmd(data):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def info_cmd(data, as_json):
     """Market information: volume, clearing price per CPU class, open interest, per period."""
+    from .info import market_info
+
     rows = market_info(_open(data).store)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
@@ -255,6 +263,8 @@ def info_cmd(data, as_json):
 @DATA
 def replay_cmd(data):
     """Re-clear the recorded session offline and compare its contracts with the recorded ones."""
+    from .replay import contract_terms, replay_session
+
     store = _open(data).store
     recorded, again = contract_terms(store), replay_session(store)
     if recorded != again:

@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable
 
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
-from .orders import check_mechanism, check_name, check_node, check_offer, check_request
-from .providers import PROVIDER_KINDS, Backend
+from .orders import PROVIDER_KINDS, check_mechanism, check_name, check_node, check_offer, check_request
+from .providers import Backend
 from .store import CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account, user_account
 
 

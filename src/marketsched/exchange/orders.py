@@ -18,6 +18,7 @@ import math
 import re
 
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "exact")
+PROVIDER_KINDS = ("local", "slurm")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from marketsched.live.executor import JobLimits, LocalExecutor
 from marketsched.live.jobfiles import read_exit_code
 
-PROVIDER_KINDS = ("local", "slurm")
+from .orders import PROVIDER_KINDS
 
 
 class Backend(Protocol):
