@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from marketsched.live.executor import JobLimits, LocalExecutor
-from marketsched.live.jobfiles import read_exit_code
 
 from .orders import PROVIDER_KINDS
 
@@ -52,10 +51,9 @@ class _ExecutorBackend:
         if self.executor.adopt(contract_id) is not None:
             return True
         self.executor.forget(contract_id)  # it has ended: its state file goes
-        workdir = self.executor.workdir(contract_id)
-        if not workdir.exists():
+        if not self.executor.workdir(contract_id).exists():
             return False
-        return read_exit_code(workdir)
+        return self.executor.exit_code(contract_id)
 
     def close(self) -> None:
         self.executor.shutdown(kill=False)
