@@ -66,7 +66,8 @@ class _Group(click.Group):
     """The main group; the command groups of other packages are imported only when used (or
     listed by ``--help``): ``simulate`` never imports the live market's HTTP client."""
 
-    lazy = {"traces": ("marketsched.workloads.cli", "traces"), "market": ("marketsched.live.cli", "market")}
+    lazy = {"traces": ("marketsched.workloads.cli", "traces"), "market": ("marketsched.live.cli", "market"),
+            "exchange": ("marketsched.exchange.cli", "exchange")}
 
     def list_commands(self, ctx) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})

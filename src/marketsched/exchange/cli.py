@@ -1,0 +1,274 @@
+"""``marketsched exchange ...``: set up, feed, run and inspect a grid exchange.
+
+Every command works on the exchange's data folder (``DATA/exchange.db``; local providers' jobs
+under ``DATA/providers/NAME``). Orders and participants are written straight into the
+database, which the running exchange (``marketsched exchange run DATA``) reads at every
+clearing; SQLite's write-ahead log lets both work at once.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import click
+
+from .orders import MECHANISMS, PROVIDER_KINDS
+from .store import MICRO, ExchangeStore
+
+# the exchange's core (NumPy, the mechanisms) is imported by the commands that use it, so that
+# `marketsched --help` stays light
+
+DATA = click.argument("data", type=click.Path(file_okay=False, path_type=Path))
+
+
+def _open(data: Path, backends=None):
+    """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
+    from marketsched.live.clock import WallClock
+
+    from .core import Exchange
+
+    if not (data / "exchange.db").exists():
+        raise click.ClickException(f"no exchange at {data} (create one with: marketsched exchange init {data})")
+    store = ExchangeStore(data)
+    settings = store.settings()
+    if settings is None:
+        raise click.ClickException(f"the exchange at {data} is not set up (marketsched exchange init {data})")
+    return Exchange(store, WallClock(settings["epoch"]), backends)
+
+
+def _do(fn, *args):
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group("exchange")
+def exchange() -> None:
+    """A live grid exchange: providers, requests and offers, periodic clearing (Stößer 2009)."""
+
+
+@exchange.command("init")
+@DATA
+@click.option("--slot-seconds", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Length of a timeslot.")
+@click.option("--period-seconds", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Time between clearings.")
+@click.option("--mechanism", default="critical-value", show_default=True, type=click.Choice(MECHANISMS),
+              help="GREEDEX with critical-value or k-pricing, the randomized pay-as-bid heuristic, or the exact "
+                   "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing).")
+@click.option("--k", default=0.5, show_default=True, type=click.FloatRange(0, 1),
+              help="k-pricing: the user's share of each local surplus.")
+@click.option("--alpha", default=10.0, show_default=True, type=click.FloatRange(min=1),
+              help="pay-as-bid: exponent of the randomized draw (eq. 4.1).")
+@click.option("--penalty", default=1.0, show_default=True, type=click.FloatRange(min=0),
+              help="A failed contract's penalty, times its price.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the randomized mechanism.")
+def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed):
+    """Create an exchange in DATA (its clock starts now)."""
+    from .core import create_exchange
+
+    store = ExchangeStore(data)
+    _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
+                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time()))
+    click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
+               f"{period_seconds:g} s")
+
+
+@exchange.command("join")
+@DATA
+@click.argument("provider")
+@click.option("--kind", default="local", show_default=True, type=click.Choice(PROVIDER_KINDS),
+              help="local: nodes on this machine's CPUs; slurm: contracts run as batch jobs in a Slurm partition.")
+@click.option("--partition", default=None, help="Slurm partition of a slurm provider (default: Slurm's default).")
+def join_cmd(data, provider, kind, partition):
+    """A provider joins the exchange."""
+    _do(_open(data).join, provider, kind, partition)
+    click.echo(f"provider {provider} joined")
+
+
+@exchange.command("node")
+@DATA
+@click.argument("provider")
+@click.argument("name")
+@click.option("--cpu", required=True, type=int, help="CPU units the node sells per slot.")
+@click.option("--mem", required=True, type=int, help="Memory units the node sells per slot.")
+@click.option("--cpus", default=None, help="CPUs of this machine backing the node, e.g. 0,1 (local providers).")
+def node_cmd(data, provider, name, cpu, mem, cpus):
+    """Add a node to a provider."""
+    try:
+        cpu_list = [int(c) for c in cpus.split(",")] if cpus else None
+    except ValueError:
+        raise click.BadParameter(f"a comma-separated list of CPU numbers, got {cpus!r}", param_hint="--cpus") from None
+    node_id = _do(_open(data).add_node, provider, name, cpu, mem, cpu_list)
+    click.echo(f"node {node_id}: {provider}/{name}")
+
+
+@exchange.command("request")
+@DATA
+@click.argument("user")
+@click.option("--value", required=True, type=float, help="Most you pay per CPU unit per slot.")
+@click.option("--cpu", required=True, type=int, help="CPU units needed in every slot.")
+@click.option("--mem", default=0, show_default=True, type=int, help="Memory units needed in every slot.")
+@click.option("--first-slot", required=True, type=int, help="First slot (after the current one; see status).")
+@click.option("--last-slot", required=True, type=int, help="Last slot: the job runs in every slot between.")
+@click.option("--command", "command", required=True, help="Shell command the provider runs.")
+def request_cmd(data, user, value, cpu, mem, first_slot, last_slot, command):
+    """A user's request (value, CPU, memory, window, command)."""
+    oid = _do(_open(data).submit_request, user, value, cpu, mem, first_slot, last_slot, command)
+    click.echo(f"request {oid}")
+
+
+@exchange.command("offer")
+@DATA
+@click.argument("provider")
+@click.argument("node")
+@click.option("--reserve", required=True, type=float, help="Reserve price per CPU unit per slot.")
+@click.option("--first-slot", required=True, type=int)
+@click.option("--last-slot", required=True, type=int)
+def offer_cmd(data, provider, node, reserve, first_slot, last_slot):
+    """A provider's offer of one of its nodes over a window of slots."""
+    oid = _do(_open(data).submit_offer, provider, node, reserve, first_slot, last_slot)
+    click.echo(f"offer {oid}")
+
+
+@exchange.command("cancel")
+@DATA
+@click.argument("owner")
+@click.argument("order_id", type=int)
+def cancel_cmd(data, owner, order_id):
+    """Withdraw an open order (its owner: the user or the provider)."""
+    _do(_open(data).cancel, owner, order_id)
+    click.echo(f"order {order_id} cancelled")
+
+
+@exchange.command("run")
+@DATA
+@click.option("--containment", default="auto", show_default=True, type=click.Choice(["auto", "none"]),
+              help="Jobs in cgroups where writable (auto) or in process groups only (none).")
+@click.option("--poll", default=0.2, show_default=True, type=click.FloatRange(min=0.01), help="Seconds between steps.")
+@click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
+def run_cmd(data, containment, poll, duration):
+    """Run the exchange: clear every period, run contracts, settle them (Ctrl-C stops it;
+    running jobs keep running and are re-attached by the next run)."""
+    from .providers import provider_backends
+
+    ex = _open(data, provider_backends(data, containment))
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    ex.recover()
+    click.echo(f"exchange running at slot {ex.slot()} ({ex.settings['mechanism']})", err=True)
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        while not stop and (end is None or time.monotonic() < end):
+            try:
+                ex.tick()
+            except (OSError, RuntimeError, sqlite3.OperationalError) as exc:  # e.g. Slurm or the disk, for a moment
+                click.echo(f"exchange: this step failed, trying again: {exc}", err=True)  # each step commits whole
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ex.close()
+
+
+@exchange.command("agents")
+@DATA
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between the agents' turns.")
+@click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
+def agents_cmd(data, config, step, duration):
+    """Run bidding and offer agents from a JSON file against the exchange (docs/exchange.md);
+    the exchange itself runs separately (marketsched exchange run)."""
+    from .agents import agents_from_config
+
+    ex = _open(data)
+    try:
+        spec = json.loads(config.read_text())
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"{config}: not JSON ({exc})") from None
+    agents = _do(agents_from_config, spec, ex.slot())
+    end = None if duration is None else time.monotonic() + duration
+    while True:
+        for agent in agents:
+            _do(agent.act, ex)
+        if end is not None and time.monotonic() >= end:
+            break
+        time.sleep(step)
+    click.echo(f"{len(agents)} agents, {len(ex.store.orders())} orders in the book's history")
+
+
+@exchange.command("status")
+@DATA
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status_cmd(data, as_json):
+    """Current slot, open orders, contracts by state, balances (and a check of the books)."""
+    ex = _open(data)
+    store = ex.store
+    states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
+    orders = dict(store.rows("SELECT side || ':' || state, COUNT(*) FROM ex_orders GROUP BY side, state"))
+    books = store.check_books()
+    balances = {k: v / MICRO for k, v in sorted(store.balances().items())}
+    out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,
+           "books": books}
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    click.echo(f"time {ex.clock():.1f} s, slot {ex.slot()}")
+    click.echo("orders: " + ", ".join(f"{k} {v}" for k, v in sorted(orders.items())))
+    click.echo("contracts: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    for acct, bal in balances.items():
+        click.echo(f"  {acct:30s} {bal:16.6f}")
+    click.echo(f"books balance; clearing account holds {books['clearing']} micro-units")
+
+
+@exchange.command("contracts")
+@DATA
+def contracts_cmd(data):
+    """Every contract: parties, node, window, price, penalty, state."""
+    store = _open(data).store
+    nodes = store.nodes()
+    click.echo("id period user provider node slots price penalty state started note")
+    for c in store.contracts():
+        n = nodes[c["node_id"]]
+        click.echo(f"{c['id']} {c['period']} {c['user']} {c['provider']} {n['name']} "
+                   f"{c['first_slot']}-{c['last_slot']} {c['user_price'] / MICRO:.6f} {c['penalty'] / MICRO:.6f} "
+                   f"{c['state']} {c['started_t'] if c['started_t'] is not None else '-'} {c['note']}")
+
+
+@exchange.command("info")
+@DATA
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def info_cmd(data, as_json):
+    """Market information: volume, clearing price per CPU class, open interest, per period."""
+    from .info import market_info
+
+    rows = market_info(_open(data).store)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    click.echo("period t requests offers contracts cpu_slots volume price open_interest")
+    for r in rows:
+        price = f"{r['price']:.4f}" if r["price"] is not None else "-"
+        click.echo(f"{r['period']} {r['t']:.1f} {r['requests']} {r['offers']} {r['contracts']} {r['cpu_slots']} "
+                   f"{r['volume']:.6f} {price} {r['open_interest']}")
+
+
+@exchange.command("replay")
+@DATA
+def replay_cmd(data):
+    """Re-clear the recorded session offline and compare its contracts with the recorded ones."""
+    from .replay import contract_terms, replay_session
+
+    store = _open(data).store
+    recorded, again = contract_terms(store), replay_session(store)
+    if recorded != again:
+        diff = next((i for i, (a, b) in enumerate(zip(recorded, again)) if a != b), min(len(recorded), len(again)))
+        raise click.ClickException(f"the replay differs from the record at contract {diff + 1} "
+                                   f"({len(recorded)} recorded, {len(again)} replayed)")
+    click.echo(f"replay: the same {len(recorded)} contracts over {len(store.periods())} periods")

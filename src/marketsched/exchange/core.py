@@ -1,0 +1,312 @@
+"""The exchange: participants, periodic clearing, contracts, execution, SLA monitoring, billing.
+
+It plays the trading, contract management and SLA enforcement and billing components of
+Stößer's resource market layer (Stößer 2009, section 2.3, fig. 2.2). All state is in its
+database (:class:`~marketsched.exchange.store.ExchangeStore`): an exchange killed at any point
+and started again on the same file loses no committed order or contract, and re-attaches the
+jobs still running (:meth:`Exchange.recover`).
+
+Time comes from an injected ``clock`` (seconds of exchange time; tests move a fake clock by
+hand). Slot ``s`` is ``[s * slot_seconds, (s + 1) * slot_seconds)``.
+
+Each call of :meth:`Exchange.tick`:
+
+1. **Clearing**, once ``period_seconds`` have passed since the last one
+   (:meth:`Exchange.clear`): requests whose first slot has passed expire, offers whose last
+   slot has passed expire, the open book from the next slot on is cleared with the library
+   (:mod:`.book`), every match becomes a contract and its request is filled. One transaction.
+2. **Execution**: a pending contract whose window has begun is started on its provider's
+   backend (pinned to its node's CPUs).
+3. **SLA monitoring and billing** (:meth:`Exchange.settle`), one transaction per contract,
+   exactly once:
+
+   * *delivered*: the job ran from inside its window and either exited by itself (exit code
+     0-127, whatever the code: what the user's command did is the user's business) or was still
+     running when its window ended (the exchange stops it then). The user pays the contract's
+     user price to the exchange, the exchange pays the provider its provider price.
+   * *failed* (the provider's fault): the provider could not start the job, or had still not
+     started it when its window ended (a Slurm job left pending), or the job's processes were
+     killed by a signal the exchange did not send (a dead node), or they ended with no exit
+     status. The provider pays the contract's penalty to the user; no price is
+     paid.
+   * *lapsed*: the window passed before the exchange started the job (the exchange was down):
+     nobody pays.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
+from .orders import PROVIDER_KINDS, check_mechanism, check_name, check_node, check_offer, check_request
+from .providers import Backend
+from .store import CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account, user_account
+
+
+def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds: float, mechanism: str,
+                    k: float = 0.5, alpha: float = 10.0, penalty: float = 1.0, seed: int = 0,
+                    epoch: float = 0.0) -> None:
+    """Set an exchange's settings once, in a new database; ValueError naming a bad one."""
+    for name, value in (("slot_seconds", slot_seconds), ("period_seconds", period_seconds)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"exchange setting {name!r} must be a number of seconds > 0, got {value!r}")
+    check_mechanism(mechanism, k)
+    if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha >= 1):
+        raise ValueError(f"exchange setting 'alpha' must be a number >= 1 (Stößer 2009, eq. 4.1), got {alpha!r}")
+    if not (isinstance(penalty, (int, float)) and math.isfinite(penalty) and penalty >= 0):
+        raise ValueError(f"exchange setting 'penalty' must be a number >= 0 (times the contract's price), "
+                         f"got {penalty!r}")
+    store.init_settings(slot_seconds=float(slot_seconds), period_seconds=float(period_seconds), mechanism=mechanism,
+                        k=float(k), alpha=float(alpha), penalty=float(penalty), seed=int(seed), epoch=float(epoch))
+
+
+class Exchange:
+    """The exchange on ``store`` at the time ``clock()``; ``backends`` makes the backend of a
+    provider (a row of the providers table) when one of its contracts must run (None: an
+    exchange that only takes orders and clears, e.g. the command line or a replay)."""
+
+    def __init__(self, store: ExchangeStore, clock: Callable[[], float],
+                 backends: Callable[[dict], Backend] | None = None):
+        settings = store.settings()
+        if settings is None:
+            raise ValueError(f"the exchange at {store.path} is not set up (marketsched exchange init)")
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self._factory = backends
+        self._backends: dict[str, Backend] = {}
+
+    # ------------------------------------------------------------------ time
+    def slot(self, t: float | None = None) -> int:
+        """The slot holding time ``t`` (default: now)."""
+        return math.floor((self.clock() if t is None else t) / self.settings["slot_seconds"])
+
+    def slot_start(self, slot: int) -> float:
+        return slot * self.settings["slot_seconds"]
+
+    # ------------------------------------------------------------------ participants and orders
+    def join(self, provider: str, kind: str = "local", partition: str | None = None) -> None:
+        """A provider joins: ``local`` (nodes on this machine's CPUs) or ``slurm`` (contracts
+        run in Slurm partition ``partition``; None: Slurm's default)."""
+        check_name("provider", "name", provider)
+        if kind not in PROVIDER_KINDS:
+            raise ValueError(f"provider field 'kind' must be one of {', '.join(PROVIDER_KINDS)}, got {kind!r}")
+        if partition is not None:
+            if kind != "slurm":
+                raise ValueError("provider field 'partition' is for slurm providers only")
+            check_name("provider", "partition", partition)
+        self.store.add_provider(provider, kind, self.clock(), partition)
+
+    def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None) -> int:
+        return self.store.add_node(check_node(provider, name, cpu, mem, cpus))
+
+    def submit_request(self, user: str, value: float, cpu: int, mem: int, first_slot: int, last_slot: int,
+                       command: str) -> int:
+        """A user's request (Stößer 2009, section 3.4.1); returns its order id."""
+        order = check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot=self.slot())
+        return self.store.insert_order("request", order, self.clock())
+
+    def submit_offer(self, provider: str, node: str, reserve: float, first_slot: int, last_slot: int) -> int:
+        """A provider's offer of one of its nodes over ``[first_slot, last_slot]``; refused if
+        an open offer of the same node overlaps it."""
+        order = check_offer(provider, node, reserve, first_slot, last_slot, after_slot=self.slot())
+        with self.store.transaction():
+            node_id = self.store.node_id(provider, node)
+            spec = self.store.nodes(node_id)[node_id]
+            for o in self.store.orders("offer", "open", node_id=node_id):
+                if o["first_slot"] <= order["last_slot"] and order["first_slot"] <= o["last_slot"]:
+                    raise ValueError(f"offer fields 'first_slot'/'last_slot': node {node!r} of {provider!r} already "
+                                     f"has open offer {o['id']} for slots {o['first_slot']}-{o['last_slot']}")
+            order.update(node_id=node_id, cpu=spec["cpu"], mem=spec["mem"])
+            return self.store.insert_order("offer", order, self.clock())
+
+    def cancel(self, owner: str, order_id: int) -> None:
+        """Withdraw an open order of ``owner`` (a user's request or a provider's offer); the
+        contracts it already made stand."""
+        with self.store.transaction():
+            order = self.store.order(order_id)
+            if order is None or order["owner"] != owner:
+                raise ValueError(f"cancel field 'order': {owner!r} has no order {order_id}")
+            if order["state"] != "open":
+                raise ValueError(f"cancel field 'order': order {order_id} is {order['state']}, not open")
+            self.store.close_order(order_id, "cancelled", self.clock())
+
+    # ------------------------------------------------------------------ clearing
+    def due(self) -> bool:
+        rows = self.store.rows("SELECT MAX(t) FROM ex_periods")
+        last = rows[0][0]
+        return last is None or self.clock() >= last + self.settings["period_seconds"]
+
+    def clear(self) -> int:
+        """Clear the open book now (see the module docstring); returns the period number."""
+        return clear_period(self.store, self.settings, self.clock(), self.slot() + 1)
+
+    # ------------------------------------------------------------------ execution
+    def backend(self, provider: str) -> Backend:
+        if provider not in self._backends:
+            if self._factory is None:
+                raise RuntimeError("this exchange has no backends: it cannot run contracts")
+            row = next(p for p in self.store.providers() if p["name"] == provider)
+            self._backends[provider] = self._factory(row)
+        return self._backends[provider]
+
+    def recover(self) -> None:
+        """After a (re)start: re-attach every contract that was starting or running."""
+        now = self.clock()
+        for c in self.store.contracts(("starting", "running")):
+            got = self.backend(c["provider"]).reattach(c["id"])
+            if got is True:
+                with self.store.transaction():
+                    self.store.update_contract(c["id"], state="running")
+            elif got is False and c["state"] == "starting":  # nothing of it ever ran
+                with self.store.transaction():
+                    self.store.update_contract(c["id"], state="pending", started_t=None)
+            else:
+                self.finish(c, None if got is False else got, now)
+
+    def tick(self) -> None:
+        """One step: clear if a period is due, then start, monitor and settle contracts."""
+        if self.due():
+            self.clear()
+        self.execute()
+
+    def execute(self) -> None:
+        now = self.clock()
+        nodes = None
+        for c in self.store.contracts(("pending",)):
+            if now >= c["end_t"]:
+                self.settle(c["id"], "lapsed", now, note="the window passed before the exchange started the job")
+            elif now >= c["start_t"]:
+                nodes = nodes or self.store.nodes()
+                self.start(c, nodes[c["node_id"]], now)
+        ended: dict[int, int | None] = {}
+        for backend in list(self._backends.values()):
+            ended.update(backend.ended())
+        now = self.clock()
+        for c in self.store.contracts(("running",)):
+            if c["id"] in ended:
+                self.finish(c, ended[c["id"]], now)
+            elif now >= c["end_t"]:
+                backend = self.backend(c["provider"])
+                ran = backend.running(c["id"])
+                used = backend.stop(c["id"])
+                if ran:
+                    self.settle(c["id"], "delivered", now, cpu_seconds=used, note="served its whole window")
+                else:
+                    self.settle(c["id"], "failed", now, note="the provider had not started the job by its window's end")
+
+    def start(self, c: dict, node: dict, now: float) -> None:
+        with self.store.transaction():
+            self.store.update_contract(c["id"], state="starting", started_t=now)
+        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_PROVIDER": c["provider"],
+               "MARKETSCHED_NODE": node["name"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
+               "MARKETSCHED_LAST_SLOT": c["last_slot"], "MARKETSCHED_WINDOW_END": c["end_t"]}
+        try:
+            self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"])
+        except OSError as exc:
+            self.settle(c["id"], "failed", now, note=f"the provider could not start the job: {exc}")
+            return
+        with self.store.transaction():
+            self.store.update_contract(c["id"], state="running")
+
+    def _command(self, c: dict) -> str:
+        return self.store.rows("SELECT command FROM ex_orders WHERE id = ?", (c["request_id"],))[0][0]
+
+    def finish(self, c: dict, code: int | None, now: float) -> None:
+        """A contract's job ended by itself with exit status ``code``: the SLA's verdict."""
+        if code is not None and 0 <= code < 128:
+            self.settle(c["id"], "delivered", now, code=code, note="the job exited by itself")
+        else:
+            why = "ended with no exit status" if code is None else f"was killed (exit status {code})"
+            self.settle(c["id"], "failed", now, code=code, note=f"the job {why} before its window ended")
+
+    def settle(self, contract_id: int, state: str, now: float, code: int | None = None,
+               cpu_seconds: float | None = None, note: str = "") -> bool:
+        """Record the contract's outcome and bill it, once (False if it was settled already)."""
+        with self.store.transaction():
+            c = self.store.contract(contract_id)
+            if c["state"] in FINAL_CONTRACT_STATES:
+                return False
+            self.store.update_contract(contract_id, state=state, ended_t=now, exit_code=code,
+                                       cpu_seconds=cpu_seconds, note=note)
+            user, provider = user_account(c["user"]), provider_account(c["provider"])
+            if state == "delivered":
+                self.store.post(now, "user-price", user, CLEARING, c["user_price"], contract_id, "contract price")
+                self.store.post(now, "provider-price", CLEARING, provider, c["provider_price"], contract_id,
+                                "contract price")
+            elif state == "failed":
+                self.store.post(now, "penalty", provider, user, c["penalty"], contract_id, "SLA penalty")
+        return True
+
+    def open_contracts(self) -> list[dict]:
+        return self.store.contracts(OPEN_CONTRACT_STATES)
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            backend.close()
+        self._backends.clear()
+
+
+def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
+                 last_order: int | None = None, mechanism: str | None = None) -> int:
+    """One clearing at time ``t`` of the orders up to id ``last_order`` (default: all
+    committed) from slot ``base_slot`` on, in one transaction; returns the period number.
+    ``mechanism``: the one to use (a replay's recorded one; default: the exchange's, with
+    the fallback of the exact clearing, :mod:`.book`)."""
+    with store.transaction():
+        period = int(store.rows("SELECT COALESCE(MAX(id), 0) FROM ex_periods")[0][0]) + 1
+        upto = store.last_order_id() if last_order is None else last_order
+        for o in store.orders(state="open", upto=upto):
+            first_gone = o["side"] == "request" and o["first_slot"] < base_slot
+            if first_gone or o["last_slot"] < base_slot:
+                store.close_order(o["id"], "expired", t)
+        requests = store.orders("request", "open", upto)
+        offers = store.orders("offer", "open", upto)
+        nodes = store.nodes()
+        touched = {o["node_id"] for o in offers}
+        sold = [c for c in store.contracts(ending_from=base_slot) if c["node_id"] in touched]
+        cb = build_book(requests, offers, nodes, sold, base_slot)
+        t0 = time.perf_counter()
+        legs, welfare = [], 0.0
+        replayed = mechanism is not None
+        mechanism = mechanism or settings["mechanism"]
+        if mechanism == "exact" and not replayed and cb.book.n_jobs + cb.book.n_nodes > EXACT_MAX_ORDERS:
+            mechanism = "k-pricing"
+        if cb.book.n_jobs and cb.book.n_nodes:
+            out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"],
+                                period_rng(settings["seed"], period))
+            if out is None and not replayed:  # the exact clearing proved no optimum in time
+                mechanism = "k-pricing"
+                out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"], None)
+            if out is None:
+                raise RuntimeError(f"the replay of period {period} proved no optimum in time: it cannot be compared")
+            alloc, pay = out
+            legs, welfare = contracts_of(cb, alloc, pay), alloc.welfare()
+        latency = time.perf_counter() - t0
+        store.insert_period({"id": period, "t": t, "base_slot": base_slot, "last_order": upto,
+                             "mechanism": mechanism, "k": settings["k"], "seed": settings["seed"],
+                             "book": cb.to_json(), "requests": cb.book.n_jobs, "offers": len(offers),
+                             "welfare": welfare, "latency": latency})
+        owners = {o["id"]: o["owner"] for o in requests + offers}
+        filled = set()
+        for leg in legs:
+            slot_s = settings["slot_seconds"]
+            store.insert_contract({**leg, "period": period, "user": owners[leg["request_id"]],
+                                   "provider": owners[leg["offer_id"]], "start_t": leg["first_slot"] * slot_s,
+                                   "end_t": (leg["last_slot"] + 1) * slot_s,
+                                   "penalty": int(round(settings["penalty"] * leg["user_price"])),
+                                   "state": "pending", "note": ""})
+            filled.add(leg["request_id"])
+        for rid in sorted(filled):
+            store.close_order(rid, "filled", t)
+        return period
+
+
+def recorded_book(store: ExchangeStore, period: int) -> ClearingBook:
+    """The book period ``period`` cleared, as recorded."""
+    rows = store.rows("SELECT book FROM ex_periods WHERE id = ?", (period,))
+    if not rows:
+        raise KeyError(f"no clearing period {period}")
+    return ClearingBook.from_json(rows[0][0])

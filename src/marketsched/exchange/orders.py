@@ -1,0 +1,90 @@
+"""The exchange's bid language and its validation (Stößer 2009, section 3.4.1).
+
+* A **node** a provider joins with: ``(cpu, mem)`` capacity, and for a local provider the CPUs
+  of this machine that back it.
+* A **request** of a user: ``theta_j = (v_j, c_j, m_j, r_j, e_j)``, the most it pays per CPU
+  unit per timeslot, the CPU and memory it needs in every slot, its first and last slot (it
+  runs in every slot of ``[r_j, e_j]`` or not at all), plus the command to run.
+* An **offer** of a provider: ``theta_n = (v_n, C_n, M_n, R_n, E_n)``: the reserve price per
+  CPU unit per timeslot of one of its nodes over the slots ``[R_n, E_n]``; capacity is the
+  node's.
+
+Every check raises :class:`ValueError` naming the order kind and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "exact")
+PROVIDER_KINDS = ("local", "slurm")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def check_name(kind: str, field: str, value) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValueError(f"{kind} field {field!r} must be 1-64 letters, digits, '_', '.' or '-' "
+                         f"(starting with a letter or digit), got {value!r}")
+    return value
+
+
+def check_whole(kind: str, field: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or value < minimum:
+        raise ValueError(f"{kind} field {field!r} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_price(kind: str, field: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{kind} field {field!r} must be a finite number >= 0 (per CPU unit per slot), "
+                         f"got {value!r}")
+    return float(value)
+
+
+def check_window(kind: str, first_slot, last_slot, after_slot: int | None) -> tuple[int, int]:
+    first = check_whole(kind, "first_slot", first_slot, 0)
+    last = check_whole(kind, "last_slot", last_slot, 0)
+    if last < first:
+        raise ValueError(f"{kind} field 'last_slot' ({last}) is before first_slot ({first})")
+    if after_slot is not None and first <= after_slot:
+        raise ValueError(f"{kind} field 'first_slot' ({first}) must be after the current slot ({after_slot}): "
+                         "the exchange clears future slots only")
+    return first, last
+
+
+def check_node(provider, name, cpu, mem, cpus=None) -> dict:
+    """A node's attributes; ``cpus``: CPUs of this machine backing it (local providers)."""
+    out = {"provider": check_name("node", "provider", provider), "name": check_name("node", "name", name),
+           "cpu": check_whole("node", "cpu", cpu, 1), "mem": check_whole("node", "mem", mem, 0)}
+    if cpus is not None:
+        if not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus):
+            raise ValueError(f"node field 'cpus' must be a non-empty list of CPU numbers >= 0, got {cpus!r}")
+        out["cpus"] = sorted(set(cpus))
+    return out
+
+
+def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot: int | None = None) -> dict:
+    """A user's request ``(v_j, c_j, m_j, r_j, e_j)`` and its command."""
+    first, last = check_window("request", first_slot, last_slot, after_slot)
+    if not isinstance(command, str) or not command.strip():
+        raise ValueError(f"request field 'command' must be a non-empty shell command, got {command!r}")
+    return {"owner": check_name("request", "user", user), "value": check_price("request", "value", value),
+            "cpu": check_whole("request", "cpu", cpu, 1), "mem": check_whole("request", "mem", mem, 0),
+            "first_slot": first, "last_slot": last, "command": command}
+
+
+def check_offer(provider, node, reserve, first_slot, last_slot, after_slot: int | None = None) -> dict:
+    """A provider's offer ``(v_n, R_n, E_n)`` for one of its nodes (capacity: the node's)."""
+    first, last = check_window("offer", first_slot, last_slot, after_slot)
+    return {"owner": check_name("offer", "provider", provider), "node": check_name("offer", "node", node),
+            "value": check_price("offer", "reserve", reserve), "first_slot": first, "last_slot": last}
+
+
+def check_mechanism(mechanism: str, k: float) -> tuple[str, float]:
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not (0.0 <= k <= 1.0):
+        raise ValueError(f"k must be a number in [0, 1] (the user's share of each local surplus), got {k!r}")
+    return mechanism, float(k)

@@ -1,0 +1,354 @@
+"""The exchange's database: providers, nodes, orders, clearing periods, contracts and the ledger.
+
+One SQLite file in WAL mode (``synchronous=FULL``: a committed order or contract survives a
+kill -9 of the exchange and a crash of the machine). The double-entry ledger (``accounts``,
+``entries``, ``meta``) is the live market's :class:`marketsched.live.ledger.Store` on the same
+file, amounts in integer micro-units; that store's other tables (``users``, ``jobs``, ...)
+stay empty here. The exchange's own tables are prefixed ``ex_``.
+
+Ledger accounts: ``user:NAME`` (a user), ``provider:NAME`` (a provider), ``exchange:clearing``
+(the exchange as central counterparty: users pay it, it pays providers; it holds only the
+rounding residue of each clearing and the difference on a job whose contracts were settled
+differently). Entries carry the contract id in ``job_id``. Balances may go below zero (users
+and providers trade on credit in this first version).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from marketsched.live.ledger import MICRO, Store
+
+CLEARING = "exchange:clearing"
+SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
+            "penalty": float, "seed": int, "epoch": float}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ex_providers (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    partition TEXT,
+    joined REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ex_nodes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider TEXT NOT NULL REFERENCES ex_providers(name),
+    name TEXT NOT NULL,
+    cpu INTEGER NOT NULL,
+    mem INTEGER NOT NULL,
+    cpus TEXT,
+    UNIQUE (provider, name)
+);
+CREATE TABLE IF NOT EXISTS ex_orders (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    side TEXT NOT NULL CHECK (side IN ('request', 'offer')),
+    owner TEXT NOT NULL,
+    node_id INTEGER REFERENCES ex_nodes(id),
+    value REAL NOT NULL,
+    cpu INTEGER NOT NULL,
+    mem INTEGER NOT NULL,
+    first_slot INTEGER NOT NULL,
+    last_slot INTEGER NOT NULL,
+    command TEXT NOT NULL,
+    submit_t REAL NOT NULL,
+    state TEXT NOT NULL,
+    closed_t REAL,
+    closed_after INTEGER
+);
+CREATE INDEX IF NOT EXISTS ex_orders_state ON ex_orders(state);
+CREATE INDEX IF NOT EXISTS ex_orders_node ON ex_orders(node_id);
+CREATE TABLE IF NOT EXISTS ex_periods (
+    id INTEGER PRIMARY KEY,
+    t REAL NOT NULL,
+    base_slot INTEGER NOT NULL,
+    last_order INTEGER NOT NULL,
+    mechanism TEXT NOT NULL,
+    k REAL NOT NULL,
+    seed INTEGER NOT NULL,
+    book TEXT NOT NULL,
+    requests INTEGER NOT NULL,
+    offers INTEGER NOT NULL,
+    welfare REAL NOT NULL,
+    latency REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ex_contracts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    period INTEGER NOT NULL REFERENCES ex_periods(id),
+    request_id INTEGER NOT NULL REFERENCES ex_orders(id),
+    offer_id INTEGER NOT NULL REFERENCES ex_orders(id),
+    user TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    node_id INTEGER NOT NULL REFERENCES ex_nodes(id),
+    cpu INTEGER NOT NULL,
+    mem INTEGER NOT NULL,
+    first_slot INTEGER NOT NULL,
+    last_slot INTEGER NOT NULL,
+    start_t REAL NOT NULL,
+    end_t REAL NOT NULL,
+    user_price BIGINT NOT NULL,
+    provider_price BIGINT NOT NULL,
+    penalty BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    started_t REAL,
+    ended_t REAL,
+    exit_code INTEGER,
+    cpu_seconds REAL,
+    note TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ex_contracts_state ON ex_contracts(state);
+CREATE INDEX IF NOT EXISTS ex_contracts_node ON ex_contracts(node_id);
+CREATE INDEX IF NOT EXISTS ex_contracts_last ON ex_contracts(last_slot);
+"""
+
+ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
+                 "submit_t", "state", "closed_t", "closed_after")
+CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider", "node_id", "cpu", "mem",
+                    "first_slot", "last_slot", "start_t", "end_t", "user_price", "provider_price", "penalty", "state",
+                    "started_t", "ended_t", "exit_code", "cpu_seconds", "note")
+PERIOD_COLUMNS = ("id", "t", "base_slot", "last_order", "mechanism", "k", "seed", "book", "requests", "offers",
+                  "welfare", "latency")
+NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus")
+OPEN_CONTRACT_STATES = ("pending", "starting", "running")
+FINAL_CONTRACT_STATES = ("delivered", "failed", "lapsed")
+
+
+class ExchangeStore:
+    """The exchange's database at ``path`` (a ``.db`` file, or a folder holding ``exchange.db``)."""
+
+    def __init__(self, path, sync: str = "full"):
+        path = Path(path)
+        if path.suffix not in (".db", ".sqlite", ".sqlite3"):
+            path = path / "exchange.db"
+        self.ledger = Store(path, sync=sync)
+        self.path = path
+        self.conn = self.ledger.conn
+        with self.transaction():
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    self.conn.execute(stmt)
+            self.ensure_account(CLEARING)
+
+    def transaction(self):
+        """All writes inside commit together (nested uses join the outer transaction)."""
+        return self.ledger.transaction()
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def rows(self, sql: str, params=()) -> list[tuple]:
+        return list(self.conn.execute(sql, params).fetchall())
+
+    def dicts(self, columns, sql: str, params=()) -> list[dict]:
+        return [dict(zip(columns, r)) for r in self.rows(sql, params)]
+
+    # ------------------------------------------------------------------ settings
+    def settings(self) -> dict | None:
+        """The exchange's settings (None before :meth:`init_settings`)."""
+        got = {k: self.ledger.get_meta(f"exchange.{k}") for k in SETTINGS}
+        if got["mechanism"] is None:
+            return None
+        return {k: SETTINGS[k](v) for k, v in got.items()}
+
+    def init_settings(self, **settings) -> None:
+        missing = set(SETTINGS) - set(settings)
+        if missing:
+            raise ValueError(f"exchange settings missing: {sorted(missing)}")
+        with self.transaction():
+            if self.settings() is not None:
+                raise ValueError(f"the exchange at {self.path} is already set up")
+            for key, value in settings.items():
+                self.ledger.set_meta(f"exchange.{key}", value)
+
+    # ------------------------------------------------------------------ ledger
+    def ensure_account(self, name: str) -> None:
+        self.conn.execute("INSERT OR IGNORE INTO accounts (name, balance) VALUES (?, 0)", (name,))
+
+    def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, contract: int,
+             memo: str = "") -> None:
+        """One double entry of ``amount`` micro-units (nothing for 0)."""
+        if amount:
+            self.ledger.post(t, kind, from_account, to_account, int(amount), job_id=contract, memo=memo)
+
+    def balances(self) -> dict[str, int]:
+        return self.ledger.balances()
+
+    # ------------------------------------------------------------------ providers and nodes
+    def add_provider(self, name: str, kind: str, t: float, partition: str | None = None) -> None:
+        with self.transaction():
+            if self.rows("SELECT 1 FROM ex_providers WHERE name = ?", (name,)):
+                raise ValueError(f"provider {name!r} has already joined")
+            self.conn.execute("INSERT INTO ex_providers (name, kind, partition, joined) VALUES (?, ?, ?, ?)",
+                              (name, kind, partition, t))
+            self.ensure_account(provider_account(name))
+
+    def providers(self) -> list[dict]:
+        return self.dicts(("name", "kind", "partition", "joined"),
+                          "SELECT name, kind, partition, joined FROM ex_providers ORDER BY name")
+
+    def add_node(self, node: dict, node_id: int | None = None) -> int:
+        with self.transaction():
+            if not self.rows("SELECT 1 FROM ex_providers WHERE name = ?", (node["provider"],)):
+                raise ValueError(f"node field 'provider': no provider {node['provider']!r} has joined")
+            if self.rows("SELECT 1 FROM ex_nodes WHERE provider = ? AND name = ?", (node["provider"], node["name"])):
+                raise ValueError(f"node field 'name': provider {node['provider']!r} already has a node {node['name']!r}")
+            cpus = json.dumps(node["cpus"]) if node.get("cpus") is not None else None
+            cur = self.conn.execute(
+                "INSERT INTO ex_nodes (id, provider, name, cpu, mem, cpus) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus))
+            return _new_id(cur)
+
+    def nodes(self, node_id: int | None = None) -> dict[int, dict]:
+        """Nodes by id (all, or the one ``node_id``)."""
+        out = {}
+        where, params = ("", ()) if node_id is None else (" WHERE id = ?", (node_id,))
+        for row in self.dicts(NODE_COLUMNS, f"SELECT {', '.join(NODE_COLUMNS)} FROM ex_nodes{where} ORDER BY id",
+                              params):
+            row["cpus"] = json.loads(row["cpus"]) if row["cpus"] else None
+            out[row["id"]] = row
+        return out
+
+    def node_id(self, provider: str, name: str) -> int:
+        rows = self.rows("SELECT id FROM ex_nodes WHERE provider = ? AND name = ?", (provider, name))
+        if not rows:
+            raise ValueError(f"offer field 'node': provider {provider!r} has no node {name!r}")
+        return int(rows[0][0])
+
+    # ------------------------------------------------------------------ orders
+    def insert_order(self, side: str, order: dict, t: float, order_id: int | None = None) -> int:
+        with self.transaction():
+            if side == "request":
+                self.ensure_account(user_account(order["owner"]))
+            cur = self.conn.execute(
+                "INSERT INTO ex_orders (id, side, owner, node_id, value, cpu, mem, first_slot, last_slot, command, "
+                "submit_t, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open') RETURNING id",
+                (order_id, side, order["owner"], order.get("node_id"), order["value"], order["cpu"], order["mem"],
+                 order["first_slot"], order["last_slot"], order.get("command", ""), t))
+            return _new_id(cur)
+
+    def orders(self, side: str | None = None, state: str | None = None, upto: int | None = None,
+               node_id: int | None = None) -> list[dict]:
+        """Orders in id order: of one side, in one state, up to id ``upto``, of one node."""
+        cond: list[str] = []
+        params: list[object] = []
+        for col, val in (("side", side), ("state", state), ("node_id", node_id)):
+            if val is not None:
+                cond.append(f"{col} = ?")
+                params.append(val)
+        if upto is not None:
+            cond.append("id <= ?")
+            params.append(upto)
+        where = (" WHERE " + " AND ".join(cond)) if cond else ""
+        return self.dicts(ORDER_COLUMNS, f"SELECT {', '.join(ORDER_COLUMNS)} FROM ex_orders{where} ORDER BY id",
+                          params)
+
+    def order(self, order_id: int) -> dict | None:
+        rows = self.dicts(ORDER_COLUMNS, f"SELECT {', '.join(ORDER_COLUMNS)} FROM ex_orders WHERE id = ?", (order_id,))
+        return rows[0] if rows else None
+
+    def last_order_id(self) -> int:
+        return int(self.rows("SELECT COALESCE(MAX(id), 0) FROM ex_orders")[0][0])
+
+    def close_order(self, order_id: int, state: str, t: float) -> None:
+        """Close an order; ``closed_after`` records the last clearing before it (for replays)."""
+        self.conn.execute("UPDATE ex_orders SET state = ?, closed_t = ?, closed_after = "
+                          "(SELECT COALESCE(MAX(id), 0) FROM ex_periods) WHERE id = ?", (state, t, order_id))
+
+    # ------------------------------------------------------------------ periods and contracts
+    def periods(self) -> list[dict]:
+        return self.dicts(PERIOD_COLUMNS, f"SELECT {', '.join(PERIOD_COLUMNS)} FROM ex_periods ORDER BY id")
+
+    def insert_period(self, row: dict) -> None:
+        cols = [c for c in PERIOD_COLUMNS]
+        self.conn.execute(f"INSERT INTO ex_periods ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                          [row[c] for c in cols])
+
+    def insert_contract(self, row: dict) -> int:
+        cols = [c for c in CONTRACT_COLUMNS if c != "id" and c in row]
+        cur = self.conn.execute(
+            f"INSERT INTO ex_contracts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) RETURNING id",
+            [row[c] for c in cols])
+        return _new_id(cur)
+
+    def contracts(self, states=None, node_id: int | None = None, ending_from: int | None = None) -> list[dict]:
+        """Contracts in id order: in ``states``, of one node, with a last slot >= ``ending_from``."""
+        cond: list[str] = []
+        params: list[object] = []
+        if ending_from is not None:
+            cond.append("last_slot >= ?")
+            params.append(ending_from)
+        if states:
+            cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
+            params += list(states)
+        if node_id is not None:
+            cond.append("node_id = ?")
+            params.append(node_id)
+        where = (" WHERE " + " AND ".join(cond)) if cond else ""
+        return self.dicts(CONTRACT_COLUMNS,
+                          f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM ex_contracts{where} ORDER BY id", params)
+
+    def contract(self, contract_id: int) -> dict:
+        rows = self.dicts(CONTRACT_COLUMNS, f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM ex_contracts WHERE id = ?",
+                          (contract_id,))
+        if not rows:
+            raise KeyError(f"no contract {contract_id}")
+        return rows[0]
+
+    def update_contract(self, contract_id: int, **fields) -> None:
+        bad = set(fields) - set(CONTRACT_COLUMNS)
+        if bad:
+            raise KeyError(f"no contract column(s) {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.conn.execute(f"UPDATE ex_contracts SET {sets} WHERE id = ?", (*fields.values(), contract_id))
+
+    def check_books(self) -> dict[str, int]:
+        """The ledger's double-entry check, plus the exchange's: each settled contract moved
+        exactly its price (delivered) or its penalty (failed), and nothing else was posted.
+        Returns the clearing account's balance and the sums; AssertionError naming the first
+        contract that does not add up."""
+        self.ledger.check_books()
+        posted: dict[tuple[int, str], int] = {}
+        for cid, kind, amount in self.rows("SELECT job_id, kind, amount FROM entries"):
+            posted[(cid, kind)] = posted.get((cid, kind), 0) + amount
+        users = providers = penalties = 0
+        seen = set()
+        for c in self.contracts():
+            want = {}
+            if c["state"] == "delivered":
+                want = {"user-price": c["user_price"], "provider-price": c["provider_price"]}
+                users += c["user_price"]
+                providers += c["provider_price"]
+            elif c["state"] == "failed":
+                want = {"penalty": c["penalty"]}
+                penalties += c["penalty"]
+            for kind in ("user-price", "provider-price", "penalty"):
+                seen.add((c["id"], kind))
+                if posted.get((c["id"], kind), 0) != want.get(kind, 0):
+                    raise AssertionError(f"contract {c['id']} ({c['state']}): {kind} posted "
+                                         f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
+        stray = set(posted) - seen
+        if stray:
+            raise AssertionError(f"ledger entries for no contract: {sorted(stray)[:5]}")
+        clearing = self.ledger.balance(CLEARING)
+        if clearing != users - providers:
+            raise AssertionError(f"clearing account holds {clearing}, expected {users - providers}")
+        return {"clearing": clearing, "users_paid": users, "providers_paid": providers, "penalties": penalties}
+
+
+def _new_id(cur) -> int:
+    row = cur.fetchone()
+    assert row is not None  # INSERT ... RETURNING id returns the row
+    return int(row[0])
+
+
+def user_account(name: str) -> str:
+    return f"user:{name}"
+
+
+def provider_account(name: str) -> str:
+    return f"provider:{name}"
+
+
+def to_micro(amount: float) -> int:
+    """A library payment (float, currency units) in whole micro-units, rounded to nearest."""
+    return int(round(float(amount) * MICRO))

@@ -1,0 +1,84 @@
+"""A fake clock and fake provider backends for the exchange's tests (no processes, no time)."""
+
+from __future__ import annotations
+
+from marketsched.exchange.core import Exchange, create_exchange
+from marketsched.exchange.store import ExchangeStore
+from marketsched.live.clock import FakeClock
+
+
+class FakeBackend:
+    """Records starts; the test ends jobs by hand (``exit``) or makes starts fail."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.live: dict[int, float] = {}
+        self.exited: dict[int, int | None] = {}
+        self.started: list[tuple[int, float, tuple]] = []
+        self._news: list[tuple[int, int | None]] = []
+        self.fail_start = False
+        self.pending: set[int] = set()  # started, but the provider has not run them yet (a Slurm queue)
+
+    def start(self, contract_id, command, env, cpus):
+        if self.fail_start:
+            raise OSError("node down")
+        assert contract_id not in self.live and contract_id not in self.exited, "a contract started twice"
+        self.live[contract_id] = self.clock()
+        self.started.append((contract_id, self.clock(), tuple(cpus or ())))
+
+    def running(self, contract_id):
+        return contract_id in self.live and contract_id not in self.pending
+
+    def stop(self, contract_id):
+        self.live.pop(contract_id)
+        self.exited[contract_id] = -9
+        return 0.0
+
+    def ended(self):
+        out, self._news = self._news, []
+        return out
+
+    def exit(self, contract_id, code):
+        """The job's processes end with ``code`` (>= 128 or None: killed, as by a dead node)."""
+        self.live.pop(contract_id)
+        self.exited[contract_id] = code
+        self._news.append((contract_id, code))
+
+    def reattach(self, contract_id):
+        if contract_id in self.live:
+            return True
+        if contract_id in self.exited:
+            self._news = [n for n in self._news if n[0] != contract_id]
+            return self.exited[contract_id]
+        return False
+
+    def close(self):
+        pass
+
+
+class Machines:
+    """Fake backends per provider that outlive an exchange (as processes outlive a kill -9)."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.by_name: dict[str, FakeBackend] = {}
+
+    def __call__(self, provider):
+        return self.by_name.setdefault(provider["name"], FakeBackend(self.clock))
+
+
+def make_exchange(path, mechanism="critical-value", k=0.5, slot_seconds=10.0, period_seconds=30.0, seed=1,
+                  penalty=1.0, clock=None, machines=None):
+    store = ExchangeStore(path)
+    create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism, k=k,
+                    penalty=penalty, seed=seed)
+    clock = clock or FakeClock()
+    machines = machines or Machines(clock)
+    return Exchange(store, clock, machines), clock, machines
+
+
+def reopen(path, clock, machines):
+    """The exchange started again on the same database (after a kill -9)."""
+    ex = Exchange(ExchangeStore(path), clock, machines)
+    ex.recover()
+    return ex

@@ -1,0 +1,85 @@
+"""A Slurm partition as a provider of the exchange, beside a local provider: contracts run as
+Slurm batch jobs inside their windows, are cancelled at their window's end, and a contract
+whose Slurm job is cancelled by someone else (the provider's failure) pays its penalty. Runs
+when Slurm answers (MARKETSCHED_SLURM=1 makes a missing cluster a failure). Asserts recorded
+facts only: the jobs' own timestamps and provider, contract states, the ledger."""
+
+from __future__ import annotations
+
+import time
+
+from live_helpers import wait_for
+from marketsched.exchange.core import Exchange, create_exchange
+from marketsched.exchange.providers import provider_backends
+from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore
+from marketsched.live.clock import WallClock
+from marketsched.live.jobfiles import read_state
+from marketsched.live.slurm import run
+
+HANG = 300.0  # a guard against a hang, not a timing claim
+
+
+def test_a_slurm_partition_and_a_local_provider(cluster, tmp_path):
+    tmp_path.chmod(0o755)  # Slurm enters the jobs' folders
+    data = tmp_path / "ex"
+    ran = tmp_path / "ran.log"
+    ran.touch()
+    ran.chmod(0o666)
+    epoch = time.time()
+    store = ExchangeStore(data)
+    create_exchange(store, slot_seconds=2, period_seconds=2, mechanism="k-pricing", k=0.5, penalty=1.0, epoch=epoch)
+    ex = Exchange(store, WallClock(epoch), provider_backends(data, containment="none"))
+    ex.join("cluster", kind="slurm")
+    ex.add_node("cluster", "main", 2, 100)
+    ex.join("box")
+    ex.add_node("box", "n0", 1, 100, cpus=[0])
+    s = ex.slot()
+    ex.submit_offer("cluster", "main", 3, s + 2, s + 100)  # cheaper: the greedy fills it first
+    ex.submit_offer("box", "n0", 4, s + 2, s + 100)
+    stamp = f'echo "$MARKETSCHED_CONTRACT $MARKETSCHED_PROVIDER $(date +%s.%N)" >> {ran}'
+    # generous windows (slots of 2 s): Slurm starts a job when its scheduler gets to it
+    quick = ex.submit_request("u1", 9, 1, 10, s + 3, s + 14, stamp)
+    victim = ex.submit_request("u3", 9, 1, 10, s + 3, s + 20, f"{stamp}; sleep 300")
+    boxed = ex.submit_request("u2", 8, 1, 10, s + 3, s + 4, f"{stamp}; sleep 300")  # stopped at its window's end
+
+    def by_request(rid):
+        return [c for c in store.contracts() if c["request_id"] == rid]
+
+    def step_until(pred):
+        return wait_for(lambda: (ex.tick(), pred())[1], timeout=HANG, every=0.1)
+
+    try:
+        assert step_until(lambda: by_request(victim) and by_request(victim)[0]["state"] == "running"
+                          and stamp_of(ran, by_request(victim)[0]["id"]) is not None)
+        (v,) = by_request(victim)
+        assert v["provider"] == "cluster"
+        slurm_id = read_state(data / "providers" / "cluster", v["id"])["pid"]
+        run(["scancel", str(slurm_id)])  # the provider's cluster drops the job
+        assert step_until(lambda: all(c["state"] in FINAL_CONTRACT_STATES for c in store.contracts())
+                          and all(o["state"] != "open" for o in store.orders("request")))
+    finally:
+        for c in store.contracts(("starting", "running")):  # a failed test leaves nothing running
+            ex.backend(c["provider"]).stop(c["id"])
+        ex.close()
+    contracts = {c["request_id"]: c for c in store.contracts()}
+    assert set(contracts) == {quick, boxed, victim}
+    assert contracts[quick]["provider"] == "cluster" and contracts[boxed]["provider"] == "box"
+    assert contracts[quick]["state"] == "delivered" and contracts[quick]["note"] == "the job exited by itself"
+    assert contracts[boxed]["state"] == "delivered" and contracts[boxed]["note"] == "served its whole window"
+    v = contracts[victim]
+    assert v["state"] == "failed" and v["penalty"] == v["user_price"] > 0
+    for c in (contracts[quick], v):  # each job's own record: it ran on its provider, not before its window
+        provider, t = stamp_of(ran, c["id"])
+        assert provider == c["provider"] and epoch + c["start_t"] <= t
+    if stamp_of(ran, contracts[boxed]["id"]) is not None:
+        assert epoch + contracts[boxed]["start_t"] <= stamp_of(ran, contracts[boxed]["id"])[1]
+    assert store.balances()["provider:cluster"] == contracts[quick]["provider_price"] - v["penalty"]
+    store.check_books()
+
+
+def stamp_of(path, contract_id):
+    for line in path.read_text().splitlines():
+        cid, provider, t = line.split()
+        if int(cid) == contract_id:
+            return provider, float(t)
+    return None
