@@ -182,8 +182,8 @@ def _preload() -> None:
     import concurrent.futures.thread  # noqa: F401 - imported lazily by concurrent.futures
     import importlib
 
-    import uvicorn.loops.auto  # noqa: F401 - uvicorn picks its event loop by name
     import uvicorn.loops.asyncio  # noqa: F401
+    import uvicorn.loops.auto  # noqa: F401 - uvicorn picks its event loop by name
 
     import marketsched.live.api  # noqa: F401
     import marketsched.live.server  # noqa: F401
