@@ -58,6 +58,26 @@ def test_interrupted_run_resumes_with_the_remaining_tasks_only(tmp_path, monkeyp
     assert (again.ran, again.skipped) == (0, 6)
 
 
+def test_a_run_on_processes_stopped_midway_resumes(tmp_path, monkeypatch):
+    stored: list = []
+    real = T.atomic_write
+
+    def stop_after_two(path, write):
+        if len(stored) == 2:
+            raise KeyboardInterrupt  # stopped in the parent while the workers still have tasks
+        stored.append(path)
+        return real(path, write)
+
+    monkeypatch.setattr(T, "atomic_write", stop_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_tasks(declared(8), tmp_path, executor="process", workers=2, progress=False)
+    monkeypatch.setattr(T, "atomic_write", real)
+    assert len(list(tmp_path.glob("*.pkl"))) == 2
+    resumed = run_tasks(declared(8), tmp_path, executor="process", workers=2, progress=False)
+    assert (resumed.ran, resumed.skipped) == (6, 2)
+    assert resumed.values() == [{"x": x, "y": x * x} for x in range(8)]
+
+
 def test_failures_are_recorded_with_traceback_and_retried_on_the_next_run(tmp_path):
     marker = tmp_path / "fail"
     marker.touch()

@@ -220,7 +220,8 @@ def _run_processes(jobs, workers, done):
     from marketsched.experiments.processes import process_pool
 
     workers = workers or os.cpu_count() or 1
-    with process_pool(min(workers, len(jobs))) as pool:
+    pool = process_pool(min(workers, len(jobs)))
+    try:
         futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(jobs)}
         for fut in as_completed(futures):
             try:
@@ -228,6 +229,10 @@ def _run_processes(jobs, workers, done):
             except Exception as exc:  # raised in the worker, worker died (BrokenProcessPool) or not picklable
                 payload = exc
             done(futures[fut], payload)
+    except BaseException:  # interrupted (Ctrl-C): drop the queued tasks rather than wait for them
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def _run_ray(jobs, workers, done):
