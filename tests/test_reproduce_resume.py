@@ -27,8 +27,10 @@ VOLATILE = re.compile(r"seconds|_s$|_ms$|_cpu|wall|minutes|load_average|load_fac
 #: Results that depend on the machine's load by design, left out: stoesser-ch3-4 solves its MIPs
 #: under a wall-clock time limit (whether one finishes, and its welfare); mutz times DPGVA against
 #: brute force and stops the brute-force sweep after the first run over its time cap (so the rows
-#: of that table, and the draws after them, depend on the load): that table is compared by name only.
-LOAD_DEPENDENT = {"results_mip.csv.gz": ["status", "w_exact", "exec_exact"], "timing_dpgva.csv": None}
+#: of that table, and the draws after them, depend on the load): that table is compared by name only,
+#: as is shudler2010's ``timing.json``, the log of its calls (dates, cells run: a resumed run has two).
+LOAD_DEPENDENT = {"results_mip.csv.gz": ["status", "w_exact", "exec_exact"], "timing_dpgva.csv": None,
+                  "timing.json": None}
 STOP_AFTER = 2
 
 
@@ -53,10 +55,9 @@ def stored(out: Path) -> dict:
         name = str(p.relative_to(res))
         if p.suffix == ".parquet" or not p.is_file() or p.name == "failures.json":
             continue
-        if name.endswith((".csv", ".csv.gz")):
-            if name in LOAD_DEPENDENT and LOAD_DEPENDENT[name] is None:
-                got[name] = "present"
-                continue
+        if name in LOAD_DEPENDENT and LOAD_DEPENDENT[name] is None:
+            got[name] = "present"
+        elif name.endswith((".csv", ".csv.gz")):
             df = pd.read_csv(p)
             got[name] = df.drop(columns=[c for c in df.columns if VOLATILE.search(str(c))
                                          or c in (LOAD_DEPENDENT.get(name) or [])])
