@@ -34,6 +34,13 @@ TRACES_FOLDER = os.environ.get("MARKETSCHED_TRACES")
 LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def column_cache_of_the_session(tmp_path_factory):
+    """Parsed traces go to a folder of this session, never to the developer's own cache."""
+    if "MARKETSCHED_COLUMN_CACHE" not in os.environ:
+        os.environ["MARKETSCHED_COLUMN_CACHE"] = str(tmp_path_factory.mktemp("column-cache"))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name.startswith(LIVE_FILES):

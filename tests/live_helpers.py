@@ -75,3 +75,40 @@ def proc_state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def make_service_account():
+    """A fresh system account for a broker to run as (``useradd --system``, no home); a
+    generator for a fixture: yields its name, then kills its processes and removes it. Needs
+    root (skipped for a normal user, a failure as root or in CI, as the ``accounts`` fixture)."""
+    import os
+    import pwd
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the service-account tests create a Unix account and need root (CI runs as root)")
+        pytest.skip("the service-account tests create a Unix account: run as root")
+    if shutil.which("useradd") is None:
+        pytest.fail("useradd is missing: the service-account tests need it")
+    name = f"mssvc{os.getpid() % 100000}"
+    subprocess.run(["useradd", "--system", "-M", "-d", "/nonexistent", "-s", "/usr/sbin/nologin", "-U", name],
+                   check=True, capture_output=True)
+    try:
+        yield name
+    finally:
+        uid = pwd.getpwnam(name).pw_uid
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                if d.stat().st_uid == uid:
+                    os.kill(int(d.name), 9)
+            except (OSError, ValueError):
+                pass
+        subprocess.run(["userdel", "-f", name], capture_output=True)
+
+
+def chown_tree(path: Path, name: str) -> None:
+    """``chown -R name:name path`` (the data folder of a broker that will run as ``name``)."""
+    subprocess.run(["chown", "-R", f"{name}:{name}", str(path)], check=True)

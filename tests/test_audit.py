@@ -9,6 +9,10 @@
   myopic best response and ex-post utility equals tentative utility when no job arrives later, so
   the last arrival never gains by misreporting its weight. (With later arrivals a lie can pay ex
   post: the thesis's Thm 5, no dominant-strategy payments exist; the audit finds such cases.)
+- Claims: every incentive property a mechanism declares in the registry gets a verdict by one
+  rule (:func:`marketsched.analysis.audit.claim_verdicts`), checked here on hand-made tables;
+  Egg (Kang & Parkes (2007), Theorem 1) must hold on a sample where a report-dependent price
+  level once let a shading job pay less.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from hypothesis import strategies as st
 
 from marketsched.analysis import audit as au
 from marketsched.cli import main
+from marketsched.mechanisms.registry import get as get_mechanism
 from marketsched.scenario import Scenario, WorkloadSpec, prepare_jobs, run
 from marketsched.workloads.workload import Workload
 
@@ -129,15 +134,6 @@ def test_split_job_copies_deviate_together():
         assert len(set(w.job_id[rows])) == 1 and len(rows) == int((w.job_id == w.job_id[rows[0]]).sum())
 
 
-def test_wilson_interval_matches_the_formula():
-    for k, n in [(0, 10), (3, 10), (10, 10), (7, 40)]:
-        z = 1.959963984540054
-        p = k / n
-        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-        half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-        assert au.wilson(k, n) == pytest.approx((centre - half, centre + half), abs=1e-9)
-
-
 def test_bad_deviations_are_named():
     with pytest.raises(ValueError, match="KIND:AMOUNT"):
         au.Deviation.parse("value")
@@ -159,6 +155,99 @@ def test_cli_audit_prints_the_case(tmp_path):
     assert again.exit_code == 0, again.output
     gain = text.split("(gain ")[1].split(")")[0]
     assert f"(gain {gain})" in " ".join(again.output.split())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.csv", "summary-by-band.csv", "summary.csv", "value.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.csv", "claims.csv", "summary-by-band.csv",
+                                                          "summary.csv", "value.png"]
+    assert "hb claims no incentive property" in text
     bad = CliRunner().invoke(main, ["audit", "--mechanism", "easy", "--synthetic-jobs", "20"])
     assert bad.exit_code != 0 and "takes no reports" in bad.output
+
+
+# ---------------------------------------------------------------------------- claims and verdicts
+def _table(rows):
+    """Audit rows (kind, amount, truthful, deviating) -> the audit's table."""
+    import pandas as pd
+
+    return pd.DataFrame([{"job_id": i, "band": "low", "true_value": 1.0, "copies": 1, "kind": k, "amount": a,
+                          "truthful": u0, "deviating": u1, "gain": u1 - u0} for i, (k, a, u0, u1) in enumerate(rows)])
+
+
+def test_claim_verdicts_follow_one_rule():
+    from marketsched.mechanisms.registry import Claim
+
+    dom = Claim("truthful", "dominant", ("value", "estimate>=1"), "a paper")
+    bn = Claim("bn", "bayes-nash", ("value",), "a paper")
+    my = Claim("myopic", "myopic", ("value",), "a paper")
+    delay = Claim("no delay", "dominant", ("delay",), "a paper")
+    # one value lie pays 5; estimate 0.5 pays more but is outside "estimate>=1"; factor 1 is the truth
+    t = _table([("value", 0.5, -10, -5), ("value", 2, -10, -12), ("value", 1, -10, 0),
+                ("estimate", 0.5, -10, 90), ("estimate", 2, -10, -11)])
+    v = {x["claim"]: x for x in au.claim_verdicts(t, [dom, bn, my, delay])}
+    assert v["truthful"]["verdict"] == "violated" and v["truthful"]["lies"] == 3 and v["truthful"]["paid"] == 1
+    assert "largest gain 5 by job 0 (value 0.5)" in v["truthful"]["text"]
+    assert v["bn"]["verdict"] == "consistent" and v["bn"]["lies"] == 2  # mean gain 1.5, interval spans 0
+    assert v["myopic"]["verdict"] == "not testable ex post" and "1 of 2 lies paid" in v["myopic"]["text"]
+    assert v["no delay"]["verdict"] == "not audited"
+    honest = _table([("value", 0.5, -10, -10), ("value", 2, -10, -12), ("estimate", 3, -1, -1)])
+    assert au.claim_verdicts(honest, [dom])[0]["verdict"] == "holds on this sample"
+    gains = _table([("value", 0.5, -10, -10 + g) for g in (4.0, 5.0, 6.0, 5.5, 4.5)])
+    assert au.claim_verdicts(gains, [bn])[0]["verdict"] == "contradicted"
+
+
+def test_registry_claims_name_audit_deviations_and_known_strengths():
+    from marketsched.mechanisms.registry import STRENGTHS, Claim, mechanisms
+
+    claimed = {m.name: m.claims for m in mechanisms() if m.claims}
+    assert {"dlgm", "pdlgm", "ees", "egg"} <= set(claimed)
+    for claims in claimed.values():
+        for c in claims:
+            assert c.strength in STRENGTHS and c.source
+            assert {Claim.bounds(lie)[0] for lie in c.lies} <= set(au.KINDS)
+    with pytest.raises(ValueError, match="unknown strength"):
+        Claim("x", "probably", ("value",), "a paper")
+
+
+def test_egg_value_lies_do_not_pay_on_a_sample():
+    """Kang & Parkes (2007), Theorem 1. With providers' prices scaled by the mean *reported* value,
+    job 76 of this workload gained by halving its value (it lowered every price); the price level
+    now follows the true values, which no report changes."""
+    jobs = Scenario(WorkloadSpec(synthetic_jobs=200, synthetic_nodes=8, seed=0), seed=1).build()
+    t = au.audit(jobs, "egg", {}, au.Deviation.parse("value:0.5,0.8,1.25,2") + au.Deviation.parse("estimate:1.5,3"),
+                 job_ids=[76, 78, 99])
+    (verdict,) = au.claim_verdicts(t, get_mechanism("egg").claims)
+    assert verdict["verdict"] == "holds on this sample", verdict["text"]
+    assert verdict["lies"] == 18
+
+
+def test_dlgm_release_time_lies_do_not_pay_on_a_sample():
+    jobs = _jobs(2, n=60, nodes=3)
+    t = au.audit(jobs, "dlgm", {}, au.Deviation.parse("delay:10,100,1000"), per_band=3, seed=2)
+    (_, delay) = au.claim_verdicts(t, get_mechanism("dlgm").claims)
+    assert delay["verdict"] == "holds on this sample", delay["text"]
+    assert t["gain"].min() < 0  # lies can cost: the check is not vacuous
+
+
+def test_group_lies_change_only_the_group_and_sum_its_utility():
+    """A group lie is the same paired rerun with several jobs' reports changed, its utilities the
+    members' sums (checked against plain runs); the registry's claims are about one job's lies and
+    get no verdict from a group audit."""
+    jobs = _jobs(4, n=60, nodes=3)
+    groups = au.group_draws(jobs, 0.5, 3, seed=1)
+    assert [len(g) for g in groups] == [30, 30, 30] and not all(np.array_equal(groups[0], g) for g in groups[1:])
+    assert all(np.array_equal(a, b) for a, b in zip(groups, au.group_draws(jobs, 0.5, 3, seed=1)))  # seeded
+    t = au.audit(jobs, "hb", {"pricing": "first"}, au.Deviation.parse("value:0.5"), seed=1, group=0.5, group_draws_=3)
+    assert list(t["who"]) == ["group"] * 3 and list(t["copies"]) == [30, 30, 30]
+    for i, rows in enumerate(groups):  # the row is the members' summed true utility, from plain runs
+        bid = jobs.true_value.copy()
+        bid[rows] *= 0.5
+        def u(b):
+            r = run(prepare_jobs(jobs.workload, "bimodal", jobs.seed, bid=b), "hb", {"pricing": "first"}).records
+            return float(np.sum(-jobs.true_value[rows] * (r.end_time[rows] - jobs.workload.submit_time[rows])
+                                - r.payment[rows]))
+        assert t["truthful"].iloc[i] == pytest.approx(u(jobs.true_value), rel=1e-12)
+        assert t["deviating"].iloc[i] == pytest.approx(u(bid), rel=1e-12)
+    from marketsched.mechanisms.registry import get
+
+    (v,) = au.claim_verdicts(t, get("egg").claims)
+    assert v["verdict"] == "not audited" and "groups lie together" in v["text"]
+    with pytest.raises(ValueError, match="group share"):
+        au.group_draws(jobs, 0.0, 3, seed=1)

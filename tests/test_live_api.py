@@ -236,3 +236,65 @@ def test_web_page_signed_reads(server):
     assert signed("GET", "/api/me", key="0" * 64, kid="0" * 32)[0] == 401
     status, out = raw(server, "GET", "/api/me", token=None)
     assert status == 401
+
+
+def test_a_new_token_replaces_the_old_one_at_once(server, tmp_path):
+    """`user token NAME`: the old token (and the page's signatures under its hash) stop working
+    at once, the new one works; a user renews only their own; the administrator's new token
+    replaces admin.token."""
+    import hashlib
+
+    from marketsched.live.api import page_signature
+    from marketsched.live.broker import page_key_id
+
+    b = server.broker
+    admin = Client(server.url, b.admin_token)
+    old = admin.post("/api/users", {"name": "alice", "deposit": 10})["token"]
+    bob = Client(server.url, admin.post("/api/users", {"name": "bob", "deposit": 10})["token"])
+    alice_old = Client(server.url, old)
+    job = alice_old.post("/api/jobs", {"bid": 1, "command": "sleep 30"})["id"]
+
+    def signed_me(token):
+        h = hashlib.sha256(token.encode()).hexdigest()
+        t_ms = int(time.time() * 1000)
+        req = urllib.request.Request(server.url + "/api/me", method="GET")
+        req.add_header("Authorization", f"MarketSig kid={page_key_id(h)}, t={t_ms}, "
+                                        f"sig={page_signature(h, 'GET', '/api/me', t_ms)}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert signed_me(old) == 200
+    runner = CliRunner()
+    res = runner.invoke(main, ["market", "user", "token", "alice", "--url", server.url, "--token", b.admin_token])
+    assert res.exit_code == 0, res.output
+    new = res.stdout.strip().splitlines()[-1]
+    assert new != old and len(new) >= 43
+    status, body = raw(server, "GET", "/api/me", token=old)
+    assert status == 401 and b"wrong token" in body  # at once: no restart, no delay
+    assert signed_me(old) == 401
+    alice = Client(server.url, new)
+    assert alice.get("/api/me") == {"name": "alice", "admin": False} and signed_me(new) == 200
+    assert alice.get(f"/api/jobs/{job}")["state"] == "running"  # her jobs and money are hers still
+    # a user renews their own token, never another's; unknown users are named
+    with pytest.raises(ClientError, match="only the administrator") as e:
+        bob.post("/api/users/alice/token", {})
+    assert e.value.status == 403 and alice.get("/api/me")["name"] == "alice"
+    newer = alice.post("/api/users/alice/token", {})["token"]
+    assert raw(server, "GET", "/api/me", token=new)[0] == 401
+    assert Client(server.url, newer).get("/api/me")["name"] == "alice"
+    with pytest.raises(ClientError, match="unknown user 'zed'") as e:
+        admin.post("/api/users/zed/token", {})
+    assert e.value.status == 404
+    # the administrator's own: admin.token is replaced, the old token refused
+    old_admin = b.admin_token
+    new_admin = admin.post("/api/users/admin/token", {})["token"]
+    assert (b.data / "admin.token").read_text().strip() == new_admin
+    assert (b.data / "admin.token").stat().st_mode & 0o077 == 0
+    assert raw(server, "GET", "/api/me", token=old_admin)[0] == 401
+    assert Client(server.url, new_admin).get("/api/me") == {"name": "admin", "admin": True}
+    # what the database keeps (a restarted broker's index is built from it): only the new hashes
+    for tok, kept in ((old, False), (new, False), (newer, True), (old_admin, False), (new_admin, True)):
+        assert (b.store.user_by_token_hash(hashlib.sha256(tok.encode()).hexdigest()) is not None) == kept

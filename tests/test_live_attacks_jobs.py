@@ -9,6 +9,7 @@ runs as its owner's account, in its own cgroup. Each attack is the one issue 16 
 * a job signals the broker or another user's job, or moves itself out of its cgroup: denied;
 * a job's ``setsid`` child during preemption and during cancel: frozen with the job, killed with
   it; a sibling job of the same user cannot resume a frozen job with SIGCONT;
+* a fork bomb: held to the job's process limit, the other users' jobs and the broker go on;
 * kill -9 of the broker during submission bursts: every process that ran is a recorded job,
   run once, and no job id is reused;
 * the preempted-then-exited race with real processes: no job runs twice;
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from live_helpers import proc_state, require_cgroups, wait_for
+from live_helpers import chown_tree, make_service_account, proc_state, require_cgroups, wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.executor import kill_recorded_jobs, proc_cpu_seconds, proc_start_ticks
 from marketsched.live.ledger import Store
@@ -43,12 +44,16 @@ LOOP = "while :; do :; done"
 COUNT = 'i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.05; done'
 
 
-@pytest.fixture
-def market(accounts, open_dir):
+@pytest.fixture(params=["root", "launcher"])
+def market(request, accounts, open_dir):
+    """Brokers in multi-user mode: a root broker that starts jobs itself, or one whose jobs go
+    through the privileged launcher (a separate root process; the broker here stays in the
+    test's process: ``serve --service-user`` below also drops it to a service account)."""
     made = []
 
     def make(slots=1, **cfg):
-        b = Broker(open_dir / "market", MarketConfig(slots=slots, single_user=False, charge_interval=0.2, **cfg))
+        b = Broker(open_dir / "market", MarketConfig(slots=slots, single_user=False, charge_interval=0.2,
+                                                     launcher=request.param == "launcher", **cfg))
         require_cgroups(b.executor)
         b.start()
         b.ensure_admin()
@@ -161,19 +166,44 @@ def test_a_job_cannot_leave_its_cgroup_nor_signal_another_users_job(market, acco
     assert state(b, jb) == "running" and not b.executor.frozen(jb)
 
 
+@pytest.fixture(scope="module")
+def service():
+    yield from make_service_account()
+
+
+@pytest.fixture(params=["root", "service-user"])
+def broker_account(request):
+    """How `serve` runs: as root (None), or started as root with ``--service-user`` (the
+    service account's name): the broker drops to it and a privileged launcher starts jobs."""
+    return None if request.param == "root" else request.getfixturevalue("service")
+
+
+def uids_of(pid) -> list[int]:
+    """Real, effective, saved and filesystem uids of process ``pid``."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return [int(x) for x in next(line for line in status if line.startswith("Uid:")).split()[1:]]
+
+
+def children_of(pid) -> list[int]:
+    return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def prepare(data: Path, accounts) -> dict:
-    """A multi-user market's users, made with the broker (then stopped): tokens by name."""
+def prepare(data: Path, accounts, service=None) -> dict:
+    """A multi-user market's users, made with the broker (then stopped): tokens by name; the
+    data folder handed to the ``service`` account if given."""
     b = Broker(data, MarketConfig(single_user=False))
     tokens = {"admin": b.ensure_admin()}
     for name, unix in zip(("alice", "bob"), accounts):
         tokens[name] = b.add_user(True, name, 1e6, unix=unix)["token"]
     b.stop()
+    if service is not None:
+        chown_tree(data, service)
     return tokens
 
 
@@ -197,26 +227,45 @@ def serve(data: Path, port: int, log, *extra):
     return p
 
 
-def test_a_job_cannot_kill_the_broker(accounts, open_dir):
+def test_a_job_cannot_kill_the_broker(accounts, open_dir, broker_account):
+    """... nor its privileged launcher; with ``--service-user`` the broker runs as the service
+    account (every uid of it) and only the launcher is root."""
     from marketsched.live.cli import Client
 
     data = open_dir / "market"
-    tokens = prepare(data, accounts)
+    tokens = prepare(data, accounts, broker_account)
     port = free_port()
+    extra = ["--service-user", broker_account] if broker_account else []
     with open(open_dir / "broker.log", "ab") as log:
-        p = serve(data, port, log, "--slots", "2")
+        p = serve(data, port, log, "--slots", "2", "--job-processes", "300", *extra)
         try:
+            summary = (open_dir / "broker.log").read_text()
+            assert "processes: cgroup" in summary and ", 300 processes" in summary, summary
+            targets = {"broker": p.pid}
+            if broker_account:
+                svc = pwd.getpwnam(broker_account).pw_uid
+                assert uids_of(p.pid) == [svc] * 4
+                launchers = [c for c in children_of(p.pid) if b"launcherd" in Path(f"/proc/{c}/cmdline").read_bytes()]
+                assert len(launchers) == 1 and uids_of(launchers[0]) == [0] * 4
+                targets["launcher"] = launchers[0]
+                assert (data / "market.db").stat().st_uid == svc and (data / "jobs").stat().st_uid == svc
+            else:
+                assert uids_of(p.pid) == [0] * 4
             url = f"http://127.0.0.1:{port}"
             alice = Client(url, tokens["alice"])
-            cmd = (f'kill -KILL {p.pid} 2>/dev/null && echo "kill broker: done" || echo "kill broker: denied"; '
-                   f'kill -STOP {p.pid} 2>/dev/null && echo "stop broker: done" || echo "stop broker: denied"')
+            cmd = "; ".join(f'kill -{sig} {pid} 2>/dev/null && echo "{sig} {name}: done" || echo "{sig} {name}: denied"'
+                            for name, pid in targets.items() for sig in ("KILL", "STOP"))
             j = alice.post("/api/jobs", {"bid": 1, "command": cmd})["id"]
             admin = Client(url, tokens["admin"])
             assert wait_for(lambda: admin.get(f"/api/jobs/{j}")["state"] == "completed", 60)
             out = admin.get(f"/api/jobs/{j}")["stdout"]
-            assert "kill broker: denied" in out and "stop broker: denied" in out, out
-            assert p.poll() is None and proc_state(p.pid) != "T"
+            for name in targets:
+                assert f"KILL {name}: denied" in out and f"STOP {name}: denied" in out, out
+            assert p.poll() is None and all(proc_state(pid) not in ("T", None) for pid in targets.values())
             assert admin.get("/api/health") is not None
+            j2 = alice.post("/api/jobs", {"bid": 1, "command": "id -un"})["id"]  # the launcher still starts jobs
+            assert wait_for(lambda: admin.get(f"/api/jobs/{j2}")["state"] == "completed", 60)
+            assert admin.get(f"/api/jobs/{j2}")["stdout"].strip() == accounts[0]
         finally:
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
@@ -265,15 +314,88 @@ def test_a_sibling_job_cannot_resume_a_frozen_job_with_sigcont(market):
     assert job_file(b, ja, "count") == c1
 
 
+# ---------------------------------------------------------------------------- fork bomb
+BOMB = """python3 - <<'EOF'
+import os, time
+ok = failed = 0
+for _ in range({tries}):
+    try:
+        pid = os.fork()
+    except OSError:
+        failed += 1
+        continue
+    if pid == 0:
+        time.sleep(300)
+        os._exit(0)
+    ok += 1
+with open("forks", "w") as f:
+    f.write(f"{{ok}} {{failed}}\\n")
+time.sleep(300)
+EOF"""
+
+
+def test_a_fork_bomb_is_held_to_the_jobs_process_limit(market):
+    """A job tries to start twice its process limit of sleeping children (bounded: were the
+    limit to fail, 2N sleeping processes would do no harm): its cgroup never holds more than N
+    tasks, the job sees the forks fail, another user's job and the broker go on, and cancel
+    kills every process of it."""
+    n = 16
+    b = market(slots=3, job_processes=n)
+    jb = b.submit("bob", False, 1.0, COUNT)["id"]
+    job_file(b, jb, "count")
+    ja = b.submit("alice", False, 1.0, BOMB.format(tries=2 * n))["id"]
+    assert wait_for(lambda: ja in b.executor.procs, 60)
+    cg = b.executor.procs[ja].cgroup
+    assert b.executor.layout.pids is not None, "no pids cgroup: the number of processes is not limited"
+    limit_dir = b.executor.layout.pids[1] / f"job-{ja}"
+    assert limit_dir in cg.dirs()
+    assert (limit_dir / "pids.max").read_text().strip() == str(n)
+    most = {"tasks": 0, "procs": 0}
+
+    def sample():  # the largest number of tasks the job's cgroups held while it forked
+        try:
+            most["tasks"] = max(most["tasks"], int((limit_dir / "pids.current").read_text()))
+        except (OSError, ValueError):
+            pass
+        most["procs"] = max(most["procs"], len(cg.pids()))
+        return (b.executor.workdir(ja) / "forks").exists()
+
+    assert wait_for(sample, 120, every=0.001), "the fork loop never finished"
+    started, failed = map(int, job_file(b, ja, "forks").split())
+    assert started + failed == 2 * n and failed >= n and started >= 1, (started, failed)
+    sample()
+    assert 1 <= most["tasks"] <= n and most["procs"] <= n, most
+    assert len(cg.pids()) <= n
+    events = limit_dir / "pids.events"
+    if events.exists():  # the kernel counts the forks it refused
+        assert int(dict(line.split() for line in events.read_text().splitlines())["max"]) >= n
+    # another user's job and the broker go on
+    c1 = int(job_file(b, jb, "count"))
+    assert wait_for(lambda: int(job_file(b, jb, "count")) > c1, 60)
+    jc = b.submit("bob", False, 1.0, "echo still-forks")["id"]
+    assert wait_for(lambda: state(b, jc) == "completed", 60)
+    assert "still-forks" in output(b, jc)
+    # cancel kills every process of the bomb and removes its cgroups
+    pids = cg.pids()
+    assert len(pids) > started  # the children and the job's own shells
+    b.cancel("alice", False, ja)
+    assert wait_for(lambda: all(proc_start_ticks(p) is None for p in pids), 60)
+    assert wait_for(lambda: not any(d.exists() for d in cg.dirs()), 60)
+    assert state(b, ja) == "cancelled" and state(b, jb) == "running"
+
+
 # ---------------------------------------------------------------------------- exactly once
-def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir):
+def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir, broker_account):
     """Bursts of submissions while the broker is killed with SIGKILL at a random moment, 8 times:
     each job appends ``ID TAG`` to a log when it runs; at the end every line is a recorded job
-    with that tag (no execution unrecorded, no id given to two submissions) and appears once."""
+    with that tag (no execution unrecorded, no id given to two submissions) and appears once.
+    With ``--service-user`` the launcher goes with each broker (its socket closes) and a job
+    it started but had not given the go never runs."""
     from marketsched.live.cli import Client
 
     data = open_dir / "market"
-    tokens = prepare(data, accounts)
+    tokens = prepare(data, accounts, broker_account)
+    extra = ["--service-user", broker_account] if broker_account else []
     ran = open_dir / "ran.log"
     ran.touch()
     os.chmod(ran, 0o666)  # both accounts' jobs append to it
@@ -284,7 +406,7 @@ def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir):
     lock = threading.Lock()
     with open(open_dir / "broker.log", "ab") as log:
         for cycle in range(8):
-            p = serve(data, port, log, "--slots", "2")
+            p = serve(data, port, log, "--slots", "2", *extra)
             stop = threading.Event()
 
             def client(i, cycle=cycle, stop=stop):
@@ -310,7 +432,7 @@ def test_kill_9_of_the_broker_during_submission_bursts(accounts, open_dir):
             stop.set()
             for t in threads:
                 t.join()
-        p = serve(data, port, log, "--slots", "2")
+        p = serve(data, port, log, "--slots", "2", *extra)
         try:
             admin = Client(url, tokens["admin"], timeout=30)
             assert wait_for(lambda: admin.get("/api/price")["running"] + admin.get("/api/price")["queued"] == 0, 300)
@@ -376,7 +498,7 @@ def test_links_a_job_makes_in_its_folder_are_not_followed(market, open_dir):
     # and a new broker requeues and relaunches them: through the links?
     b.stop()
     kill_recorded_jobs(b.data)
-    b2 = Broker(b.data, MarketConfig(slots=2, single_user=False, charge_interval=0.2)).start()
+    b2 = Broker(b.data, MarketConfig(slots=2, single_user=False, charge_interval=0.2, launcher=b.config.launcher)).start()
     try:
         assert wait_for(lambda: b2.job("admin", True, j1)["state"] in ("running", "completed"), 60)
         assert wait_for(lambda: b2.job("admin", True, j2)["state"] == "failed", 60)

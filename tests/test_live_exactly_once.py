@@ -12,6 +12,7 @@ import pytest
 
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.clock import FakeClock
+from marketsched.live.executor import JobFolders
 
 
 @dataclass
@@ -43,7 +44,7 @@ class FakeOS:
 
 
 @dataclass
-class ScriptedExecutor:
+class ScriptedExecutor(JobFolders):
     """The executor interface with no processes: launches, stops, continues and kills are
     recorded; ``ended`` lists the exits the next :meth:`exits` call reports (all in one batch,
     as a real executor reports the exits it found in one scan). Hooks may raise :class:`Crash`:
@@ -62,9 +63,6 @@ class ScriptedExecutor:
     @property
     def launches(self):
         return self.os.launches
-
-    def workdir(self, key):
-        return self.root / f"job-{key}"
 
     def launch(self, key, command, env=None, **kw):
         if self.on_launch is not None:

@@ -201,3 +201,31 @@ def test_a_job_started_frozen_runs_nothing_until_thawed(cex):
     cex.cont(3)
     assert wait_exits(cex) == [(3, 0)]
     assert (p.workdir / "out").read_text() == "ran\n"
+
+
+def test_a_job_folder_swapped_during_the_launch_is_refused(ex, monkeypatch):
+    """The launcher enters the job's folder by its path: were the folder replaced between the
+    executor filling it and the launcher entering it, the launcher would run another
+    ``command.sh``. It is caught (the waiting launcher's cwd is not the folder filled) and
+    nothing runs."""
+    import subprocess
+
+    from marketsched.live.jobfiles import JobFileError
+
+    real = subprocess.Popen
+    wd = ex.workdir(1)
+
+    def swapping(*args, **kw):
+        wd.rename(wd.with_name("elsewhere"))
+        wd.mkdir()
+        (wd / "command.sh").write_text("echo swapped > ran\n")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", swapping)
+    with pytest.raises(JobFileError, match="job folder job-1 was replaced"):
+        ex.launch(1, "echo real > ran")
+    monkeypatch.undo()
+    # the launcher was killed and reaped before the error (it never had the go): nothing ran
+    assert not (wd / "ran").exists() and not (wd.with_name("elsewhere") / "ran").exists()
+    assert ex.procs == {} and jobfiles.read_state(ex.root, 1) is None
+    assert ex.launch(2, "echo fine").pid and wait_exits(ex) == [(2, 0)]

@@ -143,3 +143,67 @@ def test_real_traces_lpc_and_kth(trace_path):
     assert int((lpc.run_time >= 0).sum()) == 220_695  # the shared README's figure
     kth = read_swf(trace_path("KTH-SP2-1996-2.1-cln"))
     assert len(kth) == 28_476 and kth.max_procs == 100
+
+
+def _token(draw_int, frac_digits):
+    return draw_int if frac_digits is None else f"{draw_int}.{frac_digits}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-10**8, 10**9), st.one_of(st.none(), st.text("0123456789", min_size=1, max_size=4))),
+                min_size=18 * 3, max_size=18 * 3))
+def test_fast_parse_gives_the_doubles_float_gives(tokens):
+    # float fields get fractions (tokens of up to 15 characters, the fast pass's own); it must
+    # agree with float() to the last bit
+    from marketsched.workloads.swf import FLOAT_FIELDS, _parse_fast
+
+    rows = []
+    for r in range(3):
+        row = []
+        for j, name in enumerate(SWF_FIELDS):
+            whole, frac = tokens[18 * r + j]
+            row.append(_token(whole, frac if name in FLOAT_FIELDS else None))
+        rows.append(row)
+    body = "\n".join("  ".join(map(str, row)) for row in rows).encode()
+    fast = _parse_fast(body)
+    want = np.array([[float(t) for t in row] for row in rows])
+    assert fast is not None and fast.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("variant", ["crlf", "tabs", "comments", "exponent", "plus", "no_final_newline", "blank"])
+def test_unusual_but_valid_layouts_read_as_the_plain_file(tmp_path, variant):
+    plain = read_swf(write(tmp_path / "plain.swf", HEADER + "\n".join(JOBS) + "\n"))
+    lines = list(JOBS)
+    text = HEADER + "\n".join(lines) + "\n"
+    if variant == "crlf":
+        text = text.replace("\n", "\r\n")
+    elif variant == "tabs":
+        text = text.replace(" 0 ", "\t0\t")
+    elif variant == "comments":
+        text = HEADER + f"{JOBS[0]}\n; a comment among jobs\n{JOBS[1]} ; trailing\n{JOBS[2]}\n"
+    elif variant == "exponent":
+        text = text.replace("3600", "3.6e3")
+    elif variant == "plus":
+        text = text.replace(" 3600 ", " +3600 ")
+    elif variant == "no_final_newline":
+        text = text.rstrip("\n")
+    else:
+        text = HEADER + f"{JOBS[0]}\n\n   \n{JOBS[1]}\n{JOBS[2]}\n\n"
+    log = read_swf(write(tmp_path / "v.swf", text))
+    for f in SWF_FIELDS:
+        assert log[f].dtype == plain[f].dtype and log[f].tobytes() == plain[f].tobytes(), f
+
+
+@pytest.mark.parametrize("token, message", [("-", "not a number"), (".", "not a number"), ("1-2", "not a number"),
+                                            ("1.2.3", "not a number"), ("1_000", "not a number"),
+                                            ("12345678901234567", "must be a whole number")])
+def test_tokens_the_fast_pass_declines_are_judged_line_by_line(tmp_path, token, message):
+    bad = f"4 30 0 10 {token} -1 -1 1 60 -1 1 7 1 -1 2 -1 -1 -1"
+    text = HEADER + "\n".join(JOBS) + "\n" + bad + "\n"
+    if message == "must be a whole number":  # 17 digits: not the fast pass's, but a whole number
+        log = read_swf(write(tmp_path / "long.swf", text))
+        assert log.allocated_procs[3] == int(float(token))
+        return
+    with pytest.raises(SwfFormatError, match="line 12") as err:
+        read_swf(write(tmp_path / "bad.swf", text))
+    assert message in str(err.value)

@@ -245,3 +245,13 @@ def test_welch_interval_matches_scipy(a, b):
     res = stats.ttest_ind(a, b, equal_var=False)
     lo, hi = res.confidence_interval(0.95)
     assert iv.lo == pytest.approx(lo, rel=1e-6, abs=1e-6) and iv.hi == pytest.approx(hi, rel=1e-6, abs=1e-6)
+
+
+def test_wilson_interval_matches_the_formula():
+    for k, n in [(0, 10), (3, 10), (10, 10), (7, 40)]:
+        z = 1.959963984540054
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        iv = V.wilson_interval(k, n)
+        assert (iv.lo, iv.hi) == pytest.approx((centre - half, centre + half), abs=1e-9)

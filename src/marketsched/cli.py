@@ -1,15 +1,84 @@
-"""The ``marketsched`` command line."""
+"""The ``marketsched`` command line.
+
+Start-up is kept light: NumPy, pandas and the engine are imported inside the commands that
+use them, and option help naming the value, estimate, deadline and reliability models looks
+the names up only when shown (:class:`_NamesOption`), so ``marketsched --help`` imports none
+of them.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import click
 
-from marketsched.scenario import PRICINGS, VALUE_MODELS
+from marketsched.mechanisms.online.pricing import SCHEMES
+
+PRICINGS = tuple(SCHEMES)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _names(module: str, attr: str):
+    """A function giving the keys of ``module.attr`` (a registry of models), imported when called."""
+    return lambda: list(getattr(importlib.import_module(module), attr))
+
+
+class _NamesChoice(click.Choice):
+    """A :class:`click.Choice` whose choices come from ``names()``, called when first needed."""
+
+    def __init__(self, names) -> None:
+        self._names = names
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._names())
+        return self._choices
+
+    @choices.setter
+    def choices(self, value) -> None:
+        self._choices = tuple(value)
+
+
+class _NamesOption(click.Option):
+    """An option whose help names ``names()`` (``{names}`` in its help), looked up when shown;
+    ``choice=True`` also makes them its only accepted values."""
+
+    def __init__(self, *args, names, choice: bool = False, **kwargs) -> None:
+        self._help_template = kwargs.pop("help")
+        self._names = names
+        if choice:
+            kwargs["type"] = _NamesChoice(names)
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str:
+        return self._help_template.format(names=", ".join(self._names()))
+
+    @help.setter
+    def help(self, value) -> None:  # click sets it at construction; the template stands
+        pass
+
+
+class _Group(click.Group):
+    """The main group; the command groups of other packages are imported only when used (or
+    listed by ``--help``): ``simulate`` never imports the live market's HTTP client."""
+
+    lazy = {"traces": ("marketsched.workloads.cli", "traces"), "market": ("marketsched.live.cli", "market")}
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, attr = self.lazy[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attr), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="marketsched")
 def main() -> None:
     """Market-based scheduling for distributed computing: simulate, reproduce, serve."""
@@ -17,8 +86,7 @@ def main() -> None:
 
 def workload_options(f):
     """Options shared by every command that builds a workload and its jobs."""
-    from marketsched.workloads.attributes import DEADLINES, ESTIMATES, RELIABILITY
-
+    attributes = "marketsched.workloads.attributes"
     opts = [
         click.option("--trace", default=None, metavar="NAME|PATH",
                      help="Trace name (see `marketsched traces list`) or SWF path; default: built-in synthetic workload."),
@@ -33,14 +101,17 @@ def workload_options(f):
                      help="Fraction of the machine's processors to use, 0 < f <= 1 (e.g. 0.75)."),
         click.option("--whole-seconds", is_flag=True,
                      help="Round submit and run times up to whole seconds (the share markets bid once a second)."),
-        click.option("--estimates", default="trace", show_default=True, metavar="MODEL",
-                     help=f"Run-time estimates: {', '.join(ESTIMATES)} (e.g. badness:f=3); see docs/workloads.md."),
-        click.option("--values", "value_model", default="bimodal", show_default=True, type=click.Choice(VALUE_MODELS),
+        click.option("--estimates", default="trace", show_default=True, metavar="MODEL", cls=_NamesOption,
+                     names=_names(attributes, "ESTIMATES"),
+                     help="Run-time estimates: {names} (e.g. badness:f=3); see docs/workloads.md."),
+        click.option("--values", "value_model", default="bimodal", show_default=True, cls=_NamesOption,
+                     names=_names("marketsched.workloads.values", "MODELS"), choice=True,
                      help="Model of the jobs' true values."),
-        click.option("--deadlines", default="patience", show_default=True, metavar="MODEL",
-                     help=f"Deadline model: {', '.join(DEADLINES)} (e.g. slack:factor=5)."),
-        click.option("--reliability", default="none", show_default=True, metavar="MODEL",
-                     help=f"Minimum provider reliability each job asks for: {', '.join(RELIABILITY)}."),
+        click.option("--deadlines", default="patience", show_default=True, metavar="MODEL", cls=_NamesOption,
+                     names=_names(attributes, "DEADLINES"), help="Deadline model: {names} (e.g. slack:factor=5)."),
+        click.option("--reliability", default="none", show_default=True, metavar="MODEL", cls=_NamesOption,
+                     names=_names(attributes, "RELIABILITY"),
+                     help="Minimum provider reliability each job asks for: {names}."),
         click.option("--seed", default=1, show_default=True, type=int,
                      help="Seed of the value, deadline, estimate and reliability draws."),
     ]
@@ -206,6 +277,8 @@ def _print_table(rows, title, legend: bool = False, skipped=()):
 
 
 def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) -> None:
+    if out_path is None and events_path is None:
+        return  # nothing to write: pandas is not even imported
     import pandas as pd
 
     from marketsched.results import job_table_of, metadata, write
@@ -412,6 +485,9 @@ def mechanisms_(name, as_json):
         for p in m.params:
             choices = f" ({'|'.join(map(str, p.choices))})" if p.choices else ""
             line(4, f"{p.name}: {p.type.__name__} = {_default(p.default)}{choices}. {p.help}")
+        line(2, "incentive claims (checked by marketsched audit):" if m.claims else "incentive claims: none")
+        for c in m.claims:
+            line(4, f"{c.text} ({c.strength}; lies: {', '.join(c.lies)}): {c.source}")
         return
     from marketsched.mechanisms.registry import KINDS
 
@@ -594,10 +670,15 @@ def export(results, events_path, run_label, fmt, out_path):
               help="Focal jobs drawn from each value band (low, middle, high).")
 @click.option("--audit-seed", default=1, show_default=True, type=int, help="Seed of the focal-job draw.")
 @click.option("--job", "job_ids", multiple=True, type=int, help="Audit this job id instead of a sample (repeatable).")
+@click.option("--group", "group_share", type=click.FloatRange(0, 1, min_open=True), default=None, metavar="SHARE",
+              help="Instead of one job at a time, random groups of this share of the jobs lie together (the "
+                   "group model of Shudler et al. (2010)); gains are the group's summed true utility.")
+@click.option("--groups", "group_count", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Random groups drawn with --group (each one rerun per lie).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv and a figure per "
-                   "deviation kind.")
-def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir, **opts):
+              help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv, claims.csv (a "
+                   "verdict per incentive property the mechanism claims) and a figure per deviation kind.")
+def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_share, group_count, out_dir, **opts):
     """Does a job gain by lying? Paired reruns with one focal job's reports changed.
 
     Each focal job (sampled across value bands) lies in one way at a time; the rest stay truthful,
@@ -636,16 +717,18 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
                       TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task("audit", total=None)
             table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
-                             job_ids=list(job_ids) or None,
+                             job_ids=list(job_ids) or None, group=group_share, group_draws_=group_count,
                              progress=lambda done, total: bar.update(task, completed=done, total=total))
     except (Unfit, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     s = au.summary(table)
     label = m.label(m.resolve(given))
     w = jobs.workload
-    out = Table(title=f"{label} on {w.name} ({len(w):,} jobs): gains of one focal job's lie, true utility",
+    what = f"groups of {group_share:g} of the jobs lying together" if group_share else "one focal job's lie"
+    out = Table(title=f"{label} on {w.name} ({len(w):,} jobs): gains of {what}, true utility",
                 box=box.SIMPLE_HEAD, title_justify="left")
-    for head in ("lie", "amount", "tried", "pays", "share (95% CI)", "mean gain", "largest gain", "job"):
+    for head in ("lie", "amount", "tried", "pays", "share (95% CI)", "mean gain", "largest gain",
+                 "group" if group_share else "job"):
         out.add_column(head, justify="left" if head == "lie" else "right")
     for r in s.itertuples():
         out.add_row(r.kind, f"{r.amount:g}", str(r.deviations), str(r.profitable),
@@ -654,7 +737,13 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
     console = _console()
     console.print(out)
     best = table.loc[table["gain"].idxmax()]
-    if au.profitable(table.loc[[best.name]])[0]:
+    if group_share and au.profitable(table.loc[[best.name]])[0]:
+        case = table.loc[best.name]
+        console.print(f"largest profitable group lie: group {case.job_id} ({case.copies} jobs), {case.kind} "
+                      f"{case.amount:g}: summed true utility {case.truthful:.6g} -> {case.deviating:.6g} (gain "
+                      f"{case.gain:.6g}). Reproduce: the same command (the groups are drawn with --audit-seed)",
+                      highlight=False, markup=False)
+    elif au.profitable(table.loc[[best.name]])[0]:
         case = table.loc[best.name]
         console.print(f"largest profitable lie: job {case.job_id} ({case.band} value {case.true_value:.4g}), "
                       f"{case.kind} {case.amount:g}: true utility {case.truthful:.6g} -> {case.deviating:.6g} "
@@ -662,25 +751,28 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, out_dir
                       f"--deviate {case.kind}:{case.amount:g}", highlight=False, markup=False)
     else:
         console.print("no lie paid for any focal job", highlight=False)
+    verdicts = au.claim_verdicts(table, m.claims)
+    for v in verdicts:
+        console.print(f"claim ({v['strength']}, {v['source']}): {v['claim']}\n  -> {v['text']}",
+                      highlight=False, markup=False)
+    if not m.claims:
+        console.print(f"{m.name} claims no incentive property in the registry: the table is the finding",
+                      highlight=False)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         table.to_csv(out_dir / "audit.csv", index=False)
         s.to_csv(out_dir / "summary.csv", index=False)
         au.summary(table, by=("kind", "amount", "band")).to_csv(out_dir / "summary-by-band.csv", index=False)
+        import pandas as pd
+
+        pd.DataFrame([{k: (v[k].text(".6g") if k == "mean_gain" and v[k] is not None else v[k])
+                       for k in ("claim", "strength", "source", "verdict", "lies", "paid", "mean_gain", "text")}
+                      for v in verdicts], columns=["claim", "strength", "source", "verdict", "lies", "paid",
+                                                   "mean_gain", "text"]).to_csv(out_dir / "claims.csv", index=False)
         for kind in dict.fromkeys(table["kind"]):
             save(au.figure(table, kind, f"{label}: {kind} lies"), out_dir / f"{kind}.png")
         click.echo(f"audit: {out_dir}", err=True)
 
-
-def _register_groups() -> None:
-    from marketsched.live.cli import market
-    from marketsched.workloads.cli import traces
-
-    main.add_command(traces)
-    main.add_command(market)
-
-
-_register_groups()
 
 if __name__ == "__main__":
     main()

@@ -17,7 +17,8 @@ Steps of :func:`audit`:
 
 :func:`summary` gives per deviation kind and amount the share of profitable deviations (gain
 above a relative tolerance of 1e-9) with a 95% Wilson interval, and the largest gain with the
-case that reproduces it. Every deviation is a full rerun of the simulation (an incremental rerun
+case that reproduces it. :func:`claim_verdicts` judges each incentive property the mechanism
+claims in the registry by one rule. Every deviation is a full rerun of the simulation (an incremental rerun
 from the deviator's arrival is not implemented).
 """
 
@@ -85,6 +86,23 @@ def focal_jobs(jobs, per_band: int, seed: int) -> list[np.ndarray]:
     return out
 
 
+def group_draws(jobs, share: float, draws: int, seed: int) -> list[np.ndarray]:
+    """``draws`` groups, each a random ``share`` of the original jobs (at least one; a split job's
+    copies together), drawn with ``seed``: the rows of each group. The group model of Shudler et
+    al. (2010) (a share of the users bids untruthfully), as coalitions that lie together."""
+    if not 0 < share <= 1:
+        raise ValueError(f"group share must be in (0, 1], got {share}")
+    if draws < 1:
+        raise ValueError(f"group draws must be at least 1, got {draws}")
+    g = groups(jobs.workload)
+    n = int(g[-1]) + 1 if len(g) else 0
+    if n == 0:
+        raise ValueError("no jobs to draw a group from")
+    size = max(1, int(round(share * n)))
+    rng = np.random.default_rng([seed, 7])
+    return [np.flatnonzero(np.isin(g, rng.choice(n, size=size, replace=False))) for _ in range(draws)]
+
+
 def deviate(jobs, rows, dev: Deviation):
     """``(jobs', rows')``: the jobs with ``rows`` reporting ``dev``, and where those rows are now
     (a delay can move them). True values stay true."""
@@ -147,10 +165,13 @@ def rows_of(jobs, job_ids) -> list[np.ndarray]:
 
 
 def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int = 3, seed: int = 1, progress=None,
-          job_ids=None):
+          job_ids=None, group: float | None = None, group_draws_: int = 5):
     """One row per (focal job, deviation): ``job_id``, ``band``, ``kind``, ``amount``,
     ``truthful``, ``deviating`` (true utilities) and ``gain`` (module docstring). ``job_ids``:
-    audit these jobs instead of a sample (to reproduce a case)."""
+    audit these jobs instead of a sample (to reproduce a case). ``group``: instead of one job,
+    ``group_draws_`` random groups of this share of the jobs lie together (:func:`group_draws`);
+    a row is then a group (``job_id`` its draw number, ``band`` "group", ``copies`` its rows) and
+    its utilities are the members' sums; column ``who`` says which."""
     import pandas as pd
 
     from marketsched.analysis.metrics import value_band
@@ -160,20 +181,27 @@ def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int =
     if not get(mechanism).market:
         raise ValueError(f"{mechanism} takes no reports (no bids, no payments): nothing to audit")
     truthful = run(jobs, mechanism, params)
-    focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
+    if group is not None:
+        focal = group_draws(jobs, group, group_draws_, seed)
+    else:
+        focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
     out = []
     total = len(focal) * len(deviations)
-    for rows in focal:
+    for i, rows in enumerate(focal):
         u0 = true_utility(jobs, truthful, rows, jobs.workload.submit_time[rows])
+        if group is not None:
+            who = (i, "group", float(np.mean(jobs.true_value[rows])), len(rows), "group")
+        else:
+            who = (int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
+                   float(jobs.true_value[rows[0]]), len(rows), "job")
         for dev in deviations:
             jobs2, rows2 = deviate(jobs, rows, dev)
             u1 = true_utility(jobs2, run(jobs2, mechanism, params), rows2, jobs.workload.submit_time[rows])
-            out.append((int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
-                        float(jobs.true_value[rows[0]]), len(rows), dev.kind, dev.amount, u0, u1, u1 - u0))
+            out.append((*who[:4], dev.kind, dev.amount, u0, u1, u1 - u0, who[4]))
             if progress is not None:
                 progress(len(out), total)
     return pd.DataFrame(out, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
-                                      "deviating", "gain"])
+                                      "deviating", "gain", "who"])
 
 
 def profitable(table) -> np.ndarray:
@@ -182,32 +210,89 @@ def profitable(table) -> np.ndarray:
     return table["gain"].to_numpy() > TOLERANCE * scale
 
 
-def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a proportion k/n (scipy's binomtest)."""
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return (float("nan"), float("nan"))
-    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
-    return (float(ci.low), float(ci.high))
-
-
 def summary(table, by=("kind", "amount")):
     """Per group (default: kind and amount; add ``"band"`` for value bands): deviations,
     profitable share with its 95% Wilson interval, mean gain, and the largest gain with its job
     id (the case to reproduce)."""
     import pandas as pd
 
+    from marketsched.analysis.verdicts import wilson_interval
+
     t = table.assign(profitable=profitable(table))
     rows = []
     for key, g in t.groupby(list(by), sort=False):
         k, n = int(g["profitable"].sum()), len(g)
-        lo, hi = wilson(k, n)
+        share = wilson_interval(k, n)
+        lo, hi = share.lo, share.hi
         best = g.loc[g["gain"].idxmax()]
         rows.append({**dict(zip(by, key)), "deviations": n, "profitable": k, "share": k / n,
                      "ci_low": lo, "ci_high": hi, "mean_gain": float(g["gain"].mean()),
                      "max_gain": float(best["gain"]), "max_gain_job": int(best["job_id"])})
     return pd.DataFrame(rows)
+
+
+def covered(table, claim) -> np.ndarray:
+    """Rows of ``table`` that are lies ``claim`` speaks of: its kinds, within its bounds, and not
+    the truth itself (a factor of 1, a delay of 0)."""
+    mask = np.zeros(len(table), dtype=bool)
+    kinds, amounts = table["kind"].to_numpy(), table["amount"].to_numpy(dtype=float)
+    for lie in claim.lies:
+        kind, lo, hi = claim.bounds(lie)
+        truth = 0.0 if kind == "delay" else 1.0
+        mask |= (kinds == kind) & (amounts >= lo) & (amounts <= hi) & (amounts != truth)
+    return mask
+
+
+def claim_verdicts(table, claims) -> list[dict]:
+    """One verdict per claim (:class:`marketsched.mechanisms.registry.Claim`), by one rule:
+
+    * no covered lie tried: ``not audited``;
+    * ``dominant``: ``holds on this sample`` if no covered lie paid (with the 95% Wilson upper
+      bound of the share that pays), else ``violated``, with the largest gain and its case;
+    * ``bayes-nash``: ``contradicted`` if the mean gain over the covered lies is above 0 with 95%
+      confidence (t-interval of the paired gains), else ``consistent``; single lies that pay are
+      counted, not decisive;
+    * ``myopic``: ``not testable ex post`` (the claim is about the utility promised at the
+      report), with how often a lie paid after the fact.
+
+    Each verdict: ``claim``, ``strength``, ``source``, ``verdict``, ``lies``, ``paid``,
+    ``mean_gain`` (an :class:`~marketsched.analysis.verdicts.Interval`), ``case`` (the row of the
+    largest gain, or None) and ``text`` (one line)."""
+    from marketsched.analysis.verdicts import paired_interval, wilson_interval
+
+    out = []
+    if len(table) and "who" in table and (table["who"] != "job").all():
+        return [{"claim": c.text, "strength": c.strength, "source": c.source, "lies": 0, "paid": 0, "mean_gain": None,
+                 "case": None, "verdict": "not audited",
+                 "text": "not audited: the claim is about one job's lies, this audit made groups lie together"}
+                for c in claims]
+    for claim in claims:
+        t = table[covered(table, claim) & (table["who"].to_numpy() == "job" if "who" in table else True)]
+        row = {"claim": claim.text, "strength": claim.strength, "source": claim.source, "lies": len(t), "paid": 0,
+               "mean_gain": None, "case": None}
+        if not len(t):
+            kinds = ", ".join(claim.bounds(lie)[0] for lie in claim.lies)
+            out.append({**row, "verdict": "not audited",
+                        "text": f"not audited: no lie of kind {kinds} was tried (add --deviate)"})
+            continue
+        paid = profitable(t)
+        k, n = int(paid.sum()), len(t)
+        gain = paired_interval(t["deviating"], t["truthful"])
+        case = t.loc[t["gain"].idxmax()]
+        row.update(paid=k, mean_gain=gain, case=case if k else None)
+        counts = f"{k} of {n} lies paid"
+        where = (f"; largest gain {case.gain:.4g} by job {case.job_id} ({case.kind} {case.amount:g})" if k else "")
+        if claim.strength == "dominant":
+            verdict = "violated" if k else "holds on this sample"
+            text = f"{verdict}: {counts}" + (where if k else f" (share <= {wilson_interval(0, n).hi:.2f} at 95%)")
+        elif claim.strength == "bayes-nash":
+            verdict = "contradicted" if gain.lo > 0 else "consistent"
+            text = f"{verdict}: mean gain {gain.text('.4g')}; {counts}{where}"
+        else:
+            verdict = "not testable ex post"
+            text = f"{verdict}: {counts} after the fact{where}"
+        out.append({**row, "verdict": verdict, "text": text})
+    return out
 
 
 def figure(table, kind: str, title: str = ""):

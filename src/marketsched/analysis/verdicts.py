@@ -165,11 +165,17 @@ def paired_interval(a: Iterable[float], b: Iterable[float], confidence: float = 
 
 def relative_paired_interval(a: Iterable[float], b: Iterable[float], confidence: float = CONFIDENCE) -> Interval:
     """(mean of a - b) / |mean of b|, with the t-interval of the paired differences scaled alike."""
+    return _relative(paired_interval, a, b, confidence)
+
+
+def _relative(difference: Callable[..., Interval], a: Iterable[float], b: Iterable[float],
+              confidence: float) -> Interval:
+    """``difference(a, b)`` divided by ``|mean(b)|`` (an error if that mean is 0)."""
     b = np.asarray(list(b), dtype=float)
     ref = abs(float(b.mean()))
     if ref == 0:
-        raise ValueError("relative_paired_interval: the reference mean is 0")
-    return paired_interval(a, b, confidence).scaled(1 / ref)
+        raise ValueError(f"relative {difference.__name__}: the reference mean is 0")
+    return difference(a, b, confidence).scaled(1 / ref)
 
 
 def welch_interval(a: Iterable[float], b: Iterable[float], confidence: float = CONFIDENCE) -> Interval:
@@ -194,11 +200,7 @@ def welch_interval(a: Iterable[float], b: Iterable[float], confidence: float = C
 
 def relative_welch_interval(a: Iterable[float], b: Iterable[float], confidence: float = CONFIDENCE) -> Interval:
     """(mean(a) - mean(b)) / |mean(b)| for independent samples (Welch's interval scaled alike)."""
-    b = np.asarray(list(b), dtype=float)
-    ref = abs(float(b.mean()))
-    if ref == 0:
-        raise ValueError("relative_welch_interval: the reference mean is 0")
-    return welch_interval(a, b, confidence).scaled(1 / ref)
+    return _relative(welch_interval, a, b, confidence)
 
 
 def bootstrap_interval(statistic: Callable[..., float], *samples: Any, confidence: float = CONFIDENCE,

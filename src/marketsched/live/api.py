@@ -30,6 +30,7 @@ GET     ``/api/health``              ``{"ok": true, "connections": N, ...}`` (no
 GET     ``/api/me``                  who the caller is
 POST    ``/api/users``               administrator: ``{"name", "deposit"?, "unix"?}`` -> ``{"name", "token", ...}``
 POST    ``/api/users/NAME/deposit``  administrator: ``{"amount"}``
+POST    ``/api/users/NAME/token``    a new token for NAME (administrator; or NAME): ``{"name", "token"}``
 POST    ``/api/jobs``                ``{"bid", "command", "estimate"?, "procs"?}`` -> the job
 GET     ``/api/jobs``                own jobs (administrator: all); ``?state=running,queued&limit=N&before=ID``
 GET     ``/api/jobs/ID``             one job with its newest events, stdout and stderr tails
@@ -271,6 +272,12 @@ def me(b, who, q, body):
        required=("name",))
 def add_user(b, who, q, body):
     return b.add_user(who[1], body.get("name"), body.get("deposit", 0.0), body.get("unix"))
+
+
+@route("POST", "/api/users/{name}/token", "a new token for a user (administrator: anyone; a user: themselves); "
+       "the old one stops working at once", noun="a token", body={})
+def new_token(b, who, q, body, name):
+    return b.new_token(who[0], who[1], name)
 
 
 @route("POST", "/api/users/{name}/deposit", "administrator: add money to a user's balance", noun="a deposit",

@@ -91,9 +91,9 @@ from typing import TYPE_CHECKING
 
 from marketsched.live.clock import WallClock
 from marketsched.live.engine import LiveEngine
-from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, read_exit_code, warn
+from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, warn
 from marketsched.live.files import data_folder, tighten, write_private
-from marketsched.live.jobfiles import JobFileError, read_tail
+from marketsched.live.jobfiles import JobFileError
 from marketsched.live.ledger import (
     ACTIVE_STATES,
     DEPOSITS,
@@ -159,8 +159,12 @@ class MarketConfig:
     # False = each job as its owner's mapped Unix account (needs root); True = every job as the
     # broker's own account (one person, a demo); None = True unless the broker runs as root.
     single_user: bool | None = None
+    # True: jobs are started, frozen and killed by a separate privileged launcher process
+    # (marketsched.live.launcherd), so the broker itself needs no root (serve --service-user)
+    launcher: bool = False
     job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
     job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
+    job_processes: int = 512  # tasks (processes and threads) per job at once (0: no limit)
     max_jobs_per_user: int = 100  # active (queued, running, preempted, held) jobs one user may have: 429 beyond
     max_command_bytes: int = 65536  # a job's command line, UTF-8: 413 beyond
 
@@ -187,20 +191,27 @@ class MarketConfig:
             raise ValueError(f"job CPU limit must be a number of CPUs >= 0 (0: no limit), got {self.job_cpus!r}")
         if self.job_memory is not None and (int(self.job_memory) != self.job_memory or self.job_memory < 0):
             raise ValueError(f"job memory limit must be a whole number of bytes >= 0 (0: no limit), got {self.job_memory!r}")
-        if self.single_user is False and os.geteuid() != 0:
+        if isinstance(self.job_processes, bool) or not isinstance(self.job_processes, int) \
+                or not 0 <= self.job_processes <= 4_194_304:
+            raise ValueError("job process limit must be a whole number from 0 to 4194304 (0: no limit), "
+                             f"got {self.job_processes!r}")
+        if self.launcher and (self.single_user or self.executor != "local"):
+            raise ValueError("the privileged launcher starts local jobs as their owners' accounts: it needs "
+                             "multi-user mode and the local executor")
+        if self.single_user is False and os.geteuid() != 0 and not self.launcher:
             raise ValueError("a multi-user market starts each job as its owner's Unix account, which needs root; "
                              "run the broker as root, or use single-user mode (every job as your own account)")
 
     def resolved_single_user(self) -> bool:
         """Single-user mode unless asked otherwise or the broker runs as root."""
-        return self.single_user if self.single_user is not None else os.geteuid() != 0
+        return self.single_user if self.single_user is not None else os.geteuid() != 0 and not self.launcher
 
     def limits(self) -> JobLimits:
         """Per-job limits for the executor (default memory: the machine's memory / slots)."""
         memory = self.job_memory
         if memory is None:
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // self.slots
-        return JobLimits(cpus=self.job_cpus or None, memory=memory or None)
+        return JobLimits(cpus=self.job_cpus or None, memory=memory or None, processes=self.job_processes or None)
 
 
 @dataclass
@@ -278,6 +289,9 @@ class Broker:
         # the same interface passed in. Optional hooks: ``arrange(queue)`` after every decision
         # (the mechanism's waiting jobs, best first) and ``outcome(job_id)`` -> (final state,
         # note) when a job ends (e.g. "failed" for a job Slurm killed).
+        if executor is None and self.config.launcher and db_url is not None:
+            raise ValueError("the privileged launcher reads the market's users from its SQLite database: "
+                             "it does not work with --db")
         self.executor = executor if executor is not None else make_executor(self.config, self.data / "jobs")
         self._arrange = getattr(self.executor, "arrange", None)
         check = getattr(self.executor, "check_reachable", None)
@@ -454,6 +468,25 @@ class Broker:
                     self._deposit(name, amount)
             self._users = _UserIndex.of(self.store)
             return {"name": name, "token": token, "balance": self.balance[name] / MICRO, "unix": unix}
+
+    def new_token(self, user: str, admin: bool, name) -> dict:
+        """Issue user ``name`` a new token (the administrator for anyone, a user for themselves);
+        the old one stops working at once, over HTTP and for the web page's signed reads (the
+        Unix socket needs none). The administrator's new token also replaces ``admin.token``.
+        Returns ``{"name", "token"}``."""
+        if not (admin or name == user):
+            raise MarketError("only the administrator issues tokens for other users", 403)
+        with self.lock:
+            if not isinstance(name, str) or name not in dict(self.store.users()):
+                raise MarketError(f"unknown user {_show(name)}", 404)
+            token = secrets.token_urlsafe(32)
+            with self._transaction():
+                self.store.set_token_hash(name, hash_token(token))
+            if name == self._users.admin:
+                write_private(self.data / "admin.token", token + "\n")
+                self.admin_token = token
+            self._users = _UserIndex.of(self.store)
+            return {"name": name, "token": token}
 
     def deposit(self, admin: bool, name, amount) -> dict:
         """Add money to a user's account; their held jobs re-enter the market if they can pay."""
@@ -656,10 +689,9 @@ class Broker:
             view["events"] = self.store.events(job_id, JOB_EVENTS)
             view["events_total"] = self.store.count_events(job_id)
             view["workdir"] = str(self.executor.workdir(job_id))
-        wd = self.executor.workdir(job_id)
         for name in ("stdout", "stderr"):  # never through a link the job made (jobfiles)
             try:
-                view[name] = read_tail(wd.parent, wd.name, name, tail)
+                view[name] = self.executor.read_file(job_id, name, tail)
             except JobFileError as exc:
                 view[name] = f"[not shown: {exc}]"
             except OSError:
@@ -1106,7 +1138,7 @@ class Broker:
                 self.store.add_event(job.id, now, "reattach", f"pid {proc.pid}")
                 self.store.update_job(job.id, state=job.state, pid=proc.pid, start_ticks=proc.start_ticks)
             elif started or was_running:
-                code = read_exit_code(wd) if started else None
+                code = self.executor.exit_code(job.id) if started else None
                 if code is not None:
                     self._final(job, "completed", now, exit_code=code, note="ended while the broker was down")
                     continue
@@ -1161,6 +1193,10 @@ def make_executor(config: MarketConfig, root: Path):
         from marketsched.live.slurm import SlurmExecutor
 
         return SlurmExecutor(root, partition=config.partition, slots=config.slots)
+    if config.launcher:  # the launcher's parent is this (root) process: for a broker that stays root
+        from marketsched.live.launcherd import LauncherExecutor, spawn
+
+        return LauncherExecutor(root, spawn(root, os.geteuid(), config.limits(), root.parent / "market.db"))
     return LocalExecutor(root, limits=config.limits())
 
 

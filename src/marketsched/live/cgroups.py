@@ -18,9 +18,12 @@ What a job's cgroups do
   **memory limit** (``memory.max`` on v2, ``memory.limit_in_bytes`` on v1), each from the first
   hierarchy that offers the controller: the cgroup2 tree when the controller is enabled there,
   else the v1 hierarchy holding it. On a *hybrid* machine (this project's CI: a cgroup2
-  ``unified`` tree without controllers next to v1 ``cpu``, ``memory`` and ``freezer``) the job is
-  tracked and frozen in the v2 tree and limited in the v1 ``cpu`` and ``memory`` trees; the
-  launcher joins all of them before the job's command runs.
+  ``unified`` tree without controllers next to v1 ``cpu``, ``memory``, ``pids`` and ``freezer``)
+  the job is tracked and frozen in the v2 tree and limited in the v1 ``cpu``, ``memory`` and
+  ``pids`` trees; the launcher joins all of them before the job's command runs.
+* **Process-count limit** (``pids.max``, the ``pids`` controller, same file name on v2 and v1):
+  at most that many tasks (processes and threads) in the job at once; a ``fork`` or ``clone``
+  beyond it fails with ``EAGAIN`` inside the job, so a fork bomb stays within its cgroup.
 * **CPU weight** (``cpu.weight`` on v2, ``cpu.shares`` on v1): Tycoon mode's proportional
   shares (:mod:`marketsched.live.tycoon`).
 
@@ -213,22 +216,26 @@ class Layout:
     """Which cgroup folders a market's jobs go in (each ``None`` when not available).
 
     ``track``: (kind, folder) of the hierarchy that tracks, freezes and kills (v2 or the v1
-    freezer); ``cpu`` / ``memory``: (kind, folder) of the hierarchies that limit (or weigh) CPU
-    and memory. The folders are the market's ``BASE/marketsched-NAME`` (module docstring).
+    freezer); ``cpu`` / ``memory`` / ``pids``: (kind, folder) of the hierarchies that limit (or
+    weigh) CPU, memory and the number of processes. The folders are the market's
+    ``BASE/marketsched-NAME`` (module docstring).
     """
 
     name: str
     track: tuple[str, Path] | None = None
     cpu: tuple[str, Path] | None = None
     memory: tuple[str, Path] | None = None
+    pids: tuple[str, Path] | None = None
     notes: list[str] = field(default_factory=list)
+
+    LIMITED = ("cpu", "memory", "pids")  # the controllers a job's limits use
 
     @classmethod
     def detect(cls, name: str, cpu: str | None = "auto", memory: str | None = "auto",
-               track: str = "auto") -> Layout:
+               track: str = "auto", pids: str | None = "auto") -> Layout:
         """The best layout this machine gives: ``track`` "auto" (v2, else v1 freezer), "cgroup2",
-        "cgroup1" or "none"; ``cpu`` and ``memory``: "auto" (v2 if the controller is there, else
-        v1), "cgroup2", "cgroup1", or None (not wanted)."""
+        "cgroup1" or "none"; ``cpu``, ``memory`` and ``pids``: "auto" (v2 if the controller is
+        there, else v1), "cgroup2", "cgroup1", or None (not wanted)."""
         out = cls(name)
         kinds = ("cgroup2", "cgroup1") if track == "auto" else () if track == "none" else (track,)
         for kind in kinds:
@@ -250,7 +257,7 @@ class Layout:
         if out.track is None:
             out.notes.append("no writable cgroup (v2, or v1 freezer) for tracking jobs")
             return out
-        for ctrl, want in (("cpu", cpu), ("memory", memory)):
+        for ctrl, want in (("cpu", cpu), ("memory", memory), ("pids", pids)):
             if want is None:
                 continue
             got = None
@@ -263,7 +270,8 @@ class Layout:
                     got = (kind, d)
                     break
             if got is None:
-                out.notes.append(f"no writable cgroup offers the {ctrl} controller: {ctrl} is not limited")
+                what = "the number of processes" if ctrl == "pids" else ctrl
+                out.notes.append(f"no writable cgroup offers the {ctrl} controller: {what} is not limited")
             setattr(out, ctrl, got)
         out.remove()  # made again by ensure() when the first job starts
         return out
@@ -271,7 +279,7 @@ class Layout:
     def ensure(self) -> None:
         """Make the market's folders (again) with the controllers they need; OSError if the
         machine no longer allows it."""
-        for role, x in (("track", self.track), ("cpu", self.cpu), ("memory", self.memory)):
+        for role, x in (("track", self.track), *((c, getattr(self, c)) for c in self.LIMITED)):
             if x is None:
                 continue
             kind, d = x
@@ -282,7 +290,7 @@ class Layout:
     def dirs(self) -> list[Path]:
         """The market's folders (distinct), tracking first."""
         out: list[Path] = []
-        for x in (self.track, self.cpu, self.memory):
+        for x in (self.track, *(getattr(self, c) for c in self.LIMITED)):
             if x is not None and x[1] not in out:
                 out.append(x[1])
         return out
@@ -299,9 +307,10 @@ class Layout:
         if self.track is None:
             return "none (process groups)"
         parts = [f"{self.track[0]} {'freeze' if self.track[0] == 'cgroup2' else 'freezer'} in {self.track[1]}"]
-        for ctrl in ("cpu", "memory"):
+        for ctrl in self.LIMITED:
             x = getattr(self, ctrl)
-            parts.append(f"{ctrl}: {x[0]} in {x[1]}" if x else f"{ctrl}: not limited")
+            what = "processes" if ctrl == "pids" else ctrl
+            parts.append(f"{what}: {x[0]} in {x[1]}" if x else f"{what}: not limited")
         return "; ".join(parts)
 
 
@@ -332,6 +341,8 @@ class JobCgroup:
         self.cpu: tuple[str, Path] | None = None if layout.cpu is None else (layout.cpu[0], layout.cpu[1] / name)
         self.memory: tuple[str, Path] | None = (None if layout.memory is None
                                                  else (layout.memory[0], layout.memory[1] / name))
+        self.pids_limit: tuple[str, Path] | None = (None if layout.pids is None
+                                                     else (layout.pids[0], layout.pids[1] / name))
         self._extra: list[Path] = []  # folders known only by path (after a restart)
 
     @classmethod
@@ -342,13 +353,13 @@ class JobCgroup:
         self.track_kind = track_kind
         self.track = Path(paths[0])
         self.name = self.track.name
-        self.cpu = self.memory = None
+        self.cpu = self.memory = self.pids_limit = None
         self._extra = [Path(p) for p in paths[1:]]
         return self
 
     def dirs(self) -> list[Path]:
         out = [self.track]
-        for x in (self.cpu, self.memory):
+        for x in (self.cpu, self.memory, self.pids_limit):
             if x is not None and x[1] not in out:
                 out.append(x[1])
         for p in self._extra:
@@ -361,10 +372,11 @@ class JobCgroup:
         return [str(d / "cgroup.procs") for d in self.dirs()]
 
     # ------------------------------------------------------------------ set up
-    def create(self, cpus: float | None = None, memory: int | None = None, weight: float | None = None) -> None:
+    def create(self, cpus: float | None = None, memory: int | None = None, weight: float | None = None,
+               processes: int | None = None) -> None:
         """Make the folders (an empty leftover of an earlier attempt is reused) and set the
-        limits: ``cpus`` CPUs' worth of time per period, ``memory`` bytes, and a relative CPU
-        ``weight`` in (0, 1] (1 = the largest)."""
+        limits: ``cpus`` CPUs' worth of time per period, ``memory`` bytes, at most ``processes``
+        tasks, and a relative CPU ``weight`` in (0, 1] (1 = the largest); None: no limit."""
         for d in self.dirs():
             d.mkdir(exist_ok=True)
         if self.pids():
@@ -384,6 +396,8 @@ class JobCgroup:
                 (d / "memory.max").write_text("max" if memory is None else str(int(memory)))
             else:
                 (d / "memory.limit_in_bytes").write_text("-1" if memory is None else str(int(memory)))
+        if self.pids_limit is not None:  # pids.max on v2 and v1 alike
+            (self.pids_limit[1] / "pids.max").write_text("max" if processes is None else str(int(processes)))
 
     def set_weight(self, weight: float) -> int:
         """Relative CPU weight in (0, 1] as ``cpu.weight`` (v2, 1..10000) or ``cpu.shares`` (v1,

@@ -176,6 +176,43 @@ def market() -> None:
     Highest-Bid with k-th price by default), with accounts, a ledger and a web page."""
 
 
+def _preload() -> None:
+    """Import what the broker needs later, before it drops to the service account, which may not
+    be able to read the interpreter's files (a Python installed under root's home, say)."""
+    import concurrent.futures.thread  # noqa: F401 - imported lazily by concurrent.futures
+    import importlib
+
+    import uvicorn.loops.auto  # noqa: F401 - uvicorn picks its event loop by name
+    import uvicorn.loops.asyncio  # noqa: F401
+
+    import marketsched.live.api  # noqa: F401
+    import marketsched.live.server  # noqa: F401
+
+    importlib.import_module("marketsched.live.web")
+
+
+def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead):
+    """For ``serve --service-user``: start the privileged launcher (root), drop this process to
+    the service account for good, and return the executor that sends jobs to the launcher."""
+    from marketsched.live.launcherd import LauncherExecutor, drop_privileges, prepare_data, service_account, spawn
+
+    if os.geteuid() != 0:
+        raise ValueError("--service-user: start the broker as root (it drops to the service account itself)")
+    if db_url is not None or dayahead != "off":
+        raise ValueError("--service-user works with the SQLite database in --data and without --dayahead")
+    config.check()
+    pw = service_account(service_user)
+    prepare_data(data, pw)
+    client = spawn(data / "jobs", pw.pw_uid, config.limits(), data / "market.db")
+    try:
+        _preload()
+        drop_privileges(service_user)
+        return LauncherExecutor(data / "jobs", client)
+    except BaseException:
+        client.close()
+        raise
+
+
 @market.command("serve")
 @click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=Path("market"), show_default=True,
               help="Folder for the database, the jobs' working folders and admin.token.")
@@ -204,11 +241,18 @@ def market() -> None:
               help="Single-user: every job runs as the broker's own account (one person, a demo; the default "
                    "when not root). Multi-user: each job runs as its owner's Unix account (`user add NAME --unix "
                    "ACCOUNT`), contained in its own cgroup; needs root (the default as root).")
+@click.option("--service-user", default=None, metavar="ACCOUNT",
+              help="Started as root: run the broker (database, token, API) as this unprivileged account; a small "
+                   "privileged launcher process keeps root to start, freeze and kill jobs as their owners "
+                   "(multi-user mode; see docs/live_market.md).")
 @click.option("--job-cpus", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="CPU limit per job, in CPUs (cgroup cpu quota; 0: no limit).")
 @click.option("--job-memory", default="auto", show_default=True, metavar="BYTES|auto|0",
               help="Memory limit per job in bytes (suffixes K, M, G), 'auto' = the machine's memory / --slots, "
                    "0 = no limit.")
+@click.option("--job-processes", default=512, show_default=True, type=click.IntRange(0, 4_194_304),
+              help="Processes (and threads) a job may have at once (cgroup pids.max; a fork beyond fails inside "
+                   "the job); 0 = no limit.")
 @click.option("--dayahead", default="off", show_default=True, type=click.Choice(["off", "dpgva", "relaxed"]),
               help="Also run the day-ahead reservation auction (Mutz 2008, ch. 5 / 7): placebid, showres.")
 @click.option("--da-clear-at", default="18:00", show_default=True,
@@ -242,7 +286,7 @@ def market() -> None:
 @click.option("--max-command-bytes", default=65536, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Longest command line a job may have; longer: HTTP 413.")
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
-          executor, partition, single_user, job_cpus, job_memory, dayahead, da_clear_at, da_lead, da_horizon,
+          executor, partition, single_user, service_user, job_cpus, job_memory, job_processes, dayahead, da_clear_at, da_lead, da_horizon,
           da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
           header_timeout, max_jobs_per_user, max_command_bytes) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
@@ -264,12 +308,15 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         # thread keeps the other waiting up to 5 ms at each hand-off. 0.5 ms: about 1.4x the
         # submissions per second under load (benchmarks/bench_live.py), for the same CPU time.
         sys.setswitchinterval(0.0005)
-        broker = Broker(data, MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing,
-                                           charge_interval=charge_interval, admission_seconds=admission_seconds,
-                                           sync=sync, executor=executor, partition=partition, single_user=single_user,
-                                           job_cpus=job_cpus, job_memory=memory, max_jobs_per_user=max_jobs_per_user,
-                                           max_command_bytes=max_command_bytes),
-                        db_url=db_url)
+        config = MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing, charge_interval=charge_interval,
+                              admission_seconds=admission_seconds, sync=sync, executor=executor, partition=partition,
+                              single_user=single_user, launcher=service_user is not None, job_cpus=job_cpus,
+                              job_memory=memory, job_processes=job_processes, max_jobs_per_user=max_jobs_per_user,
+                              max_command_bytes=max_command_bytes)
+        jobs_executor = None
+        if service_user is not None:
+            jobs_executor = _privileged_launcher(data, service_user, config, db_url, dayahead)
+        broker = Broker(data, config, db_url=db_url, executor=jobs_executor)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     token = broker.ensure_admin()
@@ -302,9 +349,13 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         click.echo(f"single-user mode: every job runs as uid {os.geteuid()} (the broker's account)", err=True)
     else:
         click.echo("multi-user mode: each job runs as its owner's Unix account", err=True)
+    if service_user is not None:
+        click.echo(f"broker runs as {service_user} (uid {os.geteuid()}); jobs are started by the privileged "
+                   "launcher (root)", err=True)
     layout = getattr(broker.executor, "layout", None)
     if layout is not None:
         click.echo(f"job containment: {layout.describe()}", err=True)
+        click.echo(f"job limits (each job): {broker.executor.limits.describe()}", err=True)
     if mechanism == "wspt":
         click.echo("note: WSPT needs actual run times, unknown before a job ends; it uses the runtime estimate (WSEPT)",
                    err=True)
@@ -346,6 +397,17 @@ def user_add(name, deposit, unix, client) -> None:
     out = client.post("/api/users", body)
     linked = f", Unix account {out['unix']}" if out.get("unix") else ""
     click.echo(f"user {out['name']} created with balance {_money(out['balance'])}{linked}", err=True)
+    click.echo(out["token"])
+
+
+@user.command("token")
+@click.argument("name")
+@client_options
+def user_token(name, client) -> None:
+    """Issue user NAME a new token, printed on stdout; the old one stops working at once
+    (administrator; a user may renew their own)."""
+    out = client.post(f"/api/users/{name}/token", {})
+    click.echo(f"new token for {out['name']}; the old one no longer works", err=True)
     click.echo(out["token"])
 
 

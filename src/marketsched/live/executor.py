@@ -17,8 +17,8 @@
   children that leave the process group (``setsid``, double fork), is in the job's cgroup.
   **Preempt / resume** freeze and thaw the cgroup; **cancel** kills every process in it; after a
   normal exit whatever the job left behind is killed the same way. CPU time is limited to
-  ``limits.cpus`` CPUs and memory to ``limits.memory`` bytes per job where a cgroup offers the
-  controller. **Fallback** where no cgroup is writable: process groups, as before cgroups were
+  ``limits.cpus`` CPUs, memory to ``limits.memory`` bytes and the number of tasks (processes and
+  threads) to ``limits.processes`` per job where a cgroup offers the controller. **Fallback** where no cgroup is writable: process groups, as before cgroups were
   used (SIGSTOP / SIGCONT / SIGKILL to the group), with a loud warning: processes that leave
   the group escape preemption and cancel, and nothing is limited.
 * **Exits** are noticed through a pidfd per wrapper process (``os.pidfd_open``; readable when
@@ -88,11 +88,19 @@ class RunAs:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """Per-job limits: ``cpus`` CPUs' worth of CPU time (None: no limit) and ``memory`` bytes
-    (None: no limit)."""
+    """Per-job limits: ``cpus`` CPUs' worth of CPU time, ``memory`` bytes, and ``processes``
+    tasks (processes and threads) at once; None: no limit."""
 
     cpus: float | None = 1.0
     memory: int | None = None
+    processes: int | None = None
+
+    def describe(self) -> str:
+        """E.g. "1 CPU, 2048 MiB of memory, 512 processes" (what ``serve`` prints)."""
+        cpus = "no CPU limit" if self.cpus is None else f"{self.cpus:g} CPU{'' if self.cpus == 1 else 's'}"
+        memory = "no memory limit" if self.memory is None else f"{self.memory / 2**20:.0f} MiB of memory"
+        procs = "no process limit" if self.processes is None else f"{self.processes} processes"
+        return f"{cpus}, {memory}, {procs}"
 
 
 def job_environment(user: RunAs | None, extra: dict | None = None) -> dict[str, str]:
@@ -218,18 +226,43 @@ def warn(msg: str) -> None:
     print(f"WARNING: {msg}", file=sys.stderr, flush=True)
 
 
-class LocalExecutor:
+class JobFolders:
+    """The jobs' folders of an executor (``ROOT/job-KEY``), as the broker reads them."""
+
+    root: Path
+
+    def workdir(self, key) -> Path:
+        return self.root / f"job-{key}"
+
+    def read_file(self, key, name: str, size: int) -> str:
+        """The last ``size`` bytes of job ``key``'s file ``name`` (never through a link;
+        :func:`marketsched.live.jobfiles.read_tail`)."""
+        return jobfiles.read_tail(self.root, f"job-{key}", name, size)
+
+    def exit_code(self, key) -> int | None:
+        """The exit status job ``key``'s wrapper recorded (None if none)."""
+        return read_exit_code(self.workdir(key))
+
+
+class LocalExecutor(JobFolders):
     """Runs, freezes, thaws and kills jobs on this machine; reports their exits.
 
     ``root``: the jobs' folder (owned by the broker, mode 0711); ``containment``: "auto"
     (cgroups where writable, else process groups with a warning), "none" (process groups), or
     a :class:`~marketsched.live.cgroups.Layout`; ``limits``: default per-job limits; ``name``:
     the market's cgroup folder name (default: derived from ``root``, so it is stable across
-    restarts)."""
+    restarts); ``owner``: the uid the jobs' folder must belong to (default: this process's;
+    the privileged launcher's is the broker's service account, :mod:`marketsched.live.launcherd`).
 
-    def __init__(self, root: Path, containment="auto", limits: JobLimits | None = None, name: str | None = None):
+    Everything that needs privileges in a multi-user market (making a job's folder for its
+    user, its cgroups, the process; freezing, thawing, killing) goes through :meth:`start`,
+    :meth:`go` and the ``_cg_*`` methods, which
+    :class:`marketsched.live.launcherd.LauncherExecutor` sends to the privileged launcher."""
+
+    def __init__(self, root: Path, containment="auto", limits: JobLimits | None = None, name: str | None = None,
+                 owner: int | None = None):
         self.root = Path(root)
-        self.root_fd: int | None = jobfiles.open_root(self.root)
+        self.root_fd: int | None = jobfiles.open_root(self.root, owner=owner)
         self.root = self.root.resolve()
         self.limits = limits or JobLimits()
         self.name = name or market_cgroup_name(self.root)
@@ -245,8 +278,8 @@ class LocalExecutor:
         if self.layout.track is None and containment != "none":
             self.warning = ("no writable cgroup on this machine (" + "; ".join(self.layout.notes) + "): jobs are "
                             "contained by process groups only. A job's processes that leave its process group "
-                            "(setsid, double fork) are neither stopped on preemption nor killed on cancel, and CPU "
-                            "and memory are not limited. Run the broker as root where cgroups are writable for "
+                            "(setsid, double fork) are neither stopped on preemption nor killed on cancel, and CPU, "
+                            "memory and the number of processes are not limited. Run the broker as root where cgroups are writable for "
                             "full containment (docs/live_market.md).")
             warn(self.warning)
         elif self.layout.track is not None and self.layout.notes:
@@ -264,9 +297,6 @@ class LocalExecutor:
         return self.layout.track is not None
 
     # ------------------------------------------------------------------ control
-    def workdir(self, key) -> Path:
-        return self.root / f"job-{key}"
-
     def launch(self, key, command: str, env: dict | None = None, user: RunAs | None = None,
                limits: JobLimits | None = None, affinity=None, weight: float | None = None, frozen: bool = False,
                record_exit: bool = True) -> Proc:
@@ -278,6 +308,23 @@ class LocalExecutor:
         the exit-code wrapper (Tycoon's CPU-bound loops run directly). Raises OSError if it
         cannot start (nothing is left running then) and RuntimeError for a second launch of a
         key by this executor."""
+        proc = self.start(key, command, env, user, limits, affinity, weight, frozen, record_exit)
+        try:
+            self.record(proc, None if user is None else user.uid)
+            self.go(proc)
+        except BaseException:
+            self._abort(proc)
+            raise
+        self.launched.add(key)
+        self._watch(proc)
+        return proc
+
+    def start(self, key, command: str, env: dict | None = None, user: RunAs | None = None,
+              limits: JobLimits | None = None, affinity=None, weight: float | None = None, frozen: bool = False,
+              record_exit: bool = True) -> Proc:
+        """The first half of :meth:`launch`: job ``key``'s folder, files and cgroups, and its
+        launcher process, in its cgroups (and pinned), waiting for the go; nothing of the job
+        runs yet."""
         if key in self.launched:
             raise RuntimeError(f"job {key} was already started by this executor: a job never runs twice")
         if self.root_fd is None:
@@ -288,6 +335,7 @@ class LocalExecutor:
             uid, gid = user.uid, user.gid
         name = f"job-{key}"
         dfd = jobfiles.open_jobdir(self.root_fd, name, create=True, uid=uid, gid=gid)
+        folder = os.fstat(dfd)
         out = err = None
         cg = None
         try:
@@ -299,7 +347,7 @@ class LocalExecutor:
             if self.layout.track is not None:
                 self.layout.ensure()
                 cg = self.layout.job(key)
-                cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight)
+                cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight, processes=limits.processes)
                 if frozen:
                     cg.freeze()
             argv = launcher_argv(["/bin/sh", "-c", WRAPPER if record_exit else command], job_environment(user, env),
@@ -318,33 +366,49 @@ class LocalExecutor:
         ticks = ticks if ticks is not None else -1
         proc = Proc(key, popen.pid, ticks, self.workdir(key), popen, cgroup=cg)
         try:
-            # the launcher waits for the go: into the job's cgroups, pinned, recorded, then go
+            # the launcher waits for the go. It entered the folder by its path: the folder must
+            # be the one just filled (not another put in its place meanwhile)
+            cwd = os.stat(f"/proc/{popen.pid}/cwd")
+            if (cwd.st_dev, cwd.st_ino) != (folder.st_dev, folder.st_ino):
+                raise jobfiles.JobFileError(f"job folder {name} was replaced while its job was being started")
+            # into the job's cgroups and pinned, before anything
             for procs in cg.procs_files() if cg is not None else []:
                 with open(procs, "w") as f:
                     f.write(str(popen.pid))
             if affinity:
                 os.sched_setaffinity(popen.pid, sorted(affinity))
-            jobfiles.write_state(self.root, key, {"pid": popen.pid, "ticks": ticks, "uid": uid,
-                                                  "cgroups": [str(d) for d in cg.dirs()] if cg else [],
-                                                  "track": cg.track_kind if cg else None})
             if frozen and cg is None:
                 os.killpg(popen.pid, signal.SIGSTOP)
-            assert popen.stdin is not None  # stdin=PIPE
-            try:
-                popen.stdin.write(b"go\n")
-                popen.stdin.close()
-            except BrokenPipeError:
-                pass  # the launcher died already: its exit is reported like any other
         except BaseException:
-            popen.kill()  # it has not had the go: nothing of the job ran
-            popen.wait()
-            if cg is not None:
-                self._bury(cg)
-            jobfiles.remove_state(self.root, key)
+            self._abort(proc)
             raise
-        self.launched.add(key)
-        self._watch(proc)
         return proc
+
+    def record(self, proc: Proc, uid: int | None) -> None:
+        """Write job ``proc.key``'s state file: its process (pid, start time) and cgroups, before
+        the go (so a crash leaves a record of anything that may run)."""
+        cg = proc.cgroup
+        jobfiles.write_state(self.root, proc.key, {"pid": proc.pid, "ticks": proc.start_ticks, "uid": uid,
+                                                   "cgroups": [str(d) for d in cg.dirs()] if cg else [],
+                                                   "track": cg.track_kind if cg else None})
+
+    def go(self, proc: Proc) -> None:
+        """Let a started job's launcher run the job's command (the second half of :meth:`launch`)."""
+        assert proc.popen is not None and proc.popen.stdin is not None  # stdin=PIPE
+        try:
+            proc.popen.stdin.write(b"go\n")
+            proc.popen.stdin.close()
+        except BrokenPipeError:
+            pass  # the launcher died already: its exit is reported like any other
+
+    def _abort(self, proc: Proc) -> None:
+        """Undo a start that has not had its go: nothing of the job ran."""
+        if proc.popen is not None:
+            proc.popen.kill()
+            proc.popen.wait()
+        if proc.cgroup is not None:
+            self._bury(proc.cgroup)
+        jobfiles.remove_state(self.root, proc.key)
 
     def adopt(self, key, pid: int | None = None, start_ticks: int | None = None, workdir: Path | None = None):
         """Re-attach job ``key``'s process after a broker restart: the one its state file
@@ -359,16 +423,14 @@ class LocalExecutor:
                 cg = JobCgroup.from_paths(rec["cgroups"], rec.get("track") or "cgroup2")
         if pid is None or start_ticks is None or proc_start_ticks(pid) != start_ticks:
             if cg is not None:
-                cg.kill()
-                cg.remove()
+                self._cg_kill(cg)
             return None
         proc = Proc(key, pid, start_ticks, Path(workdir) if workdir else self.workdir(key), None, cgroup=cg)
         self._watch(proc)
         if proc_start_ticks(pid) != start_ticks:  # ended between the check and the pidfd
             self._unwatch(proc)
             if cg is not None:
-                cg.kill()
-                cg.remove()
+                self._cg_kill(cg)
             return None
         self.launched.add(key)
         return proc
@@ -391,9 +453,13 @@ class LocalExecutor:
                 continue
             rec = jobfiles.read_state(self.root, key)
             if rec is not None:
-                killed += _kill_record(rec)
+                killed += self._kill_record(key, rec)
             jobfiles.remove_state(self.root, key)
         return killed
+
+    def _kill_record(self, key, rec: dict) -> bool:
+        """Kill what job ``key``'s state file ``rec`` records, if it still runs."""
+        return _kill_record(rec)
 
     def forget(self, key) -> None:
         """Drop job ``key``'s state file (the broker has recorded its end)."""
@@ -431,7 +497,7 @@ class LocalExecutor:
         if proc is None:
             return False
         if proc.cgroup is not None:
-            proc.cgroup.freeze()
+            self._cg_freeze(proc.cgroup, True)
             return True
         return self._signal_group(proc, signal.SIGSTOP)
 
@@ -441,7 +507,7 @@ class LocalExecutor:
         if proc is None:
             return False
         if proc.cgroup is not None:
-            proc.cgroup.thaw()
+            self._cg_freeze(proc.cgroup, False)
             return True
         return self._signal_group(proc, signal.SIGCONT)
 
@@ -488,9 +554,26 @@ class LocalExecutor:
                 proc.popen.wait()
 
     def _bury(self, cg: JobCgroup, timeout: float = 5.0) -> None:
-        cg.kill(timeout)
-        if not cg.remove():
+        if not self._cg_kill(cg, timeout):
             self._graves.append(cg)
+
+    # the privileged cgroup actions (the launcher executor sends them to the launcher)
+    def _cg_freeze(self, cg: JobCgroup, on: bool) -> None:
+        """Freeze (``on``) or thaw a job's cgroup."""
+        if on:
+            cg.freeze()
+        else:
+            cg.thaw()
+
+    def _cg_kill(self, cg: JobCgroup, timeout: float = 10.0) -> bool:
+        """Kill every process in a job's cgroups (waiting at most ``timeout`` s) and remove
+        them; True once they are gone."""
+        cg.kill(timeout)
+        return cg.remove()
+
+    def _remove_layout(self) -> None:
+        """Remove the market's cgroup folders once no job's is left in them."""
+        self.layout.remove()
 
     def wake(self) -> None:
         """Interrupt a :meth:`wait` in progress (another thread changed something)."""
@@ -518,7 +601,7 @@ class LocalExecutor:
                 self._unwatch(proc)
                 out.append((key, code))
         if self._graves:
-            self._graves = [cg for cg in self._graves if not (cg.kill(0.0) and cg.remove())]
+            self._graves = [cg for cg in self._graves if not self._cg_kill(cg, 0.0)]
         return out
 
     def _ended(self, proc: Proc):
@@ -546,8 +629,8 @@ class LocalExecutor:
                 self._unwatch(self.procs[key])
         deadline = time.monotonic() + 5
         while self._graves and time.monotonic() < deadline:
-            self._graves = [cg for cg in self._graves if not (cg.kill(0.5) and cg.remove())]
-        self.layout.remove()  # the market's cgroup folders go once no job's is left in them
+            self._graves = [cg for cg in self._graves if not self._cg_kill(cg, 0.5)]
+        self._remove_layout()
         self.selector.close()
         self._waker.close()
         os.close(self.root_fd)

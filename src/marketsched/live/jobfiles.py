@@ -29,15 +29,17 @@ class JobFileError(OSError):
     """A job's file is not what the broker may touch (a link, a FIFO, a hard link, ...)."""
 
 
-def open_root(root: Path, mode: int = 0o711) -> int:
-    """Create (``mode``) and open the jobs' folder ``root``; returns a directory fd."""
+def open_root(root: Path, mode: int = 0o711, owner: int | None = None) -> int:
+    """Create (``mode``) and open the jobs' folder ``root``, which must belong to ``owner``
+    (default: this process's account); returns a directory fd."""
     root = Path(root)
+    owner = os.geteuid() if owner is None else owner
     root.mkdir(parents=True, exist_ok=True, mode=mode)
     fd = os.open(root, O_DIR)
     st = os.fstat(fd)
-    if st.st_uid != os.geteuid():
+    if st.st_uid != owner:
         os.close(fd)
-        raise JobFileError(f"jobs folder {root} belongs to uid {st.st_uid}, not to the broker ({os.geteuid()})")
+        raise JobFileError(f"jobs folder {root} belongs to uid {st.st_uid}, not to the broker ({owner})")
     if stat.S_IMODE(st.st_mode) & 0o022:
         os.fchmod(fd, mode)  # nobody else may add or rename entries in it
     return fd

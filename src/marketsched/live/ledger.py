@@ -263,6 +263,11 @@ class Store:
                        (name, token_hash, int(is_admin), t, unix_user))
             self._ensure_account(user_account(name))
 
+    def set_token_hash(self, name: str, token_hash: str) -> None:
+        """Replace user ``name``'s token (by its hash): the old one stops working."""
+        with self.transaction():
+            self._exec("UPDATE users SET token_hash = ? WHERE name = ?", (token_hash, name))
+
     def unix_user(self, name: str) -> str | None:
         """The Unix account market user ``name``'s jobs run as (None: not mapped)."""
         rows = self._rows("SELECT unix_user FROM users WHERE name = ?", (name,))

@@ -106,7 +106,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from marketsched.live import jobfiles
-from marketsched.live.executor import RunAs, WakePipe, job_environment, read_exit_code
+from marketsched.live.executor import JobFolders, RunAs, WakePipe, job_environment, read_exit_code
 
 PRIORITY_SCALE = 1000.0
 MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
@@ -196,7 +196,7 @@ class SlurmJob:
     extra: dict = field(default_factory=dict)
 
 
-class SlurmExecutor:
+class SlurmExecutor(JobFolders):
     """Runs the market's jobs as Slurm batch jobs (see the module docstring for the rules).
 
     ``root``: the jobs' folders (the broker passes ``DATA/jobs``); ``partition``: Slurm
@@ -253,9 +253,6 @@ class SlurmExecutor:
 
     def job_name(self, key: int | str) -> str:
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
-
-    def workdir(self, key: int) -> Path:
-        return self.root / f"job-{key}"
 
     def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool,
                 user: RunAs | None = None) -> SlurmJob:

@@ -205,9 +205,9 @@ class TycoonMarket:
     def _start(self, commands) -> None:
         try:
             if self.enforcement == "stride":
-                layout = Layout.detect(self.name, cpu=None, memory=None)  # freezing only, where there is a cgroup
+                layout = Layout.detect(self.name, cpu=None, memory=None, pids=None)  # freezing only, where there is a cgroup
             else:
-                layout = Layout.detect(self.name, cpu=self.enforcement, memory=None)
+                layout = Layout.detect(self.name, cpu=self.enforcement, memory=None, pids=None)
                 if layout.cpu is None:
                     layout.remove()
                     raise RuntimeError(f"{self.enforcement} enforcement asked for, but no writable cpu cgroup was found")

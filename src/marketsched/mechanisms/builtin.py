@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from marketsched.mechanisms.online.ees import Discrete
-from marketsched.mechanisms.registry import Mechanism, Param, register
+from marketsched.mechanisms.registry import Claim, Mechanism, Param, register
 
 PRICING = Param("pricing", str, "kth", "payment per second of running time: k-th price or first price "
                 "(Shudler et al. (2010), section IV)", ("kth", "first"))
@@ -72,14 +72,22 @@ DLGM_PARAMS = (
 )
 
 
+DLGM_CLAIMS = (
+    Claim("reporting the true weight (and choosing the best node) is a myopic best response", "myopic", ("value",),
+          "Stößer (2009), Theorems 1 and 3 (after Heydenreich, Müller & Uetz (2006)); Theorem 5: no payment "
+          "scheme makes it truthful in dominant strategies"),
+    Claim("with a true weight, reporting the true release time is dominant", "dominant", ("delay",),
+          "Stößer (2009), Appendix C (after Heydenreich, Müller & Uetz (2006))"),
+)
 _DLGM_LIVE = ("no: a job's node and payment are fixed at arrival from its reported run time (taken as the actual "
               "one), which a live job does not know; the live executor does not pin jobs to nodes either")
 register(Mechanism("dlgm", "Decentralized Local Greedy Mechanism", "compensation market",
                    "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), DLGM_PARAMS,
                    ("bids", "serial"), summary="each job picks the node with the best tentative utility; "
-                   "it pays the jobs it overtakes", live=_DLGM_LIVE))
+                   "it pays the jobs it overtakes", live=_DLGM_LIVE, claims=DLGM_CLAIMS))
 register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer (2009), section 5.4", _dlgm(True),
-                   DLGM_PARAMS, ("bids", "serial"), summary="DLGM with preemption by remaining-run-time ratio", live=_DLGM_LIVE))
+                   DLGM_PARAMS, ("bids", "serial"), summary="DLGM with preemption by remaining-run-time ratio", live=_DLGM_LIVE,
+                   claims=DLGM_CLAIMS))
 
 
 # ---------------------------------------------------------------------------- EES
@@ -158,7 +166,10 @@ _EES_LIVE = ("no: EES decides on the whole queue's values and delay costs at eac
 register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
                    summary="one job holds the machine; the head runs if its value beats the delay it causes",
-                   live=_EES_LIVE, utility=ees_utility))
+                   live=_EES_LIVE, utility=ees_utility,
+                   claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash", ("value",),
+                                 "Mutz (2008), section 4 (the expected externality mechanism of d'Aspremont & "
+                                 "Gérard-Varet); assumes full-width jobs, a known prior, no collusion"),)))
 register(Mechanism("relaxed-ees", "Relaxed EES", "queue auction", "Mutz (2008), chapter 6 (eqs. 6.1-6.6)",
                    _ees(True), EES_PARAMS + (Param("compress", bool, True, "move committed starts up when jobs end "
                                                    "early (conservative-backfilling compression)"),),
@@ -232,7 +243,7 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
     reproduction (``marketsched.experiments.kang2007.PROVIDERS``: schedulers, pricing kinds,
     relative rates, crash rates), their processors scaled to the machine's (largest
     remainders, at least one each); prices per estimated CPU-second ``price_level x relative
-    rate x mean value per second`` (the reproduction's rates are per CPU-hour for its own value
+    rate x mean true value per second`` (the operator's calibration, not the reports) (the reproduction's rates are per CPU-hour for its own value
     scale); every provider estimates a job's run time as its request (the description is
     ``(requested time, user)``); each job's bid is the linear schedule from ``w x patience`` at
     submission down to 0 at its deadline (the same patience model as EES's values);
@@ -268,7 +279,10 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
                                 DELTA,
                                 runtime_dim=0)
     market = Market(book, estimators, ReliabilityLedger(K, alpha=1.0, beta=1.0))
-    scale = price_level * float(np.mean(jobs.bid)) if n else price_level
+    # calibrated to the jobs' true values, never to their reports: prices that follow the mean bid
+    # let a job lower every provider's price by shading (found by ``marketsched audit``); the
+    # paper's price tables do not depend on the users' reports
+    scale = price_level * float(np.mean(jobs.true_value)) if n else price_level
     agents = []
     for p, c in zip(preset, caps.tolist()):
         rate = p["rate"] * scale
@@ -311,7 +325,11 @@ register(Mechanism("egg", "Egg decentralized auction", "decentralized auction",
                    ("bids", "serial", "estimates", "deadlines"), ("reliability",),
                    summary="per-bid auctioneer over provider price tables, escrow, reliability",
                    live="no: Egg is a market of several providers with their own schedulers and escrow; the live "
-                        "market is one machine behind one broker", utility=egg_utility))
+                        "market is one machine behind one broker", utility=egg_utility,
+                   claims=(Claim("t-strategyproof: no gain from a false value, a larger job or a later arrival",
+                                 "dominant", ("value", "estimate>=1", "delay"),
+                                 "Kang & Parkes (2007), Theorem 1 (Definition 7); for users with threshold-"
+                                 "reliability beliefs, admissible price tables and monotone predictors"),)))
 
 
 # ---------------------------------------------------------------------------- queues without a market

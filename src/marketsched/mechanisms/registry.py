@@ -67,6 +67,51 @@ KINDS = {
 }
 
 
+#: How strong an incentive claim is, and how an audit of ex-post utility on one instance can test it
+#: (:func:`marketsched.analysis.audit.claim_verdicts`).
+STRENGTHS = {
+    "dominant": "no lie pays, whatever the others report: one profitable lie on any instance refutes it",
+    "bayes-nash": "the truth maximises expected utility when the others are truthful: single lies may pay on "
+                  "one instance; a mean gain significantly above 0 over the focal jobs contradicts it",
+    "myopic": "the truth maximises the utility promised at the report (tentative utility); an ex-post audit "
+              "cannot refute it, and shows how often a lie pays after the fact",
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An incentive property a mechanism's paper proves, for :func:`~marketsched.analysis.audit`.
+
+    ``lies``: the audit deviations it covers, each a kind (``value``, ``estimate``, ``delay``),
+    optionally bounded: ``"estimate>=1"`` (only over-reports, when the model assumes a job cannot
+    claim less than it needs). ``strength``: a key of :data:`STRENGTHS`. ``source``: where it is
+    proved, with the assumptions that matter."""
+
+    text: str
+    strength: str
+    lies: tuple[str, ...]
+    source: str
+
+    def __post_init__(self):
+        if self.strength not in STRENGTHS:
+            raise ValueError(f"claim {self.text!r}: unknown strength {self.strength!r}; known: {', '.join(STRENGTHS)}")
+        for lie in self.lies:
+            self.bounds(lie)
+
+    @staticmethod
+    def bounds(lie: str) -> tuple[str, float, float]:
+        """``"estimate>=1"`` -> ``("estimate", 1.0, inf)``; ``"value"`` -> ``("value", -inf, inf)``."""
+        for op in (">=", "<="):
+            kind, found, amount = lie.partition(op)
+            if found:
+                try:
+                    x = float(amount)
+                except ValueError:
+                    raise ValueError(f"claim lie {lie!r}: {amount!r} is not a number") from None
+                return (kind.strip(), x, math.inf) if op == ">=" else (kind.strip(), -math.inf, x)
+        return lie.strip(), -math.inf, math.inf
+
+
 class Unfit(ValueError):
     """A mechanism cannot run on the given jobs; the message names what is missing and how to get it."""
 
@@ -130,7 +175,9 @@ class Mechanism:
     the live market (``marketsched market serve``) runs it, or why it cannot (shown by
     ``marketsched mechanisms``). ``optional``: inputs it uses when present. ``utility``:
     ``utility(jobs, run) -> per-job array`` in the mechanism's own model (None: the
-    quasi-linear ``-w x flow time - payment`` of Shudler et al. (2010), Eq. 3).
+    quasi-linear ``-w x flow time - payment`` of Shudler et al. (2010), Eq. 3). ``claims``: the
+    incentive properties its paper proves (:class:`Claim`), which ``marketsched audit`` gives a
+    verdict on.
     """
 
     name: str
@@ -146,6 +193,7 @@ class Mechanism:
     live: str = "no: not wired into the live market"
     utility: Callable[..., Any] | None = None
     origin: str = "python"  # "built-in", "plugin <distribution>", or registered from Python code
+    claims: tuple[Claim, ...] = ()
 
     def __post_init__(self):
         if not self.name or self.name != self.name.strip() or " " in self.name or "," in self.name:
@@ -342,4 +390,6 @@ def describe(m: Mechanism) -> dict:
         "params": [{"name": p.name, "type": p.type.__name__, "default": p.default, "help": p.help,
                     **({"choices": list(p.choices)} if p.choices else {})} for p in m.params],
         "summary": m.summary,
+        "claims": [{"text": c.text, "strength": c.strength, "lies": list(c.lies), "source": c.source}
+                   for c in m.claims],
     }

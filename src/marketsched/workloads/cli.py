@@ -21,7 +21,9 @@ def traces() -> None:
     """Known Parallel Workloads Archive traces: list, download, locate.
 
     A trace is looked for in $MARKETSCHED_TRACES, then the cache ($MARKETSCHED_CACHE or
-    ~/.cache/marketsched/traces), then downloaded with a sha256 check.
+    ~/.cache/marketsched/traces), then downloaded with a sha256 check. Once parsed, its
+    columns are kept in ~/.cache/marketsched/columns, keyed by the file's sha256
+    ($MARKETSCHED_COLUMN_CACHE moves it; MARKETSCHED_COLUMN_CACHE=off turns it off).
     """
 
 

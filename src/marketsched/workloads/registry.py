@@ -34,12 +34,13 @@ import shutil
 import sys
 import tempfile
 import urllib.error
-import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .swf import SwfLog, read_swf
+if TYPE_CHECKING:
+    from .swf import SwfLog
 
 ARCHIVE = "https://www.cs.huji.ac.il/labs/parallel/workload"
 ENV_TRACES = "MARKETSCHED_TRACES"
@@ -228,6 +229,8 @@ def where(name: str, *, traces_dir=None, cache_dir=None) -> tuple[str, Path | No
 # ---------------------------------------------------------------------------- download
 def _fetch(url: str, dest: Path, progress: bool = True) -> None:
     """Download ``url`` into the file ``dest`` (the one network call; tests replace it)."""
+    import urllib.request  # here: its HTTP client costs tens of milliseconds at start-up
+
     req = urllib.request.Request(url, headers={"User-Agent": "marketsched (trace download)"})
     with urllib.request.urlopen(req, timeout=60) as resp, open(dest, "wb") as out:
         total = int(resp.headers.get("Content-Length") or 0) or None
@@ -328,6 +331,9 @@ def resolve_trace(name_or_path, *, traces_dir=None, cache_dir=None, download: bo
         raise TraceNotFoundError(f"trace {info.name!r}: tried {'; '.join(tried)}; then {exc}") from exc
 
 
-def load_trace(name_or_path, **kwargs) -> SwfLog:
-    """:func:`read_swf` of :func:`resolve_trace` (same keyword arguments)."""
-    return read_swf(resolve_trace(name_or_path, **kwargs))
+def load_trace(name_or_path, *, column_cache: bool = True, **kwargs) -> SwfLog:
+    """:func:`read_swf` of :func:`resolve_trace` (same keyword arguments), through the local cache of
+    parsed columns (:mod:`marketsched.workloads.column_cache`; ``column_cache=False`` bypasses it)."""
+    from .column_cache import read_cached
+
+    return read_cached(resolve_trace(name_or_path, **kwargs), enabled=column_cache)

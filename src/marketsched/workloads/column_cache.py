@@ -1,0 +1,123 @@
+"""A local cache of parsed SWF logs, as NumPy columns keyed by the file's sha256.
+
+Parsing a gzipped archive log takes a good part of a second; loading its columns back from
+an uncompressed ``.npz`` file takes a few milliseconds. :func:`read_cached` is what
+:func:`marketsched.workloads.load_trace` calls:
+
+1. hash the file as stored (sha256 of its bytes, gzipped or not);
+2. if ``<cache>/<sha256>.v<FORMAT>.npz`` exists and is sound (every SWF field present with
+   its dtype and the same length, the recorded sha256 and format matching), return it;
+3. otherwise parse the file with :func:`marketsched.workloads.swf.read_swf` and write the
+   columns, header lines and comments to a temporary file in the cache folder, then rename it
+   into place (atomic: a reader never sees half a file).
+
+A changed file has another sha256, so it is parsed again (the stale entry is simply never
+read). A damaged or foreign cache file is never trusted: it is ignored, and rewritten from
+a fresh parse. A malformed log is never cached: its parse raises before anything is written.
+A cache folder that cannot be written is not an error; the log is then parsed every time.
+
+Where: ``$MARKETSCHED_COLUMN_CACHE`` if set, else ``~/.cache/marketsched/columns``. Setting
+``MARKETSCHED_COLUMN_CACHE=off`` (or ``0``, ``no``, ``false``, empty) disables the cache, as
+does ``load_trace(..., column_cache=False)``. Deleting the folder is always safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .swf import FLOAT_FIELDS, SWF_FIELDS, SwfLog, header_of, read_swf
+
+ENV_COLUMN_CACHE = "MARKETSCHED_COLUMN_CACHE"
+#: Version of the cached layout and of the parse it stores; bump it when either changes.
+FORMAT = 1
+_OFF = {"", "0", "off", "no", "false"}
+
+
+def column_cache_dir(explicit=None) -> Path | None:
+    """The cache folder (``explicit``, ``$MARKETSCHED_COLUMN_CACHE`` or ``~/.cache/marketsched/columns``);
+    None when the variable turns the cache off."""
+    if explicit is not None:
+        return Path(explicit).expanduser()
+    value = os.environ.get(ENV_COLUMN_CACHE)
+    if value is None:
+        return Path.home() / ".cache" / "marketsched" / "columns"
+    if value.strip().lower() in _OFF:
+        return None
+    return Path(value).expanduser()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cache_file(folder: Path, sha256: str) -> Path:
+    return folder / f"{sha256}.v{FORMAT}.npz"
+
+
+def _load(file: Path, sha256: str, path: Path) -> SwfLog | None:
+    """The cached log, or None if the file is missing, damaged or not this log's."""
+    try:
+        with np.load(file, allow_pickle=False) as npz:
+            meta = json.loads(bytes(npz["meta"]).decode("utf-8"))
+            if meta.get("format") != FORMAT or meta.get("sha256") != sha256:
+                return None
+            columns = {name: npz[name] for name in SWF_FIELDS}
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    n = columns["job_number"].shape
+    for name, col in columns.items():
+        want = np.float64 if name in FLOAT_FIELDS else np.int64
+        if col.dtype != want or col.ndim != 1 or col.shape != n:
+            return None
+    try:
+        pairs = [(str(k), str(v)) for k, v in meta["header_lines"]]
+        comments = [str(c) for c in meta["comments"]]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return SwfLog(columns=columns, header=header_of(pairs), header_lines=pairs, comments=comments, path=path)
+
+
+def _store(file: Path, sha256: str, log: SwfLog) -> None:
+    """Write ``log`` to ``file`` atomically (temporary file, then rename); give up quietly on an OS error."""
+    meta = {"format": FORMAT, "sha256": sha256, "header_lines": [list(p) for p in log.header_lines],
+            "comments": list(log.comments)}
+    meta_bytes = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    tmp = None
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".part", dir=file.parent)
+        tmp = Path(tmp_name)
+        with os.fdopen(fd, "wb") as fh:
+            arrays: dict[str, Any] = {"meta": meta_bytes, **log.columns}
+            np.savez(fh, **arrays)
+        os.replace(tmp, file)
+        tmp = None
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+def read_cached(path, cache_dir=None, *, enabled: bool = True) -> SwfLog:
+    """:func:`read_swf` of ``path`` through the column cache (see the module docstring)."""
+    path = Path(path)
+    folder = column_cache_dir(cache_dir) if enabled else None
+    if folder is None:
+        return read_swf(path)
+    raw = path.read_bytes()
+    sha256 = _sha256(raw)
+    file = cache_file(folder, sha256)
+    log = _load(file, sha256, path)
+    if log is None:
+        log = read_swf(path, raw=raw)
+        _store(file, sha256, log)
+    return log
