@@ -157,11 +157,6 @@ def test_piped_run_prints_plain_progress_lines_on_stderr():
     assert "(100%)" not in r.stdout  # the table goes to stdout, progress to stderr
 
 
-def test_reproduce_rejects_executor_for_experiments_without_runner():
-    r = CliRunner().invoke(main, ["reproduce", "feldman2005", "--executor", "serial", "--quick"])
-    assert r.exit_code != 0 and "takes no --executor" in r.output
-
-
 TRACE_SLICE = ["--jobs", "25", "--split", "--capacity", "0.3", "--values", "uniform"]
 
 

@@ -5,7 +5,7 @@ raises no fork warning (Python 3.12+)."""
 import threading
 import warnings
 
-from marketsched.experiments.processes import START_METHOD, process_manager, process_pool
+from marketsched.experiments.processes import START_METHOD, process_pool
 
 STATE = "as imported"
 
@@ -26,10 +26,6 @@ def test_workers_start_fresh_from_a_threaded_parent():
             warnings.simplefilter("error")  # 3.12+: forking a threaded process is a DeprecationWarning
             with process_pool(2) as pool:
                 assert list(pool.map(_state, range(4))) == ["as imported"] * 4  # nothing inherited
-            with process_manager() as manager:
-                q = manager.Queue()
-                q.put(3)
-                assert q.get() == 3
     finally:
         STATE = "as imported"
         stop.set()

@@ -518,9 +518,9 @@ def mechanisms_(name, as_json):
 @click.option("--quick", is_flag=True, help="Reduced grid that finishes in about a minute.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Number of seeds (default: the experiment's own).")
 @click.option("--executor", type=click.Choice(["process", "serial", "ray"]), default=None,
-              help="Where grid cells run: local processes (default), in this process, or a Ray cluster "
-                   "(pip install ray). For experiments built on the grid runner.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local worker processes (default: cores).")
+              help="Where the experiment's tasks run: local processes (default), in this process, or a Ray "
+                   "cluster (pip install ray).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local worker processes (default: the experiment's own).")
 @click.option("--report-only", is_flag=True,
               help="Simulate nothing: rewrite the report from the stored results (--results).")
 @click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -530,10 +530,10 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
     """Reproduce a paper's experiments and write a report (list them without NAME).
 
     A run stores its results in OUT/results and writes OUT/report.md from them;
-    `--report-only` rewrites the report from stored results without simulating.
+    `--report-only` rewrites the report from stored results without simulating. Finished tasks
+    are stored as they end (in OUT/tasks; the grid runner's cells in OUT/results): running the
+    same command again (after an interruption or a failed task) runs only the missing ones.
     """
-    import inspect
-
     from marketsched import experiments
 
     found = experiments.available()
@@ -570,11 +570,6 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
         raise click.BadParameter("a run stores its results in OUT/results; --results goes with --report-only",
                                  param_hint="--results")
     extra = {k: v for k, v in (("executor", executor), ("workers", workers)) if v is not None}
-    accepted = inspect.signature(module.run).parameters
-    for key in extra:
-        if key not in accepted:
-            raise click.BadParameter(f"experiment {name!r} does not run on the grid runner; it takes no --{key}",
-                                     param_hint=f"--{key}")
     path = module.run(out_dir=out_dir, quick=quick, seeds=seeds, **extra)
     click.echo(f"report: {path}")
 

@@ -1,10 +1,13 @@
 """Reproductions of the papers' experiments, one module per paper.
 
 A module here is an experiment when it defines ``NAME`` (the name used by
-``marketsched reproduce NAME``), ``TITLE`` (one line) and ``run(out_dir, quick, seeds)``,
-which writes ``report.md`` (and figures, tables) into ``out_dir`` and returns its path.
-``quick=True`` runs a reduced grid that finishes in minutes; ``seeds=None`` means
-the experiment's own default. An optional ``QUICK_TIME`` (e.g. ``"~2 min"``) is the
+``marketsched reproduce NAME``), ``TITLE`` (one line) and
+``run(out_dir, quick, seeds, workers, executor)``, which writes ``report.md`` (and figures,
+tables) into ``out_dir`` and returns its path, and ``write_report(results, out_dir)``, which
+writes the report from the stored results alone. ``quick=True`` runs a reduced grid that
+finishes in minutes; ``seeds=None`` means the experiment's own default. ``run`` declares its
+work as tasks and runs them on :func:`marketsched.experiments.tasks.run_tasks` (or the grid
+runner), which takes ``workers`` and ``executor`` and resumes from ``out_dir/tasks``. An optional ``QUICK_TIME`` (e.g. ``"~2 min"``) is the
 measured CPU time of ``--quick`` (user + system, all its processes), shown by
 ``marketsched reproduce``; on two idle cores the wall time is about the same or less. Discovery is by module scan, so adding a paper needs no
 edit to a shared file.

@@ -36,8 +36,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
-from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +43,8 @@ import numpy as np
 import pandas as pd
 
 from marketsched.analysis import verdicts as V
-from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
+from marketsched.experiments.tasks import Task, run_tasks
 from marketsched.mechanisms.games.dynamics import regrets, run_dynamics
 from marketsched.mechanisms.games.fixed_budget import (
     FixedBudgetGame,
@@ -167,29 +165,9 @@ def two_player_cell(n: int, seed: int, starts: int) -> list[dict]:
     return rows
 
 
-def _run_all(tasks: list[tuple], workers: int) -> list:
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from marketsched.progress import Progress
-
-    rows: list = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
-        job = bar.add_task("feldman2005 cells", total=len(tasks))
-        if workers <= 1:
-            for fn, args in tasks:
-                rows.append(fn(*args))
-                bar.advance(job)
-        else:
-            with process_pool(workers) as pool:
-                futures = [pool.submit(fn, *args) for fn, args in tasks]
-                for fut in as_completed(futures):
-                    rows.append(fut.result())
-                    bar.advance(job)
-    return rows
-
-
-def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None) -> Path:
-    """Run the grid, store the rows in ``out_dir/results``, write the report."""
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Run the grid (resuming from ``out_dir/tasks``), store the rows in ``out_dir/results``, write the report."""
     out_dir = Path(out_dir)
     n_seeds = seeds or (2 if quick else 5)
     finite_seeds = min(n_seeds, 2 if quick else 3)
@@ -202,16 +180,19 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     trace_m = 40
     trace_finite = {(5, 30), (20, 10), (5, 60)}
 
-    tasks: list[tuple[Callable[..., Any], tuple]] = [
-        (infinite_cell, (pref, m, s, greedy_cap, s == 0 and m == trace_m, starts))
-             for pref in PREFS for m in users for s in range(n_seeds)]
-    tasks += [(finite_cell, (d, m, s, finite_cap, s == 0 and (d, m) in trace_finite))
-              for d in (5, 20) for m in finite_users for s in range(finite_seeds)]
-    tasks.sort(key=lambda t: -(int(t[1][1]) * (int(t[1][0]) if t[0] is finite_cell else 1)))  # big cells first
-    tasks += [(two_player_cell, (n, s, 2)) for n in TWO_PLAYER_MACHINES for s in range(two_games)]
+    # a task's key is its part and its arguments
+    tasks = [Task(("infinite", *a), infinite_cell, a) for a in
+             ((pref, m, s, greedy_cap, s == 0 and m == trace_m, starts)
+              for pref in PREFS for m in users for s in range(n_seeds))]
+    tasks += [Task(("finite", *a), finite_cell, a) for a in
+              ((d, m, s, finite_cap, s == 0 and (d, m) in trace_finite)
+               for d in (5, 20) for m in finite_users for s in range(finite_seeds))]
+    tasks.sort(key=lambda t: -(int(t.args[1]) * (int(t.args[0]) if t.fn is finite_cell else 1)))  # big cells first
+    tasks += [Task(("two_player", n, s, 2), two_player_cell, (n, s, 2))
+              for n in TWO_PLAYER_MACHINES for s in range(two_games)]
     workers = workers or max(1, min(os.cpu_count() or 1, 2))
     t0 = time.perf_counter()
-    rows = _run_all(tasks, workers)
+    rows = run_tasks(tasks, out_dir / "tasks", executor, workers, description="feldman2005 cells").values()
     wall = time.perf_counter() - t0
     two = pd.DataFrame([r for batch in rows if isinstance(batch, list) for r in batch]).sort_values(["n", "seed", "start"])
     rows = [r for r in rows if isinstance(r, dict)]

@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 
 from marketsched.engine.simulator import Simulator
-from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
+from marketsched.experiments.tasks import Task, run_tasks
 from marketsched.mechanisms.online.egg import (
     AdmissibilityError,
     Bid,
@@ -195,16 +195,14 @@ def _scaled(model, f):
                                   _scaled(model.default, f))
 
 
-def theorem_data(n_markets: int) -> pd.DataFrame:
-    """Part B: every misreport family on ``n_markets`` random markets per setting; gains summarised."""
+def theorem_data(n_markets: int, run_part) -> pd.DataFrame:
+    """Part B: every misreport family on ``n_markets`` random markets per setting; gains summarised.
+    ``run_part(tasks, description)`` runs the tasks and returns their results by key."""
     settings = ("theorem", "drift", "inactive")
-    rows = []
-    with _progress() as bar:
-        task = bar.add_task("B. theorem 1 on random markets", total=n_markets * len(settings))
-        for setting in settings:
-            for i in range(n_markets):
-                rows += _audit_random_market(SEED * 1000 + i, setting)
-                bar.advance(task)
+    tasks = [Task(("theorem", setting, SEED * 1000 + i), _audit_random_market, (SEED * 1000 + i, setting))
+             for setting in settings for i in range(n_markets)]
+    done = run_part(tasks, "B. theorem 1 on random markets")
+    rows = [r for t in tasks for r in done[t.key]]
     df = pd.DataFrame(rows)
     return (df.groupby(["setting", "kind"], sort=False)
               .agg(cases=("gain", "size"), profitable=("gain", lambda g: int((g > 1e-9).sum())),
@@ -372,7 +370,29 @@ def summarise(scenario: str, seed: int, w: Workload, bids: BidBatch, pol: EggPol
 RELIABILITY_POINTS = 1500  # reliability log points kept per scenario (evenly spaced) for the figure
 
 
-def trace_data(quick: bool, seeds: int) -> dict:
+def _trace_run(w: Workload, models: list, seed: int, scenario: str) -> tuple:
+    """One scenario and seed of part C: its run row, provider rows and, for seed 0, its reliability
+    log (thinned) and, for 'mixed', its prices."""
+    bids, _ = true_bids(w, SEED + seed)
+    crash = np.random.default_rng(SEED + 100 + seed).exponential(1.0, len(w))
+    pol, market, rec = simulate(w, bids, scenario, models, crash)
+    r, p = summarise(scenario, seed, w, bids, pol, market, rec)
+    rel, prices = [], None
+    if seed == 0:
+        log = pol.reliability_log
+        keep: list[int] = (np.unique(np.linspace(0, len(log) - 1, min(len(log), RELIABILITY_POINTS))
+                                     .astype(int)).tolist() if log else [])
+        rel = [{"scenario": scenario, "t": log[i][0], **{f"p{k}": float(v) for k, v in enumerate(log[i][1])}}
+               for i in keep]
+        aw = np.nonzero(pol.provider >= 0)[0]
+        if scenario == "mixed":  # the figure shows one scenario
+            prices = pd.DataFrame({"scenario": scenario, "arrival": bids.arrival[aw],
+                                   "price_over_value": pol.price[aw] / np.maximum(pol.bids.v_start[aw], 1e-9),
+                                   "provider": pol.provider[aw]})
+    return r, p, rel, prices
+
+
+def trace_data(quick: bool, seeds: int, run_part) -> dict:
     """Part C: every scenario and seed on the trace window; per-run rows, per-provider rows, and the
     seed-0 reliability log and prices (thinned) for the figures."""
     days = QUICK_DAYS if quick else FULL_DAYS
@@ -380,29 +400,16 @@ def trace_data(quick: bool, seeds: int) -> dict:
     models = fit_estimators(train)
     rows, per, rel, prices = [], [], [], []
     t0 = time.perf_counter()
-    with _progress() as bar:
-        task = bar.add_task("C. trace-driven market", total=len(SCENARIOS) * seeds)
-        for seed in range(seeds):
-            bids, _ = true_bids(w, SEED + seed)
-            crash = np.random.default_rng(SEED + 100 + seed).exponential(1.0, len(w))
-            for scenario in SCENARIOS:
-                pol, market, rec = simulate(w, bids, scenario, models, crash)
-                r, p = summarise(scenario, seed, w, bids, pol, market, rec)
-                rows.append(r)
-                per += p
-                if seed == 0:
-                    log = pol.reliability_log
-                    keep: list[int] = (np.unique(np.linspace(0, len(log) - 1, min(len(log), RELIABILITY_POINTS))
-                                                 .astype(int)).tolist() if log else [])
-                    rel += [{"scenario": scenario, "t": log[i][0], **{f"p{k}": float(v) for k, v in
-                                                                         enumerate(log[i][1])}} for i in keep]
-                    aw = np.nonzero(pol.provider >= 0)[0]
-                    if scenario == "mixed":  # the figure shows one scenario
-                        prices.append(pd.DataFrame({"scenario": scenario, "arrival": bids.arrival[aw],
-                                                    "price_over_value": pol.price[aw] / np.maximum(pol.bids.v_start[aw],
-                                                                                                   1e-9),
-                                                    "provider": pol.provider[aw]}))
-                bar.advance(task)
+    tasks = [Task(("trace", *days, seed, scenario), _trace_run, (w, models, seed, scenario))
+             for seed in range(seeds) for scenario in SCENARIOS]
+    done = run_part(tasks, "C. trace-driven market")
+    for t in tasks:
+        r, p, rel_rows, price = done[t.key]
+        rows.append(r)
+        per += p
+        rel += rel_rows
+        if price is not None:
+            prices.append(price)
     return {"runs": pd.DataFrame(rows), "providers": pd.DataFrame(per), "reliability": pd.DataFrame(rel),
             "prices": pd.concat(prices, ignore_index=True), "w": w, "models": models,
             "meta": {"src": src, "days": list(days), "seeds": seeds, "runs_seconds": round(time.perf_counter() - t0, 1)}}
@@ -564,8 +571,9 @@ def _rerun(args) -> tuple[int, str, float]:
     return j, kind, float(u)
 
 
-def audits_data(quick: bool, trace: dict) -> tuple[pd.DataFrame, dict]:
-    """Part D: gains of each misreport under the paper's beliefs (probed run) and realistic failures."""
+def audits_data(quick: bool, trace: dict, run_part) -> tuple[pd.DataFrame, dict]:
+    """Part D: gains of each misreport under the paper's beliefs (probed run) and realistic failures
+    (re-simulations, run by ``run_part`` as for :func:`theorem_data`)."""
     w_all, models = trace["w"], trace["models"]
     rng = np.random.default_rng(SEED + 7)
     # --- beliefs: focal jobs held out of the market, probed at true and reported arrivals
@@ -639,17 +647,10 @@ def audits_data(quick: bool, trace: dict) -> tuple[pd.DataFrame, dict]:
     awarded = np.intersect1d(cand, np.nonzero(base.provider >= 0)[0])
     pool = awarded if awarded.size >= n_real else cand  # informative focal jobs: awarded when truthful
     focal_r = np.sort(rng.choice(pool, min(n_real, pool.size), replace=False))
-    tasks = [(w_day, bids_day, models, crash_day, int(j), kind, "mixed")
+    tasks = [Task(("rerun", quick, int(j), kind), _rerun, ((w_day, bids_day, models, crash_day, int(j), kind, "mixed"),))
              for j in focal_r for kind in ("truth",) + AUDIT_KINDS]
-    res = []
-    workers = max(1, min(2, os.cpu_count() or 1))
-    with _progress() as bar:
-        task = bar.add_task("D. realistic audit (re-simulations)", total=len(tasks))
-        with process_pool(workers) as ex:
-            for r in ex.map(_rerun, tasks):
-                res.append(r)
-                bar.advance(task)
-    real = pd.DataFrame(res, columns=["job", "kind", "utility"])
+    done = run_part(tasks, "D. realistic audit (re-simulations)")
+    real = pd.DataFrame([done[t.key] for t in tasks], columns=["job", "kind", "utility"])
     rt = real[real.kind == "truth"].set_index("job")["utility"]
     real = real[real.kind != "truth"].assign(gain=lambda d: d.utility - rt.reindex(d.job).to_numpy())
     real["model"] = "realistic failures"
@@ -715,8 +716,10 @@ def _figure_audit(rep: Report, both: pd.DataFrame) -> None:
 
 
 # =========================================================================== run
-def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
-    """Simulate parts B-D, store the results in ``out_dir/results``, write the report."""
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Simulate parts B-D (resuming from ``out_dir/tasks``), store the results in ``out_dir/results``, write the
+    report."""
     import json
 
     seeds = (1 if quick else 2) if seeds is None else int(seeds)
@@ -724,13 +727,18 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
         raise ValueError(f"kang2007: seeds must be >= 1, got {seeds}")
     res = Path(out_dir) / "results"
     res.mkdir(parents=True, exist_ok=True)
+    workers = workers or max(1, min(2, os.cpu_count() or 1))
+
+    def run_part(tasks: list, description: str) -> dict:
+        return run_tasks(tasks, Path(out_dir) / "tasks", executor, workers, description=description).results
+
     n_markets = 60 if quick else 600
-    theorem_data(n_markets).to_csv(res / "theorem.csv", index=False)
-    trace = trace_data(quick, seeds)
+    theorem_data(n_markets, run_part).to_csv(res / "theorem.csv", index=False)
+    trace = trace_data(quick, seeds, run_part)
     for key in ("runs", "providers", "reliability"):
         trace[key].to_csv(res / f"{'trace_' if key in ('runs', 'providers') else ''}{key}.csv", index=False)
     trace["prices"].to_csv(res / "prices.csv.gz", index=False, float_format="%.6g")
-    both, audit_meta = audits_data(quick, trace)
+    both, audit_meta = audits_data(quick, trace, run_part)
     both.to_csv(res / "audits.csv", index=False)
     (res / "meta.json").write_text(json.dumps({"quick": quick, "n_markets": n_markets, **trace["meta"],
                                                **audit_meta}, indent=1))

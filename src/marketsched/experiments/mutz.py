@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import pandas as pd
 
 from marketsched.analysis import verdicts as V
 from marketsched.experiments.report import Report
+from marketsched.experiments.tasks import Task, run_tasks
 from marketsched.mechanisms.clearing.dpgva import brute_force_schedule, dpgva, dpgva_schedule
 from marketsched.mechanisms.clearing.relaxed_dpgva import optimal_schedule, relaxed_dpgva_schedule
 from marketsched.mechanisms.online.ees import EES, QueueSnapshot, RelaxedEES, TypePrior, Uniform
@@ -54,12 +56,17 @@ RDP_CAPACITY, RDP_UNITS, RDP_JOBS, RDP_FOCAL_LENGTH = 16, 96, 30, 16
 
 
 # --------------------------------------------------------------------------- helpers
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+class _Quiet:
+    """The progress bar of a part run as a task: shows nothing (the task layer counts the parts)."""
 
-    from marketsched.progress import Progress
+    def add_task(self, *args, **kwargs) -> int:
+        return 0
 
-    return Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    def advance(self, *args, **kwargs) -> None:
+        pass
+
+
+QUIET = _Quiet()
 
 
 def _timed(fn, min_time: float = 0.05, max_reps: int = 50) -> float:
@@ -475,8 +482,10 @@ def _sweeps_dict(df: pd.DataFrame) -> dict:
     return out
 
 
-def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
-    """Run every part, store the results in ``out_dir/results``, write the report from them."""
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Run every part (resuming from ``out_dir/tasks``), store the results in ``out_dir/results``, write the
+    report from them. ``workers``: local processes (default 2 at most; the parts are timed, one per core)."""
     import json
 
     out_dir = Path(out_dir)
@@ -504,17 +513,29 @@ def run(out_dir, quick: bool = False, seeds: int | None = None) -> Path:
     )
     n_groups = {"EES": groups * 15, "relaxed EES": groups * 5, "DPGVA": groups * 5, "relaxed DPGVA": rdp_groups}
     rees_draws = draws // 2 if not quick else draws
-    with _progress() as bar:
-        sweeps = {**ees_incentives(n_groups["EES"], draws, bar),
-                  **rees_incentives(n_groups["relaxed EES"], rees_draws, bar),
-                  **dpgva_incentives(n_groups["DPGVA"], bar),
-                  **rdpgva_incentives(rdp_groups, rdp_depths, bar)}
-        imb = budget_imbalance(cfg["imbalance_draws"], cfg["imbalance_queues"], bar)
-        t_ees = ees_timing(cfg["len_cached"], cfg["len_naive"], cfg["len_relaxed"], cfg["draws_list"], bar)
-        t_dp = dpgva_timing(cfg["dp_bids"], cfg["dp_brute"], cfg["dp_periods"], cfg["dp_granules"], bar,
-                            brute_cap_s=cfg["brute_cap_s"])
-        t_rdp = rdpgva_timing(cfg["rdp_bids"], rdp_depths, cfg["rdp_depth_list"], bar, max_cells=cfg["max_cells"])
-        qual = rdpgva_quality(cfg["rdp_quality_jobs"], rdp_depths, cfg["rdp_quality_instances"], bar)
+    # each part is a task (run with a quiet bar): its key is its name and arguments
+    parts: dict[str, tuple[Callable, tuple]] = {
+        "ees": (ees_incentives, (n_groups["EES"], draws, QUIET)),
+        "rees": (rees_incentives, (n_groups["relaxed EES"], rees_draws, QUIET)),
+        "dpgva": (dpgva_incentives, (n_groups["DPGVA"], QUIET)),
+        "rdpgva": (rdpgva_incentives, (rdp_groups, rdp_depths, QUIET)),
+        "imbalance": (budget_imbalance, (cfg["imbalance_draws"], cfg["imbalance_queues"], QUIET)),
+        "timing_ees": (ees_timing, (cfg["len_cached"], cfg["len_naive"], cfg["len_relaxed"], cfg["draws_list"],
+                                    QUIET)),
+        "timing_dpgva": (dpgva_timing, (cfg["dp_bids"], cfg["dp_brute"], cfg["dp_periods"], cfg["dp_granules"], QUIET,
+                                        cfg["brute_cap_s"])),
+        "timing_rdpgva": (rdpgva_timing, (cfg["rdp_bids"], rdp_depths, cfg["rdp_depth_list"], QUIET,
+                                          cfg["max_cells"])),
+        "quality": (rdpgva_quality, (cfg["rdp_quality_jobs"], rdp_depths, cfg["rdp_quality_instances"], QUIET)),
+    }
+    tasks = {name: Task((name, repr([a for a in args if a is not QUIET])), fn, args)
+             for name, (fn, args) in parts.items()}
+    workers = workers or max(1, min(2, os.cpu_count() or 1))
+    done = run_tasks(list(tasks.values()), out_dir / "tasks", executor, workers, description="mutz parts").results
+    got = {name: done[t.key] for name, t in tasks.items()}
+    sweeps = {**got["ees"], **got["rees"], **got["dpgva"], **got["rdpgva"]}
+    imb, t_ees, t_dp, t_rdp, qual = (got[k] for k in ("imbalance", "timing_ees", "timing_dpgva", "timing_rdpgva",
+                                                       "quality"))
     res = out_dir / "results"
     res.mkdir(parents=True, exist_ok=True)
     _sweeps_frame(sweeps).to_csv(res / "sweeps.csv.gz", index=False)

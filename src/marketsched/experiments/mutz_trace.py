@@ -50,8 +50,8 @@ import pandas as pd
 from marketsched.analysis.metrics import summarize
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
-from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
+from marketsched.experiments.tasks import Task, run_tasks
 from marketsched.mechanisms.online.ees import TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import (
     EESPolicy,
@@ -168,14 +168,6 @@ def measures(w, rec, v, d, extra: dict | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------- the experiment
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from marketsched.progress import Progress
-
-    return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-
-
 def _cells(quick: bool, seeds: list[int], n_draws: int) -> list[Cell]:
     cells = [Cell(quick, m, 0, D_MAX, n_draws) for m in ("fcfs", "easy")]
     for seed in seeds:
@@ -189,22 +181,15 @@ def _cells(quick: bool, seeds: list[int], n_draws: int) -> list[Cell]:
     return sorted(cells, key=lambda c: -cost[c.mechanism])
 
 
-def simulate_all(quick: bool, seeds: list[int], n_draws: int, workers: int) -> list[dict]:
+def simulate_all(quick: bool, seeds: list[int], n_draws: int, workers: int, executor: str, store) -> list[dict]:
+    """Every cell's raw results, in the declared order; each cell a task stored in ``store`` (resumable)."""
+    from dataclasses import astuple
+
     cells = _cells(quick, seeds, n_draws)
     build_workload(quick)  # fail early (e.g. trace missing) before starting workers
-    with _progress() as bar:
-        task = bar.add_task("mutz-trace simulations", total=len(cells))
-        results = []
-        if workers <= 1:
-            for c in cells:
-                results.append(run_cell(c))
-                bar.advance(task)
-        else:
-            with process_pool(workers) as pool:
-                for res in pool.map(run_cell, cells):
-                    results.append(res)
-                    bar.advance(task)
-    return results
+    tasks = [Task(astuple(c), run_cell, (c,)) for c in cells]
+    done = run_tasks(tasks, store, executor, workers, description="mutz-trace simulations").results
+    return [done[t.key] for t in tasks]
 
 
 def tabulate(results: list[dict], quick: bool, seeds: list[int]) -> pd.DataFrame:
@@ -374,8 +359,10 @@ def fig_jobs(jobs: pd.DataFrame, dec: pd.DataFrame):
     return fig
 
 
-def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None) -> Path:
-    """Simulate every cell, store the results in ``out_dir/results``, write the report from them."""
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Simulate every cell (resuming from ``out_dir/tasks``), store the results in ``out_dir/results``, write the
+    report from them."""
     import json
 
     out_dir = Path(out_dir)
@@ -384,7 +371,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     seed_list = list(range(1, n_seeds + 1))
     n_draws = 100 if quick else 200
     workers = workers or max(1, min(2, os.cpu_count() or 1))
-    results = simulate_all(quick, seed_list, n_draws, workers)
+    results = simulate_all(quick, seed_list, n_draws, workers, executor, out_dir / "tasks")
     df = tabulate(results, quick, seed_list)
     res = out_dir / "results"
     res.mkdir(parents=True, exist_ok=True)

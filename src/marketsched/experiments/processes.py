@@ -23,8 +23,3 @@ def process_pool(workers: int | None = None) -> ProcessPoolExecutor:
     """A ``ProcessPoolExecutor`` of ``workers`` processes (default: one per CPU) started with
     :data:`START_METHOD`."""
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(START_METHOD))
-
-
-def process_manager():
-    """A ``multiprocessing`` manager (shared queues for progress) started with :data:`START_METHOD`."""
-    return multiprocessing.get_context(START_METHOD).Manager()

@@ -23,7 +23,8 @@ Steps of :func:`run_grid`:
 3. run the batches on local processes (``executor="process"``, the default, a
    ``concurrent.futures.ProcessPoolExecutor`` started with "spawn":
    :mod:`marketsched.experiments.processes`), in this process (``"serial"``) or on Ray
-   (``"ray"``, imported lazily; Ray is optional: ``pip install ray``);
+   (``"ray"``, imported lazily; Ray is optional: ``pip install ray``), with the executors every
+   reproduction uses (:func:`marketsched.experiments.tasks.execute`);
 4. as each batch finishes, write its rows to a new Parquet part file in the results directory
    (written to a temporary name, then renamed: a crash never leaves half a part) and advance
    the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
@@ -52,9 +53,7 @@ import gc
 import hashlib
 import itertools
 import json
-import os
 import time
-import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
@@ -64,6 +63,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
+from marketsched.experiments.tasks import EXECUTORS, atomic_write, error_text, execute, write_failures
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,7 +76,6 @@ NO_PRICING = "-"
 GROUP_COLUMNS = ("value_bin", "value_band", "runtime_group", "bidder")
 SUM_COLUMNS = ("jobs_in_group", "completed", "sum_value", "sum_bid", "sum_runtime", "sum_flow", "sum_wait",
                "sum_bsd", "ssj", "sum_payment", "sum_wflow", "sum_utility", "preemptions")
-EXECUTORS = ("process", "serial", "ray")
 BIN_WIDTH = 10.0
 BIN_TOP = 180.0
 
@@ -472,8 +471,8 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
 
 
 def _failure(cell: Cell, exc: BaseException) -> dict:
-    return {"cell": asdict(cell), "label": cell.label(), "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+    error, tb = error_text(exc)
+    return {"cell": asdict(cell), "label": cell.label(), "error": error, "traceback": tb}
 
 
 # ------------------------------------------------------------------------------------ results table
@@ -504,11 +503,7 @@ def _write_part(out_dir: Path, rows) -> Path:
     digest = hashlib.sha1(
         json.dumps(sorted(map(str, rows[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None))))
         .encode()).hexdigest()[:16]
-    path = out_dir / f"part-{digest}.parquet"
-    tmp = out_dir / f".tmp-{digest}-{os.getpid()}.parquet"
-    rows.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(out_dir / f"part-{digest}.parquet", lambda tmp: rows.to_parquet(tmp, index=False))
 
 
 @dataclass
@@ -583,7 +578,8 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
     # so keep the declared order, which groups batches of a workload together (cache hits).
     batches = make_batches(todo, max_batch)
 
-    def on_done(batch, payload, bar, task):
+    def on_done(i, payload):
+        batch = batches[i]
         if isinstance(payload, BaseException):
             result.failures += [_failure(c, payload) for c in batch]
         else:
@@ -593,74 +589,12 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
                 result.ran += rows[list(CELL_COLUMNS)].drop_duplicates().shape[0]
             result.failures += failures
             result.cell_seconds.update(seconds)
-        if bar is not None:
-            bar.advance(task, len(batch))
 
-    from contextlib import nullcontext
-
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from marketsched.progress import Progress
-
-    bar_ctx = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn()) if progress and batches else nullcontext(None))
-    with bar_ctx as bar:
-        task = bar.add_task(description, total=len(todo)) if bar is not None else None
-        if executor == "serial" or not batches:
-            for b in batches:
-                on_done(b, evaluate_batch(b, bin_width, share_schedule), bar, task)
-        elif executor == "process":
-            _run_processes(batches, workers, (bin_width, share_schedule), lambda b, p: on_done(b, p, bar, task))
-        else:
-            _run_ray(batches, workers, (bin_width, share_schedule), lambda b, p: on_done(b, p, bar, task))
-    _write_failures(out_dir, result.failures)
+    execute([(evaluate_batch, (b, bin_width, share_schedule)) for b in batches], on_done, executor, workers,
+            description if progress else None, weights=[len(b) for b in batches])
+    write_failures(out_dir, result.failures)
     result.seconds = time.perf_counter() - t_start
     return result
-
-
-def _write_failures(out_dir: Path, failures: list) -> None:
-    path = out_dir / "failures.json"
-    if failures:
-        path.write_text(json.dumps(failures, indent=1))
-    elif path.exists():
-        path.unlink()
-
-
-def _run_processes(batches, workers, args, on_done):
-    from concurrent.futures import as_completed
-
-    from marketsched.experiments.processes import process_pool
-
-    workers = workers or os.cpu_count() or 1
-    with process_pool(min(workers, len(batches))) as pool:
-        futures = {pool.submit(evaluate_batch, b, *args): b for b in batches}
-        for fut in as_completed(futures):
-            try:
-                payload = fut.result()
-            except BaseException as exc:  # worker died (BrokenProcessPool) or result not picklable
-                payload = exc
-            on_done(futures[fut], payload)
-
-
-def _run_ray(batches, workers, args, on_done):
-    """Run the batches as Ray tasks (``ray.init()`` joins ``RAY_ADDRESS`` or starts a local one)."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("executor='ray' needs Ray, which is optional and not installed: pip install ray") from exc
-    if not ray.is_initialized():
-        ray.init(ignore_reinit_error=True, **({"num_cpus": workers} if workers else {}))
-    remote = ray.remote(evaluate_batch)
-    pending = {remote.remote(b, *args): b for b in batches}
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            batch = pending.pop(ref)
-            try:
-                payload = ray.get(ref)
-            except BaseException as exc:
-                payload = exc
-            on_done(batch, payload)
 
 
 def cell_frame(cells: Sequence[Cell]):

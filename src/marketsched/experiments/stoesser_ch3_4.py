@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from marketsched.analysis import verdicts as V
-from marketsched.experiments.processes import process_pool
+from marketsched.experiments.tasks import Task, run_tasks
 from marketsched.mechanisms.clearing.exact import solve_exact
 from marketsched.mechanisms.clearing.greedex import (
     critical_value_pricing,
@@ -286,30 +284,10 @@ T47_RAND1 = {20: 22, 40: 14, 60: 14, 80: 9, 100: 10}
 
 
 # ---------------------------------------------------------------------- driver
-def _run_tasks(tasks, workers: int, label: str):
-    """Run (fn, args) tasks on a process pool with a progress bar; returns results in order."""
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from marketsched.progress import Progress
-
-    results = [None] * len(tasks)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as prog:
-        bar = prog.add_task(label, total=len(tasks))
-        if workers <= 1:
-            for i, (fn, args) in enumerate(tasks):
-                results[i] = fn(*args)
-                prog.advance(bar)
-            return results
-        with process_pool(workers) as pool:
-            futs = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
-            for fut in as_completed(futs):
-                results[futs[fut]] = fut.result()
-                prog.advance(bar)
-    return results
-
-
-def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None) -> Path:
-    """Simulate every part, store the per-book results in ``out_dir/results``, write the report."""
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Simulate every part (resuming from ``out_dir/tasks``), store the per-book results in ``out_dir/results``,
+    write the report."""
     import json
 
     cfg = QUICK if quick else FULL
@@ -324,22 +302,26 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     # so the limit is stretched by the load per core (at most 3x) to approximate CPU seconds
     load_factor = float(np.clip(os.getloadavg()[0] / (os.cpu_count() or 1), 1.0, 3.0))
     mip_limit = cfg.mip_time_limit * load_factor
-    tasks: list[tuple[Callable[..., Any], tuple]] = [
-        (task_mip, (n, r, b, mip_limit, mem)) for mem in ("sigma", "variance") for n, r in cfg.mip_cells
-        for b in range(cfg.mip_books)]
-    parts = {"mip": pd.DataFrame(_run_tasks(tasks, workers, "tables 3.7/3.9: exact MIP (both memory readings)"))}
-    tasks = [(task_speed, (n, b)) for n in cfg.speed_nodes for b in range(cfg.speed_books)]
-    parts["speed"] = pd.DataFrame(_run_tasks(tasks, workers, "table 3.8: heuristic runtime"))
-    tasks = [(task_manip, (nj, b, side)) for side in ("user", "provider") for nj in (20, 60)
-             for b in range(cfg.manip_books)]
-    parts["misreport"] = pd.DataFrame([r for rows in _run_tasks(tasks, workers, "tables 3.10-3.13: misreports")
-                                       for r in rows])
-    tasks = [(task_rand_strategy, (nj, b)) for nj in (20, 60) for b in range(cfg.rand_books)]
-    parts["randomized_misreport"] = pd.DataFrame(
-        [r for rows in _run_tasks(tasks, workers, "tables 4.4/4.5: randomized misreports") for r in rows])
-    tasks = [(task_rand_efficiency, (n, r, b)) for n, r in cfg.eff_cells for b in range(cfg.eff_books)]
-    parts["randomized_efficiency"] = pd.DataFrame(
-        [r for rows in _run_tasks(tasks, workers, "tables 4.6/4.7: efficiency") for r in rows])
+    # per part (tables 3.7/3.9 exact MIP with both memory readings, 3.8 heuristic run time, 3.10-3.13
+    # misreports, 4.4/4.5 randomized misreports, 4.6/4.7 efficiency): a task's key is its part and
+    # parameters (the MIP's nominal time limit, not the stretched one, so a resumed run finds it)
+    tasks = {
+        "mip": [Task(("mip", mem, n, r, b, cfg.mip_time_limit), task_mip, (n, r, b, mip_limit, mem))
+                for mem in ("sigma", "variance") for n, r in cfg.mip_cells for b in range(cfg.mip_books)],
+        "speed": [Task(("speed", n, b), task_speed, (n, b)) for n in cfg.speed_nodes for b in range(cfg.speed_books)],
+        "misreport": [Task(("misreport", nj, b, side), task_manip, (nj, b, side))
+                      for side in ("user", "provider") for nj in (20, 60) for b in range(cfg.manip_books)],
+        "randomized_misreport": [Task(("randomized_misreport", nj, b), task_rand_strategy, (nj, b))
+                                 for nj in (20, 60) for b in range(cfg.rand_books)],
+        "randomized_efficiency": [Task(("randomized_efficiency", n, r, b), task_rand_efficiency, (n, r, b))
+                                  for n, r in cfg.eff_cells for b in range(cfg.eff_books)],
+    }
+    done = run_tasks([t for part in tasks.values() for t in part], Path(out_dir) / "tasks", executor, workers,
+                     description="stoesser-ch3-4 tasks").results
+    parts = {}
+    for name, part in tasks.items():
+        rows = [done[t.key] for t in part]  # in the declared order
+        parts[name] = pd.DataFrame(rows if name in ("mip", "speed") else [r for rs in rows for r in rs])
     for name, df in parts.items():
         df.to_csv(res / f"results_{name}.csv.gz", index=False, float_format="%.6g")
     (res / "meta.json").write_text(json.dumps({

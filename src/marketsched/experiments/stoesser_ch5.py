@@ -33,8 +33,8 @@ the shared traces README (HPC2N, SDSC-SP2, KTH-SP2 at 75%), labelled as such eve
 Added: LPC-EGEE on 100%, 60% and 50% of its CPUs besides the thesis's 75% (``LOAD_SWEEP``), to
 test the thesis's reading that the benefit of preemption grows with the pressure on the system.
 
-:func:`run` keeps one JSON per finished run in ``OUT/results/runs`` (an interrupted run resumes)
-and the workload statistics of Table 5.1 in ``OUT/results/workloads.json``; :func:`write_report`
+:func:`run` runs each cell as a stored task (:mod:`marketsched.experiments.tasks`: an interrupted
+run resumes from ``OUT/tasks``), keeps one JSON per run in ``OUT/results/runs`` and the workload statistics of Table 5.1 in ``OUT/results/workloads.json``; :func:`write_report`
 reads only those and writes the report, the figures, ``claims.csv`` and the derived CSV tables.
 """
 
@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import as_completed
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -51,8 +50,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from marketsched.experiments.processes import process_pool
 from marketsched.experiments.report import Report
+from marketsched.experiments.tasks import Task, atomic_write, run_tasks
 
 NAME = "stoesser-ch5"
 TITLE = "Stößer (2009), ch. 5: DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
@@ -141,22 +140,12 @@ def _cell_name(trace, capacity, jobs, model, seed) -> str:
 
 def _save(path: Path, r: dict) -> None:
     data = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data)))
 
 
 def _load(path: Path) -> dict:
     data = json.loads(path.read_text())
     return {k: (np.array(v) if isinstance(v, list) else v) for k, v in data.items()}
-
-
-def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from marketsched.progress import Progress
-
-    return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
 
 
 COMPETITIVE_SEED = 5002
@@ -218,27 +207,27 @@ def _cells(quick: bool, n_seeds: int) -> list[tuple]:
     return cells
 
 
-def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None) -> Path:
-    """Run every (trace, capacity, weight model, seed) cell not yet stored, then write the report."""
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Run every (trace, capacity, weight model, seed) cell (resuming from ``out_dir/tasks``), store one JSON
+    per run in ``out_dir/results/runs``, then write the report."""
     out_dir = Path(out_dir)
     n_seeds = seeds if seeds is not None else (2 if quick else DEFAULT_SEEDS)
     if n_seeds < 1:
         raise ValueError(f"stoesser-ch5: seeds must be >= 1, got {n_seeds}")
     workers = workers or max(1, min(2, os.cpu_count() or 1))
     cells = _cells(quick, n_seeds)  # seed-major, longest traces first: whole seeds finish early
-    res = out_dir / "results"
-    cache = res / "runs"  # one JSON per finished run: an interrupted reproduction resumes
-    cache.mkdir(parents=True, exist_ok=True)
+    n_instances = 30 if quick else 300
+    tasks = [Task(("run", *c), run_cell, c) for c in cells]
+    tasks.append(Task(("competitive", n_instances), competitive_instances, (n_instances,)))
     started = time.perf_counter()
-    todo = [c for c in cells if not (cache / _cell_name(*c)).is_file()]
-    with _progress() as progress, process_pool(workers) as pool:
-        task = progress.add_task("DLGM + P-DLGM runs", total=len(cells), completed=len(cells) - len(todo))
-        futures = {pool.submit(run_cell, *c): c for c in todo}
-        for f in as_completed(futures):
-            _save(cache / _cell_name(*futures[f]), f.result())
-            progress.advance(task)
-    if not (res / "competitive.csv").is_file():
-        competitive_instances(30 if quick else 300).to_csv(res / "competitive.csv", index=False)
+    done = run_tasks(tasks, out_dir / "tasks", executor, workers, description="DLGM + P-DLGM runs").results
+    res = out_dir / "results"
+    cache = res / "runs"  # one JSON per run
+    cache.mkdir(parents=True, exist_ok=True)
+    for c in cells:
+        _save(cache / _cell_name(*c), done[("run", *c)])
+    done[("competitive", n_instances)].to_csv(res / "competitive.csv", index=False)
     stats_path = res / "workloads.json"
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
     for trace, cap in sorted({(c[0], c[1]) for c in cells}):

@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, wait
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +53,8 @@ import numpy as np
 import pandas as pd
 
 from marketsched.behaviour.learning import CHOSEN, VALUE_RANGES, ZIC, QLearning, parameter_grid
-from marketsched.experiments.processes import process_manager, process_pool
 from marketsched.experiments.report import Report
+from marketsched.experiments.tasks import Task, run_tasks
 from marketsched.mechanisms.online import share as sm
 
 NAME = "stoesser-ch6"
@@ -131,7 +130,7 @@ def draw_values(n: int, dist: str, workload: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- one batch (worker)
-def run_batch(job: dict, queue=None) -> dict:
+def run_batch(job: dict) -> dict:
     """Run one batch of runs over the same plan; returns per-run metrics and window series.
 
     ``job``: ``plan``, ``kind`` ("zic" or "q"), ``rows`` (dicts with ``dist``, ``workload``,
@@ -150,16 +149,9 @@ def run_batch(job: dict, queue=None) -> dict:
             alpha=[r["alpha"] for r in rows], gamma=[r["gamma"] for r in rows], epsilon=[r["epsilon"] for r in rows],
             low=[VALUE_RANGES[r["dist"]][0] for r in rows], high=[VALUE_RANGES[r["dist"]][1] for r in rows],
         )
-    last = [0]
-
-    def progress(done, total):
-        if queue is not None and (done - last[0] >= total / 200 or done == total):
-            last[0] = done
-            queue.put((job["id"], done, total))
-
     t0 = time.perf_counter()
     res = sm.simulate(plan, values, [r["rule"] for r in rows], bidder, capacity=job.get("capacity", CAPACITY), seeds=seeds,
-                      basis=job.get("basis", "total"), window=WINDOW, progress=progress)
+                      basis=job.get("basis", "total"), window=WINDOW)
     seconds = time.perf_counter() - t0
     active = plan.active_rows()
     util = res.utility[:, active].mean(axis=1)
@@ -223,41 +215,6 @@ def make_jobs(plan, n_workloads: int, grid_runs: int, grid: list[dict], capacity
         for r in j["rows"]:
             r["capacity"] = capacity
     return jobs
-
-
-def run_jobs(jobs: list[dict], workers: int) -> list[dict]:
-    """Run the batches on local processes with one progress bar per batch."""
-
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-    from marketsched.progress import Progress
-
-    results = []
-    with process_manager() as manager, Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                                        TextColumn("rounds x runs"), TimeElapsedColumn()) as bar:
-        queue = manager.Queue()
-        tasks = {j["id"]: bar.add_task(j["id"], total=None) for j in jobs}
-        runs = {j["id"]: len(j["rows"]) for j in jobs}
-
-        def drain():
-            while not queue.empty():
-                jid, done, total = queue.get()
-                bar.update(tasks[jid], completed=done * runs[jid], total=total * runs[jid])
-
-        if workers <= 1:
-            for j in jobs:
-                results.append(run_batch(j, queue))
-                drain()
-            return results
-        with process_pool(workers) as pool:
-            pending = {pool.submit(run_batch, j, queue) for j in jobs}
-            while pending:
-                done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                drain()
-                for f in done:
-                    results.append(f.result())
-            drain()
-    return results
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -522,8 +479,10 @@ def bids_figure(rep: Report, series: pd.DataFrame, capacities) -> None:
 
 
 # ---------------------------------------------------------------------------- entry point
-def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None) -> Path:
-    """Run every batch, store the results in ``out_dir/results``, write the report from them.
+def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
+        executor: str = "process") -> Path:
+    """Run every batch (resuming from ``out_dir/tasks``), store the results in ``out_dir/results``, write the
+    report from them.
 
     Full run: 30 workloads per valuation distribution, the full 36-cell grid with 10 runs.
     ``quick``: 3 workloads, the first 20,000 rounds only, 4 grid cells x 2 runs. ``seeds``
@@ -545,7 +504,9 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     jobs = [j for c in capacities for j in make_jobs(plan, n_workloads, grid_runs, grid, capacity=c)]
     jobs.sort(key=lambda j: -len(j["rows"]) * (1 if j["kind"] == "q" else 0.1))  # long batches first
     workers = workers or min(2, os.cpu_count() or 1)
-    results = run_jobs(jobs, workers)
+    # a batch's key: its name and what sets its size (rounds, workloads, grid runs and cells)
+    tasks = [Task((j["id"], plan.rounds, n_workloads, grid_runs, len(grid)), run_batch, (j,)) for j in jobs]
+    results = run_tasks(tasks, out / "tasks", executor, workers, description="stoesser-ch6 batches").values()
     res = out / "results"
     res.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([row for r in results for row in r["rows"]]).to_csv(res / "runs.csv", index=False)
