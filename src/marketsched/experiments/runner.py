@@ -22,9 +22,10 @@ Steps of :func:`run_grid`:
    **common random numbers** across every cell of the batch and across batches;
 3. run the batches on local processes (``executor="process"``, the default, a
    ``concurrent.futures.ProcessPoolExecutor`` started with "spawn":
-   :mod:`marketsched.experiments.processes`), in this process (``"serial"``) or on Ray
-   (``"ray"``, imported lazily; Ray is optional: ``pip install ray``), with the executors every
-   reproduction uses (:func:`marketsched.experiments.tasks.execute`);
+   :mod:`marketsched.experiments.processes`), in this process (``"serial"``), on Ray
+   (``"ray"``, optional: ``pip install 'marketsched[ray]'``; a running cluster by its address)
+   or as a Slurm job array (``"slurm"``), with the executors every reproduction uses
+   (:func:`marketsched.experiments.tasks.execute`); the table is the same on each, cell by cell;
 4. as each batch finishes, write its rows to a new Parquet part file in the results directory
    (written to a temporary name, then renamed: a crash never leaves half a part) and advance
    the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
@@ -63,7 +64,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from marketsched.behaviour.bidding import BEHAVIOURS, SPLITS, draw_shading, make_bids
-from marketsched.experiments.tasks import EXECUTORS, atomic_write, error_text, execute, write_failures
+from marketsched.experiments.tasks import atomic_write, error_text, execute, executor_spec, write_failures
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -554,17 +555,18 @@ def make_batches(cells: Sequence[Cell], max_batch: int = 16) -> list[list[Cell]]
     return out
 
 
-def run_grid(grid, out_dir, executor: str = "process", workers: int | None = None, max_batch: int = 16,
+def run_grid(grid, out_dir, executor="process", workers: int | None = None, max_batch: int = 16,
              progress: bool = True, bin_width: float = BIN_WIDTH, description: str = "cells",
              share_schedule: bool = True) -> RunResult:
     """Run every cell of ``grid`` (a Grid, Cells, or lists of them) not yet in ``out_dir``.
 
-    See the module docstring for the steps. ``workers`` defaults to the CPU count (process) or
-    the cluster (Ray). Returns a :class:`RunResult`; failures are also written to
+    See the module docstring for the steps. ``executor``: a name (``"process"``, ``"serial"``,
+    ``"ray"``, ``"slurm"``) or a :class:`~marketsched.experiments.tasks.Ray` /
+    :class:`~marketsched.experiments.tasks.Slurm` with a cluster's options. ``workers`` defaults
+    to the CPU count (process) or the cluster (Ray, Slurm). Returns a :class:`RunResult`; failures are also written to
     ``out_dir/failures.json`` (one entry per failed cell, with its parameters).
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    executor_spec(executor)
     if bin_width <= 0:
         raise ValueError(f"bin_width = {bin_width} must be positive")
     t_start = time.perf_counter()
@@ -582,16 +584,17 @@ def run_grid(grid, out_dir, executor: str = "process", workers: int | None = Non
         batch = batches[i]
         if isinstance(payload, BaseException):
             result.failures += [_failure(c, payload) for c in batch]
-        else:
-            rows, failures, seconds = payload
-            if rows is not None:
-                _write_part(out_dir, rows)
-                result.ran += rows[list(CELL_COLUMNS)].drop_duplicates().shape[0]
-            result.failures += failures
-            result.cell_seconds.update(seconds)
+            return len(batch)
+        rows, failures, seconds = payload
+        if rows is not None:
+            _write_part(out_dir, rows)
+            result.ran += rows[list(CELL_COLUMNS)].drop_duplicates().shape[0]
+        result.failures += failures
+        result.cell_seconds.update(seconds)
+        return len(failures)
 
     execute([(evaluate_batch, (b, bin_width, share_schedule)) for b in batches], on_done, executor, workers,
-            description if progress else None, weights=[len(b) for b in batches])
+            description if progress else None, weights=[len(b) for b in batches], folder=out_dir)
     write_failures(out_dir, result.failures)
     result.seconds = time.perf_counter() - t_start
     return result
