@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from executor_grids import small_grid
 
+from executor_grids import small_grid
+from marketsched.experiments import tasks as T
 from marketsched.experiments.runner import Grid, load_results, run_grid
 from marketsched.experiments.tasks import Ray
 
@@ -52,6 +53,7 @@ def ray_head():
         pytest.skip("Ray is not installed (optional: pip install -e '.[ray]'; MARKETSCHED_RAY=1 makes this a failure)")
     port, temp = _free_port(), tempfile.mkdtemp(prefix="ray-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARKETSCHED_") and k != "RAY_ADDRESS"}
+    env["MARKETSCHED_CACHE"] = "/proc/no-trace-cache"  # no download can land there: a trace must come from a folder
     ray_cli = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
                              "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
@@ -96,7 +98,14 @@ def test_the_traces_folder_of_the_caller_reaches_the_ray_workers(ray_head, tmp_p
     monkeypatch.setenv("RAY_ADDRESS", ray_head)  # the other way to name the cluster
     grid = Grid(traces=["LPC-EGEE-2004-1.2-cln"], jobs=300, split=True, capacities=[0.5], mechanisms=["hb"],
                 pricings=["kth"], behaviours=["ft"], seeds=[1])
+    monkeypatch.setattr(T, "shipped_env", dict)  # as before: the caller's variables stay behind
+    lost = run_grid(grid, tmp_path / "ray", executor="ray", progress=False)
+    assert lost.ran == 0 and [f["label"] for f in lost.failures] == [grid.cells()[0].label()]
+    assert "LPC-EGEE-2004-1.2-cln" in lost.failures[0]["error"]
+    monkeypatch.undo()
+    monkeypatch.setenv("MARKETSCHED_TRACES", str(lpc.parent))
+    monkeypatch.setenv("RAY_ADDRESS", ray_head)
     on_ray = run_grid(grid, tmp_path / "ray", executor="ray", progress=False)
-    assert on_ray.ok, on_ray.failures[:1]
-    local = run_grid(grid, tmp_path / "local", executor="serial", progress=False)
+    assert on_ray.ok and on_ray.ran == 1, on_ray.failures[:1]
+    assert run_grid(grid, tmp_path / "local", executor="serial", progress=False).ok
     pd.testing.assert_frame_equal(load_results(tmp_path / "local"), load_results(tmp_path / "ray"))

@@ -8,8 +8,8 @@ import json
 
 import pandas as pd
 import pytest
-from executor_grids import small_grid, write_mini_trace
 
+from executor_grids import small_grid, write_mini_trace
 from marketsched.experiments.runner import CELL_COLUMNS, load_results, run_grid
 from marketsched.experiments.tasks import Slurm, Task, TasksFailed, run_tasks
 

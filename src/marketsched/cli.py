@@ -517,16 +517,25 @@ def mechanisms_(name, as_json):
               help="Folder for the report (default: results/NAME).")
 @click.option("--quick", is_flag=True, help="Reduced grid that finishes in about a minute.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Number of seeds (default: the experiment's own).")
-@click.option("--executor", type=click.Choice(["process", "serial", "ray"]), default=None,
-              help="Where the experiment's tasks run: local processes (default), in this process, or a Ray "
-                   "cluster (pip install ray).")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Local worker processes (default: the experiment's own).")
+@click.option("--executor", type=click.Choice(["process", "serial", "ray", "slurm"]), default=None,
+              help="Where the experiment's tasks run: local processes (default), in this process, on a Ray "
+                   "cluster (pip install 'marketsched[ray]') or as a Slurm job array (OUT on a shared file system).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Tasks at once: local worker processes (default: the experiment's own), Ray tasks or Slurm "
+                   "array tasks (default: the cluster's CPUs).")
+@click.option("--address", default=None,
+              help="Ray: the running cluster to join, e.g. 10.0.0.1:6379 or auto (default: $RAY_ADDRESS, else a "
+                   "local Ray for the run).")
+@click.option("--partition", default=None, help="Slurm: the partition of the job array (default: the cluster's).")
+@click.option("--time", "time_limit", default=None, help="Slurm: time limit of each array task (sbatch --time, e.g. 30:00).")
+@click.option("--cpus", type=click.IntRange(min=1), default=None, help="Slurm: CPUs of each array task (default 1).")
 @click.option("--report-only", is_flag=True,
               help="Simulate nothing: rewrite the report from the stored results (--results).")
 @click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Stored results to read (default: OUT/results); a run stores them there.")
 def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | None, executor: str | None,
-              workers: int | None, report_only: bool, results_dir: Path | None) -> None:
+              workers: int | None, address: str | None, partition: str | None, time_limit: str | None,
+              cpus: int | None, report_only: bool, results_dir: Path | None) -> None:
     """Reproduce a paper's experiments and write a report (list them without NAME).
 
     A run stores its results in OUT/results and writes OUT/report.md from them;
@@ -552,7 +561,9 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
     out_dir = out_dir or Path("results") / name
     module = found[name]
     if report_only:
-        for flag, given in (("--quick", quick), ("--seeds", seeds), ("--executor", executor), ("--workers", workers)):
+        for flag, given in (("--quick", quick), ("--seeds", seeds), ("--executor", executor), ("--workers", workers),
+                            ("--address", address), ("--partition", partition), ("--time", time_limit),
+                            ("--cpus", cpus)):
             if given:
                 raise click.BadParameter(f"{flag} chooses what to simulate; --report-only simulates nothing",
                                          param_hint=flag)
@@ -569,9 +580,30 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
     if results_dir is not None:
         raise click.BadParameter("a run stores its results in OUT/results; --results goes with --report-only",
                                  param_hint="--results")
-    extra = {k: v for k, v in (("executor", executor), ("workers", workers)) if v is not None}
-    path = module.run(out_dir=out_dir, quick=quick, seeds=seeds, **extra)
+    spec = _executor(executor, address=address, partition=partition, time=time_limit, cpus=cpus)
+    extra = {k: v for k, v in (("executor", spec), ("workers", workers)) if v is not None}
+    from marketsched.experiments.tasks import TasksFailed
+
+    try:
+        path = module.run(out_dir=out_dir, quick=quick, seeds=seeds, **extra)
+    except TasksFailed as exc:
+        raise click.ClickException(str(exc)) from exc
     click.echo(f"report: {path}")
+
+
+def _executor(name: str | None, **options):
+    """The executor of ``--executor`` with its cluster options (each belongs to one executor)."""
+    from marketsched.experiments.tasks import Ray, Slurm
+
+    owner = {"address": "ray", "partition": "slurm", "time": "slurm", "cpus": "slurm"}
+    for key, value in options.items():
+        if value is not None and name != owner[key]:
+            raise click.BadParameter(f"--{key} goes with --executor {owner[key]}", param_hint=f"--{key}")
+    if name == "ray":
+        return Ray(address=options["address"])
+    if name == "slurm":
+        return Slurm(partition=options["partition"], time=options["time"], cpus=options["cpus"] or 1)
+    return name
 
 
 def _load_run(results, events, run):
