@@ -73,3 +73,18 @@ def test_executor_names_and_options_are_checked():
 def test_cluster_options_belong_to_their_executor(tmp_path, args, flag):
     r = CliRunner().invoke(main, ["reproduce", "feldman2005", "--out", str(tmp_path), *args])
     assert r.exit_code == 2 and f"{flag} goes with --executor" in r.output
+
+
+def test_a_report_whose_cells_all_failed_lists_them(tmp_path):
+    import json
+
+    from marketsched.experiments import shudler2010 as S
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "plan.json").write_text(json.dumps({"quick": True, "plan": [[S.SETTINGS[0].tag, [1]]]}))
+    failure = {"cell": {"trace": "LPC-EGEE-2004-1.2-cln"}, "label": "LPC-EGEE-2004-1.2-cln cap=0.75 hb/kth ft seed=1",
+               "error": "TraceNotFoundError: not in the workers' traces folder", "traceback": ""}
+    (results / "failures.json").write_text(json.dumps([failure]))
+    text = S.write_report(results, tmp_path).read_text()
+    assert "## Failed cells" in text and f"| {failure['label']} | {failure['error']} |" in text

@@ -493,8 +493,10 @@ def write_report(results, out_dir=None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     _cell_summary(df).to_csv(out_dir / "cells.csv", index=False)
     wanted = {(s.trace, round(s.capacity, 4), s.srg_split, sd) for s, seeds_ in plan for sd in seeds_}
-    df = df[[(t, round(cap, 4), sp, sd) in wanted or (b == "srg20" and t == LPC and sd in variant_seeds)
-             for t, cap, sp, sd, b in zip(df["trace"], df["capacity"], df["srg_split"], df["seed"], df["behaviour"])]]
+    # a boolean array, not a list: an empty list (no rows: every cell failed) would select no columns
+    df = df[np.array([(t, round(cap, 4), sp, sd) in wanted or (b == "srg20" and t == LPC and sd in variant_seeds)
+                      for t, cap, sp, sd, b in zip(df["trace"], df["capacity"], df["srg_split"], df["seed"],
+                                                   df["behaviour"])], dtype=bool)]
     variant = df[df["behaviour"] == "srg20"]
     df = df[df["behaviour"] != "srg20"]
 

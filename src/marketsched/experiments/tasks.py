@@ -12,7 +12,7 @@ Every reproduction (``marketsched reproduce NAME``) declares its work as a list 
    Ray (``"ray"`` or :class:`Ray` with a cluster's address; optional, ``pip install
    'marketsched[ray]'``) or as a Slurm job array (``"slurm"`` or :class:`Slurm` with sbatch's
    options; the store must be on a file system the nodes share), in the declared order
-   (declare long tasks first), with a progress bar that counts failed tasks apart. Ray and
+   (declare long tasks first), with a progress bar that counts the failed tasks. Ray and
    Slurm run the tasks in chunks (about four per CPU), each chunk one remote task, so that a
    remote task's overhead is paid once per chunk; their workers get the caller's
    ``MARKETSCHED_*`` variables (the traces folder) and refuse to run on another marketsched
@@ -232,7 +232,7 @@ def execute(jobs: Sequence[tuple[Callable, tuple]], on_done: Callable[[int, Any]
     arrives (in this process), an exception the call raised (or a dead worker's error) in place
     of the result. ``on_done`` may return how many of the job's ``weights`` failed (an
     exception: all of them). ``description``: a progress bar of that name (None: no bar)
-    advancing by the job's weight (default 1) less its failures, which it counts apart.
+    advancing by the job's weight (default 1), its name followed by the count of failed ones.
     ``folder``: where the Slurm executor keeps its files (required for it)."""
     spec = executor_spec(executor)
     if workers is not None and workers < 1:
@@ -258,7 +258,7 @@ def execute(jobs: Sequence[tuple[Callable, tuple]], on_done: Callable[[int, Any]
             bad = weights[i] if isinstance(payload, BaseException) else min(bad or 0, weights[i])
             failed += bad
             if bar is not None and bar_task is not None:
-                bar.update(bar_task, advance=weights[i] - bad,
+                bar.update(bar_task, advance=weights[i],
                            description=f"{description} ({failed:,} failed)" if failed else str(description))
 
         if not jobs:
