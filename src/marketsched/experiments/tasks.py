@@ -369,8 +369,9 @@ def _run_ray(jobs, workers, done, spec: Ray):
     address = spec.address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
-        # joining a cluster takes no resource arguments (Ray refuses them): its nodes have theirs
-        ray.init(address=address, log_to_driver=False,
+        # joining a cluster takes no resource arguments (Ray refuses them): its nodes have theirs;
+        # "local" starts a Ray of our own even when another runs here (ray.init() would join it)
+        ray.init(address=address or "local", log_to_driver=False,
                  **({} if address or workers is None else {"num_cpus": workers}))
     try:
         slots = workers or int(ray.cluster_resources().get("CPU", 1))
