@@ -166,10 +166,10 @@ def run_tasks(tasks: Sequence[Task], store, executor="process", workers: int | N
     run.results = {k: found[k] for k in sorted(found, key=_sort_key)}
     run.seconds = time.perf_counter() - t_start
     if run.failures:
-        listed = "".join(f"\n  {tuple(f['key'])}: {f['error']}" for f in run.failures[:10])
-        more = f"\n  ... and {len(run.failures) - 10} more" if len(run.failures) > 10 else ""
+        listed = "; ".join(f"{tuple(f['key'])}: {f['error']}" for f in run.failures[:10])
+        more = f"; and {len(run.failures) - 10} more" if len(run.failures) > 10 else ""
         raise TasksFailed(f"{len(run.failures)} of {len(tasks)} {description} failed (details in "
-                          f"{store / 'failures.json'}; run again to retry them, the others are stored):{listed}{more}")
+                          f"{store / 'failures.json'}; run again to retry them, the others are stored): {listed}{more}")
     return run
 
 
@@ -364,8 +364,8 @@ def _run_ray(jobs, workers, done, spec: Ray):
     try:
         import ray
     except ImportError as exc:
-        raise ImportError("executor='ray' needs Ray, which is optional and not installed: "
-                          "pip install 'marketsched[ray]'") from exc
+        raise ImportError("executor='ray' needs Ray, which is optional and not installed: pip install ray "
+                          "(or pip install 'marketsched[ray]')") from exc
     address = spec.address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
     if started:
