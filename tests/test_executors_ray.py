@@ -54,6 +54,11 @@ def ray_head():
     port, temp = _free_port(), tempfile.mkdtemp(prefix="ray-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MARKETSCHED_") and k != "RAY_ADDRESS"}
     env["MARKETSCHED_CACHE"] = "/proc/no-trace-cache"  # no download can land there: a trace must come from a folder
+    # a loopback cluster of the test: no token authentication (Ray 2.5x turns it on for a new
+    # cluster when ~/.ray/auth_token exists, which a local ray.init() writes), for head and driver alike
+    env["RAY_AUTH_MODE"] = "disabled"
+    mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray_cli = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
                              "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
@@ -80,6 +85,10 @@ def ray_head():
         if head.poll() is None:
             head.wait(10)
         shutil.rmtree(temp, ignore_errors=True)
+        if mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = mode
 
 
 def test_a_grid_on_a_ray_cluster_by_address_gives_the_local_table(ray_head, tmp_path):
@@ -101,7 +110,7 @@ def test_the_traces_folder_of_the_caller_reaches_the_ray_workers(ray_head, tmp_p
     monkeypatch.setattr(T, "shipped_env", dict)  # as before: the caller's variables stay behind
     lost = run_grid(grid, tmp_path / "ray", executor="ray", progress=False)
     assert lost.ran == 0 and [f["label"] for f in lost.failures] == [grid.cells()[0].label()]
-    assert "LPC-EGEE-2004-1.2-cln" in lost.failures[0]["error"]
+    assert "no-trace-cache" in lost.failures[0]["error"]  # not in a traces folder: the worker went for its cache
     monkeypatch.undo()
     monkeypatch.setenv("MARKETSCHED_TRACES", str(lpc.parent))
     monkeypatch.setenv("RAY_ADDRESS", ray_head)
@@ -109,3 +118,16 @@ def test_the_traces_folder_of_the_caller_reaches_the_ray_workers(ray_head, tmp_p
     assert on_ray.ok and on_ray.ran == 1, on_ray.failures[:1]
     assert run_grid(grid, tmp_path / "local", executor="serial", progress=False).ok
     pd.testing.assert_frame_equal(load_results(tmp_path / "local"), load_results(tmp_path / "ray"))
+
+
+def test_a_failed_task_on_ray_is_named_with_its_worker_traceback(ray_head, tmp_path):
+    from marketsched.experiments.runner import make_batches
+
+    tasks = [T.Task(("batches", n), make_batches, ([], n)) for n in (1, 0, 2)]  # max_batch = 0 raises
+    with pytest.raises(T.TasksFailed, match=r"1 of 3 .*\('batches', 0\): ValueError: max_batch = 0 must be >= 1"):
+        T.run_tasks(tasks, tmp_path, executor=Ray(address=ray_head), progress=False)
+    import json
+
+    failure = json.loads((tmp_path / "failures.json").read_text())[0]
+    assert "in make_batches" in failure["traceback"]  # the worker's traceback, not only the message
+    assert T.run_tasks(tasks[:1] + tasks[2:], tmp_path, executor="serial", progress=False).skipped == 2

@@ -368,6 +368,7 @@ def _run_ray(jobs, workers, done, spec: Ray):
                           "(or pip install 'marketsched[ray]')") from exc
     address = spec.address or os.environ.get("RAY_ADDRESS")
     started = not ray.is_initialized()
+    auth_mode = os.environ.get("RAY_AUTH_MODE")  # a new local Ray sets it in this process: restored after
     if started:
         # joining a cluster takes no resource arguments (Ray refuses them): its nodes have theirs;
         # "local" starts a Ray of our own even when another runs here (ray.init() would join it)
@@ -396,6 +397,10 @@ def _run_ray(jobs, workers, done, spec: Ray):
     finally:
         if started:
             ray.shutdown()
+            if auth_mode is None:
+                os.environ.pop("RAY_AUTH_MODE", None)
+            else:
+                os.environ["RAY_AUTH_MODE"] = auth_mode
 
 
 def _slurm(args: list[str], what: str) -> str:
