@@ -982,7 +982,7 @@ def _record_timing(results_dir: Path, res, t_sim: float, executor: str, workers)
     path = results_dir / "timing.json"
     timing = json.loads(path.read_text()) if path.exists() else []
     if res.ran:
-        timing.append({"cells": res.ran, "seconds": round(t_sim, 1), "executor": executor,
+        timing.append({"cells": res.ran, "seconds": round(t_sim, 1), "executor": str(executor),
                        "workers": workers or os.cpu_count(),
                        "mean_cell_seconds": round(float(np.mean([w for w, _ in res.cell_seconds.values()])), 3),
                        "cpu_seconds": round(float(sum(c for _, c in res.cell_seconds.values())), 1),
