@@ -175,10 +175,10 @@ def _rank_map(rng: np.random.Generator, n_head: int) -> list[int]:
     return ranks
 
 
-def tsafrir_histogram(n_jobs: int, max_est: float, rng: np.random.Generator, *, head: float = 89.0,
-                      at_max: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """The model's estimate values (seconds, increasing) and how many of ``n_jobs`` jobs use each
-    (summing to ``n_jobs``); see :func:`estimates_tsafrir` for the steps."""
+def tsafrir_shares(n_jobs: int, max_est: float, rng: np.random.Generator, *, head: float = 89.0,
+                   at_max: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The model's estimate values (seconds, increasing) for ``n_jobs`` jobs and the percent of
+    jobs each has (summing to 100); see :func:`estimates_tsafrir` for the steps."""
     max_est = int(max_est)
     times = _head_times(max_est)
     shares = _head_shares(len(times), head, at_max)
@@ -201,22 +201,31 @@ def tsafrir_histogram(n_jobs: int, max_est: float, rng: np.random.Generator, *, 
         tail = [tail[i] for i in rng.permutation(len(tail))]
         sizes = sizes[rng.permutation(len(sizes))]
         percent.update(zip(tail, sizes.tolist()))
-    t = np.array(sorted(percent), dtype=np.float64)
-    counts = np.array([max(1, _round_half_up(percent[int(x)] * n_jobs / 100.0)) for x in t], dtype=np.int64)
-    return t, _equalise(counts, n_jobs)
+    t = sorted(percent)
+    return np.array(t, dtype=np.float64), np.array([percent[x] for x in t])
 
 
-def _equalise(counts: np.ndarray, n_jobs: int) -> np.ndarray:
+def tsafrir_histogram(n_jobs: int, max_est: float, rng: np.random.Generator, **shares) -> tuple[np.ndarray, np.ndarray]:
+    """The values of :func:`tsafrir_shares` and how many of ``n_jobs`` jobs use each (at least
+    one; the rounded shares equalised to sum to ``n_jobs``)."""
+    t, p = tsafrir_shares(n_jobs, max_est, rng, **shares)
+    counts = np.array([max(1, _round_half_up(x * n_jobs / 100.0)) for x in p], dtype=np.int64)
+    return t, _equalise(counts, n_jobs, keep=len(t) - 1 if shares.get("at_max") else None)
+
+
+def _equalise(counts: np.ndarray, n_jobs: int, keep: int | None = None) -> np.ndarray:
     """Make the rounded counts sum to ``n_jobs``, largest bins first: proportionally, then by
-    one job per bin, then down to one job, then to none (the model's order of attempts)."""
+    one job per bin, then down to one job, then to none (the model's order of attempts); bin
+    ``keep`` (a share the user gave) stays as it is."""
     counts = counts.copy()
     diff, sign = abs(n_jobs - int(counts.sum())), 1 if n_jobs > counts.sum() else -1
     attempt = 0
     while diff:
         if attempt > 3:
             raise AssertionError("estimate model tsafrir: could not equalise the bin counts")
-        f = diff / max(int(counts.sum()), 1)
-        for i in np.argsort(-counts, kind="stable"):
+        free = [int(i) for i in np.argsort(-counts, kind="stable") if i != keep]
+        f = diff / max(int(counts[free].sum()), 1)
+        for i in free:
             n = int(counts[i])
             if n == 0:
                 continue
