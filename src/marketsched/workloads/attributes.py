@@ -151,7 +151,7 @@ def _rank_map(rng: np.random.Generator, n_head: int) -> list[int]:
     model draws it: the maximum is the most popular; a rank whose last appearance in the four
     logs is at this time rank is taken now (the most popular first); otherwise the more popular
     of two draws from the ranks the logs show at this or an earlier time rank."""
-    last = {}
+    last: dict[int, int] = {}
     for ttr in range(TSAFRIR_TOP - 1, -1, -1):
         for r in TSAFRIR_RANKS[ttr]:
             last.setdefault(r, ttr)
