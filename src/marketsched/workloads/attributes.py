@@ -16,6 +16,10 @@ Run-time estimates (:data:`ESTIMATES`; they replace the workload's ``runtime_est
   inaccurate estimates accurately", JSSPP) describes it (and criticises: real estimates
   cluster on a few round values; the built-in synthetic workload rounds its estimates up
   to such values, see :mod:`marketsched.workloads.synthetic`).
+* ``tsafrir``: the model of Tsafrir, Etsion & Feitelson (2005, "Modeling user runtime
+  estimates", JSSPP): a few dozen values, the 20 most popular round ones (the maximum first,
+  then 1 h, 5 and 15 min, ...), matched to the jobs so that none is below its run time (see
+  :func:`estimates_tsafrir`).
 
 Deadlines (:data:`DEADLINES`; absolute times, seconds):
 
