@@ -189,7 +189,7 @@ def tsafrir_shares(n_jobs: int, max_est: float, rng: np.random.Generator, *, hea
     ranks = _rank_map(rng, len(times))
     percent = {t: shares[r - 1] for t, r in zip(times, ranks)}
     n_tail = max(0, tsafrir_bins(n_jobs) - len(times))
-    if n_tail and head < 100:
+    if n_tail:
         k = 1.0 + 12.1039 * float(tsafrir_bins(n_jobs)) ** -0.6026
         tail: list[int] = []
         for i in range(1, n_tail + 1):
