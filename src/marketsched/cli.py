@@ -183,6 +183,10 @@ COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_w
 LEGEND = """\
 done     jobs that ran to the end; the others were discarded (EES), rejected (Egg: no provider's
          price or deadline fits) or killed (Egg: a crash, or unfinished at its completion time).
+         EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): it runs one
+         job at a time whatever its width, so with narrow jobs on P processors its util% is at
+         most 100/P, its queue grows and most heads are discarded (their value is below the
+         delay they would cause). Relaxed EES (chapter 6) packs jobs by their node counts.
 wait h   mean hours from submission to first start (completed jobs).
 BSD      bounded slowdown, flow time / max(run time, 60 s), mean over completed jobs
          (Shudler et al. (2010), Eq. 1); SSJ% = share of severely slowed-down jobs, BSD >= 5.
