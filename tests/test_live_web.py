@@ -66,6 +66,19 @@ def wait(driver, pred, timeout=60.0):  # a guard against a hang, not a timing cl
     return False
 
 
+def fresh(read, tries: int = 100):
+    """``read()`` again when the page replaced the element between finding and reading it (its
+    refresh re-renders the tables): a read of the element as it is, not of a stale one."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(tries - 1):
+        try:
+            return read()
+        except StaleElementReferenceException:
+            time.sleep(0.01)
+    return read()
+
+
 def login(browser, token):
     from selenium.webdriver.common.by import By
 
@@ -92,7 +105,7 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         login(browser, admin_token)
 
         def text(el_id):
-            return browser.find_element(By.ID, el_id).text
+            return fresh(lambda: browser.find_element(By.ID, el_id).text)
 
         assert wait(browser, lambda d: f"\n{high} bob 5.00" in "\n" + text("running"))
         assert f"{low} alice 2.00 preempted" in text("queue")
@@ -100,17 +113,17 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         assert "HB / k-th price" in text("mech") and text("me") == "admin (admin)"
         balances = text("balances")
         assert "alice" in balances and "bob" in balances and "total deposits 200.000" in balances
-        assert browser.find_element(By.ID, "price-line").get_attribute("d").startswith("M")
+        assert fresh(lambda: browser.find_element(By.ID, "price-line").get_attribute("d")).startswith("M")
         out = Path(os.environ.get("MARKETSCHED_ARTIFACTS") or tmp_path)
         out.mkdir(parents=True, exist_ok=True)
         assert browser.save_screenshot(str(out / "live_market_preemption.png"))
-        refreshes = int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes"))
+        refreshes = int(fresh(lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes")))
         # bob's job completes: without a reload, the page shows it ended and alice's job running again
         release.touch()
         assert wait(browser, lambda d: f"{high} bob completed 0" in text("recent"))
         assert wait(browser, lambda d: f"\n{low} alice 2.00" in "\n" + text("running"))
         assert text("price") == "1.000"  # nothing queued: the reservation price
-        assert int(browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes")) > refreshes
+        assert int(fresh(lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes"))) > refreshes
         kept = browser.execute_script("return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + "
                                       "document.cookie + location.href")
         assert admin_token not in kept and hashlib.sha256(admin_token.encode()).hexdigest() not in kept
@@ -121,7 +134,7 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         browser.refresh()
         login(browser, "wrong")
         assert wait(browser, lambda d: "wrong token" in text("error"))
-        assert browser.find_element(By.ID, "login").is_displayed()
+        assert fresh(lambda: browser.find_element(By.ID, "login").is_displayed())
     finally:
         srv.shutdown()
         srv.server_close()
