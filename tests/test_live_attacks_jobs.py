@@ -216,7 +216,10 @@ def serve(data: Path, port: int, log, *extra):
     c = Client(f"http://127.0.0.1:{port}", None, timeout=5)
 
     def up():
-        assert p.poll() is None, "the broker exited"
+        if p.poll() is not None:
+            log.flush()
+            tail = Path(log.name).read_bytes()[-3000:].decode(errors="replace")
+            raise AssertionError(f"the broker exited with {p.returncode}; the end of its log:\n{tail}")
         try:
             c.get("/api/health")
             return True

@@ -162,7 +162,8 @@ def test_setsid_and_double_fork_children_are_frozen_and_killed_with_the_job(cex)
                       "(sh -c 'while :; do :; done' & echo $! > df) & sleep 30")
     esc = int(read_when(p.workdir / "esc"))
     df = int(read_when(p.workdir / "df"))
-    assert os.getsid(esc) != p.pid  # left the job's session and group
+    # the escapee left the job's session and group (its pid is written before setsid has run)
+    assert wait_for(lambda: os.getsid(esc) != p.pid, 60)
     for pid in (esc, df):
         assert f"/{cex.name}/job-1" in open(f"/proc/{pid}/cgroup").read()
     cex.stop(1)

@@ -189,6 +189,9 @@ def _preload() -> None:
     import marketsched.live.server  # noqa: F401
 
     importlib.import_module("marketsched.live.web")
+    import marketsched
+
+    _ = marketsched.__version__  # read once from the package metadata (3.13 imports its helpers lazily)
 
 
 def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead):
