@@ -509,12 +509,20 @@ def test_reproduction_batches_share_random_numbers_and_run():
 
     plan = sm.MarketPlan.from_workload(small_workload(seed=2, n=20, horizon=100, max_run=60))
     jobs = ex.make_jobs(plan, 2, 2, [{"alpha": 0.3, "gamma": 0.3, "epsilon": 0.05}])
-    q = next(j for j in jobs if j["id"] == "Q-learning, wide (C=10)")
+    both = next(j for j in jobs if j["id"] == "Q-learning and grid (C=10)")
+    q = dict(both, rows=[r for r in both["rows"] if r["strategy"] == "q" and r["dist"] == "wide"])
     ps = [r["seed"] for r in q["rows"] if r["rule"] == "ps"]
     sh = [r["seed"] for r in q["rows"] if r["rule"] == "sh"]
     assert ps == sh and len(set(map(tuple, ps))) == 2  # same stream for PS and SH, one per workload
     out = ex.run_batch(q)
     assert len(out["rows"]) == 4 and all(0 < r["efficiency"] <= 1 for r in out["rows"])
+    # a run's results do not depend on the other runs of its batch (the experiment merges batches)
+    alone = ex.run_batch(dict(q, rows=q["rows"][1:2], series_of=[]))["rows"][0]
+    assert alone == out["rows"][1]
+    # the optimum stored by the runs is the capped one recomputed beside the uncapped reading (C max v)
+    opt = ex.uncapped_optima(plan, 2, (10,))
+    row = opt[(opt.dist == "wide") & (opt.workload == 0)].iloc[0]
+    assert row.optimum == pytest.approx(out["rows"][0]["optimum"]) and row.uncapped >= row.optimum
     zic = ex.run_batch(jobs[0])
     rev = {(r["strategy"], r["dist"], r["workload"], r["rule"]): r["revenue"] for r in zic["rows"]}
     assert rev[("zic", "wide", 1, "ps")] == rev[("zic", "wide", 1, "sh")]

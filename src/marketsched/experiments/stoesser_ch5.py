@@ -30,8 +30,15 @@ P-DLGM (values above 1 = P-DLGM better; the caption's reading, the text says the
 WHALE, REQUIN and DAS2-FS4 are not available here and are replaced by the substitutes named in
 the shared traces README (HPC2N, SDSC-SP2, KTH-SP2 at 75%), labelled as such everywhere.
 
+Runs: the thesis's 50 weight draws on LPC-EGEE-75% (``LPC_SEEDS``), the only original trace; 4 on
+each substitute and in the load sweep (``DEFAULT_SEEDS``: time on a shared 2-core machine).
+
 Added: LPC-EGEE on 100%, 60% and 50% of its CPUs besides the thesis's 75% (``LOAD_SWEEP``), to
-test the thesis's reading that the benefit of preemption grows with the pressure on the system.
+test the thesis's reading that the benefit of preemption grows with the pressure on the system;
+and DLGM on LPC-EGEE-75% under the other rule for jobs released at the same second
+(``start_rule="after-arrivals"`` of :mod:`marketsched.mechanisms.online.dlgm`; the thesis does not
+state one, and a split parallel job's copies all arrive together), on the same weight draws.
+P-DLGM's schedule and payments are the same under both rules, so its runs are shared.
 
 :func:`run` runs each cell as a stored task (:mod:`marketsched.experiments.tasks`: an interrupted
 run resumes from ``OUT/tasks``), keeps one JSON per run in ``OUT/results/runs`` and the workload statistics of Table 5.1 in ``OUT/results/workloads.json``; :func:`write_report`
@@ -83,6 +90,8 @@ LPC = "LPC-EGEE-2004-1.2-cln"
 LOAD_SWEEP = (1.0, 0.6, 0.5)  # LPC capacities added to the thesis's 75% (our experiment)
 SLICES = 100
 DEFAULT_SEEDS = 4
+LPC_SEEDS = 50  # the thesis's run count, on its one original trace
+START_RULES = ("immediate", "after-arrivals")  # dlgm's rules for jobs released at the same second
 QUICK_JOBS = 5_000  # quick mode: first jobs of each trace (before the split)
 
 
@@ -101,7 +110,8 @@ def _slices(order: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def run_cell(trace: str, capacity: float, jobs: int | None, model: str, seed: int) -> dict:
-    """Both mechanisms on one workload and one weight draw; per-run measures and slice means."""
+    """Both mechanisms on one workload and one weight draw; per-run measures and slice means (DLGM with
+    jobs released at the same second started as each arrives, ``start_rule="immediate"``)."""
     from marketsched.engine.records import FinalState
     from marketsched.mechanisms.online.dlgm import run_dlgm
     from marketsched.scenario import true_values
@@ -132,6 +142,18 @@ def run_cell(trace: str, capacity: float, jobs: int | None, model: str, seed: in
         out[f"{key}_util"] = _slices(order, util)
         out[f"{key}_bsd"] = _slices(order, bsd)
     return out
+
+
+def run_start_rule(trace: str, capacity: float, jobs: int | None, model: str, seed: int, start_rule: str) -> dict:
+    """DLGM alone on one workload and weight draw under ``start_rule``: its total weighted flow time."""
+    from marketsched.mechanisms.online.dlgm import run_dlgm
+    from marketsched.scenario import true_values
+
+    w, _ = _workload(trace, capacity, jobs)
+    v = true_values(w, model, seed)
+    rec, _ = run_dlgm(w, v, False, start_rule=start_rule)
+    return {"trace": trace, "capacity": capacity, "model": model, "seed": seed, "start_rule": start_rule,
+            "dlgm_twft": float(np.dot(v, rec.end_time - w.submit_time))}
 
 
 def _cell_name(trace, capacity, jobs, model, seed) -> str:
@@ -199,10 +221,11 @@ def competitive_instances(n: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _cells(quick: bool, n_seeds: int) -> list[tuple]:
+def _cells(quick: bool, n_seeds: int, n_lpc: int) -> list[tuple]:
+    """Every (trace, capacity, jobs, model, seed) run: ``n_lpc`` seeds on LPC-EGEE-75%, ``n_seeds`` elsewhere."""
     jobs = QUICK_JOBS if quick else None
-    cells = [(trace, cap, jobs, model, seed) for seed in range(1, n_seeds + 1) for _, _, trace, cap in TRACES
-             for model in MODELS]
+    cells = [(trace, cap, jobs, model, seed) for seed in range(1, max(n_seeds, n_lpc) + 1) for _, _, trace, cap in TRACES
+             for model in MODELS if seed <= (n_lpc if trace == LPC else n_seeds)]
     cells += [(LPC, cap, jobs, model, seed) for seed in range(1, n_seeds + 1) for cap in LOAD_SWEEP for model in MODELS]
     return cells
 
@@ -215,11 +238,19 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     n_seeds = seeds if seeds is not None else (2 if quick else DEFAULT_SEEDS)
     if n_seeds < 1:
         raise ValueError(f"stoesser-ch5: seeds must be >= 1, got {n_seeds}")
+    n_lpc = seeds if seeds is not None else (2 if quick else LPC_SEEDS)
     workers = workers or max(1, min(2, os.cpu_count() or 1))
-    cells = _cells(quick, n_seeds)  # seed-major, longest traces first: whole seeds finish early
+    cells = _cells(quick, n_seeds, n_lpc)  # seed-major, longest traces first: whole seeds finish early
     n_instances = 30 if quick else 300
-    tasks = [Task(("run", *c), run_cell, c) for c in cells]
-    tasks.append(Task(("competitive", n_instances), competitive_instances, (n_instances,)))
+    other = START_RULES[1]
+    rule_cells = [(LPC, 0.75, c[2], c[3], c[4], other) for c in cells if c[0] == LPC and c[1] == 0.75]
+    # the small instances first, then LPC-EGEE-75% seed by seed (each run beside its other-rule run), then the
+    # rest seed by seed: a run stopped early leaves whole seeds of the thesis's one original trace
+    tasks = [Task(("competitive", n_instances), competitive_instances, (n_instances,))]
+    for c in sorted(cells, key=lambda c: not (c[0] == LPC and c[1] == 0.75)):
+        tasks.append(Task(("run", *c), run_cell, c))
+        if c[0] == LPC and c[1] == 0.75:
+            tasks.append(Task(("start-rule", *c, other), run_start_rule, (*c, other)))
     started = time.perf_counter()
     done = run_tasks(tasks, out_dir / "tasks", executor, workers, description="DLGM + P-DLGM runs").results
     res = out_dir / "results"
@@ -228,6 +259,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     for c in cells:
         _save(cache / _cell_name(*c), done[("run", *c)])
     done[("competitive", n_instances)].to_csv(res / "competitive.csv", index=False)
+    pd.DataFrame([done[("start-rule", *c)] for c in rule_cells]).to_csv(res / "start_rule.csv", index=False)
     stats_path = res / "workloads.json"
     stats = json.loads(stats_path.read_text()) if stats_path.is_file() else {}
     for trace, cap in sorted({(c[0], c[1]) for c in cells}):
@@ -236,7 +268,7 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
             w, _ = _workload(trace, cap, QUICK_JOBS if quick else None)
             stats[key] = {"serial_jobs": len(w), "nodes": int(w.capacity), "runtime_mean": float(w.runtime.mean()),
                           "runtime_cv": float(100 * w.runtime.std() / w.runtime.mean())}
-    stats["_meta"] = {"quick": quick, "seeds": n_seeds, "workers": workers,
+    stats["_meta"] = {"quick": quick, "seeds": n_seeds, "lpc_seeds": n_lpc, "workers": workers,
                       "last_call_wall_s": round(time.perf_counter() - started, 1)}
     stats_path.write_text(json.dumps(stats, indent=1))
     return write_report(res, out_dir)
@@ -282,12 +314,16 @@ def write_report(results, out_dir=None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     runs_all.to_csv(out_dir / "runs.csv", index=False)
     n_seeds, quick = meta["seeds"], meta["quick"]
+    n_lpc = meta.get("lpc_seeds", n_seeds)
+    rule_path = results / "start_rule.csv"
+    rules = pd.read_csv(rule_path) if rule_path.is_file() else None
 
     rep = Report(out_dir, TITLE)
     cut = f"the first {QUICK_JOBS:,} jobs of each trace (quick mode)" if quick else "every job of each trace"
     rep.text(
-        f"DLGM and P-DLGM (`marketsched.mechanisms.online.dlgm`) on {cut}, split into serial jobs, "
-        f"{n_seeds} weight draw(s) (seeds 1..{n_seeds}) per trace and weight model; the thesis used 50 runs. "
+        f"DLGM and P-DLGM (`marketsched.mechanisms.online.dlgm`) on {cut}, split into serial jobs; weight "
+        f"draws (seeds 1..n) per trace and weight model: {n_lpc} on LPC-EGEE-75% (the thesis: 50), {n_seeds} on "
+        "each substitute and in the load sweep. "
         f"All jobs report truthfully and choose the node of maximal tentative utility. "
         f"Simulation CPU time over all runs {(runs_all['dlgm_cpu_s'].sum() + runs_all['pdlgm_cpu_s'].sum()) / 60:.1f} min "
         f"on a shared 2-core machine. Stored results: `results/` (one JSON per run in `results/runs`, workload "
@@ -328,6 +364,8 @@ def write_report(results, out_dir=None) -> Path:
     t52.to_csv(out_dir / "table_5_2.csv", index=False)
     rep.heading("Table 5.2: total weighted flow time, DLGM / P-DLGM")
     rep.table(t52, floatfmt=".3f")
+    if rules is not None and len(rules):
+        start_rule_section(rep, runs, rules, V)
 
     chk = runs.groupby("trace", sort=False).agg(
         dlgm_gap=("dlgm_max_util_gap", "max"), pdlgm_gap=("pdlgm_max_util_gap", "max"),
@@ -436,14 +474,16 @@ def write_report(results, out_dir=None) -> Path:
                                          pdlgm_mean=("pdlgm_ratio", "mean"), pdlgm_max=("pdlgm_ratio", "max"))
                   .reset_index(), caption="sum v_j e_j of DLGM and P-DLGM divided by the exact non-preemptive optimum "
                                           f"({len(comp)} random instances of 3-6 jobs on 1-3 nodes, truthful jobs)")
-    paper, ours = claims(runs, runs_all, results_main, stats, V, comp)
+    paper, ours = claims(runs, runs_all, results_main, stats, V, comp, rules)
     rep.claims(paper, intro="Every quantitative statement of section 5.5.2 and its tables; figures with their 95% "
                             "interval over runs. Substitute traces are not the thesis's workloads: their rows are "
                             "not attempted here and listed below as ours.")
     rep.claims(ours)
+    lpc_gap_text(rep, paper, ours)
     rep.heading("What was cut and decided")
     rep.text(
-        f"* Runs: {n_seeds} per trace and weight model instead of 50 (time on a shared 2-core machine); "
+        f"* Runs: {n_lpc} per weight model on LPC-EGEE-75%, {n_seeds} per substitute trace, weight model and "
+        "load-sweep capacity (time on a shared 2-core machine); "
         f"{'quick mode: only the first jobs of each trace. ' if quick else ''}\n"
         "* Utility per percentile uses the flow time `-v (e - r) - p`; Table 5.2 is DLGM / P-DLGM.\n"
         "* Weights: `marketsched.workloads.values` (bimodal: negative draws redrawn from their component, "
@@ -460,7 +500,59 @@ def write_report(results, out_dir=None) -> Path:
     return rep.write()
 
 
-def claims(runs: pd.DataFrame, runs_all: pd.DataFrame, results_main: list, stats: dict, V, comp=None):
+def lpc_gap_text(rep: Report, paper, ours) -> None:
+    """What the run count and the start rule do to Table 5.2's LPC-EGEE-75% rows, read off the claim rows."""
+    mine = [r for r in paper.rows if r.where == "Table 5.2, LPC-EGEE-75%"]
+    other = [r for r in ours.rows if r.where == "Table 5.2, LPC-EGEE-75%"]
+    if not mine:
+        return
+    rep.heading("Table 5.2 on LPC-EGEE-75%: run count and the rule for simultaneous releases")
+    line = "; ".join(f"{r.claim.rsplit(', ', 1)[-1]} {r.ours} against {r.paper}: {r.verdict}" for r in mine)
+    text = f"With the runs above, {line}."
+    if other:
+        text += (f" With DLGM's {START_RULES[1]} rule instead: "
+                 + "; ".join(f"{r.claim.split(', ')[1]} {r.ours}: {r.verdict}" for r in other) + ".")
+        better = [r for r, m in zip(other, mine) if r.verdict == "match" and m.verdict != "match"]
+        worse = [r for r, m in zip(other, mine) if r.verdict != "match" and m.verdict == "match"]
+        text += (" The other rule brings a row to the thesis's figure that ours does not." if better else
+                 " The other rule moves no row onto the thesis's figure" + (" and takes one off it." if worse else "."))
+    rep.text(text)
+
+
+def _start_rule_pairs(runs: pd.DataFrame, rules: pd.DataFrame, model: str):
+    """Per weight draw on LPC-EGEE-75%: DLGM / P-DLGM with DLGM under each start rule (P-DLGM shared)."""
+    main = runs[(runs.trace == LPC) & (runs.model == model)].set_index("seed")
+    other = rules[(rules.trace == LPC) & (rules.model == model)].set_index("seed")
+    seeds = main.index.intersection(other.index).sort_values()
+    return main.ratio[seeds].to_numpy(), (other.dlgm_twft[seeds] / main.pdlgm_twft[seeds]).to_numpy()
+
+
+def start_rule_section(rep: Report, runs: pd.DataFrame, rules: pd.DataFrame, V) -> None:
+    """Table 5.2 on LPC-EGEE-75% under both rules for jobs released at the same second (ours)."""
+    rows = []
+    for i, model in enumerate(MODELS):
+        a, b = _start_rule_pairs(runs, rules, model)
+        if len(a) == 0:
+            continue
+        rows.append({"weights": model, "runs": len(a),
+                     f"{START_RULES[0]} (95% interval)": V.t_interval(a).text(".3f"),
+                     f"{START_RULES[1]} (95% interval)": V.t_interval(b).text(".3f"),
+                     "difference, paired": V.paired_interval(b, a).text(".4f"),
+                     "thesis": f"{THESIS_T52['LPC-EGEE-75%'][i]:.2f}"})
+    if not rows:
+        return
+    rep.heading("Table 5.2 on LPC-EGEE-75% under both rules for simultaneous releases (ours)")
+    rep.text(
+        "A split parallel job's copies are released at the same second, and the thesis does not say how DLGM treats "
+        f"them. `{START_RULES[0]}` (ours by default): an idle node starts a job the moment the job reaches it, so "
+        f"a later copy of the same second finds it running; `{START_RULES[1]}`: every job of the second joins a "
+        "queue first, then idle nodes start their best job. P-DLGM's schedule is the same under both, so only DLGM "
+        "is rerun, on the same weight draws; the difference is paired by draw."
+    )
+    rep.table(pd.DataFrame(rows))
+
+
+def claims(runs: pd.DataFrame, runs_all: pd.DataFrame, results_main: list, stats: dict, V, comp=None, rules=None):
     """The thesis's claims of section 5.5 (counted) and our comparisons on the substitutes and the load sweep."""
     model: Any
     cap: Any
@@ -495,8 +587,18 @@ def claims(runs: pd.DataFrame, runs_all: pd.DataFrame, results_main: list, stats
             else:
                 c.not_attempted(f"Table 5.2, {thesis}", f"DLGM / P-DLGM weighted flow time, {model}", printed,
                                 "trace not available; the substitute's figure is below (ours)")
-                o.check(f"Table 5.2, {label}", f"DLGM / P-DLGM, {model}, on the substitute", f"{printed} ({thesis})",
-                        V.value(printed), iv, fmt=".3f", note="another machine's workload: not comparable")
+                o.add(f"Table 5.2, {label}", f"DLGM / P-DLGM, {model}, on the substitute", f"{printed} ({thesis})",
+                      iv.text(".3f") if iv is not None else "-", V.NOT_ATTEMPTED,
+                      "another machine's workload: shown beside the thesis's row, not judged against it")
+    if rules is not None and len(rules):
+        for i, model in enumerate(MODELS):
+            a, b = _start_rule_pairs(runs, rules, model)
+            if len(a):
+                printed = f"{THESIS_T52['LPC-EGEE-75%'][i]:.2f}"
+                o.check("Table 5.2, LPC-EGEE-75%", f"DLGM / P-DLGM weighted flow time, {model}, DLGM with the "
+                        f"{START_RULES[1]} rule for simultaneous releases", printed, V.value(printed), V.t_interval(b),
+                        fmt=".3f", note=f"{len(b)} runs; minus the {START_RULES[0]} rule, paired: "
+                                        f"{V.paired_interval(b, a).text('.4f')}")
     lpc = runs[runs.trace == LPC]
     for model, sub in lpc.groupby("model"):
         c.check("Sec. 5.5.2", f"P-DLGM always outperforms DLGM in total weighted flow time (LPC-EGEE-75%, {model})",
