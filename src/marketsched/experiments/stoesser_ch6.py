@@ -477,13 +477,14 @@ def bids_figure(rep: Report, series: pd.DataFrame, capacities) -> None:
 
 # ---------------------------------------------------------------------------- entry point
 def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | None = None,
-        executor: str = "process") -> Path:
+        executor: str = "process", capacities: tuple[int, ...] = (CAPACITY, SENSITIVITY_CAPACITY)) -> Path:
     """Run every batch (resuming from ``out_dir/tasks``), store the results in ``out_dir/results``, write the
     report from them.
 
     Full run: 30 workloads per valuation distribution, the full 36-cell grid with 10 runs.
     ``quick``: 3 workloads, the first 20,000 rounds only, 4 grid cells x 2 runs. ``seeds``
-    overrides the number of workloads (and caps the grid's runs at 10).
+    overrides the number of workloads (and caps the grid's runs at 10). ``capacities``: the pool sizes
+    run (the thesis's C = 10 first; the report judges the thesis's claims at C = 10 only).
     """
     import json
 
@@ -497,9 +498,13 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
     if quick:
         plan = plan.truncated(20_000)
         grid = [p for p in grid if p["gamma"] == 0.3 and p["alpha"] in (0.1, 0.3) and p["epsilon"] in (0.05, 0.25)]
-    capacities = (CAPACITY, SENSITIVITY_CAPACITY)
+    if CAPACITY not in capacities or not set(capacities) <= {CAPACITY, SENSITIVITY_CAPACITY}:
+        raise ValueError(f"stoesser-ch6: capacities must include {CAPACITY} and be among {CAPACITY}, "
+                         f"{SENSITIVITY_CAPACITY}; got {capacities}")
+    capacities = tuple(sorted(capacities))
     jobs = [j for c in capacities for j in make_jobs(plan, n_workloads, grid_runs, grid, capacity=c)]
-    jobs.sort(key=lambda j: -len(j["rows"]) * (1 if j["kind"] == "q" else 0.1))  # long batches first
+    # the thesis's pool size first, long batches first within it
+    jobs.sort(key=lambda j: (j["capacity"], -len(j["rows"]) * (1 if j["kind"] == "q" else 0.1)))
     workers = workers or min(2, os.cpu_count() or 1)
     # a batch's key: its name and what sets its size (rounds, workloads, grid runs and cells)
     tasks = [Task((j["id"], plan.rounds, n_workloads, grid_runs, len(grid)), run_batch, (j,)) for j in jobs]
@@ -542,8 +547,8 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
                      "runtime (s)": {"min": float(r_.min()), "max": float(r_.max()), "mean": float(r_.mean()),
                                      "median": float(np.median(r_))},
                      "rounds": plan.rounds, "demand_mean": float(d[busy].mean()), "demand_peak": float(d.max()),
-                     "above": {str(cap): float((d[busy] > cap).mean()) for cap in capacities}},
-        "zic": zic, "truncated": plan.rounds < full_rounds}
+                     "above": {str(cap): float((d[busy] > cap).mean()) for cap in (CAPACITY, SENSITIVITY_CAPACITY)}},
+        "zic": zic, "truncated": plan.rounds < full_rounds, "capacities": list(capacities)}
     (res / "meta.json").write_text(json.dumps(meta, indent=1))
     return write_report(res, out)
 
@@ -574,7 +579,7 @@ def write_report(results, out_dir=None) -> Path:
     df = pd.read_csv(results / "runs.csv")
     series = pd.read_csv(results / "series.csv")
     demand = pd.read_csv(results / "demand.csv")
-    capacities = (CAPACITY, SENSITIVITY_CAPACITY)
+    capacities = tuple(meta.get("capacities", (CAPACITY, SENSITIVITY_CAPACITY)))
     from marketsched.analysis import verdicts as V
 
     rep = Report(out, TITLE)
@@ -603,7 +608,8 @@ def write_report(results, out_dir=None) -> Path:
     agree = {cap: grid_section(rep, df, meta["grid_runs"], cap) for cap in capacities}
     ours = V.Claims("Our own comparisons: C = 40, per-CPU bids, the optimum without the per-request cap", ours=True)
     claims(df, CAPACITY, c)
-    claims(df, SENSITIVITY_CAPACITY, ours, prefix="C = 40: ")
+    if SENSITIVITY_CAPACITY in capacities:
+        claims(df, SENSITIVITY_CAPACITY, ours, prefix=f"C = {SENSITIVITY_CAPACITY}: ")
     _per_cpu_claims(df, ours)
     optima = pd.read_csv(results / "optima.csv") if (results / "optima.csv").is_file() else None
     if optima is not None:
@@ -624,9 +630,10 @@ def write_report(results, out_dir=None) -> Path:
     tested = {"per-CPU bids": pc, "the uncapped optimum": un, f"C = {SENSITIVITY_CAPACITY}": eff1}
     reach = [k for k, x in tested.items() if len(x) and x.min() <= thesis_range[1] + 0.0005]
     rep.text(DIFFERENCES.format(
-        c0=CAPACITY, c1=SENSITIVITY_CAPACITY, rho0=rho.get(CAPACITY, math.nan), rho1=rho.get(SENSITIVITY_CAPACITY, math.nan),
-        agree0=agree.get(CAPACITY, {}).get("Spearman", math.nan),
-        agree1=agree.get(SENSITIVITY_CAPACITY, {}).get("Spearman", math.nan),
+        c0=CAPACITY, c1=SENSITIVITY_CAPACITY, rho0=_num(rho.get(CAPACITY), ".2f"),
+        rho1=_num(rho.get(SENSITIVITY_CAPACITY), ".2f"),
+        agree0=_num(agree.get(CAPACITY, {}).get("Spearman"), "+.2f"),
+        agree1=_num(agree.get(SENSITIVITY_CAPACITY, {}).get("Spearman"), "+.2f"),
         eff0=f"{eff.min():.2f}-{eff.max():.2f}" if len(eff) else "-",
         eff_pc=f"{pc.min():.2f}-{pc.max():.2f}" if len(pc) else "- (not run)",
         eff1=f"{eff1.min():.2f}-{eff1.max():.2f}" if len(eff1) else "- (not run)",
@@ -699,6 +706,13 @@ def claims(df: pd.DataFrame, cap: int, c, prefix: str = "") -> None:
                 parts[f"{strategy} {dist}"] = V.paired_interval(x, y)
     _parts(c, where("Sec. 6.4.2"), "switching from PS to SH reduces the mean utility in all settings", "PS > SH",
            V.ordering(">"), parts)
+    parts = {}
+    for dist in DISTS:
+        x, y, _ = paired(d, "q", dist, "mean_pct_bid")
+        if len(x):
+            parts[dist] = V.paired_interval(y, x)
+    _parts(c, where("Sec. 6.4.2"), "users bid higher with SH than with PS (Q-learning)", "SH > PS", V.ordering(">"),
+           parts, note="mean percentage bid (bid / valuation), SH minus PS")
     per = {}
     for dist in DISTS:
         x, y, _ = paired(d, "q", dist, "revenue")
@@ -787,6 +801,11 @@ def _per_cpu_claims(df: pd.DataFrame, o) -> None:
                         V.value(f"{ts / tp:.3f}"), iv, fmt=".3f", note=f"sign test p = {p:.2g}")
 
 
+def _num(x, fmt: str) -> str:
+    """``x`` formatted, or "- (not run)" when there is no figure."""
+    return "- (not run)" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
 def _uncapped_efficiency(df: pd.DataFrame, optima: pd.DataFrame) -> pd.DataFrame:
     """Add ``efficiency_uncapped`` (welfare over ``C max_j v_j`` per second) to the runs of the 30 workloads, after
     checking that the stored optimum is the one recomputed with the cap."""
@@ -821,11 +840,11 @@ DIFFERENCES = """
   and 1,044 s), so on C = {c0} demand is above supply most of the time instead of in peaks. Absolute
   utilities and revenues are therefore not comparable; signs, ratios and rankings are.
 * **The correlation criterion depends on that congestion.** With Q-learning (PS, wide, chosen parameters)
-  the Spearman correlation of the mean percentage bid with demand is {rho0:.2f} on C = {c0} and {rho1:.2f}
+  the Spearman correlation of the mean percentage bid with demand is {rho0} on C = {c0} and {rho1}
   on C = {c1} (the thesis: 0.808). On C = {c0} the pool is saturated most of the time, so demand changes
   hardly move a request's share bin (the learner's state) and bids; on C = {c1}, as in the thesis's market,
   a rise in demand pushes requests from full to partial shares and their bids follow. The ranking of the
-  grid's cells by this criterion agrees with Table D.1 at {agree0:+.2f} (C = {c0}) and {agree1:+.2f}
+  grid's cells by this criterion agrees with Table D.1 at {agree0} (C = {c0}) and {agree1}
   (C = {c1}) (Spearman over the grid's cells).
 * **Efficiency levels** ({eff0} per run here on C = {c0}, 0.80-0.83 in the thesis). Our optimum is the
   thesis's ("the resource allocated exclusively to the requests with the highest (true) valuation", per
