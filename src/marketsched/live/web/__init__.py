@@ -182,14 +182,19 @@ setInterval(refresh, 1000);
 """
 
 
-def _sha256(pattern: str) -> str:
-    m = re.search(pattern, PAGE, re.S)
-    if m is None:
-        raise RuntimeError(f"the page has no {pattern!r}")
-    body = m.group(1)
-    return "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+def csp(page: str) -> str:
+    """The Content-Security-Policy of a self-contained ``page``: its one inline script and style
+    by hash, requests to its own origin only."""
+
+    def sha256(pattern: str) -> str:
+        m = re.search(pattern, page, re.S)
+        if m is None:
+            raise RuntimeError(f"the page has no {pattern!r}")
+        return "'sha256-" + base64.b64encode(hashlib.sha256(m.group(1).encode()).digest()).decode() + "'"
+
+    return (f"default-src 'none'; script-src {sha256(r'<script>(.*?)</script>')}; "
+            f"style-src {sha256(r'<style>(.*?)</style>')}; connect-src 'self'; img-src 'self'; base-uri 'none'; "
+            "form-action 'none'; frame-ancestors 'none'")
 
 
-CSP = (f"default-src 'none'; script-src {_sha256(r'<script>(.*?)</script>')}; "
-       f"style-src {_sha256(r'<style>(.*?)</style>')}; connect-src 'self'; img-src 'self'; base-uri 'none'; "
-       "form-action 'none'; frame-ancestors 'none'")
+CSP = csp(PAGE)
