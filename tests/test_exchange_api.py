@@ -5,8 +5,8 @@ database, as `exchange run` does beside `exchange serve`."""
 
 from __future__ import annotations
 
-import json
 import hashlib
+import json
 import socket
 import urllib.error
 import urllib.request
@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from exchange_helpers import make_exchange
+from live_helpers import raw
 from marketsched.cli import main
 from marketsched.exchange.api import MAX_STREAMS_PER_PARTY, ExchangeServer, ExchangeService, issue_token
 from marketsched.exchange.info import market_info
@@ -42,17 +43,6 @@ def market(tmp_path):
     srv.shutdown()
     service.store.close()
     ex.store.close()
-
-
-def raw(srv, method, path, body: bytes | None = None, token=None, headers=None):
-    req = urllib.request.Request(srv.url + path, data=body, method=method, headers=headers or {})
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_tokens_are_hashed_at_rest_and_name_the_party(market, tmp_path):

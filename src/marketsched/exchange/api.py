@@ -67,7 +67,17 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from marketsched.live.api import MAX_PAGE, Route, _before, _endpoint, _json, _limit, _query, json_errors
+from marketsched.live.api import (
+    MAX_PAGE,
+    Route,
+    _before,
+    _endpoint,
+    _json,
+    _limit,
+    _query,
+    json_errors,
+    page_endpoint,
+)
 from marketsched.live.broker import MAX_ID, MarketError, _number, _show, _whole, hash_token
 from marketsched.live.server import Limits, MarketServer
 
@@ -424,12 +434,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64) -> F
     gate = asyncio.Semaphore(max_in_flight)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exchange-api")
     hub = app.state.alerts = AlertHub(service, pool)
-    page = PAGE.encode()
-
-    async def home(request: Request) -> Response:
-        return Response(page, media_type="text/html; charset=utf-8", headers={
-            "cache-control": "no-store", "content-security-policy": CSP, "x-content-type-options": "nosniff",
-            "referrer-policy": "no-referrer", "x-frame-options": "DENY"})
+    home = page_endpoint(PAGE, CSP)
 
     async def health(request: Request) -> Response:
         return _json(200, {"ok": True, **stats()})

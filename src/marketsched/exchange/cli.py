@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from marketsched.live.cli import tls_options
+
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
 
@@ -195,12 +197,7 @@ def token_cmd(data, name, role):
 @DATA
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8766, show_default=True, type=click.IntRange(0, 65535))
-@click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="TLS certificate (PEM) for HTTPS; with --tls-key.")
-@click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The certificate's private key (PEM).")
-@click.option("--insecure-http", is_flag=True,
-              help="Serve plain HTTP on an address that is not loopback (tokens cross the network in clear).")
+@tls_options
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
 def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration):
     """Serve the HTTP API and the market information page (docs/exchange.md); the exchange

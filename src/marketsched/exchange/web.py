@@ -9,7 +9,7 @@ side and CPU class; no owner, no price). It needs no token: it shows only what t
 publishes. ``CSP``: only its own inline script and style, requests to its own origin only.
 """
 
-from marketsched.live.web import csp
+from marketsched.live.web import STYLE, csp
 
 PAGE = r"""<!doctype html>
 <html lang="en">
@@ -18,20 +18,7 @@ PAGE = r"""<!doctype html>
 <title>marketsched grid exchange</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
-  header { background: #1d2330; color: #fff; padding: 10px 18px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
-  header h1 { font-size: 18px; margin: 0; }
-  header .big { font-size: 22px; font-weight: 600; }
-  main { padding: 12px 18px; display: grid; grid-template-columns: minmax(380px, 1fr) minmax(380px, 1fr); gap: 14px; }
-  section { background: #fff; border-radius: 6px; padding: 10px 14px; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
-  section.wide { grid-column: 1 / -1; }
-  h2 { font-size: 15px; margin: 2px 0 8px; }
-  table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: left; padding: 3px 6px; border-bottom: 1px solid #eceef2; font-variant-numeric: tabular-nums; }
-  th { font-weight: 600; color: #566; white-space: nowrap; }
-  .muted { color: #778; }
-  #error { color: #a50e0e; }
-  #legend span { margin-right: 14px; }
+""" + STYLE + r"""  #legend span { margin-right: 14px; }
   svg { width: 100%; height: 240px; }
 </style>
 </head>

@@ -462,6 +462,18 @@ def _endpoint(b, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExecutor, au
     return endpoint
 
 
+def page_endpoint(page: str, csp: str):
+    """An endpoint serving the self-contained web ``page`` under its Content-Security-Policy."""
+    body = page.encode()
+
+    async def home(request: Request) -> Response:
+        return Response(body, media_type="text/html; charset=utf-8", headers={
+            "cache-control": "no-store", "content-security-policy": csp, "x-content-type-options": "nosniff",
+            "referrer-policy": "no-referrer", "x-frame-options": "DENY"})
+
+    return home
+
+
 def json_errors(app: FastAPI) -> None:
     """Starlette's own errors (no such path, method not allowed) answered as ``{"error": ...}``."""
 
@@ -484,12 +496,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
     app.state.broker = broker
     gate = asyncio.Semaphore(max_in_flight)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
-    page = PAGE.encode()
-
-    async def home(request: Request) -> Response:
-        return Response(page, media_type="text/html; charset=utf-8", headers={
-            "cache-control": "no-store", "content-security-policy": CSP, "x-content-type-options": "nosniff",
-            "referrer-policy": "no-referrer", "x-frame-options": "DENY"})
+    home = page_endpoint(PAGE, CSP)
 
     async def health(request: Request) -> Response:
         """Answered on the server's own thread (no broker lock, no worker thread)."""

@@ -18,13 +18,8 @@ import base64
 import hashlib
 import re
 
-PAGE = r"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>marketsched live market</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
+# the look both web pages share (this one and the grid exchange's): header, cards, tables
+STYLE = """\
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
   header { background: #1d2330; color: #fff; padding: 10px 18px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
   header h1 { font-size: 18px; margin: 0; }
@@ -36,12 +31,21 @@ PAGE = r"""<!doctype html>
   table { border-collapse: collapse; width: 100%; }
   th, td { text-align: left; padding: 3px 6px; border-bottom: 1px solid #eceef2; font-variant-numeric: tabular-nums; }
   th { font-weight: 600; color: #566; white-space: nowrap; }
-  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .muted { color: #778; }
+  #error { color: #a50e0e; }
+"""
+
+PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>marketsched live market</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+""" + STYLE + r"""  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   .state-running { color: #137333; font-weight: 600; }
   .state-preempted { color: #b06000; }
   .state-held { color: #a50e0e; }
-  .muted { color: #778; }
-  #error { color: #a50e0e; }
   #login input { width: 360px; }
   svg { width: 100%; height: 200px; }
 </style>
