@@ -157,8 +157,9 @@ def test_another_partys_orders_and_contracts_are_denied(market):
     (b'{"value": 1, "cpu": 1, "mem": -5, "first_slot": 2, "last_slot": 3, "command": "x"}', "'mem' must be"),
     (b'{"value": 1, "cpu": 1, "first_slot": 2, "last_slot": ' + b"9" * 400 + b', "command": "x"}',
      "'last_slot' must be a whole number"),
-    (b'{"value": 1, "cpu": 1, "first_slot": 2, "last_slot": 100000, "command": "x"}', "longer than the 10000"),
-    (b'{"value": 1, "cpu": 1, "first_slot": 99999999, "last_slot": 99999999, "command": "x"}', "more than 1000000"),
+    (b'{"value": 1, "cpu": 1, "first_slot": 2, "last_slot": 100000, "command": "x"}', "longer than the 1000"),
+    (b'{"value": 1, "cpu": 1, "first_slot": 99999999, "last_slot": 99999999, "command": "x"}', "more than 1000 slots"),
+    (b'{"value": 1, "cpu": 1, "first_slot": 900, "last_slot": 1001, "command": "x"}', "'last_slot' (1001) is more"),
     (b'{"value": 1, "cpu": 1, "first_slot": 0, "last_slot": 3, "command": "x"}', "after the current slot"),
     (b'{"value": 1, "cpu": 1, "first_slot": 3, "last_slot": 2, "command": "x"}', "is before first_slot"),
     (b'{"value": 1, "cpu": 1, "first_slot": 2, "last_slot": 3, "command": ""}', "non-empty shell command"),
@@ -299,6 +300,9 @@ def test_price_alerts_are_pushed_to_subscribers(market):
     for _, _, data in got:
         assert data["cpu"] == 2 and data["price"] == info[data["period"]]["classes"][2]["price"] < 3
     assert info[2]["classes"][2]["price"] >= 5  # the clearing in between, no alert
+    rows = json.loads(json.dumps(list(info.values())))
+    assert c["bob"].get("/api/market/history?after=1&limit=1") == rows[1:2]
+    assert c["bob"].get("/api/market/history?limit=2") == rows[1:] == c["bob"].get("/api/market/history?after=1")
     # a subscriber that comes back with Last-Event-ID gets what it missed since
     with _stream(srv, "/api/alerts?above=0", tokens["bob"], {"Last-Event-ID": "1"}) as resp:
         events = _events(resp)

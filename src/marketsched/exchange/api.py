@@ -58,7 +58,9 @@ gets the alerts of the clearings it missed first. One party holds at most
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -113,21 +115,31 @@ def issue_token(store: ExchangeStore, role: str, name: str, t: float) -> str:
 
 class ExchangeService:
     """What the API does, on the exchange of ``store`` at ``clock()``: one call at a time (the
-    database connection is shared by the server's worker threads)."""
+    database connection is shared by the server's worker threads). Tokens are looked up on a
+    read-only connection of their own, so that the server's thread, which checks them, never
+    waits for a write. Market information of past periods does not change, so each period's
+    row is computed once and kept."""
 
     def __init__(self, store: ExchangeStore, clock: Callable[[], float]):
         self.exchange = Exchange(store, clock)
         self.store = store
         self.lock = threading.Lock()
+        self._tokens = sqlite3.connect(f"{store.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        self._tokens_lock = threading.Lock()
+        self._info: list[dict] = []  # market_info rows of the periods so far, in order
+
+    def close(self) -> None:
+        self._tokens.close()
 
     def authenticate(self, token: str | None) -> tuple[str, str]:
         if not token:
             raise MarketError("no token: send the header 'Authorization: Bearer TOKEN'", 401)
-        with self.lock:
-            found = self.store.party(hash_token(token))
-        if found is None:
+        with self._tokens_lock:
+            rows = self._tokens.execute("SELECT role, name FROM ex_parties WHERE token_hash = ?",
+                                        (hash_token(token),)).fetchall()
+        if not rows:
             raise MarketError("wrong token: no party has this token", 401)
-        return found
+        return rows[0][0], rows[0][1]
 
     def _do(self, fn, *args):
         with self.lock:
@@ -202,15 +214,24 @@ class ExchangeService:
     def market(self) -> dict:
         ex = self.exchange
         with self.lock:
-            last = market_info(self.store, limit=1)
+            info = self._market_info()
             book = open_book(self.store)
         s = ex.settings
         return {"t": ex.clock(), "slot": ex.slot(), "mechanism": s["mechanism"], "slot_seconds": s["slot_seconds"],
-                "period_seconds": s["period_seconds"], "last": last[0] if last else None, "open_book": book}
+                "period_seconds": s["period_seconds"], "last": info[-1] if info else None, "open_book": book}
 
     def history(self, after: int | None, limit: int) -> list[dict]:
+        """``market_info(store, after, limit)``, from the rows kept."""
         with self.lock:
-            return market_info(self.store, after, limit)
+            info = self._market_info()
+        if after is None:
+            return info[-limit:]
+        start = bisect.bisect_right([r["period"] for r in info], after)
+        return info[start:start + limit]
+
+    def _market_info(self) -> list[dict]:
+        self._info += market_info(self.store, after=self._info[-1]["period"] if self._info else 0)
+        return self._info
 
 
 def _role(who, role: str, what: str) -> None:
@@ -466,3 +487,4 @@ class ExchangeServer(MarketServer):
     def shutdown(self) -> None:
         self.app.state.alerts.closed = True  # open alert streams end (within a second)
         super().shutdown()
+        self.broker.close()

@@ -10,9 +10,9 @@
   node's.
 
 Every check raises :class:`ValueError` naming the order kind and the field. Every number is
-bounded (``MAX_*`` below), so that no order can make a clearing allocate without limit: a
-window is at most ``MAX_WINDOW_SLOTS`` slots long and starts at most ``MAX_AHEAD_SLOTS`` after
-the current slot.
+bounded (``MAX_*`` below), so that no order can make a clearing allocate without limit: the
+mechanisms keep arrays of (jobs or nodes) x slots up to the book's last slot, so an order ends
+at most ``MAX_AHEAD_SLOTS`` after the current slot (and its window is at most that long).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ MAX_PRICE = 1e9  # per CPU unit per slot
 MAX_CPU = 1_000_000  # CPU units of a node or a request
 MAX_MEM = 10**12  # memory units of a node or a request
 MAX_SLOT = 2**40  # any slot number
-MAX_WINDOW_SLOTS = 10_000  # slots of one order's window
-MAX_AHEAD_SLOTS = 1_000_000  # how far after the current slot an order may start
+MAX_AHEAD_SLOTS = 1000  # how far after the current slot an order may end (a clearing's arrays grow with it)
 MAX_COMMAND_BYTES = 65536  # a request's command, UTF-8
 
 
@@ -65,15 +64,15 @@ def check_window(kind: str, first_slot, last_slot, after_slot: int | None) -> tu
     last = check_whole(kind, "last_slot", last_slot, 0, MAX_SLOT)
     if last < first:
         raise ValueError(f"{kind} field 'last_slot' ({last}) is before first_slot ({first})")
-    if last - first >= MAX_WINDOW_SLOTS:
+    if last - first >= MAX_AHEAD_SLOTS:
         raise ValueError(f"{kind} fields 'first_slot'/'last_slot': a window of {last - first + 1} slots is longer "
-                         f"than the {MAX_WINDOW_SLOTS} the exchange accepts")
+                         f"than the {MAX_AHEAD_SLOTS} the exchange accepts")
     if after_slot is not None and first <= after_slot:
         raise ValueError(f"{kind} field 'first_slot' ({first}) must be after the current slot ({after_slot}): "
                          "the exchange clears future slots only")
-    if after_slot is not None and first > after_slot + MAX_AHEAD_SLOTS:
-        raise ValueError(f"{kind} field 'first_slot' ({first}) is more than {MAX_AHEAD_SLOTS} slots after the "
-                         f"current slot ({after_slot})")
+    if after_slot is not None and last > after_slot + MAX_AHEAD_SLOTS:
+        raise ValueError(f"{kind} field 'last_slot' ({last}) is more than {MAX_AHEAD_SLOTS} slots after the "
+                         f"current slot ({after_slot}), as far ahead as the exchange trades")
     return first, last
 
 
