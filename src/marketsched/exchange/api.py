@@ -60,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -101,8 +102,6 @@ _SIDE = {"user": "request", "provider": "offer"}
 def issue_token(store: ExchangeStore, role: str, name: str, t: float) -> str:
     """A new token for party ``(role, name)`` (its old one stops working); only its hash is
     stored. A provider must have joined."""
-    import secrets
-
     if role not in ROLES:
         raise ValueError(f"party role must be one of {', '.join(ROLES)}, got {role!r}")
     check_name(role, "name", name)
