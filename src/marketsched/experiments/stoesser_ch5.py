@@ -234,11 +234,12 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, workers: int | N
         executor: str = "process", lpc_seeds: int | None = None) -> Path:
     """Run every (trace, capacity, weight model, seed) cell (resuming from ``out_dir/tasks``), store one JSON
     per run in ``out_dir/results/runs``, then write the report. ``seeds``: weight draws per cell (default 4,
-    quick 2); ``lpc_seeds``: on LPC-EGEE-75% (default ``seeds`` if given, else 50, quick 2)."""
+    quick 2; 0 with ``lpc_seeds``: no substitute trace and no load sweep); ``lpc_seeds``: on LPC-EGEE-75%
+    (default ``seeds`` if given, else 50, quick 2)."""
     out_dir = Path(out_dir)
     n_seeds = seeds if seeds is not None else (2 if quick else DEFAULT_SEEDS)
-    if n_seeds < 1:
-        raise ValueError(f"stoesser-ch5: seeds must be >= 1, got {n_seeds}")
+    if n_seeds < (0 if lpc_seeds else 1):
+        raise ValueError(f"stoesser-ch5: seeds must be >= 1 (0 with lpc_seeds: LPC-EGEE-75% only), got {n_seeds}")
     n_lpc = lpc_seeds if lpc_seeds is not None else seeds if seeds is not None else (2 if quick else LPC_SEEDS)
     if n_lpc < 1:
         raise ValueError(f"stoesser-ch5: lpc_seeds must be >= 1, got {n_lpc}")
