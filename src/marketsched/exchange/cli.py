@@ -193,6 +193,24 @@ def token_cmd(data, name, role):
     click.echo(_do(issue_token, ex.store, role, name, ex.clock()))
 
 
+@exchange.command("unix")
+@DATA
+@click.argument("user")
+@click.argument("account")
+def unix_cmd(data, user, account):
+    """Run USER's contract jobs as Unix account ACCOUNT (when the exchange runs as root;
+    docs/exchange.md). Once any user is mapped, a root exchange runs no unmapped user's job."""
+    from marketsched.live.executor import RunAs
+
+    from .orders import check_name
+
+    ex = _open(data)
+    _do(check_name, "user", "name", user)
+    _do(RunAs.lookup, account)
+    _do(ex.store.set_unix, user, account)
+    click.echo(f"user {user!r}: contract jobs run as Unix account {account!r}")
+
+
 @exchange.command("serve")
 @DATA
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
