@@ -18,8 +18,9 @@ Steps of :func:`audit`:
 :func:`summary` gives per deviation kind and amount the share of profitable deviations (gain
 above a relative tolerance of 1e-9) with a 95% Wilson interval, and the largest gain with the
 case that reproduces it. :func:`claim_verdicts` judges each incentive property the mechanism
-claims in the registry by one rule. Every deviation is a full rerun of the simulation (an incremental rerun
-from the deviator's arrival is not implemented).
+claims in the registry by one rule. A deviation reruns the simulation from the deviator's arrival (a
+snapshot of the engine) where the mechanism allows it, else from the start
+(:mod:`marketsched.analysis.reruns`).
 """
 
 from __future__ import annotations
@@ -165,16 +166,19 @@ def rows_of(jobs, job_ids) -> list[np.ndarray]:
 
 
 def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int = 3, seed: int = 1, progress=None,
-          job_ids=None, group: float | None = None, group_draws_: int = 5):
+          job_ids=None, group: float | None = None, group_draws_: int = 5, rerun: str = "incremental"):
     """One row per (focal job, deviation): ``job_id``, ``band``, ``kind``, ``amount``,
     ``truthful``, ``deviating`` (true utilities) and ``gain`` (module docstring). ``job_ids``:
     audit these jobs instead of a sample (to reproduce a case). ``group``: instead of one job,
     ``group_draws_`` random groups of this share of the jobs lie together (:func:`group_draws`);
     a row is then a group (``job_id`` its draw number, ``band`` "group", ``copies`` its rows) and
-    its utilities are the members' sums; column ``who`` says which."""
+    its utilities are the members' sums; column ``who`` says which. ``rerun``: ``"incremental"``
+    (from a snapshot at the deviator's arrival where the mechanism allows it, else full) or
+    ``"full"`` (:mod:`marketsched.analysis.reruns`; both give the same table)."""
     import pandas as pd
 
     from marketsched.analysis.metrics import value_band
+    from marketsched.analysis.reruns import Reruns
     from marketsched.mechanisms.registry import get
     from marketsched.scenario import run
 
@@ -185,23 +189,30 @@ def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int =
         focal = group_draws(jobs, group, group_draws_, seed)
     else:
         focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
-    out = []
+    reruns = Reruns(jobs, mechanism, params, rerun)
+    rows_of_focal: dict[int, list] = {}
+    done = 0
     total = len(focal) * len(deviations)
-    for i, rows in enumerate(focal):
+    for i in reruns.order(focal):
+        rows = focal[i]
         u0 = true_utility(jobs, truthful, rows, jobs.workload.submit_time[rows])
         if group is not None:
             who = (i, "group", float(np.mean(jobs.true_value[rows])), len(rows), "group")
         else:
             who = (int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
                    float(jobs.true_value[rows[0]]), len(rows), "job")
+        out = rows_of_focal[i] = []
         for dev in deviations:
             jobs2, rows2 = deviate(jobs, rows, dev)
-            u1 = true_utility(jobs2, run(jobs2, mechanism, params), rows2, jobs.workload.submit_time[rows])
+            run2 = reruns.deviating(jobs2, int(rows.min()))
+            u1 = true_utility(jobs2, run2, rows2, jobs.workload.submit_time[rows])
             out.append((*who[:4], dev.kind, dev.amount, u0, u1, u1 - u0, who[4]))
+            done += 1
             if progress is not None:
-                progress(len(out), total)
-    return pd.DataFrame(out, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
-                                      "deviating", "gain", "who"])
+                progress(done, total)
+    table = [row for i in range(len(focal)) for row in rows_of_focal[i]]
+    return pd.DataFrame(table, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
+                                        "deviating", "gain", "who"])
 
 
 def profitable(table) -> np.ndarray:
