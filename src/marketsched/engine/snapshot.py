@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import types
+from typing import Any
 
 import numpy as np
 
@@ -55,10 +56,11 @@ def take(sim: Simulator) -> Simulator:
     return _copy(sim, {id(sim.workload): sim.workload})
 
 
-def _copy(x, memo: dict):
+def _copy(x, memo: dict) -> Any:
     key = id(x)
     if key in memo:
         return memo[key]
+    y: Any
     if isinstance(x, (list, dict, set)):
         first = next(iter(x.values() if isinstance(x, dict) else x), None)
         if isinstance(first, (list, dict, set, np.ndarray)) or hasattr(first, "__dict__"):
