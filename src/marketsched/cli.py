@@ -702,7 +702,9 @@ def export(results, events_path, run_label, fmt, out_path):
 @click.option("--deviate", "deviations", multiple=True, metavar="KIND:AMOUNT[,...]",
               default=("value:0.5,0.8,1.25,2",), show_default=True,
               help="Lies to try (repeatable): value:FACTOR (bid x factor), estimate:FACTOR (run-time estimate x "
-                   "factor), delay:SECONDS (arrive later).")
+                   "factor), delay:SECONDS (arrive later), deadline:FACTOR (time to the deadline x factor; EES, "
+                   "relaxed EES, Egg), node:RANK (join the node of this rank by tentative utility, 1 = the best; "
+                   "DLGM, P-DLGM).")
 @click.option("--per-band", default=5, show_default=True, type=click.IntRange(min=1),
               help="Focal jobs drawn from each value band (low, middle, high).")
 @click.option("--audit-seed", default=1, show_default=True, type=int, help="Seed of the focal-job draw.")
