@@ -213,7 +213,7 @@ def test_cli_audit_prints_the_case(tmp_path):
     text = " ".join(out.output.split())  # the console wraps long lines
     assert "largest profitable lie: job" in text
     case = text.split("Reproduce: the same command with ")[1].split()
-    again = CliRunner().invoke(main, [*args[:-2], *case[:4]])
+    again = CliRunner().invoke(main, [*args[:-2], *case[:4], "--rerun", "full"])  # from the start: the same gain
     assert again.exit_code == 0, again.output
     gain = text.split("(gain ")[1].split(")")[0]
     assert f"(gain {gain})" in " ".join(again.output.split())
