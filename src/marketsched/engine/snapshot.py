@@ -87,7 +87,8 @@ def resume(snapshot: Simulator, workload, policy, first_row: int) -> Simulator:
     changed jobs), continued from ``snapshot`` to the end (its ``records`` and ``policy`` are
     the run's): the engine taken before the arrival time of
     ``first_row``, the first row where ``workload`` differs from the snapshot's (module
-    docstring). ``snapshot`` itself is not changed."""
+    docstring). ``snapshot`` itself is not changed; ``policy`` is used up (its per-job inputs are
+    taken, then it is emptied)."""
     if not supports_snapshots(policy):
         raise ValueError(f"{type(policy).__name__} declares no report_columns: it cannot resume from a snapshot")
     r = int(first_row)
@@ -113,6 +114,10 @@ def resume(snapshot: Simulator, workload, policy, first_row: int) -> Simulator:
             old[r:] = new[r:]
         else:
             setattr(mine, name, new)
+    # the fresh engine and policy only lent their inputs; they reference each other, so without
+    # this they would wait for the cyclic garbage collector (tens of MB per rerun on a trace)
+    fresh.__dict__.clear()
+    policy.__dict__.clear()
     sim.proceed()
     sim.conclude()
     return sim
