@@ -4,12 +4,16 @@ a rising and a falling price, and it runs unchanged over the HTTP API."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exchange_helpers import make_exchange
+from marketsched.cli import main
 from marketsched.exchange.access import PAYING_CONTRACT_STATES, ApiAccess, LocalAccess
 from marketsched.exchange.agents import BudgetAgent, JobNeed, agents_from_config
 from marketsched.exchange.api import ExchangeServer, ExchangeService, issue_token
@@ -165,6 +169,7 @@ def test_no_information_bids_the_value_within_the_budget():
     assert [o["value"] for o in market.orders] == [5.0]  # 30 over 2 CPUs x 3 slots; nothing left for the second
 
 
+@pytest.mark.live  # the live market's HTTP server
 def test_the_same_agent_over_the_api(tmp_path):
     """The agent reaches a served exchange with its user's token: it sees the market
     information and its own commitments as in process, and its budget holds."""
@@ -208,3 +213,35 @@ def test_budget_agents_from_a_config_and_bad_fields():
         BudgetAgent("a", [], budget=1, margin=float("nan"))
     with pytest.raises(ValueError, match="'window'"):
         BudgetAgent("a", [], budget=1, window=0)
+
+
+@pytest.mark.live  # the live market's HTTP server
+def test_the_bid_command_runs_the_agent_over_the_api(tmp_path):
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="pay-as-bid", slot_seconds=10, period_seconds=10)
+    ex.join("p1")
+    ex.add_node("p1", "n0", 8, 100)
+    ex.submit_offer("p1", "n0", 1.0, 1, 200)
+    ex.submit_request("rival", 3.0, 2, 0, 1, 1, "true")
+    ex.tick()  # a clearing at price 3 for CPU class 2
+    service = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    srv = ExchangeServer(service, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    try:
+        config = tmp_path / "me.json"
+        config.write_text(json.dumps({"budget": 20, "margin": 0.5, "jobs": [
+            {"value": 9, "cpu": 2, "duration": 2, "release": 3, "deadline": 8, "command": "echo hi"},
+            {"value": 9, "cpu": 2, "duration": 2, "release": 3, "deadline": 8}]}))
+        token = issue_token(ex.store, "user", "alice", 0.0)
+        got = CliRunner().invoke(main, ["exchange", "bid", str(config), "--url", srv.url, "--token", token,
+                                        "--for", "0"])
+        assert got.exit_code == 0, got.output
+        assert "2 bids for 'alice'; committed 20.000000 of a budget of 20" in got.output
+        a, b = [o for o in ex.store.orders("request") if o["owner"] == "alice"]
+        assert (a["value"], a["cpu"], a["first_slot"], a["command"]) == (4.5, 2, 3, "echo hi")  # 3 x (1 + 0.5)
+        assert (b["value"], b["command"]) == (0.5, "true")  # what is left of the budget: 2 over 4 CPU slots
+        p1 = issue_token(ex.store, "provider", "p1", 0.0)
+        got = CliRunner().invoke(main, ["exchange", "bid", str(config), "--url", srv.url, "--token", p1])
+        assert got.exit_code != 0 and "bidding needs a user's token" in got.output
+    finally:
+        srv.shutdown()
+        service.store.close()
