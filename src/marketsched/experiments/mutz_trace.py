@@ -514,7 +514,7 @@ grow with job size are not modelled.
     rep.figure(fig_jobs(jobs, dec), "jobs",
                caption="Left: CDF of per-job realised utility. Middle: total payment per job by final state "
                        "(boxes without outliers). Right: queue length I at each decision")
-    c = V.Claims("Our comparisons on the trace", ours=True)
+    c = V.Claims("Our comparisons", ours=True)
     for mech, where in (("ees", "Sec. 4.1"), ("relaxed-ees", "Sec. 6.1")):
         g = main[main.mechanism == mech]
         for col, claim, region in (("mean_payment_run", "jobs the mechanism runs lose currency (pay, > 0)",
