@@ -597,16 +597,25 @@ def _curve_table(sweeps: dict) -> pd.DataFrame:
 
 
 def _differences(sweeps: dict, rdp_depths: tuple, main: int) -> str:
-    """The thesis's incentive statements our relaxed DPGVA runs contradict, in figures (from the stored sweeps)."""
+    """The thesis's incentive statements on figures 7.2, 7.10 and 7.11 beside our figures (from the stored sweeps)."""
     lines = []
     declared, pay, truth, _ = sweeps[("7.2", main)]
     mean = pay.mean(axis=1)
     t_idx, best = int(np.argmin(np.abs(declared - truth))), int(np.argmax(mean))
     better = [f"{x:g}" for x, m in zip(declared, mean) if m > mean[t_idx] + 1e-9 * (1 + abs(mean[t_idx]))]
-    lines.append(f"* Figure 7.2 (deadline, depth {main}): the thesis finds lower deadlines worse. In our runs declaring "
-                 f"{declared[best]:g} instead of the true {truth:g} raised the mean payoff from {mean[t_idx]:.1f} to "
-                 f"{mean[best]:.1f} (paired difference {V.t_interval(pay[best] - pay[t_idx]).text('.3g')}); "
-                 f"declarations with a higher mean than the truth: {', '.join(better) or 'none'}.")
+    if better:
+        lines.append(f"* Figure 7.2 (deadline, depth {main}): the thesis finds lower deadlines worse. In our runs "
+                     f"declaring {declared[best]:g} instead of the true {truth:g} raised the mean payoff from "
+                     f"{mean[t_idx]:.1f} to {mean[best]:.1f} (paired difference "
+                     f"{V.t_interval(pay[best] - pay[t_idx]).text('.3g')}); declarations with a higher mean than the "
+                     f"truth: {', '.join(better)}.")
+    else:
+        diffs = {k: V.t_interval(pay[k] - pay[t_idx]) for k in range(len(declared)) if k != t_idx}
+        k = max(diffs, key=lambda k: diffs[k].estimate)
+        lines.append(f"* Figure 7.2 (deadline, depth {main}): the thesis finds lower deadlines worse. In our runs no "
+                     f"lower deadline has a higher mean payoff than the truth ({mean[t_idx]:.1f}), but not every one is "
+                     f"established worse: the closest, {declared[k]:g}, differs by {diffs[k].text('.3g')} (paired over "
+                     f"{pay.shape[1]} groups).")
     shallow, deep = rdp_depths[0], rdp_depths[-1]
     key = ("7.10", shallow) if shallow != main else ("7.1", main)
     declared, pay, _, won = sweeps[key]
@@ -771,7 +780,7 @@ beside this report. The relaxed DPGVA curves, which carry the disagreements, fol
         rep.table(sub.rename(columns={"declared": f"declared {label}"}),
                   caption=f"Relaxed DPGVA, figure {fig_no} (depth {main}): mean payoff and its paired difference to "
                           "the truth (95% t-intervals over groups), share of groups in which the job runs")
-    rep.heading("Where we differ from the thesis", level=3)
+    rep.heading("The relaxed DPGVA against the thesis, in figures (7.2, 7.10, 7.11)", level=3)
     rep.text(_differences(sweeps, rdp_depths, main))
     # ---------------- budget
     rep.heading("Budget imbalance against draws (figures 4.5, 6.7)")
@@ -1061,8 +1070,8 @@ def claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual):
     c.check("Fig 4.5", "EES budget imbalance of 7% at 8 draws", "7%", V.value("7%"),
             at[8].scaled(100) if 8 in at else None, fmt=".3g",
             note=f"in percent; the printed 7% is [6.5, 7.5]; mean over {meta['cfg']['imbalance_queues']} random 32-job queues; priors unstated in the thesis")
-    c.check("Fig 4.5", "EES budget imbalance below 1% at 1024 draws", "< 1%", V.bound("<", 0.01, exact=True),
-            at.get(1024), fmt=".3f")
+    c.check("Fig 4.5", "EES budget imbalance below 1% at 1024 draws", "< 1%", V.bound("<", 1.0, exact=True),
+            at[1024].scaled(100) if 1024 in at else None, fmt=".3g", note="in percent")
     top = max(at)
     c.check("Fig 4.5", "EES budget imbalance approaches 0 as draws grow (smallest vs largest draws)", "decreasing",
             V.ordering(">"), V.welch_interval(ees[ees.draws == min(at)].imbalance, ees[ees.draws == top].imbalance),
