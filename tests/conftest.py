@@ -9,6 +9,9 @@ fixture. ``pytest -m "not live"`` is the library alone (CI runs it on the other 
 at the end; needs root: skipped for a normal user, a failure as root or in CI). ``open_dir``: a
 folder every account may traverse, for a market whose jobs run as those accounts.
 
+``browser``: a headless Chromium (Debian's chromium and chromium-driver, driven with selenium)
+for the web pages' tests; skipped without them, a failure in CI.
+
 ``trace_path(name)``: the path of a real archive trace in the folder named by
 ``MARKETSCHED_TRACES`` (CI sets it to the shared traces folder). Unset variable: the test is
 skipped. Set but the file missing: the test fails (a CI set-up error must not pass silently).
@@ -31,7 +34,9 @@ import pytest
 TRACES_FOLDER = os.environ.get("MARKETSCHED_TRACES")
 
 
-LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live")
+LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live", "test_exchange_api", "test_exchange_web")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -142,3 +147,33 @@ def open_dir():
 
     kill_recorded_jobs(d / "market")
     shutil.rmtree(d, ignore_errors=True)
+
+
+def _need_browser():
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must install chromium and chromium-driver (.ci/run); missing {missing}")
+        pytest.skip(f"headless browser test needs Debian's chromium and chromium-driver; missing {missing}")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        pytest.fail("selenium is a test dependency: pip install -e '.[test]'")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    _need_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1280,900", f"--user-data-dir={tmp_path / 'profile'}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()

@@ -82,3 +82,28 @@ def reopen(path, clock, machines):
     ex = Exchange(ExchangeStore(path), clock, machines)
     ex.recover()
     return ex
+
+
+def trade(ex, clock, periods: int, seed: int = 0) -> None:
+    """``periods`` clearings of a small market from the clock's time on: providers p1-p3 (one
+    node of 8 CPUs each, reserves 1, 2 and 3, offered for 400 slots, on the first call) and, before each
+    clearing, six requests of users u0-u5 (1, 2 or 4 CPUs, values drawn from ``seed``, windows
+    of 1-3 slots starting 2-4 slots ahead). Clearings are ``period_seconds`` apart."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    start = ex.slot() + 1
+    for i, reserve in enumerate((1.0, 2.0, 3.0)):
+        name = f"p{i + 1}"
+        if not any(p["name"] == name for p in ex.store.providers()):
+            ex.join(name)
+            ex.add_node(name, "n0", 8, 64)
+            ex.submit_offer(name, "n0", reserve, start, start + 399)
+    for _ in range(periods):
+        now = ex.slot()
+        for u in range(6):
+            first = now + int(rng.integers(2, 5))
+            ex.submit_request(f"u{u}", round(float(rng.uniform(0.5, 6.0)), 2), int(rng.choice([1, 2, 4])),
+                              int(rng.integers(0, 8)), first, first + int(rng.integers(0, 3)), "true")
+        ex.clear()
+        clock.advance(ex.settings["period_seconds"])

@@ -112,3 +112,18 @@ def make_service_account():
 def chown_tree(path: Path, name: str) -> None:
     """``chown -R name:name path`` (the data folder of a broker that will run as ``name``)."""
     subprocess.run(["chown", "-R", f"{name}:{name}", str(path)], check=True)
+
+
+def raw(srv, method, path, body: bytes | None = None, token=None, headers=None):
+    """One HTTP request to server ``srv`` (its ``url``) with a Bearer ``token``: ``(status, body)``."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(srv.url + path, data=body, method=method, headers=headers or {})
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()

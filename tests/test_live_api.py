@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
+from live_helpers import raw
 from marketsched.cli import main
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig
@@ -25,17 +26,6 @@ def server(tmp_path):
     srv.shutdown()
     srv.server_close()
     broker.stop(kill_jobs=True)
-
-
-def raw(srv, method, path, body: bytes | None = None, token=None):
-    req = urllib.request.Request(srv.url + path, data=body, method=method)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def test_page_health_and_auth(server):

@@ -41,7 +41,9 @@ from marketsched.live.executor import kill_recorded_jobs, proc_cpu_seconds, proc
 from marketsched.live.ledger import Store
 
 LOOP = "while :; do :; done"
-COUNT = 'i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.05; done'
+# the count is written to a temporary file and renamed, so ``count`` is never seen empty: a job
+# frozen between ``>``'s truncation and the write would otherwise leave it empty until thawed
+COUNT = 'i=0; while :; do i=$((i+1)); echo $i > count.new; mv -f count.new count; sleep 0.05; done'
 
 
 @pytest.fixture(params=["root", "launcher"])
@@ -279,10 +281,11 @@ def test_a_setsid_child_is_frozen_on_preemption_and_killed_on_cancel(market):
     b = market(slots=1)
     ja = b.submit("alice", False, 1.0, f"setsid sh -c '{LOOP}' & echo $! > esc; {COUNT}")["id"]
     esc = int(job_file(b, ja, "esc"))
+    job_file(b, ja, "count")  # it counts (preempted before its first count, it would have no file)
     main = b.job("admin", True, ja)["pid"]
-    assert os.getsid(esc) != os.getsid(main)  # it left the job's session
+    assert wait_for(lambda: os.getsid(esc) != os.getsid(main), 60)  # it left the job's session (once setsid ran)
     assert f"/{b.executor.name}/job-{ja}" in Path(f"/proc/{esc}/cgroup").read_text()
-    jb = b.submit("bob", False, 5.0, "sleep 60")["id"]  # HB: alice's job is preempted
+    jb = b.submit("bob", False, 5.0, "sleep 600")["id"]  # HB: alice's job is preempted (and stays so)
     assert state(b, ja) == "preempted"
     assert frozen_and_still(b, ja, [esc, main])
     c1 = job_file(b, ja, "count")
@@ -304,11 +307,12 @@ def test_a_sibling_job_cannot_resume_a_frozen_job_with_sigcont(market):
     b = market(slots=2)
     ja = b.submit("alice", False, 1.0, f"setsid sh -c '{LOOP}' & echo $! > esc; {COUNT}")["id"]
     esc = int(job_file(b, ja, "esc"))
+    job_file(b, ja, "count")  # it counts (preempted before its first count, it would have no file)
     main = b.job("admin", True, ja)["pid"]
     # alice's second job keeps sending SIGCONT to her first job's group and to its escapee
     jc = b.submit("alice", False, 3.0, f"while :; do kill -CONT -{main} {main} {esc} 2>/dev/null; "
                                        "echo sent > tried; sleep 0.02; done")["id"]
-    jb = b.submit("bob", False, 5.0, "sleep 60")["id"]  # HB preempts the lowest bid: alice's first job
+    jb = b.submit("bob", False, 5.0, "sleep 600")["id"]  # HB preempts the lowest bid: alice's first job
     assert state(b, ja) == "preempted" and state(b, jc) == "running" and state(b, jb) == "running"
     job_file(b, jc, "tried")
     assert frozen_and_still(b, ja, [esc, main])  # SIGCONT does not thaw a frozen cgroup

@@ -6,77 +6,15 @@ $MARKETSCHED_ARTIFACTS if set, else the test's tmp folder; its path is printed).
 
 import hashlib
 import os
-import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pytest
-
+from browser_helpers import fresh, wait
 from live_helpers import work
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.server import MarketServer
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-
-
-def _need_browser():
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must install chromium and chromium-driver (.ci/run); missing {missing}")
-        pytest.skip(f"headless browser test needs Debian's chromium and chromium-driver; missing {missing}")
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        pytest.fail("selenium is a test dependency: pip install -e '.[test]'")
-
-
-
-
-@pytest.fixture
-def browser(tmp_path):
-    _need_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1280,900", f"--user-data-dir={tmp_path / 'profile'}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
-
-
-def wait(driver, pred, timeout=60.0):  # a guard against a hang, not a timing claim
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if pred(driver):
-                return True
-        except Exception:  # noqa: BLE001 - element not there yet
-            pass
-        time.sleep(0.1)
-    return False
-
-
-def fresh(read, tries: int = 100):
-    """``read()`` again when the page replaced the element between finding and reading it (its
-    refresh re-renders the tables): a read of the element as it is, not of a stale one."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    for _ in range(tries - 1):
-        try:
-            return read()
-        except StaleElementReferenceException:
-            time.sleep(0.01)
-    return read()
 
 
 def login(browser, token):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from marketsched.live.cli import tls_options
+
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
 
@@ -174,6 +176,52 @@ def run_cmd(data, containment, poll, duration):
         pass
     finally:
         ex.close()
+
+
+@exchange.command("token")
+@DATA
+@click.argument("name")
+@click.option("--user", "role", flag_value="user", help="A user's token (requests).")
+@click.option("--provider", "role", flag_value="provider", help="A provider's token (offers; it must have joined).")
+def token_cmd(data, name, role):
+    """Issue a party's token for the HTTP API (printed once; its old one stops working)."""
+    from .api import issue_token
+
+    if role is None:
+        raise click.UsageError("give --user or --provider")
+    ex = _open(data)
+    click.echo(_do(issue_token, ex.store, role, name, ex.clock()))
+
+
+@exchange.command("serve")
+@DATA
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8766, show_default=True, type=click.IntRange(0, 65535))
+@tls_options
+@click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
+def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration):
+    """Serve the HTTP API and the market information page (docs/exchange.md); the exchange
+    itself runs separately (marketsched exchange run)."""
+    from .api import ExchangeServer, ExchangeService
+
+    ex = _open(data)
+    try:
+        srv = ExchangeServer(ExchangeService(ex.store, ex.clock), host, port, tls_cert=tls_cert, tls_key=tls_key,
+                             insecure_http=insecure_http)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    srv.serve_in_thread()
+    click.echo(f"exchange API at {srv.url}", err=True)
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        while not stop and (end is None or time.monotonic() < end):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.shutdown()
 
 
 @exchange.command("agents")

@@ -1,5 +1,6 @@
 """Market information (the core market service of Stößer 2009, section 2.3): per clearing
-period, the volume traded and the clearing price per attribute class, and the open interest.
+period, the volume traded and the clearing price per attribute class, and the open interest;
+and the open book, in aggregate.
 
 Everything is derived from the recorded facts (orders, periods, contracts), so it is the same
 after a restart and in a replay. The attribute class of a contract is the CPU units of its
@@ -11,20 +12,38 @@ from __future__ import annotations
 
 from .store import MICRO, ExchangeStore
 
+_PERIOD_COLUMNS = ("id", "t", "requests", "offers", "last_order", "latency")
 
-def market_info(store: ExchangeStore) -> list[dict]:
-    """One row per period: ``period, t, requests, offers, contracts, cpu_slots, volume``
-    (currency units paid by users), ``price`` (per CPU unit per slot, None if nothing traded),
-    ``open_interest`` (orders still open right after the clearing) and ``classes``:
-    ``{cpu: {"cpu_slots", "price"}}``."""
-    out = []
+
+def market_info(store: ExchangeStore, after: int | None = None, limit: int | None = None) -> list[dict]:
+    """One row per period, oldest first: ``period, t, requests, offers, contracts, cpu_slots,
+    volume`` (currency units paid by users), ``price`` (per CPU unit per slot, None if nothing
+    traded), ``open_interest`` (orders still open right after the clearing), ``classes``:
+    ``{cpu: {"cpu_slots", "price"}}`` and ``latency`` (seconds the clearing took). All periods;
+    with ``after``, those after period ``after``; with ``limit``, at most that many (the oldest
+    after ``after``; without it, the newest)."""
+    cols = ", ".join(_PERIOD_COLUMNS)
+    if after is not None:
+        sql, params = f"SELECT {cols} FROM ex_periods WHERE id > ? ORDER BY id", [after]
+        if limit is not None:
+            sql, params = sql + " LIMIT ?", params + [limit]
+    elif limit is not None:
+        sql, params = f"SELECT * FROM (SELECT {cols} FROM ex_periods ORDER BY id DESC LIMIT ?) ORDER BY id", [limit]
+    else:
+        sql, params = f"SELECT {cols} FROM ex_periods ORDER BY id", []
+    periods = store.dicts(_PERIOD_COLUMNS, sql, params)
+    if not periods:
+        return []
+    lo, hi = periods[0]["id"], periods[-1]["id"]
     per_class: dict[int, dict[int, list[int]]] = {}
-    for period, cpu, cpu_slots, paid in store.rows(
-            "SELECT period, cpu, SUM(cpu * (last_slot - first_slot + 1)), SUM(user_price) FROM ex_contracts "
-            "GROUP BY period, cpu ORDER BY period, cpu"):
+    counts: dict[int, int] = {}
+    for period, cpu, n, cpu_slots, paid in store.rows(
+            "SELECT period, cpu, COUNT(*), SUM(cpu * (last_slot - first_slot + 1)), SUM(user_price) FROM ex_contracts "
+            "WHERE period BETWEEN ? AND ? GROUP BY period, cpu ORDER BY period, cpu", (lo, hi)):
         per_class.setdefault(period, {})[cpu] = [cpu_slots, paid]
-    counts = dict(store.rows("SELECT period, COUNT(*) FROM ex_contracts GROUP BY period"))
-    for p in store.periods():
+        counts[period] = counts.get(period, 0) + n
+    out = []
+    for p in periods:
         classes = per_class.get(p["id"], {})
         cpu_slots = sum(v[0] for v in classes.values())
         paid = sum(v[1] for v in classes.values())
@@ -37,3 +56,11 @@ def market_info(store: ExchangeStore) -> list[dict]:
                     "classes": {cpu: {"cpu_slots": v[0], "price": v[1] / MICRO / v[0]} for cpu, v in classes.items()},
                     "latency": p["latency"]})
     return out
+
+
+def open_book(store: ExchangeStore) -> list[dict]:
+    """The open orders in aggregate, per side and CPU class: ``side, cpu, orders, cpu_slots``
+    (no owner, no price: what each party bid stays its own)."""
+    return store.dicts(("side", "cpu", "orders", "cpu_slots"),
+                       "SELECT side, cpu, COUNT(*), SUM(cpu * (last_slot - first_slot + 1)) FROM ex_orders "
+                       "WHERE state = 'open' GROUP BY side, cpu ORDER BY side DESC, cpu")

@@ -9,7 +9,10 @@
   CPU unit per timeslot of one of its nodes over the slots ``[R_n, E_n]``; capacity is the
   node's.
 
-Every check raises :class:`ValueError` naming the order kind and the field.
+Every check raises :class:`ValueError` naming the order kind and the field. Every number is
+bounded (``MAX_*`` below), so that no order can make a clearing allocate without limit: the
+mechanisms keep arrays of (jobs or nodes) x slots up to the book's last slot, so an order ends
+at most ``MAX_AHEAD_SLOTS`` after the current slot (and its window is at most that long).
 """
 
 from __future__ import annotations
@@ -20,46 +23,65 @@ import re
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "exact")
 PROVIDER_KINDS = ("local", "slurm")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_PRICE = 1e9  # per CPU unit per slot
+MAX_CPU = 1_000_000  # CPU units of a node or a request
+MAX_MEM = 10**12  # memory units of a node or a request
+MAX_SLOT = 2**40  # any slot number
+MAX_AHEAD_SLOTS = 1000  # how far after the current slot an order may end (a clearing's arrays grow with it)
+MAX_COMMAND_BYTES = 65536  # a request's command, UTF-8
 
 
 def check_name(kind: str, field: str, value) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value):
         raise ValueError(f"{kind} field {field!r} must be 1-64 letters, digits, '_', '.' or '-' "
-                         f"(starting with a letter or digit), got {value!r}")
+                         f"(starting with a letter or digit), got {_shown(value)}")
     return value
 
 
-def check_whole(kind: str, field: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or value < minimum:
-        raise ValueError(f"{kind} field {field!r} must be a whole number >= {minimum}, got {value!r}")
+def _shown(value) -> str:
+    r = repr(value)
+    return r if len(r) <= 60 else f"{r[:60]}... ({len(r)} characters)"
+
+
+def check_whole(kind: str, field: str, value, minimum: int, maximum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not (
+            math.isfinite(value) and value == int(value))) or not minimum <= value <= maximum:
+        raise ValueError(f"{kind} field {field!r} must be a whole number from {minimum} to {maximum}, "
+                         f"got {_shown(value)}")
     return int(value)
 
 
 def check_price(kind: str, field: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{kind} field {field!r} must be a finite number >= 0 (per CPU unit per slot), "
-                         f"got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, int) and abs(value) > 2**63) \
+            or not math.isfinite(value) or not 0 <= value <= MAX_PRICE:
+        raise ValueError(f"{kind} field {field!r} must be a finite number from 0 to {MAX_PRICE:g} (per CPU unit "
+                         f"per slot), got {_shown(value)}")
     return float(value)
 
 
 def check_window(kind: str, first_slot, last_slot, after_slot: int | None) -> tuple[int, int]:
-    first = check_whole(kind, "first_slot", first_slot, 0)
-    last = check_whole(kind, "last_slot", last_slot, 0)
+    first = check_whole(kind, "first_slot", first_slot, 0, MAX_SLOT)
+    last = check_whole(kind, "last_slot", last_slot, 0, MAX_SLOT)
     if last < first:
         raise ValueError(f"{kind} field 'last_slot' ({last}) is before first_slot ({first})")
+    if last - first >= MAX_AHEAD_SLOTS:
+        raise ValueError(f"{kind} fields 'first_slot'/'last_slot': a window of {last - first + 1} slots is longer "
+                         f"than the {MAX_AHEAD_SLOTS} the exchange accepts")
     if after_slot is not None and first <= after_slot:
         raise ValueError(f"{kind} field 'first_slot' ({first}) must be after the current slot ({after_slot}): "
                          "the exchange clears future slots only")
+    if after_slot is not None and last > after_slot + MAX_AHEAD_SLOTS:
+        raise ValueError(f"{kind} field 'last_slot' ({last}) is more than {MAX_AHEAD_SLOTS} slots after the "
+                         f"current slot ({after_slot}), as far ahead as the exchange trades")
     return first, last
 
 
 def check_node(provider, name, cpu, mem, cpus=None) -> dict:
     """A node's attributes; ``cpus``: CPUs of this machine backing it (local providers)."""
     out = {"provider": check_name("node", "provider", provider), "name": check_name("node", "name", name),
-           "cpu": check_whole("node", "cpu", cpu, 1), "mem": check_whole("node", "mem", mem, 0)}
+           "cpu": check_whole("node", "cpu", cpu, 1, MAX_CPU), "mem": check_whole("node", "mem", mem, 0, MAX_MEM)}
     if cpus is not None:
-        if not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus):
+        if not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 65536 for c in cpus):
             raise ValueError(f"node field 'cpus' must be a non-empty list of CPU numbers >= 0, got {cpus!r}")
         out["cpus"] = sorted(set(cpus))
     return out
@@ -69,9 +91,19 @@ def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_s
     """A user's request ``(v_j, c_j, m_j, r_j, e_j)`` and its command."""
     first, last = check_window("request", first_slot, last_slot, after_slot)
     if not isinstance(command, str) or not command.strip():
-        raise ValueError(f"request field 'command' must be a non-empty shell command, got {command!r}")
+        raise ValueError(f"request field 'command' must be a non-empty shell command, got {_shown(command)}")
+    if "\x00" in command:
+        raise ValueError("request field 'command' contains a NUL character")
+    try:
+        size = len(command.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"request field 'command' contains a lone surrogate at character {exc.start}, "
+                         "which is not text") from None
+    if size > MAX_COMMAND_BYTES:
+        raise ValueError(f"request field 'command' is {size} bytes long, more than the {MAX_COMMAND_BYTES} the "
+                         "exchange accepts (put a long script in a file and run the file)")
     return {"owner": check_name("request", "user", user), "value": check_price("request", "value", value),
-            "cpu": check_whole("request", "cpu", cpu, 1), "mem": check_whole("request", "mem", mem, 0),
+            "cpu": check_whole("request", "cpu", cpu, 1, MAX_CPU), "mem": check_whole("request", "mem", mem, 0, MAX_MEM),
             "first_slot": first, "last_slot": last, "command": command}
 
 

@@ -99,6 +99,16 @@ CREATE TABLE IF NOT EXISTS ex_contracts (
 CREATE INDEX IF NOT EXISTS ex_contracts_state ON ex_contracts(state);
 CREATE INDEX IF NOT EXISTS ex_contracts_node ON ex_contracts(node_id);
 CREATE INDEX IF NOT EXISTS ex_contracts_last ON ex_contracts(last_slot);
+CREATE INDEX IF NOT EXISTS ex_orders_owner ON ex_orders(owner, side);
+CREATE INDEX IF NOT EXISTS ex_contracts_user ON ex_contracts(user);
+CREATE INDEX IF NOT EXISTS ex_contracts_provider ON ex_contracts(provider);
+CREATE TABLE IF NOT EXISTS ex_parties (
+    role TEXT NOT NULL CHECK (role IN ('user', 'provider')),
+    name TEXT NOT NULL,
+    token_hash TEXT NOT NULL UNIQUE,
+    issued REAL NOT NULL,
+    PRIMARY KEY (role, name)
+);
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
@@ -213,6 +223,20 @@ class ExchangeStore:
         if not rows:
             raise ValueError(f"offer field 'node': provider {provider!r} has no node {name!r}")
         return int(rows[0][0])
+
+    # ------------------------------------------------------------------ parties (the HTTP API's tokens)
+    def set_token_hash(self, role: str, name: str, token_hash: str, t: float) -> None:
+        """Give party ``(role, name)`` the token whose hash is ``token_hash``; its old one stops
+        working."""
+        with self.transaction():
+            self.conn.execute("INSERT INTO ex_parties (role, name, token_hash, issued) VALUES (?, ?, ?, ?) "
+                              "ON CONFLICT (role, name) DO UPDATE SET token_hash = excluded.token_hash, "
+                              "issued = excluded.issued", (role, name, token_hash, t))
+
+    def party(self, token_hash: str) -> tuple[str, str] | None:
+        """``(role, name)`` of the party holding the token with this hash, or None."""
+        rows = self.rows("SELECT role, name FROM ex_parties WHERE token_hash = ?", (token_hash,))
+        return (rows[0][0], rows[0][1]) if rows else None
 
     # ------------------------------------------------------------------ orders
     def insert_order(self, side: str, order: dict, t: float, order_id: int | None = None) -> int:

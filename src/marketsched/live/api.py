@@ -415,7 +415,11 @@ def _timed(resp: Response, request: Request, t0: float) -> Response:
     return resp
 
 
-def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExecutor):
+def _endpoint(b, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExecutor, authenticate=_authenticate):
+    """The ASGI endpoint of route ``r`` on ``b`` (the broker, or another service with the same
+    kind of routes: the grid exchange's API); ``authenticate(b, peer, header, method, target)``
+    names the caller."""
+
     async def endpoint(request: Request) -> Response:
         t0 = asyncio.get_running_loop().time()
         state = request.scope.get("state") or {}
@@ -428,7 +432,7 @@ def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExec
                     target = request.scope["raw_path"].decode("latin-1")
                     if request.scope["query_string"]:
                         target += "?" + request.scope["query_string"].decode("latin-1")
-                    who = _authenticate(b, state.get(PEER_STATE), request.headers.get("authorization", ""),
+                    who = authenticate(b, state.get(PEER_STATE), request.headers.get("authorization", ""),
                                         request.method, target)
                 body = {}
                 if r.body is not None:
@@ -458,6 +462,29 @@ def _endpoint(b: Broker, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExec
     return endpoint
 
 
+def page_endpoint(page: str, csp: str):
+    """An endpoint serving the self-contained web ``page`` under its Content-Security-Policy."""
+    body = page.encode()
+
+    async def home(request: Request) -> Response:
+        return Response(body, media_type="text/html; charset=utf-8", headers={
+            "cache-control": "no-store", "content-security-policy": csp, "x-content-type-options": "nosniff",
+            "referrer-policy": "no-referrer", "x-frame-options": "DENY"})
+
+    return home
+
+
+def json_errors(app: FastAPI) -> None:
+    """Starlette's own errors (no such path, method not allowed) answered as ``{"error": ...}``."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        path = _show(request.url.path, 200)
+        msg = {404: f"no such path: {path}", 405: f"{request.method} is not allowed on {path}"}.get(
+            exc.status_code, str(exc.detail))
+        return _json(exc.status_code, {"error": msg}, dict(exc.headers or {}))
+
+
 def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
     """The API of ``broker`` as an ASGI application; ``stats()`` adds the server's connection
     counts to the health check; at most ``max_in_flight`` requests are handled at once."""
@@ -469,12 +496,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
     app.state.broker = broker
     gate = asyncio.Semaphore(max_in_flight)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
-    page = PAGE.encode()
-
-    async def home(request: Request) -> Response:
-        return Response(page, media_type="text/html; charset=utf-8", headers={
-            "cache-control": "no-store", "content-security-policy": CSP, "x-content-type-options": "nosniff",
-            "referrer-policy": "no-referrer", "x-frame-options": "DENY"})
+    home = page_endpoint(PAGE, CSP)
 
     async def health(request: Request) -> Response:
         """Answered on the server's own thread (no broker lock, no worker thread)."""
@@ -486,12 +508,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
         app.add_api_route(r.path, _endpoint(broker, r, gate, pool), methods=[r.method], summary=r.summary,
                           openapi_extra=r.openapi(), response_class=Response)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        path = _show(request.url.path, 200)
-        msg = {404: f"no such path: {path}", 405: f"{request.method} is not allowed on {path}"}.get(
-            exc.status_code, str(exc.detail))
-        return _json(exc.status_code, {"error": msg}, dict(exc.headers or {}))
+    json_errors(app)
 
     def openapi() -> dict:
         if app.openapi_schema is None:

@@ -116,6 +116,17 @@ class ClientError(click.ClickException):
         self.status = status
 
 
+def tls_options(f):
+    """``--tls-cert``, ``--tls-key``, ``--insecure-http``: how a server's TCP address is served
+    (the market's broker, the grid exchange's API)."""
+    f = click.option("--insecure-http", is_flag=True,
+                     help="Serve plain HTTP on an address that is not loopback (tokens cross the network in clear).")(f)
+    f = click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="The certificate's private key (PEM).")(f)
+    return click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                        help="TLS certificate (PEM) for HTTPS; with --tls-key.")(f)
+
+
 def client_options(body):
     """The options that say how to reach the broker; the command gets ``client``, a Client."""
 
@@ -273,12 +284,7 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
               help="Relaxed DPGVA search depth.")
 @click.option("--socket", "socket_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help=f"The Unix socket local users reach the broker on, as their Unix account [default: DATA/{SOCKET_NAME}].")
-@click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="TLS certificate (PEM) for HTTPS; with --tls-key.")
-@click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The certificate's private key (PEM).")
-@click.option("--insecure-http", is_flag=True,
-              help="Serve plain HTTP on an address that is not loopback (tokens cross the network in clear).")
+@tls_options
 @click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Open connections at most (also capped by the open-file limit); when full, a new one takes the "
                    "place of the longest-idle one.")

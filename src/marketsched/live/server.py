@@ -324,8 +324,6 @@ class MarketServer:
 
     def __init__(self, broker, host: str = "127.0.0.1", port: int = 8765, *, socket_path=None, tls_cert=None,
                  tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
-        from marketsched.live.api import make_app
-
         self.broker = broker
         self.limits = limits or Limits()
         self.limits.check()
@@ -354,7 +352,7 @@ class MarketServer:
         self.host, self.port = host, tcp.getsockname()[1]
         protocol: type[MarketProtocol] = type("MarketProtocol", (MarketProtocol,),
                                               {"limits": self.limits, "registry": self.registry})
-        self.app = make_app(broker, self.stats, max_in_flight=self.limits.max_in_flight)
+        self.app = self.build_app()
         config = uvicorn.Config(self.app, http=protocol, ws="none", lifespan="off", log_config=None,
                                 access_log=False, server_header=False, proxy_headers=False,
                                 timeout_keep_alive=self.limits.keep_alive, timeout_graceful_shutdown=5,
@@ -362,6 +360,13 @@ class MarketServer:
         config.load()
         self._uvicorn = _Uvicorn(config, protocol, listeners, self.limits.header_timeout)
         self._thread: threading.Thread | None = None
+
+    def build_app(self):
+        """The ASGI application served (a subclass serves another API on the same server; it
+        keeps a ``ThreadPoolExecutor`` in ``app.state.pool``)."""
+        from marketsched.live.api import make_app
+
+        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight)
 
     # ------------------------------------------------------------------ sockets
     def _bind_tcp(self, host: str, port: int) -> socket.socket:

@@ -18,13 +18,8 @@ import base64
 import hashlib
 import re
 
-PAGE = r"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>marketsched live market</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
+# the look both web pages share (this one and the grid exchange's): header, cards, tables
+STYLE = """\
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
   header { background: #1d2330; color: #fff; padding: 10px 18px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
   header h1 { font-size: 18px; margin: 0; }
@@ -36,12 +31,21 @@ PAGE = r"""<!doctype html>
   table { border-collapse: collapse; width: 100%; }
   th, td { text-align: left; padding: 3px 6px; border-bottom: 1px solid #eceef2; font-variant-numeric: tabular-nums; }
   th { font-weight: 600; color: #566; white-space: nowrap; }
-  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .muted { color: #778; }
+  #error { color: #a50e0e; }
+"""
+
+PAGE = r"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>marketsched live market</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>
+""" + STYLE + r"""  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   .state-running { color: #137333; font-weight: 600; }
   .state-preempted { color: #b06000; }
   .state-held { color: #a50e0e; }
-  .muted { color: #778; }
-  #error { color: #a50e0e; }
   #login input { width: 360px; }
   svg { width: 100%; height: 200px; }
 </style>
@@ -182,14 +186,19 @@ setInterval(refresh, 1000);
 """
 
 
-def _sha256(pattern: str) -> str:
-    m = re.search(pattern, PAGE, re.S)
-    if m is None:
-        raise RuntimeError(f"the page has no {pattern!r}")
-    body = m.group(1)
-    return "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+def csp(page: str) -> str:
+    """The Content-Security-Policy of a self-contained ``page``: its one inline script and style
+    by hash, requests to its own origin only."""
+
+    def sha256(pattern: str) -> str:
+        m = re.search(pattern, page, re.S)
+        if m is None:
+            raise RuntimeError(f"the page has no {pattern!r}")
+        return "'sha256-" + base64.b64encode(hashlib.sha256(m.group(1).encode()).digest()).decode() + "'"
+
+    return (f"default-src 'none'; script-src {sha256(r'<script>(.*?)</script>')}; "
+            f"style-src {sha256(r'<style>(.*?)</style>')}; connect-src 'self'; img-src 'self'; base-uri 'none'; "
+            "form-action 'none'; frame-ancestors 'none'")
 
 
-CSP = (f"default-src 'none'; script-src {_sha256(r'<script>(.*?)</script>')}; "
-       f"style-src {_sha256(r'<style>(.*?)</style>')}; connect-src 'self'; img-src 'self'; base-uri 'none'; "
-       "form-action 'none'; frame-ancestors 'none'")
+CSP = csp(PAGE)

@@ -1,0 +1,489 @@
+"""The exchange's HTTP API and market information page: a FastAPI application served by the live
+market's server (:class:`marketsched.live.server.MarketServer`: uvicorn with read deadlines, a
+connection cap, TLS, plain HTTP on loopback only unless forced), with the live market's request
+handling (:mod:`marketsched.live.api`: body limit, strict JSON, paging, JSON errors).
+
+Who is calling
+--------------
+Every ``/api/`` request except the public market information (``/api/health``,
+``/api/market``, ``/api/market/history``) carries ``Authorization: Bearer TOKEN``. A token is
+a party's: a user's (requests) or a provider's (offers), issued by the operator with
+``marketsched exchange token DATA NAME --user|--provider`` and stored as its SHA-256 only
+(``ex_parties``). A party sees and cancels only its own orders and contracts: another party's
+answers 404, exactly as an order that does not exist.
+
+Requests and answers are JSON; an error answers ``{"error": "..."}`` with status 400 (bad
+input: the message names the field), 401 (no or wrong token), 403 (the other role's route),
+404 (no such order or contract of the caller's), 413 (body larger than ``MAX_BODY``), 429 (too
+many alert streams). Every number is bounded (:mod:`.orders`), and prices are in currency
+units per CPU unit per slot.
+
+======  ==============================  ========================================================
+method  path                            what
+======  ==============================  ========================================================
+GET     ``/``                           the market information page (prices over time, open book)
+GET     ``/api/health``                 ``{"ok": true, ...}``
+GET     ``/api/market``                 now: time, slot, settings, last clearing, open book in aggregate
+GET     ``/api/market/history``         ``?after=PERIOD&limit=N``: per period volume, price per CPU class, open interest
+GET     ``/api/me``                     who the caller is: ``{"role", "name"}``
+POST    ``/api/requests``               user: ``{"value", "cpu", "mem"?, "first_slot", "last_slot", "command"}``
+POST    ``/api/offers``                 provider: ``{"node", "reserve", "first_slot", "last_slot"}``
+GET     ``/api/orders``                 own orders; ``?state=open,filled&limit=N&before=ID``
+GET     ``/api/orders/ID``              one own order
+POST    ``/api/orders/ID/cancel``       withdraw an own open order (also ``DELETE /api/orders/ID``)
+GET     ``/api/contracts``              own contracts (a user's or a provider's); ``?state=&limit=&before=``
+GET     ``/api/contracts/ID``           one own contract
+GET     ``/api/alerts``                 ``?below=X&above=Y&cpu=C&after=PERIOD``: price alerts, server-sent events
+======  ==============================  ========================================================
+
+List views return the newest ``limit`` (at most ``MAX_PAGE``) items below ``before``, oldest
+first; the next page's address is in the ``Link`` header (``rel="next"``).
+
+Price alerts
+------------
+``GET /api/alerts`` answers ``text/event-stream`` (server-sent events) and stays open. After
+every clearing whose price (of CPU class ``cpu``, or of the whole period) is below ``below``
+or above ``above`` (at least one of them), the stream carries::
+
+    id: PERIOD
+    event: price
+    data: {"period": ..., "t": ..., "cpu": C or null, "price": ..., "contracts": ..., "volume": ...}
+
+Clearings with no trade in the class have no price and no alert. A subscriber that comes back
+with ``after=PERIOD`` (or the header ``Last-Event-ID``, as a browser's ``EventSource`` sends)
+gets the alerts of the clearings it missed first. One party holds at most
+``MAX_STREAMS_PER_PARTY`` streams, the server at most ``MAX_STREAMS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from marketsched.live.api import (
+    MAX_PAGE,
+    Route,
+    _before,
+    _endpoint,
+    _json,
+    _limit,
+    _query,
+    json_errors,
+    page_endpoint,
+)
+from marketsched.live.broker import MAX_ID, MarketError, _number, _show, _whole, hash_token
+from marketsched.live.server import Limits, MarketServer
+
+from .core import Exchange
+from .info import market_info, open_book
+from .orders import MAX_CPU, MAX_PRICE, check_name
+from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore
+
+MAX_STREAMS = 256  # alert streams the server holds at once
+MAX_STREAMS_PER_PARTY = 4
+ALERT_POLL = 0.5  # seconds between looks for a new clearing
+KEEP_ALIVE = 15.0  # seconds between comments on a quiet alert stream (a dead client is found on write)
+ORDER_STATES = ("open", "filled", "expired", "cancelled")
+CONTRACT_STATES = ("pending", "starting", "running", "delivered", "failed", "lapsed")
+ROLES = ("user", "provider")
+_SIDE = {"user": "request", "provider": "offer"}
+
+
+def issue_token(store: ExchangeStore, role: str, name: str, t: float) -> str:
+    """A new token for party ``(role, name)`` (its old one stops working); only its hash is
+    stored. A provider must have joined."""
+    if role not in ROLES:
+        raise ValueError(f"party role must be one of {', '.join(ROLES)}, got {role!r}")
+    check_name(role, "name", name)
+    if role == "provider" and not any(p["name"] == name for p in store.providers()):
+        raise ValueError(f"no provider {name!r} has joined (marketsched exchange join)")
+    token = secrets.token_urlsafe(32)
+    store.set_token_hash(role, name, hash_token(token), t)
+    return token
+
+
+class ExchangeService:
+    """What the API does, on the exchange of ``store`` at ``clock()``: one call at a time (the
+    database connection is shared by the server's worker threads). Tokens are looked up on a
+    read-only connection of their own, so that the server's thread, which checks them, never
+    waits for a write. Market information of past periods does not change, so each period's
+    row is computed once and kept."""
+
+    def __init__(self, store: ExchangeStore, clock: Callable[[], float]):
+        self.exchange = Exchange(store, clock)
+        self.store = store
+        self.lock = threading.Lock()
+        self._tokens = sqlite3.connect(f"{store.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        self._tokens_lock = threading.Lock()
+        self._info: list[dict] = []  # market_info rows of the periods so far, in order
+
+    def close(self) -> None:
+        self._tokens.close()
+
+    def authenticate(self, token: str | None) -> tuple[str, str]:
+        if not token:
+            raise MarketError("no token: send the header 'Authorization: Bearer TOKEN'", 401)
+        with self._tokens_lock:
+            rows = self._tokens.execute("SELECT role, name FROM ex_parties WHERE token_hash = ?",
+                                        (hash_token(token),)).fetchall()
+        if not rows:
+            raise MarketError("wrong token: no party has this token", 401)
+        return rows[0][0], rows[0][1]
+
+    def _do(self, fn, *args):
+        with self.lock:
+            try:
+                return fn(*args)
+            except ValueError as exc:
+                raise MarketError(str(exc)) from None
+
+    # ------------------------------------------------------------------ orders
+    def submit_request(self, who, body: dict) -> dict:
+        _role(who, "user", "requests")
+        _need(body, ("value", "cpu", "first_slot", "last_slot", "command"), "a request")
+        oid = self._do(self.exchange.submit_request, who[1], body["value"], body["cpu"], body.get("mem", 0),
+                       body["first_slot"], body["last_slot"], body["command"])
+        return self.order(who, oid)
+
+    def submit_offer(self, who, body: dict) -> dict:
+        _role(who, "provider", "offers")
+        _need(body, ("node", "reserve", "first_slot", "last_slot"), "an offer")
+        oid = self._do(self.exchange.submit_offer, who[1], body["node"], body["reserve"], body["first_slot"],
+                       body["last_slot"])
+        return self.order(who, oid)
+
+    def order(self, who, order_id) -> dict:
+        oid = _whole(order_id, "order id", 1, MAX_ID)
+        with self.lock:
+            o = self.store.order(oid)
+        if o is None or o["owner"] != who[1] or o["side"] != _SIDE[who[0]]:
+            raise MarketError(f"no order {oid} of yours", 404)
+        return _order_view(o)
+
+    def cancel(self, who, order_id) -> dict:
+        oid = self.order(who, order_id)["id"]  # 404 unless it is the caller's
+        self._do(self.exchange.cancel, who[1], oid)
+        return self.order(who, oid)
+
+    def orders(self, who, states, limit: int, before: int | None) -> list[dict]:
+        rows = self._page(ORDER_COLUMNS, "ex_orders", "owner = ? AND side = ?", [who[1], _SIDE[who[0]]],
+                          _states(states, ORDER_STATES), limit, before)
+        return [_order_view(o) for o in rows]
+
+    # ------------------------------------------------------------------ contracts
+    def contract(self, who, contract_id) -> dict:
+        cid = _whole(contract_id, "contract id", 1, MAX_ID)
+        with self.lock:
+            try:
+                c = self.store.contract(cid)
+            except KeyError:
+                c = None
+        if c is None or c[who[0]] != who[1]:
+            raise MarketError(f"no contract {cid} of yours", 404)
+        return _contract_view(c)
+
+    def contracts(self, who, states, limit: int, before: int | None) -> list[dict]:
+        rows = self._page(CONTRACT_COLUMNS, "ex_contracts", f"{who[0]} = ?", [who[1]],
+                          _states(states, CONTRACT_STATES), limit, before)
+        return [_contract_view(c) for c in rows]
+
+    def _page(self, columns, table: str, where: str, params: list, states, limit: int, before):
+        if states:
+            where += " AND state IN (" + ", ".join("?" * len(states)) + ")"
+            params = params + list(states)
+        if before is not None:
+            where += " AND id < ?"
+            params = params + [before]
+        with self.lock:
+            rows = self.store.dicts(columns, f"SELECT {', '.join(columns)} FROM {table} WHERE {where} "
+                                             "ORDER BY id DESC LIMIT ?", params + [limit])
+        return rows[::-1]
+
+    # ------------------------------------------------------------------ market information
+    def market(self) -> dict:
+        ex = self.exchange
+        with self.lock:
+            info = self._market_info()
+            book = open_book(self.store)
+        s = ex.settings
+        return {"t": ex.clock(), "slot": ex.slot(), "mechanism": s["mechanism"], "slot_seconds": s["slot_seconds"],
+                "period_seconds": s["period_seconds"], "last": info[-1] if info else None, "open_book": book}
+
+    def history(self, after: int | None, limit: int) -> list[dict]:
+        """``market_info(store, after, limit)``, from the rows kept."""
+        with self.lock:
+            info = self._market_info()
+        if after is None:
+            return info[-limit:]
+        start = bisect.bisect_right([r["period"] for r in info], after)
+        return info[start:start + limit]
+
+    def _market_info(self) -> list[dict]:
+        self._info += market_info(self.store, after=self._info[-1]["period"] if self._info else 0)
+        return self._info
+
+
+def _role(who, role: str, what: str) -> None:
+    if who[0] != role:
+        raise MarketError(f"only {role}s submit {what}; this token is {who[0]} {who[1]!r}'s", 403)
+
+
+def _need(body: dict, fields, noun: str) -> None:
+    missing = [f for f in fields if f not in body]
+    if missing:
+        raise MarketError(f"{noun} needs {', '.join(missing)}; not given")
+
+
+def _states(text: str | None, known) -> list[str] | None:
+    states = [s for s in (text or "").split(",") if s]
+    bad = [s for s in states if s not in known]
+    if bad:
+        raise MarketError(f"state must be among {', '.join(known)}, got {_show(bad[0])}")
+    return states or None
+
+
+def _order_view(o: dict) -> dict:
+    return {k: o[k] for k in ("id", "side", "owner", "value", "cpu", "mem", "first_slot", "last_slot", "command",
+                              "submit_t", "state", "closed_t") if o["side"] == "request" or k != "command"}
+
+
+def _contract_view(c: dict) -> dict:
+    out = {k: c[k] for k in CONTRACT_COLUMNS}
+    for k in ("user_price", "provider_price", "penalty"):
+        out[k] = c[k] / MICRO
+    return out
+
+
+def _bound(q: dict, name: str, lo: float, hi: float) -> float | None:
+    if name not in q:
+        return None
+    try:
+        x = float(q[name])
+    except ValueError:
+        raise MarketError(f"{name} must be a number, got {_show(q[name])}") from None
+    x = _number(x, name)
+    if not lo <= x <= hi:
+        raise MarketError(f"{name} must be a number from {lo:g} to {hi:g}, got {x!r}")
+    return x
+
+
+# ---------------------------------------------------------------------------- routes
+NUM, INT, STR = {"type": "number"}, {"type": "integer"}, {"type": "string"}
+LIMIT = ({"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "at most this many (the newest)")
+BEFORE = ({"type": "integer", "minimum": 1}, "only ids below this one (the next page back)")
+STATE = (STR, "comma-separated states")
+
+
+def _paged(items: list[dict], limit: int):
+    return items, (items[0]["id"] if len(items) == limit and items[0]["id"] > 1 else None)
+
+
+ROUTES = [
+    Route("GET", "/api/me", lambda s, who, q, body: {"role": who[0], "name": who[1]}, "who the caller is"),
+    Route("POST", "/api/requests", lambda s, who, q, body: s.submit_request(who, body), "user: submit a request",
+          noun="a request", required=("value", "cpu", "first_slot", "last_slot", "command"),
+          body={"value": {**NUM, "description": "most paid per CPU unit per slot"}, "cpu": INT, "mem": INT,
+                "first_slot": INT, "last_slot": INT, "command": STR}),
+    Route("POST", "/api/offers", lambda s, who, q, body: s.submit_offer(who, body), "provider: offer a node",
+          noun="an offer", required=("node", "reserve", "first_slot", "last_slot"),
+          body={"node": STR, "reserve": {**NUM, "description": "reserve price per CPU unit per slot"},
+                "first_slot": INT, "last_slot": INT}),
+    Route("GET", "/api/orders", lambda s, who, q, body: _paged(
+        s.orders(who, q.get("state"), _limit(q, MAX_PAGE), _before(q)), _limit(q, MAX_PAGE)),
+          "own orders, oldest first", paged=True, query={"state": STATE, "limit": LIMIT, "before": BEFORE}),
+    Route("GET", "/api/orders/{order_id}", lambda s, who, q, body, order_id: s.order(who, order_id), "one own order"),
+    Route("POST", "/api/orders/{order_id}/cancel", lambda s, who, q, body, order_id: s.cancel(who, order_id),
+          "withdraw an own open order", noun="a cancellation", body={}),
+    Route("DELETE", "/api/orders/{order_id}", lambda s, who, q, body, order_id: s.cancel(who, order_id),
+          "withdraw an own open order"),
+    Route("GET", "/api/contracts", lambda s, who, q, body: _paged(
+        s.contracts(who, q.get("state"), _limit(q, MAX_PAGE), _before(q)), _limit(q, MAX_PAGE)),
+          "own contracts, oldest first", paged=True, query={"state": STATE, "limit": LIMIT, "before": BEFORE}),
+    Route("GET", "/api/contracts/{contract_id}", lambda s, who, q, body, contract_id: s.contract(who, contract_id),
+          "one own contract"),
+    Route("GET", "/api/market", lambda s, who, q, body: s.market(), "now: settings, last clearing, open book",
+          auth=False),
+    Route("GET", "/api/market/history", lambda s, who, q, body: s.history(
+        _whole(q["after"], "after", 0, MAX_ID) if "after" in q else None, _limit(q, MAX_PAGE)),
+          "per period: volume, price per CPU class, open interest", auth=False,
+          query={"after": ({"type": "integer", "minimum": 0}, "only periods after this one (the oldest first)"),
+                 "limit": LIMIT}),
+]
+
+
+def _authenticate(service: ExchangeService, peer, header: str, method: str, target: str) -> tuple[str, str]:
+    return service.authenticate(header[7:].strip() if header.startswith("Bearer ") else None)
+
+
+# ---------------------------------------------------------------------------- price alerts
+class AlertHub:
+    """Alert streams: one watcher looks for new clearings every ``ALERT_POLL`` seconds and hands
+    each to every stream (each filters by its own condition)."""
+
+    def __init__(self, service: ExchangeService, pool: ThreadPoolExecutor):
+        self.service = service
+        self.pool = pool
+        self.streams: dict[asyncio.Queue, tuple[str, str]] = {}
+        self.closed = False
+        self._task: asyncio.Task | None = None
+        self._last = 0
+
+    def open(self, who, latest: int) -> asyncio.Queue:
+        """A new stream of party ``who``, opened when ``latest`` was the last clearing."""
+        if len(self.streams) >= MAX_STREAMS:
+            raise MarketError(f"the exchange holds {MAX_STREAMS} alert streams, its most: try again later", 429)
+        if sum(1 for p in self.streams.values() if p == who) >= MAX_STREAMS_PER_PARTY:
+            raise MarketError(f"{who[1]} has {MAX_STREAMS_PER_PARTY} alert streams open, the most one party may: "
+                              "close one", 429)
+        q: asyncio.Queue = asyncio.Queue()
+        self.streams[q] = who
+        if self._task is None or self._task.done():
+            self._last = latest
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+        return q
+
+    def close(self, q: asyncio.Queue) -> None:
+        self.streams.pop(q, None)
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.streams and not self.closed:
+            await asyncio.sleep(ALERT_POLL)
+            rows = await loop.run_in_executor(self.pool, self.service.history, self._last, MAX_PAGE)
+            for row in rows:
+                for q in list(self.streams):
+                    q.put_nowait(row)
+            if rows:
+                self._last = rows[-1]["period"]
+
+
+def _alert(row: dict, cpu: int | None, below: float | None, above: float | None) -> str | None:
+    if cpu is None:
+        price = row["price"]
+    else:
+        price = row["classes"].get(cpu, {}).get("price")
+    if price is None or not ((below is not None and price < below) or (above is not None and price > above)):
+        return None
+    data = {"period": row["period"], "t": row["t"], "cpu": cpu, "price": price, "contracts": row["contracts"],
+            "volume": row["volume"]}
+    return f"id: {row['period']}\nevent: price\ndata: {json.dumps(data)}\n\n"
+
+
+def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolExecutor):
+    query = {"below": (NUM, "alert when the price is below this"), "above": (NUM, "alert when above this"),
+             "cpu": (INT, "the CPU class (default: the period's price)"),
+             "after": (INT, "first the alerts of the clearings after this period")}
+    route = Route("GET", "/api/alerts", None, "price alerts (server-sent events)", query=query)  # type: ignore[arg-type]
+
+    async def alerts(request: Request) -> Response:
+        loop = asyncio.get_running_loop()
+        try:
+            q = _query(request, route)
+            header = request.headers.get("authorization", "")
+            who = await loop.run_in_executor(pool, _authenticate, service, None, header, "GET", "")
+            below, above = _bound(q, "below", 0, MAX_PRICE), _bound(q, "above", 0, MAX_PRICE)
+            if below is None and above is None:
+                raise MarketError("give the alert's condition: below=PRICE, above=PRICE or both")
+            cpu = _whole(q["cpu"], "cpu", 1, MAX_CPU) if "cpu" in q else None
+            resume = q.get("after", request.headers.get("last-event-id"))
+            after = _whole(resume, "after", 0, MAX_ID) if resume is not None else None
+            latest = (await loop.run_in_executor(pool, service.history, None, 1) or [{"period": 0}])[-1]["period"]
+            stream = hub.open(who, latest)
+        except MarketError as exc:
+            return _json(exc.status, {"error": str(exc)})
+
+        async def events():
+            try:
+                yield f": price alerts for {who[1]}\nretry: 2000\n\n"
+                seen = latest  # the watcher brings the clearings after it
+                if after is not None:
+                    seen = after
+                    while True:  # the clearings missed, a page at a time
+                        rows = await loop.run_in_executor(pool, service.history, seen, MAX_PAGE)
+                        for row in rows:
+                            seen = row["period"]
+                            msg = _alert(row, cpu, below, above)
+                            if msg:
+                                yield msg
+                        if len(rows) < MAX_PAGE:
+                            break
+                quiet = time.monotonic()
+                while not hub.closed:
+                    try:
+                        row = await asyncio.wait_for(stream.get(), timeout=1.0)
+                    except TimeoutError:
+                        if time.monotonic() - quiet >= KEEP_ALIVE:
+                            quiet = time.monotonic()
+                            yield ": keep-alive\n\n"
+                        continue
+                    if row["period"] <= seen:
+                        continue
+                    seen = row["period"]
+                    msg = _alert(row, cpu, below, above)
+                    if msg:
+                        quiet = time.monotonic()
+                        yield msg
+            finally:
+                hub.close(stream)
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+    return alerts, route
+
+
+# ---------------------------------------------------------------------------- the application
+def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64) -> FastAPI:
+    """The exchange's API on ``service`` as an ASGI application (see the module docstring)."""
+    from marketsched import __version__
+
+    from .web import CSP, PAGE
+
+    app = FastAPI(title="marketsched grid exchange", version=__version__, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json", redirect_slashes=False)
+    gate = asyncio.Semaphore(max_in_flight)
+    pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exchange-api")
+    hub = app.state.alerts = AlertHub(service, pool)
+    home = page_endpoint(PAGE, CSP)
+
+    async def health(request: Request) -> Response:
+        return _json(200, {"ok": True, **stats()})
+
+    app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
+    alerts, alerts_route = _alerts_endpoint(service, hub, pool)
+    for r in ROUTES:
+        app.add_api_route(r.path, _endpoint(service, r, gate, pool, _authenticate), methods=[r.method],
+                          summary=r.summary, openapi_extra=r.openapi(), response_class=Response)
+    app.add_api_route("/api/alerts", alerts, methods=["GET"], summary=alerts_route.summary,
+                      openapi_extra=alerts_route.openapi(), response_class=Response)
+    json_errors(app)
+    return app
+
+
+class ExchangeServer(MarketServer):
+    """The exchange's API on ``host:port`` (loopback by default; TLS with ``tls_cert`` and
+    ``tls_key``), on the live market's server; :meth:`serve_in_thread` until :meth:`shutdown`."""
+
+    def __init__(self, service: ExchangeService, host: str = "127.0.0.1", port: int = 8766, *, tls_cert=None,
+                 tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
+        super().__init__(service, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure_http=insecure_http,
+                         limits=limits)
+
+    def build_app(self):
+        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight)
+
+    def shutdown(self) -> None:
+        self.app.state.alerts.closed = True  # open alert streams end (within a second)
+        super().shutdown()
+        self.broker.close()
