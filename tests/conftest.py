@@ -34,7 +34,8 @@ import pytest
 TRACES_FOLDER = os.environ.get("MARKETSCHED_TRACES")
 
 
-LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live", "test_exchange_api", "test_exchange_web")
+LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live", "test_exchange_api", "test_exchange_web",
+              "test_exchange_live", "test_exchange_slurm")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
