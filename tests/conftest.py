@@ -40,8 +40,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# files of tests on real processes and services: marked `live` (deselected by default)
 LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live", "test_exchange_api", "test_exchange_web",
-              "test_exchange_live", "test_exchange_slurm")
+              "test_exchange_live", "test_exchange_slurm", "test_executors_ray", "test_executors_slurm")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -59,6 +60,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture
