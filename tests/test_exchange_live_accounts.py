@@ -90,6 +90,7 @@ def test_a_contract_job_cannot_read_another_users_job_nor_the_database(exchange,
     lines = [f'if cat "{p}" > /dev/null 2>&1; then echo "{k}: read"; else echo "{k}: denied"; fi'
              for k, p in targets.items()]
     lines += [f'if ls "{bob_dir}" > /dev/null 2>&1; then echo "list bob: read"; else echo "list bob: denied"; fi',
+              f'if ls "{data}" > /dev/null 2>&1; then echo "list data: read"; else echo "list data: denied"; fi',
               # the checks can see a read: the job reads its own files and a world-readable one
               'echo mine > own; if cat own > /dev/null; then echo "own file: read"; fi',
               'if cat /etc/passwd > /dev/null; then echo "passwd: read"; fi',
@@ -103,7 +104,7 @@ def test_a_contract_job_cannot_read_another_users_job_nor_the_database(exchange,
     out = _output(ex, ca["id"]).splitlines()
     for k in targets:
         assert f"{k}: denied" in out, out
-    assert "list bob: denied" in out and "own file: read" in out and "passwd: read" in out, out
+    assert "list bob: denied" in out and "list data: denied" in out and "own file: read" in out and "passwd: read" in out, out
     assert out[-1] == accounts[0]  # it ran as alice's account
     for f, account in ((bob_dir, accounts[1]), (ex.backend("p1").executor.workdir(ca["id"]), accounts[0])):
         assert pwd.getpwuid(f.stat().st_uid).pw_name == account and f.stat().st_mode & 0o077 == 0

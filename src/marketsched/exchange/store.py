@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from marketsched.live.files import data_folder
 from marketsched.live.ledger import MICRO, Store
 
 CLEARING = "exchange:clearing"
@@ -133,7 +134,7 @@ class ExchangeStore:
     def __init__(self, path, sync: str = "full"):
         path = Path(path)
         if path.suffix not in (".db", ".sqlite", ".sqlite3"):
-            path = path / "exchange.db"
+            path = data_folder(path) / "exchange.db"  # 0711: jobs reach their folders, list nothing
         self.ledger = Store(path, sync=sync)
         self.path = path
         self.conn = self.ledger.conn
