@@ -33,9 +33,16 @@ import pytest
 # developer's set-up) do not hide the shared traces from trace-based tests.
 TRACES_FOLDER = os.environ.get("MARKETSCHED_TRACES")
 
+# A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT
+# ignored, and so would every process the tests start: Ctrl-C tests would then see it ignored.
+# A handled signal is reset to its default in a child at exec, an ignored one is not.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
+# files of tests on real processes and services: marked `live` (deselected by default)
 LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live", "test_exchange_api", "test_exchange_web",
-              "test_exchange_live", "test_exchange_slurm")
+              "test_exchange_live", "test_exchange_slurm", "test_executors_ray", "test_executors_slurm")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -53,6 +60,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.live)
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
+            item.add_marker(pytest.mark.live)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ class FakeBackend:
         self.fail_start = False
         self.pending: set[int] = set()  # started, but the provider has not run them yet (a Slurm queue)
 
-    def start(self, contract_id, command, env, cpus):
+    def start(self, contract_id, command, env, cpus, user=None):
         if self.fail_start:
             raise OSError("node down")
         assert contract_id not in self.live and contract_id not in self.exited, "a contract started twice"

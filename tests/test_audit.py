@@ -111,6 +111,57 @@ def test_dlgm_last_arrival_never_gains_by_misreporting_its_weight(mechanism):
     assert min(gains) < -1.0  # lies can cost: the check is not vacuous
 
 
+@pytest.mark.parametrize("mechanism", ["dlgm", "pdlgm"])
+def test_dlgm_last_arrival_never_gains_by_choosing_another_node(mechanism):
+    """Stößer (2009), Theorems 1 and 3: joining the node of the largest tentative utility is a
+    myopic best response; with no later arrival the tentative utility is the ex-post one, so the
+    last arrival never gains by joining its second, third or fourth best node."""
+    devs = au.Deviation.parse("node:2,3,4")
+    gains = []
+    for seed in range(10):
+        jobs = _jobs(seed, nodes=4)
+        t = au.audit(jobs, mechanism, {}, devs, job_ids=[int(jobs.workload.job_id[-1])])
+        assert not au.profitable(t).any(), t
+        gains += t["gain"].tolist()
+    assert min(gains) < -1.0  # another node can cost: the check is not vacuous
+
+
+def test_node_lie_joins_the_ranked_node():
+    jobs = _jobs(5, n=30, nodes=3)
+    row = 20
+    node = {r: run(au.deviate(jobs, np.array([row]), au.Deviation("node", r))[0], "dlgm", {}).policy.node[row]
+            for r in (1, 2, 3)}
+    assert node[1] == run(jobs, "dlgm", {}).policy.node[row]  # rank 1 is the truthful choice
+    assert set(node.values()) == {0, 1, 2}  # each rank is another node
+
+
+def test_ees_deadline_lies_pay_on_one_instance_and_the_case_is_printed():
+    """EES (Mutz (2008), ch. 4) is truthful only in Bayes-Nash equilibrium: on one instance a job
+    can gain by misreporting its deadline (the value of running it, v = w x time to the
+    deadline); the audit finds such a lie, prints it, and the printed case reproduces."""
+    args = ["audit", "--mechanism", "ees", "--param", "n_draws=20", "--synthetic-jobs", "60", "--synthetic-nodes",
+            "4", "--seed", "2", "--per-band", "3", "--audit-seed", "2", "--deviate", "deadline:0.5,2"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "largest profitable lie: job" in text and "--deviate deadline:" in text
+    assert "-> consistent: mean gain" in text  # Bayes-Nash: single lies that pay do not contradict it
+    case = text.split("Reproduce: the same command with ")[1].split()
+    again = CliRunner().invoke(main, [*args[:-2], *case[:4]])
+    gain = text.split("(gain ")[1].split(")")[0]
+    assert f"(gain {gain})" in " ".join(again.output.split())
+
+
+def test_egg_deadline_lies_do_not_pay_on_a_sample():
+    """Kang & Parkes (2007), Theorem 1: a deadline is part of the reported value schedule, which
+    truthful Egg users have no reason to misreport."""
+    jobs = Scenario(WorkloadSpec(synthetic_jobs=200, synthetic_nodes=8, seed=0), seed=1).build()
+    t = au.audit(jobs, "egg", {}, au.Deviation.parse("deadline:0.5,0.8,1.25,2"), job_ids=[76, 78, 99])
+    (verdict,) = au.claim_verdicts(t, get_mechanism("egg").claims)
+    assert verdict["verdict"] == "holds on this sample", verdict["text"]
+    assert verdict["lies"] == 12 and t["gain"].min() < 0  # lies can cost: the check is not vacuous
+
+
 def test_delay_moves_the_rows_and_zero_delay_changes_nothing():
     jobs = _jobs(3, n=30)
     rows = np.array([4])
@@ -137,10 +188,21 @@ def test_split_job_copies_deviate_together():
 def test_bad_deviations_are_named():
     with pytest.raises(ValueError, match="KIND:AMOUNT"):
         au.Deviation.parse("value")
-    with pytest.raises(ValueError, match="unknown kind 'deadline'"):
-        au.Deviation.parse("deadline:2")
+    with pytest.raises(ValueError, match="unknown kind 'deadlines'"):
+        au.Deviation.parse("deadlines:2")
     with pytest.raises(ValueError, match="factor must be > 0"):
         au.Deviation.parse("value:0")
+    with pytest.raises(ValueError, match="factor must be > 0"):
+        au.Deviation.parse("deadline:0")
+    with pytest.raises(ValueError, match="rank must be a whole number >= 1"):
+        au.Deviation.parse("node:1.5")
+    jobs = _jobs(1, n=20)
+    with pytest.raises(ValueError, match="hb takes no deadlines"):
+        au.audit(jobs, "hb", {}, au.Deviation.parse("deadline:2"))
+    with pytest.raises(ValueError, match="hb does not let jobs choose their node"):
+        au.audit(jobs, "hb", {}, au.Deviation.parse("node:2"))
+    with pytest.raises(ValueError, match="rank 9, but there are 3 nodes"):
+        au.audit(jobs, "dlgm", {}, au.Deviation.parse("node:9"), per_band=1)
 
 
 def test_cli_audit_prints_the_case(tmp_path):
@@ -151,7 +213,7 @@ def test_cli_audit_prints_the_case(tmp_path):
     text = " ".join(out.output.split())  # the console wraps long lines
     assert "largest profitable lie: job" in text
     case = text.split("Reproduce: the same command with ")[1].split()
-    again = CliRunner().invoke(main, [*args[:-2], *case[:4]])
+    again = CliRunner().invoke(main, [*args[:-2], *case[:4], "--rerun", "full"])  # from the start: the same gain
     assert again.exit_code == 0, again.output
     gain = text.split("(gain ")[1].split(")")[0]
     assert f"(gain {gain})" in " ".join(again.output.split())

@@ -4,8 +4,8 @@ the same results as a run that was never stopped.
 Each experiment runs its smallest grid (``quick`` with one seed) in this process, stopped (as by
 Ctrl-C) after two tasks; again on the same folder (it must run only the tasks not yet stored); and
 uninterrupted on two worker processes into a fresh folder. The stored results must be equal but
-for what measures time or machine load. mutz-trace runs in the suite; the others take minutes of
-CPU each and are marked ``reproduce`` (``pytest -m reproduce``).
+for what measures time or machine load. Each takes from half a minute to minutes of CPU: they
+are marked ``reproduce`` (``pytest -m reproduce``; .ci/run runs them as a gate).
 """
 
 from __future__ import annotations
@@ -87,12 +87,9 @@ def test_every_reproduction_takes_workers_and_executor():
 
 #: experiments whose quick grid reads a real trace (MARKETSCHED_TRACES)
 ON_TRACES = {"kang2007", "shudler2010", "stoesser-ch5", "stoesser-ch6"}
-#: run by default (seconds of CPU on a synthetic workload); the others take minutes each: `pytest -m reproduce`
-IN_SUITE = {"mutz-trace"}
-
-
 def _param(name: str):
-    marks = ([pytest.mark.trace] if name in ON_TRACES else []) + ([] if name in IN_SUITE else [pytest.mark.reproduce])
+    """Every reproduction takes from half a minute to minutes of CPU: `pytest -m reproduce`."""
+    marks = ([pytest.mark.trace] if name in ON_TRACES else []) + [pytest.mark.reproduce]
     return pytest.param(name, marks=marks)
 
 

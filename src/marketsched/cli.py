@@ -702,7 +702,9 @@ def export(results, events_path, run_label, fmt, out_path):
 @click.option("--deviate", "deviations", multiple=True, metavar="KIND:AMOUNT[,...]",
               default=("value:0.5,0.8,1.25,2",), show_default=True,
               help="Lies to try (repeatable): value:FACTOR (bid x factor), estimate:FACTOR (run-time estimate x "
-                   "factor), delay:SECONDS (arrive later).")
+                   "factor), delay:SECONDS (arrive later), deadline:FACTOR (time to the deadline x factor; EES, "
+                   "relaxed EES, Egg), node:RANK (join the node of this rank by tentative utility, 1 = the best; "
+                   "DLGM, P-DLGM).")
 @click.option("--per-band", default=5, show_default=True, type=click.IntRange(min=1),
               help="Focal jobs drawn from each value band (low, middle, high).")
 @click.option("--audit-seed", default=1, show_default=True, type=int, help="Seed of the focal-job draw.")
@@ -712,15 +714,20 @@ def export(results, events_path, run_label, fmt, out_path):
                    "group model of Shudler et al. (2010)); gains are the group's summed true utility.")
 @click.option("--groups", "group_count", type=click.IntRange(min=1), default=5, show_default=True,
               help="Random groups drawn with --group (each one rerun per lie).")
+@click.option("--rerun", type=click.Choice(["incremental", "full"]), default="incremental", show_default=True,
+              help="incremental: each lie is simulated from the deviator's arrival (a snapshot of the engine) "
+                   "where the mechanism allows it (HB, NPHB, WSPT, WSEPT), else from the start; full: always from "
+                   "the start. Both give the same numbers.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for audit.csv (every deviation), summary.csv, summary-by-band.csv, claims.csv (a "
                    "verdict per incentive property the mechanism claims) and a figure per deviation kind.")
-def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_share, group_count, out_dir, **opts):
+def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_share, group_count, rerun, out_dir,
+           **opts):
     """Does a job gain by lying? Paired reruns with one focal job's reports changed.
 
     Each focal job (sampled across value bands) lies in one way at a time; the rest stay truthful,
     with the same jobs, values and seed as the truthful run; the gain is its true utility with the
-    lie minus without. Every deviation is a full rerun.
+    lie minus without. Each lie is a rerun from the deviator's arrival, or from the start (--rerun).
 
     Example: marketsched audit --mechanism hb --param pricing=first --synthetic-jobs 300 --synthetic-nodes 8
     """
@@ -754,7 +761,7 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
                       TimeElapsedColumn(), transient=True) as bar:
             task = bar.add_task("audit", total=None)
             table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
-                             job_ids=list(job_ids) or None, group=group_share, group_draws_=group_count,
+                             job_ids=list(job_ids) or None, group=group_share, group_draws_=group_count, rerun=rerun,
                              progress=lambda done, total: bar.update(task, completed=done, total=total))
     except (Unfit, ValueError) as exc:
         raise click.ClickException(str(exc)) from None

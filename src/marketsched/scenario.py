@@ -120,7 +120,9 @@ class Jobs:
     must not); ``bid``: the reports (None: no bids); ``deadline``: absolute times (None: no
     deadline model); ``min_reliability``: what each job requires of a provider (0: nothing);
     ``seed``: the scenario's seed, for mechanisms with random draws of their own; ``models``:
-    the attribute models' names (for result files).
+    the attribute models' names (for result files); ``node_rank``: where the mechanism lets a
+    job choose its node (DLGM, P-DLGM), the rank of the node each job joins by its tentative
+    utility, 1 = its best (None: every job takes its best; the audit's node lies set it).
     """
 
     workload: Workload
@@ -130,6 +132,7 @@ class Jobs:
     min_reliability: np.ndarray | None = None
     seed: int = 1
     models: dict = field(default_factory=dict)
+    node_rank: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.workload)
@@ -143,6 +146,11 @@ class Jobs:
             object.__setattr__(self, name, a)
         if self.min_reliability is None:
             object.__setattr__(self, "min_reliability", np.zeros(n))
+        if self.node_rank is not None:
+            rank = np.asarray(self.node_rank)
+            if rank.shape != (n,) or not np.all(rank >= 1) or not np.all(rank % 1 == 0):
+                raise ValueError(f"Jobs.node_rank: expected one whole number >= 1 per job ({n})")
+            object.__setattr__(self, "node_rank", rank.astype(np.int64))
 
     @classmethod
     def from_bids(cls, workload: Workload, bid, seed: int = 1) -> Jobs:

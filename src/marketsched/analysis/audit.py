@@ -7,7 +7,8 @@ Steps of :func:`audit`:
    Shudler et al. (2010) (low, middle, high), drawn with ``seed``; a split job's serial copies
    deviate together (one user owns them);
 3. for each focal job and each deviation (:class:`Deviation`: ``value`` multiplies its bid,
-   ``estimate`` its run-time estimate, ``delay`` adds seconds to its submission), simulate again
+   ``estimate`` its run-time estimate, ``delay`` adds seconds to its submission, ``deadline``
+   stretches the time to its deadline, ``node`` makes it join a worse node), simulate again
    with only that job's reports changed: the same jobs, true values, deadlines and seed (the
    mechanism's own random draws are seeded by the scenario), so the pair differs only by the lie;
 4. the gain is the focal job's **true** utility in the deviating run minus that in the truthful
@@ -18,24 +19,28 @@ Steps of :func:`audit`:
 :func:`summary` gives per deviation kind and amount the share of profitable deviations (gain
 above a relative tolerance of 1e-9) with a 95% Wilson interval, and the largest gain with the
 case that reproduces it. :func:`claim_verdicts` judges each incentive property the mechanism
-claims in the registry by one rule. Every deviation is a full rerun of the simulation (an incremental rerun
-from the deviator's arrival is not implemented).
+claims in the registry by one rule. A deviation reruns the simulation from the deviator's arrival (a
+snapshot of the engine) where the mechanism allows it, else from the start
+(:mod:`marketsched.analysis.reruns`).
 """
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-KINDS = ("value", "estimate", "delay")
+KINDS = ("value", "estimate", "delay", "deadline", "node")
 TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class Deviation:
-    """A lie: ``value`` (bid x amount), ``estimate`` (run-time estimate x amount) or ``delay``
-    (submission + amount seconds)."""
+    """A lie: ``value`` (bid x amount), ``estimate`` (run-time estimate x amount), ``delay``
+    (submission + amount seconds), ``deadline`` (the time from submission to the reported
+    deadline x amount) or ``node`` (the job joins its node of rank ``amount`` by tentative
+    utility, 1 being its best, where the mechanism lets jobs choose: DLGM, P-DLGM)."""
 
     kind: str
     amount: float
@@ -43,10 +48,12 @@ class Deviation:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"deviation: unknown kind {self.kind!r}; choose from {', '.join(KINDS)}")
-        if self.kind in ("value", "estimate") and not self.amount > 0:
+        if self.kind in ("value", "estimate", "deadline") and not self.amount > 0:
             raise ValueError(f"deviation {self.kind}: the factor must be > 0, got {self.amount}")
         if self.kind == "delay" and not self.amount >= 0:
             raise ValueError(f"deviation delay: the seconds must be >= 0, got {self.amount}")
+        if self.kind == "node" and not (self.amount >= 1 and float(self.amount).is_integer()):
+            raise ValueError(f"deviation node: the rank must be a whole number >= 1 (1 = the best node), got {self.amount}")
 
     @classmethod
     def parse(cls, text: str) -> list[Deviation]:
@@ -105,7 +112,8 @@ def group_draws(jobs, share: float, draws: int, seed: int) -> list[np.ndarray]:
 
 def deviate(jobs, rows, dev: Deviation):
     """``(jobs', rows')``: the jobs with ``rows`` reporting ``dev``, and where those rows are now
-    (a delay can move them). True values stay true."""
+    (a delay can move them). True values stay true; ``jobs'.deadline`` holds the *reported*
+    deadlines (:func:`true_utility` is given the true ones back)."""
     w = jobs.workload
     if dev.kind == "value":
         if jobs.bid is None:
@@ -119,6 +127,16 @@ def deviate(jobs, rows, dev: Deviation):
             raise ValueError("estimate deviations need run-time estimates (--estimates exact or badness:f=...)")
         est[rows] *= dev.amount
         return replace(jobs, workload=replace(w, runtime_estimate=est)), rows
+    if dev.kind == "deadline":
+        if jobs.deadline is None:
+            raise ValueError("deadline deviations need deadlines (--deadlines patience or slack)")
+        deadline = jobs.deadline.copy()
+        deadline[rows] = w.submit_time[rows] + dev.amount * (deadline[rows] - w.submit_time[rows])
+        return replace(jobs, deadline=deadline), rows
+    if dev.kind == "node":
+        rank = np.ones(len(w), np.int64) if jobs.node_rank is None else jobs.node_rank.copy()
+        rank[rows] = int(dev.amount)
+        return replace(jobs, node_rank=rank), rows
     submit = w.submit_time.copy()
     submit[rows] += dev.amount
     order = np.argsort(submit, kind="stable")
@@ -128,7 +146,7 @@ def deviate(jobs, rows, dev: Deviation):
     cols["submit_time"] = submit[order]
     w2 = replace(w, **cols, meta=meta)
     per_job = {k: (None if getattr(jobs, k) is None else np.asarray(getattr(jobs, k))[order])
-               for k in ("true_value", "bid", "deadline", "min_reliability")}
+               for k in ("true_value", "bid", "deadline", "min_reliability", "node_rank")}
     where = np.empty(n, np.int64)
     where[order] = np.arange(n)
     return replace(jobs, workload=w2, **per_job), np.sort(where[rows])
@@ -165,43 +183,65 @@ def rows_of(jobs, job_ids) -> list[np.ndarray]:
 
 
 def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int = 3, seed: int = 1, progress=None,
-          job_ids=None, group: float | None = None, group_draws_: int = 5):
+          job_ids=None, group: float | None = None, group_draws_: int = 5, rerun: str = "incremental"):
     """One row per (focal job, deviation): ``job_id``, ``band``, ``kind``, ``amount``,
     ``truthful``, ``deviating`` (true utilities) and ``gain`` (module docstring). ``job_ids``:
     audit these jobs instead of a sample (to reproduce a case). ``group``: instead of one job,
     ``group_draws_`` random groups of this share of the jobs lie together (:func:`group_draws`);
     a row is then a group (``job_id`` its draw number, ``band`` "group", ``copies`` its rows) and
-    its utilities are the members' sums; column ``who`` says which."""
+    its utilities are the members' sums; column ``who`` says which. ``rerun``: ``"incremental"``
+    (from a snapshot at the deviator's arrival where the mechanism allows it, else full) or
+    ``"full"`` (:mod:`marketsched.analysis.reruns`; both give the same table)."""
     import pandas as pd
 
     from marketsched.analysis.metrics import value_band
+    from marketsched.analysis.reruns import Reruns
     from marketsched.mechanisms.registry import get
     from marketsched.scenario import run
 
-    if not get(mechanism).market:
+    m = get(mechanism)
+    if not m.market:
         raise ValueError(f"{mechanism} takes no reports (no bids, no payments): nothing to audit")
+    inputs = (*m.needs, *m.optional)
+    for dev in deviations:
+        if dev.kind == "deadline" and "deadlines" not in inputs:
+            raise ValueError(f"{mechanism} takes no deadlines: a deadline lie changes nothing (mechanisms with "
+                             "deadlines: EES, relaxed EES, Egg)")
+        if dev.kind == "node" and "node-choice" not in inputs:
+            raise ValueError(f"{mechanism} does not let jobs choose their node (node lies: DLGM, P-DLGM)")
     truthful = run(jobs, mechanism, params)
     if group is not None:
         focal = group_draws(jobs, group, group_draws_, seed)
     else:
         focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
-    out = []
+    reruns = Reruns(jobs, mechanism, params, rerun)
+    rows_of_focal: dict[int, list] = {}
+    done = 0
     total = len(focal) * len(deviations)
-    for i, rows in enumerate(focal):
+    for i in reruns.order(focal):
+        rows = focal[i]
         u0 = true_utility(jobs, truthful, rows, jobs.workload.submit_time[rows])
         if group is not None:
             who = (i, "group", float(np.mean(jobs.true_value[rows])), len(rows), "group")
         else:
             who = (int(jobs.workload.job_id[rows[0]]), str(value_band(jobs.true_value[rows[:1]])[0]),
                    float(jobs.true_value[rows[0]]), len(rows), "job")
+        out = rows_of_focal[i] = []
         for dev in deviations:
             jobs2, rows2 = deviate(jobs, rows, dev)
-            u1 = true_utility(jobs2, run(jobs2, mechanism, params), rows2, jobs.workload.submit_time[rows])
+            run2 = reruns.deviating(jobs2, int(rows.min()))
+            judge = replace(jobs2, deadline=jobs.deadline) if dev.kind == "deadline" else jobs2
+            u1 = true_utility(judge, run2, rows2, jobs.workload.submit_time[rows])
             out.append((*who[:4], dev.kind, dev.amount, u0, u1, u1 - u0, who[4]))
+            done += 1
             if progress is not None:
-                progress(len(out), total)
-    return pd.DataFrame(out, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
-                                      "deviating", "gain", "who"])
+                progress(done, total)
+        # each rerun's engine and policy reference each other: free them now, not when the cyclic
+        # collector next runs (on a trace, hundreds of MB piled up over a few focal jobs)
+        gc.collect()
+    table = [row for i in range(len(focal)) for row in rows_of_focal[i]]
+    return pd.DataFrame(table, columns=["job_id", "band", "true_value", "copies", "kind", "amount", "truthful",
+                                        "deviating", "gain", "who"])
 
 
 def profitable(table) -> np.ndarray:
@@ -318,7 +358,8 @@ def figure(table, kind: str, title: str = ""):
     ax.set_ylim(min(lo * 3, -1.0), max(hi * 3, 1.0))  # symlog: a factor of 3 of headroom keeps points off the frame
     ax.set_xticks(range(len(amounts)), [f"{a:g}" for a in amounts])
     ax.set_xlabel({"value": "bid / true value", "estimate": "reported / actual run-time estimate",
-                   "delay": "arrival delayed by (s)"}[kind])
+                   "delay": "arrival delayed by (s)", "deadline": "reported / true time to the deadline",
+                   "node": "rank of the node joined (1: the best)"}[kind])
     ax.set_ylabel("gain in true utility (red: profitable)")
     ax.set_title(title, fontsize=9, pad=16)
     fig.tight_layout()

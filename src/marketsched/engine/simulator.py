@@ -136,8 +136,22 @@ class Simulator(ClusterState):
         ``progress(arrived, total)`` is called now and then with the number of arrivals
         processed so far. Jobs still queued or running at the end are KILLED at that time.
         """
+        self.begin()
+        self.proceed(until=until, progress=progress)
+        return self.conclude(until=until, progress=progress)
+
+    def begin(self) -> None:
+        """Bind the policy and set the loop at the first event (the start of :meth:`run`)."""
+        self.policy.bind(self)
+        self._next_arrival = 0  # row of the next job to arrive
+        self.batches = 0
+
+    def proceed(self, before: float | None = None, until: float | None = None,
+                progress: Callable[[int, int], None] | None = None) -> None:
+        """Process the batches at times ``t < before`` and ``t <= until`` (either None: no bound),
+        then stop with the state as it is: a later :meth:`proceed` continues exactly where this
+        one stopped (the incremental audit snapshots the engine in between)."""
         policy = self.policy
-        policy.bind(self)
         advance = getattr(policy, "advance", None)
         step = policy.step
         submit = self.submit
@@ -150,8 +164,9 @@ class Simulator(ClusterState):
         end_time = self.end_time
         heappop = heapq.heappop
         stop = INF if until is None else float(until)
-        i = 0
-        batches = 0
+        pause = INF if before is None else float(before)
+        i = self._next_arrival
+        batches = self.batches
         report_every = 1 << 14
         while True:
             while comps and (not running[comps[0][1]] or finish_at[comps[0][1]] != comps[0][0]):
@@ -161,7 +176,7 @@ class Simulator(ClusterState):
                 t = comps[0][0]
             if timers and timers[0] < t:
                 t = timers[0]
-            if t == INF or t > stop:
+            if t == INF or t > stop or t >= pause:
                 break
             self.now = t
             if advance is not None:
@@ -188,7 +203,16 @@ class Simulator(ClusterState):
             batches += 1
             if progress is not None and batches % report_every == 0:
                 progress(i, n)
-        end = self.now if until is None else stop
+        self._next_arrival = i
+        self.batches = batches
+
+    def conclude(self, until: float | None = None, progress: Callable[[int, int], None] | None = None) -> Records:
+        """Settle the run (the policy's ``close``; jobs still open are KILLED) and return the records."""
+        policy = self.policy
+        advance = getattr(policy, "advance", None)
+        n = self.n_jobs
+        state = self.state
+        end = self.now if until is None else float(until)
         self.now = end
         if advance is not None:
             advance(end)
@@ -200,7 +224,6 @@ class Simulator(ClusterState):
                 self.kill(j)
         if progress is not None:
             progress(n, n)
-        self.batches = batches
         self.records = Records(
             first_start=np.array(self.first_start, dtype=np.float64),
             end_time=np.array(self.end_time, dtype=np.float64),

@@ -11,6 +11,10 @@ fake clock, :func:`simulate`).
   current slot, reporting ``shade`` times the job's true value. If the request expires
   unfilled, it asks again for a later window. This is the load shifting the thesis welcomes
   (section 3.4.2). It gives up once no window fits before the deadline.
+* :class:`BudgetAgent` (bid generation from market information, with a budget): the same
+  jobs, but each bid is informed by the recent clearing prices of the job's CPU class and
+  capped by the job's value and by what is left of the user's budget (its rule below). It
+  reaches the exchange through :mod:`.access`, in process or over the HTTP API.
 * :class:`OfferAgent` (offer generation): keeps each node of its provider offered over a
   rolling horizon. The reserve price is the node's cost times ``markup``. When the last
   offer of a node ends within ``renew`` slots, the agent offers the next ``horizon`` slots.
@@ -18,9 +22,12 @@ fake clock, :func:`simulate`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from .access import LocalAccess
 from .core import Exchange
+from .store import MICRO, to_micro
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,103 @@ class BiddingAgent:
         return new
 
 
+def commitment(value: float, cpu: int, first_slot: int, last_slot: int) -> int:
+    """The most a request can cost its user, in micro-units: its value per CPU unit per slot
+    times its CPU units and slots (every mechanism of the exchange charges at most the bid)."""
+    return to_micro(value * cpu * (last_slot - first_slot + 1))
+
+
+@dataclass
+class BudgetAgent:
+    """A user's bidding agent with a budget that bids from market information.
+
+    Stößer (2009, section 2.3) gives the bidding agent the user's valuation and the market
+    information to generate bids; it states no bidding rule, so the rule is this module's
+    decision. For a job of ``cpu`` CPU units, the reference price is the mean clearing price
+    of that CPU class over the periods among the last ``window`` in which the class traded
+    (else the mean price of those periods over all classes; with no trade at all, no
+    reference). The bid per CPU unit per slot is the least of
+
+    * the job's value (the agent never bids above it),
+    * the reference price times ``1 + margin * tries`` (``tries``: this request and the job's
+      earlier ones that expired unfilled, so a job that keeps losing bids higher), and
+    * what the budget still allows for the job's window: ``budget`` less the user's
+      commitments on the exchange (the bids of its open requests times their CPU slots, and
+      the prices of its contracts that are not failed or lapsed), divided by the job's CPU
+      slots, rounded down to a micro-unit.
+
+    With no reference price the agent bids the value (within the budget). A job whose bid
+    would be zero waits for the budget to free up (a lost request's commitment ends when it
+    expires). Windows as :class:`BiddingAgent`'s. The commitments are read from the exchange,
+    not kept in memory: the budget holds across the agent's restarts, for all of the user's
+    orders. ``act`` takes an :class:`~.core.Exchange` (in process) or an :mod:`.access` object
+    (e.g. :class:`~.access.ApiAccess`, over the API)."""
+
+    user: str
+    jobs: list[JobNeed]
+    budget: float
+    margin: float = 0.1
+    window: int = 5
+    lead: int = 2
+    requests: dict[int, list[int]] = field(default_factory=dict)  # job index -> its request ids
+    given_up: set[int] = field(default_factory=set)
+    bids: list[tuple[int, int, float, float | None]] = field(default_factory=list)  # (slot, job, bid, reference)
+
+    def __post_init__(self):
+        if not (math.isfinite(self.budget) and self.budget >= 0):
+            raise ValueError(f"agent field 'budget' must be a number >= 0 (currency units), got {self.budget!r}")
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"agent field 'margin' must be a number >= 0, got {self.margin!r}")
+        if self.window < 1:
+            raise ValueError(f"agent field 'window' must be >= 1 period, got {self.window!r}")
+
+    def reference(self, history: list[dict], cpu: int) -> float | None:
+        """The reference price of CPU class ``cpu`` from ``market_info`` rows (see the class)."""
+        recent = history[-self.window:]
+        prices = [r["classes"][cpu]["price"] for r in recent if cpu in r["classes"]]
+        if not prices:
+            prices = [r["price"] for r in recent if r["price"] is not None]
+        return sum(prices) / len(prices) if prices else None
+
+    def committed(self, market) -> int:
+        """The user's commitments on the exchange, in micro-units (see the class)."""
+        total = sum(commitment(o["value"], o["cpu"], o["first_slot"], o["last_slot"])
+                    for o in market.requests() if o["state"] == "open")
+        return total + sum(to_micro(c["user_price"]) for c in market.paying_contracts())
+
+    def act(self, market) -> list[int]:
+        """Submit what is due now; returns the new request ids."""
+        if isinstance(market, Exchange):
+            market = LocalAccess(market, self.user)
+        states = {o["id"]: o["state"] for o in market.requests()}
+        now = market.slot()
+        history = None
+        left = to_micro(self.budget) - self.committed(market)
+        new = []
+        for i, job in enumerate(self.jobs):
+            mine = self.requests.get(i, [])
+            if i in self.given_up or any(states.get(r) in ("open", "filled") for r in mine):
+                continue
+            first = max(job.release, now + self.lead)
+            if first + job.duration - 1 > job.deadline:
+                self.given_up.add(i)
+                continue
+            if history is None:
+                history = market.history(self.window)
+            ref = self.reference(history, job.cpu)
+            slots = job.cpu * job.duration
+            bid = job.value if ref is None else min(job.value, ref * (1 + self.margin * (len(mine) + 1)))
+            bid = math.floor(min(bid, left / MICRO / slots) * MICRO) / MICRO
+            if bid <= 0 or commitment(bid, job.cpu, first, first + job.duration - 1) > left:
+                continue  # nothing left in the budget for this job now
+            rid = market.submit_request(bid, job.cpu, job.mem, first, first + job.duration - 1, job.command)
+            left -= commitment(bid, job.cpu, first, first + job.duration - 1)
+            self.requests.setdefault(i, []).append(rid)
+            self.bids.append((now, i, bid, ref))
+            new.append(rid)
+        return new
+
+
 @dataclass
 class OfferAgent:
     """A provider's offer agent (see the module docstring); ``costs``: node name -> cost per
@@ -111,7 +215,9 @@ def agents_from_config(config: dict, now_slot: int) -> list:
     """Agents from a JSON-like ``config``: ``{"users": [{"user", "shade", "lead", "jobs":
     [{"value", "cpu", "mem", "duration", "release", "deadline", "command"}]}], "providers":
     [{"provider", "costs": {node: cost}, "markup", "horizon", "renew"}]}``. A job's
-    ``release`` and ``deadline`` count slots from ``now_slot``. ValueError naming what is wrong."""
+    ``release`` and ``deadline`` count slots from ``now_slot``. A user with a ``budget`` (and
+    optionally ``margin``, ``window``) gets a :class:`BudgetAgent`, else a :class:`BiddingAgent`.
+    ValueError naming what is wrong."""
     agents: list = []
     try:
         for p in config.get("providers", []):
@@ -121,7 +227,11 @@ def agents_from_config(config: dict, now_slot: int) -> list:
             jobs = [JobNeed(float(j["value"]), int(j["cpu"]), int(j.get("mem", 0)), int(j["duration"]),
                             now_slot + int(j["release"]), now_slot + int(j["deadline"]), str(j.get("command", "true")))
                     for j in u["jobs"]]
-            agents.append(BiddingAgent(u["user"], jobs, float(u.get("shade", 1.0)), int(u.get("lead", 2))))
+            if "budget" in u:
+                agents.append(BudgetAgent(u["user"], jobs, float(u["budget"]), float(u.get("margin", 0.1)),
+                                          int(u.get("window", 5)), int(u.get("lead", 2))))
+            else:
+                agents.append(BiddingAgent(u["user"], jobs, float(u.get("shade", 1.0)), int(u.get("lead", 2))))
     except KeyError as exc:
         raise ValueError(f"agents config: missing field {exc}") from None
     except (TypeError, AttributeError) as exc:

@@ -193,6 +193,24 @@ def token_cmd(data, name, role):
     click.echo(_do(issue_token, ex.store, role, name, ex.clock()))
 
 
+@exchange.command("unix")
+@DATA
+@click.argument("user")
+@click.argument("account")
+def unix_cmd(data, user, account):
+    """Run USER's contract jobs as Unix account ACCOUNT (when the exchange runs as root;
+    docs/exchange.md). Once any user is mapped, a root exchange runs no unmapped user's job."""
+    from marketsched.live.executor import RunAs
+
+    from .orders import check_name
+
+    ex = _open(data)
+    _do(check_name, "user", "name", user)
+    _do(RunAs.lookup, account)
+    _do(ex.store.set_unix, user, account)
+    click.echo(f"user {user!r}: contract jobs run as Unix account {account!r}")
+
+
 @exchange.command("serve")
 @DATA
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -249,6 +267,47 @@ def agents_cmd(data, config, step, duration):
             break
         time.sleep(step)
     click.echo(f"{len(agents)} agents, {len(ex.store.orders())} orders in the book's history")
+
+
+@exchange.command("bid")
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--url", envvar="MARKETSCHED_EXCHANGE_URL", default="http://127.0.0.1:8766", show_default=True,
+              help="The exchange's API [$MARKETSCHED_EXCHANGE_URL].")
+@click.option("--token", envvar="MARKETSCHED_TOKEN", required=True, help="Your user token [$MARKETSCHED_TOKEN].")
+@click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between the agent's turns.")
+@click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
+def bid_cmd(config, url, token, step, duration):
+    """Run your budget bidding agent over the exchange's HTTP API (docs/exchange.md): CONFIG is
+    a JSON object {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]}, jobs as for
+    `exchange agents`."""
+    from marketsched.live.cli import Client, ClientError
+
+    from .access import ApiAccess
+    from .agents import agents_from_config
+
+    try:
+        spec = json.loads(config.read_text())
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"{config}: not JSON ({exc})") from None
+    if not isinstance(spec, dict) or "budget" not in spec:
+        raise click.ClickException(f"{config}: needs a JSON object with a 'budget'")
+    market = ApiAccess(Client(url, token))
+    try:
+        me = market.client.get("/api/me")
+        if me["role"] != "user":
+            raise click.ClickException(f"this token is provider {me['name']!r}'s: bidding needs a user's token")
+        (agent,) = _do(agents_from_config, {"users": [{**spec, "user": me["name"]}]}, market.slot())
+        end = None if duration is None else time.monotonic() + duration
+        while True:
+            _do(agent.act, market)
+            if end is not None and time.monotonic() >= end:
+                break
+            time.sleep(step)
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{len(agent.bids)} bids for {me['name']!r}; committed {agent.committed(market) / MICRO:.6f} "
+               f"of a budget of {agent.budget:g}")
 
 
 @exchange.command("status")

@@ -29,15 +29,25 @@ Each call of :meth:`Exchange.tick`:
      killed by a signal the exchange did not send (a dead node), or they ended with no exit
      status. The provider pays the contract's penalty to the user; no price is
      paid.
-   * *lapsed*: the window passed before the exchange started the job (the exchange was down):
-     nobody pays.
+   * *lapsed*: the window passed before the exchange started the job (the exchange was down),
+     or the exchange could not run it as its user's Unix account (below): nobody pays.
+
+**Whose account a job runs as.** In single-user mode every contract job runs as the
+exchange's own account. An exchange that runs as root and has users mapped to Unix accounts
+(``marketsched exchange unix DATA USER ACCOUNT``, the exchange's counterpart of the live
+market's ``user add --unix``) runs each contract job as its user's account, through the live
+market's executor (job folder owned by that account, mode 0700); a user with no account, or
+one mapped to root, gets no job run (the contract lapses).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
+
+from marketsched.live.executor import RunAs
 
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
 from .orders import PROVIDER_KINDS, check_mechanism, check_name, check_node, check_offer, check_request
@@ -204,12 +214,30 @@ class Exchange:
                "MARKETSCHED_NODE": node["name"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
                "MARKETSCHED_LAST_SLOT": c["last_slot"], "MARKETSCHED_WINDOW_END": c["end_t"]}
         try:
-            self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"])
+            user = self.run_as(c["user"])
+        except ValueError as exc:
+            self.settle(c["id"], "lapsed", now, note=f"the exchange could not run the job: {exc}")
+            return
+        try:
+            self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"], user=user)
         except OSError as exc:
             self.settle(c["id"], "failed", now, note=f"the provider could not start the job: {exc}")
             return
         with self.store.transaction():
             self.store.update_contract(c["id"], state="running")
+
+    def run_as(self, user: str) -> RunAs | None:
+        """The Unix account ``user``'s contract jobs run as: None (the exchange's own account) in
+        single-user mode, i.e. unless the exchange runs as root with users mapped to accounts
+        (``marketsched exchange unix``); then the user's account, and ValueError naming the
+        problem if it has none (a job never runs as root for a user)."""
+        accounts = self.store.unix_accounts()
+        if not accounts or os.geteuid() != 0:
+            return None
+        if user not in accounts:
+            raise ValueError(f"user {user!r} has no Unix account, and this exchange runs every user's jobs as the "
+                             f"user's account (marketsched exchange unix DATA {user} ACCOUNT)")
+        return RunAs.lookup(accounts[user])
 
     def _command(self, c: dict) -> str:
         return self.store.rows("SELECT command FROM ex_orders WHERE id = ?", (c["request_id"],))[0][0]

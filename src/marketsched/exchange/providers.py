@@ -16,14 +16,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from marketsched.live.executor import JobLimits, LocalExecutor
+from marketsched.live.executor import JobLimits, LocalExecutor, RunAs
 
 from .orders import PROVIDER_KINDS
 
 
 class Backend(Protocol):
-    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
-        """Start the contract's command now (OSError: the provider could not)."""
+    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None,
+              user: RunAs | None = None) -> None:
+        """Start the contract's command now as Unix account ``user`` (None: the exchange's own
+        account); OSError: the provider could not."""
 
     def stop(self, contract_id: int) -> float:
         """Kill the contract's processes (its window is over); returns CPU seconds used."""
@@ -65,8 +67,9 @@ class LocalBackend(_ExecutorBackend):
     def __init__(self, root: Path, containment="auto"):
         self.executor = LocalExecutor(Path(root), containment=containment, limits=JobLimits(cpus=None, memory=None))
 
-    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
-        self.executor.launch(contract_id, command, env=env, affinity=cpus)
+    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None,
+              user: RunAs | None = None) -> None:
+        self.executor.launch(contract_id, command, env=env, user=user, affinity=cpus)
 
     def running(self, contract_id: int) -> bool:
         return contract_id in self.executor.procs  # a local job runs from its launch
@@ -97,11 +100,12 @@ class SlurmBackend(_ExecutorBackend):
         except SlurmError as exc:  # the partition is unreachable: the provider cannot run the contract
             raise OSError(f"Slurm partition {partition or '(default)'}: {exc}") from exc
 
-    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None) -> None:
+    def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None,
+              user: RunAs | None = None) -> None:
         from marketsched.live.slurm import SlurmError
 
         try:
-            self.executor.launch(contract_id, command, env=env)
+            self.executor.launch(contract_id, command, env=env, user=user)
         except SlurmError as exc:
             raise OSError(str(exc)) from exc
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from marketsched.live.files import data_folder
 from marketsched.live.ledger import MICRO, Store
 
 CLEARING = "exchange:clearing"
@@ -109,6 +110,10 @@ CREATE TABLE IF NOT EXISTS ex_parties (
     issued REAL NOT NULL,
     PRIMARY KEY (role, name)
 );
+CREATE TABLE IF NOT EXISTS ex_unix (
+    user TEXT PRIMARY KEY,
+    account TEXT NOT NULL UNIQUE
+);
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
@@ -129,7 +134,7 @@ class ExchangeStore:
     def __init__(self, path, sync: str = "full"):
         path = Path(path)
         if path.suffix not in (".db", ".sqlite", ".sqlite3"):
-            path = path / "exchange.db"
+            path = data_folder(path) / "exchange.db"  # 0711: jobs reach their folders, list nothing
         self.ledger = Store(path, sync=sync)
         self.path = path
         self.conn = self.ledger.conn
@@ -232,6 +237,20 @@ class ExchangeStore:
             self.conn.execute("INSERT INTO ex_parties (role, name, token_hash, issued) VALUES (?, ?, ?, ?) "
                               "ON CONFLICT (role, name) DO UPDATE SET token_hash = excluded.token_hash, "
                               "issued = excluded.issued", (role, name, token_hash, t))
+
+    def set_unix(self, user: str, account: str) -> None:
+        """Map user ``user`` to Unix account ``account`` (replacing its earlier one); ValueError
+        if another user has that account."""
+        with self.transaction():
+            taken = self.rows("SELECT user FROM ex_unix WHERE account = ? AND user != ?", (account, user))
+            if taken:
+                raise ValueError(f"Unix account {account!r} is already mapped to user {taken[0][0]!r}")
+            self.conn.execute("INSERT INTO ex_unix (user, account) VALUES (?, ?) "
+                              "ON CONFLICT (user) DO UPDATE SET account = excluded.account", (user, account))
+
+    def unix_accounts(self) -> dict[str, str]:
+        """User -> the Unix account its contract jobs run as (``marketsched exchange unix``)."""
+        return dict(self.rows("SELECT user, account FROM ex_unix"))
 
     def party(self, token_hash: str) -> tuple[str, str] | None:
         """``(role, name)`` of the party holding the token with this hash, or None."""

@@ -58,7 +58,7 @@ def _dlgm(preemptive: bool):
         from marketsched.mechanisms.online.dlgm import make_dlgm
 
         return make_dlgm(jobs.workload, jobs.bid, preemptive=preemptive, true_value=jobs.true_value,
-                         node_choice=node_choice, start_rule=start_rule)
+                         node_choice=node_choice, start_rule=start_rule, node_rank=jobs.node_rank)
 
     return build
 
@@ -73,7 +73,8 @@ DLGM_PARAMS = (
 
 
 DLGM_CLAIMS = (
-    Claim("reporting the true weight (and choosing the best node) is a myopic best response", "myopic", ("value",),
+    Claim("reporting the true weight (and choosing the best node) is a myopic best response", "myopic",
+          ("value", "node"),
           "Stößer (2009), Theorems 1 and 3 (after Heydenreich, Müller & Uetz (2006)); Theorem 5: no payment "
           "scheme makes it truthful in dominant strategies"),
     Claim("with a true weight, reporting the true release time is dominant", "dominant", ("delay",),
@@ -83,10 +84,10 @@ _DLGM_LIVE = ("no: a job's node and payment are fixed at arrival from its report
               "one), which a live job does not know; the live executor does not pin jobs to nodes either")
 register(Mechanism("dlgm", "Decentralized Local Greedy Mechanism", "compensation market",
                    "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), DLGM_PARAMS,
-                   ("bids", "serial"), summary="each job picks the node with the best tentative utility; "
+                   ("bids", "serial"), ("node-choice",), summary="each job picks the node with the best tentative utility; "
                    "it pays the jobs it overtakes", live=_DLGM_LIVE, claims=DLGM_CLAIMS))
 register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer (2009), section 5.4", _dlgm(True),
-                   DLGM_PARAMS, ("bids", "serial"), summary="DLGM with preemption by remaining-run-time ratio", live=_DLGM_LIVE,
+                   DLGM_PARAMS, ("bids", "serial"), ("node-choice",), summary="DLGM with preemption by remaining-run-time ratio", live=_DLGM_LIVE,
                    claims=DLGM_CLAIMS))
 
 
@@ -168,7 +169,8 @@ register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mu
                    summary="one job holds the whole machine however narrow (the rest idles and a long queue discards "
                            "most jobs); the head runs if its value beats the delay it causes",
                    live=_EES_LIVE, utility=ees_utility,
-                   claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash", ("value",),
+                   claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash",
+                                 ("value", "deadline"),
                                  "Mutz (2008), section 4 (the expected externality mechanism of d'Aspremont & "
                                  "Gérard-Varet); assumes full-width jobs, a known prior, no collusion"),)))
 register(Mechanism("relaxed-ees", "Relaxed EES", "queue auction", "Mutz (2008), chapter 6 (eqs. 6.1-6.6)",
@@ -327,8 +329,8 @@ register(Mechanism("egg", "Egg decentralized auction", "decentralized auction",
                    summary="per-bid auctioneer over provider price tables, escrow, reliability",
                    live="no: Egg is a market of several providers with their own schedulers and escrow; the live "
                         "market is one machine behind one broker", utility=egg_utility,
-                   claims=(Claim("t-strategyproof: no gain from a false value, a larger job or a later arrival",
-                                 "dominant", ("value", "estimate>=1", "delay"),
+                   claims=(Claim("t-strategyproof: no gain from a false value (or deadline), a larger job or a "
+                                 "later arrival", "dominant", ("value", "deadline", "estimate>=1", "delay"),
                                  "Kang & Parkes (2007), Theorem 1 (Definition 7); for users with threshold-"
                                  "reliability beliefs, admissible price tables and monotone predictors"),)))
 

@@ -53,6 +53,8 @@ NEEDS = {
     "reliability": "a minimum provider reliability per job (optional, 0 without a model): --reliability mix",
     "whole-seconds": "submit and run times in whole seconds (the market bids once a second): round them "
                      "with --whole-seconds (Python: WorkloadSpec(whole_seconds=True)); SWF traces already are",
+    "node-choice": "each job's choice of node (optional: every job takes its best node unless told otherwise; "
+                   "the audit's node lies, --deviate node:RANK)",
     "values>=1": "true values of at least 1 per CPU-second (ZIC bidders bid on {1, ..., v}): choose a value "
                  "model that gives them, --values uniform",
 }

@@ -53,6 +53,10 @@ import numpy as np
 class Backfilling:
     """FCFS (``backfill=False``) or EASY backfilling (``backfill=True``) over parallel jobs."""
 
+    #: Per-job inputs (:mod:`marketsched.engine.snapshot`): no decision looks at a job before it
+    #: arrives, so a rerun with changed estimates may start at the first changed job's arrival.
+    report_columns = ("est", "fallback_estimates")
+
     def __init__(self, backfill: bool = True, estimate=None):
         self.backfill = bool(backfill)
         self.name = "easy" if backfill else "fcfs"

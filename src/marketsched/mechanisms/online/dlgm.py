@@ -200,8 +200,11 @@ class DLGM:
         Upper bound on ratio buckets (speed/memory only; results do not depend on it).
         Default: ``min(8192, 2**22 // nodes)``, at least 1.
     force_node:
-        ``{job row: node}``: these jobs join the given node instead of the best one
-        (incentive audits: "does choosing another node pay?").
+        ``{job row: node}``: these jobs join the given node instead of the best one.
+    node_rank:
+        Each job's node choice as a rank (1 = the node of the largest tentative utility, its
+        myopic best response; 2 = the second best; ties in node order), one per job; None: every
+        job takes its best node. The audit's node lies (``marketsched audit --deviate node:R``).
     record_offers:
         Keep, for every job, the tentative completion time and payment offered by every node
         (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
@@ -227,7 +230,7 @@ class DLGM:
 
     def __init__(self, bid, runtime, preemptive: bool = False, max_buckets: int | None = None,
                  force_node: dict[int, int] | None = None, record_offers: bool = False,
-                 true_value=None, node_choice: str = "true", start_rule: str = "immediate"):
+                 true_value=None, node_choice: str = "true", start_rule: str = "immediate", node_rank=None):
         bid = np.asarray(bid, dtype=np.float64)
         runtime = np.asarray(runtime, dtype=np.float64)
         name = "P-DLGM" if preemptive else "DLGM"
@@ -251,6 +254,12 @@ class DLGM:
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"{name}: reported run time of job row {i} is {runtime[i]!r}; must be finite and >= 0")
+        if node_rank is not None:
+            node_rank = np.asarray(node_rank)
+            if node_rank.shape != bid.shape or not np.all(node_rank >= 1) or not np.all(node_rank % 1 == 0):
+                raise ValueError(f"{name}: node_rank must be one whole number >= 1 per job ({bid.shape[0]})")
+            node_rank = {int(j): int(r) for j, r in enumerate(node_rank) if r != 1}
+        self.node_rank = node_rank or {}
         self.name = name
         self.preemptive = bool(preemptive)
         self.bid_array = bid
@@ -281,6 +290,9 @@ class DLGM:
         for j, n in self.force_node.items():
             if not (0 <= j < n_jobs) or not (0 <= n < m):
                 raise ValueError(f"{self.name}: force_node {{{j}: {n}}} is out of range ({n_jobs} jobs, {m} nodes)")
+        for j, r in self.node_rank.items():
+            if r > m:
+                raise ValueError(f"{self.name}: job row {j} chooses its node of rank {r}, but there are {m} nodes")
         self.sim = sim
         self.m = m
         v = self.bid_array
@@ -542,10 +554,11 @@ class DLGM:
         sim = self.sim
         v, d, w = self.v[j], self.d[j], self.w_choice[j]
         forced = self.force_node.get(j) if self.force_node else None
+        rank = self.node_rank.get(j, 1) if self.node_rank else 1
         n = -1
         cache = self._cache
         self._cache = None
-        if (forced is None and not self.record_offers and self.all_positive and d > 0 and not self.zero_running
+        if (forced is None and rank == 1 and not self.record_offers and self.all_positive and d > 0 and not self.zero_running
                 and not self._zero_heads):
             idle, busy, qlen = self.idle, self.busy, self.qlen
             while idle and (busy[idle[0]] or qlen[idle[0]]):  # running, or (after-arrivals) a job waits
@@ -567,8 +580,10 @@ class DLGM:
             if self.record_offers:
                 self.offers_completion[j] = t + d + A
                 self.offers_payment[j] = d * B
-            if forced is None:
+            if forced is None and rank == 1:
                 n = int(cost.argmin())  # first minimum: the lowest node index wins ties
+            elif forced is None:
+                n = int(np.argsort(cost, kind="stable")[rank - 1])
             else:
                 n = forced
             ahead = float(A[n])

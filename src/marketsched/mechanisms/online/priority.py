@@ -77,6 +77,10 @@ class PriorityScheduler:
     :meth:`add_jobs`.
     """
 
+    #: Per-job inputs taken from the reports (:mod:`marketsched.engine.snapshot`): no decision
+    #: looks at a job before it arrives, so an audit rerun may start at the deviator's arrival.
+    report_columns = ("bid", "key", "cost", "prio", "fallback_estimates")
+
     def __init__(self, bid, key, cost, preemptive: bool, pricing="kth", name: str = "priority"):
         self.preemptive = bool(preemptive)
         self.pricing = make_pricing(pricing) if isinstance(pricing, str) else pricing
