@@ -18,5 +18,7 @@ setup(
         # one entry per kernel
         Extension("marketsched.engine._priority", [f"{ENGINE}/_priority.c"], depends=HEADERS,
                   extra_compile_args=FLAGS, optional=True),
+        Extension("marketsched.engine._backfilling", [f"{ENGINE}/_backfilling.c"], depends=HEADERS,
+                  extra_compile_args=FLAGS, optional=True),
     ]
 )
