@@ -82,7 +82,7 @@ class Backfilling:
         bad = ~(np.isnan(est) | (est >= 0))
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{self.name}: run-time estimate of job row {i} is {est[i]!r}; it must be >= 0 or NaN "
+            raise ValueError(f"{self.name}: run-time estimate of job row {i} is {float(est[i])!r}; it must be >= 0 or NaN "
                              "(unknown)")
         missing = np.isnan(est)
         self.fallback_estimates = int(missing.sum())
@@ -90,7 +90,9 @@ class Backfilling:
 
     def compiled_run(self, sim) -> Records | None:
         """The whole run in the compiled kernel (:mod:`marketsched.engine.compiled`), or None when
-        it is not built."""
+        it is not built or the policy is a subclass (it may change a step the kernel does not know of)."""
+        if type(self) is not Backfilling:
+            return None
         kernel = compiled.kernel("_backfilling")
         if kernel is None:
             return None

@@ -153,9 +153,10 @@ class PriorityScheduler:
     def compiled_run(self, sim) -> Records | None:
         """The whole run in the compiled kernel (:mod:`marketsched.engine.compiled`), or None when
         it is not built or the payment scheme is not first price, k-th price or both side by side
-        (``BothPrices``, whose k-th payments it sets)."""
+        (``BothPrices``, whose k-th payments it sets), or the policy is a subclass (it may change a
+        step the kernel does not know of)."""
         schemes = _kernel_schemes(self.pricing)
-        if schemes == 0:
+        if schemes == 0 or type(self) is not PriorityScheduler:
             return None
         kernel = compiled.kernel("_priority")
         if kernel is None:
