@@ -10,6 +10,12 @@
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
 
+/* A heap entry carries its order key, so that a comparison reads no other array. */
+typedef struct {
+    double k;
+    int64_t j;
+} Item;
+
 typedef struct {
     Engine e;
     const double *bid, *key, *cost;
@@ -17,7 +23,7 @@ typedef struct {
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
     double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
     /* waiting: min-heap of rows by (-key, row); running_heap (HB): min-heap by (key, -row) */
-    int64_t *waiting, *rheap;
+    Item *waiting, *rheap;
     Py_ssize_t nwaiting, nrheap;
     /* FirstPrice */
     double S, f_last;
@@ -36,89 +42,66 @@ typedef struct {
     Py_ssize_t nrprios;
 } Prio;
 
-/* (-key[a], a) < (-key[b], b): a runs before b */
-static inline int better(const Prio *p, int64_t a, int64_t b)
-{
-    double x = -p->key[a], y = -p->key[b];
-    return x < y || (x == y && a < b);
-}
-
 /* tuple order of (x0, x1) < (y0, y1) */
 static inline int tup_lt(double x0, int64_t x1, double y0, int64_t y1)
 {
     return x0 < y0 || (x0 == y0 && x1 < y1);
 }
 
-static void waiting_push(Prio *p, int64_t j)
-{
-    int64_t *h = p->waiting;
-    Py_ssize_t k = p->nwaiting++;
-    while (k > 0) {
-        Py_ssize_t q = (k - 1) / 2;
-        if (!better(p, j, h[q])) break;
-        h[k] = h[q];
-        k = q;
-    }
-    h[k] = j;
-}
-
-static int64_t waiting_pop(Prio *p)
-{
-    int64_t *h = p->waiting;
-    int64_t top = h[0];
-    Py_ssize_t m = --p->nwaiting;
-    if (m) {
-        int64_t x = h[m];
-        Py_ssize_t k = 0;
-        for (;;) {
-            Py_ssize_t c = 2 * k + 1;
-            if (c >= m) break;
-            if (c + 1 < m && better(p, h[c + 1], h[c])) c++;
-            if (!better(p, h[c], x)) break;
-            h[k] = h[c];
-            k = c;
-        }
-        h[k] = x;
-    }
-    return top;
-}
+/* waiting order (-key, row): a runs before b */
+static inline int better(const Item *a, const Item *b) { return tup_lt(a->k, a->j, b->k, b->j); }
 
 /* running heap order (key, -row): a is worse than b */
-static inline int worse(const Prio *p, int64_t a, int64_t b)
-{
-    double x = p->key[a], y = p->key[b];
-    return x < y || (x == y && -a < -b);
-}
+static inline int worse(const Item *a, const Item *b) { return tup_lt(a->k, -a->j, b->k, -b->j); }
 
-static void rheap_push(Prio *p, int64_t j)
+typedef int (*ItemOrder)(const Item *, const Item *);
+
+static inline void heap_push(Item *h, Py_ssize_t *size, Item x, ItemOrder lt)
 {
-    int64_t *h = p->rheap;
-    Py_ssize_t k = p->nrheap++;
+    Py_ssize_t k = (*size)++;
     while (k > 0) {
         Py_ssize_t q = (k - 1) / 2;
-        if (!worse(p, j, h[q])) break;
+        if (!lt(&x, &h[q])) break;
         h[k] = h[q];
         k = q;
     }
-    h[k] = j;
+    h[k] = x;
 }
 
-static void rheap_pop(Prio *p)
+static inline void heap_pop(Item *h, Py_ssize_t *size, ItemOrder lt)
 {
-    int64_t *h = p->rheap;
-    Py_ssize_t m = --p->nrheap;
+    Py_ssize_t m = --(*size);
     if (!m) return;
-    int64_t x = h[m];
+    Item x = h[m];
     Py_ssize_t k = 0;
     for (;;) {
         Py_ssize_t c = 2 * k + 1;
         if (c >= m) break;
-        if (c + 1 < m && worse(p, h[c + 1], h[c])) c++;
-        if (!worse(p, h[c], x)) break;
+        if (c + 1 < m && lt(&h[c + 1], &h[c])) c++;
+        if (!lt(&h[c], &x)) break;
         h[k] = h[c];
         k = c;
     }
     h[k] = x;
+}
+
+static inline void waiting_push(Prio *p, int64_t j)
+{
+    Item x = {-p->key[j], j};
+    heap_push(p->waiting, &p->nwaiting, x, better);
+}
+
+static inline int64_t waiting_pop(Prio *p)
+{
+    int64_t top = p->waiting[0].j;
+    heap_pop(p->waiting, &p->nwaiting, better);
+    return top;
+}
+
+static inline void rheap_push(Prio *p, int64_t j)
+{
+    Item x = {p->key[j], j};
+    heap_push(p->rheap, &p->nrheap, x, worse);
 }
 
 /* bisect_right over rprios for the tuple (x0, x1): first index whose prio is > (x0, x1) */
@@ -216,8 +199,8 @@ static void update(Prio *p)
             n0 = INFINITY;
             n1 = 0;
         } else {
-            int64_t top = p->waiting[0];
-            n0 = -p->key[top];
+            int64_t top = p->waiting[0].j;
+            n0 = p->waiting[0].k;
             n1 = top;
             p->has_kstar = 1;
             p->kstar = -n0;
@@ -257,12 +240,14 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
     }
     if (p->preemptive) {
         while (p->nwaiting) {
-            while (p->nrheap && !e->running[p->rheap[0]]) rheap_pop(p); /* completed since pushed */
+            while (p->nrheap && !e->running[p->rheap[0].j]) /* completed since pushed */
+                heap_pop(p->rheap, &p->nrheap, worse);
             if (!p->nrheap) break;
-            int64_t out = p->rheap[0];
-            if (!better(p, p->waiting[0], out)) break;
+            int64_t out = p->rheap[0].j;
+            Item out_prio = {-p->key[out], out};
+            if (!better(&p->waiting[0], &out_prio)) break;
             /* the best queued job beats the worst running one: swap them */
-            rheap_pop(p);
+            heap_pop(p->rheap, &p->nrheap, worse);
             eng_preempt(e, out);
             on_stop(p, out);
             int64_t in = waiting_pop(p);
@@ -331,8 +316,8 @@ static PyObject *run(PyObject *self, PyObject *args)
     p.schemes = schemes;
     p.kth_payment = schemes == SCHEME_KTH ? e->payment : (double *)kth_payment.buf;
     size_t m = n ? (size_t)n : 1;
-    p.waiting = malloc(m * sizeof(int64_t));
-    if (preemptive) p.rheap = malloc(m * sizeof(int64_t));
+    p.waiting = malloc(m * sizeof(Item));
+    if (preemptive) p.rheap = malloc(m * sizeof(Item));
     if (!p.waiting || (preemptive && !p.rheap)) goto nomem;
     if (schemes & SCHEME_FIRST) {
         p.mark_S = calloc(m, sizeof(double));
