@@ -131,6 +131,8 @@ static int step(Bf *b, double t, Py_ssize_t first, Py_ssize_t last)
     return 0;
 }
 
+static int step_cb(void *b, double t, Py_ssize_t first, Py_ssize_t last) { return step(b, t, first, last); }
+
 static PyObject *run(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -141,47 +143,21 @@ static PyObject *run(PyObject *self, PyObject *args)
                           &first_start, &end_time, &preemptions, &payment, &state))
         return NULL;
     Py_buffer *bufs[] = {&submit, &runtime, &procs, &est, &first_start, &end_time, &preemptions, &payment, &state};
-    Py_ssize_t n = submit.len / (Py_ssize_t)sizeof(double);
     PyObject *result = NULL;
     Bf b;
     memset(&b, 0, sizeof(b));
-    if (check_buffer(&submit, "submit", n, 8) || check_buffer(&runtime, "runtime", n, 8) ||
-        check_buffer(&procs, "procs", n, 8) || check_buffer(&est, "est", n, 8) ||
-        check_buffer(&first_start, "first_start", n, 8) || check_buffer(&end_time, "end_time", n, 8) ||
-        check_buffer(&preemptions, "preemptions", n, 8) || check_buffer(&payment, "payment", n, 8) ||
-        check_buffer(&state, "state", n, 1))
-        goto done;
-    if (capacity < 1) {
-        PyErr_Format(PyExc_ValueError, "compiled backfilling kernel: capacity %lld", capacity);
-        goto done;
-    }
-    if (eng_init(&b.eng, n, (int64_t)capacity, submit.buf, runtime.buf, procs.buf) < 0) goto done;
+    Py_buffer *records[5] = {&first_start, &end_time, &preemptions, &payment, &state};
+    if (eng_init(&b.eng, (int64_t)capacity, &submit, &runtime, &procs, records) < 0) goto done;
     Engine *eng = &b.eng;
-    eng->first_start = first_start.buf;
-    eng->end_time = end_time.buf;
-    eng->preemptions = preemptions.buf;
-    eng->payment = payment.buf;
-    eng->state = state.buf;
+    Py_ssize_t n = eng->n;
+    if (check_buffer(&est, "est", n, 8)) goto done;
     b.backfill = backfill;
     b.est = est.buf;
     size_t m = n ? (size_t)n : 1;
     b.est_end = calloc(m, sizeof(double));
     b.queue = malloc(m * sizeof(int64_t));
     if (!b.est_end || !b.queue) goto nomem;
-    int failed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (;;) {
-        double t = eng_next_time(eng);
-        if (t == INFINITY) break;
-        eng->now = t;
-        Py_ssize_t first;
-        if (eng_complete_due(eng, t) < 0) { failed = 1; break; }
-        eng_arrivals(eng, t, &first);
-        if (step(&b, t, first, eng->next_arrival) < 0) { failed = 1; break; }
-        eng->batches++;
-    }
-    Py_END_ALLOW_THREADS
-    if (failed) goto nomem;
+    if (eng_loop(eng, &b, NULL, step_cb) < 0) goto nomem;
     eng_kill_pending(eng);
     result = Py_BuildValue("(dL)", eng->now, (long long)eng->batches);
     goto done;

@@ -261,6 +261,14 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
     return 0;
 }
 
+static void advance_cb(void *p, double t) { advance(p, t); }
+
+static int step_cb(void *p, double t, Py_ssize_t first, Py_ssize_t last)
+{
+    (void)t;
+    return step(p, first, last);
+}
+
 static void prio_free(Prio *p)
 {
     eng_free(&p->e);
@@ -286,29 +294,20 @@ static PyObject *run(PyObject *self, PyObject *args)
         return NULL;
     Py_buffer *bufs[] = {&submit, &runtime, &bid, &key, &cost, &first_start, &end_time, &preemptions, &payment,
                          &state, &kth_payment};
-    Py_ssize_t n = submit.len / (Py_ssize_t)sizeof(double);
     PyObject *result = NULL;
     Prio p;
     memset(&p, 0, sizeof(p));
-    if (check_buffer(&submit, "submit", n, 8) || check_buffer(&runtime, "runtime", n, 8) ||
-        check_buffer(&bid, "bid", n, 8) || check_buffer(&key, "key", n, 8) || check_buffer(&cost, "cost", n, 8) ||
-        check_buffer(&first_start, "first_start", n, 8) || check_buffer(&end_time, "end_time", n, 8) ||
-        check_buffer(&preemptions, "preemptions", n, 8) || check_buffer(&payment, "payment", n, 8) ||
-        check_buffer(&state, "state", n, 1))
+    Py_buffer *records[5] = {&first_start, &end_time, &preemptions, &payment, &state};
+    if (eng_init(&p.e, (int64_t)capacity, &submit, &runtime, NULL, records) < 0) goto done;
+    Engine *e = &p.e;
+    Py_ssize_t n = e->n;
+    if (check_buffer(&bid, "bid", n, 8) || check_buffer(&key, "key", n, 8) || check_buffer(&cost, "cost", n, 8) ||
+        (schemes == (SCHEME_FIRST | SCHEME_KTH) && check_buffer(&kth_payment, "kth_payment", n, 8)))
         goto done;
-    if (schemes & SCHEME_KTH && schemes & SCHEME_FIRST && check_buffer(&kth_payment, "kth_payment", n, 8))
-        goto done;
-    if (capacity < 1 || schemes < 1 || schemes > 3) {
-        PyErr_Format(PyExc_ValueError, "compiled priority kernel: capacity %lld, schemes %d", capacity, schemes);
+    if (schemes < 1 || schemes > 3) {
+        PyErr_Format(PyExc_ValueError, "compiled priority kernel: schemes %d (1 first, 2 k-th, 3 both)", schemes);
         goto done;
     }
-    if (eng_init(&p.e, n, (int64_t)capacity, submit.buf, runtime.buf, NULL) < 0) goto done;
-    Engine *e = &p.e;
-    e->first_start = first_start.buf;
-    e->end_time = end_time.buf;
-    e->preemptions = preemptions.buf;
-    e->payment = payment.buf;
-    e->state = state.buf;
     p.bid = bid.buf;
     p.key = key.buf;
     p.cost = cost.buf;
@@ -339,21 +338,7 @@ static PyObject *run(PyObject *self, PyObject *args)
             if (!p.rprios) goto nomem;
         }
     }
-    int failed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (;;) {
-        double t = eng_next_time(e);
-        if (t == INFINITY) break;
-        e->now = t;
-        advance(&p, t);
-        Py_ssize_t first;
-        if (eng_complete_due(e, t) < 0) { failed = 1; break; }
-        eng_arrivals(e, t, &first);
-        if (step(&p, first, e->next_arrival) < 0) { failed = 1; break; }
-        e->batches++;
-    }
-    Py_END_ALLOW_THREADS
-    if (failed) goto nomem;
+    if (eng_loop(e, &p, advance_cb, step_cb) < 0) goto nomem;
     /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
     advance(&p, e->now);
     for (Py_ssize_t j = 0; j < n; j++)

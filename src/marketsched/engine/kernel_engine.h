@@ -175,6 +175,31 @@ static void eng_arrivals(Engine *e, double t, Py_ssize_t *first)
     e->next_arrival = i;
 }
 
+/* Simulator.proceed over the whole workload: per batch at time t, the policy's advance(t) (may be
+ * NULL), the completions at t, the arrivals at t, then its step over the rows [first, last).
+ * Runs without the GIL (it touches no Python object); -1 when an allocation failed. */
+typedef void (*AdvanceFn)(void *policy, double t);
+typedef int (*StepFn)(void *policy, double t, Py_ssize_t first, Py_ssize_t last);
+
+static int eng_loop(Engine *e, void *policy, AdvanceFn advance, StepFn step)
+{
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        double t = eng_next_time(e);
+        if (t == INFINITY) break;
+        e->now = t;
+        if (advance) advance(policy, t);
+        if (eng_complete_due(e, t) < 0) { failed = 1; break; }
+        Py_ssize_t first;
+        eng_arrivals(e, t, &first);
+        if (step(policy, t, first, e->next_arrival) < 0) { failed = 1; break; }
+        e->batches++;
+    }
+    Py_END_ALLOW_THREADS
+    return failed ? -1 : 0;
+}
+
 /* Simulator.conclude's last step: jobs still open are KILLED at the end time. */
 static void eng_kill_pending(Engine *e)
 {
@@ -190,15 +215,43 @@ static void eng_kill_pending(Engine *e)
     }
 }
 
-/* Allocate the engine's own columns (remaining work from runtime); -1 with MemoryError set. */
-static int eng_init(Engine *e, Py_ssize_t n, int64_t capacity, const double *submit, const double *runtime,
-                    const int64_t *procs)
+/* A contiguous buffer of n items of the given size, or -1 with a ValueError naming it. */
+static int check_buffer(Py_buffer *b, const char *name, Py_ssize_t n, Py_ssize_t itemsize)
+{
+    if (b->len != n * itemsize) {
+        PyErr_Format(PyExc_ValueError, "compiled kernel: column %s has %zd bytes, expected %zd (%zd items of %zd)",
+                     name, b->len, n * itemsize, n, itemsize);
+        return -1;
+    }
+    return 0;
+}
+
+/* Check the columns (n jobs: submit's length; procs NULL: serial jobs), take the records' five
+ * columns (first_start, end_time, preemptions, payment, state: the caller's NumPy arrays, filled
+ * in place) and allocate the engine's own; -1 with an exception set. */
+static int eng_init(Engine *e, int64_t capacity, Py_buffer *submit, Py_buffer *runtime, Py_buffer *procs,
+                    Py_buffer *records[5])
 {
     memset(e, 0, sizeof(*e));
+    Py_ssize_t n = submit->len / (Py_ssize_t)sizeof(double);
+    if (check_buffer(submit, "submit", n, 8) || check_buffer(runtime, "runtime", n, 8) ||
+        (procs && check_buffer(procs, "procs", n, 8)) || check_buffer(records[0], "first_start", n, 8) ||
+        check_buffer(records[1], "end_time", n, 8) || check_buffer(records[2], "preemptions", n, 8) ||
+        check_buffer(records[3], "payment", n, 8) || check_buffer(records[4], "state", n, 1))
+        return -1;
+    if (capacity < 1) {
+        PyErr_Format(PyExc_ValueError, "compiled kernel: capacity %lld", (long long)capacity);
+        return -1;
+    }
     e->n = n;
     e->capacity = capacity;
-    e->submit = submit;
-    e->procs = procs;
+    e->submit = submit->buf;
+    e->procs = procs ? procs->buf : NULL;
+    e->first_start = records[0]->buf;
+    e->end_time = records[1]->buf;
+    e->preemptions = records[2]->buf;
+    e->payment = records[3]->buf;
+    e->state = records[4]->buf;
     size_t m = n ? (size_t)n : 1;
     e->remaining = malloc(m * sizeof(double));
     e->finish_at = malloc(m * sizeof(double));
@@ -207,7 +260,7 @@ static int eng_init(Engine *e, Py_ssize_t n, int64_t capacity, const double *sub
         PyErr_NoMemory();
         return -1;
     }
-    memcpy(e->remaining, runtime, (size_t)n * sizeof(double));
+    memcpy(e->remaining, runtime->buf, (size_t)n * sizeof(double));
     for (Py_ssize_t j = 0; j < n; j++) e->finish_at[j] = INFINITY;
     return 0;
 }
@@ -219,17 +272,6 @@ static void eng_free(Engine *e)
     free(e->running);
     free(e->comps);
     free(e->completed);
-}
-
-/* A contiguous buffer of n items of the given size, or -1 with a TypeError/ValueError naming it. */
-static int check_buffer(Py_buffer *b, const char *name, Py_ssize_t n, Py_ssize_t itemsize)
-{
-    if (b->len != n * itemsize) {
-        PyErr_Format(PyExc_ValueError, "compiled kernel: column %s has %zd bytes, expected %zd (%zd items of %zd)",
-                     name, b->len, n * itemsize, n, itemsize);
-        return -1;
-    }
-    return 0;
 }
 
 #endif
