@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from marketsched.mechanisms.online.ees import Discrete
 from marketsched.mechanisms.registry import Claim, Mechanism, Param, register
 
 PRICING = Param("pricing", str, "kth", "payment per second of running time: k-th price or first price "
@@ -101,18 +100,11 @@ EES_PARAMS = (
 )
 
 
-class EqualPoints(Discrete):
-    """A :class:`~marketsched.mechanisms.online.ees.Discrete` prior of equally likely points,
-    sampled by index (``values[rng.integers(k)]``, in bytes when ``k <= 256``): several times
-    faster than ``rng.choice`` with probabilities, which searches a cumulative table per draw."""
+def equal_quantiles(x, k: int):
+    """The prior of the ``k`` equally likely quantile midpoints of ``x`` (an
+    :class:`~marketsched.mechanisms.online.ees.EqualPoints`)."""
+    from marketsched.mechanisms.online.ees import EqualPoints
 
-    def sample(self, rng, size):
-        k = len(self.values)
-        return np.asarray(self.values, dtype=np.float64)[rng.integers(0, k, size, dtype=np.uint8 if k <= 256 else np.int64)]
-
-
-def equal_quantiles(x, k: int) -> EqualPoints:
-    """The prior of the ``k`` equally likely quantile midpoints of ``x``."""
     mid = (np.arange(k) + 0.5) / k
     return EqualPoints(tuple(np.quantile(x, mid).tolist()), tuple([1.0 / k] * k))
 

@@ -256,14 +256,17 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def _ensure_loaded() -> None:
+def _ensure_loaded(plugins: bool = True) -> None:
+    """Register the built-ins, and the plugins unless ``plugins`` is false (reading the installed
+    entry points imports importlib.metadata: tens of milliseconds a command naming a built-in
+    mechanism does without)."""
     if not _loaded["builtin"]:
         _loaded["builtin"] = True
         import marketsched.mechanisms.builtin  # noqa: F401 (registers the built-ins)
 
         for name, m in list(_REGISTRY.items()):
             _REGISTRY[name] = _with_origin(m, "built-in")
-    if not _loaded["plugins"]:
+    if plugins and not _loaded["plugins"]:
         _loaded["plugins"] = True
         load_plugins()
 
@@ -314,9 +317,11 @@ def _with_origin(m: Mechanism, origin: str) -> Mechanism:
 
 def get(name: str) -> Mechanism:
     """The mechanism registered as ``name`` (``ValueError`` listing the known names); a name not
-    yet known is looked for among the plugins installed since the registry was first read."""
-    _ensure_loaded()
+    yet known is looked for among the installed plugins (read only then: a built-in name needs
+    no plugin)."""
+    _ensure_loaded(plugins=False)
     if name not in _REGISTRY:
+        _loaded["plugins"] = True
         load_plugins()
     try:
         return _REGISTRY[name]

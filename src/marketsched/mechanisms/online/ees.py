@@ -120,6 +120,16 @@ class Discrete:
         return float(np.dot(self.values, self.probs))
 
 
+class EqualPoints(Discrete):
+    """A :class:`Discrete` prior of equally likely points, sampled by index
+    (``values[rng.integers(k)]``, in bytes when ``k <= 256``): several times faster than
+    ``rng.choice`` with probabilities, which searches a cumulative table per draw."""
+
+    def sample(self, rng, size):
+        k = len(self.values)
+        return np.asarray(self.values, dtype=np.float64)[rng.integers(0, k, size, dtype=np.uint8 if k <= 256 else np.int64)]
+
+
 @dataclass(frozen=True)
 class TypePrior:
     """Declared prior of the private parameters: ``value`` (v) and ``delay_cost`` (d)."""
