@@ -1,10 +1,10 @@
 """marketsched.progress: plain progress lines when the output is not a terminal."""
 
 import io
+import subprocess
+import sys
 
-from rich.console import Console
-
-from marketsched.progress import Progress
+from marketsched.progress import BAR, ELAPSED, Progress
 
 
 class Clock:
@@ -17,7 +17,7 @@ class Clock:
 
 def _plain(clock, **kw):
     out = io.StringIO()
-    return Progress(console=Console(file=out, force_terminal=False), clock=clock, **kw), out
+    return Progress("{task.description}", BAR, clock=clock, stream=out, **kw), out
 
 
 def test_one_line_per_tenth_and_at_the_end():
@@ -53,6 +53,30 @@ def test_no_line_without_progress_and_none_on_a_terminal():
         clock.t += 100.0
         bar.update(task, completed=0)
     assert out.getvalue() == ""
-    term = io.StringIO()
-    live = Progress(console=Console(file=term, force_terminal=True), clock=clock)
+    assert bar.plain
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_terminal_gets_rich_live_bar_and_a_pipe_never_imports_rich(monkeypatch):
+    for var in ("TTY_COMPATIBLE", "FORCE_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    term = Terminal()
+    live = Progress("{task.description}", BAR, ELAPSED, stream=term, clock=Clock(), transient=True)
     assert not live.plain
+    with live:
+        task = live.add_task("sim", total=10)
+        live.update(task, completed=10)
+    monkeypatch.setenv("TTY_COMPATIBLE", "0")  # rich's own rule: this terminal takes no escape codes
+    assert Progress(stream=Terminal()).plain
+    monkeypatch.delenv("TTY_COMPATIBLE")
+    monkeypatch.setenv("FORCE_COLOR", "1")  # and this pipe does
+    assert not Progress(stream=io.StringIO()).plain
+    monkeypatch.delenv("FORCE_COLOR")
+    code = ("import io, sys; from marketsched.progress import Progress; p = Progress(stream=io.StringIO()); "
+            "print(p.plain, any(m == 'rich' or m.startswith('rich.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False"]

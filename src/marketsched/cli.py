@@ -159,15 +159,12 @@ def _params(items, where: str = "--param") -> list[tuple[str | None, str, str]]:
 
 def _run_all(jobs, runs, events: bool = False):
     """Simulate ``(mechanism, params)`` pairs with a progress bar; returns the runs."""
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-
     from marketsched.mechanisms.registry import get
-    from marketsched.progress import Progress
+    from marketsched.progress import BAR, ELAPSED, Progress
     from marketsched.scenario import run
 
     out = []
-    with Progress(TextColumn("{task.description:<18}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeElapsedColumn(), transient=True) as bar:
+    with Progress("{task.description:<18}", BAR, "{task.percentage:>3.0f}%", ELAPSED, transient=True) as bar:
         for name, params in runs:
             task = bar.add_task(get(name).label(get(name).resolve(params)), total=len(jobs.workload))
             out.append(run(jobs, name, params, events=events,
@@ -242,45 +239,49 @@ def _cell(v, fmt: str) -> str:
 def _console():
     from rich.console import Console
 
+    from marketsched.terminal import WIDTH
+
     console = Console()
-    if console.width < 100:
-        console = Console(width=100)  # pipes and CI logs: 100 columns, as the table and legend are laid out
+    if console.width < WIDTH:
+        console = Console(width=WIDTH)  # pipes and CI logs: 100 columns, as the table and legend are laid out
     return console
 
 
-def _print_table(rows, title, legend: bool = False, skipped=()):
-    from rich import box
-    from rich.table import Table
-
+def _results_table(rows, title):
+    """The summary table of :func:`_summary_rows`: a section per kind (headed when there are several)."""
     from marketsched.mechanisms.registry import KINDS
+    from marketsched.terminal import TextTable
 
-    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), title_justify="left")
-    for i, (_, head, _) in enumerate(COLUMNS):
-        if i == 0:  # kind headings run on into the empty cells to their right
-            table.add_column(head, no_wrap=True, min_width=13)
-        else:
-            table.add_column(head, justify="right", no_wrap=True, min_width=len(head))
+    columns = [(head, "left" if i == 0 else "right", 13 if i == 0 else len(head)) for i, (_, head, _) in enumerate(COLUMNS)]
     kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
-    for kind in kinds:
-        if len(kinds) > 1:
-            table.add_row(f"[bold]{KIND_HEADINGS.get(kind, kind)}[/]", *[""] * (len(COLUMNS) - 1))
-        for row in (r for r in rows if r["kind"] == kind):
-            table.add_row(*[_cell(row.get(key), fmt) for key, _, fmt in COLUMNS])
-        if kind != kinds[-1]:
-            table.add_section()
-    console = _console()
-    console.print(table)
+    sections = [([KIND_HEADINGS.get(kind, kind)] if len(kinds) > 1 else [])
+                + [[_cell(row.get(key), fmt) for key, _, fmt in COLUMNS] for row in rows if row["kind"] == kind]
+                for kind in kinds]
+    return TextTable(title, columns, sections)
+
+
+def _print_table(rows, title, legend: bool = False, skipped=()):
+    """The summary table, what was not run and why, and the legend: drawn by rich on a terminal,
+    as plain text elsewhere (the same layout; rich is not imported)."""
+    import textwrap
+
+    from marketsched.terminal import rich_console
+
+    table = _results_table(rows, title)
+    notes = []
     if skipped:
-        import textwrap
-
-        console.print("not run (what is missing, and how to get it):")
-        for name, reason in skipped:
-            console.print(textwrap.fill(f"{name}: {reason}", width=100, initial_indent="  ", subsequent_indent="      "),
-                          highlight=False, markup=False)
+        notes.append("not run (what is missing, and how to get it):")
+        notes += [textwrap.fill(f"{name}: {reason}", width=100, initial_indent="  ", subsequent_indent="      ")
+                  for name, reason in skipped]
     if legend:
-        console.print(LEGEND, highlight=False, markup=False)
-
-
+        notes.append(LEGEND)
+    console = rich_console()
+    if console is None:
+        click.echo(table.plain() + "".join(note + "\n" for note in notes), nl=False)
+        return
+    console.print(table.rich())
+    for note in notes:
+        console.print(note, highlight=False, markup=False)
 def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) -> None:
     if out_path is None and events_path is None:
         return  # nothing to write: pandas is not even imported
@@ -752,13 +753,10 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     scenario, jobs = _build(opts)
-    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
-
-    from marketsched.progress import Progress
+    from marketsched.progress import BAR, ELAPSED, Progress
 
     try:
-        with Progress(TextColumn("reruns"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), transient=True) as bar:
+        with Progress("reruns", BAR, "{task.completed}/{task.total}", ELAPSED, transient=True) as bar:
             task = bar.add_task("audit", total=None)
             table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
                              job_ids=list(job_ids) or None, group=group_share, group_draws_=group_count, rerun=rerun,

@@ -2,64 +2,116 @@
 
 On a terminal this is rich's live progress bar (on stderr). Piped into a file or a CI log a
 live bar shows nothing until the end, so there :class:`Progress` prints plain lines on stderr
-instead: one per task whenever it passes another tenth of its total, and at least every
-``every_seconds`` while it advances, e.g. ``hb/kth: 2,500/5,000 (50%) after 3 s``.
+instead, without importing rich (:mod:`marketsched.terminal`): one per task whenever it passes
+another tenth of its total, and at least every ``every_seconds`` while it advances, e.g.
+``hb/kth: 2,500/5,000 (50%) after 3 s``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-import rich.progress
-from rich.console import Console
-from rich.progress import TaskID
+from marketsched.terminal import rich_console
 
 
-class Progress(rich.progress.Progress):
-    """:class:`rich.progress.Progress` that falls back to plain progress lines off a terminal.
+@dataclass(frozen=True)
+class Column:
+    """A column of the live bar other than text: :data:`BAR`, :data:`COUNT` (done/total),
+    :data:`ELAPSED`, :data:`REMAINING`."""
 
-    Takes rich's arguments (columns, ``transient``, ...); ``console`` defaults to stderr.
-    ``every_seconds`` bounds the silence between two plain lines of an advancing task and
-    ``clock`` (seconds, monotonic) is injectable for tests.
+    name: str
+
+
+BAR, COUNT, ELAPSED, REMAINING = Column("bar"), Column("count"), Column("elapsed"), Column("remaining")
+
+
+@dataclass
+class _Task:
+    description: str
+    total: float | None
+    completed: float
+    added: float
+    tenths: int = 0  # tenths of the total already reported
+    last_time: float = 0.0  # time of its last line, and what was completed then
+    last_done: float = 0.0
+
+
+class Progress:
+    """A live progress bar on a terminal, plain progress lines elsewhere.
+
+    ``columns``: what the live bar shows, left to right: text (a ``str``, a format of
+    ``task``, e.g. ``"{task.description:<18}"``) or a :class:`Column`. ``transient``: the live
+    bar disappears when done. ``stream``: where it goes (default stderr); ``every_seconds``
+    bounds the silence between two plain lines of an advancing task and ``clock`` (seconds,
+    monotonic) is injectable for tests. Used as a context manager, like rich's.
     """
 
-    def __init__(self, *columns, console: Console | None = None, every_seconds: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic, **kwargs) -> None:
-        console = console or Console(stderr=True)
-        self.plain = not console.is_terminal
-        if self.plain:
-            kwargs["disable"] = True  # no live display: the lines of _plain_line instead
-        super().__init__(*columns, console=console, **kwargs)
+    def __init__(self, *columns: str | Column, stream=None, transient: bool = False, every_seconds: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream or sys.stderr
+        console = rich_console(self.stream, min_width=0)  # a live bar fits the terminal
+        self.plain = console is None
         self.every_seconds = float(every_seconds)
         self._clock = clock
-        # per task: (time it was added, tenths already reported, time of its last line, completed then)
-        self._reported: dict[TaskID, tuple[float, int, float, float]] = {}
+        self._tasks: dict[int, _Task] = {}
+        self._live = None
+        if console is not None:
+            import rich.progress as rp
 
-    def add_task(self, description: str, *args, **kwargs) -> TaskID:
-        task_id = super().add_task(description, *args, **kwargs)
+            kinds = {"bar": rp.BarColumn, "count": rp.MofNCompleteColumn, "elapsed": rp.TimeElapsedColumn,
+                     "remaining": rp.TimeRemainingColumn}
+            self._live = rp.Progress(*[kinds[c.name]() if isinstance(c, Column) else rp.TextColumn(c)
+                                       for c in columns], console=console, transient=transient)
+
+    def __enter__(self) -> Progress:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    def add_task(self, description: str, total: float | None = 100.0, completed: float = 0) -> int:
+        """A new task; returns its id for :meth:`update` and :meth:`advance`."""
         now = self._clock()
-        self._reported[task_id] = (now, 0, now, 0.0)
+        if self._live is not None:
+            task_id = int(self._live.add_task(description, total=total, completed=int(completed)))
+        else:
+            task_id = len(self._tasks)
+        self._tasks[task_id] = _Task(description, total, completed, now, last_time=now, last_done=completed)
         return task_id
 
-    def update(self, task_id: TaskID, *args, **kwargs) -> None:
-        super().update(task_id, *args, **kwargs)
-        self._plain_line(task_id)
+    def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
+               advance: float | None = None, description: str | None = None) -> None:
+        """Set what is done (or ``advance`` it), the total or the description of a task."""
+        task = self._tasks[task_id]
+        if total is not None:
+            task.total = total
+        if completed is not None:
+            task.completed = completed
+        if advance is not None:
+            task.completed += advance
+        if description is not None:
+            task.description = description
+        if self._live is not None:
+            self._live.update(task_id, completed=task.completed, total=task.total,  # type: ignore[arg-type]
+                              description=task.description)
+        else:
+            self._plain_line(task)
 
-    def advance(self, task_id: TaskID, advance: float = 1) -> None:
-        super().advance(task_id, advance)
-        self._plain_line(task_id)
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
 
-    def _plain_line(self, task_id: TaskID) -> None:
-        if not self.plain or task_id not in self._reported:
-            return
-        task = next(t for t in self.tasks if t.id == task_id)
-        start, tenths, last_time, last_done = self._reported[task_id]
+    def _plain_line(self, task: _Task) -> None:
         done, total, now = task.completed, task.total, self._clock()
         new_tenths = int(10 * done / total) if total else 0
-        if done == last_done or (new_tenths <= tenths and now - last_time < self.every_seconds):
+        if done == task.last_done or (new_tenths <= task.tenths and now - task.last_time < self.every_seconds):
             return
-        self._reported[task_id] = (start, max(tenths, new_tenths), now, done)
+        task.tenths, task.last_time, task.last_done = max(task.tenths, new_tenths), now, done
         of = f"/{total:,.0f} ({100 * done / total:.0f}%)" if total else ""
-        self.console.print(f"{task.description.strip()}: {done:,.0f}{of} after {now - start:.0f} s",
-                           markup=False, highlight=False, soft_wrap=True)
+        print(f"{task.description.strip()}: {done:,.0f}{of} after {now - task.added:.0f} s", file=self.stream,
+              flush=True)

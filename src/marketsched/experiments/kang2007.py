@@ -101,11 +101,9 @@ AUDIT_KINDS = ("arrival_1h", "arrival_half", "description_up", "description_down
 
 
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from marketsched.progress import BAR, COUNT, ELAPSED, Progress
 
-    from marketsched.progress import Progress
-
-    return Progress(TextColumn("{task.description:<36}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress("{task.description:<36}", BAR, COUNT, ELAPSED)
 
 
 # =========================================================================== A. examples

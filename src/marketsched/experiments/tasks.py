@@ -242,12 +242,10 @@ def execute(jobs: Sequence[tuple[Callable, tuple]], on_done: Callable[[int, Any]
     weights = list(weights) if weights is not None else [1] * len(jobs)
     from contextlib import nullcontext
 
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from marketsched.progress import BAR, COUNT, ELAPSED, REMAINING, Progress
 
-    from marketsched.progress import Progress
-
-    bar_ctx = (Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn()) if description is not None and jobs else nullcontext(None))
+    bar_ctx = (Progress("{task.description}", BAR, COUNT, ELAPSED, REMAINING)
+               if description is not None and jobs else nullcontext(None))
     failed = 0
     with bar_ctx as bar:
         bar_task = bar.add_task(str(description), total=sum(weights)) if bar is not None else None
