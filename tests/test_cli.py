@@ -184,3 +184,30 @@ def test_compare_runs_every_mechanism_on_a_trace_slice(trace_path):
                                   "--mechanisms", "hb,dlgm,egg,fcfs,easy"])
     assert r.exit_code == 0, r.output
     assert "hb: serial jobs" in r.output and "--split" in r.output and " easy " in r.output
+
+
+def test_help_lists_the_lazy_groups_by_their_own_help_without_importing_them():
+    import importlib
+    import subprocess
+    import sys
+
+    import click
+
+    from marketsched.cli import _Group
+
+    for name, (module, attr, kept) in _Group.lazy.items():
+        real = getattr(importlib.import_module(module), attr)
+        assert kept == real.get_short_help_str(10**6), name
+        for limit in range(10, 200):  # however wide the terminal
+            assert click.Command(name, help=kept).get_short_help_str(limit) == real.get_short_help_str(limit), name
+    code = ("import sys; from marketsched.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(tuple(v[0] for v in main.lazy.values()))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert " market " in out and " exchange " in out and out.splitlines()[-1] == "[]"
+
+    def help_text(imports: str) -> str:
+        code = f"{imports}\nfrom marketsched.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+    loaded = "from marketsched.cli import main\nfor name in main.lazy:\n    main.get_command(None, name)"
+    assert help_text("") == help_text(loaded)  # the kept help stands in for the groups' own
