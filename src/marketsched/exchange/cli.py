@@ -182,7 +182,8 @@ def run_cmd(data, containment, poll, duration):
 @DATA
 @click.argument("name")
 @click.option("--user", "role", flag_value="user", help="A user's token (requests).")
-@click.option("--provider", "role", flag_value="provider", help="A provider's token (offers; it must have joined).")
+@click.option("--provider", "role", flag_value="provider",
+              help="A provider's token (offers, nodes; it may join with it through the API: POST /api/join).")
 def token_cmd(data, name, role):
     """Issue a party's token for the HTTP API (printed once; its old one stops working)."""
     from .api import issue_token

@@ -50,7 +50,16 @@ from collections.abc import Callable
 from marketsched.live.executor import RunAs
 
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
-from .orders import PROVIDER_KINDS, check_mechanism, check_name, check_node, check_offer, check_request
+from .orders import (
+    MAX_NODES_PER_PROVIDER,
+    PROVIDER_KINDS,
+    check_mechanism,
+    check_name,
+    check_node,
+    check_offer,
+    check_party_cpus,
+    check_request,
+)
 from .providers import Backend
 from .store import CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account, user_account
 
@@ -109,8 +118,32 @@ class Exchange:
             check_name("provider", "partition", partition)
         self.store.add_provider(provider, kind, self.clock(), partition)
 
-    def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None) -> int:
-        return self.store.add_node(check_node(provider, name, cpu, mem, cpus))
+    def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
+                 by_party: bool = False) -> int:
+        """Add a node to ``provider`` (at most ``MAX_NODES_PER_PROVIDER`` nodes that have not left).
+        ``by_party``: the provider registers it itself (the HTTP API), not the operator; then a
+        local provider's node names the CPUs of this machine backing it, none of them backing
+        another provider's node, and a Slurm provider's names none (Slurm places its jobs)."""
+        node = check_node(provider, name, cpu, mem, cpus)
+        with self.store.transaction():
+            p = self.store.provider(provider)
+            if by_party and p is not None:
+                check_party_cpus(p, node.get("cpus"), self.store.nodes().values())
+            active = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ? AND left_t IS NULL",
+                                     (provider,))[0][0]
+            if active >= MAX_NODES_PER_PROVIDER:
+                raise ValueError(f"node field 'name': provider {provider!r} has {active} nodes, the most one "
+                                 f"provider may have ({MAX_NODES_PER_PROVIDER})")
+            return self.store.add_node(node)
+
+    def leave(self, provider: str, node: str | None = None) -> list[int]:
+        """Node ``node`` of ``provider`` leaves the exchange (None: the provider leaves with all
+        its nodes): its open offers are cancelled, the contracts it made stand (their jobs run,
+        or the provider pays their penalties). Returns the cancelled offers' ids."""
+        check_name("provider", "name", provider)
+        if node is not None:
+            check_name("node", "name", node)
+        return self.store.leave(provider, node, self.clock())
 
     def submit_request(self, user: str, value: float, cpu: int, mem: int, first_slot: int, last_slot: int,
                        command: str) -> int:

@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS ex_providers (
     name TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
     partition TEXT,
-    joined REAL NOT NULL
+    joined REAL NOT NULL,
+    left_t REAL
 );
 CREATE TABLE IF NOT EXISTS ex_nodes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -39,6 +40,7 @@ CREATE TABLE IF NOT EXISTS ex_nodes (
     cpu INTEGER NOT NULL,
     mem INTEGER NOT NULL,
     cpus TEXT,
+    left_t REAL,
     UNIQUE (provider, name)
 );
 CREATE TABLE IF NOT EXISTS ex_orders (
@@ -123,7 +125,9 @@ CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider"
                     "started_t", "ended_t", "exit_code", "cpu_seconds", "note")
 PERIOD_COLUMNS = ("id", "t", "base_slot", "last_order", "mechanism", "k", "seed", "book", "requests", "offers",
                   "welfare", "latency")
-NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus")
+NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
+# columns added after the first version: a database made before them gets them on opening
+_ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
 OPEN_CONTRACT_STATES = ("pending", "starting", "running")
 FINAL_CONTRACT_STATES = ("delivered", "failed", "lapsed")
 
@@ -142,6 +146,9 @@ class ExchangeStore:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     self.conn.execute(stmt)
+            for table, column, kind in _ADDED_COLUMNS:
+                if column not in {r[1] for r in self.rows(f"PRAGMA table_info({table})")}:
+                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             self.ensure_account(CLEARING)
 
     def transaction(self):
@@ -198,19 +205,49 @@ class ExchangeStore:
             self.ensure_account(provider_account(name))
 
     def providers(self) -> list[dict]:
-        return self.dicts(("name", "kind", "partition", "joined"),
-                          "SELECT name, kind, partition, joined FROM ex_providers ORDER BY name")
+        """Every provider that joined (``left_t``: when it left, or None)."""
+        return self.dicts(("name", "kind", "partition", "joined", "left_t"),
+                          "SELECT name, kind, partition, joined, left_t FROM ex_providers ORDER BY name")
+
+    def provider(self, name: str) -> dict | None:
+        return next((p for p in self.providers() if p["name"] == name), None)
+
+    def leave(self, provider: str, node: str | None, t: float) -> list[int]:
+        """Node ``node`` of ``provider`` leaves (None: every node, and the provider): its open
+        offers are cancelled (the contracts it made stand) and it takes no new offers; returns
+        the cancelled offers' ids."""
+        with self.transaction():
+            p = self.provider(provider)
+            if p is None or p["left_t"] is not None:
+                raise ValueError(f"provider {provider!r} " + ("has left" if p else "has not joined"))
+            if node is None:
+                ids = [r[0] for r in self.rows("SELECT id FROM ex_nodes WHERE provider = ? AND left_t IS NULL",
+                                               (provider,))]
+                self.conn.execute("UPDATE ex_providers SET left_t = ? WHERE name = ?", (t, provider))
+            else:
+                ids = [self.node_id(provider, node, "leave")]
+            cancelled = []
+            for node_id in ids:
+                for o in self.orders("offer", "open", node_id=node_id):
+                    self.close_order(o["id"], "cancelled", t)
+                    cancelled.append(o["id"])
+                self.conn.execute("UPDATE ex_nodes SET left_t = ? WHERE id = ?", (t, node_id))
+            return cancelled
 
     def add_node(self, node: dict, node_id: int | None = None) -> int:
         with self.transaction():
-            if not self.rows("SELECT 1 FROM ex_providers WHERE name = ?", (node["provider"],)):
+            p = self.provider(node["provider"])
+            if p is None:
                 raise ValueError(f"node field 'provider': no provider {node['provider']!r} has joined")
+            if p["left_t"] is not None and node_id is None:
+                raise ValueError(f"node field 'provider': provider {node['provider']!r} has left the exchange")
             if self.rows("SELECT 1 FROM ex_nodes WHERE provider = ? AND name = ?", (node["provider"], node["name"])):
                 raise ValueError(f"node field 'name': provider {node['provider']!r} already has a node {node['name']!r}")
             cpus = json.dumps(node["cpus"]) if node.get("cpus") is not None else None
             cur = self.conn.execute(
-                "INSERT INTO ex_nodes (id, provider, name, cpu, mem, cpus) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus))
+                "INSERT INTO ex_nodes (id, provider, name, cpu, mem, cpus, left_t) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "RETURNING id", (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus,
+                                 node.get("left_t")))
             return _new_id(cur)
 
     def nodes(self, node_id: int | None = None) -> dict[int, dict]:
@@ -223,10 +260,14 @@ class ExchangeStore:
             out[row["id"]] = row
         return out
 
-    def node_id(self, provider: str, name: str) -> int:
-        rows = self.rows("SELECT id FROM ex_nodes WHERE provider = ? AND name = ?", (provider, name))
+    def node_id(self, provider: str, name: str, kind: str = "offer") -> int:
+        """The id of ``provider``'s node ``name``; ValueError (naming field 'node' of a ``kind``)
+        if it has none, or the node has left."""
+        rows = self.rows("SELECT id, left_t FROM ex_nodes WHERE provider = ? AND name = ?", (provider, name))
         if not rows:
-            raise ValueError(f"offer field 'node': provider {provider!r} has no node {name!r}")
+            raise ValueError(f"{kind} field 'node': provider {provider!r} has no node {name!r}")
+        if rows[0][1] is not None:
+            raise ValueError(f"{kind} field 'node': node {name!r} of {provider!r} has left the exchange")
         return int(rows[0][0])
 
     # ------------------------------------------------------------------ parties (the HTTP API's tokens)
