@@ -436,3 +436,40 @@ def test_bad_joinings_and_nodes_get_400_naming_the_field(market, path, body, msg
     assert len(ex.store.nodes()) == nodes
     if path == "/api/join":
         assert ex.store.provider("p6") is None
+
+
+def test_the_pages_signed_reads_name_the_party_and_change_nothing(market):
+    """The page's ``MarketSig`` reads (the live market's): a party's own orders, GET only."""
+    import time
+
+    from marketsched.live.api import page_signature
+    from marketsched.live.broker import page_key_id
+
+    ex, clock, srv, c, tokens = market
+    c["alice"].post("/api/requests", {"value": 1, "cpu": 1, "first_slot": 2, "last_slot": 3, "command": "x"})
+
+    def signed(token, method, target, t_ms=None, sig=None):
+        h = hashlib.sha256(token.encode()).hexdigest()
+        t_ms = int(time.time() * 1000) if t_ms is None else t_ms
+        sig = sig or page_signature(h, method, target, t_ms)
+        header = f"MarketSig kid={page_key_id(h)}, t={t_ms}, sig={sig}"
+        req = urllib.request.Request(srv.url + target, method=method, headers={"Authorization": header},
+                                     data=b"{}" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    status, body = signed(tokens["alice"], "GET", "/api/orders?limit=20")
+    assert status == 200 and [o["owner"] for o in body] == ["alice"]
+    assert signed(tokens["p1"], "GET", "/api/me") == (200, c["p1"].get("/api/me"))
+    assert signed(tokens["bob"], "GET", "/api/orders")[1] == []
+    status, body = signed(tokens["alice"], "POST", f"/api/orders/{body and 1}/cancel")
+    assert status == 403 and "only read (GET)" in body["error"]
+    assert ex.store.orders()[0]["state"] == "open"
+    assert signed(tokens["alice"], "GET", "/api/orders", sig="0" * 64)[0] == 401
+    assert signed(tokens["alice"], "GET", "/api/orders", t_ms=int((time.time() - 3600) * 1000))[0] == 401
+    # signed for one address, sent to another: refused
+    h = hashlib.sha256(tokens["alice"].encode()).hexdigest()
+    assert signed(tokens["alice"], "GET", "/api/contracts", sig=page_signature(h, "GET", "/api/orders", 0))[0] == 401

@@ -90,10 +90,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from marketsched.live.api import (
-    _PAGE_AUTH,
     MAX_PAGE,
-    PAGE_SIG_WINDOW,
     Route,
+    _authenticate,
     _before,
     _endpoint,
     _json,
@@ -101,7 +100,6 @@ from marketsched.live.api import (
     _query,
     json_errors,
     page_endpoint,
-    page_signature,
 )
 from marketsched.live.broker import MAX_ID, MarketError, _number, _show, _whole, hash_token, page_key_id
 from marketsched.live.server import Limits, MarketServer
@@ -161,29 +159,16 @@ class ExchangeService:
             raise MarketError("wrong token: no party has this token", 401)
         return rows[0][0], rows[0][1]
 
-    def authenticate_page(self, header: str, method: str, target: str) -> tuple[str, str]:
-        """The party of a web page's signed read (``MarketSig``, as the live market's page signs:
-        :mod:`marketsched.live.api`), GET only, within ``PAGE_SIG_WINDOW`` seconds of this
-        machine's clock."""
-        m = _PAGE_AUTH.fullmatch(header)
-        if m is None:
-            raise MarketError("malformed MarketSig authorization (kid=32 hex, t=milliseconds, sig=64 hex)", 401)
-        if method != "GET":
-            raise MarketError("the web page's signed requests only read (GET); send the token (Bearer) to change "
-                              "anything", 403)
-        kid, t_ms, sig = m.group(1), int(m.group(2)), m.group(3)
-        skew = t_ms / 1000 - time.time()
-        if abs(skew) > PAGE_SIG_WINDOW:
-            raise MarketError(f"signed request's time is {skew:+.0f} s from the exchange's clock (at most "
-                              f"{PAGE_SIG_WINDOW:g} s): check the clock", 401)
+    def page_user(self, key_id: str) -> tuple[str, str, str] | None:
+        """``(role, name, token hash)`` of the party whose web-page key id is ``key_id``
+        (:func:`marketsched.live.broker.page_key_id`), or None: the live market's signed reads
+        (``MarketSig``, GET only) are checked by its own code (:mod:`marketsched.live.api`)."""
         with self._tokens_lock:
             rows = self._tokens.execute("SELECT role, name, token_hash FROM ex_parties").fetchall()
-        for role, name, token_hash in rows:  # a few parties: the key ids are not stored
-            if hmac.compare_digest(page_key_id(token_hash), kid):
-                if hmac.compare_digest(page_signature(token_hash, method, target, t_ms), sig):
-                    return role, name
-                break
-        raise MarketError("wrong token: no party has this token", 401)
+        for role, name, token_hash in rows:  # few parties: the key ids are not stored
+            if hmac.compare_digest(page_key_id(token_hash), key_id):
+                return role, name, token_hash
+        return None
 
     def _do(self, fn, *args):
         with self.lock:
@@ -419,10 +404,6 @@ ROUTES = [
 ]
 
 
-def _authenticate(service: ExchangeService, peer, header: str, method: str, target: str) -> tuple[str, str]:
-    if header.startswith("MarketSig "):
-        return service.authenticate_page(header, method, target)
-    return service.authenticate(header[7:].strip() if header.startswith("Bearer ") else None)
 
 
 # ---------------------------------------------------------------------------- price alerts
@@ -490,7 +471,8 @@ def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolEx
         try:
             q = _query(request, route)
             header = request.headers.get("authorization", "")
-            who = await loop.run_in_executor(pool, _authenticate, service, None, header, "GET", "")
+            who = await loop.run_in_executor(pool, service.authenticate,
+                                             header[7:].strip() if header.startswith("Bearer ") else None)
             below, above = _bound(q, "below", 0, MAX_PRICE), _bound(q, "above", 0, MAX_PRICE)
             if below is None and above is None:
                 raise MarketError("give the alert's condition: below=PRICE, above=PRICE or both")
