@@ -320,8 +320,10 @@ def _states(text: str | None, known) -> list[str] | None:
 
 
 def _order_view(o: dict) -> dict:
-    return {k: o[k] for k in ("id", "side", "owner", "value", "cpu", "mem", "first_slot", "last_slot", "command",
-                              "submit_t", "state", "closed_t") if o["side"] == "request" or k != "command"}
+    """An order as its party sees it: a request with its command, an offer with its node's id."""
+    return {k: o[k] for k in ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot",
+                              "command", "submit_t", "state", "closed_t")
+            if k not in ("command", "node_id") or (k == "command") == (o["side"] == "request")}
 
 
 def _node_view(n: dict) -> dict:

@@ -274,31 +274,40 @@ def agents_cmd(data, config, step, duration):
 @click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--url", envvar="MARKETSCHED_EXCHANGE_URL", default="http://127.0.0.1:8766", show_default=True,
               help="The exchange's API [$MARKETSCHED_EXCHANGE_URL].")
-@click.option("--token", envvar="MARKETSCHED_TOKEN", required=True, help="Your user token [$MARKETSCHED_TOKEN].")
+@click.option("--token", envvar="MARKETSCHED_TOKEN", required=True,
+              help="Your user's or provider's token [$MARKETSCHED_TOKEN].")
 @click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between the agent's turns.")
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
 def bid_cmd(config, url, token, step, duration):
-    """Run your budget bidding agent over the exchange's HTTP API (docs/exchange.md): CONFIG is
-    a JSON object {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]}, jobs as for
-    `exchange agents`."""
+    """Run your agent over the exchange's HTTP API (docs/exchange.md). With a user's token,
+    the budget bidding agent: CONFIG is {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]},
+    jobs as for `exchange agents`. With a provider's token, the offer agent: CONFIG is
+    {"costs": {node: cost}, "markup"?, "horizon"?, "renew"?, "load_weight"?}."""
     from marketsched.live.cli import Client, ClientError
 
-    from .access import ApiAccess
+    from .access import ApiAccess, ProviderApiAccess
     from .agents import agents_from_config
 
     try:
         spec = json.loads(config.read_text())
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"{config}: not JSON ({exc})") from None
-    if not isinstance(spec, dict) or "budget" not in spec:
-        raise click.ClickException(f"{config}: needs a JSON object with a 'budget'")
-    market = ApiAccess(Client(url, token))
+    client = Client(url, token)
     try:
-        me = market.client.get("/api/me")
-        if me["role"] != "user":
-            raise click.ClickException(f"this token is provider {me['name']!r}'s: bidding needs a user's token")
-        (agent,) = _do(agents_from_config, {"users": [{**spec, "user": me["name"]}]}, market.slot())
+        me = client.get("/api/me")
+        if me["role"] == "user":
+            if not isinstance(spec, dict) or "budget" not in spec:
+                raise click.ClickException(f"{config}: a user's agent needs a JSON object with a 'budget'")
+            market = ApiAccess(client)
+            config_of = {"users": [{**spec, "user": me["name"]}]}
+        else:
+            if not isinstance(spec, dict) or not isinstance(spec.get("costs"), dict):
+                raise click.ClickException(f"{config}: a provider's agent needs a JSON object with 'costs' "
+                                           "({node: cost per CPU unit per slot})")
+            market = ProviderApiAccess(client)
+            config_of = {"providers": [{**spec, "provider": me["name"]}]}
+        (agent,) = _do(agents_from_config, config_of, market.slot())
         end = None if duration is None else time.monotonic() + duration
         while True:
             _do(agent.act, market)
@@ -307,8 +316,12 @@ def bid_cmd(config, url, token, step, duration):
             time.sleep(step)
     except ClientError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{len(agent.bids)} bids for {me['name']!r}; committed {agent.committed(market) / MICRO:.6f} "
-               f"of a budget of {agent.budget:g}")
+    if me["role"] == "user":
+        click.echo(f"{len(agent.bids)} bids for {me['name']!r}; committed {agent.committed(market) / MICRO:.6f} "
+                   f"of a budget of {agent.budget:g}")
+    else:
+        click.echo(f"{len(agent.offers)} offers for {me['name']!r}; last reserve "
+                   + (f"{agent.offers[-1][2]:.6f} at load {agent.offers[-1][3]:.3f}" if agent.offers else "-"))
 
 
 @exchange.command("status")
