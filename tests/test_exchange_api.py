@@ -473,3 +473,29 @@ def test_the_pages_signed_reads_name_the_party_and_change_nothing(market):
     # signed for one address, sent to another: refused
     h = hashlib.sha256(tokens["alice"].encode()).hexdigest()
     assert signed(tokens["alice"], "GET", "/api/contracts", sig=page_signature(h, "GET", "/api/orders", 0))[0] == 401
+
+
+def test_deposits_over_the_api(tmp_path):
+    """An exchange with deposits: a user sees its money; a request beyond it is a 400 naming
+    the field, and stores nothing."""
+    ex, clock, _ = make_exchange(tmp_path / "x.db", deposits=True)
+    ex.deposit("alice", 5)
+    service = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    srv = ExchangeServer(service, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    try:
+        alice = Client(srv.url, issue_token(ex.store, "user", "alice", 0.0))
+        alice.post("/api/requests", {"value": 1, "cpu": 2, "first_slot": 2, "last_slot": 3, "command": "x"})
+        assert alice.get("/api/balance") == {"balance": 5.0, "committed": 4.0, "available": 1.0,
+                                             "deposits_required": True}
+        with pytest.raises(ClientError, match=r"request field 'value': the request may cost up to 2\.000000") as e:
+            alice.post("/api/requests", {"value": 1, "cpu": 2, "first_slot": 2, "last_slot": 2, "command": "x"})
+        assert e.value.status == 400 and len(ex.store.orders()) == 1
+        p = Client(srv.url, issue_token(ex.store, "provider", "p", 0.0))
+        with pytest.raises(ClientError, match="only users have deposits") as e:
+            p.get("/api/balance")
+        assert e.value.status == 403
+    finally:
+        srv.shutdown()
+        service.store.close()
+        ex.store.close()

@@ -69,15 +69,18 @@ def test_the_page_shows_prices_over_time_and_the_open_book(tmp_path, browser):
 
 
 def test_parties_submit_and_cancel_orders_from_the_page(tmp_path, browser):
-    """A user pastes its token, submits a request in the bid language, sees a refused one's
-    error naming the field, and cancels its open request; a provider (after a reload, which asks
+    """A user pastes its token, sees its deposit, submits a request in the bid language, sees
+    refused ones' errors naming the field (a bad value; one its deposit does not cover), and
+    cancels its open request; a provider (after a reload, which asks
     for the token again) offers one of its nodes. Saves the screenshot of the page with orders."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     from marketsched.exchange.api import issue_token
 
-    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing")
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing", deposits=True)
+    for user, amount in [(f"u{i}", 1e6) for i in range(6)] + [("alice", 100)]:
+        ex.deposit(user, amount)
     trade(ex, clock, 6, seed=3)
     ex.add_node("p1", "n1", 4, 32)
     alice, p1 = issue_token(ex.store, "user", "alice", 0.0), issue_token(ex.store, "provider", "p1", 0.0)
@@ -101,6 +104,8 @@ def test_parties_submit_and_cancel_orders_from_the_page(tmp_path, browser):
     try:
         login(alice)
         assert wait(browser, lambda d: text("whoami") == "(user alice)")
+        assert wait(browser, lambda d: text("money") == "balance 100.000, committed 0.000, available 100.000 "
+                                                      "(requests must be covered)")
         assert not el("token").get_attribute("value")  # the field is emptied at once
         assert el("offer-form").get_attribute("hidden") and not el("request-form").get_attribute("hidden")
         now = ex.slot()
@@ -112,12 +117,17 @@ def test_parties_submit_and_cancel_orders_from_the_page(tmp_path, browser):
         assert (mine["value"], mine["cpu"], mine["mem"], mine["first_slot"], mine["last_slot"], mine["command"],
                 mine["state"]) == (2.5, 2, 4, now + 3, now + 5, "sleep 1", "open")
         assert text("order-ok") == f"request {mine['id']} open"
+        assert wait(browser, lambda d: text("money").startswith("balance 100.000, committed 15.000, available 85.000"))
         assert wait(browser, lambda d: text("mine").splitlines()[0].split()[:6] == [
             str(mine["id"]), "request", "2.500", "2", f"{now + 3}-{now + 5}", "open"])
-        # a refused request: the exchange's error names the field, nothing is stored
+        # refused requests: the exchange's error names the field, nothing is stored
         fill({"r-value": "-1"})
         el("submit-request").click()
         assert wait(browser, lambda d: "request field 'value' must be a finite number" in text("order-error"))
+        fill({"r-value": "15"})  # may cost 15 x 2 x 3 = 90 of the 85 available
+        el("submit-request").click()
+        assert wait(browser, lambda d: "request field 'value': the request may cost up to 90.000000" in text(
+            "order-error"))
         assert len([o for o in ex.store.orders("request") if o["owner"] == "alice"]) == 1
         out = Path(os.environ.get("MARKETSCHED_ARTIFACTS") or tmp_path)
         out.mkdir(parents=True, exist_ok=True)

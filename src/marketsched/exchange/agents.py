@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from .access import LocalAccess, LocalProviderAccess
 from .core import Exchange
-from .store import MICRO, to_micro
+from .store import MICRO, commitment, to_micro
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,6 @@ class BiddingAgent:
             self.requests.setdefault(i, []).append(rid)
             new.append(rid)
         return new
-
-
-def commitment(value: float, cpu: int, first_slot: int, last_slot: int) -> int:
-    """The most a request can cost its user, in micro-units: its value per CPU unit per slot
-    times its CPU units and slots (every mechanism of the exchange charges at most the bid)."""
-    return to_micro(value * cpu * (last_slot - first_slot + 1))
 
 
 @dataclass

@@ -46,6 +46,7 @@ POST    ``/api/nodes/NAME/leave``       provider: the node leaves (open offers c
 POST    ``/api/leave``                  provider: leave with every node
 POST    ``/api/requests``               user: ``{"value", "cpu", "mem"?, "first_slot", "last_slot", "command"}``
 POST    ``/api/offers``                 provider: ``{"node", "reserve", "first_slot", "last_slot"}``
+GET     ``/api/balance``                user: ``{"balance", "committed", "available", "deposits_required"}``
 GET     ``/api/orders``                 own orders; ``?state=open,filled&limit=N&before=ID``
 GET     ``/api/orders/ID``              one own order
 POST    ``/api/orders/ID/cancel``       withdraw an own open order (also ``DELETE /api/orders/ID``)
@@ -238,6 +239,14 @@ class ExchangeService:
         cancelled = self._do(self.exchange.leave, who[1], node)
         return {**self.me(who), "cancelled_offers": cancelled}
 
+    def balance(self, who) -> dict:
+        """A user's money in currency units: ``balance``, ``committed``, ``available``
+        (:meth:`.store.ExchangeStore.available`), and whether requests must be covered."""
+        _role(who, "user", "have deposits")
+        with self.lock:
+            money = self.store.available(who[1])
+        return {**{k: v / MICRO for k, v in money.items()}, "deposits_required": bool(self.exchange.settings["deposits"])}
+
     def me(self, who) -> dict:
         """Who the caller is; a provider's kind, partition and when it joined and left."""
         out = {"role": who[0], "name": who[1]}
@@ -368,6 +377,8 @@ ROUTES = [
           body={"kind": {**STR, "enum": list(PROVIDER_KINDS)}, "partition": STR}),
     Route("POST", "/api/leave", lambda s, who, q, body: s.leave(who, None),
           "provider: leave with every node (open offers cancelled; contracts stand)", noun="a leaving", body={}),
+    Route("GET", "/api/balance", lambda s, who, q, body: s.balance(who),
+          "user: deposited balance, committed, available"),
     Route("GET", "/api/nodes", lambda s, who, q, body: s.nodes(who), "provider: own nodes"),
     Route("POST", "/api/nodes", lambda s, who, q, body: s.add_node(who, body), "provider: register a node",
           noun="a node", required=("name", "cpu", "mem"),

@@ -70,13 +70,16 @@ def exchange() -> None:
 @click.option("--penalty", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="A failed contract's penalty, times its price.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the randomized mechanism.")
-def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed):
+@click.option("--deposits", is_flag=True,
+              help="Users pay from deposits (marketsched exchange deposit): a request its user's available "
+                   "balance does not cover is refused. Without it, users trade on credit.")
+def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits):
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
     store = ExchangeStore(data)
     _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
-                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time()))
+                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits))
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
                f"{period_seconds:g} s")
 
@@ -108,6 +111,19 @@ def node_cmd(data, provider, name, cpu, mem, cpus):
         raise click.BadParameter(f"a comma-separated list of CPU numbers, got {cpus!r}", param_hint="--cpus") from None
     node_id = _do(_open(data).add_node, provider, name, cpu, mem, cpu_list)
     click.echo(f"node {node_id}: {provider}/{name}")
+
+
+@exchange.command("deposit")
+@DATA
+@click.argument("user")
+@click.argument("amount", type=float)
+def deposit_cmd(data, user, amount):
+    """Deposit AMOUNT currency units into USER's account (an exchange made with --deposits takes
+    a user's requests only as far as its available balance covers them)."""
+    ex = _open(data)
+    _do(ex.deposit, user, amount)
+    money = ex.store.available(user)
+    click.echo(f"{user}: balance {money['balance'] / MICRO:.6f}, available {money['available'] / MICRO:.6f}")
 
 
 @exchange.command("request")

@@ -6,11 +6,14 @@ kill -9 of the exchange and a crash of the machine). The double-entry ledger (``
 file, amounts in integer micro-units; that store's other tables (``users``, ``jobs``, ...)
 stay empty here. The exchange's own tables are prefixed ``ex_``.
 
-Ledger accounts: ``user:NAME`` (a user), ``provider:NAME`` (a provider), ``exchange:clearing``
+Ledger accounts: ``external:deposits`` (where users' deposits come from: minus all deposits),
+``user:NAME`` (a user), ``provider:NAME`` (a provider), ``exchange:clearing``
 (the exchange as central counterparty: users pay it, it pays providers; it holds only the
 rounding residue of each clearing and the difference on a job whose contracts were settled
-differently). Entries carry the contract id in ``job_id``. Balances may go below zero (users
-and providers trade on credit in this first version).
+differently). Entries carry the contract id in ``job_id`` (a deposit: none). An exchange made
+with ``deposits`` set takes a request only if the user's deposited balance covers it
+(:meth:`ExchangeStore.available`), so a user's balance never goes below zero; without it, users
+trade on credit. Providers' balances may go below zero (a penalty they cannot cover).
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import json
 from pathlib import Path
 
 from marketsched.live.files import data_folder
-from marketsched.live.ledger import MICRO, Store
+from marketsched.live.ledger import DEPOSITS, MICRO, Store
 
 CLEARING = "exchange:clearing"
 SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
-            "penalty": float, "seed": int, "epoch": float}
+            "penalty": float, "seed": int, "epoch": float, "deposits": int}
+# settings added after the first version, and their value in an exchange made before them
+LATER_SETTINGS = {"deposits": 0}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ex_providers (
@@ -150,6 +155,7 @@ class ExchangeStore:
                 if column not in {r[1] for r in self.rows(f"PRAGMA table_info({table})")}:
                     self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             self.ensure_account(CLEARING)
+            self.ensure_account(DEPOSITS)
 
     def transaction(self):
         """All writes inside commit together (nested uses join the outer transaction)."""
@@ -170,6 +176,9 @@ class ExchangeStore:
         got = {k: self.ledger.get_meta(f"exchange.{k}") for k in SETTINGS}
         if got["mechanism"] is None:
             return None
+        for k, default in LATER_SETTINGS.items():
+            if got[k] is None:
+                got[k] = default
         return {k: SETTINGS[k](v) for k, v in got.items()}
 
     def init_settings(self, **settings) -> None:
@@ -186,7 +195,7 @@ class ExchangeStore:
     def ensure_account(self, name: str) -> None:
         self.conn.execute("INSERT OR IGNORE INTO accounts (name, balance) VALUES (?, 0)", (name,))
 
-    def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, contract: int,
+    def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, contract: int | None,
              memo: str = "") -> None:
         """One double entry of ``amount`` micro-units (nothing for 0)."""
         if amount:
@@ -194,6 +203,26 @@ class ExchangeStore:
 
     def balances(self) -> dict[str, int]:
         return self.ledger.balances()
+
+    def deposit(self, user: str, amount: int, t: float) -> None:
+        """``amount`` micro-units (> 0) reach user ``user``'s account from outside."""
+        with self.transaction():
+            self.ensure_account(user_account(user))
+            self.post(t, "deposit", DEPOSITS, user_account(user), amount, None, "deposit")
+
+    def available(self, user: str) -> dict[str, int]:
+        """User ``user``'s money in micro-units: ``balance``, ``committed`` (what its open
+        requests may still cost, :func:`~.orders.commitment`, plus the prices of its contracts
+        not yet settled) and ``available`` (the balance less the committed)."""
+        rows = self.rows("SELECT balance FROM accounts WHERE name = ?", (user_account(user),))
+        balance = int(rows[0][0]) if rows else 0
+        committed = sum(commitment(v, c, f, last) for v, c, f, last in self.rows(
+            "SELECT value, cpu, first_slot, last_slot FROM ex_orders WHERE side = 'request' AND state = 'open' "
+            "AND owner = ?", (user,)))
+        committed += int(self.rows("SELECT COALESCE(SUM(user_price), 0) FROM ex_contracts WHERE user = ? AND state IN "
+                                   f"({', '.join('?' * len(OPEN_CONTRACT_STATES))})",
+                                   (user, *OPEN_CONTRACT_STATES))[0][0])
+        return {"balance": balance, "committed": committed, "available": balance - committed}
 
     # ------------------------------------------------------------------ providers and nodes
     def add_provider(self, name: str, kind: str, t: float, partition: str | None = None) -> None:
@@ -392,8 +421,14 @@ class ExchangeStore:
         contract that does not add up."""
         self.ledger.check_books()
         posted: dict[tuple[int, str], int] = {}
-        for cid, kind, amount in self.rows("SELECT job_id, kind, amount FROM entries"):
+        deposits = 0
+        for cid, kind, amount, src in self.rows("SELECT job_id, kind, amount, from_account FROM entries"):
+            if kind == "deposit" and cid is None and src == DEPOSITS:
+                deposits += amount
+                continue
             posted[(cid, kind)] = posted.get((cid, kind), 0) + amount
+        if self.ledger.balance(DEPOSITS) != -deposits:
+            raise AssertionError(f"the deposits account holds {self.ledger.balance(DEPOSITS)}, expected {-deposits}")
         users = providers = penalties = 0
         seen = set()
         for c in self.contracts():
@@ -416,7 +451,8 @@ class ExchangeStore:
         clearing = self.ledger.balance(CLEARING)
         if clearing != users - providers:
             raise AssertionError(f"clearing account holds {clearing}, expected {users - providers}")
-        return {"clearing": clearing, "users_paid": users, "providers_paid": providers, "penalties": penalties}
+        return {"clearing": clearing, "users_paid": users, "providers_paid": providers, "penalties": penalties,
+                "deposits": deposits}
 
 
 def _new_id(cur) -> int:
@@ -431,6 +467,12 @@ def user_account(name: str) -> str:
 
 def provider_account(name: str) -> str:
     return f"provider:{name}"
+
+
+def commitment(value: float, cpu: int, first_slot: int, last_slot: int) -> int:
+    """The most a request can cost its user, in micro-units: its value per CPU unit per slot
+    times its CPU units and slots (every mechanism of the exchange charges at most the bid)."""
+    return to_micro(value * cpu * (last_slot - first_slot + 1))
 
 
 def to_micro(amount: float) -> int:

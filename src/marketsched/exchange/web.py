@@ -53,7 +53,7 @@ PAGE = r"""<!doctype html>
     <div id="legend" class="muted"></div>
   </section>
   <section class="wide" id="trade">
-    <h2>Your orders <span class="muted" id="whoami"></span></h2>
+    <h2>Your orders <span class="muted" id="whoami"></span> <span class="muted" id="money"></span></h2>
     <div id="login">
       <input id="token" type="password" autocomplete="off" placeholder="paste your token">
       <button id="use-token">use token</button>
@@ -213,6 +213,10 @@ async function mine() {
   if (!party) return;
   try {
     const orders = (await signedGet("/api/orders?limit=20")).reverse();
+    if (party.role === "user") {
+      const b = await signedGet("/api/balance");
+      $("money").textContent = "balance " + fmt(b.balance) + ", committed " + fmt(b.committed) + ", available " + fmt(b.available) + (b.deposits_required ? " (requests must be covered)" : " (trading on credit)");
+    }
     const el = $("mine");
     el.innerHTML = orders.length ? orders.map((o) => "<tr data-order='" + o.id + "'>" + [o.id, o.side, fmt(o.value), o.cpu, o.first_slot + "-" + o.last_slot, o.state]
       .map((c) => "<td>" + esc(c) + "</td>").join("") + "<td>" + (o.state === "open" ? "<button data-cancel='" + o.id + "'>cancel</button>" : "") + "</td></tr>").join("")
