@@ -46,6 +46,7 @@ from typing import Protocol
 
 import numpy as np
 
+from marketsched.engine import compiled
 from marketsched.engine.records import FinalState, Records
 from marketsched.engine.state import ClusterState, SchedulingError  # noqa: F401 (re-exported)
 from marketsched.workloads.workload import Workload
@@ -135,7 +136,19 @@ class Simulator(ClusterState):
 
         ``progress(arrived, total)`` is called now and then with the number of arrivals
         processed so far. Jobs still queued or running at the end are KILLED at that time.
+
+        A whole run (``until`` None) of a policy with a ``compiled_run(sim)`` method takes its
+        compiled kernel unless ``MARKETSCHED_ENGINE=python`` (:mod:`marketsched.engine.compiled`);
+        the kernel returns None for a configuration it does not cover, and the loop below runs.
         """
+        kernel = getattr(self.policy, "compiled_run", None)
+        if kernel is not None and until is None and type(self) is Simulator and compiled.mode() != "python":
+            records = kernel(self)
+            if records is not None:
+                self.records = records
+                if progress is not None:
+                    progress(self.n_jobs, self.n_jobs)
+                return records
         self.begin()
         self.proceed(until=until, progress=progress)
         return self.conclude(until=until, progress=progress)
