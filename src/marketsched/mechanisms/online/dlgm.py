@@ -108,6 +108,7 @@ from bisect import bisect_right
 
 import numpy as np
 
+from marketsched.engine.records import Records
 from marketsched.engine.state import require_serial
 
 INF = math.inf
@@ -274,12 +275,14 @@ class DLGM:
             true_value, dtype=np.float64)
 
     # ------------------------------------------------------------------ engine hooks
-    def bind(self, sim) -> None:
+    def _check(self, sim, procs, runtime) -> None:
+        """The checks of a run on ``sim`` (``procs``, ``runtime``: its jobs' processors and run times)."""
         n_jobs = sim.n_jobs
         if self.bid_array.shape[0] != n_jobs:
             raise ValueError(f"{self.name}: {self.bid_array.shape[0]} bids for {n_jobs} jobs")
-        require_serial(self.name, sim.procs)
-        actual = np.asarray(sim.remaining, dtype=np.float64)
+        if np.any(np.asarray(procs) != 1):
+            require_serial(self.name, procs)
+        actual = np.asarray(runtime, dtype=np.float64)
         if not np.array_equal(actual, self.runtime_array):
             i = int(np.argmax(actual != self.runtime_array))
             raise ValueError(
@@ -293,14 +296,25 @@ class DLGM:
         for j, r in self.node_rank.items():
             if r > m:
                 raise ValueError(f"{self.name}: job row {j} chooses its node of rank {r}, but there are {m} nodes")
-        self.sim = sim
-        self.m = m
-        v = self.bid_array
-        d = self.runtime_array
+
+    def _buckets(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ratio0, lo, bucket)``: every job's initial ratio and the ratio buckets on ``m`` nodes."""
+        v, d = self.bid_array, self.runtime_array
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio0 = np.where(d > 0, v / np.where(d > 0, d, 1.0), np.inf)
         mb = self.max_buckets or max(1, min(8192, (1 << 22) // m))
         lo, bucket = ratio_buckets(ratio0, mb)
+        return ratio0, lo, bucket
+
+    def bind(self, sim) -> None:
+        self._check(sim, sim.procs, sim.remaining)
+        n_jobs = sim.n_jobs
+        m = sim.capacity
+        self.sim = sim
+        self.m = m
+        v = self.bid_array
+        d = self.runtime_array
+        ratio0, lo, bucket = self._buckets(m)
         nb = lo.shape[0]
         self.lo = lo.tolist()
         self.asc_lo = lo[::-1].tolist()
@@ -344,7 +358,9 @@ class DLGM:
         self._pending: list[tuple[int, int, float, float, float]] = []
         self.Vtot = [0.0] * m  # weight of all waiting jobs per node
         self.qlen = [0] * m  # number of waiting jobs per node
-        self.members: list[set[int]] = [set() for _ in range(nb)]  # waiting jobs per bucket
+        # waiting jobs per bucket, in the order they joined (a dict: its order, unlike a set's, is
+        # defined, and the same-bucket sums of _offers add in that order)
+        self.members: list[dict[int, None]] = [{} for _ in range(nb)]
         self.queue: list[list[tuple[float, int]]] = [[] for _ in range(m)]  # heaps of (-ratio, job)
         self.run_job = [-1] * m
         self.run_v = np.zeros(m)  # reported weight of the running job (0: idle)
@@ -379,6 +395,63 @@ class DLGM:
             if k >= 0 and not sim.running[k]:
                 sim.start(k)
         self._to_start.clear()
+
+    def compiled_run(self, sim):
+        """The whole run in C (``_dlgm_kernel.c``: the engine loop and :meth:`step`, the same
+        operations in the same order, so the records and the after-run arrays are bit for bit the
+        reference's); the engine calls it (docs/engine.md, "Compiled kernels"). None (the Python
+        path runs) with ``record_offers``, with a negative zero among the submit times, run times
+        or weights (the reference's sign of zero is not mirrored), or when the kernel is not built
+        (an error under ``MARKETSCHED_ENGINE=compiled``)."""
+        from marketsched.engine import compiled
+
+        try:
+            from marketsched.mechanisms.online import _dlgm_kernel
+        except ImportError:
+            if compiled.mode() == "compiled":
+                raise RuntimeError(
+                    f"MARKETSCHED_ENGINE=compiled, but the {self.name} kernel (marketsched.mechanisms.online."
+                    "_dlgm_kernel) is not built: reinstall marketsched where gcc and the Python headers are "
+                    "available, or set MARKETSCHED_ENGINE=auto") from None
+            return None
+        if self.record_offers:
+            return None
+        w = sim.workload
+        runtime = np.ascontiguousarray(w.runtime, dtype=np.float64)
+        self._check(sim, w.procs, runtime)
+        submit = np.ascontiguousarray(w.submit_time, dtype=np.float64)
+        v = np.ascontiguousarray(self.bid_array)
+        choice = np.ascontiguousarray(self.choice_array)
+        if any(np.signbit(a).any() for a in (submit, runtime, v, choice)):
+            return None
+        n, m = sim.n_jobs, sim.capacity
+        _, lo, bucket = self._buckets(m)
+        forced = np.zeros(0, dtype=np.int32)
+        if self.force_node:
+            forced = np.full(n, -1, dtype=np.int32)
+            forced[list(self.force_node)] = list(self.force_node.values())
+        rank = np.zeros(0, dtype=np.int32)
+        if self.node_rank:
+            rank = np.ones(n, dtype=np.int32)
+            rank[list(self.node_rank)] = list(self.node_rank.values())
+        out = {k: np.empty(n, dtype=np.float64) for k in ("first_start", "end_time", "payment", "tent_e", "tent_p",
+                                                          "received")}
+        preemptions = np.empty(n, dtype=np.int64)
+        node = np.empty(n, dtype=np.int64)
+        state = np.empty(n, dtype=np.int8)
+        all_positive = bool((v > 0).all() and (choice > 0).all())
+        now, count = _dlgm_kernel.run(
+            submit, runtime, v, choice, bucket.astype(np.int32), np.ascontiguousarray(lo), forced, rank, m,
+            int(self.preemptive), int(self.start_rule == "immediate"), int(all_positive),
+            out["first_start"], out["end_time"], preemptions, out["payment"], state, out["tent_e"], out["tent_p"],
+            out["received"], node)
+        sim.now = now
+        self.m = m
+        self.node_of = node
+        self._tent_e, self._tent_p, self._received = out["tent_e"], out["tent_p"], out["received"]
+        self.preemption_count = count
+        return Records(first_start=out["first_start"], end_time=out["end_time"], preemptions=preemptions,
+                       payment=out["payment"], state=state)
 
     def close(self, t: float) -> None:
         """Book the credits of jobs still queued or running when a run is cut (``until``)."""
@@ -456,7 +529,7 @@ class DLGM:
         self._pending.append((b + 1, n, vk, work, 1.0))
         self.Vtot[n] += vk
         self.qlen[n] += 1
-        self.members[b].add(k)
+        self.members[b][k] = None
         self.base[k] = self._credit_reading(n, b)
         heapq.heappush(self.queue[n], (-ratio, k))
 
@@ -469,7 +542,7 @@ class DLGM:
         self.qlen[n] -= 1
         if not self.queue[n]:
             self.Vtot[n] = 0.0  # drop float residue of the add/subtract cycle
-        self.members[b].discard(k)
+        del self.members[b][k]
         self.credit_work[k] += self._credit_reading(n, b) - self.base[k]
         self.bucket_of[k] = -1
         self._start(n, k)
