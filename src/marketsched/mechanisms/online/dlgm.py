@@ -334,14 +334,15 @@ class DLGM:
         self.w_choice = self.v if self.choice_array is self.bid_array else self.choice_array.tolist()
         self.all_positive = bool((v > 0).all() and (self.choice_array > 0).all())
         # per-job state
-        self.node_of = [-1] * n_jobs
+        # per-job results (NumPy arrays after a compiled run)
+        self.node_of: list[int] | np.ndarray = [-1] * n_jobs
         self.bucket_of = [-1] * n_jobs  # bucket while waiting, -1 otherwise
         self.work = [0.0] * n_jobs  # reported run time still to do, as stored in the aggregates
         self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue
         self.credit_work = [0.0] * n_jobs  # sum of displacers' run times (times v~ = credit)
-        self._tent_e = [math.nan] * n_jobs
-        self._tent_p = [math.nan] * n_jobs
-        self._received = [0.0] * n_jobs
+        self._tent_e: list[float] | np.ndarray = [math.nan] * n_jobs
+        self._tent_p: list[float] | np.ndarray = [math.nan] * n_jobs
+        self._received: list[float] | np.ndarray = [0.0] * n_jobs
         if self.record_offers:
             self.offers_completion = [None] * n_jobs
             self.offers_payment = [None] * n_jobs
