@@ -43,7 +43,7 @@ typedef struct {
     int64_t *preemptions, *node_out;
     int8_t *state;
     /* per job */
-    double *ratio, *work, *base, *credit, *remaining;
+    double *ratio, *base, *credit, *remaining; /* a waiting job's work in the aggregates is its remaining */
     int32_t *bucket_of, *mnext, *mprev;
     /* per bucket: waiting jobs in joining order (a doubly linked list) */
     int32_t *mhead, *mtail;
@@ -244,7 +244,8 @@ static void start(K *k, int node, int32_t j) {
     }
 }
 
-static int enqueue(K *k, int node, int32_t j, double ratio, double work, int b) {
+/* j joins the node's queue with its current ratio (b < 0: the bucket of that ratio) */
+static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     if (b < 0) { /* bisect_right over the ascending lows, minus one */
         int lo_i = 0, hi_i = k->nb; /* count of lows <= ratio, lows ascending = lo reversed */
         while (lo_i < hi_i) {
@@ -257,9 +258,8 @@ static int enqueue(K *k, int node, int32_t j, double ratio, double work, int b) 
     }
     k->ratio[j] = ratio;
     k->bucket_of[j] = b;
-    k->work[j] = work;
     double vj = k->v[j];
-    w_update(k, b + 1, node, vj, work, 1.0);
+    w_update(k, b + 1, node, vj, k->remaining[j], 1.0);
     k->Vtot[node] += vj;
     k->qlen[node] += 1;
     k->mnext[j] = -1;
@@ -275,7 +275,7 @@ static void dequeue_and_start(K *k, int node) {
     int32_t j = q_pop(k, node);
     int b = k->bucket_of[j];
     double vj = k->v[j];
-    w_update(k, b + 1, node, -vj, -k->work[j], -1.0);
+    w_update(k, b + 1, node, -vj, -k->remaining[j], -1.0);
     k->Vtot[node] -= vj;
     k->qlen[node] -= 1;
     if (k->qsize[node] == 0) k->Vtot[node] = 0.0;
@@ -341,7 +341,7 @@ static void offers(K *k, int32_t j, double t) {
             if (k->ratio[q] >= rho) {
                 int nq = (int)k->node_out[q];
                 va[nq] += k->v[q];
-                wa[nq] += k->work[q];
+                wa[nq] += k->remaining[q];
                 na[nq] += 1;
             }
         }
@@ -474,10 +474,10 @@ static int arrive(K *k, int32_t j, double t) {
             k->preemption_count++;
         }
         double rem = k->remaining[run];
-        if (enqueue(k, node, run, rem > 0 ? k->v[run] / rem : INFINITY, rem, -1)) return -1;
+        if (enqueue(k, node, run, rem > 0 ? k->v[run] / rem : INFINITY, -1)) return -1;
         start(k, node, j);
     } else {
-        if (enqueue(k, node, j, k->ratio[j], d, k->bucket0[j])) return -1;
+        if (enqueue(k, node, j, k->ratio[j], k->bucket0[j])) return -1;
         if (run < 0) {
             if (!k->queued_idle[node]) {
                 k->queued_idle[node] = 1;
@@ -558,7 +558,7 @@ static void *zalloc(size_t count, size_t size, int *fail) {
 }
 
 static void release(K *k) {
-    void *blocks[] = {k->ratio, k->work, k->base, k->credit, k->remaining, k->bucket_of, k->mnext, k->mprev,
+    void *blocks[] = {k->ratio, k->base, k->credit, k->remaining, k->bucket_of, k->mnext, k->mprev,
                       k->mhead, k->mtail, k->W, k->G, k->Vtot, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
                       k->started, k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->ch,
                       k->cpos, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->na, k->ra,
@@ -645,7 +645,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     int fail = 0;
     size_t N = (size_t)n, M = (size_t)m, NB = (size_t)nb;
     k.ratio = zalloc(N, sizeof(double), &fail);
-    k.work = zalloc(N, sizeof(double), &fail);
     k.base = zalloc(N, sizeof(double), &fail);
     k.credit = zalloc(N, sizeof(double), &fail);
     k.remaining = zalloc(N, sizeof(double), &fail);

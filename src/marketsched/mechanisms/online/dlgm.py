@@ -427,6 +427,7 @@ class DLGM:
             return None
         n, m = sim.n_jobs, sim.capacity
         _, lo, bucket = self._buckets(m)
+        bucket = bucket.astype(np.int32)
         forced = np.zeros(0, dtype=np.int32)
         if self.force_node:
             forced = np.full(n, -1, dtype=np.int32)
@@ -442,7 +443,7 @@ class DLGM:
         state = np.empty(n, dtype=np.int8)
         all_positive = bool((v > 0).all() and (choice > 0).all())
         now, count = _dlgm_kernel.run(
-            submit, runtime, v, choice, bucket.astype(np.int32), np.ascontiguousarray(lo), forced, rank, m,
+            submit, runtime, v, choice, bucket, np.ascontiguousarray(lo), forced, rank, m,
             int(self.preemptive), int(self.start_rule == "immediate"), int(all_positive),
             out["first_start"], out["end_time"], preemptions, out["payment"], state, out["tent_e"], out["tent_p"],
             out["received"], node)
