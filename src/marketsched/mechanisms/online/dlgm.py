@@ -38,7 +38,7 @@ its queue is not empty. Under P-DLGM a waiting job's ratio is constant and a run
 rises, so order changes (preemptions) happen only at arrivals (section 5.4): the engine's
 arrival and completion events are all the mechanism needs.
 
-Implementation (speed; issue 4): an arrival must price every node, so per-node aggregates are
+Implementation (speed): an arrival must price every node, so per-node aggregates are
 kept over *ratio buckets*: all jobs' initial ratios are cut into at most ``max_buckets``
 contiguous ratio ranges (bucket 0 = highest ratios; very frequent ratio values, e.g. the
 copies of a split parallel job, get a bucket of their own). Per bucket and node, a 2-D
@@ -58,6 +58,10 @@ from same-bucket displacers and, under P-DLGM, from the jobs that preempt it whi
 The credit is booked (``sim.charge(k, -credit)``) when ``k`` completes. This is the ledger of
 the payers' transfers, computed independently of ``k``'s completion time, so the tests
 "ex-post utility = tentative utility" and "payments sum to zero" can fail.
+
+A whole run goes to a C kernel when it is built (:meth:`DLGM.compiled_run`, ``_dlgm_kernel.c``):
+the engine loop and these steps with the same floating-point operations in the same order, so
+its records and after-run arrays are this class's bit for bit; this class is the reference.
 
 Decisions (open in the thesis)
 ------------------------------
