@@ -112,7 +112,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from marketsched.engine.records import Records
+from marketsched.engine.records import empty_records
 from marketsched.engine.state import require_serial
 
 INF = math.inf
@@ -284,8 +284,7 @@ class DLGM:
         n_jobs = sim.n_jobs
         if self.bid_array.shape[0] != n_jobs:
             raise ValueError(f"{self.name}: {self.bid_array.shape[0]} bids for {n_jobs} jobs")
-        if np.any(np.asarray(procs) != 1):
-            require_serial(self.name, procs)
+        require_serial(self.name, procs)
         actual = np.asarray(runtime, dtype=np.float64)
         if not np.array_equal(actual, self.runtime_array):
             i = int(np.argmax(actual != self.runtime_array))
@@ -440,24 +439,21 @@ class DLGM:
         if self.node_rank:
             rank = np.ones(n, dtype=np.int32)
             rank[list(self.node_rank)] = list(self.node_rank.values())
-        out = {k: np.empty(n, dtype=np.float64) for k in ("first_start", "end_time", "payment", "tent_e", "tent_p",
-                                                          "received")}
-        preemptions = np.empty(n, dtype=np.int64)
+        rec = empty_records(n)
+        out = {k: np.empty(n, dtype=np.float64) for k in ("tent_e", "tent_p", "received")}
         node = np.empty(n, dtype=np.int64)
-        state = np.empty(n, dtype=np.int8)
         all_positive = bool((v > 0).all() and (choice > 0).all())
         now, count = _dlgm_kernel.run(
             submit, runtime, v, choice, bucket, np.ascontiguousarray(lo), forced, rank, m,
             int(self.preemptive), int(self.start_rule == "immediate"), int(all_positive),
-            out["first_start"], out["end_time"], preemptions, out["payment"], state, out["tent_e"], out["tent_p"],
+            rec.first_start, rec.end_time, rec.preemptions, rec.payment, rec.state, out["tent_e"], out["tent_p"],
             out["received"], node)
         sim.now = now
         self.m = m
         self.node_of = node
         self._tent_e, self._tent_p, self._received = out["tent_e"], out["tent_p"], out["received"]
         self.preemption_count = count
-        return Records(first_start=out["first_start"], end_time=out["end_time"], preemptions=preemptions,
-                       payment=out["payment"], state=state)
+        return rec
 
     def close(self, t: float) -> None:
         """Book the credits of jobs still queued or running when a run is cut (``until``)."""
