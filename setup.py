@@ -21,6 +21,6 @@ setup(
         Extension("marketsched.engine._backfilling", [f"{ENGINE}/_backfilling.c"], depends=HEADERS,
                   extra_compile_args=FLAGS, optional=True),
         Extension("marketsched.mechanisms.online._dlgm_kernel", ["src/marketsched/mechanisms/online/_dlgm_kernel.c"],
-                  extra_compile_args=FLAGS, optional=True),
+                  depends=HEADERS, extra_compile_args=FLAGS, optional=True),
     ]
 )

@@ -7,9 +7,10 @@
  * that every record and every float (tentative completion and payment, credits, net payments)
  * is bit for bit the reference's:
  *
- *   - batches: completions first (in job order), then arrivals in job order, then (start rule
- *     "after-arrivals") the idle nodes with waiting jobs in node order, then the engine starts
- *     each node's job; a zero-length job started at t completes in a new batch at t;
+ *   - batches (the engine loop of kernel_engine.h): completions first (in job order), then
+ *     arrivals in job order, then (start rule "after-arrivals") the idle nodes with waiting jobs
+ *     in node order, then the engine starts each node's job; a zero-length job started at t
+ *     completes in a new batch at t;
  *   - per-node aggregates of the waiting jobs: a Fenwick tree over ratio buckets (rows) x nodes
  *     of (weight, work, count), updated in the reference's order; a prefix is the first row of
  *     the query path plus the others in path order (numpy's sum over axis 0 of W[path]);
@@ -22,28 +23,20 @@
  * Compiled without -ffast-math and with -ffp-contract=off: w*A + d*B must not become a fused
  * multiply-add where the reference rounds twice.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
-#include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-enum { PENDING = 0, COMPLETED = 1 };
+#include "../../engine/kernel_engine.h" /* the engine loop, shared with the other kernels */
 
 typedef struct {
+    Engine e; /* the engine's columns: remaining work, running, the records */
     Py_ssize_t n;
     int m, nb, preemptive, immediate, all_positive;
     /* inputs */
     const double *submit, *d, *v, *w, *lo;
     const int32_t *bucket0, *forced, *rank; /* forced, rank: NULL when unused */
-    /* outputs */
-    double *first_start, *end_time, *payment, *tent_e, *tent_p, *received;
-    int64_t *preemptions, *node_out;
-    int8_t *state;
+    /* outputs besides the records */
+    double *tent_e, *tent_p, *received;
+    int64_t *node_out;
     /* per job */
-    double *ratio, *base, *credit, *remaining; /* a waiting job's work in the aggregates is its remaining */
+    double *ratio, *base, *credit; /* a waiting job's work in the aggregates is its remaining work */
     int32_t *bucket_of, *mnext, *mprev;
     /* per bucket: waiting jobs in joining order (a doubly linked list) */
     int32_t *mhead, *mtail;
@@ -53,13 +46,11 @@ typedef struct {
     double *Vtot, *run_v, *run_fin;
     int64_t *qlen;
     int32_t *run_job;
-    char *busy, *started, *in_idle, *queued_idle, *to_start_flag;
+    char *busy, *in_idle, *queued_idle, *to_start_flag;
     int32_t **q;  /* per node: binary heap of waiting jobs, highest ratio first, ties lower job */
     Py_ssize_t *qsize, *qcap;
     int32_t *idle;  /* min-heap of node indices (lazy, as the reference's) */
     int nidle;
-    int32_t *ch, *cpos;  /* indexed min-heap of started nodes by completion time */
-    int nch;
     int32_t *to_start, *idle_queued;
     int nto, nidle_queued, zero_heads;
     Py_ssize_t zero_running, preemption_count;
@@ -69,7 +60,6 @@ typedef struct {
     double *A, *B, *cost, *va, *wa, *na;
     char *ra;
     int32_t *order;
-    double now;
 } K;
 
 /* ---------------------------------------------------------------- small heaps */
@@ -157,52 +147,6 @@ static int32_t idle_pop(K *k) {
     return top;
 }
 
-static inline void ch_swap(K *k, int a, int b) {
-    int32_t na = k->ch[a], nb = k->ch[b];
-    k->ch[a] = nb;
-    k->ch[b] = na;
-    k->cpos[nb] = a;
-    k->cpos[na] = b;
-}
-
-static void ch_up(K *k, int i) {
-    while (i > 0) {
-        int parent = (i - 1) / 2;
-        if (k->run_fin[k->ch[parent]] <= k->run_fin[k->ch[i]]) break;
-        ch_swap(k, i, parent);
-        i = parent;
-    }
-}
-
-static void ch_down(K *k, int i) {
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= k->nch) break;
-        if (c + 1 < k->nch && k->run_fin[k->ch[c + 1]] < k->run_fin[k->ch[c]]) c++;
-        if (k->run_fin[k->ch[c]] >= k->run_fin[k->ch[i]]) break;
-        ch_swap(k, i, c);
-        i = c;
-    }
-}
-
-static void ch_insert(K *k, int32_t node) {
-    int i = k->nch++;
-    k->ch[i] = node;
-    k->cpos[node] = i;
-    ch_up(k, i);
-}
-
-static void ch_remove(K *k, int32_t node) {
-    int i = k->cpos[node];
-    int last = --k->nch;
-    if (i != last) {
-        ch_swap(k, i, last);
-        ch_up(k, i);
-        ch_down(k, i);
-    }
-    k->cpos[node] = -1;
-}
-
 /* ---------------------------------------------------------------- the rule */
 static double credit_reading(const K *k, int node, int b) {
     const double *g = k->G + (size_t)node * (k->nb + 1);
@@ -226,18 +170,17 @@ static void book_credit(K *k, int32_t j) {
     k->credit[j] = 0.0;
     if (amount != 0.0 || amount != amount) {
         k->received[j] += amount;
-        k->payment[j] += -amount;
+        k->e.payment[j] += -amount;
     }
 }
 
 static void start(K *k, int node, int32_t j) {
-    double rem = k->remaining[j];
+    double rem = k->e.remaining[j];
     if (rem == 0) k->zero_running++;
     k->run_job[node] = j;
     k->run_v[node] = k->v[j];
-    k->run_fin[node] = k->now + rem;
+    k->run_fin[node] = k->e.now + rem;
     k->busy[node] = 1;
-    k->started[node] = 0;
     if (!k->to_start_flag[node]) {
         k->to_start_flag[node] = 1;
         k->to_start[k->nto++] = node;
@@ -259,7 +202,7 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     k->ratio[j] = ratio;
     k->bucket_of[j] = b;
     double vj = k->v[j];
-    w_update(k, b + 1, node, vj, k->remaining[j], 1.0);
+    w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0);
     k->Vtot[node] += vj;
     k->qlen[node] += 1;
     k->mnext[j] = -1;
@@ -275,7 +218,7 @@ static void dequeue_and_start(K *k, int node) {
     int32_t j = q_pop(k, node);
     int b = k->bucket_of[j];
     double vj = k->v[j];
-    w_update(k, b + 1, node, -vj, -k->remaining[j], -1.0);
+    w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0);
     k->Vtot[node] -= vj;
     k->qlen[node] -= 1;
     if (k->qsize[node] == 0) k->Vtot[node] = 0.0;
@@ -297,7 +240,6 @@ static void complete(K *k, int32_t c) {
     k->run_v[node] = 0.0;
     k->run_fin[node] = 0.0;
     k->busy[node] = 0;
-    k->started[node] = 0;
     if (k->qsize[node] == 0) {
         idle_push(k, node);
     } else if (k->immediate) {
@@ -341,7 +283,7 @@ static void offers(K *k, int32_t j, double t) {
             if (k->ratio[q] >= rho) {
                 int nq = (int)k->node_out[q];
                 va[nq] += k->v[q];
-                wa[nq] += k->remaining[q];
+                wa[nq] += k->e.remaining[q];
                 na[nq] += 1;
             }
         }
@@ -448,7 +390,7 @@ static int arrive(K *k, int32_t j, double t) {
     double p_hat = d * displaced_v;
     k->tent_e[j] = e_hat;
     k->tent_p[j] = p_hat;
-    if (p_hat != 0.0 || p_hat != p_hat) k->payment[j] += p_hat;
+    if (p_hat != 0.0 || p_hat != p_hat) k->e.payment[j] += p_hat;
     int32_t run = k->run_job[node];
     if (run < 0 && k->immediate) {
         start(k, node, j);
@@ -466,14 +408,11 @@ static int arrive(K *k, int32_t j, double t) {
     }
     if (run >= 0 && k->preemptive && !run_ahead_n) {
         k->credit[run] += d;
-        if (k->started[node]) { /* the engine's preempt: it keeps its remaining work */
-            k->remaining[run] = k->run_fin[node] - k->now;
-            k->preemptions[run] += 1;
-            k->started[node] = 0;
-            ch_remove(k, node);
+        if (k->e.running[run]) { /* the engine's preempt: it keeps its remaining work */
+            eng_preempt(&k->e, run);
             k->preemption_count++;
         }
-        double rem = k->remaining[run];
+        double rem = k->e.remaining[run];
         if (enqueue(k, node, run, rem > 0 ? k->v[run] / rem : INFINITY, -1)) return -1;
         start(k, node, j);
     } else {
@@ -494,59 +433,31 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The engine loop (Simulator.proceed) with DLGM.step as the policy. */
-static int simulate(K *k) {
-    const Py_ssize_t n = k->n;
-    int32_t *completed = malloc(((size_t)k->m + 1) * sizeof(int32_t));
-    if (!completed) return -1;
-    Py_ssize_t i = 0;
-    for (;;) {
-        double t = i < n ? k->submit[i] : INFINITY;
-        if (k->nch && k->run_fin[k->ch[0]] < t) t = k->run_fin[k->ch[0]];
-        if (t == INFINITY) break;
-        k->now = t;
-        int nc = 0;
-        while (k->nch && k->run_fin[k->ch[0]] <= t) {
-            int32_t node = k->ch[0];
-            int32_t j = k->run_job[node];
-            ch_remove(k, node);
-            k->started[node] = 0;
-            k->remaining[j] = 0.0;
-            k->state[j] = COMPLETED;
-            k->end_time[j] = t;
-            completed[nc++] = j;
+/* DLGM.step: the batch at t (the engine has completed e.completed; rows [first, last) arrive). */
+static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
+    K *k = policy;
+    Engine *e = &k->e;
+    k->cache_valid = 0;
+    for (Py_ssize_t c = 0; c < e->ncompleted; c++) complete(k, (int32_t)e->completed[c]);
+    for (Py_ssize_t a = first; a < last; a++)
+        if (arrive(k, (int32_t)a, t)) return -1;
+    if (k->nidle_queued) {
+        qsort(k->idle_queued, (size_t)k->nidle_queued, sizeof(int32_t), cmp_i32);
+        for (int x = 0; x < k->nidle_queued; x++) {
+            int node = k->idle_queued[x];
+            k->queued_idle[node] = 0;
+            dequeue_and_start(k, node);
         }
-        if (nc > 1) qsort(completed, (size_t)nc, sizeof(int32_t), cmp_i32);
-        Py_ssize_t i0 = i;
-        while (i < n && k->submit[i] <= t) i++;
-        /* DLGM.step */
-        k->cache_valid = 0;
-        for (int c = 0; c < nc; c++) complete(k, completed[c]);
-        for (Py_ssize_t a = i0; a < i; a++)
-            if (arrive(k, (int32_t)a, t)) { free(completed); return -1; }
-        if (k->nidle_queued) {
-            qsort(k->idle_queued, (size_t)k->nidle_queued, sizeof(int32_t), cmp_i32);
-            for (int x = 0; x < k->nidle_queued; x++) {
-                int node = k->idle_queued[x];
-                k->queued_idle[node] = 0;
-                dequeue_and_start(k, node);
-            }
-            k->nidle_queued = 0;
-            k->zero_heads = 0;
-        }
-        for (int x = 0; x < k->nto; x++) { /* the engine's start, once the batch is decided */
-            int node = k->to_start[x];
-            k->to_start_flag[node] = 0;
-            int32_t j = k->run_job[node];
-            if (j >= 0 && !k->started[node]) {
-                k->started[node] = 1;
-                if (k->first_start[j] != k->first_start[j]) k->first_start[j] = t;
-                ch_insert(k, node);
-            }
-        }
-        k->nto = 0;
+        k->nidle_queued = 0;
+        k->zero_heads = 0;
     }
-    free(completed);
+    for (int x = 0; x < k->nto; x++) { /* the engine starts each node's job once the batch is decided */
+        int node = k->to_start[x];
+        k->to_start_flag[node] = 0;
+        int32_t j = k->run_job[node];
+        if (j >= 0 && !e->running[j] && eng_start(e, j)) return -1;
+    }
+    k->nto = 0;
     return 0;
 }
 
@@ -558,25 +469,16 @@ static void *zalloc(size_t count, size_t size, int *fail) {
 }
 
 static void release(K *k) {
-    void *blocks[] = {k->ratio, k->base, k->credit, k->remaining, k->bucket_of, k->mnext, k->mprev,
+    void *blocks[] = {k->ratio, k->base, k->credit, k->bucket_of, k->mnext, k->mprev,
                       k->mhead, k->mtail, k->W, k->G, k->Vtot, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
-                      k->started, k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->ch,
-                      k->cpos, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->na, k->ra,
+                      k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->na, k->ra,
                       k->order};
     if (k->q) {
         for (int x = 0; x < k->m; x++) free(k->q[x]);
         free(k->q);
     }
     for (size_t x = 0; x < sizeof(blocks) / sizeof(blocks[0]); x++) free(blocks[x]);
-}
-
-static int check(Py_buffer *b, Py_ssize_t count, Py_ssize_t item, const char *name) {
-    if (b->len != count * item) {
-        PyErr_Format(PyExc_ValueError, "_dlgm_kernel.run: %s has %zd bytes, expected %zd", name, b->len,
-                     count * item);
-        return -1;
-    }
-    return 0;
+    eng_free(&k->e);
 }
 
 static PyObject *run(PyObject *self, PyObject *args) {
@@ -590,20 +492,21 @@ static PyObject *run(PyObject *self, PyObject *args) {
     Py_buffer *all[] = {&bsub, &bd, &bv, &bw, &bbucket, &blo, &bforced, &brank,
                         &ofs, &oend, &opre, &opay, &ostate, &ote, &otp, &orec, &onode};
     PyObject *result = NULL;
+    Py_buffer *records[5] = {&ofs, &oend, &opre, &opay, &ostate};
     K k;
     memset(&k, 0, sizeof(k));
-    Py_ssize_t n = bsub.len / (Py_ssize_t)sizeof(double);
+    if (eng_init(&k.e, m, &bsub, &bd, NULL, records)) goto done; /* serial jobs: checked by the caller */
+    Py_ssize_t n = k.e.n;
     int nb = (int)(blo.len / (Py_ssize_t)sizeof(double));
-    if (m < 1 || nb < 1 || n >= INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "_dlgm_kernel.run: needs m >= 1 nodes, >= 1 bucket, < 2**31 jobs");
+    if (nb < 1 || n >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "_dlgm_kernel.run: needs >= 1 ratio bucket and < 2**31 jobs");
         goto done;
     }
-    if (check(&bsub, n, 8, "submit") || check(&bd, n, 8, "runtime") || check(&bv, n, 8, "bid") ||
-        check(&bw, n, 8, "choice weight") || check(&bbucket, n, 4, "bucket") ||
-        (bforced.len && check(&bforced, n, 4, "forced node")) || (brank.len && check(&brank, n, 4, "node rank")) ||
-        check(&ofs, n, 8, "first_start") || check(&oend, n, 8, "end_time") || check(&opre, n, 8, "preemptions") ||
-        check(&opay, n, 8, "payment") || check(&ostate, n, 1, "state") || check(&ote, n, 8, "tentative completion") ||
-        check(&otp, n, 8, "tentative payment") || check(&orec, n, 8, "received") || check(&onode, n, 8, "node"))
+    if (check_buffer(&bv, "bid", n, 8) || check_buffer(&bw, "choice weight", n, 8) ||
+        check_buffer(&bbucket, "bucket", n, 4) || (bforced.len && check_buffer(&bforced, "forced node", n, 4)) ||
+        (brank.len && check_buffer(&brank, "node rank", n, 4)) ||
+        check_buffer(&ote, "tentative completion", n, 8) || check_buffer(&otp, "tentative payment", n, 8) ||
+        check_buffer(&orec, "received", n, 8) || check_buffer(&onode, "node", n, 8))
         goto done;
     k.n = n;
     k.m = m;
@@ -619,11 +522,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.bucket0 = bbucket.buf;
     k.forced = bforced.len ? bforced.buf : NULL;
     k.rank = brank.len ? brank.buf : NULL;
-    k.first_start = ofs.buf;
-    k.end_time = oend.buf;
-    k.preemptions = opre.buf;
-    k.payment = opay.buf;
-    k.state = ostate.buf;
     k.tent_e = ote.buf;
     k.tent_p = otp.buf;
     k.received = orec.buf;
@@ -647,7 +545,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.ratio = zalloc(N, sizeof(double), &fail);
     k.base = zalloc(N, sizeof(double), &fail);
     k.credit = zalloc(N, sizeof(double), &fail);
-    k.remaining = zalloc(N, sizeof(double), &fail);
     k.bucket_of = zalloc(N, sizeof(int32_t), &fail);
     k.mnext = zalloc(N, sizeof(int32_t), &fail);
     k.mprev = zalloc(N, sizeof(int32_t), &fail);
@@ -661,7 +558,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.qlen = zalloc(M, sizeof(int64_t), &fail);
     k.run_job = zalloc(M, sizeof(int32_t), &fail);
     k.busy = zalloc(M, 1, &fail);
-    k.started = zalloc(M, 1, &fail);
     k.in_idle = zalloc(M, 1, &fail);
     k.queued_idle = zalloc(M, 1, &fail);
     k.to_start_flag = zalloc(M, 1, &fail);
@@ -669,8 +565,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.qsize = zalloc(M, sizeof(Py_ssize_t), &fail);
     k.qcap = zalloc(M, sizeof(Py_ssize_t), &fail);
     k.idle = zalloc(M, sizeof(int32_t), &fail);
-    k.ch = zalloc(M, sizeof(int32_t), &fail);
-    k.cpos = zalloc(M, sizeof(int32_t), &fail);
     k.to_start = zalloc(M, sizeof(int32_t), &fail);
     k.idle_queued = zalloc(M, sizeof(int32_t), &fail);
     k.A = zalloc(M, sizeof(double), &fail);
@@ -688,13 +582,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     for (size_t j = 0; j < N; j++) {
         double dj = k.d[j];
         k.ratio[j] = dj > 0 ? k.v[j] / dj : INFINITY;
-        k.remaining[j] = dj;
         k.bucket_of[j] = -1;
-        k.first_start[j] = NAN;
-        k.end_time[j] = NAN;
-        k.preemptions[j] = 0;
-        k.payment[j] = 0.0;
-        k.state[j] = PENDING;
         k.tent_e[j] = NAN;
         k.tent_p[j] = NAN;
         k.received[j] = 0.0;
@@ -703,18 +591,14 @@ static PyObject *run(PyObject *self, PyObject *args) {
     for (size_t b = 0; b < NB; b++) k.mhead[b] = k.mtail[b] = -1;
     for (int x = 0; x < m; x++) {
         k.run_job[x] = -1;
-        k.cpos[x] = -1;
         idle_push(&k, x);
     }
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = simulate(&k);
-    Py_END_ALLOW_THREADS
-    if (rc) {
+    if (eng_loop(&k.e, &k, NULL, step)) { /* without the GIL */
         PyErr_NoMemory();
         goto done;
     }
-    result = Py_BuildValue("(dn)", k.now, k.preemption_count);
+    eng_kill_pending(&k.e); /* none: every job completes */
+    result = Py_BuildValue("(dn)", k.e.now, k.preemption_count);
 done:
     release(&k);
     for (size_t x = 0; x < sizeof(all) / sizeof(all[0]); x++) PyBuffer_Release(all[x]);
@@ -726,7 +610,7 @@ static PyMethodDef methods[] = {
      "run(submit, runtime, bid, choice, bucket, lo, forced, rank, nodes, preemptive, immediate, all_positive, "
      "first_start, end_time, preemptions, payment, state, tentative_completion, tentative_payment, received, node)"
      " -> (last event time, preemption count): DLGM / P-DLGM over contiguous float64 / int32 / int64 / int8 "
-     "arrays; the outputs are written in place."},
+     "arrays; the records (empty_records) and the other outputs are written in place."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_dlgm_kernel",
