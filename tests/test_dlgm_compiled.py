@@ -134,6 +134,23 @@ def test_engine_mode_python_never_takes_the_kernel(monkeypatch):
     assert not hasattr(policy, "queue")
 
 
+def test_missing_kernel(monkeypatch):
+    # the module not built: the Python path in mode auto, a clear error in mode compiled
+    import sys
+
+    import marketsched.mechanisms.online as package
+
+    w = Workload.from_columns(submit_time=[0, 0], runtime=[1, 2], capacity=1)
+    monkeypatch.setitem(sys.modules, "marketsched.mechanisms.online._dlgm_kernel", None)
+    monkeypatch.delattr(package, "_dlgm_kernel")
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "auto")
+    assert make_dlgm(w, [1, 2]).compiled_run(Simulator(w, None)) is None
+    assert Simulator(w, make_dlgm(w, [1, 2])).run().end_time.tolist() == [1, 3]
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "compiled")
+    with pytest.raises(RuntimeError, match="_dlgm_kernel"):
+        Simulator(w, make_dlgm(w, [1, 2])).run()
+
+
 # ---------------------------------------------------------------------------- trace slices
 @pytest.mark.trace
 def test_kernel_on_lpc_slices(trace_path):

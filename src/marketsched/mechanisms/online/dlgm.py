@@ -409,6 +409,8 @@ class DLGM:
         (an error under ``MARKETSCHED_ENGINE=compiled``)."""
         from marketsched.engine import compiled
 
+        if self.record_offers:
+            return None
         try:
             from marketsched.mechanisms.online import _dlgm_kernel
         except ImportError:
@@ -417,8 +419,6 @@ class DLGM:
                     f"MARKETSCHED_ENGINE=compiled, but the {self.name} kernel (marketsched.mechanisms.online."
                     "_dlgm_kernel) is not built: reinstall marketsched where gcc and the Python headers are "
                     "available, or set MARKETSCHED_ENGINE=auto") from None
-            return None
-        if self.record_offers:
             return None
         w = sim.workload
         runtime = np.ascontiguousarray(w.runtime, dtype=np.float64)
