@@ -791,7 +791,7 @@ beside this report. The relaxed DPGVA curves, which carry the disagreements, fol
         by_draws = {int(d): V.t_interval(gr[gr.draws == d].imbalance.to_numpy()) for d in gr.draws.unique()}
         xs = sorted(by_draws)
         line, = ax[0].plot(xs, [by_draws[d].estimate for d in xs], "o-", ms=3, label=f"{kind} (mean)")
-        ax[0].fill_between(xs, [max(by_draws[d].lo, 1e-4) for d in xs], [by_draws[d].hi for d in xs],
+        ax[0].fill_between(xs, [max(by_draws[d].lo, 0.0) for d in xs], [by_draws[d].hi for d in xs],
                            color=line.get_color(), alpha=0.2, lw=0)
         agg += [{"mechanism": kind, "draws": d, "mean (95% interval over queues)": by_draws[d].text(".3g"),
                  "median": float(gr[gr.draws == d].imbalance.median())} for d in xs]
@@ -801,7 +801,7 @@ beside this report. The relaxed DPGVA curves, which carry the disagreements, fol
     ax[0].legend(fontsize=7)
     rep.figure(fig, "fig4_5_6_7_budget_imbalance", "Budget imbalance of one decision on a 32-job queue (naive "
                f"estimator); dots: single queues, lines: mean over {cfg['imbalance_queues']} queues, bands: its 95% "
-               "t-interval (linear axis)")
+               "t-interval (linear axis; cut at 0, as an imbalance is never negative)")
     rep.table(pd.DataFrame(agg), caption="Budget imbalance (per decision) against draws")
     rep.text("""
 The imbalance exists only with the thesis's naive nesting (every expectation re-estimated inside every

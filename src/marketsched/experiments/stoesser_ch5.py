@@ -334,11 +334,14 @@ def write_report(results, out_dir=None) -> Path:
         f"statistics in `results/workloads.json`); `marketsched reproduce {NAME} --report-only --results results` "
         "rewrites this report from them. Intervals are 95% Student-t intervals over the runs."
     )
+    substitutes = ("HPC2N (for WHALE), SDSC-SP2 (for REQUIN) and KTH-SP2 on 75% of its CPUs (for DAS2-FS4)")
     rep.text(
         "**Substitutes.** WHALE, REQUIN and DAS2-FS4 are not available here; as named in the shared traces "
-        "README we use HPC2N (for WHALE), SDSC-SP2 (for REQUIN) and KTH-SP2 on 75% of its CPUs (for DAS2-FS4). "
-        "Their rows are another machine's workload, so they are listed as ours and never judged against the "
-        "thesis's rows; only LPC-EGEE-75% is the original setting."
+        + (f"README we use {substitutes}. Their rows are another machine's workload, so they are listed as ours "
+           "and never judged against the thesis's rows; only LPC-EGEE-75% is the original setting."
+           if n_seeds else
+           f"README, {substitutes} could stand in for them, but this run has no substitute runs and no load "
+           "sweep (0 draws): only LPC-EGEE-75%, the original setting, is reported.")
     )
     rows = []
     for label, thesis, trace, cap in TRACES:
