@@ -21,6 +21,9 @@ Each case runs in its own process. ``cpu_s`` is the simulation's CPU seconds (no
 reset just before it starts) divided by the jobs. Processes are compared in CPU seconds
 (user + system, ``resource.getrusage``), which a busy machine inflates less than wall time.
 Traces are found as everywhere in marketsched (MARKETSCHED_TRACES folder, cache, download).
+The mechanisms with a compiled kernel (priority rules, FCFS, EASY) use it when it is built;
+``MARKETSCHED_ENGINE=python`` measures the pure-Python reference path instead
+(docs/engine.md, "Compiled kernels").
 
     python benchmarks/bench_engine.py                   # every group
     python benchmarks/bench_engine.py rules process     # two groups

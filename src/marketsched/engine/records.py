@@ -64,3 +64,15 @@ class Records:
             np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
             for a, b in zip(self.columns().values(), other.columns().values())
         )
+
+
+def empty_records(n: int) -> Records:
+    """Records of ``n`` jobs before a run: no start, no end, no preemption, no payment, PENDING
+    (the columns a compiled kernel fills in place)."""
+    return Records(
+        first_start=np.full(n, np.nan),
+        end_time=np.full(n, np.nan),
+        preemptions=np.zeros(n, dtype=np.int64),
+        payment=np.zeros(n, dtype=np.float64),
+        state=np.zeros(n, dtype=np.int8),
+    )

@@ -46,6 +46,7 @@ from typing import Protocol
 
 import numpy as np
 
+from marketsched.engine import compiled
 from marketsched.engine.records import FinalState, Records
 from marketsched.engine.state import ClusterState, SchedulingError  # noqa: F401 (re-exported)
 from marketsched.workloads.workload import Workload
@@ -87,8 +88,27 @@ class Simulator(ClusterState):
         if widest > self.capacity:
             raise ValueError(f"a job needs {widest} processors but the machine has {self.capacity}")
         self.policy = policy
-        n = len(workload)
-        self.n_jobs = n
+        self.n_jobs = len(workload)
+        self.used = 0  # processors busy
+        self.now = 0.0
+        self._completions: list[tuple[float, int]] = []
+        self._timers: list[float] = []
+        self.records: Records | None = None
+
+    #: The per-job columns as Python lists, made by :meth:`_make_columns` when the pure-Python
+    #: path first needs them (a compiled run never does: its memory is the workload's NumPy
+    #: columns and the kernel's arrays).
+    _COLUMNS = frozenset(("submit", "procs", "remaining", "running", "run_start", "finish_at", "first_start",
+                          "end_time", "preemptions", "payment", "state"))
+
+    def __getattr__(self, name: str):
+        if name in Simulator._COLUMNS and "workload" in self.__dict__:
+            self._make_columns()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _make_columns(self) -> None:
+        workload, n = self.workload, self.n_jobs
         # Hot-loop state as Python lists: scalar access to lists is several times faster
         # than to NumPy arrays.
         self.submit = workload.submit_time.tolist()
@@ -97,17 +117,12 @@ class Simulator(ClusterState):
         self.running = [False] * n
         self.run_start = [0.0] * n  # start of the current running interval
         self.finish_at = [INF] * n  # scheduled completion of the current interval
-        self.used = 0  # processors busy
-        self.now = 0.0
-        self._completions: list[tuple[float, int]] = []
-        self._timers: list[float] = []
         # records
         self.first_start = [math.nan] * n
         self.end_time = [math.nan] * n
         self.preemptions = [0] * n
         self.payment = [0.0] * n
         self.state = [_PENDING] * n
-        self.records: Records | None = None
 
     # ------------------------------------------------------------------ engine hooks
     def _started(self, j: int) -> None:
@@ -135,13 +150,28 @@ class Simulator(ClusterState):
 
         ``progress(arrived, total)`` is called now and then with the number of arrivals
         processed so far. Jobs still queued or running at the end are KILLED at that time.
+
+        A whole run (``until`` None) of a plain Simulator takes the policy's compiled kernel when
+        it has one for its configuration (:mod:`marketsched.engine.compiled`): the same records.
         """
+        if until is None and type(self) is Simulator:
+            compiled_run = getattr(self.policy, "compiled_run", None)
+            if compiled_run is not None and compiled.mode() != "python":
+                records = compiled_run(self)
+                if records is not None:
+                    self.records = records
+                    if progress is not None:
+                        progress(self.n_jobs, self.n_jobs)
+                    return records
         self.begin()
         self.proceed(until=until, progress=progress)
         return self.conclude(until=until, progress=progress)
 
     def begin(self) -> None:
-        """Bind the policy and set the loop at the first event (the start of :meth:`run`)."""
+        """Make the per-job columns, bind the policy and set the loop at the first event (the start of
+        :meth:`run`)."""
+        if "submit" not in self.__dict__:
+            self._make_columns()
         self.policy.bind(self)
         self._next_arrival = 0  # row of the next job to arrive
         self.batches = 0

@@ -16,6 +16,8 @@ from __future__ import annotations
 import heapq
 import math
 
+import numpy as np
+
 from marketsched.engine.records import FinalState
 
 INF = math.inf
@@ -30,12 +32,14 @@ class SchedulingError(RuntimeError):
 def require_serial(name: str, procs) -> None:
     """ValueError naming the first job row of ``procs`` that needs more than one processor, for
     the policies that schedule serial jobs only (Shudler et al. 2010 split parallel jobs first)."""
-    for j, p in enumerate(procs):
-        if p != 1:
-            raise ValueError(
-                f"{name} schedules serial jobs; job row {j} needs {p} processors (split parallel jobs first: "
-                "--split on the command line, marketsched.workloads.split_parallel in Python)"
-            )
+    procs = np.asarray(procs)
+    bad = np.flatnonzero(procs != 1)
+    if bad.shape[0]:
+        j = int(bad[0])
+        raise ValueError(
+            f"{name} schedules serial jobs; job row {j} needs {int(procs[j])} processors (split parallel jobs "
+            "first: --split on the command line, marketsched.workloads.split_parallel in Python)"
+        )
 
 
 class ClusterState:

@@ -20,7 +20,10 @@ of descriptors cannot start a job):
 * **No desync.** h11 frames every body by its ``Content-Length`` or chunked encoding and
   refuses anything else (a negative or malformed length, two different lengths) with 400 and a
   closed connection; a response sent before its request's body was read in full (an error, a
-  413) closes the connection, so the rest of that body is never read, least of all as a request.
+  413) ends the connection, so the rest of that body is never parsed, least of all as a
+  request: the server sends the response and half-closes, then discards what the client still
+  sends until it closes or the body deadline passes (a lingering close, as nginx does; closing
+  at once would let the kernel reset the connection and lose the response).
 * **Errors as JSON**: uvicorn's plain-text 400 becomes ``{"error": "invalid HTTP request: ..."}``.
 * **Peer credentials**: on the Unix socket, the kernel's ``SO_PEERCRED`` (pid, uid, gid of the
   connecting process) goes into the request's ASGI state as ``marketsched.peer``, from which
@@ -46,6 +49,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import h11
 import uvicorn
@@ -146,6 +150,35 @@ class _Conn(h11.Connection):
             raise
 
 
+class _LingeringTransport:
+    """A connection's transport whose ``close`` lingers when the request's body is still coming
+    in (the server answered it early: an error, a 413): it sends the response and half-closes,
+    and the protocol discards what the client still sends until the client closes or the body
+    deadline passes (then the real close). Closing at once would make the kernel answer the
+    unread bytes with a reset, which can destroy the response before the client reads it.
+    TLS has no half-close: there the connection closes at once, as before."""
+
+    def __init__(self, inner, proto: MarketProtocol):
+        self._inner = inner
+        self._proto = proto
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def is_closing(self) -> bool:
+        return self._proto._lingering or self._inner.is_closing()
+
+    def close(self) -> None:
+        proto = self._proto
+        if (not proto._lingering and not self._inner.is_closing() and proto.conn.their_state is h11.SEND_BODY
+                and self._inner.can_write_eof()):
+            proto._lingering = True
+            self._inner.write_eof()
+            self._inner.resume_reading()
+            return
+        self._inner.close()
+
+
 class Registry:
     """The server's open connections, least recently active first."""
 
@@ -190,6 +223,7 @@ class MarketProtocol(H11Protocol):
         self._phase: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
+        self._lingering = False  # answered early: discarding the rest of the body before closing
 
     def idle(self) -> bool:
         """No request in progress (waiting for one, or reading its headers)."""
@@ -197,7 +231,7 @@ class MarketProtocol(H11Protocol):
 
     # ------------------------------------------------------------------ connection
     def connection_made(self, transport) -> None:
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, _LingeringTransport(transport, self)))
         self.info.received_at = self.loop.time()
         self.app_state = {**self.app_state, CONN_STATE: self.info}
         sock = transport.get_extra_info("socket")
@@ -220,13 +254,12 @@ class MarketProtocol(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.info.received_at = self.loop.time()
+        if self._lingering:
+            return  # the rest of a body answered before it was read: discarded, never parsed
         super().data_received(data)
         self._watch()
 
     def on_response_complete(self) -> None:
-        if self.conn.their_state is h11.SEND_BODY:
-            # answered before the body was read in full: close rather than read the rest
-            self.transport.close()
         super().on_response_complete()
         if not self.transport.is_closing():
             self.registry.touch(self)
@@ -250,7 +283,7 @@ class MarketProtocol(H11Protocol):
 
     def _expire(self, phase: str) -> None:
         self._deadline = None
-        if not self.transport.is_closing():
+        if self._lingering or not self.transport.is_closing():
             log.info("closing a connection that took too long to send a request's %s", phase)
             self.transport.close()
 

@@ -49,6 +49,9 @@ from itertools import islice
 
 import numpy as np
 
+from marketsched.engine import compiled
+from marketsched.engine.records import Records, empty_records
+
 
 class Backfilling:
     """FCFS (``backfill=False``) or EASY backfilling (``backfill=True``) over parallel jobs."""
@@ -64,6 +67,14 @@ class Backfilling:
 
     def bind(self, sim) -> None:
         self.sim = sim
+        self.est = self._estimates(sim).tolist()
+        self.queue: list[int] = []  # job rows in submission order
+        self.ends: list[tuple[float, int]] = []  # (estimated end, row) of running jobs, sorted
+        self.est_end = [0.0] * sim.n_jobs
+
+    def _estimates(self, sim) -> np.ndarray:
+        """The run-time estimate of each job (checked; a missing one is the run time, counted in
+        ``fallback_estimates``)."""
         w = sim.workload
         est = w.runtime_estimate if self._estimate is None else np.asarray(self._estimate, dtype=np.float64)
         if est.shape != (sim.n_jobs,):
@@ -71,14 +82,28 @@ class Backfilling:
         bad = ~(np.isnan(est) | (est >= 0))
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{self.name}: run-time estimate of job row {i} is {est[i]!r}; it must be >= 0 or NaN "
+            raise ValueError(f"{self.name}: run-time estimate of job row {i} is {float(est[i])!r}; it must be >= 0 or NaN "
                              "(unknown)")
         missing = np.isnan(est)
         self.fallback_estimates = int(missing.sum())
-        self.est = np.where(missing, w.runtime, est).tolist()
-        self.queue: list[int] = []  # job rows in submission order
-        self.ends: list[tuple[float, int]] = []  # (estimated end, row) of running jobs, sorted
-        self.est_end = [0.0] * sim.n_jobs
+        return np.where(missing, w.runtime, est).astype(np.float64)
+
+    def compiled_run(self, sim) -> Records | None:
+        """The whole run in the compiled kernel (:mod:`marketsched.engine.compiled`), or None when
+        it is not built or the policy is a subclass (it may change a step the kernel does not know of)."""
+        if type(self) is not Backfilling:
+            return None
+        kernel = compiled.kernel("_backfilling")
+        if kernel is None:
+            return None
+        est = self._estimates(sim)
+        w = sim.workload
+        records = empty_records(sim.n_jobs)
+        sim.now, sim.batches = kernel.run(
+            np.ascontiguousarray(w.submit_time, dtype=np.float64), np.ascontiguousarray(w.runtime, dtype=np.float64),
+            np.ascontiguousarray(w.procs, dtype=np.int64), est, sim.capacity, self.backfill, records.first_start,
+            records.end_time, records.preemptions, records.payment, records.state)
+        return records
 
     def _start(self, j: int, t: float) -> None:
         self.sim.start(j)

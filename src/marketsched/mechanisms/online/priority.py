@@ -49,8 +49,10 @@ import math
 
 import numpy as np
 
+from marketsched.engine import compiled
+from marketsched.engine.records import Records, empty_records
 from marketsched.engine.state import ClusterState, require_serial
-from marketsched.mechanisms.online.pricing import make_pricing
+from marketsched.mechanisms.online.pricing import FirstPrice, KthPrice, make_pricing
 
 RULES = ("hb", "nphb", "wspt", "wsept")
 
@@ -80,18 +82,38 @@ class PriorityScheduler:
     #: Per-job inputs taken from the reports (:mod:`marketsched.engine.snapshot`): no decision
     #: looks at a job before it arrives, so an audit rerun may start at the deviator's arrival.
     report_columns = ("bid", "key", "cost", "prio", "fallback_estimates")
+    #: The per-job lists of the Python path, made from the NumPy columns when first needed (a
+    #: compiled run reads the columns and never makes them).
+    _LISTS = frozenset(("bid", "key", "cost", "prio"))
+    bid: list[float]
+    key: list[float]
+    cost: list[float]
+    prio: list[tuple]  # (-key, row): smaller is better
 
     def __init__(self, bid, key, cost, preemptive: bool, pricing="kth", name: str = "priority"):
         self.preemptive = bool(preemptive)
         self.pricing = make_pricing(pricing) if isinstance(pricing, str) else pricing
         self.name = name
-        self.bid: list[float] = []
-        self.key: list[float] = []
-        self.cost: list[float] = []
-        self.prio: list[tuple] = []  # (-key, row): smaller is better
+        empty = np.empty(0, dtype=np.float64)
+        self._columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = (empty, empty, empty)  # bid, key, cost
         self.sim: ClusterState | None = None
         self.fallback_estimates = 0  # WSEPT: jobs without a run-time estimate (make_priority_mechanism)
         self.add_jobs(bid, key, cost)
+
+    def __getattr__(self, name: str):
+        if name in PriorityScheduler._LISTS and self.__dict__.get("_columns") is not None:
+            self._make_lists()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _make_lists(self) -> None:
+        assert self._columns is not None
+        bid, key, cost = self._columns
+        self._columns = None
+        self.bid = bid.tolist()
+        self.key = key.tolist()
+        self.cost = cost.tolist()
+        self.prio = list(zip((-key).tolist(), range(key.shape[0])))
 
     def add_jobs(self, bid, key, cost) -> range:
         """Append jobs (rows continue after the existing ones); returns their rows."""
@@ -100,15 +122,19 @@ class PriorityScheduler:
         cost = np.atleast_1d(np.asarray(cost, dtype=np.float64))
         if not bid.shape == key.shape == cost.shape or bid.ndim != 1:
             raise ValueError(f"{self.name}: bid, key and cost must be 1-d and of one length")
+        first = len(self.key) if self._columns is None else self._columns[1].shape[0]
         if np.isnan(key).any():
-            i = len(self.key) + int(np.argmax(np.isnan(key)))
+            i = first + int(np.argmax(np.isnan(key)))
             raise ValueError(f"{self.name}: priority of job row {i} is NaN (bid not a number?)")
-        first = len(self.key)
         rows = range(first, first + key.shape[0])
-        self.bid += bid.tolist()
-        self.key += key.tolist()
-        self.cost += cost.tolist()
-        self.prio += list(zip((-key).tolist(), rows))
+        if self._columns is not None:
+            self._columns = (np.concatenate((self._columns[0], bid)), np.concatenate((self._columns[1], key)),
+                             np.concatenate((self._columns[2], cost)))
+        else:
+            self.bid += bid.tolist()
+            self.key += key.tolist()
+            self.cost += cost.tolist()
+            self.prio += list(zip((-key).tolist(), rows))
         if self.sim is not None:
             self.pricing.extend(len(rows))
         return rows
@@ -123,6 +149,36 @@ class PriorityScheduler:
         self.running_heap: list[tuple] = []  # heap of (key, -row): top = worst running (HB only)
         self.pricing.bind(self, sim)
         self.advance = self.pricing.advance
+
+    def compiled_run(self, sim) -> Records | None:
+        """The whole run in the compiled kernel (:mod:`marketsched.engine.compiled`), or None when
+        it is not built or the payment scheme is not first price, k-th price or both side by side
+        (``BothPrices``, whose k-th payments it sets), or the policy is a subclass (it may change a
+        step the kernel does not know of)."""
+        schemes = _kernel_schemes(self.pricing)
+        if schemes == 0 or type(self) is not PriorityScheduler:
+            return None
+        kernel = compiled.kernel("_priority")
+        if kernel is None:
+            return None
+        if self._columns is not None:
+            bid, key, cost = self._columns
+        else:
+            bid, key, cost = (np.asarray(c, dtype=np.float64) for c in (self.bid, self.key, self.cost))
+        n = sim.n_jobs
+        if bid.shape[0] != n:
+            raise ValueError(f"{self.name}: {bid.shape[0]} bids for {n} jobs")
+        w = sim.workload
+        require_serial(self.name, w.procs)
+        records = empty_records(n)
+        kth = np.zeros(n if schemes == 3 else 0, dtype=np.float64)
+        sim.now, sim.batches = kernel.run(
+            np.ascontiguousarray(w.submit_time, dtype=np.float64), np.ascontiguousarray(w.runtime, dtype=np.float64),
+            bid, key, cost, sim.capacity, self.preemptive, schemes, records.first_start, records.end_time,
+            records.preemptions, records.payment, records.state, kth)
+        if schemes == 3:
+            self.pricing.kth_payment = kth
+        return records
 
     def _engine(self) -> ClusterState:
         """The engine this policy was bound to."""
@@ -243,6 +299,19 @@ class PriorityScheduler:
 
     def active_jobs(self) -> int:
         return self._engine().used + len(self.waiting)
+
+
+def _kernel_schemes(pricing) -> int:
+    """The compiled kernel's code of a payment scheme: 1 first price, 2 k-th price, 3 both (the
+    experiments' ``BothPrices``), 0 for any other scheme (no kernel)."""
+    if type(pricing) is FirstPrice:
+        return 1
+    if type(pricing) is KthPrice:
+        return 2
+    if (getattr(pricing, "name", None) == "first+kth" and type(getattr(pricing, "first", None)) is FirstPrice
+            and type(getattr(pricing, "kth", None)) is KthPrice):
+        return 3
+    return 0
 
 
 def priority_key(rule: str, bid, runtime, runtime_estimate):

@@ -1,0 +1,186 @@
+/* Compiled kernel of marketsched.mechanisms.online.backfilling.Backfilling: FCFS and EASY
+ * backfilling on parallel jobs (Lifka 1995; Mu'alem & Feitelson 2001), with the decisions of
+ * docs/engine.md ("Conformance"). The Python class is the reference; this file mirrors its step
+ * (the queue in submission order, running jobs sorted by (estimated end, row), the shadow time
+ * and extra processors of the queue head, one backfill scan per pass), and the tests compare both
+ * paths' records bit for bit (and tests/reference_easy.py's start times).
+ */
+#include "kernel_engine.h"
+
+typedef struct {
+    double e;  /* estimated end: start + estimate */
+    int64_t j;
+} End;
+
+typedef struct {
+    Engine eng;
+    int backfill;
+    const double *est;
+    double *est_end;
+    int64_t *queue; /* rows in submission order: queue[qh..qt) */
+    Py_ssize_t qh, qt;
+    End *ends; /* running jobs sorted by (e, j) */
+    Py_ssize_t nends, capends;
+} Bf;
+
+static inline int end_lt(double e0, int64_t j0, double e1, int64_t j1)
+{
+    return e0 < e1 || (e0 == e1 && j0 < j1);
+}
+
+/* bisect_left over ends for (e, j) */
+static Py_ssize_t ends_bisect_left(const Bf *b, double e, int64_t j)
+{
+    Py_ssize_t lo = 0, hi = b->nends;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (end_lt(b->ends[mid].e, b->ends[mid].j, e, j)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Backfilling._start */
+static int bf_start(Bf *b, int64_t j, double t)
+{
+    if (eng_start(&b->eng, j) < 0) return -1;
+    double e = t + b->est[j];
+    b->est_end[j] = e;
+    if (b->nends == b->capends) {
+        Py_ssize_t cap = b->capends ? 2 * b->capends : 64;
+        End *p = realloc(b->ends, (size_t)cap * sizeof(End));
+        if (!p) return -1;
+        b->ends = p;
+        b->capends = cap;
+    }
+    /* insort (insort_right; (e, j) pairs are unique) */
+    Py_ssize_t lo = 0, hi = b->nends;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (end_lt(e, j, b->ends[mid].e, b->ends[mid].j)) hi = mid;
+        else lo = mid + 1;
+    }
+    memmove(b->ends + lo + 1, b->ends + lo, (size_t)(b->nends - lo) * sizeof(End));
+    b->ends[lo].e = e;
+    b->ends[lo].j = j;
+    b->nends++;
+    return 0;
+}
+
+/* Backfilling.step */
+static int step(Bf *b, double t, Py_ssize_t first, Py_ssize_t last)
+{
+    Engine *eng = &b->eng;
+    const int64_t *procs = eng->procs;
+    for (Py_ssize_t c = 0; c < eng->ncompleted; c++) {
+        int64_t j = eng->completed[c];
+        Py_ssize_t at = ends_bisect_left(b, b->est_end[j], j);
+        memmove(b->ends + at, b->ends + at + 1, (size_t)(b->nends - at - 1) * sizeof(End));
+        b->nends--;
+    }
+    for (Py_ssize_t j = first; j < last; j++) b->queue[b->qt++] = j;
+    int64_t free = eng->capacity - eng->used;
+    while (b->qh < b->qt && procs[b->queue[b->qh]] <= free) {
+        int64_t j = b->queue[b->qh++];
+        if (bf_start(b, j, t) < 0) return -1;
+        free -= procs[j];
+    }
+    if (!b->backfill || b->qt - b->qh < 2 || free == 0) return 0;
+    /* shadow time of the head: walk the running jobs by estimated end until the head fits ... */
+    int64_t need = procs[b->queue[b->qh]];
+    int64_t avail = free;
+    Py_ssize_t k = 0;
+    while (avail < need) {
+        avail += procs[b->ends[k].j];
+        k++;
+    }
+    double shadow = b->ends[k - 1].e;
+    if (shadow < t) shadow = t;
+    /* ... and the extra processors: every running job expected to end by the shadow time */
+    while (k < b->nends && b->ends[k].e <= shadow) {
+        avail += procs[b->ends[k].j];
+        k++;
+    }
+    int64_t extra = avail - need;
+    /* every queued job is a candidate, in submission order; the started ones leave the queue */
+    Py_ssize_t w = b->qh + 1, r = b->qh + 1;
+    for (; r < b->qt; r++) {
+        int64_t j = b->queue[r];
+        int64_t p = procs[j];
+        int start = 1;
+        if (p > free) start = 0;
+        else if (t + b->est[j] > shadow) { /* still running at the shadow time: only on extra processors */
+            if (p > extra) start = 0;
+            else extra -= p;
+        }
+        if (start) {
+            if (bf_start(b, j, t) < 0) return -1;
+            free -= p;
+            if (free == 0) {
+                r++;
+                break;
+            }
+        } else {
+            b->queue[w++] = j;
+        }
+    }
+    if (w < r) {
+        memmove(b->queue + w, b->queue + r, (size_t)(b->qt - r) * sizeof(int64_t));
+        b->qt -= r - w;
+    }
+    return 0;
+}
+
+static int step_cb(void *b, double t, Py_ssize_t first, Py_ssize_t last) { return step(b, t, first, last); }
+
+static PyObject *run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer submit, runtime, procs, est, first_start, end_time, preemptions, payment, state;
+    long long capacity;
+    int backfill;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*Lpw*w*w*w*w*", &submit, &runtime, &procs, &est, &capacity, &backfill,
+                          &first_start, &end_time, &preemptions, &payment, &state))
+        return NULL;
+    Py_buffer *bufs[] = {&submit, &runtime, &procs, &est, &first_start, &end_time, &preemptions, &payment, &state};
+    PyObject *result = NULL;
+    Bf b;
+    memset(&b, 0, sizeof(b));
+    Py_buffer *records[5] = {&first_start, &end_time, &preemptions, &payment, &state};
+    if (eng_init(&b.eng, (int64_t)capacity, &submit, &runtime, &procs, records) < 0) goto done;
+    Engine *eng = &b.eng;
+    Py_ssize_t n = eng->n;
+    if (check_buffer(&est, "est", n, 8)) goto done;
+    b.backfill = backfill;
+    b.est = est.buf;
+    size_t m = n ? (size_t)n : 1;
+    b.est_end = calloc(m, sizeof(double));
+    b.queue = malloc(m * sizeof(int64_t));
+    if (!b.est_end || !b.queue) goto nomem;
+    if (eng_loop(eng, &b, NULL, step_cb) < 0) goto nomem;
+    eng_kill_pending(eng);
+    result = Py_BuildValue("(dL)", eng->now, (long long)eng->batches);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    eng_free(&b.eng);
+    free(b.est_end);
+    free(b.queue);
+    free(b.ends);
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) PyBuffer_Release(bufs[i]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS,
+     "run(submit, runtime, procs, est, capacity, backfill, first_start, end_time, preemptions, payment, state) -> "
+     "(end time, batches): the whole simulation of FCFS (backfill False) or EASY (True)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_backfilling",
+                                    "Compiled kernel of FCFS and EASY backfilling.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__backfilling(void) { return PyModule_Create(&module); }

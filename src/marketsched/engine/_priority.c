@@ -1,0 +1,368 @@
+/* Compiled kernel of marketsched.mechanisms.online.priority.PriorityScheduler (HB, NPHB, WSPT,
+ * WSEPT on serial jobs) with the payment schemes of marketsched.mechanisms.online.pricing
+ * (FirstPrice, KthPrice, and both side by side as marketsched.experiments.runner.BothPrices):
+ * Shudler et al. (2010), Algorithm 1 and sections III.B, IV and V. The Python classes are the
+ * reference; this file mirrors them step by step (the same heaps' orders, the same float
+ * operations in the same order), and the tests compare both paths' records bit for bit.
+ */
+#include "kernel_engine.h"
+
+#define SCHEME_FIRST 1
+#define SCHEME_KTH 2
+
+/* A heap entry carries its order key, so that a comparison reads no other array. */
+typedef struct {
+    double k;
+    int64_t j;
+} Item;
+
+typedef struct {
+    Engine e;
+    const double *bid, *key, *cost;
+    int preemptive;
+    int schemes; /* SCHEME_FIRST | SCHEME_KTH */
+    double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
+    /* waiting: min-heap of rows by (-key, row); running_heap (HB): min-heap by (key, -row) */
+    Item *waiting, *rheap;
+    Py_ssize_t nwaiting, nrheap;
+    /* FirstPrice */
+    double S, f_last;
+    int saturated;
+    double *mark_S, *f_mark_t;
+    /* KthPrice */
+    double K, E, k_last;
+    int has_kstar;
+    double kstar;
+    double b0; /* boundary (b0, b1): (-key, row) of the best queued job, (inf, 0) when none */
+    int64_t b1;
+    int track_caps;
+    double *mark_K, *mark_E, *k_mark_t;
+    char *capped;
+    int64_t *rprios; /* rows of running jobs sorted by (-key, row) (non-preemptive) */
+    Py_ssize_t nrprios;
+} Prio;
+
+/* tuple order of (x0, x1) < (y0, y1) */
+static inline int tup_lt(double x0, int64_t x1, double y0, int64_t y1)
+{
+    return x0 < y0 || (x0 == y0 && x1 < y1);
+}
+
+/* waiting order (-key, row): a runs before b */
+static inline int better(const Item *a, const Item *b) { return tup_lt(a->k, a->j, b->k, b->j); }
+
+/* running heap order (key, -row): a is worse than b */
+static inline int worse(const Item *a, const Item *b) { return tup_lt(a->k, -a->j, b->k, -b->j); }
+
+typedef int (*ItemOrder)(const Item *, const Item *);
+
+static inline void heap_push(Item *h, Py_ssize_t *size, Item x, ItemOrder lt)
+{
+    Py_ssize_t k = (*size)++;
+    while (k > 0) {
+        Py_ssize_t q = (k - 1) / 2;
+        if (!lt(&x, &h[q])) break;
+        h[k] = h[q];
+        k = q;
+    }
+    h[k] = x;
+}
+
+static inline void heap_pop(Item *h, Py_ssize_t *size, ItemOrder lt)
+{
+    Py_ssize_t m = --(*size);
+    if (!m) return;
+    Item x = h[m];
+    Py_ssize_t k = 0;
+    for (;;) {
+        Py_ssize_t c = 2 * k + 1;
+        if (c >= m) break;
+        if (c + 1 < m && lt(&h[c + 1], &h[c])) c++;
+        if (!lt(&h[c], &x)) break;
+        h[k] = h[c];
+        k = c;
+    }
+    h[k] = x;
+}
+
+static inline void waiting_push(Prio *p, int64_t j)
+{
+    Item x = {-p->key[j], j};
+    heap_push(p->waiting, &p->nwaiting, x, better);
+}
+
+static inline int64_t waiting_pop(Prio *p)
+{
+    int64_t top = p->waiting[0].j;
+    heap_pop(p->waiting, &p->nwaiting, better);
+    return top;
+}
+
+static inline void rheap_push(Prio *p, int64_t j)
+{
+    Item x = {p->key[j], j};
+    heap_push(p->rheap, &p->nrheap, x, worse);
+}
+
+/* bisect_right over rprios for the tuple (x0, x1): first index whose prio is > (x0, x1) */
+static Py_ssize_t rprios_bisect_right(const Prio *p, double x0, int64_t x1)
+{
+    Py_ssize_t lo = 0, hi = p->nrprios;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        int64_t r = p->rprios[mid];
+        if (tup_lt(x0, x1, -p->key[r], r)) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+/* ------------------------------------------------------------------ payment schemes */
+static void advance(Prio *p, double t)
+{
+    if (p->schemes & SCHEME_FIRST) { /* FirstPrice.advance */
+        if (p->saturated) p->S += t - p->f_last;
+        p->f_last = t;
+    }
+    if (p->schemes & SCHEME_KTH) { /* KthPrice.advance */
+        double dt = t - p->k_last;
+        if (dt != 0.0) {
+            if (!p->has_kstar) p->E += dt;
+            else if (p->kstar != INFINITY) p->K += p->kstar * dt;
+        }
+        p->k_last = t;
+    }
+}
+
+static inline void kth_mark(Prio *p, int64_t j)
+{
+    p->mark_K[j] = p->K;
+    p->mark_E[j] = p->E;
+    p->k_mark_t[j] = p->k_last;
+}
+
+static inline void kth_settle(Prio *p, int64_t j)
+{
+    if (p->capped[j]) {
+        p->kth_payment[j] += p->bid[j] * (p->k_last - p->k_mark_t[j]);
+    } else {
+        p->kth_payment[j] += p->cost[j] * (p->K - p->mark_K[j]) + 1.0 * (p->E - p->mark_E[j]);
+    }
+}
+
+static void on_start(Prio *p, int64_t j)
+{
+    if (p->schemes & SCHEME_FIRST) {
+        p->mark_S[j] = p->S;
+        p->f_mark_t[j] = p->f_last;
+    }
+    if (p->schemes & SCHEME_KTH) {
+        kth_mark(p, j);
+        if (p->track_caps) {
+            double x0 = -p->key[j];
+            Py_ssize_t at = rprios_bisect_right(p, x0, j);
+            memmove(p->rprios + at + 1, p->rprios + at, (size_t)(p->nrprios - at) * sizeof(int64_t));
+            p->rprios[at] = j;
+            p->nrprios++;
+            p->capped[j] = tup_lt(p->b0, p->b1, x0, j);
+        }
+    }
+}
+
+static void on_stop(Prio *p, int64_t j)
+{
+    if (p->schemes & SCHEME_FIRST) {
+        double dS = p->S - p->mark_S[j];
+        double dt = p->f_last - p->f_mark_t[j];
+        p->e.payment[j] += p->bid[j] * dS + 1.0 * (dt - dS);
+    }
+    if (p->schemes & SCHEME_KTH) {
+        kth_settle(p, j);
+        if (p->track_caps) {
+            Py_ssize_t at = rprios_bisect_right(p, -p->key[j], j) - 1;
+            memmove(p->rprios + at, p->rprios + at + 1, (size_t)(p->nrprios - at - 1) * sizeof(int64_t));
+            p->nrprios--;
+            p->capped[j] = 0;
+        }
+    }
+}
+
+static void update(Prio *p)
+{
+    if (p->schemes & SCHEME_FIRST) /* FirstPrice.update: active = running + queued */
+        p->saturated = p->e.used + p->nwaiting >= p->e.capacity;
+    if (p->schemes & SCHEME_KTH) {
+        double n0;
+        int64_t n1;
+        if (p->nwaiting == 0) {
+            p->has_kstar = 0;
+            n0 = INFINITY;
+            n1 = 0;
+        } else {
+            int64_t top = p->waiting[0].j;
+            n0 = p->waiting[0].k;
+            n1 = top;
+            p->has_kstar = 1;
+            p->kstar = -n0;
+        }
+        if (p->track_caps && !(n0 == p->b0 && n1 == p->b1)) {
+            int become_capped = tup_lt(n0, n1, p->b0, p->b1);
+            double lo0 = become_capped ? n0 : p->b0, hi0 = become_capped ? p->b0 : n0;
+            int64_t lo1 = become_capped ? n1 : p->b1, hi1 = become_capped ? p->b1 : n1;
+            Py_ssize_t a = rprios_bisect_right(p, lo0, lo1), b = rprios_bisect_right(p, hi0, hi1);
+            for (Py_ssize_t idx = a; idx < b; idx++) {
+                int64_t j = p->rprios[idx];
+                if (p->capped[j] != become_capped) {
+                    kth_settle(p, j);
+                    kth_mark(p, j);
+                    p->capped[j] = (char)become_capped;
+                }
+            }
+        }
+        p->b0 = n0;
+        p->b1 = n1;
+    }
+}
+
+/* ------------------------------------------------------------------ PriorityScheduler.step */
+static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
+{
+    Engine *e = &p->e;
+    for (Py_ssize_t c = 0; c < e->ncompleted; c++) on_stop(p, e->completed[c]);
+    for (Py_ssize_t j = first; j < last; j++) waiting_push(p, j);
+    int64_t free = e->capacity - e->used;
+    while (free && p->nwaiting) {
+        int64_t j = waiting_pop(p);
+        if (eng_start(e, j) < 0) return -1;
+        on_start(p, j);
+        if (p->preemptive) rheap_push(p, j);
+        free--;
+    }
+    if (p->preemptive) {
+        while (p->nwaiting) {
+            while (p->nrheap && !e->running[p->rheap[0].j]) /* completed since pushed */
+                heap_pop(p->rheap, &p->nrheap, worse);
+            if (!p->nrheap) break;
+            int64_t out = p->rheap[0].j;
+            Item out_prio = {-p->key[out], out};
+            if (!better(&p->waiting[0], &out_prio)) break;
+            /* the best queued job beats the worst running one: swap them */
+            heap_pop(p->rheap, &p->nrheap, worse);
+            eng_preempt(e, out);
+            on_stop(p, out);
+            int64_t in = waiting_pop(p);
+            if (eng_start(e, in) < 0) return -1;
+            on_start(p, in);
+            rheap_push(p, in);
+            waiting_push(p, out);
+        }
+    }
+    update(p);
+    return 0;
+}
+
+static void advance_cb(void *p, double t) { advance(p, t); }
+
+static int step_cb(void *p, double t, Py_ssize_t first, Py_ssize_t last)
+{
+    (void)t;
+    return step(p, first, last);
+}
+
+static void prio_free(Prio *p)
+{
+    eng_free(&p->e);
+    free(p->waiting);
+    free(p->rheap);
+    free(p->mark_S);
+    free(p->f_mark_t);
+    free(p->mark_K);
+    free(p->mark_E);
+    free(p->k_mark_t);
+    free(p->capped);
+    free(p->rprios);
+}
+
+static PyObject *run(PyObject *self, PyObject *args)
+{
+    Py_buffer submit, runtime, bid, key, cost, first_start, end_time, preemptions, payment, state, kth_payment;
+    long long capacity;
+    int preemptive, schemes;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Lpiw*w*w*w*w*w*", &submit, &runtime, &bid, &key, &cost, &capacity,
+                          &preemptive, &schemes, &first_start, &end_time, &preemptions, &payment, &state,
+                          &kth_payment))
+        return NULL;
+    Py_buffer *bufs[] = {&submit, &runtime, &bid, &key, &cost, &first_start, &end_time, &preemptions, &payment,
+                         &state, &kth_payment};
+    PyObject *result = NULL;
+    Prio p;
+    memset(&p, 0, sizeof(p));
+    Py_buffer *records[5] = {&first_start, &end_time, &preemptions, &payment, &state};
+    if (eng_init(&p.e, (int64_t)capacity, &submit, &runtime, NULL, records) < 0) goto done;
+    Engine *e = &p.e;
+    Py_ssize_t n = e->n;
+    if (check_buffer(&bid, "bid", n, 8) || check_buffer(&key, "key", n, 8) || check_buffer(&cost, "cost", n, 8) ||
+        (schemes == (SCHEME_FIRST | SCHEME_KTH) && check_buffer(&kth_payment, "kth_payment", n, 8)))
+        goto done;
+    if (schemes < 1 || schemes > 3) {
+        PyErr_Format(PyExc_ValueError, "compiled priority kernel: schemes %d (1 first, 2 k-th, 3 both)", schemes);
+        goto done;
+    }
+    p.bid = bid.buf;
+    p.key = key.buf;
+    p.cost = cost.buf;
+    p.preemptive = preemptive;
+    p.schemes = schemes;
+    p.kth_payment = schemes == SCHEME_KTH ? e->payment : (double *)kth_payment.buf;
+    size_t m = n ? (size_t)n : 1;
+    p.waiting = malloc(m * sizeof(Item));
+    if (preemptive) p.rheap = malloc(m * sizeof(Item));
+    if (!p.waiting || (preemptive && !p.rheap)) goto nomem;
+    if (schemes & SCHEME_FIRST) {
+        p.mark_S = calloc(m, sizeof(double));
+        p.f_mark_t = calloc(m, sizeof(double));
+        if (!p.mark_S || !p.f_mark_t) goto nomem;
+    }
+    if (schemes & SCHEME_KTH) {
+        p.mark_K = calloc(m, sizeof(double));
+        p.mark_E = calloc(m, sizeof(double));
+        p.k_mark_t = calloc(m, sizeof(double));
+        p.capped = calloc(m, 1);
+        if (!p.mark_K || !p.mark_E || !p.k_mark_t || !p.capped) goto nomem;
+        p.track_caps = !preemptive;
+        p.b0 = INFINITY;
+        p.b1 = 0;
+        if (p.track_caps) {
+            size_t cap = (size_t)capacity < m ? (size_t)capacity : m;
+            p.rprios = malloc(cap * sizeof(int64_t));
+            if (!p.rprios) goto nomem;
+        }
+    }
+    if (eng_loop(e, &p, advance_cb, step_cb) < 0) goto nomem;
+    /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
+    advance(&p, e->now);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (e->running[j]) on_stop(&p, j);
+    eng_kill_pending(e);
+    result = Py_BuildValue("(dL)", e->now, (long long)e->batches);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    prio_free(&p);
+    for (size_t b = 0; b < sizeof(bufs) / sizeof(bufs[0]); b++) PyBuffer_Release(bufs[b]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"run", run, METH_VARARGS,
+     "run(submit, runtime, bid, key, cost, capacity, preemptive, schemes, first_start, end_time, preemptions, "
+     "payment, state, kth_payment) -> (end time, batches): the whole simulation; schemes 1 first price, 2 k-th "
+     "price, 3 both (the k-th price's payments in kth_payment)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_priority",
+                                    "Compiled kernel of the priority rules (HB, NPHB, WSPT, WSEPT).", -1, methods};
+
+PyMODINIT_FUNC PyInit__priority(void) { return PyModule_Create(&module); }

@@ -1,0 +1,206 @@
+"""The compiled kernels against the Python reference: the same records, bit for bit.
+
+Each kernel (marketsched.engine._priority, ._backfilling) runs the engine loop and a rule in C;
+the Python policies stay the reference. Random instances are full of ties (equal submit times,
+bids, keys and run times, zero run times, missing estimates), and trace slices are compared
+whole. These tests skip when the kernels are not built, except with MARKETSCHED_ENGINE=compiled,
+where a missing kernel is a failure.
+"""
+
+import contextlib
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marketsched.engine import compiled
+from marketsched.engine.events import RecordingSimulator
+from marketsched.engine.records import Records
+from marketsched.engine.simulator import Simulator
+from marketsched.experiments.runner import BothPrices, simulate_pricings
+from marketsched.mechanisms.online.backfilling import Backfilling
+from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
+from marketsched.scenario import WorkloadSpec, simulate, true_values
+from marketsched.workloads.workload import Workload
+
+KERNELS = ("_priority", "_backfilling")
+pytestmark = pytest.mark.skipif(
+    compiled.mode() != "compiled" and not all(compiled.available(k) for k in KERNELS),
+    reason="the compiled kernels are not built (pip install -e . with a C compiler and Python headers)",
+)
+
+
+@contextlib.contextmanager
+def engine(mode: str):
+    """MARKETSCHED_ENGINE set to ``mode`` inside the block (hypothesis runs many examples per
+    test, so this is a context manager rather than the function-scoped monkeypatch)."""
+    old = os.environ.get("MARKETSCHED_ENGINE")
+    os.environ["MARKETSCHED_ENGINE"] = mode
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["MARKETSCHED_ENGINE"]
+        else:
+            os.environ["MARKETSCHED_ENGINE"] = old
+
+
+def both_ways(w: Workload, make_policy):
+    """Records of a fresh policy run by the Python engine, then by the compiled kernel, and the
+    two Simulators (the compiled one must not have made the Python lists)."""
+    out = []
+    for mode in ("python", "compiled"):
+        with engine(mode):
+            sim = Simulator(w, make_policy())
+            out.append((sim.run(), sim))
+    (py, sim_py), (c, sim_c) = out
+    assert "submit" in sim_py.__dict__ and "submit" not in sim_c.__dict__, "the compiled kernel did not run"
+    assert sim_c.now == sim_py.now and sim_c.batches == sim_py.batches
+    return py, c
+
+
+def assert_same(a: Records, b: Records) -> None:
+    for name, col in a.columns().items():
+        other = b.columns()[name]
+        assert col.dtype == other.dtype, name
+        assert np.array_equal(col, other, equal_nan=col.dtype.kind == "f"), name
+    assert a.payment.tolist() == b.payment.tolist()  # == per element: -0.0 == 0.0, but no rounding
+
+
+@st.composite
+def tied_instances(draw, parallel: bool):
+    """Small workloads with many ties: submit times, run times, estimates and bids from short lists."""
+    n = draw(st.integers(1, 40))
+    capacity = draw(st.integers(1, 6))
+    submit = sorted(draw(st.lists(st.integers(0, 12), min_size=n, max_size=n)))
+    runtime = draw(st.lists(st.sampled_from([0.0, 0.25, 1.0, 2.0, 3.0, 7.5]), min_size=n, max_size=n))
+    estimate = draw(st.lists(st.sampled_from([np.nan, 0.0, 1.0, 2.0, 4.0, 10.0]), min_size=n, max_size=n))
+    procs = draw(st.lists(st.integers(1, capacity), min_size=n, max_size=n)) if parallel else [1] * n
+    bid = draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n))
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=estimate, procs=procs,
+                              capacity=capacity)
+    return w, np.asarray(bid)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tied_instances(parallel=False), st.sampled_from(RULES), st.sampled_from(["first", "kth"]))
+def test_priority_kernel_equals_python(inst, rule, pricing):
+    w, bid = inst
+    py, c = both_ways(w, lambda: make_priority_mechanism(rule, w, bid, pricing))
+    assert_same(py, c)
+
+
+@settings(max_examples=100, deadline=None)
+@given(tied_instances(parallel=False), st.sampled_from(RULES))
+def test_priority_kernel_both_prices_equal_python(inst, rule):
+    # the experiments' first + k-th price on one schedule (runner.BothPrices)
+    w, bid = inst
+    kth = []
+
+    def policy():
+        both = BothPrices()
+        kth.append(both)
+        return make_priority_mechanism(rule, w, bid, both)
+
+    py, c = both_ways(w, policy)
+    assert_same(py, c)
+    assert np.asarray(kth[0].kth_payment).tolist() == np.asarray(kth[1].kth_payment).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(tied_instances(parallel=True), st.booleans())
+def test_backfilling_kernel_equals_python(inst, backfill):
+    w, _ = inst
+    policies = []
+
+    def policy():
+        policies.append(Backfilling(backfill))
+        return policies[-1]
+
+    py, c = both_ways(w, policy)
+    assert_same(py, c)
+    assert policies[0].fallback_estimates == policies[1].fallback_estimates
+
+
+def _slice(trace, jobs, split, capacity=1.0):
+    return WorkloadSpec(trace=trace, split=split, jobs=jobs, capacity=capacity).build()
+
+
+@pytest.mark.trace
+@pytest.mark.parametrize("trace, jobs, split, capacity", [
+    ("SDSC-SP2-1998-4.2-cln", 1500, True, 1.0),
+    ("LPC-EGEE-2004-1.2-cln", 8000, False, 0.75),
+    ("HPC2N-2002-2.2-cln", 1000, True, 1.0),
+])
+def test_priority_kernel_on_trace_slices(trace, jobs, split, capacity, trace_path):
+    trace_path(trace)
+    w = _slice(trace, jobs, split, capacity)
+    values = true_values(w, "bimodal", 1)
+    for rule in RULES:
+        for pricing in ("first", "kth"):
+            recs = []
+            for mode in ("python", "compiled"):
+                with engine(mode):
+                    recs.append(simulate(w, rule, values, pricing))
+            assert_same(*recs)
+        with engine("python"):
+            py = simulate_pricings(w, rule, values, ["first", "kth"])
+        with engine("compiled"):
+            c = simulate_pricings(w, rule, values, ["first", "kth"])
+        assert_same(py["first"], c["first"])
+        assert_same(py["kth"], c["kth"])
+
+
+@pytest.mark.trace
+@pytest.mark.parametrize("trace, jobs, split", [
+    ("SDSC-SP2-1998-4.2-cln", None, False),
+    ("LPC-EGEE-2004-1.2-cln", 20000, False),
+    ("HPC2N-2002-2.2-cln", 20000, False),
+    ("HPC2N-2002-2.2-cln", 3000, True),
+])
+def test_backfilling_kernel_on_trace_slices(trace, jobs, split, trace_path):
+    trace_path(trace)
+    w = _slice(trace, jobs, split)
+    for mechanism in ("fcfs", "easy"):
+        recs = []
+        for mode in ("python", "compiled"):
+            with engine(mode):
+                recs.append(simulate(w, mechanism))
+        assert_same(*recs)
+
+
+def test_engine_mode_is_read_and_checked():
+    with engine("python"):
+        assert compiled.kernel("_priority") is None
+    with engine("auto"):
+        assert compiled.kernel("_no_such_kernel") is None
+    with engine("compiled"):
+        with pytest.raises(RuntimeError, match="marketsched.engine._no_such_kernel is not built"):
+            compiled.kernel("_no_such_kernel")
+    with engine("fast"), pytest.raises(ValueError, match="MARKETSCHED_ENGINE='fast'"):
+        compiled.mode()
+
+
+def test_only_a_whole_run_of_a_plain_simulator_is_compiled():
+    w = Workload.from_columns(submit_time=[0, 0, 1, 1], runtime=[3, 1, 0, 2], capacity=1)
+    bid = np.array([1.0, 2.0, 2.0, 5.0])
+    with engine("python"):
+        reference = Simulator(w, make_priority_mechanism("hb", w, bid)).run()
+    with engine("compiled"):
+        cut = Simulator(w, make_priority_mechanism("hb", w, bid))
+        cut.run(until=10)  # a run with an end time takes the Python path
+        assert "submit" in cut.__dict__
+        recorder = RecordingSimulator(w, make_priority_mechanism("hb", w, bid))
+        assert_same(recorder.run(), reference)  # the event log needs the Python path
+        assert len(recorder.events())
+
+
+def test_compiled_run_checks_what_bind_checks():
+    w = Workload.from_columns(submit_time=[0, 1], runtime=[1, 1], procs=[1, 2], capacity=2)
+    with engine("compiled"), pytest.raises(ValueError, match="job row 1 needs 2 processors"):
+        Simulator(w, make_priority_mechanism("hb", w, [1.0, 2.0])).run()
+    est = np.array([1.0, -1.0])
+    with engine("compiled"), pytest.raises(ValueError, match="estimate of job row 1 is -1.0;"):
+        Simulator(w, Backfilling(True, est)).run()
