@@ -20,5 +20,7 @@ setup(
                   extra_compile_args=FLAGS, optional=True),
         Extension("marketsched.engine._backfilling", [f"{ENGINE}/_backfilling.c"], depends=HEADERS,
                   extra_compile_args=FLAGS, optional=True),
+        Extension("marketsched.mechanisms.online._dlgm_kernel", ["src/marketsched/mechanisms/online/_dlgm_kernel.c"],
+                  depends=HEADERS, extra_compile_args=FLAGS, optional=True),
     ]
 )

@@ -1,6 +1,6 @@
 """DLGM / P-DLGM throughput on real traces: prints seconds, jobs per second and peak memory.
 
-Cases (issue 4 target on a 2-core machine):
+Cases (the target on a 2-core machine):
 
 * ``pdlgm-hpc2n``: P-DLGM on HPC2N split into 1.29M serial jobs (240 nodes), target under 60 s;
 * ``dlgm-hpc2n``: DLGM on the same workload (no stated target; reported beside it);

@@ -12,6 +12,10 @@ folder every account may traverse, for a market whose jobs run as those accounts
 ``browser``: a headless Chromium (Debian's chromium and chromium-driver, driven with selenium)
 for the web pages' tests; skipped without them, a failure in CI.
 
+Hypothesis: the ``deterministic`` profile (the same examples at every run) unless
+``MARKETSCHED_HYPOTHESIS=explore`` (new examples each run; a failure prints the blob that
+replays it).
+
 ``trace_path(name)``: the path of a real archive trace in the folder named by
 ``MARKETSCHED_TRACES`` (CI sets it to the shared traces folder). Unset variable: the test is
 skipped. Set but the file missing: the test fails (a CI set-up error must not pass silently).
@@ -28,6 +32,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples at every run (a suite that passes once passes again);
+# MARKETSCHED_HYPOTHESIS=explore draws new ones each run, to look for cases nobody has tried.
+settings.register_profile("deterministic", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("MARKETSCHED_HYPOTHESIS", "deterministic"))
 
 # Read once at start-up, so tests that clear the variable (to isolate the registry from the
 # developer's set-up) do not hide the shared traces from trace-based tests.

@@ -68,10 +68,10 @@ class Machines:
 
 
 def make_exchange(path, mechanism="critical-value", k=0.5, slot_seconds=10.0, period_seconds=30.0, seed=1,
-                  penalty=1.0, clock=None, machines=None):
+                  penalty=1.0, clock=None, machines=None, deposits=False):
     store = ExchangeStore(path)
     create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism, k=k,
-                    penalty=penalty, seed=seed)
+                    penalty=penalty, seed=seed, deposits=deposits)
     clock = clock or FakeClock()
     machines = machines or Machines(clock)
     return Exchange(store, clock, machines), clock, machines

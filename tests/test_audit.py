@@ -313,3 +313,39 @@ def test_group_lies_change_only_the_group_and_sum_its_utility():
     assert v["verdict"] == "not audited" and "groups lie together" in v["text"]
     with pytest.raises(ValueError, match="group share"):
         au.group_draws(jobs, 0.0, 3, seed=1)
+
+
+def test_ees_delay_utility_counts_from_the_true_arrival():
+    """Under EES (Mutz (2008), eqs. 4.5-4.6) a late arrival is judged by the true type: the value of
+    running, w x the time from the true arrival to the deadline, and the waiting cost from the true
+    arrival (the job waited, it just did not say so); checked against a plain run."""
+    from marketsched.engine.records import FinalState
+
+    jobs = Scenario(WorkloadSpec(synthetic_jobs=60, synthetic_nodes=4, seed=2), seed=2).build()
+    job = 52
+    t = au.audit(jobs, "ees", {"n_draws": 20}, au.Deviation.parse("delay:0,60"), job_ids=[job])
+    row = int(np.flatnonzero(jobs.workload.job_id == job)[0])
+    jobs2, (row2,) = au.deviate(jobs, np.array([row]), au.Deviation("delay", 60.0))
+    r = run(jobs2, "ees", {"n_draws": 20}).records
+    a, w, deadline = jobs.workload.submit_time[row], jobs.true_value[row], jobs.deadline[row]
+    left = r.end_time[row2] if np.isnan(r.first_start[row2]) else r.first_start[row2]
+    u = w * (deadline - a) * (r.state[row2] == FinalState.COMPLETED) - w * (left - a) - r.payment[row2]
+    assert t["gain"].iloc[0] == 0.0
+    assert t["deviating"].iloc[1] == pytest.approx(u, rel=1e-12)
+    assert t["gain"].iloc[1] != 0.0  # the delay changed something: the comparison is not vacuous
+
+
+def test_egg_delay_lies_do_not_pay_on_a_sample():
+    """Kang & Parkes (2007), Theorem 1 covers a later arrival; Egg's value schedule at the true
+    deadline does not depend on when the job says it arrived."""
+    jobs = Scenario(WorkloadSpec(synthetic_jobs=200, synthetic_nodes=8, seed=0), seed=1).build()
+    t = au.audit(jobs, "egg", {}, au.Deviation.parse("delay:60,600,3600"), job_ids=[76, 78, 99])
+    (verdict,) = au.claim_verdicts(t, get_mechanism("egg").claims)
+    assert verdict["verdict"] == "holds on this sample" and verdict["lies"] == 9, verdict["text"]
+    assert t["gain"].min() < 0  # a late arrival can cost: the check is not vacuous
+
+
+def test_delay_past_the_deadline_is_refused():
+    jobs = _jobs(2, n=30, nodes=3)
+    with pytest.raises(ValueError, match=r"a delay of 1e\+07 s makes job \d+ arrive at or after its deadline"):
+        au.audit(jobs, "ees", {"n_draws": 5}, au.Deviation.parse("delay:10000000"), per_band=1)

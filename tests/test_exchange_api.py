@@ -48,7 +48,8 @@ def market(tmp_path):
 def test_tokens_are_hashed_at_rest_and_name_the_party(market, tmp_path):
     ex, clock, srv, c, tokens = market
     assert c["alice"].get("/api/me") == {"role": "user", "name": "alice"}
-    assert c["p1"].get("/api/me") == {"role": "provider", "name": "p1"}
+    assert c["p1"].get("/api/me") == {"role": "provider", "name": "p1", "joined": True, "kind": "local",
+                                      "partition": None, "left_t": None}
     stored = ex.store.rows("SELECT token_hash FROM ex_parties")
     assert len(stored) == 4 and not any(t in h for (h,) in stored for t in tokens.values())
     assert tmp_path.joinpath("x.db").read_bytes().find(tokens["alice"].encode()) == -1
@@ -60,8 +61,9 @@ def test_tokens_are_hashed_at_rest_and_name_the_party(market, tmp_path):
     new = issue_token(ex.store, "user", "alice", 1.0)
     assert raw(srv, "GET", "/api/me", token=tokens["alice"])[0] == 401
     assert Client(srv.url, new).get("/api/me")["name"] == "alice"
-    with pytest.raises(ValueError, match="no provider 'p9' has joined"):
-        issue_token(ex.store, "provider", "p9", 1.0)
+    # a provider's token may come before it joins (it joins through the API)
+    p9 = Client(srv.url, issue_token(ex.store, "provider", "p9", 1.0))
+    assert p9.get("/api/me") == {"role": "provider", "name": "p9", "joined": False}
 
 
 def test_orders_clear_into_contracts_each_party_sees_its_own(market):
@@ -338,10 +340,162 @@ def test_cli_token_and_serve(tmp_path):
     assert run(main, ["exchange", "join", str(data), "p1"]).exit_code == 0
     out = run(main, ["exchange", "token", str(data), "p1", "--provider"])
     assert out.exit_code == 0 and len(out.output.strip()) >= 40
-    assert "no provider 'p9' has joined" in run(main, ["exchange", "token", str(data), "p9", "--provider"]).output
+    out9 = run(main, ["exchange", "token", str(data), "p9", "--provider"])  # p9 will join through the API
+    assert out9.exit_code == 0 and len(out9.output.strip()) >= 40
     assert "give --user or --provider" in run(main, ["exchange", "token", str(data), "x"]).output
     store = ExchangeStore(data)
     assert store.party(hashlib.sha256(out.output.strip().encode()).hexdigest()) == ("provider", "p1")
     store.close()
     res = run(main, ["exchange", "serve", str(data), "--host", "0.0.0.0", "--port", "0", "--for", "0"])
     assert res.exit_code != 0 and "refusing plain HTTP" in res.output
+
+
+def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeypatch):
+    ex, clock, srv, c, tokens = market
+    p3, p4 = (Client(srv.url, issue_token(ex.store, "provider", name, 0.0)) for name in ("p3", "p4"))
+    with pytest.raises(ClientError, match="'p3' has not joined: POST /api/join first") as e:
+        p3.post("/api/nodes", {"name": "a", "cpu": 1, "mem": 10, "cpus": [0]})
+    assert e.value.status == 400
+    assert p3.post("/api/join", {"kind": "local"})["joined"] is True
+    with pytest.raises(ClientError, match="'p3' has already joined"):
+        p3.post("/api/join", {"kind": "local"})
+    node = p3.post("/api/nodes", {"name": "a", "cpu": 1, "mem": 10, "cpus": [0]})
+    assert node == {"id": node["id"], "name": "a", "cpu": 1, "mem": 10, "cpus": [0], "left_t": None}
+    assert p3.get("/api/nodes") == [node] and c["p1"].get("/api/nodes")[0]["name"] == "n0"
+    offer = p3.post("/api/offers", {"node": "a", "reserve": 0.5, "first_slot": 1, "last_slot": 9})
+    c["alice"].post("/api/requests", {"value": 2, "cpu": 1, "first_slot": 2, "last_slot": 2, "command": "x"})
+    ex.clear()
+    (contract,) = ex.store.contracts()
+    assert contract["provider"] in ("p1", "p3")
+    # another provider cannot claim p3's CPU, nor leave p3's node, nor name p3 in a body
+    p4.post("/api/join", {"kind": "local"})
+    with pytest.raises(ClientError, match="CPU 0 backs a node of another provider") as e:
+        p4.post("/api/nodes", {"name": "b", "cpu": 1, "mem": 10, "cpus": [0]})
+    assert e.value.status == 400
+    with pytest.raises(ClientError, match="provider 'p4' has no node 'a'"):
+        p4.post("/api/nodes/a/leave")
+    with pytest.raises(ClientError, match="unknown field"):
+        p4.post("/api/nodes", {"name": "b", "cpu": 1, "mem": 10, "cpus": [1], "provider": "p3"})
+    with pytest.raises(ClientError, match="only providers register nodes") as e:
+        c["alice"].post("/api/nodes", {"name": "b", "cpu": 1, "mem": 10, "cpus": [1]})
+    assert e.value.status == 403
+    assert ex.store.order(offer["id"])["state"] == "open" and len(p3.get("/api/nodes")) == 1
+    # p3's node leaves: its open offer is cancelled, its contract stands, it takes no new offer
+    out = p3.post("/api/nodes/a/leave")
+    assert out["cancelled_offers"] == [offer["id"]] and ex.store.order(offer["id"])["state"] == "cancelled"
+    assert ex.store.contract(contract["id"])["state"] == "pending"
+    with pytest.raises(ClientError, match="node 'a' of 'p3' has left the exchange"):
+        p3.post("/api/offers", {"node": "a", "reserve": 0.5, "first_slot": 10, "last_slot": 12})
+    assert p3.get("/api/nodes")[0]["left_t"] == clock()
+    # its CPU is free again; p3 leaves altogether and can register nothing more
+    assert p4.post("/api/nodes", {"name": "b", "cpu": 1, "mem": 10, "cpus": [0]})["cpus"] == [0]
+    assert p3.post("/api/leave")["left_t"] == clock()
+    with pytest.raises(ClientError, match="provider 'p3' has left the exchange"):
+        p3.post("/api/nodes", {"name": "c", "cpu": 1, "mem": 10, "cpus": [1]})
+    with pytest.raises(ClientError, match="provider 'p3' has left"):
+        p3.post("/api/leave")
+    # at most MAX_NODES_PER_PROVIDER nodes that have not left (here 2)
+    monkeypatch.setattr("marketsched.exchange.core.MAX_NODES_PER_PROVIDER", 2)
+    p5 = Client(srv.url, issue_token(ex.store, "provider", "p5", 0.0))
+    p5.post("/api/join", {"kind": "slurm", "partition": "debug"})
+    for name in ("s1", "s2"):
+        p5.post("/api/nodes", {"name": name, "cpu": 4, "mem": 100})
+    with pytest.raises(ClientError, match=r"'p5' has 2 nodes, the most one provider may have \(2\)"):
+        p5.post("/api/nodes", {"name": "s3", "cpu": 4, "mem": 100})
+    p5.post("/api/nodes/s1/leave")
+    p5.post("/api/nodes", {"name": "s3", "cpu": 4, "mem": 100})
+    assert [n["name"] for n in p5.get("/api/nodes") if n["left_t"] is None] == ["s2", "s3"]
+
+
+@pytest.mark.parametrize("path, body, msg", [
+    ("/api/join", {"kind": "cloud"}, "provider field 'kind' must be one of local, slurm"),
+    ("/api/join", {"kind": "local", "partition": "debug"}, "'partition' is for slurm providers only"),
+    ("/api/join", {"kind": "slurm", "partition": "a b"}, "provider field 'partition' must be 1-64"),
+    ("/api/join", {}, "a joining needs kind"),
+    ("/api/nodes", {"name": "x", "cpu": 1, "mem": 1}, "node field 'cpus' is required"),
+    ("/api/nodes", {"name": "x", "cpu": 1, "mem": 1, "cpus": [4096]}, "this machine has CPUs 0-"),
+    ("/api/nodes", {"name": "x", "cpu": 1, "mem": 1, "cpus": []}, "'cpus' must be a non-empty list"),
+    ("/api/nodes", {"name": "x", "cpu": 1, "mem": 1, "cpus": [-1]}, "'cpus' must be a non-empty list"),
+    ("/api/nodes", {"name": "x", "cpu": 0, "mem": 1, "cpus": [0]}, "node field 'cpu' must be a whole number"),
+    ("/api/nodes", {"name": "x", "cpu": 10**7, "mem": 1, "cpus": [0]}, "from 1 to 1000000"),
+    ("/api/nodes", {"name": "x", "cpu": 1, "mem": -1, "cpus": [0]}, "node field 'mem' must be a whole number"),
+    ("/api/nodes", {"name": "x", "cpu": 1, "mem": 10**13, "cpus": [0]}, "node field 'mem' must be a whole number"),
+    ("/api/nodes", {"name": "../x", "cpu": 1, "mem": 1, "cpus": [0]}, "node field 'name' must be 1-64"),
+    ("/api/nodes", {"name": "x", "cpu": 1.5, "mem": 1, "cpus": [0]}, "node field 'cpu' must be a whole number"),
+    ("/api/nodes", {"cpu": 1, "mem": 1}, "a node needs name"),
+])
+def test_bad_joinings_and_nodes_get_400_naming_the_field(market, path, body, msg):
+    ex, clock, srv, c, tokens = market
+    p6 = Client(srv.url, issue_token(ex.store, "provider", "p6", 0.0))
+    if path == "/api/nodes":
+        p6.post("/api/join", {"kind": "local"})
+    nodes = len(ex.store.nodes())
+    with pytest.raises(ClientError) as e:
+        p6.post(path, body)
+    assert e.value.status == 400 and msg in str(e.value), str(e.value)
+    assert len(ex.store.nodes()) == nodes
+    if path == "/api/join":
+        assert ex.store.provider("p6") is None
+
+
+def test_the_pages_signed_reads_name_the_party_and_change_nothing(market):
+    """The page's ``MarketSig`` reads (the live market's): a party's own orders, GET only."""
+    import time
+
+    from marketsched.live.api import page_signature
+    from marketsched.live.broker import page_key_id
+
+    ex, clock, srv, c, tokens = market
+    c["alice"].post("/api/requests", {"value": 1, "cpu": 1, "first_slot": 2, "last_slot": 3, "command": "x"})
+
+    def signed(token, method, target, t_ms=None, sig=None):
+        h = hashlib.sha256(token.encode()).hexdigest()
+        t_ms = int(time.time() * 1000) if t_ms is None else t_ms
+        sig = sig or page_signature(h, method, target, t_ms)
+        header = f"MarketSig kid={page_key_id(h)}, t={t_ms}, sig={sig}"
+        req = urllib.request.Request(srv.url + target, method=method, headers={"Authorization": header},
+                                     data=b"{}" if method == "POST" else None)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    status, body = signed(tokens["alice"], "GET", "/api/orders?limit=20")
+    assert status == 200 and [o["owner"] for o in body] == ["alice"]
+    assert signed(tokens["p1"], "GET", "/api/me") == (200, c["p1"].get("/api/me"))
+    assert signed(tokens["bob"], "GET", "/api/orders")[1] == []
+    status, body = signed(tokens["alice"], "POST", f"/api/orders/{body and 1}/cancel")
+    assert status == 403 and "only read (GET)" in body["error"]
+    assert ex.store.orders()[0]["state"] == "open"
+    assert signed(tokens["alice"], "GET", "/api/orders", sig="0" * 64)[0] == 401
+    assert signed(tokens["alice"], "GET", "/api/orders", t_ms=int((time.time() - 3600) * 1000))[0] == 401
+    # signed for one address, sent to another: refused
+    h = hashlib.sha256(tokens["alice"].encode()).hexdigest()
+    assert signed(tokens["alice"], "GET", "/api/contracts", sig=page_signature(h, "GET", "/api/orders", 0))[0] == 401
+
+
+def test_deposits_over_the_api(tmp_path):
+    """An exchange with deposits: a user sees its money; a request beyond it is a 400 naming
+    the field, and stores nothing."""
+    ex, clock, _ = make_exchange(tmp_path / "x.db", deposits=True)
+    ex.deposit("alice", 5)
+    service = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    srv = ExchangeServer(service, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    try:
+        alice = Client(srv.url, issue_token(ex.store, "user", "alice", 0.0))
+        alice.post("/api/requests", {"value": 1, "cpu": 2, "first_slot": 2, "last_slot": 3, "command": "x"})
+        assert alice.get("/api/balance") == {"balance": 5.0, "committed": 4.0, "available": 1.0,
+                                             "deposits_required": True}
+        with pytest.raises(ClientError, match=r"request field 'value': the request may cost up to 2\.000000") as e:
+            alice.post("/api/requests", {"value": 1, "cpu": 2, "first_slot": 2, "last_slot": 2, "command": "x"})
+        assert e.value.status == 400 and len(ex.store.orders()) == 1
+        p = Client(srv.url, issue_token(ex.store, "provider", "p", 0.0))
+        with pytest.raises(ClientError, match="only users have deposits") as e:
+            p.get("/api/balance")
+        assert e.value.status == 403
+    finally:
+        srv.shutdown()
+        service.store.close()
+        ex.store.close()

@@ -67,7 +67,8 @@ def test_a_provider_that_fails_mid_contract_pays_its_penalty(tmp_path):
     assert _balance(ex, "provider:p1") == -c["penalty"]
     assert _balance(ex, "user:u1") == c["penalty"]
     books = ex.store.check_books()
-    assert books == {"clearing": 0, "users_paid": 0, "providers_paid": 0, "penalties": c["penalty"]}
+    assert books == {"clearing": 0, "users_paid": 0, "providers_paid": 0, "penalties": c["penalty"],
+                     "deposits": 0}
     clock.set(60)
     ex.tick()  # settled once only
     assert _balance(ex, "provider:p1") == -c["penalty"]

@@ -241,7 +241,8 @@ def test_the_bid_command_runs_the_agent_over_the_api(tmp_path):
         assert (b["value"], b["command"]) == (0.5, "true")  # what is left of the budget: 2 over 4 CPU slots
         p1 = issue_token(ex.store, "provider", "p1", 0.0)
         got = CliRunner().invoke(main, ["exchange", "bid", str(config), "--url", srv.url, "--token", p1])
-        assert got.exit_code != 0 and "bidding needs a user's token" in got.output
+        # a provider's token runs the provider's offer agent, which a user's config does not describe
+        assert got.exit_code != 0 and "a provider's agent needs a JSON object with 'costs'" in got.output
     finally:
         srv.shutdown()
         service.store.close()

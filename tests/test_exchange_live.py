@@ -82,6 +82,10 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
     log = open(tmp_path / "exchange.log", "ab")
     procs = [_start(data, log)]
     try:
+        # Orders only once the exchange clears: a request whose first slot passes before the next
+        # clearing expires, and a loaded machine can take many slots to start a Python process.
+        assert wait_for(lambda: len(store.periods()) > 0, timeout=120)
+
         def batch(n):
             s = client.slot()
             for _ in range(n):
@@ -102,6 +106,7 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
         procs[0].send_signal(signal.SIGKILL)  # kill -9 of the exchange
         procs[0].wait()
         procs.append(_start(data, log))
+        assert wait_for(lambda: procs[1].poll() is None and len(store.periods()) > len(periods_before), timeout=120)
         batch(4)
         assert contract_terms(store)[:len(before)] == before  # nothing committed was lost
         assert store.periods()[:len(periods_before)] == periods_before

@@ -66,3 +66,100 @@ def test_the_page_shows_prices_over_time_and_the_open_book(tmp_path, browser):
         srv.shutdown()
         service.store.close()
         ex.store.close()
+
+
+def test_parties_submit_and_cancel_orders_from_the_page(tmp_path, browser):
+    """A user pastes its token, sees its deposit, submits a request in the bid language, sees
+    refused ones' errors naming the field (a bad value; one its deposit does not cover), and
+    cancels its open request; a provider (after a reload, which asks
+    for the token again) offers one of its nodes. Saves the screenshot of the page with orders."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from marketsched.exchange.api import issue_token
+
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing", deposits=True)
+    for user, amount in [(f"u{i}", 1e6) for i in range(6)] + [("alice", 100)]:
+        ex.deposit(user, amount)
+    trade(ex, clock, 6, seed=3)
+    ex.add_node("p1", "n1", 4, 32)
+    alice, p1 = issue_token(ex.store, "user", "alice", 0.0), issue_token(ex.store, "provider", "p1", 0.0)
+    service = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    srv = ExchangeServer(service, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    el = lambda el_id: browser.find_element(By.ID, el_id)  # noqa: E731
+    text = lambda el_id: fresh(lambda: el(el_id).text)  # noqa: E731
+
+    def fill(values: dict) -> None:
+        for el_id, value in values.items():
+            el(el_id).clear()
+            el(el_id).send_keys(str(value))
+
+    def login(token: str) -> None:
+        browser.get(f"{srv.url}/")
+        assert wait(browser, lambda d: text("slot") == str(ex.slot()))
+        el("token").send_keys(token)
+        el("use-token").click()
+
+    try:
+        login(alice)
+        assert wait(browser, lambda d: text("whoami") == "(user alice)")
+        assert wait(browser, lambda d: text("money") == "balance 100.000, committed 0.000, available 100.000 "
+                                                      "(requests must be covered)")
+        assert not el("token").get_attribute("value")  # the field is emptied at once
+        assert el("offer-form").get_attribute("hidden") and not el("request-form").get_attribute("hidden")
+        now = ex.slot()
+        assert el("r-first").get_attribute("value") == str(now + 2)  # a window after the current slot
+        fill({"r-value": "2.5", "r-cpu": 2, "r-mem": 4, "r-first": now + 3, "r-last": now + 5, "r-command": "sleep 1"})
+        el("submit-request").click()
+        assert wait(browser, lambda d: text("order-ok").startswith("request "))
+        (mine,) = [o for o in ex.store.orders("request") if o["owner"] == "alice"]
+        assert (mine["value"], mine["cpu"], mine["mem"], mine["first_slot"], mine["last_slot"], mine["command"],
+                mine["state"]) == (2.5, 2, 4, now + 3, now + 5, "sleep 1", "open")
+        assert text("order-ok") == f"request {mine['id']} open"
+        assert wait(browser, lambda d: text("money").startswith("balance 100.000, committed 15.000, available 85.000"))
+        assert wait(browser, lambda d: text("mine").splitlines()[0].split()[:6] == [
+            str(mine["id"]), "request", "2.500", "2", f"{now + 3}-{now + 5}", "open"])
+        # refused requests: the exchange's error names the field, nothing is stored
+        fill({"r-value": "-1"})
+        el("submit-request").click()
+        assert wait(browser, lambda d: "request field 'value' must be a finite number" in text("order-error"))
+        fill({"r-value": "15"})  # may cost 15 x 2 x 3 = 90 of the 85 available
+        el("submit-request").click()
+        assert wait(browser, lambda d: "request field 'value': the request may cost up to 90.000000" in text(
+            "order-error"))
+        assert len([o for o in ex.store.orders("request") if o["owner"] == "alice"]) == 1
+        out = Path(os.environ.get("MARKETSCHED_ARTIFACTS") or tmp_path)
+        out.mkdir(parents=True, exist_ok=True)
+        shot = out / "exchange_orders.png"
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+        fresh(lambda: browser.find_element(By.CSS_SELECTOR, f"button[data-cancel='{mine['id']}']")).click()
+        assert wait(browser, lambda d: ex.store.order(mine["id"])["state"] == "cancelled")
+        assert wait(browser, lambda d: text("mine").splitlines()[0].split()[5] == "cancelled")
+        assert not browser.find_elements(By.CSS_SELECTOR, "button[data-cancel]")
+
+        # the provider: a reload forgets alice's token
+        login(p1)
+        assert wait(browser, lambda d: text("whoami") == "(provider p1)")
+        assert el("request-form").get_attribute("hidden") and not el("offer-form").get_attribute("hidden")
+        node = Select(el("o-node"))
+        assert [o.get_attribute("value") for o in node.options] == ["n0", "n1"]
+        node.select_by_value("n1")
+        now = ex.slot()
+        fill({"o-reserve": "0.75", "o-first": now + 2, "o-last": now + 9})
+        el("submit-offer").click()
+        assert wait(browser, lambda d: text("order-ok").startswith("offer "))
+        offer = ex.store.orders("offer")[-1]
+        assert (offer["owner"], offer["node_id"], offer["value"], offer["first_slot"], offer["last_slot"]) == (
+            "p1", ex.store.node_id("p1", "n1"), 0.75, now + 2, now + 9)
+        # an offer of n0, whose open offer overlaps: refused, the field named
+        node.select_by_value("n0")
+        el("submit-offer").click()
+        assert wait(browser, lambda d: "offer fields 'first_slot'/'last_slot': node 'n0'" in text("order-error"))
+        assert ex.store.orders("offer")[-1]["id"] == offer["id"]
+        assert text("error") == ""
+    finally:
+        srv.shutdown()
+        service.store.close()
+        ex.store.close()

@@ -717,13 +717,14 @@ def export(results, events_path, run_label, fmt, out_path):
 
 @main.command("audit")
 @workload_options
-@click.option("--mechanism", default="hb", show_default=True, metavar="NAME", help="Any registered market mechanism.")
+@click.option("--mechanism", default="hb", show_default=True, metavar="NAME",
+              help="Any registered market mechanism, or a day-ahead reservation auction: dpgva, relaxed-dpgva.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="A parameter of the mechanism (repeatable).")
 @click.option("--deviate", "deviations", multiple=True, metavar="KIND:AMOUNT[,...]",
               default=("value:0.5,0.8,1.25,2",), show_default=True,
               help="Lies to try (repeatable): value:FACTOR (bid x factor), estimate:FACTOR (run-time estimate x "
-                   "factor), delay:SECONDS (arrive later), deadline:FACTOR (time to the deadline x factor; EES, "
-                   "relaxed EES, Egg), node:RANK (join the node of this rank by tentative utility, 1 = the best; "
+                   "factor; the length under dpgva, relaxed-dpgva), delay:SECONDS (arrive later), deadline:FACTOR (time "
+                   "to the deadline x factor; EES, relaxed EES, Egg, dpgva, relaxed-dpgva), node:RANK (join the node of this rank by tentative utility, 1 = the best; "
                    "DLGM, P-DLGM).")
 @click.option("--per-band", default=5, show_default=True, type=click.IntRange(min=1),
               help="Focal jobs drawn from each value band (low, middle, high).")
@@ -755,14 +756,17 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
     from rich.table import Table
 
     from marketsched.analysis import audit as au
+    from marketsched.analysis import reservations
     from marketsched.analysis.plots import save
     from marketsched.mechanisms.registry import Unfit, get
 
+    auction = reservations.AUCTIONS.get(mechanism)
     try:
-        m = get(mechanism)
+        m = auction or get(mechanism)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--mechanism") from None
-    if not m.market:
+        raise click.BadParameter(f"{exc}; or a reservation auction: {', '.join(reservations.AUCTIONS)}",
+                                 param_hint="--mechanism") from None
+    if not isinstance(m, reservations.Auction) and not m.market:
         raise click.BadParameter(f"{mechanism} takes no reports (no bids, no payments): nothing to audit",
                                  param_hint="--mechanism")
     given = {key: value for _, key, value in _params(params)}
@@ -777,9 +781,13 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
     try:
         with Progress("reruns", BAR, "{task.completed}/{task.total}", ELAPSED, transient=True) as bar:
             task = bar.add_task("audit", total=None)
-            table = au.audit(jobs, mechanism, given, devs, per_band=per_band, seed=audit_seed,
-                             job_ids=list(job_ids) or None, group=group_share, group_draws_=group_count, rerun=rerun,
-                             progress=lambda done, total: bar.update(task, completed=done, total=total))
+            kw = dict(per_band=per_band, seed=audit_seed, job_ids=list(job_ids) or None, group=group_share,
+                      group_draws_=group_count,
+                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+            if auction is not None:
+                table = reservations.audit(jobs, mechanism, given, devs, **kw)
+            else:
+                table = au.audit(jobs, mechanism, given, devs, rerun=rerun, **kw)
     except (Unfit, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     s = au.summary(table)

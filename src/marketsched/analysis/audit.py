@@ -14,7 +14,12 @@ Steps of :func:`audit`:
 4. the gain is the focal job's **true** utility in the deviating run minus that in the truthful
    run, summed over its copies. Utility: the mechanism's own (registry ``utility``), else
    ``-w x flow time - payment`` (Shudler et al. (2010), Eq. 3) with the true value ``w``. Under a
-   delay the flow time counts from the true arrival (the job existed, it just waited to say so).
+   delay the flow time counts from the true arrival (the job existed, it just waited to say so);
+   a mechanism's own utility is given the jobs with the deviator's true arrival in
+   ``workload.submit_time`` (its reported one is in the run's policy): EES's waiting cost then
+   counts from the true arrival and its value of running, ``w x`` the time to the deadline, is
+   the true one; Egg's value schedule and the share markets' ``v x CPU-seconds`` do not depend on
+   the arrival.
 
 :func:`summary` gives per deviation kind and amount the share of profitable deviations (gain
 above a relative tolerance of 1e-9) with a 95% Wilson interval, and the largest gain with the
@@ -160,8 +165,9 @@ def true_utility(jobs, run, rows, true_submit) -> float:
     fn = get(run.mechanism).utility
     if fn is not None:
         if not np.array_equal(true_submit, jobs.workload.submit_time[rows]):
-            raise ValueError(f"{run.mechanism}: delay deviations need the quasi-linear utility; this mechanism has "
-                             "its own utility model, not audited under delays yet")
+            submit = jobs.workload.submit_time.copy()
+            submit[rows] = true_submit
+            jobs = replace(jobs, workload=replace(jobs.workload, submit_time=submit))
         return float(np.sum(np.asarray(fn(jobs, run), dtype=np.float64)[rows]))
     r = run.records
     done = r.state[rows] == FinalState.COMPLETED
@@ -209,11 +215,20 @@ def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int =
                              "deadlines: EES, relaxed EES, Egg)")
         if dev.kind == "node" and "node-choice" not in inputs:
             raise ValueError(f"{mechanism} does not let jobs choose their node (node lies: DLGM, P-DLGM)")
-    truthful = run(jobs, mechanism, params)
     if group is not None:
         focal = group_draws(jobs, group, group_draws_, seed)
     else:
         focal = focal_jobs(jobs, per_band, seed) if job_ids is None else rows_of(jobs, job_ids)
+    delays = [dev.amount for dev in deviations if dev.kind == "delay"]
+    if delays and "deadlines" in inputs and jobs.deadline is not None:
+        rows = np.concatenate(focal)
+        late = np.flatnonzero(jobs.workload.submit_time[rows] + max(delays) >= jobs.deadline[rows])
+        if len(late):
+            r = rows[late[0]]
+            raise ValueError(f"{mechanism}: a delay of {max(delays):g} s makes job {jobs.workload.job_id[r]} arrive "
+                             f"at or after its deadline ({jobs.deadline[r] - jobs.workload.submit_time[r]:.6g} s "
+                             "after its submission); a job does not arrive after its deadline: choose shorter delays")
+    truthful = run(jobs, mechanism, params)
     reruns = Reruns(jobs, mechanism, params, rerun)
     rows_of_focal: dict[int, list] = {}
     done = 0

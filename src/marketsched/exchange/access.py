@@ -1,8 +1,9 @@
-"""How a user's agent reaches the exchange: in the same process (:class:`LocalAccess`, on an
-:class:`~marketsched.exchange.core.Exchange`: simulation, or the command line beside a running
-exchange) or over the HTTP API with the user's token (:class:`ApiAccess`). Both answer the
-same questions in the same units (currency units; market information as ``market_info``
-rows), so one agent runs on either.
+"""How an agent reaches the exchange: in the same process (:class:`LocalAccess` for a user,
+:class:`LocalProviderAccess` for a provider, on an :class:`~marketsched.exchange.core.Exchange`:
+simulation, or the command line beside a running exchange) or over the HTTP API with the
+party's token (:class:`ApiAccess`, :class:`ProviderApiAccess`). Both of a role answer the same
+questions in the same units (currency units; market information as ``market_info`` rows), so
+one agent runs on either.
 """
 
 from __future__ import annotations
@@ -42,6 +43,30 @@ class LocalAccess:
         return self.ex.submit_request(self.user, value, cpu, mem, first_slot, last_slot, command)
 
 
+class LocalProviderAccess:
+    """Provider ``provider`` on the exchange ``ex``, in the same process."""
+
+    def __init__(self, ex: Exchange, provider: str):
+        self.ex, self.provider = ex, provider
+
+    def slot(self) -> int:
+        return self.ex.slot()
+
+    def nodes(self) -> list[dict]:
+        """The provider's nodes that have not left: ``id, name, cpu, mem``."""
+        return [n for n in self.ex.store.nodes().values() if n["provider"] == self.provider and n["left_t"] is None]
+
+    def open_offers(self) -> list[dict]:
+        return [o for o in self.ex.store.orders("offer", "open") if o["owner"] == self.provider]
+
+    def contracts(self) -> list[dict]:
+        """The provider's contracts, all states."""
+        return [c for c in self.ex.store.contracts() if c["provider"] == self.provider]
+
+    def submit_offer(self, node: str, reserve: float, first_slot: int, last_slot: int) -> int:
+        return self.ex.submit_offer(self.provider, node, reserve, first_slot, last_slot)
+
+
 class ApiAccess:
     """The user whose token ``client`` (a :class:`marketsched.live.cli.Client` on the exchange's
     API) carries."""
@@ -78,3 +103,20 @@ class ApiAccess:
     def submit_request(self, value: float, cpu: int, mem: int, first_slot: int, last_slot: int, command: str) -> int:
         return int(self.client.post("/api/requests", {"value": value, "cpu": cpu, "mem": mem, "first_slot": first_slot,
                                                       "last_slot": last_slot, "command": command})["id"])
+
+
+class ProviderApiAccess(ApiAccess):
+    """The provider whose token ``client`` carries, over the exchange's HTTP API."""
+
+    def nodes(self) -> list[dict]:
+        return [n for n in self.client.get("/api/nodes") if n["left_t"] is None]
+
+    def open_offers(self) -> list[dict]:
+        return self._all("/api/orders", "open")
+
+    def contracts(self) -> list[dict]:
+        return self._all("/api/contracts", "")
+
+    def submit_offer(self, node: str, reserve: float, first_slot: int, last_slot: int) -> int:
+        return int(self.client.post("/api/offers", {"node": node, "reserve": reserve, "first_slot": first_slot,
+                                                    "last_slot": last_slot})["id"])

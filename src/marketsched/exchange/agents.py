@@ -16,8 +16,10 @@ fake clock, :func:`simulate`).
   capped by the job's value and by what is left of the user's budget (its rule below). It
   reaches the exchange through :mod:`.access`, in process or over the HTTP API.
 * :class:`OfferAgent` (offer generation): keeps each node of its provider offered over a
-  rolling horizon. The reserve price is the node's cost times ``markup``. When the last
-  offer of a node ends within ``renew`` slots, the agent offers the next ``horizon`` slots.
+  rolling horizon. When the last offer of a node ends within ``renew`` slots, the agent offers
+  the next ``horizon`` slots. The reserve price is the node's cost times ``markup``, raised
+  with the provider's load (its rule below). It reaches the exchange through :mod:`.access`,
+  in process or over the HTTP API.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .access import LocalAccess
+from .access import LocalAccess, LocalProviderAccess
 from .core import Exchange
-from .store import MICRO, to_micro
+from .store import MICRO, commitment, to_micro
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,6 @@ class BiddingAgent:
             self.requests.setdefault(i, []).append(rid)
             new.append(rid)
         return new
-
-
-def commitment(value: float, cpu: int, first_slot: int, last_slot: int) -> int:
-    """The most a request can cost its user, in micro-units: its value per CPU unit per slot
-    times its CPU units and slots (every mechanism of the exchange charges at most the bid)."""
-    return to_micro(value * cpu * (last_slot - first_slot + 1))
 
 
 @dataclass
@@ -183,38 +179,76 @@ class BudgetAgent:
 
 @dataclass
 class OfferAgent:
-    """A provider's offer agent (see the module docstring); ``costs``: node name -> cost per
-    CPU unit per slot."""
+    """A provider's offer agent; ``costs``: node name -> cost per CPU unit per slot.
+
+    Stößer (2009, section 2.3) has the offer generation derive offers from the provider's
+    supply and business model while it "continuously observes the state of the market"; it
+    states no pricing rule, so this one is the module's decision. The reserve price of a
+    node's next offer is
+
+        cost * markup * (1 + load_weight * load)
+
+    where ``load`` is the provider's load when the agent offers: the share of the CPU slots of
+    its nodes in ``costs`` (those that have not left) over the next ``horizon`` slots that its
+    contracts (in any state: sold capacity is not resold) already take. An idle provider asks
+    its cost times markup, a fully booked one ``1 + load_weight`` times that; with
+    ``load_weight`` 0 the load is ignored. ``offers`` records ``(slot, node, reserve, load)``.
+    ``act`` takes an :class:`~.core.Exchange` (in process) or an :mod:`.access` provider object
+    (e.g. :class:`~.access.ProviderApiAccess`, over the API)."""
 
     provider: str
     costs: dict[str, float]
     markup: float = 1.0
     horizon: int = 20
     renew: int = 3
+    load_weight: float = 0.0
+    offers: list[tuple[int, str, float, float]] = field(default_factory=list)
 
     def __post_init__(self):
         if self.markup < 0 or self.renew < 0 or self.horizon <= self.renew:
             raise ValueError(f"agent fields: markup >= 0, renew >= 0, horizon > renew; got {self.markup}, "
                              f"{self.renew}, {self.horizon}")
+        if not (math.isfinite(self.load_weight) and self.load_weight >= 0):
+            raise ValueError(f"agent field 'load_weight' must be a number >= 0, got {self.load_weight!r}")
 
-    def act(self, ex: Exchange) -> list[int]:
+    def load(self, market, nodes: list[dict], now: int) -> float:
+        """The provider's load over slots ``now + 1 .. now + horizon`` (see the class)."""
+        first, last = now + 1, now + self.horizon
+        ids = {n["id"] for n in nodes}
+        capacity = sum(n["cpu"] for n in nodes) * self.horizon
+        sold = sum(c["cpu"] * max(0, min(c["last_slot"], last) - max(c["first_slot"], first) + 1)
+                   for c in market.contracts() if c["node_id"] in ids)
+        return min(1.0, sold / capacity) if capacity else 0.0
+
+    def act(self, market) -> list[int]:
         """Offer the next window of every node whose offers end soon; returns the new offer ids."""
-        now = ex.slot()
+        if isinstance(market, Exchange):
+            market = LocalProviderAccess(market, self.provider)
+        now = market.slot()
+        nodes = [n for n in market.nodes() if n["name"] in self.costs]
+        by_name = {n["name"]: n for n in nodes}
+        ends: dict[int, int] = {}
+        for o in market.open_offers():
+            ends[o["node_id"]] = max(ends.get(o["node_id"], now), o["last_slot"])
+        load = None
         new = []
         for name, cost in sorted(self.costs.items()):
-            node_id = ex.store.node_id(self.provider, name)
-            ends = [o["last_slot"] for o in ex.store.orders("offer", "open", node_id=node_id)]
-            end = max(ends, default=now)
+            if name not in by_name:
+                continue  # the node left (or never joined): nothing to offer
+            end = ends.get(by_name[name]["id"], now)
             if end - now <= self.renew:
-                new.append(ex.submit_offer(self.provider, name, cost * self.markup, max(end, now) + 1,
-                                           now + self.horizon))
+                if load is None:
+                    load = self.load(market, nodes, now)
+                reserve = cost * self.markup * (1 + self.load_weight * load)
+                new.append(market.submit_offer(name, reserve, max(end, now) + 1, now + self.horizon))
+                self.offers.append((now, name, reserve, load))
         return new
 
 
 def agents_from_config(config: dict, now_slot: int) -> list:
     """Agents from a JSON-like ``config``: ``{"users": [{"user", "shade", "lead", "jobs":
     [{"value", "cpu", "mem", "duration", "release", "deadline", "command"}]}], "providers":
-    [{"provider", "costs": {node: cost}, "markup", "horizon", "renew"}]}``. A job's
+    [{"provider", "costs": {node: cost}, "markup", "horizon", "renew", "load_weight"}]}``. A job's
     ``release`` and ``deadline`` count slots from ``now_slot``. A user with a ``budget`` (and
     optionally ``margin``, ``window``) gets a :class:`BudgetAgent`, else a :class:`BiddingAgent`.
     ValueError naming what is wrong."""
@@ -222,7 +256,8 @@ def agents_from_config(config: dict, now_slot: int) -> list:
     try:
         for p in config.get("providers", []):
             agents.append(OfferAgent(p["provider"], {str(k): float(v) for k, v in p["costs"].items()},
-                                     float(p.get("markup", 1.0)), int(p.get("horizon", 20)), int(p.get("renew", 3))))
+                                     float(p.get("markup", 1.0)), int(p.get("horizon", 20)), int(p.get("renew", 3)),
+                                     float(p.get("load_weight", 0.0))))
         for u in config.get("users", []):
             jobs = [JobNeed(float(j["value"]), int(j["cpu"]), int(j.get("mem", 0)), int(j["duration"]),
                             now_slot + int(j["release"]), now_slot + int(j["deadline"]), str(j.get("command", "true")))

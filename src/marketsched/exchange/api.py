@@ -12,6 +12,19 @@ a party's: a user's (requests) or a provider's (offers), issued by the operator 
 (``ex_parties``). A party sees and cancels only its own orders and contracts: another party's
 answers 404, exactly as an order that does not exist.
 
+A provider's token may be issued before it has joined: it then joins (``POST /api/join``) and
+registers its nodes itself, at most ``MAX_NODES_PER_PROVIDER`` (:mod:`.orders`). The provider a
+joining, node or leaving is for is the token's party, never a field of the body, so no party
+registers or removes nodes for another. A local provider's node names CPUs of this
+machine (``cpus``), none of them backing another provider's node; a Slurm provider's names
+none. The operator's ``marketsched exchange join`` and ``node`` remain, and are not bound by
+the CPU rule (the operator may share CPUs on purpose).
+
+The market information page reads a party's own orders with the live market's signed reads
+(``Authorization: MarketSig ...``, GET only; :mod:`marketsched.live.api`), so it does not send
+the token to refresh; it sends the token itself (``Bearer``) only with an order or
+cancellation the party submits on the page, as the command line does.
+
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with status 400 (bad
 input: the message names the field), 401 (no or wrong token), 403 (the other role's route),
 404 (no such order or contract of the caller's), 413 (body larger than ``MAX_BODY``), 429 (too
@@ -25,9 +38,15 @@ GET     ``/``                           the market information page (prices over
 GET     ``/api/health``                 ``{"ok": true, ...}``
 GET     ``/api/market``                 now: time, slot, settings, last clearing, open book in aggregate
 GET     ``/api/market/history``         ``?after=PERIOD&limit=N``: per period volume, price per CPU class, open interest
-GET     ``/api/me``                     who the caller is: ``{"role", "name"}``
+GET     ``/api/me``                     who the caller is: ``{"role", "name"}`` (a provider: also ``joined``, ``kind``, ...)
+POST    ``/api/join``                   provider: ``{"kind": "local"|"slurm", "partition"?}``
+POST    ``/api/nodes``                  provider: ``{"name", "cpu", "mem", "cpus"?}`` (a local provider's CPUs of the machine)
+GET     ``/api/nodes``                  provider: own nodes (``left_t``: when one left)
+POST    ``/api/nodes/NAME/leave``       provider: the node leaves (open offers cancelled; contracts stand)
+POST    ``/api/leave``                  provider: leave with every node
 POST    ``/api/requests``               user: ``{"value", "cpu", "mem"?, "first_slot", "last_slot", "command"}``
 POST    ``/api/offers``                 provider: ``{"node", "reserve", "first_slot", "last_slot"}``
+GET     ``/api/balance``                user: ``{"balance", "committed", "available", "deposits_required"}``
 GET     ``/api/orders``                 own orders; ``?state=open,filled&limit=N&before=ID``
 GET     ``/api/orders/ID``              one own order
 POST    ``/api/orders/ID/cancel``       withdraw an own open order (also ``DELETE /api/orders/ID``)
@@ -59,6 +78,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import hmac
 import json
 import secrets
 import sqlite3
@@ -73,6 +93,7 @@ from fastapi.responses import Response, StreamingResponse
 from marketsched.live.api import (
     MAX_PAGE,
     Route,
+    _authenticate,
     _before,
     _endpoint,
     _json,
@@ -81,12 +102,12 @@ from marketsched.live.api import (
     json_errors,
     page_endpoint,
 )
-from marketsched.live.broker import MAX_ID, MarketError, _number, _show, _whole, hash_token
+from marketsched.live.broker import MAX_ID, MarketError, _number, _show, _whole, hash_token, page_key_id
 from marketsched.live.server import Limits, MarketServer
 
 from .core import Exchange
 from .info import market_info, open_book
-from .orders import MAX_CPU, MAX_PRICE, check_name
+from .orders import MAX_CPU, MAX_PRICE, PROVIDER_KINDS, check_name
 from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore
 
 MAX_STREAMS = 256  # alert streams the server holds at once
@@ -101,12 +122,11 @@ _SIDE = {"user": "request", "provider": "offer"}
 
 def issue_token(store: ExchangeStore, role: str, name: str, t: float) -> str:
     """A new token for party ``(role, name)`` (its old one stops working); only its hash is
-    stored. A provider must have joined."""
+    stored. A provider may join with it (``POST /api/join``) or have joined by the operator's
+    ``marketsched exchange join``."""
     if role not in ROLES:
         raise ValueError(f"party role must be one of {', '.join(ROLES)}, got {role!r}")
     check_name(role, "name", name)
-    if role == "provider" and not any(p["name"] == name for p in store.providers()):
-        raise ValueError(f"no provider {name!r} has joined (marketsched exchange join)")
     token = secrets.token_urlsafe(32)
     store.set_token_hash(role, name, hash_token(token), t)
     return token
@@ -140,6 +160,17 @@ class ExchangeService:
             raise MarketError("wrong token: no party has this token", 401)
         return rows[0][0], rows[0][1]
 
+    def page_user(self, key_id: str) -> tuple[str, str, str] | None:
+        """``(role, name, token hash)`` of the party whose web-page key id is ``key_id``
+        (:func:`marketsched.live.broker.page_key_id`), or None: the live market's signed reads
+        (``MarketSig``, GET only) are checked by its own code (:mod:`marketsched.live.api`)."""
+        with self._tokens_lock:
+            rows = self._tokens.execute("SELECT role, name, token_hash FROM ex_parties").fetchall()
+        for role, name, token_hash in rows:  # few parties: the key ids are not stored
+            if hmac.compare_digest(page_key_id(token_hash), key_id):
+                return role, name, token_hash
+        return None
+
     def _do(self, fn, *args):
         with self.lock:
             try:
@@ -149,14 +180,14 @@ class ExchangeService:
 
     # ------------------------------------------------------------------ orders
     def submit_request(self, who, body: dict) -> dict:
-        _role(who, "user", "requests")
+        _role(who, "user", "submit requests")
         _need(body, ("value", "cpu", "first_slot", "last_slot", "command"), "a request")
         oid = self._do(self.exchange.submit_request, who[1], body["value"], body["cpu"], body.get("mem", 0),
                        body["first_slot"], body["last_slot"], body["command"])
         return self.order(who, oid)
 
     def submit_offer(self, who, body: dict) -> dict:
-        _role(who, "provider", "offers")
+        _role(who, "provider", "submit offers")
         _need(body, ("node", "reserve", "first_slot", "last_slot"), "an offer")
         oid = self._do(self.exchange.submit_offer, who[1], body["node"], body["reserve"], body["first_slot"],
                        body["last_slot"])
@@ -179,6 +210,51 @@ class ExchangeService:
         rows = self._page(ORDER_COLUMNS, "ex_orders", "owner = ? AND side = ?", [who[1], _SIDE[who[0]]],
                           _states(states, ORDER_STATES), limit, before)
         return [_order_view(o) for o in rows]
+
+    # ------------------------------------------------------------------ providers
+    def join(self, who, body: dict) -> dict:
+        _role(who, "provider", "join")
+        _need(body, ("kind",), "a joining")
+        self._do(self.exchange.join, who[1], body["kind"], body.get("partition"))
+        return self.me(who)
+
+    def add_node(self, who, body: dict) -> dict:
+        _role(who, "provider", "register nodes")
+        _need(body, ("name", "cpu", "mem"), "a node")
+        with self.lock:
+            if self.store.provider(who[1]) is None:
+                raise MarketError(f"provider {who[1]!r} has not joined: POST /api/join first")
+        node_id = self._do(self.exchange.add_node, who[1], body["name"], body["cpu"], body["mem"], body.get("cpus"),
+                           True)
+        with self.lock:
+            return _node_view(self.store.nodes(node_id)[node_id])
+
+    def nodes(self, who) -> list[dict]:
+        _role(who, "provider", "have nodes")
+        with self.lock:
+            return [_node_view(n) for n in self.store.nodes().values() if n["provider"] == who[1]]
+
+    def leave(self, who, node: str | None) -> dict:
+        _role(who, "provider", "leave")
+        cancelled = self._do(self.exchange.leave, who[1], node)
+        return {**self.me(who), "cancelled_offers": cancelled}
+
+    def balance(self, who) -> dict:
+        """A user's money in currency units: ``balance``, ``committed``, ``available``
+        (:meth:`.store.ExchangeStore.available`), and whether requests must be covered."""
+        _role(who, "user", "have deposits")
+        with self.lock:
+            money = self.store.available(who[1])
+        return {**{k: v / MICRO for k, v in money.items()}, "deposits_required": bool(self.exchange.settings["deposits"])}
+
+    def me(self, who) -> dict:
+        """Who the caller is; a provider's kind, partition and when it joined and left."""
+        out = {"role": who[0], "name": who[1]}
+        if who[0] == "provider":
+            with self.lock:
+                p = self.store.provider(who[1])
+            out.update({"joined": p is not None, **({k: p[k] for k in ("kind", "partition", "left_t")} if p else {})})
+        return out
 
     # ------------------------------------------------------------------ contracts
     def contract(self, who, contract_id) -> dict:
@@ -235,7 +311,7 @@ class ExchangeService:
 
 def _role(who, role: str, what: str) -> None:
     if who[0] != role:
-        raise MarketError(f"only {role}s submit {what}; this token is {who[0]} {who[1]!r}'s", 403)
+        raise MarketError(f"only {role}s {what}; this token is {who[0]} {who[1]!r}'s", 403)
 
 
 def _need(body: dict, fields, noun: str) -> None:
@@ -253,8 +329,14 @@ def _states(text: str | None, known) -> list[str] | None:
 
 
 def _order_view(o: dict) -> dict:
-    return {k: o[k] for k in ("id", "side", "owner", "value", "cpu", "mem", "first_slot", "last_slot", "command",
-                              "submit_t", "state", "closed_t") if o["side"] == "request" or k != "command"}
+    """An order as its party sees it: a request with its command, an offer with its node's id."""
+    return {k: o[k] for k in ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot",
+                              "command", "submit_t", "state", "closed_t")
+            if k not in ("command", "node_id") or (k == "command") == (o["side"] == "request")}
+
+
+def _node_view(n: dict) -> dict:
+    return {k: n[k] for k in ("id", "name", "cpu", "mem", "cpus", "left_t")}
 
 
 def _contract_view(c: dict) -> dict:
@@ -289,7 +371,21 @@ def _paged(items: list[dict], limit: int):
 
 
 ROUTES = [
-    Route("GET", "/api/me", lambda s, who, q, body: {"role": who[0], "name": who[1]}, "who the caller is"),
+    Route("GET", "/api/me", lambda s, who, q, body: s.me(who), "who the caller is"),
+    Route("POST", "/api/join", lambda s, who, q, body: s.join(who, body), "provider: join the exchange",
+          noun="a joining", required=("kind",),
+          body={"kind": {**STR, "enum": list(PROVIDER_KINDS)}, "partition": STR}),
+    Route("POST", "/api/leave", lambda s, who, q, body: s.leave(who, None),
+          "provider: leave with every node (open offers cancelled; contracts stand)", noun="a leaving", body={}),
+    Route("GET", "/api/balance", lambda s, who, q, body: s.balance(who),
+          "user: deposited balance, committed, available"),
+    Route("GET", "/api/nodes", lambda s, who, q, body: s.nodes(who), "provider: own nodes"),
+    Route("POST", "/api/nodes", lambda s, who, q, body: s.add_node(who, body), "provider: register a node",
+          noun="a node", required=("name", "cpu", "mem"),
+          body={"name": STR, "cpu": INT, "mem": INT,
+                "cpus": {"type": "array", "items": INT, "description": "local provider: CPUs of the machine"}}),
+    Route("POST", "/api/nodes/{name}/leave", lambda s, who, q, body, name: s.leave(who, name),
+          "provider: a node leaves (its open offers cancelled; contracts stand)", noun="a leaving", body={}),
     Route("POST", "/api/requests", lambda s, who, q, body: s.submit_request(who, body), "user: submit a request",
           noun="a request", required=("value", "cpu", "first_slot", "last_slot", "command"),
           body={"value": {**NUM, "description": "most paid per CPU unit per slot"}, "cpu": INT, "mem": INT,
@@ -321,8 +417,6 @@ ROUTES = [
 ]
 
 
-def _authenticate(service: ExchangeService, peer, header: str, method: str, target: str) -> tuple[str, str]:
-    return service.authenticate(header[7:].strip() if header.startswith("Bearer ") else None)
 
 
 # ---------------------------------------------------------------------------- price alerts
@@ -390,7 +484,8 @@ def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolEx
         try:
             q = _query(request, route)
             header = request.headers.get("authorization", "")
-            who = await loop.run_in_executor(pool, _authenticate, service, None, header, "GET", "")
+            who = await loop.run_in_executor(pool, service.authenticate,
+                                             header[7:].strip() if header.startswith("Bearer ") else None)
             below, above = _bound(q, "below", 0, MAX_PRICE), _bound(q, "above", 0, MAX_PRICE)
             if below is None and above is None:
                 raise MarketError("give the alert's condition: below=PRICE, above=PRICE or both")

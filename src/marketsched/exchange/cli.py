@@ -70,13 +70,16 @@ def exchange() -> None:
 @click.option("--penalty", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="A failed contract's penalty, times its price.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the randomized mechanism.")
-def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed):
+@click.option("--deposits", is_flag=True,
+              help="Users pay from deposits (marketsched exchange deposit): a request its user's available "
+                   "balance does not cover is refused. Without it, users trade on credit.")
+def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits):
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
     store = ExchangeStore(data)
     _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
-                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time()))
+                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits))
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
                f"{period_seconds:g} s")
 
@@ -108,6 +111,19 @@ def node_cmd(data, provider, name, cpu, mem, cpus):
         raise click.BadParameter(f"a comma-separated list of CPU numbers, got {cpus!r}", param_hint="--cpus") from None
     node_id = _do(_open(data).add_node, provider, name, cpu, mem, cpu_list)
     click.echo(f"node {node_id}: {provider}/{name}")
+
+
+@exchange.command("deposit")
+@DATA
+@click.argument("user")
+@click.argument("amount", type=float)
+def deposit_cmd(data, user, amount):
+    """Deposit AMOUNT currency units into USER's account (an exchange made with --deposits takes
+    a user's requests only as far as its available balance covers them)."""
+    ex = _open(data)
+    _do(ex.deposit, user, amount)
+    money = ex.store.available(user)
+    click.echo(f"{user}: balance {money['balance'] / MICRO:.6f}, available {money['available'] / MICRO:.6f}")
 
 
 @exchange.command("request")
@@ -182,7 +198,8 @@ def run_cmd(data, containment, poll, duration):
 @DATA
 @click.argument("name")
 @click.option("--user", "role", flag_value="user", help="A user's token (requests).")
-@click.option("--provider", "role", flag_value="provider", help="A provider's token (offers; it must have joined).")
+@click.option("--provider", "role", flag_value="provider",
+              help="A provider's token (offers, nodes; it may join with it through the API: POST /api/join).")
 def token_cmd(data, name, role):
     """Issue a party's token for the HTTP API (printed once; its old one stops working)."""
     from .api import issue_token
@@ -273,31 +290,40 @@ def agents_cmd(data, config, step, duration):
 @click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--url", envvar="MARKETSCHED_EXCHANGE_URL", default="http://127.0.0.1:8766", show_default=True,
               help="The exchange's API [$MARKETSCHED_EXCHANGE_URL].")
-@click.option("--token", envvar="MARKETSCHED_TOKEN", required=True, help="Your user token [$MARKETSCHED_TOKEN].")
+@click.option("--token", envvar="MARKETSCHED_TOKEN", required=True,
+              help="Your user's or provider's token [$MARKETSCHED_TOKEN].")
 @click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between the agent's turns.")
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
 def bid_cmd(config, url, token, step, duration):
-    """Run your budget bidding agent over the exchange's HTTP API (docs/exchange.md): CONFIG is
-    a JSON object {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]}, jobs as for
-    `exchange agents`."""
+    """Run your agent over the exchange's HTTP API (docs/exchange.md). With a user's token,
+    the budget bidding agent: CONFIG is {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]},
+    jobs as for `exchange agents`. With a provider's token, the offer agent: CONFIG is
+    {"costs": {node: cost}, "markup"?, "horizon"?, "renew"?, "load_weight"?}."""
     from marketsched.live.cli import Client, ClientError
 
-    from .access import ApiAccess
+    from .access import ApiAccess, ProviderApiAccess
     from .agents import agents_from_config
 
     try:
         spec = json.loads(config.read_text())
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"{config}: not JSON ({exc})") from None
-    if not isinstance(spec, dict) or "budget" not in spec:
-        raise click.ClickException(f"{config}: needs a JSON object with a 'budget'")
-    market = ApiAccess(Client(url, token))
+    client = Client(url, token)
     try:
-        me = market.client.get("/api/me")
-        if me["role"] != "user":
-            raise click.ClickException(f"this token is provider {me['name']!r}'s: bidding needs a user's token")
-        (agent,) = _do(agents_from_config, {"users": [{**spec, "user": me["name"]}]}, market.slot())
+        me = client.get("/api/me")
+        if me["role"] == "user":
+            if not isinstance(spec, dict) or "budget" not in spec:
+                raise click.ClickException(f"{config}: a user's agent needs a JSON object with a 'budget'")
+            market = ApiAccess(client)
+            config_of = {"users": [{**spec, "user": me["name"]}]}
+        else:
+            if not isinstance(spec, dict) or not isinstance(spec.get("costs"), dict):
+                raise click.ClickException(f"{config}: a provider's agent needs a JSON object with 'costs' "
+                                           "({node: cost per CPU unit per slot})")
+            market = ProviderApiAccess(client)
+            config_of = {"providers": [{**spec, "provider": me["name"]}]}
+        (agent,) = _do(agents_from_config, config_of, market.slot())
         end = None if duration is None else time.monotonic() + duration
         while True:
             _do(agent.act, market)
@@ -306,8 +332,12 @@ def bid_cmd(config, url, token, step, duration):
             time.sleep(step)
     except ClientError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{len(agent.bids)} bids for {me['name']!r}; committed {agent.committed(market) / MICRO:.6f} "
-               f"of a budget of {agent.budget:g}")
+    if me["role"] == "user":
+        click.echo(f"{len(agent.bids)} bids for {me['name']!r}; committed {agent.committed(market) / MICRO:.6f} "
+                   f"of a budget of {agent.budget:g}")
+    else:
+        click.echo(f"{len(agent.offers)} offers for {me['name']!r}; last reserve "
+                   + (f"{agent.offers[-1][2]:.6f} at load {agent.offers[-1][3]:.3f}" if agent.offers else "-"))
 
 
 @exchange.command("status")

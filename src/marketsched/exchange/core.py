@@ -50,15 +50,37 @@ from collections.abc import Callable
 from marketsched.live.executor import RunAs
 
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
-from .orders import PROVIDER_KINDS, check_mechanism, check_name, check_node, check_offer, check_request
+from .orders import (
+    MAX_NODES_PER_PROVIDER,
+    MAX_PRICE,
+    PROVIDER_KINDS,
+    check_mechanism,
+    check_name,
+    check_node,
+    check_offer,
+    check_party_cpus,
+    check_request,
+)
 from .providers import Backend
-from .store import CLEARING, FINAL_CONTRACT_STATES, OPEN_CONTRACT_STATES, ExchangeStore, provider_account, user_account
+from .store import (
+    CLEARING,
+    FINAL_CONTRACT_STATES,
+    MICRO,
+    OPEN_CONTRACT_STATES,
+    ExchangeStore,
+    commitment,
+    provider_account,
+    to_micro,
+    user_account,
+)
 
 
 def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds: float, mechanism: str,
                     k: float = 0.5, alpha: float = 10.0, penalty: float = 1.0, seed: int = 0,
-                    epoch: float = 0.0) -> None:
-    """Set an exchange's settings once, in a new database; ValueError naming a bad one."""
+                    epoch: float = 0.0, deposits: bool = False) -> None:
+    """Set an exchange's settings once, in a new database; ValueError naming a bad one.
+    ``deposits``: a user's request must be covered by its deposited balance (else users trade
+    on credit)."""
     for name, value in (("slot_seconds", slot_seconds), ("period_seconds", period_seconds)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ValueError(f"exchange setting {name!r} must be a number of seconds > 0, got {value!r}")
@@ -69,7 +91,8 @@ def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds
         raise ValueError(f"exchange setting 'penalty' must be a number >= 0 (times the contract's price), "
                          f"got {penalty!r}")
     store.init_settings(slot_seconds=float(slot_seconds), period_seconds=float(period_seconds), mechanism=mechanism,
-                        k=float(k), alpha=float(alpha), penalty=float(penalty), seed=int(seed), epoch=float(epoch))
+                        k=float(k), alpha=float(alpha), penalty=float(penalty), seed=int(seed), epoch=float(epoch),
+                        deposits=int(bool(deposits)))
 
 
 class Exchange:
@@ -109,14 +132,57 @@ class Exchange:
             check_name("provider", "partition", partition)
         self.store.add_provider(provider, kind, self.clock(), partition)
 
-    def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None) -> int:
-        return self.store.add_node(check_node(provider, name, cpu, mem, cpus))
+    def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
+                 by_party: bool = False) -> int:
+        """Add a node to ``provider`` (at most ``MAX_NODES_PER_PROVIDER`` nodes that have not left).
+        ``by_party``: the provider registers it itself (the HTTP API), not the operator; then a
+        local provider's node names the CPUs of this machine backing it, none of them backing
+        another provider's node, and a Slurm provider's names none (Slurm places its jobs)."""
+        node = check_node(provider, name, cpu, mem, cpus)
+        with self.store.transaction():
+            p = self.store.provider(provider)
+            if by_party and p is not None:
+                check_party_cpus(p, node.get("cpus"), self.store.nodes().values())
+            active = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ? AND left_t IS NULL",
+                                     (provider,))[0][0]
+            if active >= MAX_NODES_PER_PROVIDER:
+                raise ValueError(f"node field 'name': provider {provider!r} has {active} nodes, the most one "
+                                 f"provider may have ({MAX_NODES_PER_PROVIDER})")
+            return self.store.add_node(node)
+
+    def leave(self, provider: str, node: str | None = None) -> list[int]:
+        """Node ``node`` of ``provider`` leaves the exchange (None: the provider leaves with all
+        its nodes): its open offers are cancelled, the contracts it made stand (their jobs run,
+        or the provider pays their penalties). Returns the cancelled offers' ids."""
+        check_name("provider", "name", provider)
+        if node is not None:
+            check_name("node", "name", node)
+        return self.store.leave(provider, node, self.clock())
 
     def submit_request(self, user: str, value: float, cpu: int, mem: int, first_slot: int, last_slot: int,
                        command: str) -> int:
         """A user's request (Stößer 2009, section 3.4.1); returns its order id."""
         order = check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot=self.slot())
-        return self.store.insert_order("request", order, self.clock())
+        with self.store.transaction():
+            if self.settings["deposits"]:
+                need = commitment(order["value"], order["cpu"], order["first_slot"], order["last_slot"])
+                money = self.store.available(user)
+                if need > money["available"]:
+                    raise ValueError(
+                        f"request field 'value': the request may cost up to {need / MICRO:.6f} (value x CPU x slots), "
+                        f"more than the {money['available'] / MICRO:.6f} {user!r} has available (deposited balance "
+                        f"{money['balance'] / MICRO:.6f} less {money['committed'] / MICRO:.6f} committed to open "
+                        "requests and unsettled contracts): deposit more or bid less")
+            return self.store.insert_order("request", order, self.clock())
+
+    def deposit(self, user: str, amount: float) -> None:
+        """``amount`` currency units reach user ``user``'s account (the operator's deposit)."""
+        check_name("deposit", "user", user)
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not (
+                math.isfinite(amount) and 0 < amount <= MAX_PRICE) or to_micro(amount) < 1:
+            raise ValueError(f"deposit field 'amount' must be a finite number from 0.000001 to {MAX_PRICE:g}, "
+                             f"got {amount!r}")
+        self.store.deposit(user, to_micro(amount), self.clock())
 
     def submit_offer(self, provider: str, node: str, reserve: float, first_slot: int, last_slot: int) -> int:
         """A provider's offer of one of its nodes over ``[first_slot, last_slot]``; refused if

@@ -18,6 +18,7 @@ at most ``MAX_AHEAD_SLOTS`` after the current slot (and its window is at most th
 from __future__ import annotations
 
 import math
+import os
 import re
 
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "exact")
@@ -29,6 +30,7 @@ MAX_MEM = 10**12  # memory units of a node or a request
 MAX_SLOT = 2**40  # any slot number
 MAX_AHEAD_SLOTS = 1000  # how far after the current slot an order may end (a clearing's arrays grow with it)
 MAX_COMMAND_BYTES = 65536  # a request's command, UTF-8
+MAX_NODES_PER_PROVIDER = 256  # nodes of one provider that have not left
 
 
 def check_name(kind: str, field: str, value) -> str:
@@ -85,6 +87,26 @@ def check_node(provider, name, cpu, mem, cpus=None) -> dict:
             raise ValueError(f"node field 'cpus' must be a non-empty list of CPU numbers >= 0, got {cpus!r}")
         out["cpus"] = sorted(set(cpus))
     return out
+
+
+def check_party_cpus(provider: dict, cpus: list[int] | None, nodes) -> None:
+    """The CPUs a provider (a row of the providers table) names for a node it registers itself:
+    a local provider's are CPUs of this machine that back no other provider's node (of
+    ``nodes``, rows of the nodes table; nodes that left free theirs); a Slurm provider names none."""
+    if provider["kind"] == "slurm":
+        if cpus is not None:
+            raise ValueError("node field 'cpus' is for local providers: Slurm places a slurm provider's jobs")
+        return
+    if cpus is None:
+        raise ValueError("node field 'cpus' is required: the CPUs of this machine that back a local provider's node")
+    have = os.cpu_count() or 1
+    bad = [c for c in cpus if c >= have]
+    if bad:
+        raise ValueError(f"node field 'cpus': this machine has CPUs 0-{have - 1}, not {bad[0]}")
+    for n in nodes:
+        if n["provider"] != provider["name"] and n["left_t"] is None and set(n["cpus"] or ()) & set(cpus):
+            raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus))} backs a node of another "
+                             "provider")
 
 
 def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot: int | None = None) -> dict:

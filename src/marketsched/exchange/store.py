@@ -6,11 +6,14 @@ kill -9 of the exchange and a crash of the machine). The double-entry ledger (``
 file, amounts in integer micro-units; that store's other tables (``users``, ``jobs``, ...)
 stay empty here. The exchange's own tables are prefixed ``ex_``.
 
-Ledger accounts: ``user:NAME`` (a user), ``provider:NAME`` (a provider), ``exchange:clearing``
+Ledger accounts: ``external:deposits`` (where users' deposits come from: minus all deposits),
+``user:NAME`` (a user), ``provider:NAME`` (a provider), ``exchange:clearing``
 (the exchange as central counterparty: users pay it, it pays providers; it holds only the
 rounding residue of each clearing and the difference on a job whose contracts were settled
-differently). Entries carry the contract id in ``job_id``. Balances may go below zero (users
-and providers trade on credit in this first version).
+differently). Entries carry the contract id in ``job_id`` (a deposit: none). An exchange made
+with ``deposits`` set takes a request only if the user's deposited balance covers it
+(:meth:`ExchangeStore.available`), so a user's balance never goes below zero; without it, users
+trade on credit. Providers' balances may go below zero (a penalty they cannot cover).
 """
 
 from __future__ import annotations
@@ -19,18 +22,21 @@ import json
 from pathlib import Path
 
 from marketsched.live.files import data_folder
-from marketsched.live.ledger import MICRO, Store
+from marketsched.live.ledger import DEPOSITS, MICRO, Store
 
 CLEARING = "exchange:clearing"
 SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
-            "penalty": float, "seed": int, "epoch": float}
+            "penalty": float, "seed": int, "epoch": float, "deposits": int}
+# settings added after the first version, and their value in an exchange made before them
+LATER_SETTINGS = {"deposits": 0}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ex_providers (
     name TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
     partition TEXT,
-    joined REAL NOT NULL
+    joined REAL NOT NULL,
+    left_t REAL
 );
 CREATE TABLE IF NOT EXISTS ex_nodes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -39,6 +45,7 @@ CREATE TABLE IF NOT EXISTS ex_nodes (
     cpu INTEGER NOT NULL,
     mem INTEGER NOT NULL,
     cpus TEXT,
+    left_t REAL,
     UNIQUE (provider, name)
 );
 CREATE TABLE IF NOT EXISTS ex_orders (
@@ -123,7 +130,9 @@ CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider"
                     "started_t", "ended_t", "exit_code", "cpu_seconds", "note")
 PERIOD_COLUMNS = ("id", "t", "base_slot", "last_order", "mechanism", "k", "seed", "book", "requests", "offers",
                   "welfare", "latency")
-NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus")
+NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
+# columns added after the first version: a database made before them gets them on opening
+_ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
 OPEN_CONTRACT_STATES = ("pending", "starting", "running")
 FINAL_CONTRACT_STATES = ("delivered", "failed", "lapsed")
 
@@ -142,7 +151,11 @@ class ExchangeStore:
             for stmt in _SCHEMA.split(";"):
                 if stmt.strip():
                     self.conn.execute(stmt)
+            for table, column, kind in _ADDED_COLUMNS:
+                if column not in {r[1] for r in self.rows(f"PRAGMA table_info({table})")}:
+                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
             self.ensure_account(CLEARING)
+            self.ensure_account(DEPOSITS)
 
     def transaction(self):
         """All writes inside commit together (nested uses join the outer transaction)."""
@@ -163,6 +176,9 @@ class ExchangeStore:
         got = {k: self.ledger.get_meta(f"exchange.{k}") for k in SETTINGS}
         if got["mechanism"] is None:
             return None
+        for k, default in LATER_SETTINGS.items():
+            if got[k] is None:
+                got[k] = default
         return {k: SETTINGS[k](v) for k, v in got.items()}
 
     def init_settings(self, **settings) -> None:
@@ -179,7 +195,7 @@ class ExchangeStore:
     def ensure_account(self, name: str) -> None:
         self.conn.execute("INSERT OR IGNORE INTO accounts (name, balance) VALUES (?, 0)", (name,))
 
-    def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, contract: int,
+    def post(self, t: float, kind: str, from_account: str, to_account: str, amount: int, contract: int | None,
              memo: str = "") -> None:
         """One double entry of ``amount`` micro-units (nothing for 0)."""
         if amount:
@@ -187,6 +203,26 @@ class ExchangeStore:
 
     def balances(self) -> dict[str, int]:
         return self.ledger.balances()
+
+    def deposit(self, user: str, amount: int, t: float) -> None:
+        """``amount`` micro-units (> 0) reach user ``user``'s account from outside."""
+        with self.transaction():
+            self.ensure_account(user_account(user))
+            self.post(t, "deposit", DEPOSITS, user_account(user), amount, None, "deposit")
+
+    def available(self, user: str) -> dict[str, int]:
+        """User ``user``'s money in micro-units: ``balance``, ``committed`` (what its open
+        requests may still cost, :func:`~.orders.commitment`, plus the prices of its contracts
+        not yet settled) and ``available`` (the balance less the committed)."""
+        rows = self.rows("SELECT balance FROM accounts WHERE name = ?", (user_account(user),))
+        balance = int(rows[0][0]) if rows else 0
+        committed = sum(commitment(v, c, f, last) for v, c, f, last in self.rows(
+            "SELECT value, cpu, first_slot, last_slot FROM ex_orders WHERE side = 'request' AND state = 'open' "
+            "AND owner = ?", (user,)))
+        committed += int(self.rows("SELECT COALESCE(SUM(user_price), 0) FROM ex_contracts WHERE user = ? AND state IN "
+                                   f"({', '.join('?' * len(OPEN_CONTRACT_STATES))})",
+                                   (user, *OPEN_CONTRACT_STATES))[0][0])
+        return {"balance": balance, "committed": committed, "available": balance - committed}
 
     # ------------------------------------------------------------------ providers and nodes
     def add_provider(self, name: str, kind: str, t: float, partition: str | None = None) -> None:
@@ -198,19 +234,49 @@ class ExchangeStore:
             self.ensure_account(provider_account(name))
 
     def providers(self) -> list[dict]:
-        return self.dicts(("name", "kind", "partition", "joined"),
-                          "SELECT name, kind, partition, joined FROM ex_providers ORDER BY name")
+        """Every provider that joined (``left_t``: when it left, or None)."""
+        return self.dicts(("name", "kind", "partition", "joined", "left_t"),
+                          "SELECT name, kind, partition, joined, left_t FROM ex_providers ORDER BY name")
+
+    def provider(self, name: str) -> dict | None:
+        return next((p for p in self.providers() if p["name"] == name), None)
+
+    def leave(self, provider: str, node: str | None, t: float) -> list[int]:
+        """Node ``node`` of ``provider`` leaves (None: every node, and the provider): its open
+        offers are cancelled (the contracts it made stand) and it takes no new offers; returns
+        the cancelled offers' ids."""
+        with self.transaction():
+            p = self.provider(provider)
+            if p is None or p["left_t"] is not None:
+                raise ValueError(f"provider {provider!r} " + ("has left" if p else "has not joined"))
+            if node is None:
+                ids = [r[0] for r in self.rows("SELECT id FROM ex_nodes WHERE provider = ? AND left_t IS NULL",
+                                               (provider,))]
+                self.conn.execute("UPDATE ex_providers SET left_t = ? WHERE name = ?", (t, provider))
+            else:
+                ids = [self.node_id(provider, node, "leave")]
+            cancelled = []
+            for node_id in ids:
+                for o in self.orders("offer", "open", node_id=node_id):
+                    self.close_order(o["id"], "cancelled", t)
+                    cancelled.append(o["id"])
+                self.conn.execute("UPDATE ex_nodes SET left_t = ? WHERE id = ?", (t, node_id))
+            return cancelled
 
     def add_node(self, node: dict, node_id: int | None = None) -> int:
         with self.transaction():
-            if not self.rows("SELECT 1 FROM ex_providers WHERE name = ?", (node["provider"],)):
+            p = self.provider(node["provider"])
+            if p is None:
                 raise ValueError(f"node field 'provider': no provider {node['provider']!r} has joined")
+            if p["left_t"] is not None and node_id is None:
+                raise ValueError(f"node field 'provider': provider {node['provider']!r} has left the exchange")
             if self.rows("SELECT 1 FROM ex_nodes WHERE provider = ? AND name = ?", (node["provider"], node["name"])):
                 raise ValueError(f"node field 'name': provider {node['provider']!r} already has a node {node['name']!r}")
             cpus = json.dumps(node["cpus"]) if node.get("cpus") is not None else None
             cur = self.conn.execute(
-                "INSERT INTO ex_nodes (id, provider, name, cpu, mem, cpus) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-                (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus))
+                "INSERT INTO ex_nodes (id, provider, name, cpu, mem, cpus, left_t) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "RETURNING id", (node_id, node["provider"], node["name"], node["cpu"], node["mem"], cpus,
+                                 node.get("left_t")))
             return _new_id(cur)
 
     def nodes(self, node_id: int | None = None) -> dict[int, dict]:
@@ -223,10 +289,14 @@ class ExchangeStore:
             out[row["id"]] = row
         return out
 
-    def node_id(self, provider: str, name: str) -> int:
-        rows = self.rows("SELECT id FROM ex_nodes WHERE provider = ? AND name = ?", (provider, name))
+    def node_id(self, provider: str, name: str, kind: str = "offer") -> int:
+        """The id of ``provider``'s node ``name``; ValueError (naming field 'node' of a ``kind``)
+        if it has none, or the node has left."""
+        rows = self.rows("SELECT id, left_t FROM ex_nodes WHERE provider = ? AND name = ?", (provider, name))
         if not rows:
-            raise ValueError(f"offer field 'node': provider {provider!r} has no node {name!r}")
+            raise ValueError(f"{kind} field 'node': provider {provider!r} has no node {name!r}")
+        if rows[0][1] is not None:
+            raise ValueError(f"{kind} field 'node': node {name!r} of {provider!r} has left the exchange")
         return int(rows[0][0])
 
     # ------------------------------------------------------------------ parties (the HTTP API's tokens)
@@ -351,8 +421,14 @@ class ExchangeStore:
         contract that does not add up."""
         self.ledger.check_books()
         posted: dict[tuple[int, str], int] = {}
-        for cid, kind, amount in self.rows("SELECT job_id, kind, amount FROM entries"):
+        deposits = 0
+        for cid, kind, amount, src in self.rows("SELECT job_id, kind, amount, from_account FROM entries"):
+            if kind == "deposit" and cid is None and src == DEPOSITS:
+                deposits += amount
+                continue
             posted[(cid, kind)] = posted.get((cid, kind), 0) + amount
+        if self.ledger.balance(DEPOSITS) != -deposits:
+            raise AssertionError(f"the deposits account holds {self.ledger.balance(DEPOSITS)}, expected {-deposits}")
         users = providers = penalties = 0
         seen = set()
         for c in self.contracts():
@@ -375,7 +451,8 @@ class ExchangeStore:
         clearing = self.ledger.balance(CLEARING)
         if clearing != users - providers:
             raise AssertionError(f"clearing account holds {clearing}, expected {users - providers}")
-        return {"clearing": clearing, "users_paid": users, "providers_paid": providers, "penalties": penalties}
+        return {"clearing": clearing, "users_paid": users, "providers_paid": providers, "penalties": penalties,
+                "deposits": deposits}
 
 
 def _new_id(cur) -> int:
@@ -390,6 +467,12 @@ def user_account(name: str) -> str:
 
 def provider_account(name: str) -> str:
     return f"provider:{name}"
+
+
+def commitment(value: float, cpu: int, first_slot: int, last_slot: int) -> int:
+    """The most a request can cost its user, in micro-units: its value per CPU unit per slot
+    times its CPU units and slots (every mechanism of the exchange charges at most the bid)."""
+    return to_micro(value * cpu * (last_slot - first_slot + 1))
 
 
 def to_micro(amount: float) -> int:

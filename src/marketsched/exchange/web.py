@@ -5,8 +5,17 @@ from the public ``GET /api/market`` and ``GET /api/market/history``.
 It shows the exchange's settings and clock, the clearing price per CPU unit per slot of every
 period over time (one line per CPU class, and the period's overall price), the last clearings
 (volume, contracts, open interest) and the open book in aggregate (orders and CPU slots per
-side and CPU class; no owner, no price). It needs no token: it shows only what the exchange
-publishes. ``CSP``: only its own inline script and style, requests to its own origin only.
+side and CPU class; no owner, no price). The market information needs no token: it is what the exchange publishes.
+
+A party that pastes its token into the "Your orders" card also trades from the page: a user
+submits requests (the bid language of Stößer 2009, section 3.4.1: value per CPU unit per slot,
+CPU, memory, first and last slot, command), a provider offers one of its nodes (reserve price,
+first and last slot), and either cancels its open orders. The token is kept only in the page's
+memory (a reload asks for it again; never in ``localStorage``, ``sessionStorage``, a cookie or
+the address). The party's own orders are refreshed with signed reads (``MarketSig``, as the
+live market's page: the token is not sent), and the token itself goes only with an order or
+cancellation the party submits. An order the exchange refuses shows its error, which names the
+field. ``CSP``: only its own inline script and style, requests to its own origin only.
 """
 
 from marketsched.live.web import STYLE, csp
@@ -20,6 +29,12 @@ PAGE = r"""<!doctype html>
 <style>
 """ + STYLE + r"""  #legend span { margin-right: 14px; }
   svg { width: 100%; height: 240px; }
+  #trade label { display: inline-block; margin: 2px 10px 2px 0; }
+  #trade input.num { width: 80px; }
+  #trade input.cmd { width: 260px; }
+  #token { width: 300px; }
+  #order-error { color: #a50e0e; }
+  #order-ok { color: #137333; }
 </style>
 </head>
 <body>
@@ -36,6 +51,35 @@ PAGE = r"""<!doctype html>
     <h2>Clearing prices over time</h2>
     <svg id="chart" viewBox="0 0 800 240" preserveAspectRatio="none" aria-label="clearing prices over time"></svg>
     <div id="legend" class="muted"></div>
+  </section>
+  <section class="wide" id="trade">
+    <h2>Your orders <span class="muted" id="whoami"></span> <span class="muted" id="money"></span></h2>
+    <div id="login">
+      <input id="token" type="password" autocomplete="off" placeholder="paste your token">
+      <button id="use-token">use token</button>
+      <span class="muted">kept in this page's memory only (a reload asks again); sent only with an order or cancellation you submit</span>
+    </div>
+    <div id="request-form" hidden>
+      <label>value <input id="r-value" class="num" type="number" min="0" step="any"></label>
+      <label>CPU <input id="r-cpu" class="num" type="number" min="1" step="1" value="1"></label>
+      <label>memory <input id="r-mem" class="num" type="number" min="0" step="1" value="0"></label>
+      <label>first slot <input id="r-first" class="num" type="number" step="1"></label>
+      <label>last slot <input id="r-last" class="num" type="number" step="1"></label>
+      <label>command <input id="r-command" class="cmd" type="text"></label>
+      <button id="submit-request">submit request</button>
+      <span class="muted">value: the most you pay per CPU unit per slot</span>
+    </div>
+    <div id="offer-form" hidden>
+      <label>node <select id="o-node"></select></label>
+      <label>reserve <input id="o-reserve" class="num" type="number" min="0" step="any"></label>
+      <label>first slot <input id="o-first" class="num" type="number" step="1"></label>
+      <label>last slot <input id="o-last" class="num" type="number" step="1"></label>
+      <button id="submit-offer">submit offer</button>
+      <span class="muted">reserve: the least you take per CPU unit per slot</span>
+    </div>
+    <div><span id="order-error"></span><span id="order-ok"></span></div>
+    <table id="mine-table" hidden><thead><tr><th>order</th><th>side</th><th>price</th><th>CPU</th><th>slots</th><th>state</th><th></th></tr></thead>
+    <tbody id="mine"></tbody></table>
   </section>
   <section>
     <h2>Open orders <span class="muted">(in aggregate)</span></h2>
@@ -94,7 +138,93 @@ function chart(history, now) {
     return el;
   }));
 }
+// ---- the party's own orders: the token only in memory, reads signed, the token sent only with a submission
+const enc = new TextEncoder();
+const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
+let party = null;  // {token, key, keyId, role, name}: this page's memory only
+if (location.hash) history.replaceState(null, "", location.pathname);  // tokens in the address are not read
+async function signedGet(path) {
+  const t = Date.now();
+  const sig = hex(await crypto.subtle.sign("HMAC", party.key, enc.encode("marketsched-page-v1\nGET\n" + path + "\n" + t)));
+  const r = await fetch(path, {headers: {"Authorization": "MarketSig kid=" + party.keyId + ", t=" + t + ", sig=" + sig},
+                               credentials: "omit", cache: "no-store", redirect: "error"});
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.status);
+  return body;
+}
+async function send(method, path, body) {
+  const r = await fetch(path, {method: method, headers: {"Authorization": "Bearer " + party.token, "Content-Type": "application/json"},
+                               body: JSON.stringify(body), credentials: "omit", cache: "no-store", redirect: "error"});
+  const out = await r.json();
+  if (!r.ok) throw new Error(out.error || r.status);
+  return out;
+}
+async function login() {
+  const tok = $("token").value.trim();
+  $("token").value = "";
+  $("order-error").textContent = "";
+  if (!tok) return;
+  if (!window.crypto || !crypto.subtle) { $("order-error").textContent = "this page needs https, or http on 127.0.0.1 or localhost (the browser's Web Crypto)"; return; }
+  const h = hex(await crypto.subtle.digest("SHA-256", enc.encode(tok)));
+  const keyId = hex(await crypto.subtle.digest("SHA-256", enc.encode("marketsched-kid:" + h))).slice(0, 32);
+  const key = await crypto.subtle.importKey("raw", enc.encode(h), {name: "HMAC", hash: "SHA-256"}, false, ["sign"]);
+  party = {token: tok, key: key, keyId: keyId};
+  try {
+    const me = await signedGet("/api/me");
+    party.role = me.role; party.name = me.name;
+  } catch (e) { party = null; $("order-error").textContent = String(e.message || e); return; }
+  $("login").hidden = true;
+  $("whoami").textContent = "(" + party.role + " " + party.name + ")";
+  $("request-form").hidden = party.role !== "user";
+  $("offer-form").hidden = party.role !== "provider";
+  $("mine-table").hidden = false;
+  if (party.role === "provider") {
+    const nodes = (await signedGet("/api/nodes")).filter((n) => n.left_t === null);
+    $("o-node").replaceChildren(...nodes.map((n) => { const o = document.createElement("option"); o.value = n.name; o.textContent = n.name + " (" + n.cpu + " CPU)"; return o; }));
+  }
+  const slot = Number($("slot").textContent) || 0;
+  for (const p of ["r-", "o-"]) { $(p + "first").value = slot + 2; $(p + "last").value = slot + 4; }
+  mine();
+}
+$("use-token").addEventListener("click", login);
+$("token").addEventListener("keydown", (e) => { if (e.key === "Enter") login(); });
+const num = (id) => { const v = $(id).value.trim(); return v === "" ? null : Number(v); };
+async function submit(path, body) {
+  $("order-error").textContent = ""; $("order-ok").textContent = "";
+  try {
+    const o = await send("POST", path, body);
+    $("order-ok").textContent = o.side + " " + o.id + " " + o.state;
+  } catch (e) { $("order-error").textContent = String(e.message || e); }
+  mine();
+}
+$("submit-request").addEventListener("click", () => submit("/api/requests", {value: num("r-value"), cpu: num("r-cpu"), mem: num("r-mem"),
+  first_slot: num("r-first"), last_slot: num("r-last"), command: $("r-command").value}));
+$("submit-offer").addEventListener("click", () => submit("/api/offers", {node: $("o-node").value, reserve: num("o-reserve"),
+  first_slot: num("o-first"), last_slot: num("o-last")}));
+$("mine").addEventListener("click", async (e) => {
+  const id = e.target.dataset && e.target.dataset.cancel;
+  if (!id) return;
+  $("order-error").textContent = ""; $("order-ok").textContent = "";
+  try { const o = await send("POST", "/api/orders/" + id + "/cancel", {}); $("order-ok").textContent = o.side + " " + o.id + " " + o.state; }
+  catch (err) { $("order-error").textContent = String(err.message || err); }
+  mine();
+});
+async function mine() {
+  if (!party) return;
+  try {
+    const orders = (await signedGet("/api/orders?limit=20")).reverse();
+    if (party.role === "user") {
+      const b = await signedGet("/api/balance");
+      $("money").textContent = "balance " + fmt(b.balance) + ", committed " + fmt(b.committed) + ", available " + fmt(b.available) + (b.deposits_required ? " (requests must be covered)" : " (trading on credit)");
+    }
+    const el = $("mine");
+    el.innerHTML = orders.length ? orders.map((o) => "<tr data-order='" + o.id + "'>" + [o.id, o.side, fmt(o.value), o.cpu, o.first_slot + "-" + o.last_slot, o.state]
+      .map((c) => "<td>" + esc(c) + "</td>").join("") + "<td>" + (o.state === "open" ? "<button data-cancel='" + o.id + "'>cancel</button>" : "") + "</td></tr>").join("")
+      : "<tr><td class='muted' colspan='7'>none</td></tr>";
+  } catch (e) { $("order-error").textContent = String(e.message || e); }
+}
 async function refresh() {
+  mine();
   try {
     const [m, history] = await Promise.all([get("/api/market"), get("/api/market/history?limit=200")]);
     $("error").textContent = "";

@@ -216,14 +216,7 @@ class Mechanism:
 
     def resolve(self, given: dict | None = None) -> dict:
         """Every parameter's value: defaults updated by ``given`` (text or Python values), checked."""
-        out = {p.name: p.default for p in self.params}
-        for key, value in (given or {}).items():
-            p = self.param(key)
-            if p is None:
-                known = ", ".join(q.name for q in self.params) or "none"
-                raise ValueError(f"mechanism {self.name!r} has no parameter {key!r}; its parameters: {known}")
-            out[key] = p.parse(value, where=f"mechanism {self.name!r}: ")
-        return out
+        return resolve_params(self.name, self.params, given)
 
     def label(self, params: dict | None = None) -> str:
         """``name``, ``/pricing`` if it has one, and the other parameters that differ from their
@@ -233,6 +226,20 @@ class Mechanism:
         defaults = {p.name: p.default for p in self.params}
         changed = {k: v for k, v in params.items() if k != "pricing" and k in defaults and defaults[k] != v}
         return base + ("(" + ",".join(f"{k}={v}" for k, v in sorted(changed.items())) + ")" if changed else "")
+
+
+def resolve_params(name: str, params: tuple[Param, ...], given: dict | None = None) -> dict:
+    """Every parameter's value: defaults updated by ``given`` (text or Python values), checked;
+    ``ValueError`` naming ``name``, the parameter and what it accepts."""
+    out = {p.name: p.default for p in params}
+    by_name = {p.name: p for p in params}
+    for key, value in (given or {}).items():
+        p = by_name.get(key)
+        if p is None:
+            known = ", ".join(by_name) or "none"
+            raise ValueError(f"mechanism {name!r} has no parameter {key!r}; its parameters: {known}")
+        out[key] = p.parse(value, where=f"mechanism {name!r}: ")
+    return out
 
 
 # ---------------------------------------------------------------------------- the registry

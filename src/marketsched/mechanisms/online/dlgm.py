@@ -38,7 +38,7 @@ its queue is not empty. Under P-DLGM a waiting job's ratio is constant and a run
 rises, so order changes (preemptions) happen only at arrivals (section 5.4): the engine's
 arrival and completion events are all the mechanism needs.
 
-Implementation (speed; issue 4): an arrival must price every node, so per-node aggregates are
+Implementation (speed): an arrival must price every node, so per-node aggregates are
 kept over *ratio buckets*: all jobs' initial ratios are cut into at most ``max_buckets``
 contiguous ratio ranges (bucket 0 = highest ratios; very frequent ratio values, e.g. the
 copies of a split parallel job, get a bucket of their own). Per bucket and node, a 2-D
@@ -58,6 +58,10 @@ from same-bucket displacers and, under P-DLGM, from the jobs that preempt it whi
 The credit is booked (``sim.charge(k, -credit)``) when ``k`` completes. This is the ledger of
 the payers' transfers, computed independently of ``k``'s completion time, so the tests
 "ex-post utility = tentative utility" and "payments sum to zero" can fail.
+
+A whole run goes to a C kernel when it is built (:meth:`DLGM.compiled_run`, ``_dlgm_kernel.c``):
+the engine loop and these steps with the same floating-point operations in the same order, so
+its records and after-run arrays are this class's bit for bit; this class is the reference.
 
 Decisions (open in the thesis)
 ------------------------------
@@ -108,6 +112,7 @@ from bisect import bisect_right
 
 import numpy as np
 
+from marketsched.engine.records import empty_records
 from marketsched.engine.state import require_serial
 
 INF = math.inf
@@ -274,12 +279,13 @@ class DLGM:
             true_value, dtype=np.float64)
 
     # ------------------------------------------------------------------ engine hooks
-    def bind(self, sim) -> None:
+    def _check(self, sim, procs, runtime) -> None:
+        """The checks of a run on ``sim`` (``procs``, ``runtime``: its jobs' processors and run times)."""
         n_jobs = sim.n_jobs
         if self.bid_array.shape[0] != n_jobs:
             raise ValueError(f"{self.name}: {self.bid_array.shape[0]} bids for {n_jobs} jobs")
-        require_serial(self.name, sim.procs)
-        actual = np.asarray(sim.remaining, dtype=np.float64)
+        require_serial(self.name, procs)
+        actual = np.asarray(runtime, dtype=np.float64)
         if not np.array_equal(actual, self.runtime_array):
             i = int(np.argmax(actual != self.runtime_array))
             raise ValueError(
@@ -293,14 +299,25 @@ class DLGM:
         for j, r in self.node_rank.items():
             if r > m:
                 raise ValueError(f"{self.name}: job row {j} chooses its node of rank {r}, but there are {m} nodes")
-        self.sim = sim
-        self.m = m
-        v = self.bid_array
-        d = self.runtime_array
+
+    def _buckets(self, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ratio0, lo, bucket)``: every job's initial ratio and the ratio buckets on ``m`` nodes."""
+        v, d = self.bid_array, self.runtime_array
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio0 = np.where(d > 0, v / np.where(d > 0, d, 1.0), np.inf)
         mb = self.max_buckets or max(1, min(8192, (1 << 22) // m))
         lo, bucket = ratio_buckets(ratio0, mb)
+        return ratio0, lo, bucket
+
+    def bind(self, sim) -> None:
+        self._check(sim, sim.procs, sim.remaining)
+        n_jobs = sim.n_jobs
+        m = sim.capacity
+        self.sim = sim
+        self.m = m
+        v = self.bid_array
+        d = self.runtime_array
+        ratio0, lo, bucket = self._buckets(m)
         nb = lo.shape[0]
         self.lo = lo.tolist()
         self.asc_lo = lo[::-1].tolist()
@@ -320,14 +337,15 @@ class DLGM:
         self.w_choice = self.v if self.choice_array is self.bid_array else self.choice_array.tolist()
         self.all_positive = bool((v > 0).all() and (self.choice_array > 0).all())
         # per-job state
-        self.node_of = [-1] * n_jobs
+        # per-job results (NumPy arrays after a compiled run)
+        self.node_of: list[int] | np.ndarray = [-1] * n_jobs
         self.bucket_of = [-1] * n_jobs  # bucket while waiting, -1 otherwise
         self.work = [0.0] * n_jobs  # reported run time still to do, as stored in the aggregates
         self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue
         self.credit_work = [0.0] * n_jobs  # sum of displacers' run times (times v~ = credit)
-        self._tent_e = [math.nan] * n_jobs
-        self._tent_p = [math.nan] * n_jobs
-        self._received = [0.0] * n_jobs
+        self._tent_e: list[float] | np.ndarray = [math.nan] * n_jobs
+        self._tent_p: list[float] | np.ndarray = [math.nan] * n_jobs
+        self._received: list[float] | np.ndarray = [0.0] * n_jobs
         if self.record_offers:
             self.offers_completion = [None] * n_jobs
             self.offers_payment = [None] * n_jobs
@@ -344,7 +362,9 @@ class DLGM:
         self._pending: list[tuple[int, int, float, float, float]] = []
         self.Vtot = [0.0] * m  # weight of all waiting jobs per node
         self.qlen = [0] * m  # number of waiting jobs per node
-        self.members: list[set[int]] = [set() for _ in range(nb)]  # waiting jobs per bucket
+        # waiting jobs per bucket, in the order they joined (a dict: its order, unlike a set's, is
+        # defined, and the same-bucket sums of _offers add in that order)
+        self.members: list[dict[int, None]] = [{} for _ in range(nb)]
         self.queue: list[list[tuple[float, int]]] = [[] for _ in range(m)]  # heaps of (-ratio, job)
         self.run_job = [-1] * m
         self.run_v = np.zeros(m)  # reported weight of the running job (0: idle)
@@ -379,6 +399,61 @@ class DLGM:
             if k >= 0 and not sim.running[k]:
                 sim.start(k)
         self._to_start.clear()
+
+    def compiled_run(self, sim):
+        """The whole run in C (``_dlgm_kernel.c``: the engine loop and :meth:`step`, the same
+        operations in the same order, so the records and the after-run arrays are bit for bit the
+        reference's); the engine calls it (docs/engine.md, "Compiled kernels"). None (the Python
+        path runs) with ``record_offers``, with a negative zero among the submit times, run times
+        or weights (the reference's sign of zero is not mirrored), or when the kernel is not built
+        (an error under ``MARKETSCHED_ENGINE=compiled``)."""
+        from marketsched.engine import compiled
+
+        if self.record_offers:
+            return None
+        try:
+            from marketsched.mechanisms.online import _dlgm_kernel
+        except ImportError:
+            if compiled.mode() == "compiled":
+                raise RuntimeError(
+                    f"MARKETSCHED_ENGINE=compiled, but the {self.name} kernel (marketsched.mechanisms.online."
+                    "_dlgm_kernel) is not built: reinstall marketsched where gcc and the Python headers are "
+                    "available, or set MARKETSCHED_ENGINE=auto") from None
+            return None
+        w = sim.workload
+        runtime = np.ascontiguousarray(w.runtime, dtype=np.float64)
+        self._check(sim, w.procs, runtime)
+        submit = np.ascontiguousarray(w.submit_time, dtype=np.float64)
+        v = np.ascontiguousarray(self.bid_array)
+        choice = np.ascontiguousarray(self.choice_array)
+        if any(np.signbit(a).any() for a in (submit, runtime, v, choice)):
+            return None
+        n, m = sim.n_jobs, sim.capacity
+        _, lo, bucket = self._buckets(m)
+        bucket = bucket.astype(np.int32)
+        forced = np.zeros(0, dtype=np.int32)
+        if self.force_node:
+            forced = np.full(n, -1, dtype=np.int32)
+            forced[list(self.force_node)] = list(self.force_node.values())
+        rank = np.zeros(0, dtype=np.int32)
+        if self.node_rank:
+            rank = np.ones(n, dtype=np.int32)
+            rank[list(self.node_rank)] = list(self.node_rank.values())
+        rec = empty_records(n)
+        out = {k: np.empty(n, dtype=np.float64) for k in ("tent_e", "tent_p", "received")}
+        node = np.empty(n, dtype=np.int64)
+        all_positive = bool((v > 0).all() and (choice > 0).all())
+        now, count = _dlgm_kernel.run(
+            submit, runtime, v, choice, bucket, np.ascontiguousarray(lo), forced, rank, m,
+            int(self.preemptive), int(self.start_rule == "immediate"), int(all_positive),
+            rec.first_start, rec.end_time, rec.preemptions, rec.payment, rec.state, out["tent_e"], out["tent_p"],
+            out["received"], node)
+        sim.now = now
+        self.m = m
+        self.node_of = node
+        self._tent_e, self._tent_p, self._received = out["tent_e"], out["tent_p"], out["received"]
+        self.preemption_count = count
+        return rec
 
     def close(self, t: float) -> None:
         """Book the credits of jobs still queued or running when a run is cut (``until``)."""
@@ -456,7 +531,7 @@ class DLGM:
         self._pending.append((b + 1, n, vk, work, 1.0))
         self.Vtot[n] += vk
         self.qlen[n] += 1
-        self.members[b].add(k)
+        self.members[b][k] = None
         self.base[k] = self._credit_reading(n, b)
         heapq.heappush(self.queue[n], (-ratio, k))
 
@@ -469,7 +544,7 @@ class DLGM:
         self.qlen[n] -= 1
         if not self.queue[n]:
             self.Vtot[n] = 0.0  # drop float residue of the add/subtract cycle
-        self.members[b].discard(k)
+        del self.members[b][k]
         self.credit_work[k] += self._credit_reading(n, b) - self.base[k]
         self.bucket_of[k] = -1
         self._start(n, k)
