@@ -201,7 +201,7 @@ def _run_all(jobs, runs, events: bool = False):
 COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_wait", "wait h", "h"),
            ("mean_bsd", "BSD", "{:.2f}"), ("ssj_share", "SSJ%", "%"), ("utilization", "util%", "%"),
            ("preemptions", "preempt", "{:,}"), ("revenue", "revenue", "g"), ("twft", "TWFT", "g"),
-           ("mean_utility", "utility", "g"), ("cpu_seconds", "CPU s", "{:.2f}")]
+           ("mean_utility", "utility", "g"), ("cpu_seconds", "CPU s", "{:.3g}")]
 
 LEGEND = """\
 done     jobs that ran to the end; the others were discarded (EES), rejected (Egg: no provider's
