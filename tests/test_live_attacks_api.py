@@ -216,14 +216,43 @@ def test_body_deadline_and_unread_responses(tmp_path):
 
     b = Broker(tmp_path / "market", MarketConfig()).start()
     b.ensure_admin()
-    srv = MarketServer(b, "127.0.0.1", 0, limits=Limits(body_timeout=1, send_timeout=1))
+    srv = MarketServer(b, "127.0.0.1", 0, limits=Limits(body_timeout=1, send_timeout=1, max_connections=3))
     srv.serve_in_thread()
+    stalled = request("POST", "/api/jobs", b"", b.admin_token).replace(b"Content-Length: 0",
+                                                                      b"Content-Length: 100") + b'{"bid"'
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
-            s.sendall(request("POST", "/api/jobs", b"", b.admin_token).replace(b"Content-Length: 0",
-                                                                               b"Content-Length: 100") + b'{"bid"')
+            s.sendall(stalled)
             status, _, body = read_response(s)  # the server closes it: no answer, or nothing after
             assert status is None
+        # as many stalled bodies as the cap allows: each is cut at its deadline (not kept open in a
+        # lingering close), so they cannot lock the next client out
+        socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(3)]
+        try:
+            for s in socks:
+                s.sendall(stalled)
+            assert wait_for(lambda: srv.stats()["connections"] == 3, 30)  # all three taken in
+            assert wait_for(lambda: srv.stats()["connections"] == 0, 30)
+            assert health(srv.port)[0] == 200
+        finally:
+            for s in socks:
+                s.close()
+        # answers sent before their bodies were read (a GET with a body nobody reads), then silence:
+        # the lingering connections stay within the cap, and the server's own sockets with them
+        fds = len(os.listdir("/proc/self/fd"))
+        held = []
+        try:
+            for _ in range(8):
+                s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+                s.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nxx")
+                assert read_response(s)[0] == 200
+                held.append(s)
+            # 8 sockets of ours, at most 3 of the server's (the cap), and a margin of 2 (the loop's own)
+            assert wait_for(lambda: len(os.listdir("/proc/self/fd")) <= fds + 8 + 3 + 2, 30)
+            assert srv.stats()["connections"] <= 3
+        finally:
+            for s in held:
+                s.close()
         # pipelined requests whose answers are never read: the server stops writing, then drops it
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -22,8 +22,9 @@ of descriptors cannot start a job):
   closed connection; a response sent before its request's body was read in full (an error, a
   413) ends the connection, so the rest of that body is never parsed, least of all as a
   request: the server sends the response and half-closes, then discards what the client still
-  sends until it closes or the body deadline passes (a lingering close, as nginx does; closing
-  at once would let the kernel reset the connection and lose the response).
+  sends until it closes or ``LINGER_SECONDS`` pass (a lingering close, as nginx does; closing
+  at once would let the kernel reset the connection and lose the response). A lingering
+  connection stays within the connection cap; a body cut at its deadline closes at once.
 * **Errors as JSON**: uvicorn's plain-text 400 becomes ``{"error": "invalid HTTP request: ..."}``.
 * **Peer credentials**: on the Unix socket, the kernel's ``SO_PEERCRED`` (pid, uid, gid of the
   connecting process) goes into the request's ASGI state as ``marketsched.peer``, from which
@@ -61,6 +62,7 @@ log = logging.getLogger("marketsched.live.server")
 
 CONN_STATE = "marketsched.conn"  # ASGI state key: the connection's ConnInfo
 PEER_STATE = "marketsched.peer"  # ASGI state key: (uid, gid, pid) of a Unix-socket peer
+LINGER_SECONDS = 5.0  # how long a connection answered early discards the rest of its body
 FD_RESERVE = 128  # descriptors kept for the database, pipes, pidfds and the jobs' own files
 ACCEPT_BATCH = 64  # connections asyncio accepts in one go (the kernel's queue is Limits.backlog)
 
@@ -151,12 +153,15 @@ class _Conn(h11.Connection):
 
 
 class _LingeringTransport:
-    """A connection's transport whose ``close`` lingers when the request's body is still coming
-    in (the server answered it early: an error, a 413): it sends the response and half-closes,
-    and the protocol discards what the client still sends until the client closes or the body
-    deadline passes (then the real close). Closing at once would make the kernel answer the
-    unread bytes with a reset, which can destroy the response before the client reads it.
-    TLS has no half-close: there the connection closes at once, as before."""
+    """A connection's transport whose ``close`` lingers after a response that was sent before
+    the request's body was read in full (an error, a 413): it sends the response and
+    half-closes, then discards what the client still sends until the client closes or
+    :data:`LINGER_SECONDS` pass (then the real close). Closing at once would make the kernel
+    answer the unread bytes with a reset, which can destroy the response before the client
+    reads it. Only a connection whose response is complete lingers: one cut at a deadline, or
+    evicted to make room, closes at once; a lingering connection stays in the registry (it is
+    idle, so the first to be evicted) and so within the connection cap. TLS has no half-close:
+    there the connection closes at once."""
 
     def __init__(self, inner, proto: MarketProtocol):
         self._inner = inner
@@ -168,14 +173,30 @@ class _LingeringTransport:
     def is_closing(self) -> bool:
         return self._proto._lingering or self._inner.is_closing()
 
+    def write(self, data) -> None:
+        if not self._proto._lingering:  # lingering: our side of the stream has ended
+            self._inner.write(data)
+
     def close(self) -> None:
         proto = self._proto
-        if (not proto._lingering and not self._inner.is_closing() and proto.conn.their_state is h11.SEND_BODY
+        if proto._lingering:
+            return  # already closing: the client's end of stream or the linger timer closes it
+        answered = proto.cycle is not None and proto.cycle.response_complete
+        if (answered and not self._inner.is_closing() and proto.conn.their_state is h11.SEND_BODY
                 and self._inner.can_write_eof()):
+            try:
+                self._inner.write_eof()
+            except OSError:  # the client is gone already
+                self._inner.close()
+                return
             proto._lingering = True
-            self._inner.write_eof()
             self._inner.resume_reading()
+            proto._linger_timer = proto.loop.call_later(LINGER_SECONDS, self._inner.close)
             return
+        self._inner.close()
+
+    def close_now(self) -> None:
+        """Close without lingering."""
         self._inner.close()
 
 
@@ -195,7 +216,7 @@ class Registry:
                 self.refused += 1
                 return False
             del self.conns[victim]
-            victim.transport.close()
+            victim.close_now()
             self.evicted += 1
         self.conns[proto] = None
         return True
@@ -224,6 +245,15 @@ class MarketProtocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
         self._lingering = False  # answered early: discarding the rest of the body before closing
+        self._linger_timer: asyncio.TimerHandle | None = None
+
+    def close_now(self) -> None:
+        """Close the connection without lingering (an eviction)."""
+        transport: object = self.transport
+        if isinstance(transport, _LingeringTransport):
+            transport.close_now()
+        else:
+            self.transport.close()
 
     def idle(self) -> bool:
         """No request in progress (waiting for one, or reading its headers)."""
@@ -247,7 +277,7 @@ class MarketProtocol(H11Protocol):
 
     def connection_lost(self, exc) -> None:
         self.registry.discard(self)
-        for handle in (self._deadline, self._send_deadline):
+        for handle in (self._deadline, self._send_deadline, self._linger_timer):
             if handle is not None:
                 handle.cancel()
         super().connection_lost(exc)
@@ -260,6 +290,9 @@ class MarketProtocol(H11Protocol):
         self._watch()
 
     def on_response_complete(self) -> None:
+        if self.conn.their_state is h11.SEND_BODY:
+            # answered before the body was read in full: never read the rest as a request
+            self.transport.close()  # a lingering close (_LingeringTransport)
         super().on_response_complete()
         if not self.transport.is_closing():
             self.registry.touch(self)
@@ -283,7 +316,7 @@ class MarketProtocol(H11Protocol):
 
     def _expire(self, phase: str) -> None:
         self._deadline = None
-        if self._lingering or not self.transport.is_closing():
+        if not self.transport.is_closing():
             log.info("closing a connection that took too long to send a request's %s", phase)
             self.transport.close()
 
