@@ -204,3 +204,64 @@ def test_compiled_run_checks_what_bind_checks():
     est = np.array([1.0, -1.0])
     with engine("compiled"), pytest.raises(ValueError, match="estimate of job row 1 is -1.0;"):
         Simulator(w, Backfilling(True, est)).run()
+
+
+def _peak_running(records: Records) -> int:
+    """The most jobs running at once (jobs run in one piece: no preemption in these rules)."""
+    ran = ~np.isnan(records.first_start)
+    times = np.concatenate([records.first_start[ran], records.end_time[ran]])
+    steps = np.concatenate([np.ones(ran.sum(), np.int64), -np.ones(ran.sum(), np.int64)])
+    order = np.lexsort((steps, times))  # at equal times the ends first
+    return int(np.cumsum(steps[order]).max())
+
+
+def _wide(seed: int, n: int, capacity: int, parallel: bool, ties: bool) -> Workload:
+    """A wide machine with thousands of jobs running at once. With ``ties``: integer submit times
+    (many equal), run times and estimates from short lists (many equal estimated ends), some zero
+    run times; without: estimates drawn from a continuous range, so that each start lands anywhere
+    in the order of the running jobs' estimated ends. With ``parallel``, a few jobs wide enough
+    that the queue head's reservation walks over many running jobs."""
+    rng = np.random.default_rng(seed)
+    submit = np.sort(rng.integers(0, n // 400, size=n)).astype(float)
+    runtime = rng.choice([0.0, 1.0, 5.0, 20.0, 40.0, 90.0], size=n)
+    if ties:
+        estimate = rng.choice([np.nan, 10.0, 30.0, 60.0, 100.0], size=n)
+    else:
+        estimate = np.maximum(runtime, rng.uniform(0.0, 200.0, size=n))
+    procs = np.ones(n, dtype=np.int64)
+    if parallel:
+        wide = rng.random(n) < 0.005
+        procs[wide] = rng.choice([capacity // 8, capacity // 4, capacity // 2], size=int(wide.sum()))
+    return Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=estimate, procs=procs,
+                                 capacity=capacity)
+
+
+@pytest.mark.parametrize("seed, ties", [(1, True), (2, True), (3, False)])
+def test_backfilling_kernel_on_a_wide_machine(seed, ties):
+    # thousands of running jobs: the kernel's ordered set of estimated ends splits and merges its
+    # blocks many times, and the walks to the shadow time cross block boundaries
+    w = _wide(seed, n=16000, capacity=3000, parallel=True, ties=ties)
+    for backfill in (False, True):
+        py, c = both_ways(w, lambda: Backfilling(backfill))
+        assert_same(py, c)
+    assert _peak_running(py) >= 1500
+
+
+@pytest.mark.parametrize("seed, ties", [(1, True), (2, True), (3, False)])
+def test_nphb_kth_kernel_on_a_wide_machine(seed, ties):
+    # the non-preemptive rules under the k-th price keep the running jobs ordered by priority;
+    # thousands at once, with many equal bids (or, without ties, bids from a continuous range)
+    w = _wide(seed, n=16000, capacity=2500, parallel=False, ties=ties)
+    rng = np.random.default_rng(seed)
+    bid = rng.choice([0.5, 1.0, 2.0, 3.0], size=len(w)) if ties else rng.uniform(0.0, 3.0, size=len(w))
+    for rule in ("nphb", "wsept"):
+        both = []
+
+        def policy():
+            both.append(BothPrices())
+            return make_priority_mechanism(rule, w, bid, both[-1])
+
+        py, c = both_ways(w, policy)
+        assert_same(py, c)
+        assert np.asarray(both[0].kth_payment).tolist() == np.asarray(both[1].kth_payment).tolist()
+    assert _peak_running(py) >= 1500

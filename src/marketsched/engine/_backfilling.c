@@ -5,12 +5,7 @@
  * and extra processors of the queue head, one backfill scan per pass), and the tests compare both
  * paths' records bit for bit (and tests/reference_easy.py's start times).
  */
-#include "kernel_engine.h"
-
-typedef struct {
-    double e;  /* estimated end: start + estimate */
-    int64_t j;
-} End;
+#include "kernel_sorted.h"
 
 typedef struct {
     Engine eng;
@@ -19,26 +14,8 @@ typedef struct {
     double *est_end;
     int64_t *queue; /* rows in submission order: queue[qh..qt) */
     Py_ssize_t qh, qt;
-    End *ends; /* running jobs sorted by (e, j) */
-    Py_ssize_t nends, capends;
+    SortedPairs ends; /* running jobs: (estimated end, row), sorted */
 } Bf;
-
-static inline int end_lt(double e0, int64_t j0, double e1, int64_t j1)
-{
-    return e0 < e1 || (e0 == e1 && j0 < j1);
-}
-
-/* bisect_left over ends for (e, j) */
-static Py_ssize_t ends_bisect_left(const Bf *b, double e, int64_t j)
-{
-    Py_ssize_t lo = 0, hi = b->nends;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (end_lt(b->ends[mid].e, b->ends[mid].j, e, j)) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
 
 /* Backfilling._start */
 static int bf_start(Bf *b, int64_t j, double t)
@@ -46,25 +23,7 @@ static int bf_start(Bf *b, int64_t j, double t)
     if (eng_start(&b->eng, j) < 0) return -1;
     double e = t + b->est[j];
     b->est_end[j] = e;
-    if (b->nends == b->capends) {
-        Py_ssize_t cap = b->capends ? 2 * b->capends : 64;
-        End *p = realloc(b->ends, (size_t)cap * sizeof(End));
-        if (!p) return -1;
-        b->ends = p;
-        b->capends = cap;
-    }
-    /* insort (insort_right; (e, j) pairs are unique) */
-    Py_ssize_t lo = 0, hi = b->nends;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        if (end_lt(e, j, b->ends[mid].e, b->ends[mid].j)) hi = mid;
-        else lo = mid + 1;
-    }
-    memmove(b->ends + lo + 1, b->ends + lo, (size_t)(b->nends - lo) * sizeof(End));
-    b->ends[lo].e = e;
-    b->ends[lo].j = j;
-    b->nends++;
-    return 0;
+    return sp_insert(&b->ends, e, j); /* insort((e, j)) */
 }
 
 /* Backfilling.step */
@@ -74,9 +33,10 @@ static int step(Bf *b, double t, Py_ssize_t first, Py_ssize_t last)
     const int64_t *procs = eng->procs;
     for (Py_ssize_t c = 0; c < eng->ncompleted; c++) {
         int64_t j = eng->completed[c];
-        Py_ssize_t at = ends_bisect_left(b, b->est_end[j], j);
-        memmove(b->ends + at, b->ends + at + 1, (size_t)(b->nends - at - 1) * sizeof(End));
-        b->nends--;
+        if (sp_delete(&b->ends, b->est_end[j], j) < 0) { /* del ends[bisect_left(ends, (e, j))] */
+            PyErr_Format(PyExc_RuntimeError, "compiled EASY: job row %lld is not among the running jobs", (long long)j);
+            return -1;
+        }
     }
     for (Py_ssize_t j = first; j < last; j++) b->queue[b->qt++] = j;
     int64_t free = eng->capacity - eng->used;
@@ -89,17 +49,20 @@ static int step(Bf *b, double t, Py_ssize_t first, Py_ssize_t last)
     /* shadow time of the head: walk the running jobs by estimated end until the head fits ... */
     int64_t need = procs[b->queue[b->qh]];
     int64_t avail = free;
-    Py_ssize_t k = 0;
+    const SortedPairs *ends = &b->ends;
+    SpPos k = sp_begin(ends);
+    double shadow = t;
     while (avail < need) {
-        avail += procs[b->ends[k].j];
-        k++;
+        const Pair *r = sp_at(ends, k);
+        avail += procs[r->j];
+        shadow = r->k;
+        k = sp_next(ends, k);
     }
-    double shadow = b->ends[k - 1].e;
     if (shadow < t) shadow = t;
     /* ... and the extra processors: every running job expected to end by the shadow time */
-    while (k < b->nends && b->ends[k].e <= shadow) {
-        avail += procs[b->ends[k].j];
-        k++;
+    while (!sp_done(ends, k) && sp_at(ends, k)->k <= shadow) {
+        avail += procs[sp_at(ends, k)->j];
+        k = sp_next(ends, k);
     }
     int64_t extra = avail - need;
     /* every queued job is a candidate, in submission order; the started ones leave the queue */
@@ -162,12 +125,12 @@ static PyObject *run(PyObject *self, PyObject *args)
     result = Py_BuildValue("(dL)", eng->now, (long long)eng->batches);
     goto done;
 nomem:
-    PyErr_NoMemory();
+    if (!PyErr_Occurred()) PyErr_NoMemory();
 done:
     eng_free(&b.eng);
     free(b.est_end);
     free(b.queue);
-    free(b.ends);
+    sp_free(&b.ends);
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) PyBuffer_Release(bufs[i]);
     return result;
 }

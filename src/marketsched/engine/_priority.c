@@ -5,7 +5,7 @@
  * reference; this file mirrors them step by step (the same heaps' orders, the same float
  * operations in the same order), and the tests compare both paths' records bit for bit.
  */
-#include "kernel_engine.h"
+#include "kernel_sorted.h"
 
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
@@ -38,8 +38,7 @@ typedef struct {
     int track_caps;
     double *mark_K, *mark_E, *k_mark_t;
     char *capped;
-    int64_t *rprios; /* rows of running jobs sorted by (-key, row) (non-preemptive) */
-    Py_ssize_t nrprios;
+    SortedPairs rprios; /* (-key, row) of the running jobs, sorted (non-preemptive) */
 } Prio;
 
 /* tuple order of (x0, x1) < (y0, y1) */
@@ -104,19 +103,6 @@ static inline void rheap_push(Prio *p, int64_t j)
     heap_push(p->rheap, &p->nrheap, x, worse);
 }
 
-/* bisect_right over rprios for the tuple (x0, x1): first index whose prio is > (x0, x1) */
-static Py_ssize_t rprios_bisect_right(const Prio *p, double x0, int64_t x1)
-{
-    Py_ssize_t lo = 0, hi = p->nrprios;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) / 2;
-        int64_t r = p->rprios[mid];
-        if (tup_lt(x0, x1, -p->key[r], r)) hi = mid;
-        else lo = mid + 1;
-    }
-    return lo;
-}
-
 /* ------------------------------------------------------------------ payment schemes */
 static void advance(Prio *p, double t)
 {
@@ -150,7 +136,7 @@ static inline void kth_settle(Prio *p, int64_t j)
     }
 }
 
-static void on_start(Prio *p, int64_t j)
+static int on_start(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
         p->mark_S[j] = p->S;
@@ -160,13 +146,11 @@ static void on_start(Prio *p, int64_t j)
         kth_mark(p, j);
         if (p->track_caps) {
             double x0 = -p->key[j];
-            Py_ssize_t at = rprios_bisect_right(p, x0, j);
-            memmove(p->rprios + at + 1, p->rprios + at, (size_t)(p->nrprios - at) * sizeof(int64_t));
-            p->rprios[at] = j;
-            p->nrprios++;
+            if (sp_insert(&p->rprios, x0, j) < 0) return -1; /* insort(running_prios, (-key, row)) */
             p->capped[j] = tup_lt(p->b0, p->b1, x0, j);
         }
     }
+    return 0;
 }
 
 static void on_stop(Prio *p, int64_t j)
@@ -179,9 +163,7 @@ static void on_stop(Prio *p, int64_t j)
     if (p->schemes & SCHEME_KTH) {
         kth_settle(p, j);
         if (p->track_caps) {
-            Py_ssize_t at = rprios_bisect_right(p, -p->key[j], j) - 1;
-            memmove(p->rprios + at, p->rprios + at + 1, (size_t)(p->nrprios - at - 1) * sizeof(int64_t));
-            p->nrprios--;
+            sp_delete(&p->rprios, -p->key[j], j); /* present: j was running */
             p->capped[j] = 0;
         }
     }
@@ -209,9 +191,10 @@ static void update(Prio *p)
             int become_capped = tup_lt(n0, n1, p->b0, p->b1);
             double lo0 = become_capped ? n0 : p->b0, hi0 = become_capped ? p->b0 : n0;
             int64_t lo1 = become_capped ? n1 : p->b1, hi1 = become_capped ? p->b1 : n1;
-            Py_ssize_t a = rprios_bisect_right(p, lo0, lo1), b = rprios_bisect_right(p, hi0, hi1);
-            for (Py_ssize_t idx = a; idx < b; idx++) {
-                int64_t j = p->rprios[idx];
+            const SortedPairs *rp = &p->rprios;
+            SpPos b = sp_bisect_right(rp, hi0, hi1);
+            for (SpPos at = sp_bisect_right(rp, lo0, lo1); !sp_pos_eq(at, b); at = sp_next(rp, at)) {
+                int64_t j = sp_at(rp, at)->j;
                 if (p->capped[j] != become_capped) {
                     kth_settle(p, j);
                     kth_mark(p, j);
@@ -234,7 +217,7 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
     while (free && p->nwaiting) {
         int64_t j = waiting_pop(p);
         if (eng_start(e, j) < 0) return -1;
-        on_start(p, j);
+        if (on_start(p, j) < 0) return -1;
         if (p->preemptive) rheap_push(p, j);
         free--;
     }
@@ -252,7 +235,7 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
             on_stop(p, out);
             int64_t in = waiting_pop(p);
             if (eng_start(e, in) < 0) return -1;
-            on_start(p, in);
+            if (on_start(p, in) < 0) return -1;
             rheap_push(p, in);
             waiting_push(p, out);
         }
@@ -280,7 +263,7 @@ static void prio_free(Prio *p)
     free(p->mark_E);
     free(p->k_mark_t);
     free(p->capped);
-    free(p->rprios);
+    sp_free(&p->rprios);
 }
 
 static PyObject *run(PyObject *self, PyObject *args)
@@ -332,11 +315,6 @@ static PyObject *run(PyObject *self, PyObject *args)
         p.track_caps = !preemptive;
         p.b0 = INFINITY;
         p.b1 = 0;
-        if (p.track_caps) {
-            size_t cap = (size_t)capacity < m ? (size_t)capacity : m;
-            p.rprios = malloc(cap * sizeof(int64_t));
-            if (!p.rprios) goto nomem;
-        }
     }
     if (eng_loop(e, &p, advance_cb, step_cb) < 0) goto nomem;
     /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
