@@ -59,6 +59,7 @@ def assert_identical(w, bid, preemptive, **kwargs):
         assert np.array_equal(a, b, equal_nan=a.dtype.kind == "f"), (name, a, b)
     assert policy.preemption_count == ref_policy.preemption_count
     assert sim.now == ref_sim.now  # the last event's time
+    assert sim.batches == ref_sim.batches  # the engine's batches, one per time stamp
     return ref
 
 
@@ -120,6 +121,10 @@ def test_declines_what_it_does_not_cover():
     assert make_dlgm(w, [-0.0, 2]).compiled_run(Simulator(w, None)) is None
     rec = Simulator(w, make_dlgm(w, [-0.0, 2])).run()  # the Python path runs instead
     assert rec.end_time.tolist() == [1, 3]
+    # a subclass may change a step the kernel does not know: it keeps the Python path
+    policy = make_dlgm(w, [1, 2])
+    policy.__class__ = type("Mine", (type(policy),), {})
+    assert policy.compiled_run(Simulator(w, None)) is None
 
 
 def test_engine_mode_python_never_takes_the_kernel(monkeypatch):

@@ -61,7 +61,7 @@ def test_a_changed_file_is_parsed_again(tmp_path):
     assert len(entries(cache)) == 2  # one entry per version of the file
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "extra", "other_log"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "extra", "other_log", "header_not_an_object"])
 def test_a_damaged_cache_file_is_ignored_and_rewritten(tmp_path, damage):
     path, cache = write(tmp_path / "t.swf.gz"), tmp_path / "cache"
     read_cached(path, cache)
@@ -74,6 +74,10 @@ def test_a_damaged_cache_file_is_ignored_and_rewritten(tmp_path, damage):
         entry.write_bytes(entry.read_bytes() + b"\0" * 8)
     elif damage == "empty":
         entry.write_bytes(b"")
+    elif damage == "header_not_an_object":  # the right magic and length, but a JSON list as header
+        from marketsched.workloads.column_cache import MAGIC
+
+        entry.write_bytes(MAGIC + (2).to_bytes(8, "little") + b"[]")
     else:  # a sound cache file of another log, under this log's name
         other = write(tmp_path / "o.swf.gz", LINES[:1])
         read_cached(other, cache)

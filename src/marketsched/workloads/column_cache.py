@@ -78,6 +78,8 @@ def _load(file: Path, sha256: str, path: Path) -> SwfLog | None:
                 return None
             size = int.from_bytes(fh.read(8), "little")
             meta = json.loads(fh.read(size).decode("utf-8"))
+            if not isinstance(meta, dict):
+                return None
             if meta.get("format") != FORMAT or meta.get("sha256") != sha256:
                 return None
             n = int(meta["jobs"])

@@ -598,7 +598,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
         goto done;
     }
     eng_kill_pending(&k.e); /* none: every job completes */
-    result = Py_BuildValue("(dn)", k.e.now, k.preemption_count);
+    result = Py_BuildValue("(dnL)", k.e.now, k.preemption_count, (long long)k.e.batches);
 done:
     release(&k);
     for (size_t x = 0; x < sizeof(all) / sizeof(all[0]); x++) PyBuffer_Release(all[x]);

@@ -404,12 +404,12 @@ class DLGM:
         """The whole run in C (``_dlgm_kernel.c``: the engine loop and :meth:`step`, the same
         operations in the same order, so the records and the after-run arrays are bit for bit the
         reference's); the engine calls it (docs/engine.md, "Compiled kernels"). None (the Python
-        path runs) with ``record_offers``, with a negative zero among the submit times, run times
+        path runs) for a subclass (it may change a step the kernel does not know), with ``record_offers``, with a negative zero among the submit times, run times
         or weights (the reference's sign of zero is not mirrored), or when the kernel is not built
         (an error under ``MARKETSCHED_ENGINE=compiled``)."""
         from marketsched.engine import compiled
 
-        if self.record_offers:
+        if self.record_offers or type(self) is not DLGM:  # a subclass may change a step the kernel does not know
             return None
         try:
             from marketsched.mechanisms.online import _dlgm_kernel
@@ -443,7 +443,7 @@ class DLGM:
         out = {k: np.empty(n, dtype=np.float64) for k in ("tent_e", "tent_p", "received")}
         node = np.empty(n, dtype=np.int64)
         all_positive = bool((v > 0).all() and (choice > 0).all())
-        now, count = _dlgm_kernel.run(
+        now, count, sim.batches = _dlgm_kernel.run(
             submit, runtime, v, choice, bucket, np.ascontiguousarray(lo), forced, rank, m,
             int(self.preemptive), int(self.start_rule == "immediate"), int(all_positive),
             rec.first_start, rec.end_time, rec.preemptions, rec.payment, rec.state, out["tent_e"], out["tent_p"],
