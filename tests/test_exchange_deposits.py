@@ -141,3 +141,25 @@ def test_cli_init_deposits_deposit_and_a_refused_request(tmp_path):
     out = run(main, request + ["--last-slot", "11"])  # may cost 4
     assert out.exit_code != 0 and "more than the 3.000000 'alice' has available" in out.output
     assert run(main, request + ["--last-slot", "10"]).exit_code == 0  # 2
+
+
+def test_per_slot_rounding_never_takes_a_balance_below_zero(tmp_path):
+    """Pay-as-bid charges the sum of its per-slot prices, which float rounding put one micro-unit
+    above value x cpu x slots (65,625,964.8 over 704 slots): a payment is cut at the bid."""
+    ex, clock, _ = make_exchange(tmp_path / "x.db", deposits=True, mechanism="pay-as-bid")
+    ex.join("p")
+    ex.add_node("p", "n", 100, 0)
+    ex.submit_offer("p", "n", 0.0, 1, 800)
+    ex.deposit("alice", 65625964.8)  # exactly value x cpu x slots
+    ex.submit_request("alice", 932.187, 100, 0, 2, 705, "true")
+    ex.clear()
+    (c,) = ex.store.contracts()
+    assert c["user_price"] == round(932.187 * 100 * 704 * MICRO)  # the bid, not a micro-unit more
+    assert ex.store.available("alice")["available"] >= 0
+    ex.store.check_books()
+
+
+def test_a_request_the_ledger_cannot_hold_is_refused(tmp_path):
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="pay-as-bid")
+    with pytest.raises(ValueError, match="more than the 1e\\+12 one request may cost"):
+        ex.submit_request("alice", 1e9, 10_000, 0, 2, 2, "true")

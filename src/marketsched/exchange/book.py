@@ -175,7 +175,10 @@ def contracts_of(cb: ClearingBook, alloc: Allocation, pay: Payments) -> list[dic
     for p, n in enumerate(cb.piece_node):
         node_total[n] = node_total.get(n, 0.0) + float(pay.node[p])
     for j, idx in by_job.items():
-        for i, part in zip(idx, split(to_micro(pay.job[j]), [weight[i] for i in idx])):
+        # A payment never exceeds the bid (value x CPU x slots, as the deposit check reserves it):
+        # the library's float sum of per-slot prices can pass it by a micro-unit, which is cut.
+        bid = to_micro(float(b.job_value[j]) * int(b.job_cpu[j]) * (int(b.job_end[j]) - int(b.job_release[j]) + 1))
+        for i, part in zip(idx, split(min(to_micro(pay.job[j]), bid), [weight[i] for i in idx])):
             legs[i]["user_price"] = part
     for n, idx in by_node.items():
         for i, part in zip(idx, split(to_micro(node_total[n]), [weight[i] for i in idx])):

@@ -26,6 +26,7 @@ PROVIDER_KINDS = ("local", "slurm")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_PRICE = 1e9  # per CPU unit per slot
 MAX_CPU = 1_000_000  # CPU units of a node or a request
+MAX_ORDER_COST = 1e12  # value x cpu x slots of one request: 1e18 micro-units, within SQLite's 64-bit integers
 MAX_MEM = 10**12  # memory units of a node or a request
 MAX_SLOT = 2**40  # any slot number
 MAX_AHEAD_SLOTS = 1000  # how far after the current slot an order may end (a clearing's arrays grow with it)
@@ -124,9 +125,15 @@ def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_s
     if size > MAX_COMMAND_BYTES:
         raise ValueError(f"request field 'command' is {size} bytes long, more than the {MAX_COMMAND_BYTES} the "
                          "exchange accepts (put a long script in a file and run the file)")
-    return {"owner": check_name("request", "user", user), "value": check_price("request", "value", value),
-            "cpu": check_whole("request", "cpu", cpu, 1, MAX_CPU), "mem": check_whole("request", "mem", mem, 0, MAX_MEM),
-            "first_slot": first, "last_slot": last, "command": command}
+    price, units = check_price("request", "value", value), check_whole("request", "cpu", cpu, 1, MAX_CPU)
+    order = {"owner": check_name("request", "user", user), "value": price, "cpu": units,
+             "mem": check_whole("request", "mem", mem, 0, MAX_MEM), "first_slot": first, "last_slot": last,
+             "command": command}
+    most = price * units * (last - first + 1)
+    if most > MAX_ORDER_COST:
+        raise ValueError(f"request field 'value': value x cpu x slots is {most:.6g}, more than the {MAX_ORDER_COST:g} "
+                         "one request may cost (the ledger keeps money in 64-bit micro-units)")
+    return order
 
 
 def check_offer(provider, node, reserve, first_slot, last_slot, after_slot: int | None = None) -> dict:
