@@ -361,6 +361,8 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
         p3.post("/api/join", {"kind": "local"})
     node = p3.post("/api/nodes", {"name": "a", "cpu": 1, "mem": 10, "cpus": [0]})
     assert node == {"id": node["id"], "name": "a", "cpu": 1, "mem": 10, "cpus": [0], "left_t": None}
+    with pytest.raises(ClientError, match="CPU 0 backs a node of this provider"):  # a CPU is sold once
+        p3.post("/api/nodes", {"name": "a2", "cpu": 1, "mem": 10, "cpus": [0]})
     assert p3.get("/api/nodes") == [node] and c["p1"].get("/api/nodes")[0]["name"] == "n0"
     offer = p3.post("/api/offers", {"node": "a", "reserve": 0.5, "first_slot": 1, "last_slot": 9})
     c["alice"].post("/api/requests", {"value": 2, "cpu": 1, "first_slot": 2, "last_slot": 2, "command": "x"})
@@ -387,7 +389,11 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
     with pytest.raises(ClientError, match="node 'a' of 'p3' has left the exchange"):
         p3.post("/api/offers", {"node": "a", "reserve": 0.5, "first_slot": 10, "last_slot": 12})
     assert p3.get("/api/nodes")[0]["left_t"] == clock()
-    # its CPU is free again; p3 leaves altogether and can register nothing more
+    # its CPU stays taken while a contract of the node is unsettled (its job would run there), then is free
+    assert contract["provider"] == "p3"  # its reserve, 0.5, is the lowest
+    with pytest.raises(ClientError, match="CPU 0 backs a node of another provider"):
+        p4.post("/api/nodes", {"name": "b", "cpu": 1, "mem": 10, "cpus": [0]})
+    ex.settle(contract["id"], "lapsed", clock(), note="settled by the test")
     assert p4.post("/api/nodes", {"name": "b", "cpu": 1, "mem": 10, "cpus": [0]})["cpus"] == [0]
     assert p3.post("/api/leave")["left_t"] == clock()
     with pytest.raises(ClientError, match="provider 'p3' has left the exchange"):
@@ -405,6 +411,13 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
     p5.post("/api/nodes/s1/leave")
     p5.post("/api/nodes", {"name": "s3", "cpu": 4, "mem": 100})
     assert [n["name"] for n in p5.get("/api/nodes") if n["left_t"] is None] == ["s2", "s3"]
+    # joining and leaving cannot grow the nodes table without end: 4 x the cap, those that left included
+    for i in range(4, 9):
+        p5.post(f"/api/nodes/s{i - 1}/leave")
+        p5.post("/api/nodes", {"name": f"s{i}", "cpu": 4, "mem": 100})
+    p5.post("/api/nodes/s8/leave")
+    with pytest.raises(ClientError, match=r"'p5' has registered 8 nodes \(those that left included\)"):
+        p5.post("/api/nodes", {"name": "s9", "cpu": 4, "mem": 100})
 
 
 @pytest.mark.parametrize("path, body, msg", [

@@ -142,7 +142,12 @@ class Exchange:
         with self.store.transaction():
             p = self.store.provider(provider)
             if by_party and p is not None:
-                check_party_cpus(p, node.get("cpus"), self.store.nodes().values())
+                busy = {c["node_id"] for c in self.store.contracts(("pending", "starting", "running"))}
+                check_party_cpus(p, node.get("cpus"), self.store.nodes().values(), busy)
+                ever = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ?", (provider,))[0][0]
+                if ever >= 4 * MAX_NODES_PER_PROVIDER:  # joining and leaving must not grow the table without end
+                    raise ValueError(f"node field 'name': provider {provider!r} has registered {ever} nodes (those "
+                                     f"that left included), the most a provider may ({4 * MAX_NODES_PER_PROVIDER})")
             active = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ? AND left_t IS NULL",
                                      (provider,))[0][0]
             if active >= MAX_NODES_PER_PROVIDER:

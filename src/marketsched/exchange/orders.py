@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Collection
 
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "exact")
 PROVIDER_KINDS = ("local", "slurm")
@@ -90,10 +91,12 @@ def check_node(provider, name, cpu, mem, cpus=None) -> dict:
     return out
 
 
-def check_party_cpus(provider: dict, cpus: list[int] | None, nodes) -> None:
+def check_party_cpus(provider: dict, cpus: list[int] | None, nodes, busy: Collection[int] = ()) -> None:
     """The CPUs a provider (a row of the providers table) names for a node it registers itself:
-    a local provider's are CPUs of this machine that back no other provider's node (of
-    ``nodes``, rows of the nodes table; nodes that left free theirs); a Slurm provider names none."""
+    a local provider's are CPUs of this machine that back no other node (of ``nodes``, rows of
+    the nodes table, its own included: a CPU is sold once); a node that left frees its CPUs once
+    none of its contracts is unsettled (``busy``: ids of nodes with pending, starting or running
+    contracts, whose jobs still use those CPUs). A Slurm provider names none."""
     if provider["kind"] == "slurm":
         if cpus is not None:
             raise ValueError("node field 'cpus' is for local providers: Slurm places a slurm provider's jobs")
@@ -105,9 +108,9 @@ def check_party_cpus(provider: dict, cpus: list[int] | None, nodes) -> None:
     if bad:
         raise ValueError(f"node field 'cpus': this machine has CPUs 0-{have - 1}, not {bad[0]}")
     for n in nodes:
-        if n["provider"] != provider["name"] and n["left_t"] is None and set(n["cpus"] or ()) & set(cpus):
-            raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus))} backs a node of another "
-                             "provider")
+        if (n["left_t"] is None or n["id"] in busy) and set(n["cpus"] or ()) & set(cpus):
+            whose = "of this provider" if n["provider"] == provider["name"] else "of another provider"
+            raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus))} backs a node {whose}")
 
 
 def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot: int | None = None) -> dict:
