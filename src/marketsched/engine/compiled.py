@@ -21,7 +21,6 @@ import os
 from types import ModuleType
 
 MODES = ("auto", "python", "compiled")
-_loaded: dict[str, ModuleType | None] = {}
 
 
 def mode() -> str:
@@ -33,22 +32,21 @@ def mode() -> str:
 
 
 def kernel(name: str) -> ModuleType | None:
-    """The compiled module ``marketsched.engine.<name>``, or None when the Python path must run
-    (mode ``python``, or mode ``auto`` and the module is not built); in mode ``compiled`` a
-    missing module is a RuntimeError."""
+    """The compiled module ``name`` (a dotted module path, or a bare name for
+    ``marketsched.engine.<name>``), or None when the Python path must run (mode ``python``, or
+    mode ``auto`` and the module is not built); in mode ``compiled`` a missing module is a
+    RuntimeError."""
     m = mode()
     if m == "python":
         return None
-    if name not in _loaded:
-        try:
-            _loaded[name] = importlib.import_module(f"marketsched.engine.{name}")
-        except ImportError:
-            _loaded[name] = None
-    module = _loaded[name]
-    if module is None and m == "compiled":
-        raise RuntimeError(f"MARKETSCHED_ENGINE=compiled but the compiled kernel marketsched.engine.{name} is not "
-                           "built (reinstall with a C compiler and Python headers: pip install -e .)")
-    return module
+    module = name if "." in name else f"marketsched.engine.{name}"
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        if m == "compiled":
+            raise RuntimeError(f"MARKETSCHED_ENGINE=compiled but the compiled kernel {module} is not built "
+                               "(reinstall with a C compiler and Python headers: pip install -e .)") from None
+        return None
 
 
 def available(name: str) -> bool:

@@ -404,21 +404,16 @@ class DLGM:
         """The whole run in C (``_dlgm_kernel.c``: the engine loop and :meth:`step`, the same
         operations in the same order, so the records and the after-run arrays are bit for bit the
         reference's); the engine calls it (docs/engine.md, "Compiled kernels"). None (the Python
-        path runs) for a subclass (it may change a step the kernel does not know), with ``record_offers``, with a negative zero among the submit times, run times
-        or weights (the reference's sign of zero is not mirrored), or when the kernel is not built
-        (an error under ``MARKETSCHED_ENGINE=compiled``)."""
+        path runs) for a subclass (it may change a step the kernel does not know), with
+        ``record_offers``, with a negative zero among the submit times, run times or weights (the
+        reference's sign of zero is not mirrored), or when the kernel is not built (an error under
+        ``MARKETSCHED_ENGINE=compiled``)."""
         from marketsched.engine import compiled
 
         if self.record_offers or type(self) is not DLGM:  # a subclass may change a step the kernel does not know
             return None
-        try:
-            from marketsched.mechanisms.online import _dlgm_kernel
-        except ImportError:
-            if compiled.mode() == "compiled":
-                raise RuntimeError(
-                    f"MARKETSCHED_ENGINE=compiled, but the {self.name} kernel (marketsched.mechanisms.online."
-                    "_dlgm_kernel) is not built: reinstall marketsched where gcc and the Python headers are "
-                    "available, or set MARKETSCHED_ENGINE=auto") from None
+        _dlgm_kernel = compiled.kernel("marketsched.mechanisms.online._dlgm_kernel")
+        if _dlgm_kernel is None:
             return None
         w = sim.workload
         runtime = np.ascontiguousarray(w.runtime, dtype=np.float64)
