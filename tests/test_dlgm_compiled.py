@@ -22,6 +22,7 @@ from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.dlgm import START_RULES, make_dlgm
 from marketsched.workloads import read_swf, scale_capacity, split_parallel, to_workload
 from marketsched.workloads.workload import Workload
+from test_compiled import engine
 
 try:
     from marketsched.mechanisms.online import _dlgm_kernel  # noqa: F401
@@ -47,7 +48,8 @@ def assert_identical(w, bid, preemptive, **kwargs):
     ref, ref_sim = reference_run(w, ref_policy)
     policy = make_dlgm(w, bid, preemptive, **kwargs)
     sim = Simulator(w, policy)
-    got = policy.compiled_run(sim)
+    with engine("compiled"):  # the kernel, whatever mode the suite runs in
+        got = policy.compiled_run(sim)
     assert got is not None, "the kernel declined a configuration it covers"
     for name, a in ref.columns().items():
         b = got.columns()[name]
@@ -115,7 +117,13 @@ def test_kernel_by_hand():
 
 
 def test_declines_what_it_does_not_cover():
+    with engine("compiled"):  # declines, not the suite's mode
+        _declines()
+
+
+def _declines():
     w = Workload.from_columns(submit_time=[0, 0], runtime=[1, 2], capacity=1)
+    assert make_dlgm(w, [1, 2]).compiled_run(Simulator(w, None)) is not None  # covered: the kernel runs
     assert make_dlgm(w, [1, 2], record_offers=True).compiled_run(Simulator(w, None)) is None
     # a negative zero (allowed: weights >= 0) keeps its sign in the reference only
     assert make_dlgm(w, [-0.0, 2]).compiled_run(Simulator(w, None)) is None
