@@ -511,3 +511,61 @@ def test_exact_optimum_of_small_instances():
     assert exact_optimum(r, d, v, 3) == pytest.approx(brute)
     comp = competitive_instances(15)
     assert (comp.dlgm >= comp.optimum - 1e-9).all()
+    # P-DLGM and the non-preemptive optimum are preemptive schedules too
+    assert (comp.pmtn_lower <= np.minimum(comp.pdlgm, comp.optimum) + 1e-9).all()
+
+
+def _grid_preemptive_optimum(r, d, v, nodes):
+    """min sum v_j e_j over preemptive schedules that switch jobs only at whole times (every unit
+    slot runs at most ``nodes`` released, unfinished jobs): exhaustive, for a few small jobs. A
+    feasible preemptive schedule, so at least the true preemptive optimum."""
+    import functools
+    import itertools
+
+    n = len(r)
+
+    @functools.cache
+    def best(t, left):
+        if not any(left):
+            return 0.0
+        ready = [j for j in range(n) if left[j] > 0 and r[j] <= t]
+        options = [c for k in range(1, min(nodes, len(ready)) + 1) for c in itertools.combinations(ready, k)] or [()]
+        out = np.inf
+        for run in options:
+            rest = list(left)
+            cost = 0.0
+            for j in run:
+                rest[j] -= 1
+                if rest[j] == 0:
+                    cost += v[j] * (t + 1)
+            out = min(out, cost + best(t + 1, tuple(rest)))
+        return out
+
+    return best(0, tuple(int(x) for x in d))
+
+
+def test_preemptive_lower_bound_of_small_instances():
+    """Theorem 4's benchmark: the linear program's bound never exceeds a preemptive schedule
+    (an exhaustive search on whole time units, P-DLGM's own, the non-preemptive optimum), and is
+    exact or close on hand instances."""
+    from marketsched.experiments.stoesser_ch5 import exact_optimum, preemptive_lower_bound
+
+    # one job: it ends at r + d
+    assert preemptive_lower_bound([3], [4], [2], 1) == pytest.approx(14)
+    # one node, a long job preempted by a short heavy one: A 0-1, B 1-2, A 2-11 = 100 * 2 + 11 = 211,
+    # one less than the best non-preemptive schedule (B waits for A or A waits for B: 212)
+    r, d, v = [0, 1], [10, 1], [1, 100]
+    assert _grid_preemptive_optimum(r, d, v, 1) == 211 and exact_optimum(r, d, v, 1) == 212
+    assert 210 < preemptive_lower_bound(r, d, v, 1) <= 211
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        n, nodes = int(rng.integers(2, 5)), int(rng.integers(1, 3))
+        r = np.sort(rng.integers(0, 4, n)).astype(float)
+        d = rng.integers(1, 4, n).astype(float)
+        v = rng.integers(0, 6, n).astype(float)
+        lb = preemptive_lower_bound(r, d, v, nodes)
+        assert lb <= _grid_preemptive_optimum(r, d, v, nodes) + 1e-9
+        assert lb <= exact_optimum(r, d, v, nodes) + 1e-9
+        assert lb >= float((v * (r + d)).sum()) - 1e-9  # never below every job ending at r + d
+    with pytest.raises(ValueError, match="run times must be positive"):
+        preemptive_lower_bound([0, 1], [2, 0], [1, 1], 1)
