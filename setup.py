@@ -11,7 +11,7 @@ from setuptools import Extension, setup
 
 ENGINE = "src/marketsched/engine"
 FLAGS = ["-ffp-contract=off"]
-HEADERS = [f"{ENGINE}/kernel_engine.h", f"{ENGINE}/kernel_sorted.h"]
+HEADERS = [f"{ENGINE}/kernel_engine.h", f"{ENGINE}/kernel_sorted.h", f"{ENGINE}/kernel_rankset.h"]
 
 setup(
     ext_modules=[

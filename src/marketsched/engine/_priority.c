@@ -4,17 +4,18 @@
  * Shudler et al. (2010), Algorithm 1 and sections III.B, IV and V. The Python classes are the
  * reference; this file mirrors them step by step (the same heaps' orders, the same float
  * operations in the same order), and the tests compare both paths' records bit for bit.
+ *
+ * The queue and HB's running set: the Python reference keeps heaps of (-key, row) and (key, -row).
+ * Keys are fixed for a whole run, so here the rows are ranked once in the order (-key, row) and
+ * both are sets of ranks (kernel_rankset.h): the best queued job is the smallest rank in the
+ * queue, the worst running job the largest rank among the running ones (the order (key, -row)
+ * is the reverse), the same jobs the heaps give, at a cost that does not grow with the queue.
  */
+#include "kernel_rankset.h"
 #include "kernel_sorted.h"
 
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
-
-/* A heap entry carries its order key, so that a comparison reads no other array. */
-typedef struct {
-    double k;
-    int64_t j;
-} Item;
 
 typedef struct {
     Engine e;
@@ -22,9 +23,11 @@ typedef struct {
     int preemptive;
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
     double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
-    /* waiting: min-heap of rows by (-key, row); running_heap (HB): min-heap by (key, -row) */
-    Item *waiting, *rheap;
-    Py_ssize_t nwaiting, nrheap;
+    /* rank[j]: place of row j in the order (-key, row); order[r]: the row of rank r */
+    uint32_t *rank, *order;
+    RankSet waiting; /* the queue's ranks */
+    Py_ssize_t nwaiting;
+    RankSet rset; /* HB: the running jobs' ranks */
     /* FirstPrice */
     double S, f_last;
     int saturated;
@@ -47,60 +50,21 @@ static inline int tup_lt(double x0, int64_t x1, double y0, int64_t y1)
     return x0 < y0 || (x0 == y0 && x1 < y1);
 }
 
-/* waiting order (-key, row): a runs before b */
-static inline int better(const Item *a, const Item *b) { return tup_lt(a->k, a->j, b->k, b->j); }
-
-/* running heap order (key, -row): a is worse than b */
-static inline int worse(const Item *a, const Item *b) { return tup_lt(a->k, -a->j, b->k, -b->j); }
-
-typedef int (*ItemOrder)(const Item *, const Item *);
-
-static inline void heap_push(Item *h, Py_ssize_t *size, Item x, ItemOrder lt)
-{
-    Py_ssize_t k = (*size)++;
-    while (k > 0) {
-        Py_ssize_t q = (k - 1) / 2;
-        if (!lt(&x, &h[q])) break;
-        h[k] = h[q];
-        k = q;
-    }
-    h[k] = x;
-}
-
-static inline void heap_pop(Item *h, Py_ssize_t *size, ItemOrder lt)
-{
-    Py_ssize_t m = --(*size);
-    if (!m) return;
-    Item x = h[m];
-    Py_ssize_t k = 0;
-    for (;;) {
-        Py_ssize_t c = 2 * k + 1;
-        if (c >= m) break;
-        if (c + 1 < m && lt(&h[c + 1], &h[c])) c++;
-        if (!lt(&h[c], &x)) break;
-        h[k] = h[c];
-        k = c;
-    }
-    h[k] = x;
-}
-
 static inline void waiting_push(Prio *p, int64_t j)
 {
-    Item x = {-p->key[j], j};
-    heap_push(p->waiting, &p->nwaiting, x, better);
+    rs_insert(&p->waiting, p->rank[j]);
+    p->nwaiting++;
 }
+
+/* the best queued job (the queue is not empty) */
+static inline int64_t waiting_top(const Prio *p) { return p->order[rs_min(&p->waiting)]; }
 
 static inline int64_t waiting_pop(Prio *p)
 {
-    int64_t top = p->waiting[0].j;
-    heap_pop(p->waiting, &p->nwaiting, better);
-    return top;
-}
-
-static inline void rheap_push(Prio *p, int64_t j)
-{
-    Item x = {p->key[j], j};
-    heap_push(p->rheap, &p->nrheap, x, worse);
+    uint64_t r = rs_min(&p->waiting);
+    rs_erase(&p->waiting, r);
+    p->nwaiting--;
+    return p->order[r];
 }
 
 /* ------------------------------------------------------------------ payment schemes */
@@ -181,8 +145,8 @@ static void update(Prio *p)
             n0 = INFINITY;
             n1 = 0;
         } else {
-            int64_t top = p->waiting[0].j;
-            n0 = p->waiting[0].k;
+            int64_t top = waiting_top(p);
+            n0 = -p->key[top];
             n1 = top;
             p->has_kstar = 1;
             p->kstar = -n0;
@@ -211,32 +175,32 @@ static void update(Prio *p)
 static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
 {
     Engine *e = &p->e;
-    for (Py_ssize_t c = 0; c < e->ncompleted; c++) on_stop(p, e->completed[c]);
+    for (Py_ssize_t c = 0; c < e->ncompleted; c++) {
+        on_stop(p, e->completed[c]);
+        if (p->preemptive) rs_erase(&p->rset, p->rank[e->completed[c]]);
+    }
     for (Py_ssize_t j = first; j < last; j++) waiting_push(p, j);
     int64_t free = e->capacity - e->used;
     while (free && p->nwaiting) {
         int64_t j = waiting_pop(p);
         if (eng_start(e, j) < 0) return -1;
         if (on_start(p, j) < 0) return -1;
-        if (p->preemptive) rheap_push(p, j);
+        if (p->preemptive) rs_insert(&p->rset, p->rank[j]);
         free--;
     }
     if (p->preemptive) {
-        while (p->nwaiting) {
-            while (p->nrheap && !e->running[p->rheap[0].j]) /* completed since pushed */
-                heap_pop(p->rheap, &p->nrheap, worse);
-            if (!p->nrheap) break;
-            int64_t out = p->rheap[0].j;
-            Item out_prio = {-p->key[out], out};
-            if (!better(&p->waiting[0], &out_prio)) break;
+        while (p->nwaiting && !rs_empty(&p->rset)) {
+            uint64_t out_rank = rs_max(&p->rset);
+            if (rs_min(&p->waiting) >= out_rank) break;
             /* the best queued job beats the worst running one: swap them */
-            heap_pop(p->rheap, &p->nrheap, worse);
+            int64_t out = p->order[out_rank];
+            rs_erase(&p->rset, out_rank);
             eng_preempt(e, out);
             on_stop(p, out);
             int64_t in = waiting_pop(p);
             if (eng_start(e, in) < 0) return -1;
             if (on_start(p, in) < 0) return -1;
-            rheap_push(p, in);
+            rs_insert(&p->rset, p->rank[in]);
             waiting_push(p, out);
         }
     }
@@ -255,8 +219,10 @@ static int step_cb(void *p, double t, Py_ssize_t first, Py_ssize_t last)
 static void prio_free(Prio *p)
 {
     eng_free(&p->e);
-    free(p->waiting);
-    free(p->rheap);
+    free(p->rank);
+    free(p->order);
+    rs_free(&p->waiting);
+    rs_free(&p->rset);
     free(p->mark_S);
     free(p->f_mark_t);
     free(p->mark_K);
@@ -298,9 +264,14 @@ static PyObject *run(PyObject *self, PyObject *args)
     p.schemes = schemes;
     p.kth_payment = schemes == SCHEME_KTH ? e->payment : (double *)kth_payment.buf;
     size_t m = n ? (size_t)n : 1;
-    p.waiting = malloc(m * sizeof(Item));
-    if (preemptive) p.rheap = malloc(m * sizeof(Item));
-    if (!p.waiting || (preemptive && !p.rheap)) goto nomem;
+    if ((uint64_t)n > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "compiled priority kernel: %zd jobs, at most %u", n, UINT32_MAX);
+        goto done;
+    }
+    p.rank = malloc(m * sizeof(uint32_t));
+    p.order = malloc(m * sizeof(uint32_t));
+    if (!p.rank || !p.order || rank_rows(p.key, -1.0, n, p.order, p.rank) < 0) goto nomem;
+    if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
     if (schemes & SCHEME_FIRST) {
         p.mark_S = calloc(m, sizeof(double));
         p.f_mark_t = calloc(m, sizeof(double));
