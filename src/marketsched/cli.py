@@ -539,7 +539,10 @@ def mechanisms_(name, as_json):
             table.add_section()
     console.print(table)
     console.print("(optional inputs in brackets; * a plugin or registered from Python) `marketsched mechanisms NAME` shows one with its "
-                  "parameters' help and where it runs; live market: hb, nphb, wsept (and wspt as wsept).", highlight=False)
+                  "parameters' help and where it runs; live market: hb, nphb, wsept (and wspt as wsept). Periodic auctions "
+                  "that clear outside this engine: dpgva and relaxed-dpgva (Mutz 2008; `marketsched audit --mechanism`, "
+                  "`marketsched market serve --dayahead`) and the grid exchange's critical-value, k-pricing, "
+                  "pay-as-bid and exact (Stößer 2009; `marketsched exchange init --mechanism`).", highlight=False)
 
 
 @main.command()
