@@ -567,5 +567,18 @@ def test_preemptive_lower_bound_of_small_instances():
         assert lb <= _grid_preemptive_optimum(r, d, v, nodes) + 1e-9
         assert lb <= exact_optimum(r, d, v, nodes) + 1e-9
         assert lb >= float((v * (r + d)).sum()) - 1e-9  # never below every job ending at r + d
+    # a run time shorter than a slot: the job still ends at r + d (a bound that placed its work at
+    # the slot's middle would say 0.175)
+    assert preemptive_lower_bound([0], [0.1], [1], 1) == pytest.approx(0.1)
+    # quarter-unit data (the slot): against the exhaustive search in quarter units, times scaled back
+    for _ in range(20):
+        n, nodes = int(rng.integers(2, 4)), int(rng.integers(1, 3))
+        r4 = np.sort(rng.integers(0, 6, n))
+        d4 = rng.integers(1, 5, n)
+        v = rng.integers(0, 6, n).astype(float)
+        lb = preemptive_lower_bound(r4 / 4, d4 / 4, v, nodes)
+        assert lb <= _grid_preemptive_optimum(r4, d4, v, nodes) / 4 + 1e-9
     with pytest.raises(ValueError, match="run times must be positive"):
         preemptive_lower_bound([0, 1], [2, 0], [1, 1], 1)
+    with pytest.raises(ValueError, match="not a multiple of the slot"):
+        preemptive_lower_bound([0, 0.1], [1, 0.1], [1, 10], 1)  # its bound would be 4, the optimum 3.1
