@@ -134,7 +134,9 @@ def test_parties_submit_and_cancel_orders_from_the_page(tmp_path, browser):
         shot = out / "exchange_orders.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         print(f"screenshot: {shot}")
-        fresh(lambda: browser.find_element(By.CSS_SELECTOR, f"button[data-cancel='{mine['id']}']")).click()
+        # the refresh re-renders the table, so the button can go stale between finding and clicking it:
+        # find and click again (a stale element is refused before the click is dispatched)
+        fresh(lambda: browser.find_element(By.CSS_SELECTOR, f"button[data-cancel='{mine['id']}']").click())
         assert wait(browser, lambda d: ex.store.order(mine["id"])["state"] == "cancelled")
         assert wait(browser, lambda d: text("mine").splitlines()[0].split()[5] == "cancelled")
         assert not browser.find_elements(By.CSS_SELECTOR, "button[data-cancel]")
