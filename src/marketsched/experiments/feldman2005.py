@@ -253,7 +253,8 @@ def write_report(results, out_dir=None) -> Path:
     traces_fin = {(t["delta"], t["m"]): t["efficiency"] for t in meta["traces_finite"]}
 
     rep = Report(out_dir, TITLE)
-    rep.text(__doc__.split("\n", 2)[2].split("\nSteps:")[0])
+    # the docstring names the constant; the report gives the run's own count
+    rep.text(__doc__.split("\n", 2)[2].split("\nSteps:")[0].replace("``STARTS``", str(meta["starts"])))
     rep.text(f"Run: {'quick' if meta['quick'] else 'full'} grid, {meta['seeds']} seeds (finite model: "
              f"{meta['finite_seeds']}), users {meta['users']} (finite: {meta['finite_users']}), greedy cap "
              f"{meta['greedy_cap']}, finite cap {meta['finite_cap']} iterations, {meta['starts']} random starts per "
