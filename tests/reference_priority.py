@@ -78,6 +78,9 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
                 price[j] = bid[j] if len(arrived) >= nodes else 1.0
             elif not queued:
                 price[j] = 1.0
+            elif pricing == "kth-uncapped" and rule != "nphb":  # the paper's WSPT formula, no cap at the bid
+                k = key[queued[0]]
+                price[j] = cost[j] * k if cost[j] > 0 and k != math.inf else 0.0
             else:  # the smallest bid that keeps j ahead of the best queued job; 0 if any bid does
                 price[j] = min(bid[j], cost[j] * key[queued[0]]) if cost[j] > 0 else 0.0
         future = [submit[j] for j in range(n) if submit[j] > t] + [c[0] for c in changes if c[0] > t]

@@ -75,7 +75,7 @@ def test_mechanisms_lists_all():
     r = runner.invoke(main, ["mechanisms", "--json"])
     listed = json.loads(r.output)
     assert [m["name"] for m in listed][: len(BUILT_IN)] == BUILT_IN
-    assert listed[0]["params"][0] == {"name": "pricing", "type": "str", "default": "kth", "choices": ["kth", "first"],
+    assert listed[0]["params"][0] == {"name": "pricing", "type": "str", "default": "kth", "choices": ["kth", "first", "kth-uncapped"],
                                       "help": listed[0]["params"][0]["help"]}
 
 

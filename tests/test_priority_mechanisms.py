@@ -112,7 +112,7 @@ def test_wsept_uses_estimates_and_falls_back():
 
 
 @settings(max_examples=150, deadline=None)
-@given(instances(), st.sampled_from(["hb", "nphb", "wspt"]), st.sampled_from(["first", "kth"]))
+@given(instances(), st.sampled_from(["hb", "nphb", "wspt"]), st.sampled_from(["first", "kth", "kth-uncapped"]))
 def test_matches_naive_reference(inst, rule, pricing):
     submit, runtime, bid, nodes = inst
     r = run(submit, runtime, bid, nodes, rule, pricing)
@@ -224,3 +224,15 @@ def test_jobs_added_while_running_match_a_static_run():
     mech.add_jobs(bid[2:], bid[2:], np.ones(3))
     dynamic = Simulator(w, mech).run()
     assert dynamic.equals(static)
+
+
+def test_uncapped_kth_charges_a_wspt_job_above_its_bid_and_leaves_nphb_capped():
+    # One node. Job 0 (bid 1, run time 10: ratio 0.1) starts alone at 0; job 1 (bid 8, run time 2:
+    # ratio 4) arrives at 1 and waits. From 1 to 10 job 0's ratio is below the best queued one, so the
+    # capped rule charges its bid 1 per second and the paper's formula 4 * 10 = 40 per second.
+    for rule, uncapped_pay0 in (("wspt", 1 * 1 + 40 * 9), ("nphb", 1 * 1 + 1 * 9)):
+        capped = run([0, 1], [10, 2], [1, 8], 1, rule, "kth")
+        uncapped = run([0, 1], [10, 2], [1, 8], 1, rule, "kth-uncapped")
+        assert capped.payment[0] == 1 * 10
+        assert uncapped.payment[0] == uncapped_pay0
+        assert uncapped.payment[1] == capped.payment[1] == 2  # alone: the reservation price 1

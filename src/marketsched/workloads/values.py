@@ -3,6 +3,7 @@
 - :func:`bimodal`: 80% N(30, 15) and 20% N(150, 15). Source: Shudler et al. (2010), section II.A, Fig. 1
   (after Chun & Culler), "less important" and "more important" jobs; Stößer (2009), section 5.5.1
   uses the same mix, footnote 6: "negative valuations were cut off".
+- :func:`bimodal_clipped` (model ``"bimodal-clip"``): the same with draws below 0 set to 0.
 - :func:`uniform_int`: uniform on {1, ..., 100}. Source: Stößer (2009), section 5.5.1 (Table 5.2).
 - :func:`per_job`: draw one value per original job of a (possibly split) workload and give
   every serial copy its parent's value (Stößer 2009: copies keep the weight).
@@ -96,7 +97,13 @@ def uniform_int(rng, n: int, low: int = 1, high: int = 100) -> np.ndarray:
     return rng.integers(int(low), int(high) + 1, size=n).astype(np.float64)
 
 
-MODELS = {"bimodal": bimodal, "uniform": uniform_int}
+def bimodal_clipped(rng, n: int, **kwargs) -> np.ndarray:
+    """:func:`bimodal` with the draws below 0 set to 0 (``negative="clip"``): the other reading of the
+    papers' "cut off", run as an open choice by the Shudler et al. (2010) reproduction."""
+    return bimodal(rng, n, negative="clip", **kwargs)
+
+
+MODELS = {"bimodal": bimodal, "bimodal-clip": bimodal_clipped, "uniform": uniform_int}
 
 
 def per_job(workload, model="bimodal", rng=0, **kwargs) -> np.ndarray:

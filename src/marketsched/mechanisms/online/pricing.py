@@ -227,11 +227,32 @@ class KthPrice:
         return paid
 
 
-SCHEMES = {"first": FirstPrice, "kth": KthPrice}
+class KthPriceUncapped(KthPrice):
+    """k-th price with WSPT's adaptation read without the cap: an open choice of Shudler et al. (2010),
+    section V, whose formula ``(w~_j / tau_j) * tau_i`` states no cap; :class:`KthPrice` caps it at the
+    job's bid (the default). Run by the reproduction as a variant, not a recommendation.
+
+    Steps: as :class:`KthPrice`, except that under WSPT and WSEPT no running job is ever capped, so a
+    running job whose ratio lies below the best queued job's pays ``c_i k*``, more than its bid (its
+    utility can be negative). NPHB keeps the paper's own rule ("reduced to the first price whenever the
+    bid of a running job was smaller than the maximal bid of a queued job", i.e. capped); under HB no
+    running job is ever capped anyway. Decision: while the best queued job has divisor 0 (``k* = +inf``,
+    a run time of 0), the paper's formula is unbounded; an uncapped job pays nothing then (the
+    integral of ``k*`` is kept only while it is finite), where the capped rule charges the bid.
+    """
+
+    name = "kth-uncapped"
+
+    def bind(self, policy, sim) -> None:
+        super().bind(policy, sim)
+        self.track_caps = not policy.preemptive and policy.name == "nphb"
+
+
+SCHEMES = {"first": FirstPrice, "kth": KthPrice, "kth-uncapped": KthPriceUncapped}
 
 
 def make_pricing(name: str):
-    """A fresh payment scheme by name: ``"first"`` or ``"kth"``."""
+    """A fresh payment scheme by name: ``"first"``, ``"kth"`` or ``"kth-uncapped"``."""
     try:
         return SCHEMES[name]()
     except KeyError:
