@@ -24,7 +24,7 @@ def site_links(text: str) -> str:
             return m.group(0)  # an address or an anchor
         if target.startswith("docs/"):
             target = target.removeprefix("docs/")
-            return f"[{label}]({target + 'index.md' if target.endswith('/') else target})"
+            return f"[{label}]({target + 'README.md' if target.endswith('/') else target})"  # a folder's page
         return f"`{target}`" if label == target else f"{label} (`{target}`)"
 
     return _LINK.sub(fix, text)

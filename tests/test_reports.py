@@ -7,7 +7,7 @@
   step), every writer rewrites its quick report from ``NAME/results`` and must give the same text
   as the run did, with a scoreboard line and a claims table (counting claims of its paper, none for an
   extension such as mutz-trace).
-* The scoreboard of ``docs/reproductions/index.md`` equals the counts of the committed reports,
+* The scoreboard of ``docs/reproductions/README.md`` equals the counts of the committed reports,
   and its statement of the verdict rule equals :func:`marketsched.analysis.verdicts.rule_markdown`.
 
 The rewrites draw every report's figures anew (minutes of CPU in all): they are marked
@@ -75,8 +75,8 @@ def test_quick_report_rewrites_identically_from_its_results(name, tmp_path):
 
 
 def test_scoreboard_and_rule_in_the_readme_are_current():
-    readme = (DOCS / "index.md").read_text()
-    assert V.rule_markdown() in readme, "docs/reproductions/index.md: the verdict rule is not the generated one"
+    readme = (DOCS / "README.md").read_text()
+    assert V.rule_markdown() in readme, "docs/reproductions/README.md: the verdict rule is not the generated one"
     assert scoreboard_markdown(DOCS) in readme, (
-        "docs/reproductions/index.md: the scoreboard (after) is not the one the committed claims.csv files give; "
+        "docs/reproductions/README.md: the scoreboard (after) is not the one the committed claims.csv files give; "
         "print marketsched.experiments.report.scoreboard_markdown('docs/reproductions') and paste it")

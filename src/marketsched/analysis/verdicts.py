@@ -2,7 +2,7 @@
 
 Every reproduction report (``docs/reproductions/*/report.md``) lists each quantitative claim of
 its paper with our figure and a verdict computed here, so the rule is stated once and is the
-same for every paper. ``docs/reproductions/index.md`` ("How verdicts are decided") prints
+same for every paper. ``docs/reproductions/README.md`` ("How verdicts are decided") prints
 :func:`rule_markdown`, generated from the constants below; a test keeps the two equal.
 
 **Intervals** (95%, :data:`CONFIDENCE`) on every figure we compare:
@@ -437,7 +437,7 @@ def counts_text(counts: dict[str, int]) -> str:
 
 
 def rule_markdown() -> str:
-    """The rule as printed in ``docs/reproductions/index.md`` (generated, so it cannot drift)."""
+    """The rule as printed in ``docs/reproductions/README.md`` (generated, so it cannot drift)."""
     lines = [
         f"* **Intervals.** Every figure we compare carries a {CONFIDENCE:.0%} interval: a Student-t interval "
         "over independent runs (seeds, books, random groups), the t-interval of paired differences where the "

@@ -13,7 +13,7 @@ Claims (:class:`marketsched.analysis.verdicts.Claims`) are the paper's quantitat
 our figure and the verdict of the one rule in :mod:`marketsched.analysis.verdicts`. The counts
 over every claims list of the report (lists marked ``ours`` excluded) go right under the title,
 and every row, ours included, into ``claims.csv`` (column ``counted``), which the scoreboard of
-``docs/reproductions/index.md`` is built from.
+``docs/reproductions/README.md`` is built from.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Report:
             from marketsched.analysis.verdicts import counts_text
 
             parts.insert(1, f"**Scoreboard: {counts_text(self.counts())}** (the paper's claims only; verdicts by the "
-                            "rule in [How verdicts are decided](../index.md#how-verdicts-are-decided)).\n")
+                            "rule in [How verdicts are decided](../README.md#how-verdicts-are-decided)).\n")
             frames = [c.frame().assign(section=c.title, counted=not c.ours) for c in self._claims]
             pd.concat(frames, ignore_index=True).to_csv(self.out_dir / "claims.csv", index=False)
         path = self.out_dir / name
@@ -105,7 +105,7 @@ def _markdown_table(df, floatfmt: str, index: bool) -> str:
 
 
 def scoreboard_markdown(docs_dir) -> str:
-    """The scoreboard table of ``docs/reproductions/index.md``: verdict counts per report, from each
+    """The scoreboard table of ``docs/reproductions/README.md``: verdict counts per report, from each
     report's ``claims.csv`` (the paper's claims only)."""
     import pandas as pd
 
@@ -132,11 +132,11 @@ BOARD_BEGIN, BOARD_END = "<!-- scoreboard: generated -->", "<!-- end of the scor
 
 
 def update_index(docs_dir) -> Path:
-    """Rewrite the generated blocks of ``docs_dir/index.md`` (the verdict rule and the scoreboard)
+    """Rewrite the generated blocks of ``docs_dir/README.md`` (the verdict rule and the scoreboard)
     between their markers: ``python -m marketsched.experiments.report docs/reproductions``."""
     from marketsched.analysis.verdicts import rule_markdown
 
-    path = Path(docs_dir) / "index.md"
+    path = Path(docs_dir) / "README.md"
     text = path.read_text()
     for begin, end, body in ((RULE_BEGIN, RULE_END, rule_markdown()), (BOARD_BEGIN, BOARD_END,
                                                                       scoreboard_markdown(docs_dir))):

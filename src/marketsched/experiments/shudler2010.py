@@ -513,7 +513,7 @@ def write_report(results, out_dir=None) -> Path:
     rep.text(_intro(plan, failures, quick) + "\n\nStored results: `results/` (the runner's table, one row per cell "
              f"and group); `marketsched reproduce {NAME} --report-only --results results` rewrites this report from "
              "it. Every figure we compare carries a 95% Student-t interval over seeds; the verdicts follow "
-             "[How verdicts are decided](../index.md#how-verdicts-are-decided). The paper's claims are judged on "
+             "[How verdicts are decided](../README.md#how-verdicts-are-decided). The paper's claims are judged on "
              "LPC (the only trace it shows); the substitutes' results are listed as ours.")
     if failures:
         rep.heading("Failed cells")

@@ -462,7 +462,7 @@ The exact solver is HiGHS via `scipy.optimize.milp` (0.1 % gap, time limit {meta
 Runtimes are on this machine and are not comparable in absolute terms to the thesis's 2008 Xeon.
 Stored results: `results/` (one row per book); `marketsched reproduce {NAME} --report-only --results results`
 rewrites this report from them. Every figure we compare carries its 95% interval over books; the
-verdicts follow [How verdicts are decided](../index.md#how-verdicts-are-decided).
+verdicts follow [How verdicts are decided](../README.md#how-verdicts-are-decided).
 """)
     # ------------------------------------------------------------ worked examples
     rep.heading("Worked examples (tables 3.2-3.5, 4.1-4.3)")
