@@ -18,8 +18,8 @@ import numpy as np
 from marketsched.mechanisms.registry import Claim, Mechanism, Param, register
 
 PRICING = Param("pricing", str, "kth", "payment per second of running time: k-th price or first price "
-                "(Shudler et al. (2010), section IV); kth-uncapped: WSPT's k-th price without the cap at the bid "
-                "(an open choice of section V, for sensitivity runs)", ("kth", "first", "kth-uncapped"))
+                "(Shudler et al. (2010), section IV); kth-uncapped: WSPT's and WSEPT's k-th price "
+                "without the cap at the bid (an open choice of section V, for sensitivity runs; not in the live market)", ("kth", "first", "kth-uncapped"))
 LIVE_PRIORITY = ("yes: `marketsched market serve --mechanism {name}` (local or Slurm executor); its events and "
                  "payments are the simulator's (same policy object)")
 

@@ -24,7 +24,7 @@ _WHERE = {
     "synthetic_workload": "synthetic",
     **dict.fromkeys(["DropReport", "first_jobs", "scale_capacity", "split_parallel", "time_window", "to_workload"],
                     "transforms"),
-    **dict.fromkeys(["bimodal", "per_job", "uniform_int"], "values"),
+    **dict.fromkeys(["bimodal", "bimodal_clipped", "per_job", "uniform_int"], "values"),
     "Workload": "workload",
 }
 
@@ -71,5 +71,5 @@ if TYPE_CHECKING:  # the same names, for type checkers
         time_window,
         to_workload,
     )
-    from .values import bimodal, per_job, uniform_int  # noqa: F401
+    from .values import bimodal, bimodal_clipped, per_job, uniform_int  # noqa: F401
     from .workload import Workload  # noqa: F401

@@ -113,7 +113,7 @@ def per_job(workload, model="bimodal", rng=0, **kwargs) -> np.ndarray:
     expands them with ``workload.meta["parent"]`` (set by
     :func:`marketsched.workloads.transforms.split_parallel`), which equals
     ``np.repeat(values, original.procs)``. For an unsplit workload it draws one per row.
-    ``model`` is ``"bimodal"``, ``"uniform"`` or a callable ``f(rng, n, **kwargs)``.
+    ``model`` is ``"bimodal"``, ``"bimodal-clip"``, ``"uniform"`` or a callable ``f(rng, n, **kwargs)``.
     """
     fn = MODELS.get(model) if isinstance(model, str) else model
     if fn is None or not callable(fn):

@@ -228,7 +228,7 @@ class KthPrice:
 
 
 class KthPriceUncapped(KthPrice):
-    """k-th price with WSPT's adaptation read without the cap: an open choice of Shudler et al. (2010),
+    """k-th price with WSPT's (and WSEPT's) adaptation read without the cap: an open choice of Shudler et al. (2010),
     section V, whose formula ``(w~_j / tau_j) * tau_i`` states no cap; :class:`KthPrice` caps it at the
     job's bid (the default). Run by the reproduction as a variant, not a recommendation.
 
