@@ -17,12 +17,17 @@ def wait_for(pred, timeout=60.0, every=0.05):
     return False
 
 
-def work(seconds, tag="", step=0.05):
+def work(seconds, tag="", step=0.05, until=None):
     """A command needing ``seconds`` of *running* time: short sleeps in a loop, so time spent
     stopped (SIGSTOP, Slurm suspend) does not count (one plain ``sleep`` counts wall time even
-    when stopped, since the kernel restarts it against its original deadline)."""
+    when stopped, since the kernel restarts it against its original deadline).
+
+    With ``until`` (a path), it also runs until that file exists: a test that needs the job still
+    running at some point touches the file after that point, so the order of events is set by the
+    test, never by how fast a loaded machine gets there."""
     n = max(1, round(seconds / step))
-    return f"i=0; while [ $i -lt {n} ]; do sleep {step}; i=$((i+1)); done; echo done {tag}"
+    loop = f"[ $i -lt {n} ]" + ("" if until is None else f" || [ ! -e {until} ]")
+    return f"i=0; while {loop}; do sleep {step}; i=$((i+1)); done; echo done {tag}"
 
 
 def free_port() -> int:

@@ -90,13 +90,17 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
             s = client.slot()
             for _ in range(n):
                 first = s + 3 + int(rng.integers(0, 3))
+                # windows of 4-6 slots (8-12 s): room for a loaded machine's Slurm to start a job
+                # inside its window, as every provider must run one to its end (asserted below)
                 client.submit_request(f"u{int(rng.integers(1, 4))}", float(rng.integers(7, 15)),
                                       int(rng.integers(1, 3)), int(rng.integers(5, 40)), first,
-                                      first + 1 + int(rng.integers(0, 3)), short)
+                                      first + 3 + int(rng.integers(0, 3)), short)
 
         batch(4)
         first = client.slot() + 3
-        victim_req = client.submit_request("v", 30.0, 2, 50, first, first + 20, f"{short}; sleep 300")
+        # the victim's window (100 slots, 200 s) outlasts a kill -9, a restart and two clearings
+        # however slowly a loaded machine starts Python: it is killed while its contract runs
+        victim_req = client.submit_request("v", 30.0, 2, 50, first, first + 100, f"{short}; sleep 300")
         batch(3)
         assert wait_for(lambda: any(c["request_id"] == victim_req and c["state"] == "running"
                                     for c in store.contracts()), timeout=120)

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from live_helpers import raw
+from live_helpers import raw, wait_for
 from marketsched.cli import main
 from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig
@@ -138,9 +138,7 @@ def test_concurrent_submissions_each_accepted_exactly_once(server):
     assert len(results) == 120 and len({r[2] for r in results}) == 120
     jobs = admin.get("/api/jobs")
     assert sorted(j["command"] for j in jobs) == sorted(f"echo {i}-{k}" for i, k, _ in results)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(j["state"] != "completed" for j in admin.get("/api/jobs")):
-        time.sleep(0.1)
+    assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), 600, every=0.1)
     jobs = admin.get("/api/jobs")
     assert all(j["state"] == "completed" and j["exit_code"] == 0 and j["attempts"] == 1 for j in jobs)
     bal = admin.get("/api/balance")

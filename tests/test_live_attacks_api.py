@@ -158,22 +158,22 @@ def test_idle_connection_flood_keeps_health_checks_and_jobs_going(market, tmp_pa
             flood.append(s)
         assert len(flood) >= cap, f"only {len(flood)} connections got through"
         # with every flood socket still open: the health check answers, and so does the API
-        t0 = time.monotonic()
-        status, headers, h = health(port)
-        took = time.monotonic() - t0
+        # (the client's wait is only a guard against a hang: a loaded machine may take its time to
+        # get through the flood's connections; the server's own time for the request says whether
+        # an idle connection held it: below the 1 s header deadline it would have waited out)
+        status, headers, h = health(port, timeout=120)
         assert status == 200 and h["ok"], (status, h)
-        assert took < 10, f"health check took {took:.1f} s during the flood"
         assert server_ms(headers) < 1000, headers["server-timing"]
         assert h["connections"] <= h["max_connections"] == cap
         # to hold at most `cap`, the broker closed the others: idle ones made way for newcomers
         # (evicted), or missed the 1 s header deadline
         assert h["evicted"] > 0
-        assert wait_for(lambda: sum(closed_by_peer(s) for s in flood) >= len(flood) - cap, 10)
+        assert wait_for(lambda: sum(closed_by_peer(s) for s in flood) >= len(flood) - cap, 120)
         job = alice.post("/api/jobs", {"bid": 1, "command": "echo still-runs"})
-        assert wait_for(lambda: admin.get(f"/api/jobs/{job['id']}")["state"] == "completed", 30)
+        assert wait_for(lambda: admin.get(f"/api/jobs/{job['id']}")["state"] == "completed", 120)
         assert admin.get(f"/api/jobs/{job['id']}")["stdout"] == "still-runs\n"  # launched: descriptors left
         # the broker closes every idle socket: evicted at once, or at the 1 s header deadline
-        assert wait_for(lambda: all(closed_by_peer(s) for s in flood), 30)
+        assert wait_for(lambda: all(closed_by_peer(s) for s in flood), 120)
         assert p.poll() is None
     finally:
         for s in flood:
@@ -227,11 +227,17 @@ def test_body_deadline_and_unread_responses(tmp_path):
             assert status is None
         # as many stalled bodies as the cap allows: each is cut at its deadline (not kept open in a
         # lingering close), so they cannot lock the next client out
+        before = srv.stats()
         socks = [socket.create_connection(("127.0.0.1", srv.port), timeout=30) for _ in range(3)]
         try:
             for s in socks:
                 s.sendall(stalled)
-            assert wait_for(lambda: srv.stats()["connections"] == 3, 30)  # all three taken in
+            for s in socks:  # each is closed by the server, with no answer
+                assert read_response(s)[0] is None
+            # all three were taken in (none refused) and cut by their deadline (none evicted: a
+            # connection receiving a body is not idle)
+            after = srv.stats()
+            assert (after["refused"], after["evicted"]) == (before["refused"], before["evicted"])
             assert wait_for(lambda: srv.stats()["connections"] == 0, 30)
             assert health(srv.port)[0] == 200
         finally:
@@ -602,7 +608,7 @@ def test_tls(market, tmp_path):
             except OSError:
                 return False
 
-        assert wait_for(up, 30)
+        assert wait_for(up, 120)  # a guard against a hang: a busy machine starts Python slowly
         # plain HTTP to the TLS port gets no answer from the API
         status, _, _ = http(port, b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status != 200

@@ -49,14 +49,16 @@ def test_higher_bid_preempts_lower_which_resumes_and_charges_equal_simulator(mar
     low = b.submit("alice", False, 2.0, f"while [ ! -e {release} ]; do sleep 0.05; done; echo done low")["id"]
     assert wait_for(lambda: b.job("alice", False, low)["state"] == "running")
     time.sleep(0.4)
-    high = b.submit("bob", False, 5.0, work(0.6, "high"))["id"]
+    go = b.data / "release-high"  # high runs until the test has queued third behind it
+    high = b.submit("bob", False, 5.0, work(0.6, "high", until=go))["id"]
     # the preemption is decided within the submission
     assert states(b) == {low: "preempted", high: "running"}
     pid = b.job("alice", False, low)["pid"]
-    assert wait_for(lambda: suspended(b, low, pid), 2)
+    assert wait_for(lambda: suspended(b, low, pid))
     third = b.submit("bob", False, 3.0, work(0.3, "third"))["id"]  # queued behind high, ahead of low
     assert b.price()["price"] == 3.0  # k-th price: best queued bid
     release.touch()
+    go.touch()
     assert wait_for(lambda: all(s == "completed" for s in states(b).values()))
     jl, jh, jt = (b.job("admin", True, j) for j in (low, high, third))
     assert jl["preemptions"] == 1 and jh["preemptions"] == 0
@@ -80,9 +82,11 @@ def test_higher_bid_preempts_lower_which_resumes_and_charges_equal_simulator(mar
 def test_nphb_does_not_preempt_and_first_price_charges_bids(market):
     b = market(slots=1, mechanism="nphb", pricing="first")
     b.add_user(True, "alice", 100)
-    a = b.submit("alice", False, 2.0, work(0.5))["id"]
+    go = b.data / "release-a"  # a runs until the test has seen c queued behind it
+    a = b.submit("alice", False, 2.0, work(0.5, until=go))["id"]
     c = b.submit("alice", False, 9.0, work(0.2))["id"]
     assert states(b, "alice", False) == {a: "running", c: "queued"}
+    go.touch()
     assert wait_for(lambda: set(states(b).values()) == {"completed"})
     ja, jc = b.job("alice", False, a), b.job("alice", False, c)
     # first price: the machine is full (active jobs >= 1 slot) while each runs: each pays its bid
@@ -109,7 +113,8 @@ def test_admission_rule_refuses_and_stores_nothing(market):
 def test_running_out_of_money_holds_jobs_until_a_deposit(market):
     b = market(slots=2, charge_interval=0.2, admission_seconds=0.1)
     b.add_user(True, "dave", 1.0)  # 2 jobs at the reservation price 1 each: out of money after 0.5 s
-    j = b.submit("dave", False, 3.0, work(1.5, "dave"))["id"]
+    go = b.data / "release-dave"  # j runs until after the deposit: it is held, not finished
+    j = b.submit("dave", False, 3.0, work(1.5, "dave", until=go))["id"]
     q = b.submit("dave", False, 3.0, work(0.2))["id"]  # runs too: 2 slots, empty queue, price 1 each
     assert wait_for(lambda: b.job("dave", False, j)["state"] == "held")
     view = b.job("dave", False, j)
@@ -120,12 +125,13 @@ def test_running_out_of_money_holds_jobs_until_a_deposit(market):
     assert 0 <= view["unpaid"] <= 1.0 * (hold_t - view["first_start"]) + 1e-6
     assert b.job("dave", False, q)["state"] in ("held", "completed")
     pid = view["pid"]
-    assert wait_for(lambda: suspended(b, j, pid), 2)
+    assert wait_for(lambda: suspended(b, j, pid))
     assert [e["kind"] for e in view["events"]][-1] == "hold"
     with pytest.raises(MarketError, match="balance too low"):
         b.submit("dave", False, 1.0, "true")
     b.deposit(True, "dave", 50)
     assert b.job("dave", False, j)["state"] == "running"
+    go.touch()
     assert wait_for(lambda: b.job("dave", False, j)["state"] == "completed")
     view = b.job("dave", False, j)
     assert view["stdout"] == "done dave\n" and view["exit_code"] == 0
@@ -161,7 +167,8 @@ def test_rebid_overtakes_and_preempts_and_charges_the_rule(market):
     b = market(slots=1, admission_seconds=10)
     b.add_user(True, "alice", 100)
     b.add_user(True, "bob", 100)
-    a = b.submit("alice", False, 2.0, work(1.0, "a"))["id"]
+    go = b.data / "release-a"  # a runs until bob's rebid has preempted it
+    a = b.submit("alice", False, 2.0, work(1.0, "a", until=go))["id"]
     q = b.submit("bob", False, 1.0, work(0.4, "q"))["id"]
     assert wait_for(lambda: b.job("alice", False, a)["state"] == "running")
     time.sleep(0.3)
@@ -178,6 +185,7 @@ def test_rebid_overtakes_and_preempts_and_charges_the_rule(market):
     assert out["state"] == "running" and out["bid"] == 5.0
     assert states(b) == {a: "preempted", q: "running"}
     assert b.price()["price"] == 2.0  # k-th price: alice's queued bid
+    go.touch()
     assert wait_for(lambda: set(states(b).values()) == {"completed"})
     ja, jq = b.job("admin", True, a), b.job("admin", True, q)
     assert ja["preemptions"] == 1 and ja["stdout"] == "done a\n"

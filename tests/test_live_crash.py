@@ -26,9 +26,11 @@ def started(log: Path, *ids):
     return all(f"start {j}" in lines for j in ids)
 
 
-def job_cmd(log: Path, seconds: float, step=0.05):
+def job_cmd(log: Path, seconds: float, step=0.05, until: Path | None = None):
+    """A job running ``seconds`` (and, with ``until``, until that file exists)."""
     n = round(seconds / step)
-    return (f'echo "start $MARKETSCHED_JOB_ID" >> {log}; i=0; while [ $i -lt {n} ]; do sleep {step}; i=$((i+1)); done; '
+    loop = f"[ $i -lt {n} ]" + ("" if until is None else f" || [ ! -e {until} ]")
+    return (f'echo "start $MARKETSCHED_JOB_ID" >> {log}; i=0; while {loop}; do sleep {step}; i=$((i+1)); done; '
             f'echo "end $MARKETSCHED_JOB_ID" >> {log}')
 
 
@@ -54,12 +56,16 @@ def test_kill_9_and_restart(tmp_path):
 
         j1 = a.post("/api/jobs", {"bid": 1, "command": job_cmd(runs, 0.1)})["id"]  # done before the crash
         assert wait_for(lambda: state(j1) == "completed")
-        j4 = a.post("/api/jobs", {"bid": 2, "command": job_cmd(runs, 1.5)})["id"]  # preempted at the crash
-        j5 = b.post("/api/jobs", {"bid": 2.5, "command": job_cmd(runs, 1.0)})["id"]  # preempted, then lost
+        # every job that must still run at some point runs until the test releases it: the order
+        # of events is the test's, whatever the machine's load
+        release = tmp_path / "release"  # after the restart
+        j4 = a.post("/api/jobs", {"bid": 2, "command": job_cmd(runs, 1.5, until=release)})["id"]  # preempted at the crash
+        j5 = b.post("/api/jobs", {"bid": 2.5, "command": job_cmd(runs, 1.0, until=release)})["id"]  # preempted, then lost
         assert wait_for(lambda: started(runs, j4, j5))
-        release = tmp_path / "release-j2"
         j2 = b.post("/api/jobs", {"bid": 3, "command": gated_cmd(runs, release)})["id"]  # running at the crash
-        j3 = a.post("/api/jobs", {"bid": 4, "command": f'echo "start $MARKETSCHED_JOB_ID" >> {runs}; sleep 0.8'})["id"]
+        down = tmp_path / "release-j3"  # while the broker is down
+        j3 = a.post("/api/jobs", {"bid": 4, "command": f'echo "start $MARKETSCHED_JOB_ID" >> {runs}; '
+                                                         f'while [ ! -e {down} ]; do sleep 0.05; done'})["id"]
         j6 = b.post("/api/jobs", {"bid": 1.5, "command": job_cmd(runs, 0.2)})["id"]  # queued, never started
         before = {j["id"]: j for j in admin.get("/api/jobs")}
         assert {j: before[j]["state"] for j in (j2, j3, j4, j5, j6)} == {
@@ -68,9 +74,10 @@ def test_kill_9_and_restart(tmp_path):
 
         brokers[0].send_signal(signal.SIGKILL)  # kill -9
         brokers[0].wait()
-        # while the broker is down: j3 (plain sleep) ends and its wrapper records the exit code;
-        # j5's process group disappears without one (killed by someone); j2 runs on (until the
-        # test releases it, after the restart)
+        # while the broker is down: j3 ends and its wrapper records the exit code; j5's process
+        # group disappears without one (killed by someone); j2 runs on (until the test releases
+        # it, after the restart)
+        down.touch()
         os.killpg(before[j5]["pid"], signal.SIGKILL)
         assert proc_start_ticks(before[j2]["pid"]) is not None  # j2 runs on
         assert wait_for(lambda: proc_start_ticks(before[j3]["pid"]) is None, 120)  # j3 ended (and was reaped)

@@ -7,12 +7,11 @@ $MARKETSCHED_ARTIFACTS if set, else the test's tmp folder; its path is printed).
 import hashlib
 import os
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from browser_helpers import fresh, wait
-from live_helpers import work
+from live_helpers import wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.server import MarketServer
 
@@ -33,10 +32,14 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
     srv = MarketServer(broker, "127.0.0.1", 0)
     srv.serve_in_thread()
     try:
-        broker.add_user(True, "alice", 100)
-        broker.add_user(True, "bob", 100)
-        low = broker.submit("alice", False, 2.0, work(30))["id"]
-        time.sleep(0.3)
+        # deposits that last far longer than any wait below (bob pays 2/s while his job runs): no user is
+        # held for want of money however long a loaded machine takes; alice's job runs until the test ends
+        broker.add_user(True, "alice", 100_000)
+        broker.add_user(True, "bob", 100_000)
+        low = broker.submit("alice", False, 2.0, f"while [ ! -e {tmp_path / 'never'} ]; do sleep 0.05; done")["id"]
+        # alice's job runs (its process launched) before bob's arrives: bob's preempts it
+        assert wait_for(lambda: (lambda j: j["state"] == "running" and j["pid"] is not None)(
+            broker.job("alice", False, low)))
         release = tmp_path / "release-high"  # bob's job runs until the test has seen the page with it
         high = broker.submit("bob", False, 5.0, f"while [ ! -e {release} ]; do sleep 0.05; done")["id"]
         browser.get(f"{srv.url}/")
@@ -45,13 +48,15 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         def text(el_id):
             return fresh(lambda: browser.find_element(By.ID, el_id).text)
 
+        # each refresh renders one response of the API; the state holds until the test releases bob's job,
+        # so the rest is waited for too (the API's price and job list are separate reads of the broker)
         assert wait(browser, lambda d: f"\n{high} bob 5.00" in "\n" + text("running"))
-        assert f"{low} alice 2.00 preempted" in text("queue")
-        assert text("price") == "2.000"  # k-th price: the best queued bid
-        assert "HB / k-th price" in text("mech") and text("me") == "admin (admin)"
-        balances = text("balances")
-        assert "alice" in balances and "bob" in balances and "total deposits 200.000" in balances
-        assert fresh(lambda: browser.find_element(By.ID, "price-line").get_attribute("d")).startswith("M")
+        assert wait(browser, lambda d: f"{low} alice 2.00 preempted" in text("queue"))
+        assert wait(browser, lambda d: text("price") == "2.000")  # k-th price: the best queued bid
+        assert wait(browser, lambda d: "HB / k-th price" in text("mech") and text("me") == "admin (admin)")
+        assert wait(browser, lambda d: all(s in text("balances") for s in ("alice", "bob", "total deposits 200000.000")))
+        assert wait(browser, lambda d: fresh(lambda: browser.find_element(By.ID, "price-line").get_attribute(
+            "d")).startswith("M"))
         out = Path(os.environ.get("MARKETSCHED_ARTIFACTS") or tmp_path)
         out.mkdir(parents=True, exist_ok=True)
         assert browser.save_screenshot(str(out / "live_market_preemption.png"))
@@ -60,7 +65,7 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         release.touch()
         assert wait(browser, lambda d: f"{high} bob completed 0" in text("recent"))
         assert wait(browser, lambda d: f"\n{low} alice 2.00" in "\n" + text("running"))
-        assert text("price") == "1.000"  # nothing queued: the reservation price
+        assert wait(browser, lambda d: text("price") == "1.000")  # nothing queued: the reservation price
         assert int(fresh(lambda: browser.find_element(By.TAG_NAME, "body").get_attribute("data-refreshes"))) > refreshes
         kept = browser.execute_script("return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + "
                                       "document.cookie + location.href")
@@ -72,7 +77,7 @@ def test_web_page_shows_jobs_price_and_updates(tmp_path, browser):
         browser.refresh()
         login(browser, "wrong")
         assert wait(browser, lambda d: "wrong token" in text("error"))
-        assert fresh(lambda: browser.find_element(By.ID, "login").is_displayed())
+        assert wait(browser, lambda d: fresh(lambda: browser.find_element(By.ID, "login").is_displayed()))
     finally:
         srv.shutdown()
         srv.server_close()
@@ -136,11 +141,11 @@ def test_a_process_that_takes_the_port_gets_no_token(tmp_path, browser):
         impostor = ThreadingHTTPServer(("127.0.0.1", port), Impostor)
         threading.Thread(target=impostor.serve_forever, daemon=True).start()
         # the open page polls on: now the impostor answers (401: the page forgets its key and asks again)
-        assert wait(browser, lambda d: any("/api/market" in r for r in Impostor.seen), 20), Impostor.seen
+        assert wait(browser, lambda d: any("/api/market" in r for r in Impostor.seen)), Impostor.seen
         assert wait(browser, lambda d: d.find_element(By.ID, "login").is_displayed())
         # the impostor serves its own page at the same origin (a reload, a bookmark)
         browser.refresh()
-        assert wait(browser, lambda d: any(r.startswith("POST /steal") for r in Impostor.seen), 20), Impostor.seen
+        assert wait(browser, lambda d: any(r.startswith("POST /steal") for r in Impostor.seen)), Impostor.seen
         got = "\n".join(Impostor.seen)
         token_hash = hashlib.sha256(admin_token.encode()).hexdigest()
         assert "MarketSig kid=" in got  # the page's signed reads reached the impostor ...

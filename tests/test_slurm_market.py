@@ -107,15 +107,18 @@ def test_priority_mapping_and_scontrol_parsing():
     assert d["JobState"] == "SUSPENDED" and d["Priority"] == "800" and d["JobName"] == "ms-x-3"
 
 
-def test_higher_bid_overtakes_a_queued_lower_bid_through_slurm_priorities(market):
+def test_higher_bid_overtakes_a_queued_lower_bid_through_slurm_priorities(market, tmp_path):
     b = market()
     n = b.config.slots
     b.add_user(True, "alice", 10_000)
     b.add_user(True, "bob", 10_000)
-    # the market is full of high bids; one of them ends early and frees one CPU
-    fill = [b.submit("alice", False, 50.0, work(1.0 if i == 0 else 6.0, f"fill{i}", step=STEP))["id"] for i in range(n)]
+    # the market is full of high bids; the test ends one of them to free one CPU, and the rest
+    # (and the job that gets the CPU) only once it has seen who got it
+    one, rest = tmp_path / "free-one", tmp_path / "free-rest"
+    fill = [b.submit("alice", False, 50.0, work(0.4, f"fill{i}", step=STEP, until=one if i == 0 else rest))["id"]
+            for i in range(n)]
     low = b.submit("bob", False, 3.0, work(0.4, "low", step=STEP))["id"]
-    high = b.submit("bob", False, 4.0, work(0.4, "high", step=STEP))["id"]
+    high = b.submit("bob", False, 4.0, work(0.4, "high", step=STEP, until=rest))["id"]
     assert {b.job("admin", True, j)["state"] for j in (low, high)} == {"queued"}
     # both are pending in Slurm, eligible (no BeginTime gate), ordered by the priorities the
     # market set from the bids: Slurm itself will pick the higher bid when a CPU frees
@@ -123,8 +126,10 @@ def test_higher_bid_overtakes_a_queued_lower_bid_through_slurm_priorities(market
     assert lo["JobState"] == hi["JobState"] == "PENDING"
     assert int(hi["Priority"]) == priority_of(4.0) > int(lo["Priority"]) == priority_of(3.0)
     assert "BeginTime" not in (lo["Reason"], hi["Reason"])
-    assert wait_for(lambda: b.job("admin", True, high)["state"] in ("running", "completed"), HANG)
+    one.touch()
+    assert wait_for(lambda: b.job("admin", True, high)["state"] == "running", HANG)
     assert b.job("admin", True, low)["state"] == "queued"
+    rest.touch()
     assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in fill + [low, high]), HANG)
     acc = {j: final_accounting(b, j) for j in (fill[0], low, high)}
     # Slurm started the higher bid first (its own record), and the broker agrees
@@ -136,12 +141,13 @@ def test_higher_bid_overtakes_a_queued_lower_bid_through_slurm_priorities(market
     assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
 
 
-def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
+def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market, tmp_path):
     b = market()
     n = b.config.slots
     b.add_user(True, "alice", 10_000)
     b.add_user(True, "bob", 10_000)
-    low = [b.submit("alice", False, 2.0, work(3.0, f"low{i}", step=STEP))["id"] for i in range(n)]
+    release = tmp_path / "release"  # the low jobs run until high has ended
+    low = [b.submit("alice", False, 2.0, work(0.6, f"low{i}", step=STEP, until=release))["id"] for i in range(n)]
     assert wait_for(lambda: all(slurm_state(b, j) == "RUNNING" for j in low), HANG)
     time.sleep(0.5)
     high = b.submit("bob", False, 10.0, work(1.0, "high", step=STEP))["id"]
@@ -151,6 +157,8 @@ def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
     assert all(st[j] == "running" for j in low[:-1])
     assert wait_for(lambda: slurm_state(b, victim) == "SUSPENDED", HANG)
     assert wait_for(lambda: slurm_state(b, high) in ("RUNNING", "COMPLETED", "COMPLETING"), HANG)
+    assert wait_for(lambda: b.job("admin", True, high)["state"] == "completed", HANG)
+    release.touch()
     assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in low + [high]), HANG)
     jobs = [b.job("admin", True, j) for j in low + [high]]
     assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
@@ -170,13 +178,14 @@ def test_higher_bid_preempts_running_lower_which_resumes_and_completes(market):
     assert books["revenue"] == pytest.approx(sum(j["charged"] for j in jobs), abs=1e-6)
 
 
-def test_a_bid_change_reorders_slurm_priorities_and_preempts_through_slurm(market):
+def test_a_bid_change_reorders_slurm_priorities_and_preempts_through_slurm(market, tmp_path):
     b = market()
     n = b.config.slots
     b.add_user(True, "alice", 10_000)
     b.add_user(True, "bob", 10_000)
-    # the low jobs run long enough (6 s) that none ends while bob runs (Slurm's start delay ~1 s + 0.6 s)
-    low = [b.submit("alice", False, 2.0, work(6.0, f"low{i}", step=STEP))["id"] for i in range(n)]
+    # the low jobs run until bob has ended (the test releases them): none ends while bob runs
+    release = tmp_path / "release"
+    low = [b.submit("alice", False, 2.0, work(0.6, f"low{i}", step=STEP, until=release))["id"] for i in range(n)]
     q2 = b.submit("alice", False, 1.5, work(0.2, "q2", step=STEP))["id"]
     bob = b.submit("bob", False, 1.0, work(0.6, "bob", step=STEP))["id"]
     assert wait_for(lambda: all(slurm_state(b, j) == "RUNNING" for j in low), HANG)
@@ -191,6 +200,8 @@ def test_a_bid_change_reorders_slurm_priorities_and_preempts_through_slurm(marke
     assert b.job("admin", True, victim)["state"] == "preempted"
     assert wait_for(lambda: slurm_state(b, victim) == "SUSPENDED", HANG)
     assert wait_for(lambda: slurm_state(b, bob) in ("RUNNING", "COMPLETED", "COMPLETING"), HANG)
+    assert wait_for(lambda: b.job("admin", True, bob)["state"] == "completed", HANG)
+    release.touch()
     assert wait_for(lambda: all(b.job("admin", True, j)["state"] == "completed" for j in low + [q2, bob]), HANG)
     jb = b.job("admin", True, bob)
     assert jb["stdout"] == "done bob\n" and jb["bid"] == 10.0

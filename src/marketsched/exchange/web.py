@@ -163,6 +163,7 @@ async function login() {
   const tok = $("token").value.trim();
   $("token").value = "";
   $("order-error").textContent = "";
+  delete document.body.dataset.party;
   if (!tok) return;
   if (!window.crypto || !crypto.subtle) { $("order-error").textContent = "this page needs https, or http on 127.0.0.1 or localhost (the browser's Web Crypto)"; return; }
   const h = hex(await crypto.subtle.digest("SHA-256", enc.encode(tok)));
@@ -179,11 +180,14 @@ async function login() {
   $("offer-form").hidden = party.role !== "provider";
   $("mine-table").hidden = false;
   if (party.role === "provider") {
-    const nodes = (await signedGet("/api/nodes")).filter((n) => n.left_t === null);
+    let nodes;
+    try { nodes = (await signedGet("/api/nodes")).filter((n) => n.left_t === null); }
+    catch (e) { $("order-error").textContent = String(e.message || e); return; }
     $("o-node").replaceChildren(...nodes.map((n) => { const o = document.createElement("option"); o.value = n.name; o.textContent = n.name + " (" + n.cpu + " CPU)"; return o; }));
   }
   const slot = Number($("slot").textContent) || 0;
   for (const p of ["r-", "o-"]) { $(p + "first").value = slot + 2; $(p + "last").value = slot + 4; }
+  document.body.dataset.party = party.role + " " + party.name;  // the form is filled: the page is ready for this party
   mine();
 }
 $("use-token").addEventListener("click", login);
@@ -209,22 +213,45 @@ $("mine").addEventListener("click", async (e) => {
   catch (err) { $("order-error").textContent = String(err.message || err); }
   mine();
 });
+// one read of the party's orders at a time, so an older response never renders after a newer
+// one: a call while one is in flight (a submission, a cancellation, the login) makes one more
+// read after it, which sees what the call followed
+let minePending = null, mineAgain = false;
 async function mine() {
-  if (!party) return;
+  if (minePending) { mineAgain = true; return minePending; }
+  minePending = (async () => {
+    try {
+      do { mineAgain = false; await readMine(); } while (mineAgain);
+    } finally { minePending = null; }
+  })();
+  return minePending;
+}
+async function readMine() {
+  const p = party;
+  if (!p) return;
   try {
     const orders = (await signedGet("/api/orders?limit=20")).reverse();
-    if (party.role === "user") {
+    if (p.role === "user") {
       const b = await signedGet("/api/balance");
+      if (party !== p) return;
       $("money").textContent = "balance " + fmt(b.balance) + ", committed " + fmt(b.committed) + ", available " + fmt(b.available) + (b.deposits_required ? " (requests must be covered)" : " (trading on credit)");
     }
+    if (party !== p) return;  // another party since: its own read renders
     const el = $("mine");
     el.innerHTML = orders.length ? orders.map((o) => "<tr data-order='" + o.id + "'>" + [o.id, o.side, fmt(o.value), o.cpu, o.first_slot + "-" + o.last_slot, o.state]
       .map((c) => "<td>" + esc(c) + "</td>").join("") + "<td>" + (o.state === "open" ? "<button data-cancel='" + o.id + "'>cancel</button>" : "") + "</td></tr>").join("")
       : "<tr><td class='muted' colspan='7'>none</td></tr>";
-  } catch (e) { $("order-error").textContent = String(e.message || e); }
+  } catch (e) { if (party === p) $("order-error").textContent = String(e.message || e); }
 }
+// the market's own reads likewise one at a time: a tick while one is in flight is skipped
+let marketReading = false;
 async function refresh() {
-  mine();
+  if (!minePending) mine();  // (a tick while the orders are being read adds no read after it)
+  if (marketReading) return;
+  marketReading = true;
+  try { await readMarket(); } finally { marketReading = false; }
+}
+async function readMarket() {
   try {
     const [m, history] = await Promise.all([get("/api/market"), get("/api/market/history?limit=200")]);
     $("error").textContent = "";

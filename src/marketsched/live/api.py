@@ -353,15 +353,16 @@ def statement(b, who, q, body):
 
 @route("GET", "/api/market", "everything the web page shows", query={"since": SINCE, "limit": LIMIT})
 def market(b, who, q, body):
-    return {
-        "me": {"name": who[0], "admin": who[1]},
-        "price": b.price(),
-        "history": b.price_history(_since(q), 500),
-        "balance": b.balances(who[0], who[1]),
-        "active": b.jobs(who[0], who[1], ACTIVE_STATES, _limit(q, 500)),
-        "active_total": b.count_active(who[0], who[1]),
-        "recent": b.jobs(who[0], who[1], FINAL_STATES, 20),
-    }
+    with b.lock:  # one snapshot: the price, the balances and the jobs of the same instant
+        return {
+            "me": {"name": who[0], "admin": who[1]},
+            "price": b.price(),
+            "history": b.price_history(_since(q), 500),
+            "balance": b.balances(who[0], who[1]),
+            "active": b.jobs(who[0], who[1], ACTIVE_STATES, _limit(q, 500)),
+            "active_total": b.count_active(who[0], who[1]),
+            "recent": b.jobs(who[0], who[1], FINAL_STATES, 20),
+        }
 
 
 def _dayahead(b):

@@ -144,11 +144,23 @@ function chart(history, now) {
   svg.innerHTML = ticks + "<path id='price-line' d='" + d + "' fill='none' stroke='#1a73e8' stroke-width='2'/>"
     + "<text x='790' y='198' font-size='11' fill='#778' text-anchor='end'>market time " + t1.toFixed(0) + " s</text>";
 }
+// one read at a time, so an older response never renders after a newer one (a read can take longer
+// than the interval on a busy machine): a call while one is in flight makes one more read after it
+let reading = false, readAgain = false;
 async function refresh() {
+  if (reading) { readAgain = true; return; }
+  reading = true;
+  try {
+    do { readAgain = false; await readMarket(); } while (readAgain);
+  } finally { reading = false; }
+}
+async function readMarket() {
   if (!key) { $("login").hidden = false; return; }
+  const used = key;
   try {
     const r = await signedGet("/api/market");
     const m = await r.json();
+    if (used !== key) return;  // the token changed meanwhile: the next read uses the new one
     if (!r.ok) {
       $("error").textContent = m.error;
       if (r.status === 401) { key = keyId = null; $("login").hidden = false; }
@@ -179,7 +191,7 @@ async function refresh() {
   }
 }
 refresh();
-setInterval(refresh, 1000);
+setInterval(() => { if (!reading) refresh(); }, 1000);  // a tick while a read is in flight is skipped
 </script>
 </body>
 </html>
