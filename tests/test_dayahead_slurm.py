@@ -129,7 +129,10 @@ def test_a_job_still_running_when_its_reservation_ends_is_stopped_by_the_market(
     try:
         b.add_user(True, "u", 100)
         # a neighbour's reservation right after ours: the case where a late start used to be refused
-        da.place_bid("u", 60.0, 60.0, 50.0, command=f"date +%s.%N > {stamp}.0; sleep 600; touch {stamp}.1")
+        # stamp.1 only if the 10-minute sleep ran to its end (`&&`: Slurm's cancel signals the job's
+        # processes one after the other, so the shell may run one more command after its sleep is
+        # killed and before its own signal arrives; `;` made the test depend on that order)
+        da.place_bid("u", 60.0, 60.0, 50.0, command=f"date +%s.%N > {stamp}.0; sleep 600 && touch {stamp}.1")
         b.add_user(True, "v", 100)
         da.place_bid("v", 60.0, 120.0, 10.0)
         da.start(0.1)
