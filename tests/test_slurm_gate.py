@@ -17,6 +17,8 @@ class FakeSlurm:
         self.cpus = cpus
         self.running = running
         self.refuse: dict[int, str] = {}  # slurm id -> the error an update of it gets
+        self.states: dict[int, str] = {}  # slurm id -> its state in squeue (default RUNNING)
+        self.unlaunched: set[int] = set()  # RUNNING in Slurm, tasks not started on the node yet
 
     def __call__(self, args, timeout=30.0, input=None):
         self.cmds.append(args)
@@ -32,6 +34,15 @@ class FakeSlurm:
             return f"{self.next_id}\n"
         if args[:4] == ["squeue", "-h", "-t", "R"]:
             return "1\n" * self.running
+        if args[:3] == ["squeue", "-h", "-j"]:
+            return self.states.get(int(args[3]), "RUNNING") + "\n"
+        if args[:3] == ["squeue", "-h", "-a"]:
+            return "".join(f"{j}|{st}|None\n" for j, st in self.states.items())
+        if args[0] == "sstat":
+            jid = int(args[args.index("-j") + 1])
+            if self.states.get(jid, "RUNNING") == "PENDING":
+                raise slurm.SlurmError(f"`sstat` failed (exit 1): sstat: error: No steps running for job {jid}")
+            return f"{jid}.batch|\n" if jid in self.unlaunched else f"{jid}.batch|{jid + 5000}\n"
         return ""
 
     def ops(self):
@@ -137,3 +148,62 @@ def test_a_gate_that_comes_after_slurm_started_the_job_is_left_to_the_poll(fake,
     fake.refuse[sid] = "Access/permission denied"  # any other refusal is still an error
     with pytest.raises(slurm.SlurmError, match="permission denied"):
         ex.arrange([q(1, 4.0)])
+
+
+def test_a_suspend_waits_until_the_jobs_tasks_run_on_its_node(fake, tmp_path):
+    # Slurm says RUNNING from the allocation; a suspend that reaches slurmd before the batch
+    # step runs its tasks is lost (Slurm 22.05 under load). The executor suspends once sstat lists
+    # the step's PIDs, retrying at every poll; a pending job is gated; a cont cancels the wait
+    ex = slurm.SlurmExecutor(tmp_path, slots=4)
+    ex.launch(1, "true", priority_key=2.0)
+    b = ex.launch(2, "true", priority_key=2.0)
+    fake.states = {ex.procs[1].pid: "RUNNING", b.pid: "RUNNING"}
+    fake.unlaunched = {b.pid}
+    fake.cmds.clear()
+    ex.stop(2)
+    ex.arrange([q(2, 2.0, preempted=True)])
+    assert "suspend" not in [o[0] for o in fake.ops()] and 2 in ex._suspend and b.suspended_at is None
+    assert any(a[0] == "sstat" for a in fake.cmds)
+    ex._last_poll = 0.0
+    ex.exits()  # a poll: still not launched, still waiting
+    assert "suspend" not in [o[0] for o in fake.ops()] and 2 in ex._suspend
+    fake.unlaunched.clear()  # slurmd has started the script
+    ex._last_poll = 0.0
+    assert ex.exits() == []
+    assert [o for o in fake.ops() if o[0] == "suspend"] == [("suspend", b.pid, None)]
+    assert 2 not in ex._suspend and b.suspended_at is not None
+    # once seen running, it is not asked again
+    fake.cmds.clear()
+    b.suspended_at = None
+    ex.stop(2)
+    ex.flush()
+    assert [a[0] for a in fake.cmds] == ["scontrol"] and fake.ops() == [("suspend", b.pid, None)]
+
+    # a job whose tasks never started because Slurm still has it pending is gated instead
+    c = ex.launch(3, "true", priority_key=1.0)
+    fake.states[c.pid] = "PENDING"
+    fake.cmds.clear()
+    ex.stop(3)
+    ex.flush()
+    assert fake.ops() == [("gate", c.pid, slurm.GATE)] and 3 not in ex._suspend and c.gated
+
+    # the market resumes a job whose suspend is still waiting: nothing is sent at all
+    d = ex.launch(4, "true", priority_key=1.0)
+    fake.states[d.pid] = "RUNNING"
+    fake.unlaunched = {d.pid}
+    ex.stop(4)
+    ex.flush()
+    fake.cmds.clear()
+    ex.cont(4)
+    fake.unlaunched.clear()
+    ex.flush()
+    assert fake.ops() == [] and 4 not in ex._suspend and 4 not in ex._resume and d.suspended_at is None
+
+
+@pytest.mark.parametrize("states, up", [("idle\n", True), ("comp\n", True), ("alloc\n", True), ("plnd\n", True),
+                                        ("down\ndrain\n", False), ("", False), ("drng\ncomp\n", True)])
+def test_slurm_is_up_while_its_node_finishes_a_cancelled_job(monkeypatch, states, up):
+    # right after a cancel, sinfo shows the node "comp" for up to KillWait (5 s); it is usable
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(slurm, "run", lambda args, timeout=30.0, input=None: states)
+    assert slurm.slurm_up() is up

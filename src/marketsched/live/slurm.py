@@ -52,6 +52,15 @@ How the market's decisions map onto Slurm
     executor defers such a resume itself until ``suspend + RESUME_GAP``. The market charges
     the job from the moment its mechanism resumed it (at most ``RESUME_GAP`` s early; only when
     a preemptor ends within 2 s of preempting).
+  - *A suspend waits for the job's tasks*: Slurm calls a job RUNNING as soon as it allocates
+    it, but slurmd launches the batch script later (up to 2 s later with two busy loops, seen
+    in the test suite). A suspend that reaches slurmd while the job's step is not yet running
+    its tasks is lost: Slurm records the job SUSPENDED while it runs on (seen once in CI under
+    load: the victim ran beside its preemptor to its end, and sacct recorded 0 s suspended).
+    So the executor suspends a job only once ``sstat`` lists the PIDs of its batch step (slurmd
+    asks the job's slurmstepd, so a user cannot fake it); until then the suspend is retried at
+    every poll. Meanwhile Slurm still counts the job's CPU as taken, so the preemptor waits in
+    Slurm and no CPU is shared; the market charges follow its mechanism's decisions, as always.
   - Safe order: the operations a decision asks for are buffered and carried out in
     ``arrange`` in this order: gates, suspends, resumes, ungates; so no core is freed while a
     job that must not take it is still eligible.
@@ -116,6 +125,7 @@ GATE = "now+365days"
 NAME_PREFIX = "ms"
 ACTIVE = {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SIGNALING",
           "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED"}
+USABLE_NODE_STATES = {"idle", "mix", "alloc", "mixed", "allocated", "comp", "completing", "plnd", "planned"}  # sinfo %t
 COMPLETION_STATES = {"COMPLETED", "FAILED"}  # the command ran and exited (0 / non-zero)
 
 BATCH = """#!/bin/sh
@@ -148,14 +158,16 @@ def run(args: list[str], timeout: float = 30.0, input: str | None = None) -> str
 
 
 def slurm_up() -> bool:
-    """True when a Slurm controller answers and a node is usable (``sinfo``)."""
+    """True when a Slurm controller answers and a node is usable (``sinfo``). A node whose
+    jobs are all ending is usable (``comp``: for up to KillWait, 5 s, after a cancel), and so is
+    an idle node the backfill scheduler has planned a job on (``plnd``)."""
     if shutil.which("sinfo") is None:
         return False
     try:
         out = run(["sinfo", "-h", "-o", "%t"], timeout=10)
     except SlurmError:
         return False
-    return any(s.strip().rstrip("*~#") in ("idle", "mix", "alloc", "mixed", "allocated") for s in out.split())
+    return any(s.strip().rstrip("*~#") in USABLE_NODE_STATES for s in out.split())
 
 
 def priority_of(key: float) -> int:
@@ -459,16 +471,7 @@ class SlurmExecutor(JobFolders):
                 self._try(job, "StartTime", GATE)
                 job.gated = True
         self._gate.clear()
-        for k in sorted(self._suspend):
-            job = self.procs.get(k) or self.queued.get(k)
-            if job is None:
-                continue
-            if job.started and self._suspend_job(job):
-                continue
-            if not job.gated:  # pending in Slurm: gate instead
-                self._try(job, "StartTime", GATE)
-                job.gated = True
-        self._suspend.clear()
+        self._do_suspends()
         if self._resume:
             self._do_resumes()
         for k in sorted(self._ungate):
@@ -488,8 +491,56 @@ class SlurmExecutor(JobFolders):
             if not (_gone(msg) or (field_ == "StartTime" and "no longer pending" in msg.lower())):
                 raise
 
-    def _suspend_job(self, job: SlurmJob) -> bool:
-        """scontrol suspend; False if the job is not running in Slurm (still pending)."""
+    def _do_suspends(self) -> None:
+        """The buffered suspends; a job whose tasks have not started on its node yet stays
+        buffered (retried at every poll), a job still pending in Slurm is gated instead."""
+        waiting = set()
+        for k in sorted(self._suspend):
+            job = self.procs.get(k) or self.queued.get(k)
+            if job is None:
+                continue
+            if job.started:
+                done = self._suspend_job(job)
+                if done is None:
+                    waiting.add(k)
+                if done is not False:
+                    continue
+            if not job.gated:  # pending in Slurm: gate instead
+                self._try(job, "StartTime", GATE)
+                job.gated = True
+        self._suspend = waiting
+
+    def _tasks_started(self, job: SlurmJob) -> bool:
+        """True once the job's batch step runs its tasks on the node: ``sstat`` lists their PIDs
+        (slurmd asks the step's slurmstepd). Slurm says RUNNING earlier, from the allocation."""
+        if job.extra.get("tasks_started"):
+            return True
+        try:
+            out = self._run(["sstat", "-n", "-P", "-a", "-j", str(job.pid), "-o", "JobID,Pids"], timeout=10)
+        except SlurmError:  # "No steps running", or slurmd too busy to answer: not yet
+            return False
+        for line in out.splitlines():
+            step, _, pids = line.partition("|")
+            if step == f"{job.pid}.batch" and any(c.isdigit() for c in pids):
+                job.extra["tasks_started"] = True
+                return True
+        return False
+
+    def _suspend_job(self, job: SlurmJob) -> bool | None:
+        """scontrol suspend; False if the job is not running in Slurm (still pending); None if
+        Slurm runs it but its tasks have not started on the node yet (a suspend now is lost)."""
+        if not self._tasks_started(job):
+            try:
+                state = self._run(["squeue", "-h", "-j", str(job.pid), "-o", "%T"]).strip()
+            except SlurmError as exc:
+                if not _gone(str(exc)):
+                    raise
+                state = ""
+            if state in ("RUNNING", "CONFIGURING"):
+                return None
+            if state == "PENDING":
+                return False
+            # suspended, completing or gone: scontrol below says which
         try:
             self._run(["scontrol", "suspend", str(job.pid)])
         except SlurmError as exc:
@@ -598,7 +649,7 @@ class SlurmExecutor(JobFolders):
         """Block until the next poll is due, :meth:`wake` is called, or ``timeout``."""
         due = max(0.0, self._last_poll + self.poll - time.monotonic())
         t = due if timeout is None else min(timeout, due)
-        if self._resume:
+        if self._resume or self._suspend:
             t = min(t, self.poll)
         if self._ready:
             t = 0.0
@@ -622,6 +673,8 @@ class SlurmExecutor(JobFolders):
         if now < self._last_poll + self.poll:
             return out
         self._last_poll = now
+        if self._suspend:
+            self._do_suspends()
         if self._resume:
             self._do_resumes()
         tracked = {**self.queued, **self.procs}
