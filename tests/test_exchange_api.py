@@ -420,6 +420,37 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
         p5.post("/api/nodes", {"name": "s9", "cpu": 4, "mem": 100})
 
 
+def test_a_slurm_partition_is_sold_by_one_provider_joining_through_the_api(market):
+    # the Slurm counterpart of "a CPU is sold once": a provider joining by itself cannot sell
+    # the partition another provider sells (Slurm's default one included), until that one left
+    # and its contracts are settled; the operator may still share a partition on purpose
+    ex, clock, srv, c, tokens = market
+    s = {name: Client(srv.url, issue_token(ex.store, "provider", name, 0.0)) for name in ("s1", "s2", "s3", "s4")}
+    s["s1"].post("/api/join", {"kind": "slurm", "partition": "debug"})
+    with pytest.raises(ClientError, match="Slurm partition 'debug' is sold by another provider") as e:
+        s["s2"].post("/api/join", {"kind": "slurm", "partition": "debug"})
+    assert e.value.status == 400 and ex.store.provider("s2") is None
+    assert s["s2"].post("/api/join", {"kind": "slurm"})["partition"] is None  # Slurm's default: free
+    with pytest.raises(ClientError, match="Slurm's default partition is sold by another provider"):
+        s["s3"].post("/api/join", {"kind": "slurm"})
+    ex.join("op", kind="slurm", partition="debug")  # the operator's command is not bound
+    # s2 sells a contract, then leaves: the default partition stays taken until it is settled
+    s["s2"].post("/api/nodes", {"name": "main", "cpu": 1, "mem": 10})
+    now = ex.slot()
+    s["s2"].post("/api/offers", {"node": "main", "reserve": 0.1, "first_slot": now + 1, "last_slot": now + 9})
+    c["alice"].post("/api/requests", {"value": 2, "cpu": 1, "first_slot": now + 2, "last_slot": now + 2,
+                                      "command": "x"})
+    ex.clear()
+    (contract,) = [k for k in ex.store.contracts() if k["provider"] == "s2"]
+    s["s2"].post("/api/leave")
+    with pytest.raises(ClientError, match="Slurm's default partition is sold by another provider"):
+        s["s3"].post("/api/join", {"kind": "slurm"})
+    ex.settle(contract["id"], "lapsed", clock(), note="settled by the test")
+    assert s["s3"].post("/api/join", {"kind": "slurm"})["partition"] is None
+    # a local provider is not bound by Slurm's partitions
+    assert s["s4"].post("/api/join", {"kind": "local"})["kind"] == "local"
+
+
 @pytest.mark.parametrize("path, body, msg", [
     ("/api/join", {"kind": "cloud"}, "provider field 'kind' must be one of local, slurm"),
     ("/api/join", {"kind": "local", "partition": "debug"}, "'partition' is for slurm providers only"),

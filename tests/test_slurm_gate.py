@@ -201,7 +201,8 @@ def test_a_suspend_waits_until_the_jobs_tasks_run_on_its_node(fake, tmp_path):
 
 
 @pytest.mark.parametrize("states, up", [("idle\n", True), ("comp\n", True), ("alloc\n", True), ("plnd\n", True),
-                                        ("down\ndrain\n", False), ("", False), ("drng\ncomp\n", True)])
+                                        ("down\ndrain\n", False), ("", False), ("drng\ncomp\n", True),
+                                        ("idle*\n", False), ("idle*\nmix\n", True), ("idle~\n", True)])
 def test_slurm_is_up_while_its_node_finishes_a_cancelled_job(monkeypatch, states, up):
     # right after a cancel, sinfo shows the node "comp" for up to KillWait (5 s); it is usable
     monkeypatch.setattr(slurm.shutil, "which", lambda name: "/usr/bin/" + name)

@@ -215,7 +215,7 @@ class ExchangeService:
     def join(self, who, body: dict) -> dict:
         _role(who, "provider", "join")
         _need(body, ("kind",), "a joining")
-        self._do(self.exchange.join, who[1], body["kind"], body.get("partition"))
+        self._do(self.exchange.join, who[1], body["kind"], body.get("partition"), True)
         return self.me(who)
 
     def add_node(self, who, body: dict) -> dict:

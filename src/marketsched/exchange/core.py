@@ -59,6 +59,7 @@ from .orders import (
     check_node,
     check_offer,
     check_party_cpus,
+    check_party_partition,
     check_request,
 )
 from .providers import Backend
@@ -120,9 +121,11 @@ class Exchange:
         return slot * self.settings["slot_seconds"]
 
     # ------------------------------------------------------------------ participants and orders
-    def join(self, provider: str, kind: str = "local", partition: str | None = None) -> None:
+    def join(self, provider: str, kind: str = "local", partition: str | None = None, by_party: bool = False) -> None:
         """A provider joins: ``local`` (nodes on this machine's CPUs) or ``slurm`` (contracts
-        run in Slurm partition ``partition``; None: Slurm's default)."""
+        run in Slurm partition ``partition``; None: Slurm's default). ``by_party``: the provider
+        joins by itself (the HTTP API), not the operator; then a Slurm provider's partition must
+        be one no other provider sells (the operator may share one on purpose)."""
         check_name("provider", "name", provider)
         if kind not in PROVIDER_KINDS:
             raise ValueError(f"provider field 'kind' must be one of {', '.join(PROVIDER_KINDS)}, got {kind!r}")
@@ -130,7 +133,12 @@ class Exchange:
             if kind != "slurm":
                 raise ValueError("provider field 'partition' is for slurm providers only")
             check_name("provider", "partition", partition)
-        self.store.add_provider(provider, kind, self.clock(), partition)
+        with self.store.transaction():
+            if by_party and kind == "slurm":
+                nodes = self.store.nodes()
+                busy = {nodes[c["node_id"]]["provider"] for c in self.store.contracts(("pending", "starting", "running"))}
+                check_party_partition(provider, partition, self.store.providers(), busy)
+            self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
                  by_party: bool = False) -> int:

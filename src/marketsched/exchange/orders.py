@@ -113,6 +113,19 @@ def check_party_cpus(provider: dict, cpus: list[int] | None, nodes, busy: Collec
             raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus))} backs a node {whose}")
 
 
+def check_party_partition(provider: str, partition: str | None, providers, busy: Collection[str] = ()) -> None:
+    """The Slurm partition a provider names when it joins by itself (``None``: Slurm's default
+    partition): one that no other provider sells (of ``providers``, rows of the providers
+    table). As with a local provider's CPUs, a partition is sold once; a provider that left
+    frees its partition once none of its contracts is unsettled (``busy``: names of providers
+    with pending, starting or running contracts, whose jobs still run in it)."""
+    for p in providers:
+        if p["name"] != provider and p["kind"] == "slurm" and p["partition"] == partition and (
+                p["left_t"] is None or p["name"] in busy):
+            shown = "Slurm's default partition" if partition is None else f"Slurm partition {partition!r}"
+            raise ValueError(f"provider field 'partition': {shown} is sold by another provider")
+
+
 def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot: int | None = None) -> dict:
     """A user's request ``(v_j, c_j, m_j, r_j, e_j)`` and its command."""
     first, last = check_window("request", first_slot, last_slot, after_slot)

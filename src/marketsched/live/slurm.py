@@ -53,8 +53,8 @@ How the market's decisions map onto Slurm
     the job from the moment its mechanism resumed it (at most ``RESUME_GAP`` s early; only when
     a preemptor ends within 2 s of preempting).
   - *A suspend waits for the job's tasks*: Slurm calls a job RUNNING as soon as it allocates
-    it, but slurmd launches the batch script later (up to 2 s later with two busy loops, seen
-    in the test suite). A suspend that reaches slurmd while the job's step is not yet running
+    it, but slurmd launches the batch script later (1.6 s later in the case seen in the test
+    suite under two busy loops). A suspend that reaches slurmd while the job's step is not yet running
     its tasks is lost: Slurm records the job SUSPENDED while it runs on (seen once in CI under
     load: the victim ran beside its preemptor to its end, and sacct recorded 0 s suspended).
     So the executor suspends a job only once ``sstat`` lists the PIDs of its batch step (slurmd
@@ -160,14 +160,15 @@ def run(args: list[str], timeout: float = 30.0, input: str | None = None) -> str
 def slurm_up() -> bool:
     """True when a Slurm controller answers and a node is usable (``sinfo``). A node whose
     jobs are all ending is usable (``comp``: for up to KillWait, 5 s, after a cancel), and so is
-    an idle node the backfill scheduler has planned a job on (``plnd``)."""
+    an idle node the backfill scheduler has planned a job on (``plnd``); a node the controller
+    cannot reach (``*`` after its state, e.g. ``idle*``) is not: Slurm starts no job on it."""
     if shutil.which("sinfo") is None:
         return False
     try:
         out = run(["sinfo", "-h", "-o", "%t"], timeout=10)
     except SlurmError:
         return False
-    return any(s.strip().rstrip("*~#") in USABLE_NODE_STATES for s in out.split())
+    return any(not s.endswith("*") and s.rstrip("~#") in USABLE_NODE_STATES for s in out.split())
 
 
 def priority_of(key: float) -> int:
