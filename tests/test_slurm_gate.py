@@ -19,6 +19,7 @@ class FakeSlurm:
         self.refuse: dict[int, str] = {}  # slurm id -> the error an update of it gets
         self.states: dict[int, str] = {}  # slurm id -> its state in squeue (default RUNNING)
         self.unlaunched: set[int] = set()  # RUNNING in Slurm, tasks not started on the node yet
+        self.launch_after: dict[int, int] = {}  # slurm id -> sstat calls that find it unlaunched
 
     def __call__(self, args, timeout=30.0, input=None):
         self.cmds.append(args)
@@ -42,6 +43,9 @@ class FakeSlurm:
             jid = int(args[args.index("-j") + 1])
             if self.states.get(jid, "RUNNING") == "PENDING":
                 raise slurm.SlurmError(f"`sstat` failed (exit 1): sstat: error: No steps running for job {jid}")
+            if self.launch_after.get(jid, 0) > 0:
+                self.launch_after[jid] -= 1
+                return f"{jid}.batch|\n"
             return f"{jid}.batch|\n" if jid in self.unlaunched else f"{jid}.batch|{jid + 5000}\n"
         return ""
 
@@ -198,6 +202,28 @@ def test_a_suspend_waits_until_the_jobs_tasks_run_on_its_node(fake, tmp_path):
     fake.unlaunched.clear()
     ex.flush()
     assert fake.ops() == [] and 4 not in ex._suspend and 4 not in ex._resume and d.suspended_at is None
+
+
+def test_a_shutdown_suspends_a_job_whose_tasks_start_late(fake, tmp_path, monkeypatch):
+    # the broker suspends every job it runs at a shutdown; a job Slurm calls RUNNING whose batch
+    # script has not started yet is suspended once it has (here: the third sstat sees it)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.01)
+    a = ex.launch(1, "true", priority_key=1.0)
+    fake.launch_after[a.pid] = 2
+    ex.stop(1)
+    ex.shutdown()
+    assert fake.ops()[-1] == ("suspend", a.pid, None) and a.suspended_at is not None
+    assert sum(c[0] == "sstat" for c in fake.cmds) == 3
+    # one that never starts is waited for SHUTDOWN_WAIT s, then left running (re-attached later)
+    monkeypatch.setattr(slurm, "SHUTDOWN_WAIT", 0.05)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.01)
+    b = ex.launch(2, "true", priority_key=1.0)
+    fake.unlaunched = {b.pid}
+    ex.stop(2)
+    fake.cmds.clear()
+    ex.shutdown()
+    assert ("suspend", b.pid, None) not in fake.ops() and b.suspended_at is None
+    assert sum(c[0] == "sstat" for c in fake.cmds) >= 2  # retried, not given up at once
 
 
 @pytest.mark.parametrize("states, up", [("idle\n", True), ("comp\n", True), ("alloc\n", True), ("plnd\n", True),

@@ -98,6 +98,11 @@ Open decisions (documented here, where they are taken)
 * Queued jobs stay in Slurm while the broker is down; :meth:`shutdown` gates them so that none
   starts unpaid; after a crash (kill -9) an eligible one may start, and the restarted broker
   suspends it (time run while the broker was down is not charged, as on the local executor).
+* At a shutdown the broker suspends every job it runs. A job whose batch script has not
+  started on its node yet cannot be suspended (see "a suspend waits for the job's tasks"), so
+  :meth:`shutdown` waits up to ``SHUTDOWN_WAIT`` seconds for it, retrying at every poll (the
+  lag seen under load was 1.6 s). A job still not started then runs on while the broker is
+  down, and the restarted broker re-attaches it as running.
 * The market runs serial jobs (one CPU each, ``-n 1 -c 1``); the partition's CPU count should
   equal the market's ``--slots`` (checked at start: more slots than CPUs is refused).
 """
@@ -121,6 +126,7 @@ PRIORITY_SCALE = 1000.0
 MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
 UNSTARTED_GRACE = 2.0  # s a job may run in Slurm before the market starts it (see exits)
 RESUME_GAP = 2.05  # s; slurmd delays a resume that comes less than 2 s after its suspend
+SHUTDOWN_WAIT = 10.0  # s a shutdown waits for a job's tasks to start so that it can be suspended
 GATE = "now+365days"
 NAME_PREFIX = "ms"
 ACTIVE = {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SIGNALING",
@@ -743,7 +749,8 @@ class SlurmExecutor(JobFolders):
 
     def shutdown(self, kill: bool = False) -> None:
         """Stop (with ``kill``: cancel every job). Otherwise buffered operations are carried out
-        and pending jobs gated, so nothing starts while the market is down."""
+        and pending jobs gated, so nothing starts while the market is down; a suspend waiting
+        for a job's tasks to start is retried at every poll for up to ``SHUTDOWN_WAIT`` s."""
         if kill:
             for key in list(self.procs) + list(self.queued):
                 self.kill(key)
@@ -753,6 +760,10 @@ class SlurmExecutor(JobFolders):
                 if not job.gated:
                     self._gate.add(k)
             self.flush()
+            end = time.monotonic() + SHUTDOWN_WAIT
+            while self._suspend and time.monotonic() < end:
+                time.sleep(self.poll)
+                self._do_suspends()
         self._waker.close()
         os.close(self.root_fd)
 
