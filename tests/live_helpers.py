@@ -38,8 +38,9 @@ def free_port() -> int:
 
 def start_broker(data: Path, port: int, log, *args, preexec_fn=None) -> subprocess.Popen:
     """``marketsched market serve --data DATA --port PORT ARGS...`` as its own process, its
-    output to ``log``; returns once its health check answers (AssertionError if it exits or
-    does not come up within 30 s)."""
+    output to ``log`` (a file opened for writing); returns once its health check answers
+    (AssertionError naming the end of its log if it exits, or if it does not come up within
+    120 s)."""
     from marketsched.live.cli import Client
 
     p = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
@@ -52,7 +53,10 @@ def start_broker(data: Path, port: int, log, *args, preexec_fn=None) -> subproce
             c.get("/api/health")
             return p
         except Exception:  # noqa: BLE001 - not up yet
-            assert p.poll() is None, f"broker exited with {p.returncode} (its output: {getattr(log, 'name', log)})"
+            if p.poll() is not None:
+                log.flush()
+                tail = Path(log.name).read_bytes()[-3000:].decode(errors="replace")
+                raise AssertionError(f"the broker exited with {p.returncode}; the end of its log:\n{tail}")
             time.sleep(0.1)
     p.kill()
     raise AssertionError("broker did not come up")

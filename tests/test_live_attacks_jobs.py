@@ -26,16 +26,21 @@ import os
 import pwd
 import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from live_helpers import chown_tree, make_service_account, proc_state, require_cgroups, wait_for
+from live_helpers import (
+    chown_tree,
+    free_port,
+    make_service_account,
+    proc_state,
+    require_cgroups,
+    start_broker,
+    wait_for,
+)
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.executor import kill_recorded_jobs, proc_cpu_seconds, proc_start_ticks
 from marketsched.live.ledger import Store
@@ -190,12 +195,6 @@ def children_of(pid) -> list[int]:
     return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def prepare(data: Path, accounts, service=None) -> dict:
     """A multi-user market's users, made with the broker (then stopped): tokens by name; the
     data folder handed to the ``service`` account if given."""
@@ -210,26 +209,8 @@ def prepare(data: Path, accounts, service=None) -> dict:
 
 
 def serve(data: Path, port: int, log, *extra):
-    from marketsched.live.cli import Client
-
-    p = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data),
-                          "--port", str(port), "--multi-user", "--charge-interval", "0.2", *extra],
-                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    c = Client(f"http://127.0.0.1:{port}", None, timeout=5)
-
-    def up():
-        if p.poll() is not None:
-            log.flush()
-            tail = Path(log.name).read_bytes()[-3000:].decode(errors="replace")
-            raise AssertionError(f"the broker exited with {p.returncode}; the end of its log:\n{tail}")
-        try:
-            c.get("/api/health")
-            return True
-        except Exception:  # noqa: BLE001 - not up yet
-            return False
-
-    assert wait_for(up, 120, every=0.1), "the broker did not come up"
-    return p
+    """A multi-user broker charging every 0.2 s (:func:`live_helpers.start_broker`)."""
+    return start_broker(data, port, log, "--multi-user", "--charge-interval", "0.2", *extra)
 
 
 def test_a_job_cannot_kill_the_broker(accounts, open_dir, broker_account):

@@ -8,16 +8,14 @@ where a missing cluster fails the tests.
 
 import pwd
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from live_helpers import wait_for, work
+from live_helpers import free_port, start_broker, wait_for, work
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.replay import simulate_recorded
 from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run
@@ -229,32 +227,10 @@ def test_jobs_slurm_kills_are_reported_failed_and_exit_codes_kept(market):
     assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_broker(data: Path, port: int, log, slots: int):
-    from marketsched.live.cli import Client
-
-    p = subprocess.Popen(
-        [sys.executable, "-m", "marketsched.cli", "market", "serve", "--data", str(data), "--port", str(port),
-         "--slots", str(slots), "--charge-interval", "0.2", "--executor", "slurm", "--sync", "normal", "--single-user"],
-        stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-    )
-    c = Client(f"http://127.0.0.1:{port}", None, timeout=10)
-    assert wait_for(lambda: _healthy(c, p), HANG), (data.parent / "broker.log").read_text()
-    return p
-
-
-def _healthy(c, p):
-    assert p.poll() is None, "broker exited"
-    try:
-        c.get("/api/health")
-        return True
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
+def slurm_broker(data: Path, port: int, log, slots: int):
+    """A single-user broker on the Slurm executor (:func:`live_helpers.start_broker`)."""
+    return start_broker(data, port, log, "--slots", slots, "--charge-interval", "0.2", "--executor", "slurm",
+                        "--sync", "normal", "--single-user")
 
 
 def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
@@ -280,7 +256,7 @@ def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
                 f'do sleep {STEP}; i=$((i+1)); done; echo "end $MARKETSCHED_JOB_ID" >> {runs}')
 
     try:
-        procs.append(start_broker(data, port, log, slots))
+        procs.append(slurm_broker(data, port, log, slots))
         admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
         a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 10_000})["token"])
         ids = [a.post("/api/jobs", {"bid": 2.0 + (i % 3), "command": cmd(2.0 + 0.2 * i)})["id"]
@@ -290,7 +266,7 @@ def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait()
         time.sleep(1.0)
-        procs.append(start_broker(data, port, log, slots))
+        procs.append(slurm_broker(data, port, log, slots))
         release.touch()
         assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), HANG), \
             admin.get("/api/jobs")
