@@ -204,26 +204,46 @@ def test_a_suspend_waits_until_the_jobs_tasks_run_on_its_node(fake, tmp_path):
     assert fake.ops() == [] and 4 not in ex._suspend and 4 not in ex._resume and d.suspended_at is None
 
 
+class FakeClock:
+    """``time.monotonic`` and ``time.sleep`` for the executor: sleeping advances the clock, so
+    a wait bounded in seconds is checked without the wall clock."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
 def test_a_shutdown_suspends_a_job_whose_tasks_start_late(fake, tmp_path, monkeypatch):
     # the broker suspends every job it runs at a shutdown; a job Slurm calls RUNNING whose batch
     # script has not started yet is suspended once it has (here: the third sstat sees it)
-    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.01)
+    clock = FakeClock()
+    monkeypatch.setattr(slurm, "time", clock)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.2)
     a = ex.launch(1, "true", priority_key=1.0)
     fake.launch_after[a.pid] = 2
     ex.stop(1)
+    t0 = clock.now
     ex.shutdown()
     assert fake.ops()[-1] == ("suspend", a.pid, None) and a.suspended_at is not None
-    assert sum(c[0] == "sstat" for c in fake.cmds) == 3
-    # one that never starts is waited for SHUTDOWN_WAIT s, then left running (re-attached later)
-    monkeypatch.setattr(slurm, "SHUTDOWN_WAIT", 0.05)
-    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.01)
+    assert sum(c[0] == "sstat" for c in fake.cmds) == 3 and clock.now - t0 == pytest.approx(0.4)
+    # one that never starts is retried at every poll for SHUTDOWN_WAIT s, then left running
+    # (the next broker re-attaches it)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.2)
     b = ex.launch(2, "true", priority_key=1.0)
     fake.unlaunched = {b.pid}
     ex.stop(2)
     fake.cmds.clear()
+    t0 = clock.now
     ex.shutdown()
     assert ("suspend", b.pid, None) not in fake.ops() and b.suspended_at is None
-    assert sum(c[0] == "sstat" for c in fake.cmds) >= 2  # retried, not given up at once
+    waited = clock.now - t0
+    assert slurm.SHUTDOWN_WAIT <= waited < slurm.SHUTDOWN_WAIT + 0.2 + 1e-9
+    assert sum(c[0] == "sstat" for c in fake.cmds) == 1 + round(waited / 0.2)  # flush's, then one per poll
 
 
 @pytest.mark.parametrize("states, up", [("idle\n", True), ("comp\n", True), ("alloc\n", True), ("plnd\n", True),

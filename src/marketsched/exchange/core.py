@@ -135,8 +135,7 @@ class Exchange:
             check_name("provider", "partition", partition)
         with self.store.transaction():
             if by_party and kind == "slurm":
-                nodes = self.store.nodes()
-                busy = {nodes[c["node_id"]]["provider"] for c in self.store.contracts(("pending", "starting", "running"))}
+                busy = {c["provider"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
                 check_party_partition(provider, partition, self.store.providers(), busy)
             self.store.add_provider(provider, kind, self.clock(), partition)
 
@@ -150,7 +149,7 @@ class Exchange:
         with self.store.transaction():
             p = self.store.provider(provider)
             if by_party and p is not None:
-                busy = {c["node_id"] for c in self.store.contracts(("pending", "starting", "running"))}
+                busy = {c["node_id"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
                 check_party_cpus(p, node.get("cpus"), self.store.nodes().values(), busy)
                 ever = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ?", (provider,))[0][0]
                 if ever >= 4 * MAX_NODES_PER_PROVIDER:  # joining and leaving must not grow the table without end
