@@ -306,6 +306,7 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     from marketsched.live.broker import Broker, MarketConfig
     from marketsched.live.server import Limits, MarketServer, check_plain_http, raise_fd_limit
 
+    _remove_ready(data)  # a broker killed with -9 left its own: `market wait` waits for this one
     memory = _bytes(job_memory, "--job-memory")
     try:
         check_plain_http(host, tls_cert is not None, insecure_http)
@@ -371,7 +372,6 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     click.echo(f"web page and API at {server.url}/; Unix socket {sock} (local users, no token)", err=True)
     if token:
         click.echo(f"administrator token written to {data / 'admin.token'}", err=True)
-    click.echo(f"READY {server.url}", err=True)
     done = threading.Event()
 
     def _stop(signum, frame):
@@ -380,10 +380,99 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     server.serve_in_thread()
+    _write_ready(data, server.url, sock)
+    click.echo(f"READY {server.url} (written to {data / READY_NAME}; `marketsched market wait` returns now)", err=True)
     done.wait()
+    _remove_ready(data)
     click.echo("stopping: posting charges and suspending running jobs", err=True)
     server.shutdown()
     broker.stop(kill_jobs=False)
+
+
+READY_NAME = "ready"
+
+
+def _write_ready(data: Path, url: str, sock: Path) -> None:
+    """DATA/ready: the serving broker's pid, URL and socket as JSON (readable by anyone who can
+    pass through DATA, 0711: it holds no secret), written once the server listens and removed
+    when it stops, so `market wait` need not guess how long a start-up takes."""
+    path = data / READY_NAME
+    tmp = path.with_name(f".{READY_NAME}.{os.getpid()}")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "url": url, "socket": str(sock)}) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _remove_ready(data: Path) -> None:
+    try:
+        (data / READY_NAME).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # not ours to remove (another account's broker): serve says why it fails later
+        click.echo(f"note: cannot remove {data / READY_NAME}: {exc.strerror}", err=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another account's process: alive
+        return True
+    return True
+
+
+def _ready(data: Path) -> dict | None:
+    """The ready file's contents when its broker is alive and answers its health check, else None."""
+    try:
+        info = json.loads((data / READY_NAME).read_text())
+        pid, url = int(info["pid"]), str(info["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not _alive(pid):
+        return None  # a broker that died without removing it (kill -9): wait for the next
+    try:
+        Client(url, None, timeout=5).get("/api/health")
+    except ClientError:
+        return None
+    return info
+
+
+@market.command("wait")
+@click.option("--data", "data_dir", envvar="MARKETSCHED_DATA", default=Path("market"), show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="The market's data folder (the one given to `market serve --data`) [$MARKETSCHED_DATA].")
+@click.option("--job", "job_id", type=click.IntRange(min=1), default=None,
+              help="Then wait until this job has ended (completed, cancelled or failed); the job is read with "
+                   "--token, else through the broker's Unix socket.")
+@click.option("--token", envvar="MARKETSCHED_TOKEN", default=None, help="Your token [$MARKETSCHED_TOKEN].")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Give up (exit status 1) after this many seconds of waiting.")
+def wait(data_dir, job_id, token, timeout) -> None:
+    """Wait until the market in --data is ready (`market serve` writes DATA/ready once it listens
+    and its health check answers), print its address, and return; with --job, also until that
+    job has ended. For scripts and walkthroughs: a start-up takes longer on a busy machine, and
+    no fixed sleep is long enough."""
+    import time
+
+    from marketsched.live.ledger import FINAL_STATES
+
+    deadline = time.monotonic() + timeout
+    while (info := _ready(data_dir)) is None:
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"no market became ready in {data_dir} within {timeout:g} s (is `marketsched "
+                                       f"market serve --data {data_dir}` running? its output says why not)")
+        time.sleep(0.2)
+    if job_id is None:
+        click.echo(info["url"])
+        return
+    sock = Path(info["socket"])
+    client = Client(info["url"], token) if token else Client(socket_path=sock)
+    while (state := client.get(f"/api/jobs/{job_id}")["state"]) not in FINAL_STATES:
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"job {job_id} is still {state} after {timeout:g} s")
+        time.sleep(0.2)
+    click.echo(f"job {job_id} {state}")
 
 
 @market.group("user")
