@@ -4,7 +4,7 @@ import io
 import subprocess
 import sys
 
-from marketsched.progress import BAR, ELAPSED, Progress
+from marketsched.progress import BAR, ELAPSED, Progress, rate
 
 
 class Clock:
@@ -65,7 +65,7 @@ def test_a_terminal_gets_rich_live_bar_and_a_pipe_never_imports_rich(monkeypatch
     for var in ("TTY_COMPATIBLE", "FORCE_COLOR"):
         monkeypatch.delenv(var, raising=False)
     term = Terminal()
-    live = Progress("{task.description}", BAR, ELAPSED, stream=term, clock=Clock(), transient=True)
+    live = Progress("{task.description}", BAR, ELAPSED, rate("jobs"), stream=term, clock=Clock(), transient=True)
     assert not live.plain
     with live:
         task = live.add_task("sim", total=10)
@@ -80,3 +80,22 @@ def test_a_terminal_gets_rich_live_bar_and_a_pipe_never_imports_rich(monkeypatch
             "print(p.plain, any(m == 'rich' or m.startswith('rich.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False"]
+
+
+def test_a_rate_column_gives_each_task_its_rate_so_far_and_what_is_left():
+    clock = Clock()
+    out = io.StringIO()
+    bar = Progress("{task.description}", BAR, rate("jobs"), clock=clock, stream=out, every_seconds=30.0)
+    with bar:
+        fast = bar.add_task("fcfs", total=1000)
+        clock.t += 2.0
+        bar.update(fast, completed=1000)
+        slow = bar.add_task("ees", total=1000)
+        for done in (1, 2, 3):
+            clock.t += 40.0
+            bar.update(slow, completed=done)
+    assert out.getvalue().splitlines() == [
+        "fcfs: 1,000/1,000 (100%) after 2 s, 500 jobs/s",
+        "ees: 1/1,000 (0%) after 40 s, 0.025 jobs/s, about 39,960 s left",
+        "ees: 2/1,000 (0%) after 80 s, 0.025 jobs/s, about 39,920 s left",
+        "ees: 3/1,000 (0%) after 120 s, 0.025 jobs/s, about 39,880 s left"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 # One BLAS thread per process unless the user says otherwise: marketsched runs in parallel by
@@ -183,27 +184,68 @@ def _params(items, where: str = "--param") -> list[tuple[str | None, str, str]]:
     return out
 
 
-def _run_all(jobs, runs, events: bool = False):
-    """Simulate ``(mechanism, params)`` pairs with a progress bar; returns the runs."""
+def _run_all(jobs, runs, events: bool = False, on_done=None, on_fail=None):
+    """Simulate ``(mechanism, params)`` pairs in turn with a progress bar that shows each one's
+    jobs per second so far (a slow run shows as slow, not hung); returns the runs.
+
+    ``on_done(run)`` is called as each run finishes. With ``on_fail(failure)`` a run that raises
+    (a plugin's bug, a mechanism that does not fit) becomes a :class:`_Failure` handed to it and
+    the next one runs; without it the exception propagates. Ctrl-C (``KeyboardInterrupt``)
+    always propagates, after the runs finished so far went to ``on_done``."""
     from marketsched.mechanisms.registry import get
-    from marketsched.progress import BAR, ELAPSED, Progress
+    from marketsched.progress import BAR, ELAPSED, Progress, rate
     from marketsched.scenario import run
 
     out = []
-    with Progress("{task.description:<18}", BAR, "{task.percentage:>3.0f}%", ELAPSED, transient=True) as bar:
+    with Progress("{task.description:<18}", BAR, "{task.percentage:>3.0f}%", ELAPSED, rate("jobs"),
+                  transient=True) as bar:
         for name, params in runs:
-            task = bar.add_task(get(name).label(get(name).resolve(params)), total=len(jobs.workload))
-            out.append(run(jobs, name, params, events=events,
-                           progress=lambda done, total, task=task: bar.update(task, completed=done)))
+            try:
+                label = get(name).label(get(name).resolve(params))
+                task = bar.add_task(label, total=len(jobs.workload))
+                done = run(jobs, name, params, events=events,
+                           progress=lambda done, total, task=task: bar.update(task, completed=done))
+            except Exception as exc:
+                if on_fail is None:
+                    raise
+                on_fail(_Failure.of(name, params, exc))
+                continue
+            out.append(done)
+            if on_done is not None:
+                on_done(done)
     return out
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A run of ``compare`` that raised: its mechanism, label, kind and why (one line)."""
+
+    mechanism: str
+    label: str
+    kind: str
+    why: str
+
+    @classmethod
+    def of(cls, name: str, params: dict, exc: BaseException) -> _Failure:
+        from marketsched.mechanisms.registry import get
+
+        m = get(name)
+        try:
+            label = m.label(m.resolve(params))
+        except Exception:  # noqa: BLE001 - the label of a mechanism whose parameters fail: its name
+            label = name
+        text = " ".join(str(exc).split()) or "(no message)"
+        return cls(name, label, m.kind, f"{type(exc).__name__}: {text}")
 
 
 COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_wait", "wait h", "h"),
            ("mean_bsd", "BSD", "{:.2f}"), ("ssj_share", "SSJ%", "%"), ("utilization", "util%", "%"),
-           ("preemptions", "preempt", "{:,}"), ("revenue", "revenue", "g"), ("twft", "TWFT", "g"),
-           ("mean_utility", "utility", "g"), ("cpu_seconds", "CPU s", "{:.3g}")]
+           ("preemptions", "preempt", "{:,}"), ("revenue", "revenue $", "g"), ("twft", "TWFT $", "g"),
+           ("mean_utility", "utility $", "g"), ("cpu_seconds", "CPU s", "{:.2g}")]
 
 LEGEND = """\
+$        the unit of the jobs' true values and of payments (a priority market's value is $ per
+         second of a job's flow time); the workload's values model sets its scale.
 done     jobs that ran to the end; the others were discarded (EES), rejected (Egg: no provider's
          price or deadline fits) or killed (Egg: a crash, or unfinished at its completion time).
          EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): it runs one
@@ -214,12 +256,13 @@ wait h   mean hours from submission to first start (completed jobs).
 BSD      bounded slowdown, flow time / max(run time, 60 s), mean over completed jobs
          (Shudler et al. (2010), Eq. 1); SSJ% = share of severely slowed-down jobs, BSD >= 5.
 util%    processor-seconds of completed work / (processors x span from first submit to last end).
-revenue  sum of all payments. DLGM and P-DLGM show 0: a job pays the jobs it overtakes, so every
+revenue  sum of all payments ($). DLGM and P-DLGM show 0: a job pays the jobs it overtakes, so every
          payment is a transfer between jobs and they sum to zero (Stößer (2009), section 5.3);
          EES's expected-externality payments also balance over the queue (Mutz (2008), eq. 4.4).
-TWFT     total weighted flow time, sum of true value x flow time over completed jobs: the social
-         cost the priority markets minimise (lower is better).
-utility  mean per-job utility in the mechanism's own model, comparable within a kind only.
+TWFT     total weighted flow time ($), sum of true value x flow time over completed jobs: the
+         social cost the priority markets minimise (lower is better).
+utility  mean per-job utility ($ per job) in the mechanism's own model, comparable within a kind
+         only.
          Priority and compensation markets: -w x flow time - payment (Shudler et al. (2010),
          Eq. 3): negative by construction, as a job only loses (w per second until it ends, and
          its payment) and nothing rewards completion. Queue auctions: v - d x wait - payment with
@@ -233,7 +276,8 @@ CPU s    CPU seconds of the simulation."""
 KIND_HEADINGS = {"compensation market": "compensation", "decentralized auction": "decentralized"}
 
 
-def _summary_rows(jobs, runs):
+def _summary_rows(jobs, runs, failed=()):
+    """A row of metrics per run, then a row per :class:`_Failure` (``failed`` in its done column)."""
     from marketsched.mechanisms.registry import get
     from marketsched.results import summary_of
 
@@ -245,12 +289,15 @@ def _summary_rows(jobs, runs):
             for k in ("revenue", "mean_utility"):
                 row[k] = float("nan")
         rows.append(row)
+    rows += [{"label": f.label, "kind": f.kind, "completed": "failed"} for f in failed]
     return rows
 
 
 def _cell(v, fmt: str) -> str:
     if v is None or (isinstance(v, float) and v != v):
         return "-"
+    if isinstance(v, str):
+        return v
     if isinstance(v, float) and abs(v) < 1e-6:
         v = 0.0  # float noise: payments that are transfers between jobs sum to zero
     if fmt == "h":
@@ -286,15 +333,24 @@ def _results_table(rows, title):
     return TextTable(title, columns, sections)
 
 
-def _print_table(rows, title, legend: bool = False, skipped=()):
-    """The summary table, what was not run and why, and the legend: drawn by rich on a terminal,
-    as plain text elsewhere (the same layout; rich is not imported)."""
+def _print_table(rows, title, legend: bool = False, skipped=(), failed=(), stopped=()):
+    """The summary table, what failed (``failed``: :class:`_Failure`), what was not run and why
+    (``skipped``: ``(name, reason)``), what an interruption left out (``stopped``: labels), and
+    the legend: drawn by rich on a terminal, as plain text elsewhere (the same layout; rich is
+    not imported)."""
     import textwrap
 
     from marketsched.terminal import rich_console
 
     table = _results_table(rows, title)
     notes = []
+    if failed:
+        notes.append("failed (the other rows are complete):")
+        notes += [textwrap.fill(f"{f.label}: {f.why}", width=100, initial_indent="  ", subsequent_indent="      ")
+                  for f in failed]
+    if stopped:
+        notes.append(textwrap.fill("interrupted (Ctrl-C): not finished: " + ", ".join(stopped), width=100,
+                                   subsequent_indent="  "))
     if skipped:
         notes.append("not run (what is missing, and how to get it):")
         notes += [textwrap.fill(f"{name}: {reason}", width=100, initial_indent="  ", subsequent_indent="      ")
@@ -308,8 +364,10 @@ def _print_table(rows, title, legend: bool = False, skipped=()):
     console.print(table.rich())
     for note in notes:
         console.print(note, highlight=False, markup=False)
-def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) -> None:
-    if out_path is None and events_path is None:
+def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str, quiet: bool = False) -> None:
+    """Write the runs' per-job results and event logs (``--out``, ``--events``), each file
+    replaced whole (written beside, then renamed): an interruption leaves the previous one."""
+    if (out_path is None and events_path is None) or not runs:
         return  # nothing to write: pandas is not even imported
     import pandas as pd
 
@@ -318,12 +376,25 @@ def _write_outputs(scenario, jobs, runs, out_path, events_path, command: str) ->
     meta = metadata(scenario, runs, command)
     if out_path is not None:
         table = pd.concat([job_table_of(jobs, r) for r in runs], ignore_index=True)
-        write(table, out_path, meta)
-        click.echo(f"per-job results: {out_path}", err=True)
+        _replace(write, table, out_path, meta)
+        if not quiet:
+            click.echo(f"per-job results: {out_path}", err=True)
     if events_path is not None:
         ev = pd.concat([r.events.assign(run=r.label)[["run", *r.events.columns]] for r in runs], ignore_index=True)
-        write(ev, events_path, meta)
-        click.echo(f"event log: {events_path}", err=True)
+        _replace(write, ev, events_path, meta)
+        if not quiet:
+            click.echo(f"event log: {events_path}", err=True)
+
+
+def _replace(write, table, path: Path, meta: dict) -> None:
+    """``write(table, path, meta)`` through a file beside ``path`` renamed over it (with its
+    ``.meta.json`` for a CSV file)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    write(table, tmp, meta)
+    if path.suffix == ".csv":
+        os.replace(f"{tmp}.meta.json", f"{path}.meta.json")
+    os.replace(tmp, path)
 
 
 def _check_out(path, option):
@@ -406,7 +477,7 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     Every mechanism sees the same jobs with the same true values and deadlines (common random
     numbers); bids are truthful. Rows are grouped by kind of mechanism.
     """
-    from marketsched.mechanisms.registry import Unfit, get, missing, names
+    from marketsched.mechanisms.registry import get, missing, names
 
     _check_out(out_path, "--out")
     _check_out(events_path, "--events")
@@ -456,21 +527,41 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     if not fit:
         raise click.ClickException("no mechanism can run on this workload: "
                                    + " | ".join(f"{m}: {why}" for m, why in skipped))
+    done: list = []
+    failed: list[_Failure] = []
+
+    def finished(r) -> None:  # each mechanism's rows are stored as it finishes
+        done.append(r)
+        _write_outputs(scenario, jobs, done, out_path, events_path, "compare", quiet=True)
+
+    stopped: list[str] = []
     try:
-        done = _run_all(jobs, fit, events=events_path is not None)
-    except Unfit as exc:
-        raise click.ClickException(str(exc)) from None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+        _run_all(jobs, fit, events=events_path is not None, on_done=finished, on_fail=failed.append)
+    except KeyboardInterrupt:  # Ctrl-C: print and keep what finished
+        ran = {r.label for r in done} | {f.label for f in failed}
+        stopped = [label for label in (get(m).label(get(m).resolve(p)) for m, p in fit) if label not in ran]
+        _write_outputs(scenario, jobs, done, out_path, events_path, "compare", quiet=True)
     w = jobs.workload
-    _print_table(_summary_rows(jobs, done), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, "
-                 f"{scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), truthful bids",
-                 legend=legend, skipped=skipped)
-    names_run = {m for m, _ in fit}
+    _print_table(_summary_rows(jobs, done, failed), f"{_workload_title(scenario, w)}: {len(w):,} jobs on {w.capacity} "
+                 f"processors, {scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), "
+                 "truthful bids", legend=legend, skipped=skipped, failed=failed, stopped=stopped)
+    names_run = {r.mechanism for r in done}
     if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
         click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
                    "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
-    _write_outputs(scenario, jobs, done, out_path, events_path, "compare")
+    for path, what in ((out_path, "per-job results"), (events_path, "event log")):
+        if path is not None and done:
+            click.echo(f"{what}: {path} ({len(done)} of {len(fit)} runs)", err=True)
+    if stopped:
+        raise SystemExit(130)  # the shell's status of a command stopped by Ctrl-C (128 + SIGINT)
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(fit)} runs failed: "
+                                   + "; ".join(f"{f.label} ({f.why})" for f in failed))
+
+
+def _workload_title(scenario, w) -> str:
+    """The workload as the table's title names it: the trace's name, or the built-in one's."""
+    return "built-in synthetic workload" if scenario.workload.trace is None else w.name
 
 
 def _default(v) -> str:
