@@ -143,6 +143,9 @@ def run_tasks(tasks: Sequence[Task], store, executor="process", workers: int | N
     store.mkdir(parents=True, exist_ok=True)
     found = load_stored(store, tasks)
     todo = [t for t in tasks if t.key not in found]
+    from marketsched.experiments.inputs import check_traces, traces_in
+
+    check_traces(traces_in(t.args for t in todo))  # one message for every missing trace, before any task
     run = TaskRun(store, skipped=len(found))
 
     def on_done(task: Task, payload) -> None:
