@@ -640,7 +640,9 @@ def mechanisms_(name, as_json):
 @click.argument("name", required=False)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for the report (default: results/NAME).")
-@click.option("--quick", is_flag=True, help="Reduced grid that finishes in about a minute.")
+@click.option("--quick", is_flag=True,
+              help="Reduced grid: 20-150 CPU seconds, as measured on a 2-core development machine (each "
+                   "experiment's figure is listed by `marketsched reproduce`); a busy machine takes longer.")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, help="Number of seeds (default: the experiment's own).")
 @click.option("--executor", type=click.Choice(["process", "serial", "ray", "slurm"]), default=None,
               help="Where the experiment's tasks run: local processes (default), in this process, on a Ray "
@@ -680,6 +682,8 @@ def reproduce(name: str | None, out_dir: Path | None, quick: bool, seeds: int | 
         click.echo(f"{'NAME':<{width}}  {'--quick CPU':<11}  reproduces")
         for key, quick_time, title in rows:
             click.echo(f"{key:<{width}}  {quick_time:<11}  {title}")
+        click.echo("\n--quick CPU: CPU seconds of all its processes, measured on a 2-core development machine (AMD "
+                   "EPYC); about 150-1,200 times `marketsched simulate` (0.13 CPU s) there. Wall time is longer on a busy machine.")
         return
     if name not in found:
         raise click.BadParameter(f"unknown experiment {name!r}; known: {', '.join(found) or 'none'}", param_hint="NAME")
