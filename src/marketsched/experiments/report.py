@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+VERDICT_LINK = "../README.md#how-verdicts-are-decided"  # the rule, in docs/reproductions/README.md
+
 
 class Report:
     def __init__(self, out_dir, title: str):
@@ -84,8 +86,23 @@ class Report:
             frames = [c.frame().assign(section=c.title, counted=not c.ours) for c in self._claims]
             pd.concat(frames, ignore_index=True).to_csv(self.out_dir / "claims.csv", index=False)
         path = self.out_dir / name
-        path.write_text("\n".join(parts))
+        path.write_text(self._local_links("\n".join(parts)))
         return path
+
+    def _local_links(self, text: str) -> str:
+        """``text`` with its link to the verdict rule kept where it resolves (a report under
+        ``docs/reproductions/NAME``, beside the index) and otherwise pointed at ``verdicts.md``,
+        the rule written beside the report (a report under ``results/NAME`` has no index above)."""
+        target = f"]({VERDICT_LINK})"
+        if target not in text:
+            return text
+        index = self.out_dir.parent / "README.md"
+        if index.is_file() and "## How verdicts are decided" in index.read_text(encoding="utf-8"):
+            return text
+        from marketsched.analysis.verdicts import rule_markdown
+
+        (self.out_dir / "verdicts.md").write_text(f"# How verdicts are decided\n\n{rule_markdown()}\n")
+        return text.replace(target, "](verdicts.md)")
 
 
 def _markdown_table(df, floatfmt: str, index: bool) -> str:
