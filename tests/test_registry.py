@@ -1,6 +1,10 @@
 import gzip
 import hashlib
+import os
+import re
 import shutil
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -230,3 +234,16 @@ def test_cli_errors(tmp_path, monkeypatch, small_trace):
     assert res.exit_code != 0 and "unknown trace" in res.output
     res = runner.invoke(traces, ["path", "TEST-1", "--no-download", "--cache-dir", str(tmp_path / "c")])
     assert res.exit_code != 0 and "downloading is off" in res.output
+
+
+@pytest.mark.parametrize("columns", [100, 132])
+def test_cli_list_fits_the_terminal(columns):
+    """`traces list` on a terminal of COLUMNS columns: no line wider, every name whole on its row."""
+    env = {**os.environ, "TTY_COMPATIBLE": "1", "COLUMNS": str(columns)}
+    env.pop("NO_COLOR", None)
+    out = subprocess.run([sys.executable, "-m", "marketsched.cli", "traces", "list"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in out.splitlines()]
+    assert max(map(len, lines)) <= columns
+    for name in registry.TRACES:
+        assert any(f" {name} " in line for line in lines), name

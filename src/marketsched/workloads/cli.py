@@ -33,18 +33,25 @@ def traces() -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Download cache (default: $MARKETSCHED_CACHE or ~/.cache/marketsched/traces).")
 def list_(traces_dir, cache_dir) -> None:
-    """Table of known traces: name, jobs, processors, and where each is (here/cached/remote)."""
+    """Table of known traces: name, jobs, processors, and where each is (here/cached/remote).
+
+    On a terminal the table is as wide as the terminal (the notes wrap, the names never);
+    elsewhere 100 columns."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Parallel Workloads Archive traces")
+    from marketsched.terminal import WIDTH, rich_console
+
+    table = Table(title="Parallel Workloads Archive traces", title_justify="left")
     for col in ("name", "jobs", "procs", "where", "sha256", "note"):
-        table.add_column(col, justify="right" if col in ("jobs", "procs") else "left")
+        table.add_column(col, justify="right" if col in ("jobs", "procs") else "left",
+                         no_wrap=col != "note", overflow="fold", ratio=1 if col == "note" else None)
     for name, info in sorted(registry.TRACES.items(), key=lambda kv: kv[0].lower()):
         where, _ = registry.where(name, traces_dir=traces_dir, cache_dir=cache_dir)
         table.add_row(name, _fmt(info.jobs), _fmt(info.procs), where,
                       "known" if info.sha256 else "unknown", info.note)
-    Console(width=160).print(table)
+    console = rich_console(min_width=0) or Console(width=WIDTH)
+    console.print(table)
 
 
 @traces.command()
