@@ -284,7 +284,7 @@ def figures(rep: Report, df, trace: str, tag: str) -> None:
         ft = mean_ci(per_seed(select(df, trace, pricing=pricing, **hi, **FT_SAME), "utility", ["value_bin"]),
                      ["value_bin"])
         sr = mean_ci(per_seed(select(df, trace, pricing=pricing, **hi, **SRG_A), "utility", ["value_bin"]), ["value_bin"])
-        j = ft.join(sr, lsuffix="_ft", rsuffix="_srg", how="inner")
+        j = ft.add_suffix("_ft").join(sr.add_suffix("_srg"), how="inner")  # every column is in both
         j = j[(j["min_n_srg"] >= MIN_JOBS)]
         ax.plot(j.index + 5, 100 * (j["mean_srg"] / j["mean_ft"] - 1) * -1, marker="o", label=LABEL[pricing])
     ax.axhline(0, color="k", lw=0.6)
