@@ -99,3 +99,27 @@ def test_a_rate_column_gives_each_task_its_rate_so_far_and_what_is_left():
         "ees: 1/1,000 (0%) after 40 s, 0.025 jobs/s, about 39,960 s left",
         "ees: 2/1,000 (0%) after 80 s, 0.025 jobs/s, about 39,920 s left",
         "ees: 3/1,000 (0%) after 120 s, 0.025 jobs/s, about 39,880 s left"]
+
+
+def test_a_heartbeat_names_a_stalled_task_every_so_often():
+    clock = Clock()
+    out = io.StringIO()
+    bar = Progress("{task.description}", BAR, rate("jobs"), clock=clock, stream=out, every_seconds=30.0)
+    task = bar.add_task("ees", total=1000)
+    for _ in range(7):  # the thread of heartbeat=True calls tick(); here the test does, on its clock
+        clock.t += 10.0
+        bar.tick()
+    bar.update(task, completed=1000)
+    clock.t += 100.0
+    bar.tick()  # finished: silent
+    assert out.getvalue().splitlines() == ["ees: 0/1,000 (0%) after 30 s, 0 jobs/s",
+                                           "ees: 0/1,000 (0%) after 60 s, 0 jobs/s",
+                                           "ees: 1,000/1,000 (100%) after 70 s, 14.3 jobs/s"]
+
+
+def test_the_heartbeat_thread_stops_with_the_context():
+    bar = Progress("{task.description}", BAR, stream=io.StringIO(), heartbeat=True, every_seconds=0.01)
+    with bar:
+        assert bar._thread is not None and bar._thread.is_alive()
+        thread = bar._thread
+    assert not thread.is_alive() and bar._thread is None

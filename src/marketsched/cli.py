@@ -198,7 +198,7 @@ def _run_all(jobs, runs, events: bool = False, on_done=None, on_fail=None):
 
     out = []
     with Progress("{task.description:<18}", BAR, "{task.percentage:>3.0f}%", ELAPSED, rate("jobs"),
-                  transient=True) as bar:
+                  transient=True, heartbeat=True) as bar:
         for name, params in runs:
             try:
                 label = get(name).label(get(name).resolve(params))

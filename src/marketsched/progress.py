@@ -12,6 +12,7 @@ that a slow task shows as slow, not hung.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,12 +63,18 @@ class Progress:
     ``task``, e.g. ``"{task.description:<18}"``) or a :class:`Column`. ``transient``: the live
     bar disappears when done. ``stream``: where it goes (default stderr); ``every_seconds``
     bounds the silence between two plain lines of an advancing task and ``clock`` (seconds,
-    monotonic) is injectable for tests. Used as a context manager, like rich's.
+    monotonic) is injectable for tests. ``heartbeat``: plain lines also for a task that stalls,
+    every ``every_seconds`` (:meth:`tick`, called from a thread while the context is open), so a
+    task stuck at 0% is seen to be. Used as a context manager, like rich's.
     """
 
     def __init__(self, *columns: str | Column, stream=None, transient: bool = False, every_seconds: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, heartbeat: bool = False) -> None:
         self.stream = stream or sys.stderr
+        self._heartbeat = heartbeat
+        self._lock = threading.Lock()  # plain lines come from the caller and from the heartbeat thread
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         console = rich_console(self.stream, min_width=0)  # a live bar fits the terminal
         self.plain = console is None
         self.every_seconds = float(every_seconds)
@@ -97,11 +104,31 @@ class Progress:
     def __enter__(self) -> Progress:
         if self._live is not None:
             self._live.start()
+        elif self._heartbeat:
+            self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         if self._live is not None:
             self._live.stop()
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(5.0, self.every_seconds)):
+            self.tick()
+
+    def tick(self) -> None:
+        """Plain lines: a line for each unfinished task silent for ``every_seconds``, advanced or not."""
+        if self._live is not None:
+            return
+        now = self._clock()
+        for task in list(self._tasks.values()):
+            if (task.total is None or task.completed < task.total) and now - task.last_time >= self.every_seconds:
+                self._plain_line(task, force=True)
 
     def add_task(self, description: str, total: float | None = 100.0, completed: float = 0) -> int:
         """A new task; returns its id for :meth:`update` and :meth:`advance`."""
@@ -134,10 +161,14 @@ class Progress:
     def advance(self, task_id: int, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
 
-    def _plain_line(self, task: _Task) -> None:
+    def _plain_line(self, task: _Task, force: bool = False) -> None:
+        with self._lock:
+            self._plain_line_locked(task, force)
+
+    def _plain_line_locked(self, task: _Task, force: bool) -> None:
         done, total, now = task.completed, task.total, self._clock()
         new_tenths = int(10 * done / total) if total else 0
-        if done == task.last_done or (new_tenths <= task.tenths and now - task.last_time < self.every_seconds):
+        if not force and (done == task.last_done or (new_tenths <= task.tenths and now - task.last_time < self.every_seconds)):
             return
         task.tenths, task.last_time, task.last_done = max(task.tenths, new_tenths), now, done
         of = f"/{total:,.0f} ({100 * done / total:.0f}%)" if total else ""
