@@ -72,7 +72,19 @@ def test_offline_reproduction_refuses_at_once_with_one_message(tmp_path):
                         str(out)], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 1, p.stdout + p.stderr
     assert p.stderr.count("Error:") == 1 and "Traceback" not in p.stderr
-    assert p.stderr.startswith("Error: nothing started: 4 trace(s)")
+    assert p.stderr.startswith("Error: nothing started:\n4 trace(s)")
     for name in CH5:
         assert p.stderr.count(f"  {name}: ") == 1, name
     assert not list(out.rglob("*.pkl")) and not (out / "tasks" / "failures.json").exists()
+
+
+def test_a_grid_names_every_mechanism_and_trace_it_cannot_run_in_one_message(offline, tmp_path):
+    cells = [Cell(trace="synthetic:50:4", mechanism="lbf"), Cell(trace="synthetic:50:4", mechanism="lbf", seed=2),
+             Cell(trace="synthetic:50:4", mechanism="dlgm", pricing="-", params="speed=3"),
+             Cell(trace="KTH-SP2-1996-2.1-cln", jobs=50, split=True)]
+    with pytest.raises(inputs.MissingInputs) as err:
+        run_grid(cells, tmp_path / "out", executor="serial", progress=False)
+    text = str(err.value)
+    assert text.count("  lbf: unknown mechanism 'lbf'") == 1
+    assert "  dlgm: mechanism 'dlgm' has no parameter 'speed'" in text
+    assert "  KTH-SP2-1996-2.1-cln: " in text and "2 mechanism(s)" in text and "1 trace(s)" in text

@@ -12,6 +12,9 @@ on the same missing file. :func:`check_traces` runs first instead (:func:`run_ta
    network): the others that are neither on disk nor cached are named as not tried;
 4. if any is missing, raise :class:`MissingInputs`: one message naming every missing trace,
    why, and how to get it; no task has started.
+
+A grid (:func:`check_cells`) also has each cell's mechanism and parameters checked against the
+registry first, and the same message names every one that cannot run.
 """
 
 from __future__ import annotations
@@ -59,6 +62,30 @@ def traces_in(values: Iterable) -> list[str]:
 def check_traces(names: Iterable[str]) -> None:
     """Make sure every trace of ``names`` is on disk (downloading what is not, as the commands
     do); :class:`MissingInputs` naming every one that is not (the module docstring's steps)."""
+    _refuse([], _trace_problems(names))
+
+
+def check_cells(cells) -> None:
+    """For a grid (:class:`marketsched.experiments.runner.Cell`): every cell's mechanism is
+    registered and takes the cell's parameters, and every trace is here; else one
+    :class:`MissingInputs` naming each problem (a mechanism once, with the first bad cell's
+    parameters)."""
+    from marketsched.mechanisms.registry import get
+
+    cells = list(cells)
+    bad: dict[str, str] = {}
+    for c in cells:
+        if c.mechanism in bad:
+            continue
+        try:
+            get(c.mechanism).resolve(c.mechanism_params())
+        except ValueError as exc:
+            bad[c.mechanism] = " ".join(str(exc).split())
+    _refuse(list(bad.items()), _trace_problems(traces_in(c.trace for c in cells)))
+
+
+def _trace_problems(names: Iterable[str]) -> list[tuple[str, str]]:
+    """``(trace, why)`` of each trace of ``names`` neither on disk nor downloadable."""
     from marketsched.workloads import registry
 
     missing: list[tuple[str, str]] = []
@@ -77,12 +104,26 @@ def check_traces(names: Iterable[str]) -> None:
             why = str(getattr(root, "reason", root))
             missing.append((info.name, why if root is exc else f"download from {info.url} failed: {why}"))
             offline = offline or why
-    if missing:
+    return missing
+
+
+def _refuse(mechanisms: list[tuple[str, str]], traces: list[tuple[str, str]]) -> None:
+    """Raise :class:`MissingInputs` listing every problem, if there is any."""
+    if not mechanisms and not traces:
+        return
+    from marketsched.workloads import registry
+
+    parts = ["nothing started:"]
+    if mechanisms:
+        parts.append(f"{len(mechanisms)} mechanism(s) cannot run as asked (`marketsched mechanisms NAME` lists "
+                     "each one's parameters; a plugin's package must be installed):")
+        parts += [f"  {name}: {why}" for name, why in mechanisms]
+    if traces:
         folder, cache = registry.configured_traces_dir(), registry.configured_cache_dir()
-        listed = "\n".join(f"  {name}: {why}" for name, why in missing)
-        raise MissingInputs(
-            f"nothing started: {len(missing)} trace(s) this run reads are not here, not in the cache "
-            f"({cache}) and could not be downloaded:\n{listed}\nGet them with `marketsched traces fetch NAME` "
-            f"where there is a network (then copy the cache folder here), or put the archive files "
-            f"(NAME.swf.gz) in a folder and set {registry.ENV_TRACES} to it"
-            + (f" (now {folder}, which does not hold them)" if folder is not None else "") + ".")
+        parts.append(f"{len(traces)} trace(s) this run reads are not here, not in the cache ({cache}) and could "
+                     "not be downloaded:")
+        parts += [f"  {name}: {why}" for name, why in traces]
+        parts.append("Get them with `marketsched traces fetch NAME` where there is a network (then copy the cache "
+                     f"folder here), or put the archive files (NAME.swf.gz) in a folder and set {registry.ENV_TRACES} "
+                     "to it" + (f" (now {folder}, which does not hold them)" if folder is not None else "") + ".")
+    raise MissingInputs("\n".join(parts))

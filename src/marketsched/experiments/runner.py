@@ -575,9 +575,9 @@ def run_grid(grid, out_dir, executor="process", workers: int | None = None, max_
     cells = cells_of(grid)
     done = finished_cells(out_dir)
     todo = [c for c in cells if _norm_key(c.key()) not in done]
-    from marketsched.experiments.inputs import check_traces, traces_in
+    from marketsched.experiments.inputs import check_cells
 
-    check_traces(traces_in(c.trace for c in todo))  # one message for every missing trace, before any cell
+    check_cells(todo)  # one message for every missing trace or unknown mechanism or parameter, before any cell
     result = RunResult(out_dir, cells=len(cells), skipped=len(cells) - len(todo), ran=0)
     # longest-first helps the tail: bigger workloads (by trace name) are not known in advance,
     # so keep the declared order, which groups batches of a workload together (cache hits).
