@@ -300,13 +300,15 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
           header_timeout, max_jobs_per_user, max_command_bytes) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
 
-    On SIGINT/SIGTERM the market posts charges and suspends running jobs; the next `serve` with
-    the same --data re-attaches them. After a crash (kill -9), the same happens at restart.
+    Once it listens it writes DATA/ready (`marketsched market wait` returns then). On
+    SIGINT/SIGTERM the market posts charges and suspends running jobs, which stay suspended; the
+    next `serve` with the same --data re-attaches and resumes them (cancel a job first to end it).
+    After a crash (kill -9), the same happens at restart.
     """
     from marketsched.live.broker import Broker, MarketConfig
     from marketsched.live.server import Limits, MarketServer, check_plain_http, raise_fd_limit
 
-    _remove_ready(data)  # a broker killed with -9 left its own: `market wait` waits for this one
+    _remove_ready(data, stale_only=True)  # a broker killed with -9 left its own: `market wait` waits for this one
     memory = _bytes(job_memory, "--job-memory")
     try:
         check_plain_http(host, tls_cert is not None, insecure_http)
@@ -403,7 +405,15 @@ def _write_ready(data: Path, url: str, sock: Path) -> None:
     os.replace(tmp, path)
 
 
-def _remove_ready(data: Path) -> None:
+def _remove_ready(data: Path, stale_only: bool = False) -> None:
+    """Remove DATA/ready; ``stale_only``: only if its broker is gone (a second `serve` on the
+    same folder, which will fail, leaves the running one's)."""
+    if stale_only:
+        try:
+            if _alive(int(json.loads((data / READY_NAME).read_text())["pid"])):
+                return
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     try:
         (data / READY_NAME).unlink()
     except FileNotFoundError:
