@@ -233,7 +233,7 @@ def test_batsim_rows_describe_the_run():
     assert sorted(base) == sorted(str(j) for j in w.job_id)
     rec = replay(r.events, len(w))
     assert dict(zip(base, done["finish_time"])) == {str(j): e for j, e in zip(w.job_id, rec.end_time)}
-    assert (t["job_id"].str.contains("#") == (t["metadata"].str.extract(r"segment (\d+)/")[0] != "1")).all()
+    assert (t["job_id"].str.contains("#") == (t["metadata"].str.extract(r"segment=(\d+)/")[0] != "1")).all()
 
 
 def test_evalys_reads_the_export_and_agrees_on_utilisation(tmp_path):

@@ -116,7 +116,8 @@ def workload_options(f):
     attributes = "marketsched.workloads.attributes"
     opts = [
         click.option("--trace", default=None, metavar="NAME|PATH",
-                     help="Trace name (see `marketsched traces list`) or SWF path; default: built-in synthetic workload."),
+                     help="Trace name (see `marketsched traces list`), SWF path or Batsim workload (.json); "
+                          "default: built-in synthetic workload."),
         click.option("--synthetic-jobs", default=5000, show_default=True, type=click.IntRange(min=1),
                      help="Jobs in the built-in workload."),
         click.option("--synthetic-nodes", default=64, show_default=True, type=click.IntRange(min=1),
