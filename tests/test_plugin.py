@@ -106,7 +106,8 @@ def test_plugin_through_cli_and_runner(installed_plugin, tmp_path):
     from marketsched.results import read, rerun
 
     table, meta = read(out)
-    assert meta["runs"] == [{"label": "lowest-bid", "mechanism": "lowest-bid", "params": {}}]
+    assert meta["runs"] == [{"label": "lowest-bid", "mechanism": "lowest-bid", "params": {}, "engine": "python"}]
+    assert meta["plugins"] == {"lowest-bid": {"distribution": PLUGIN, "version": "0.1"}}
     assert (table["state"] == "completed").all() and (table["payment"] == 0).all()
     # the queue really is lowest bid first: among jobs waiting when one starts, none bid less
     start = table["wait_time"] + table["submit_time"]

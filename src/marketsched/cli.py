@@ -726,6 +726,33 @@ def export(results, events_path, run_label, fmt, out_path):
     click.echo(f"{fmt}: {len(out):,} rows ({out['job_id'].str.contains('#').sum():,} resumed segments) -> {out_path}")
 
 
+@main.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--no-trace-check", is_flag=True,
+              help="Rerun even if a trace file's sha256 differs from the one recorded (the numbers may differ).")
+def rerun(path, no_trace_check):
+    """Simulate again what a result file records and say whether the table is identical.
+
+    PATH: a file written by `simulate`/`compare --out`, a grid part (part-*.parquet), a grid's
+    results folder, or a reproduction's task store (OUT/tasks). Exit status 0 when every table
+    is identical, 1 when one differs, 2 when it cannot be rerun (the error says why).
+
+    Example: marketsched simulate --mechanism easy --out run.parquet && marketsched rerun run.parquet
+    """
+    from marketsched.results import rerun_path
+
+    try:
+        outcomes = rerun_path(path, check_trace=not no_trace_check)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        click.echo(f"Error: {path}: cannot rerun: {exc}", err=True)
+        raise SystemExit(2) from None
+    for what, ok, detail in outcomes:
+        click.echo(f"{what}: {'identical' if ok else 'DIFFERENT: ' + detail}")
+    bad = sum(not ok for _, ok, _ in outcomes)
+    click.echo(f"{len(outcomes) - bad} of {len(outcomes)} identical", err=True)
+    raise SystemExit(1 if bad else 0)
+
+
 @main.command("audit")
 @workload_options
 @click.option("--mechanism", default="hb", show_default=True, metavar="NAME",

@@ -160,9 +160,11 @@ class Simulator(ClusterState):
                 records = compiled_run(self)
                 if records is not None:
                     self.records = records
+                    self.engine_path = "compiled"
                     if progress is not None:
                         progress(self.n_jobs, self.n_jobs)
                     return records
+        self.engine_path = "python"  # which path ran (result files record it)
         self.begin()
         self.proceed(until=until, progress=progress)
         return self.conclude(until=until, progress=progress)
