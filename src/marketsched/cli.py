@@ -753,6 +753,86 @@ def rerun(path, no_trace_check):
     raise SystemExit(1 if bad else 0)
 
 
+@main.group()
+def grid() -> None:
+    """Sweeps declared in a grid file (TOML): mechanisms and parameters x workloads x seeds.
+
+    `grid show FILE` prints the expanded cells and their count; `grid run FILE` runs them on the
+    reproductions' task layer (local processes, Ray or Slurm; resumed when run again). See
+    docs/grids.md.
+    """
+
+
+def _grid_file(path):
+    from marketsched.experiments.grid import GridFileError, load
+
+    try:
+        return load(path)
+    except (GridFileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@grid.command("show")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def grid_show(path):
+    """Print the cells of a grid file, their count and how many are already done."""
+    from marketsched.experiments.runner import finished_cells
+
+    g = _grid_file(path)
+    done = finished_cells(g.out) if g.out.is_dir() else set()
+    from marketsched.experiments.runner import _norm_key
+
+    for i, c in enumerate(g.cells, 1):
+        click.echo(f"{i:>5}  {c.label()}{'  (done)' if _norm_key(c.key()) in done else ''}")
+    n_done = sum(_norm_key(c.key()) in done for c in g.cells)
+    plugins = "".join(f"; {n} from {p['distribution']} {p['version']}" for n, p in g.plugins.items())
+    click.echo(f"{len(g.cells)} cells, {n_done} already in {g.out}; executor {g.executor}"
+               f"{f', {g.workers} workers' if g.workers else ''}{plugins}")
+
+
+@grid.command("run")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Results folder (default: the file's `out`, relative to the file).")
+@click.option("--executor", type=click.Choice(["process", "serial", "ray", "slurm"]), default=None,
+              help="Overrides the file's executor.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Overrides the file's workers.")
+def grid_run(path, out_dir, executor, workers):
+    """Run the cells of a grid file not yet in its results folder, then print its metrics.
+
+    The results folder holds the tidy table as Parquet parts (each with its provenance:
+    `marketsched rerun` reruns them), failures.json for the cells that failed, and summary.csv
+    (one row per cell, the file's metrics). Exit status 1 when a cell failed.
+    """
+    from marketsched.experiments.grid import summary
+    from marketsched.experiments.runner import CELL_COLUMNS, run_grid
+
+    g = _grid_file(path)
+    out = out_dir or g.out
+    click.echo(f"{len(g.cells)} cells -> {out}", err=True)
+    try:
+        res = run_grid(g.cells, out, executor=executor or g.executor, workers=workers or g.workers,
+                       max_batch=g.max_batch, description="grid cells")
+    except (ValueError, RuntimeError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from None
+    table = res.table()
+    if not table.empty:
+        s = summary(table, g.metrics)
+        s.to_csv(out / "summary.csv", index=False)
+        keys = [c for c in CELL_COLUMNS if c != "seed" and s[c].nunique() > 1] or ["mechanism"]
+        mean = s.groupby(keys, sort=False)[list(g.metrics)].mean().reset_index()
+        seeds = s["seed"].nunique()
+        click.echo(f"mean over {seeds} seed{'s' if seeds > 1 else ''} (every cell: {out / 'summary.csv'})")
+        click.echo(mean.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    click.echo(f"ran {res.ran}, already done {res.skipped}, failed {len(res.failures)} of {res.cells} cells "
+               f"({res.seconds:.1f} s)", err=True)
+    if res.failures:
+        for f in res.failures[:5]:
+            click.echo(f"failed: {f['label']}: {f['error']}", err=True)
+        click.echo(f"details: {out / 'failures.json'}; run again to retry the failed cells", err=True)
+        raise SystemExit(1)
+
+
 @main.command("audit")
 @workload_options
 @click.option("--mechanism", default="hb", show_default=True, metavar="NAME",
