@@ -105,10 +105,84 @@ class _Group(click.Group):
             formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in commands])
 
 
+_DEBUG = {"on": False}
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None, _show=None):
+    """A plugin that did not load is one line (``warning: ...``), not Python's source-line warning."""
+    if category.__name__ == "PluginWarning":
+        click.echo(f"warning: {message}", err=True)
+    else:
+        (_show or _python_showwarning)(message, category, filename, lineno, file, line)
+
+
+_python_showwarning = None
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="marketsched")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback when a mechanism (a plugin's, say) fails.")
+def main(debug: bool = False) -> None:
     """Market-based scheduling for distributed computing: simulate, reproduce, serve."""
+    global _python_showwarning
+    import warnings
+
+    _DEBUG["on"] = debug or os.environ.get("MARKETSCHED_DEBUG", "") not in ("", "0")
+    if warnings.showwarning is not _show_warning:
+        _python_showwarning = warnings.showwarning
+        warnings.showwarning = _show_warning
+
+
+def _mechanism_failed(name: str, exc: BaseException):
+    """Turn an error raised while running mechanism ``name`` into a one-line ClickException: naming
+    the plugin (distribution and version) when it is one, the message alone for ValueError and
+    RuntimeError (a bad input, a missing compiled kernel). With ``--debug``, or for another error
+    of a built-in mechanism (a bug), the exception goes on with its traceback."""
+    if _DEBUG["on"]:
+        raise exc
+    from marketsched.results import plugin_of
+
+    try:
+        plugin = plugin_of(name)
+    except ValueError:
+        plugin = None
+    first = (str(exc).strip().splitlines() or [""])[0]
+    if plugin is not None:
+        raise click.ClickException(
+            f"mechanism {name!r} from the plugin {plugin['distribution']} {plugin['version'] or ''} failed: "
+            f"{type(exc).__name__}: {first} (marketsched --debug ... shows the traceback)") from None
+    if isinstance(exc, (ValueError, RuntimeError)):
+        raise click.ClickException(str(exc)) from None
+    raise exc
+
+
+def _engine_notice() -> None:
+    """A one-line notice when the compiled kernels are missing and the engine silently takes the Python path."""
+    from marketsched.engine import compiled
+    from marketsched.results import missing_kernels
+
+    try:
+        mode = compiled.mode()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if mode == "auto" and missing_kernels():
+        click.echo("note: the compiled kernels are not built (no C compiler at install?): simulations take the "
+                   "Python path, tens of times slower; reinstall with a compiler, or set MARKETSCHED_ENGINE=python "
+                   "to hide this note", err=True)
+    elif mode == "compiled" and (gone := missing_kernels()):
+        raise click.ClickException(f"MARKETSCHED_ENGINE=compiled but the compiled kernels {', '.join(gone)} are not "
+                                   "built: reinstall with a C compiler and Python headers (pip install -e .), or "
+                                   "unset MARKETSCHED_ENGINE")
+
+
+def _warn_idle(jobs, runs) -> None:
+    """Warn about a run that started no job (a policy that never calls ``sim.start``, say)."""
+    import numpy as np
+
+    for r in runs:
+        if len(jobs.workload) and not np.isfinite(r.records.first_start).any():
+            states = ", ".join(f"{n:,} {s}" for s, n in r.records.counts().items() if n)
+            click.echo(f"warning: {r.label} started none of the {len(jobs.workload):,} jobs ({states})", err=True)
 
 
 def workload_options(f):
@@ -375,15 +449,18 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
         m.resolve(given)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--param") from None
+    _engine_notice()
     scenario, jobs = _build(opts)
     try:
         runs = _run_all(jobs, [(mechanism, given)], events=events_path is not None)
     except Unfit as exc:
         raise click.ClickException(f"{exc}") from None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        _mechanism_failed(mechanism, exc)
     w = jobs.workload
-    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids")
+    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
+                 f"engine: {runs[0].engine}")
+    _warn_idle(jobs, runs)
     _write_outputs(scenario, jobs, runs, out_path, events_path, "simulate")
 
 
@@ -481,7 +558,9 @@ def _default(v) -> str:
 @main.command("mechanisms")
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
-def mechanisms_(name, as_json):
+@click.option("--check", is_flag=True,
+              help="Load every installed plugin and list the ones that did not load, and why (exit status 1 if any).")
+def mechanisms_(name, as_json, check):
     """List every registered mechanism (name, kind, source, needs, parameters); NAME shows one in full."""
     import json
 
@@ -489,6 +568,10 @@ def mechanisms_(name, as_json):
     from rich.table import Table
 
     from marketsched.mechanisms.registry import NEEDS, describe, get, mechanisms
+
+    if check:
+        _check_plugins()
+        return
 
     try:
         items = [get(name)] if name else mechanisms()
@@ -544,6 +627,29 @@ def mechanisms_(name, as_json):
                   "that clear outside this engine: dpgva and relaxed-dpgva (Mutz 2008; `marketsched audit --mechanism`, "
                   "`marketsched market serve --dayahead`) and the grid exchange's critical-value, k-pricing, "
                   "pay-as-bid and exact (Stößer 2009; `marketsched exchange init --mechanism`).", highlight=False)
+
+
+def _check_plugins() -> None:
+    """``marketsched mechanisms --check``: every plugin entry point, loaded or not and why."""
+    import warnings
+
+    from marketsched.mechanisms import registry
+    from marketsched.results import plugin_of
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", registry.PluginWarning)  # listed below instead
+        registry.names()  # the built-ins first (a plugin loaded before them would be marked built-in)
+        registry.load_plugins(reload=True)
+    loaded = [m for m in registry.mechanisms() if m.origin.startswith("plugin ")]
+    for m in loaded:
+        p = plugin_of(m.name) or {}
+        click.echo(f"ok      {m.name}: from {p.get('distribution')} {p.get('version') or ''}".rstrip())
+    for ep_name, value, dist, why in registry.load_errors:
+        click.echo(f"FAILED  {ep_name} ({value}{f', from {dist}' if dist else ''}): {why}")
+    click.echo(f"{len(loaded)} plugin mechanism(s) loaded, {len(registry.load_errors)} entry point(s) failed",
+               err=True)
+    if registry.load_errors:
+        raise SystemExit(1)
 
 
 @main.command()
@@ -893,6 +999,7 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
         devs = [d for text in deviations for d in au.Deviation.parse(text)]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    _engine_notice()
     scenario, jobs = _build(opts)
     from marketsched.progress import BAR, ELAPSED, Progress
 
@@ -906,8 +1013,12 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
                 table = reservations.audit(jobs, mechanism, given, devs, **kw)
             else:
                 table = au.audit(jobs, mechanism, given, devs, rerun=rerun, **kw)
-    except (Unfit, ValueError) as exc:
+    except Unfit as exc:
         raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        if auction is not None and isinstance(exc, ValueError):
+            raise click.ClickException(str(exc)) from None
+        _mechanism_failed(mechanism, exc)
     s = au.summary(table)
     label = m.label(m.resolve(given))
     w = jobs.workload
