@@ -779,13 +779,20 @@ def run_files(f):
 @click.option("--bins", default=200, show_default=True, type=click.IntRange(min=1), help="Time bins of the series.")
 @click.option("--gantt/--no-gantt", default=True, show_default=True,
               help="Draw the Gantt chart (refused above a few thousand jobs: simulate a --jobs slice).")
-def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
+@click.option("--colour-by", "colour_by", type=click.Choice(["band", "user", "job"]), default=None,
+              help="Gantt colours: by value band (the default when the jobs have true values), by user, or one per "
+                   "job.")
+@click.option("--labels/--no-labels", default=None,
+              help="Write each Gantt bar's job id on it (default: up to 150 jobs).")
+def plot(results, events_path, run_label, out_dir, formats, bins, gantt, colour_by, labels):
     """Figures of one run from its results file and event log: Gantt chart, utilisation, queue,
     bids and payments over time, slowdown per value band.
 
     Example: marketsched simulate --trace SDSC-SP2-1998-4.2-cln --mechanism easy --jobs 2000
     --out run.parquet --events events.parquet && marketsched plot run.parquet --events events.parquet
     """
+    import numpy as np
+
     from marketsched.analysis import plots, timeline
     from marketsched.engine.events import replay
     from marketsched.mechanisms.registry import get
@@ -800,12 +807,21 @@ def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
     series = timeline.binned(segs, workload.submit_time, ended, workload.capacity, bins=bins, bid=bid,
                              events=log if market else None)
     title = f"{workload.name}, {len(workload):,} jobs on {workload.capacity} processors: {label}"
-    figures = {"timeline": plots.over_time(series, title, t0=t0)}
+    kth = meta["mechanism"] in ("hb", "nphb") and meta.get("params", {}).get("pricing") == "kth"
+    figures = {"timeline": plots.over_time(series, title, t0=t0, kth_price=kth)}
     if "value_band" in table:
         figures["slowdown"] = plots.slowdown_by_band(table, title)
     if gantt:
+        colour_by = colour_by or ("band" if "value_band" in table and table["value_band"].notna().all() else "job")
+        if colour_by == "band" and "value_band" not in table:
+            raise click.BadParameter("the results have no value bands (no true values)", param_hint="--colour-by")
+        group = {"band": lambda: table["value_band"].astype(str).to_numpy(),
+                 "user": lambda: np.where(workload.user_id >= 0, [f"user {u}" for u in workload.user_id], "unknown"),
+                 "job": lambda: None}[colour_by]()
         try:
-            figures["gantt"] = plots.gantt(segs, workload.capacity, title, t0=t0)
+            figures["gantt"] = plots.gantt(segs, workload.capacity, title, t0=t0, group=group,
+                                           group_name={"band": "value band", "user": "user"}.get(colour_by, ""),
+                                           labels=labels)
         except ValueError as exc:
             click.echo(f"gantt: {exc}", err=True)
     stem = "".join(c if c.isalnum() else "-" for c in label).strip("-")
