@@ -163,3 +163,24 @@ def test_rerun_of_something_else_says_why(tmp_path):
     assert r.exit_code == 2 and "metadata file x.csv.meta.json is missing" in r.output
     r = _invoke("rerun", tmp_path)
     assert r.exit_code == 2 and "neither a task store" in r.output
+
+
+def test_same_leaves_out_only_what_it_is_told():
+    a = {"wall_s": 1.0, "table": pd.DataFrame({"x": [1], "cpu_seconds": [0.5]}), "n": 3}
+    b = {"wall_s": 2.0, "table": pd.DataFrame({"x": [1], "cpu_seconds": [0.7]}), "n": 3}
+    assert not results.same(a, b) and results.same(a, b, results.VOLATILE)
+    assert not results.same(a, {**b, "n": 4}, results.VOLATILE)
+
+
+@pytest.mark.reproduce
+def test_a_reproduction_store_reruns_identical(tmp_path):
+    """A real reproduction's smallest grid (Mutz (2008) on a trace, synthetic in --quick)."""
+    from marketsched.experiments import mutz_trace
+
+    mutz_trace.run(tmp_path / "out", quick=True, seeds=1, executor="serial")
+    doc = json.loads((tmp_path / "out" / "tasks" / PROVENANCE).read_text())
+    assert len(doc["tasks"]) == len(list((tmp_path / "out" / "tasks").glob("*.pkl")))
+    r = _invoke("rerun", tmp_path / "out" / "tasks")
+    assert r.exit_code == 0, r.output
+    n = len(doc["tasks"])
+    assert f"{n} of {n} identical" in r.output

@@ -16,6 +16,7 @@ with a ``run`` column when it holds several runs.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -236,25 +237,38 @@ def _plain(x):
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-def same(a, b) -> bool:
+#: Names of the values in a reproduction's results that measure time or the machine's load
+#: (wall and CPU seconds, load averages, worker counts): they differ between any two runs, so
+#: ``rerun`` of a task store leaves them out of the comparison, and says so.
+VOLATILE = re.compile(r"seconds|_s$|_ms$|_cpu|wall|minutes|load_average|load_factor|mip_limit|workers|executor")
+
+
+def same(a, b, ignore: re.Pattern | None = None) -> bool:
     """Whether two results are identical: tables cell by cell (same columns, dtypes and order),
     arrays element by element (NaN equal to NaN), containers item by item, floats bit for bit
-    (NaN equal to NaN), anything else by ``==``."""
+    (NaN equal to NaN), anything else by ``==``. ``ignore``: dict keys, table columns and
+    dataclass fields whose name it matches are left out (at any depth)."""
     import pandas as pd
 
-    if isinstance(a, (pd.DataFrame, pd.Series)):
+    def kept(names):
+        return [n for n in names if ignore is None or not ignore.search(str(n))]
+
+    if isinstance(a, pd.DataFrame):
+        return type(a) is type(b) and kept(a.columns) == kept(b.columns) and a[kept(a.columns)].equals(
+            b[kept(b.columns)])
+    if isinstance(a, pd.Series):
         return type(a) is type(b) and a.equals(b)
     if isinstance(a, np.ndarray):
         return (isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype
                 and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")))
     if isinstance(a, dict):
-        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+        return isinstance(b, dict) and kept(a) == kept(b) and all(same(a[k], b[k], ignore) for k in kept(a))
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y, ignore) for x, y in zip(a, b))
     if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)):
         return (a != a and b != b) or a == b
     if hasattr(a, "__dataclass_fields__") and type(a) is type(b):
-        return all(same(getattr(a, f), getattr(b, f)) for f in a.__dataclass_fields__)
+        return all(same(getattr(a, f), getattr(b, f), ignore) for f in kept(a.__dataclass_fields__))
     try:
         return bool(a == b)
     except (TypeError, ValueError):
@@ -298,8 +312,8 @@ def rerun_path(path, check_trace: bool = True, progress=None) -> list[tuple[str,
         from marketsched.experiments.tasks import PROVENANCE, rerun_store
 
         if (path / PROVENANCE).is_file():
-            return [(f"task {key}", ok, "" if ok else "its result differs from the stored one")
-                    for key, ok in rerun_store(path, progress=progress)]
+            return [(f"task {key}", ok, "" if ok else "its result differs from the stored one (times and "
+                     "load measures left out)") for key, ok in rerun_store(path, progress=progress)]
         parts = sorted(path.glob("part-*.parquet"))
         if not parts:
             raise ValueError(f"{path}: neither a task store ({PROVENANCE}) nor a grid's results (part-*.parquet)")

@@ -125,9 +125,10 @@ def write_provenance(store: Path, made: dict) -> None:
 
 def rerun_store(store, progress=None) -> list[tuple[tuple, bool]]:
     """Call every task of ``store`` again (in this process) from its stored call, and compare each
-    result with the stored one (:func:`marketsched.results.same`): ``[(key, identical), ...]`` in
+    result with the stored one (:func:`marketsched.results.same`, leaving out the values that
+    measure time or load: :data:`marketsched.results.VOLATILE`): ``[(key, identical), ...]`` in
     key order. A task stored before calls were kept cannot be rerun (``ValueError`` naming it)."""
-    from marketsched.results import same
+    from marketsched.results import VOLATILE, same
 
     store = Path(store)
     path = store / PROVENANCE
@@ -141,7 +142,7 @@ def rerun_store(store, progress=None) -> list[tuple[tuple, bool]]:
         if not call:
             raise ValueError(f"{store}: task {tuple(entry['key'])} was stored without its call: cannot rerun it")
         fn, args = call[0]
-        out.append((tuple(entry["key"]), same(fn(*args), stored)))
+        out.append((tuple(entry["key"]), same(fn(*args), stored, VOLATILE)))
         if progress is not None:
             progress(i + 1, len(tasks))
     return out
