@@ -108,15 +108,15 @@ class _Group(click.Group):
 _DEBUG = {"on": False}
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None, _show=None):
+def _show_warning(message, category, filename, lineno, file=None, line=None):
     """A plugin that did not load is one line (``warning: ...``), not Python's source-line warning."""
     if category.__name__ == "PluginWarning":
         click.echo(f"warning: {message}", err=True)
     else:
-        (_show or _python_showwarning)(message, category, filename, lineno, file, line)
+        _PYTHON_SHOWWARNING[0](message, category, filename, lineno, file, line)
 
 
-_python_showwarning = None
+_PYTHON_SHOWWARNING: list = []  # Python's own warnings.showwarning, kept when the command line replaces it
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -124,12 +124,11 @@ _python_showwarning = None
 @click.option("--debug", is_flag=True, help="Show the full traceback when a mechanism (a plugin's, say) fails.")
 def main(debug: bool = False) -> None:
     """Market-based scheduling for distributed computing: simulate, reproduce, serve."""
-    global _python_showwarning
     import warnings
 
     _DEBUG["on"] = debug or os.environ.get("MARKETSCHED_DEBUG", "") not in ("", "0")
     if warnings.showwarning is not _show_warning:
-        _python_showwarning = warnings.showwarning
+        _PYTHON_SHOWWARNING[:] = [warnings.showwarning]
         warnings.showwarning = _show_warning
 
 

@@ -223,14 +223,15 @@ def run(jobs: Jobs, mechanism: str, params: dict | None = None, progress=None, e
     if events:
         from marketsched.engine.events import RecordingSimulator
 
-        sim = RecordingSimulator(jobs.workload, policy, capacity=capacity)
-        records = sim.run(progress=progress)
-        log = sim.events()
+        recorder = RecordingSimulator(jobs.workload, policy, capacity=capacity)
+        records = recorder.run(progress=progress)
+        log = recorder.events()
+        engine = recorder.engine_path
     else:
         sim = Simulator(jobs.workload, policy, capacity=capacity)
         records = sim.run(progress=progress)
-    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0,
-               getattr(sim, "engine_path", "python"))
+        engine = sim.engine_path
+    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0, engine)
 
 
 def make_mechanism(name: str, workload: Workload, bid=None, pricing: str | None = None, **params):

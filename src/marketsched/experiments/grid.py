@@ -240,7 +240,7 @@ def load(path) -> GridFile:
                                   params=text, **models))
     from marketsched.results import plugin_of
 
-    plugins = {n: p for n in dict.fromkeys(c.mechanism for c in cells) if (p := plugin_of(n)) is not None}
+    plugins = {n: q for n in dict.fromkeys(c.mechanism for c in cells) if (q := plugin_of(n)) is not None}
     return GridFile(path, cells_of(cells), (path.parent / out), metrics, executor, workers, max_batch, plugins)
 
 

@@ -116,7 +116,8 @@ def write_provenance(store: Path, made: dict) -> None:
     from marketsched.results import FORMAT, provenance
 
     path = Path(store) / PROVENANCE
-    doc = json.loads(path.read_text()) if path.is_file() else {"format": FORMAT, "kind": "task store", "tasks": {}}
+    doc: dict = (json.loads(path.read_text()) if path.is_file()
+                 else {"format": FORMAT, "kind": "task store", "tasks": {}})
     stamp = provenance()
     for name, entry in made.items():
         doc["tasks"][name] = {**entry, **stamp}

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def is_batsim(path) -> bool:
     return Path(path).suffix.lower() in SUFFIXES
 
 
-def _whole(x) -> bool:
+def _whole(x) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer()
 
 
