@@ -146,3 +146,18 @@ def test_engine_path_in_the_summary_and_the_notice_when_kernels_are_missing(monk
     monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
     r = CliRunner().invoke(main, ["simulate", "--mechanism", "hb", *SMALL])
     assert r.exit_code == 0 and "note:" not in r.output and "engine: python" in r.output
+
+
+def test_a_result_of_an_uninstalled_plugin_says_which_package_to_install(tmp_path):
+    from grid_files import SWEEP_PLUGIN, sweep_wheel
+
+    out = tmp_path / "r.parquet"
+    with installed(sweep_wheel(tmp_path), SWEEP_PLUGIN):
+        r = _cli("simulate", "--mechanism", "weighted-bid", "--param", "alpha=2", *SMALL, "--out", str(out))
+        assert r.returncode == 0, r.stderr
+        r = _cli("rerun", str(out))
+        assert r.returncode == 0 and "r.parquet: identical" in r.stdout
+    r = _cli("rerun", str(out))
+    assert r.returncode == 2
+    assert (f"mechanism 'weighted-bid' came from the plugin {SWEEP_PLUGIN} 0.3, which is not installed here: "
+            f"pip install '{SWEEP_PLUGIN}==0.3'") in r.stderr

@@ -929,6 +929,7 @@ def grid_run(path, out_dir, executor, workers):
     from marketsched.experiments.runner import CELL_COLUMNS, run_grid
 
     g = _grid_file(path)
+    _engine_notice()
     out = out_dir or g.out
     click.echo(f"{len(g.cells)} cells -> {out}", err=True)
     try:
