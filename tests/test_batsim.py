@@ -182,3 +182,29 @@ def test_workload_json_uses_one_delay_profile_per_run_time():
     assert len(doc["profiles"]) == len(set(w.runtime.tolist()))
     assert all(p["type"] == "delay" for p in doc["profiles"].values())
     assert doc["nb_res"] == 4 and len(doc["jobs"]) == 50
+
+
+def test_cli_exports_the_workload_of_a_run_as_batsim_json_before_the_split(tmp_path):
+    res = tmp_path / "r.parquet"
+    r = CliRunner().invoke(main, ["simulate", "--synthetic-jobs", "80", "--synthetic-nodes", "8", "--split",
+                                  "--capacity", "0.5", "--mechanism", "easy", "--out", str(res)])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "wl.json"
+    r = CliRunner().invoke(main, ["export", str(res), "--format", "batsim-workload", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "(before --split)" in r.output
+    back, _ = to_workload(read_workload(out))
+    expected = Scenario(WorkloadSpec(synthetic_jobs=80, synthetic_nodes=8, capacity=0.5)).workload.build()
+    assert back.capacity == expected.capacity == 4 and len(back) == 80
+    for c in WORKLOAD_COLUMNS:
+        np.testing.assert_array_equal(getattr(back, c), getattr(expected, c), err_msg=c)
+    r = CliRunner().invoke(main, ["export", str(res), "--format", "batsim", "--out", str(tmp_path / "j.csv")])
+    assert r.exit_code != 0 and "--format batsim needs the run's event log" in r.output
+
+
+def test_a_split_workload_is_not_written_with_repeated_ids():
+    from marketsched.workloads import split_parallel
+
+    w = Scenario(WorkloadSpec(synthetic_jobs=30, synthetic_nodes=8, parallel=True)).workload.build()
+    with pytest.raises(ValueError, match="job ids repeat"):
+        workload_json(split_parallel(w))

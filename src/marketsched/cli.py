@@ -830,21 +830,55 @@ def plot(results, events_path, run_label, out_dir, formats, bins, gantt, colour_
 
 
 @main.command()
-@run_files
-@click.option("--format", "fmt", type=click.Choice(["batsim"]), default="batsim", show_default=True,
-              help="batsim: Batsim's jobs.csv (one row per run segment), which evalys reads.")
+@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--events", "events_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The run's event log (simulate/compare --events); needed by --format batsim.")
+@click.option("--run", "run_label", default=None, metavar="LABEL", help="Which run, when the files hold several.")
+@click.option("--format", "fmt", type=click.Choice(["batsim", "batsim-workload"]), default="batsim",
+              show_default=True,
+              help="batsim: Batsim's jobs.csv of the run (one row per run segment), which evalys reads; "
+                   "batsim-workload: the run's workload as a Batsim workload (JSON, delay profiles), before --split.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The file to write (e.g. jobs.csv).")
+              help="The file to write (e.g. jobs.csv, or workload.json).")
 def export(results, events_path, run_label, fmt, out_path):
-    """Write one run in another tool's format (Batsim's jobs.csv)."""
+    """Write one run, or its workload, in Batsim's formats.
+
+    Example: marketsched export run.parquet --events events.parquet --format batsim --out jobs.csv
+    """
     from marketsched.analysis import batsim, timeline
 
+    if fmt == "batsim-workload":
+        _export_workload(results, out_path)
+        return
+    if events_path is None:
+        raise click.BadParameter("--format batsim needs the run's event log", param_hint="--events")
     table, log, workload, meta = _load_run(results, events_path, run_label)
     segs = timeline.segments(log, workload.procs, workload.capacity)
     out = batsim.jobs_csv(workload, segs, meta["label"], copy=table["copy"].to_numpy())
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(out_path, index=False)
     click.echo(f"{fmt}: {len(out):,} rows ({out['job_id'].str.contains('#').sum():,} resumed segments) -> {out_path}")
+
+
+def _export_workload(results: Path, out_path: Path) -> None:
+    """The workload of a results file as Batsim JSON. Decision: before ``--split`` (Batsim runs
+    parallel jobs itself, and a split workload's serial copies share their job id); every other
+    transform (first N jobs, capacity, whole seconds, estimates) applies."""
+    from dataclasses import replace
+
+    from marketsched.results import read
+    from marketsched.scenario import Scenario
+    from marketsched.workloads.batsim import write_workload
+
+    try:
+        _, meta = read(results)
+        spec = Scenario.from_dict(meta["scenario"]).workload
+        w = replace(spec, split=False).build()
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    write_workload(w, out_path)
+    note = " (before --split)" if spec.split else ""
+    click.echo(f"batsim-workload: {len(w):,} jobs on {w.capacity} resources{note} -> {out_path}")
 
 
 @main.command()

@@ -136,6 +136,9 @@ def workload_json(w) -> dict:
     ``nb_res`` = its capacity; one job per row (``id`` the job id, ``subtime``, ``res`` the
     processors, ``walltime`` the run-time estimate where known, ``user_id`` where known, an
     extension Batsim ignores) and one ``delay`` profile per distinct run time."""
+    if len(np.unique(w.job_id)) != len(w):
+        raise ValueError("workload_json: job ids repeat (the serial copies of a split workload?); Batsim needs "
+                         "unique ids: write the workload before the split")
     runtimes = sorted({float(r) for r in w.runtime.tolist()})
     names = {r: f"delay_{_number(r)}" for r in runtimes}
     jobs = []
