@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,10 +41,11 @@ KERNELS = ("marketsched.engine._priority", "marketsched.engine._backfilling",
            "marketsched.mechanisms.online._dlgm_kernel")
 
 
+@lru_cache(maxsize=1)
 def revision() -> str | None:
     """The source revision of this marketsched when it runs from a git checkout (an editable
     install): the commit, with ``+dirty`` when the tracked files differ from it; None otherwise
-    (an installed release is named by its version)."""
+    (an installed release is named by its version). Looked up once per process."""
     import subprocess
 
     here = Path(__file__).resolve().parent

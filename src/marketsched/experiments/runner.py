@@ -27,8 +27,10 @@ Steps of :func:`run_grid`:
    or as a Slurm job array (``"slurm"``), with the executors every reproduction uses
    (:func:`marketsched.experiments.tasks.execute`); the table is the same on each, cell by cell;
 4. as each batch finishes, write its rows to a new Parquet part file in the results directory
-   (written to a temporary name, then renamed: a crash never leaves half a part) and advance
-   the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
+   (written to a temporary name, then renamed: a crash never leaves half a part), with its
+   provenance in the Parquet metadata (:func:`part_metadata`: version, source revision, engine
+   path, the traces' sha256 and the cells; ``marketsched rerun`` reruns a part from it), and
+   advance the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
    and traceback and does not stop the others; a batch that dies as a whole (worker crash, bad
    trace) fails each of its cells the same way. Failed cells are not in the table, so the next
    run retries them.
@@ -505,15 +507,13 @@ def finished_cells(out_dir) -> set:
     return {_norm_key(k) for k in df[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None)}
 
 
-def _write_part(out_dir: Path, rows, meta: dict | None = None) -> Path:
+def _write_part(out_dir: Path, rows, meta: dict) -> Path:
     """``rows`` as a new part file; ``meta`` (:func:`part_metadata`) in its schema, for ``marketsched rerun``."""
     from marketsched.results import write_parquet
 
     digest = hashlib.sha1(
         json.dumps(sorted(map(str, rows[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None))))
         .encode()).hexdigest()[:16]
-    if meta is None:
-        return atomic_write(out_dir / f"part-{digest}.parquet", lambda tmp: rows.to_parquet(tmp, index=False))
     return atomic_write(out_dir / f"part-{digest}.parquet", lambda tmp: write_parquet(rows, tmp, meta))
 
 
