@@ -233,7 +233,7 @@ def test_batsim_rows_describe_the_run():
     assert sorted(base) == sorted(str(j) for j in w.job_id)
     rec = replay(r.events, len(w))
     assert dict(zip(base, done["finish_time"])) == {str(j): e for j, e in zip(w.job_id, rec.end_time)}
-    assert (t["job_id"].str.contains("#") == (t["metadata"].str.extract(r"segment (\d+)/")[0] != "1")).all()
+    assert (t["job_id"].str.contains("#") == (t["metadata"].str.extract(r"segment=(\d+)/")[0] != "1")).all()
 
 
 def test_evalys_reads_the_export_and_agrees_on_utilisation(tmp_path):
@@ -254,3 +254,65 @@ def test_evalys_reads_the_export_and_agrees_on_utilisation(tmp_path):
         busy = js.mean_utilisation(first, last) * (last - first)  # processor-seconds evalys sees
         ours = summarize(w, r.records)["utilization"]
         assert busy / (w.capacity * (last - float(w.submit_time[0]))) == pytest.approx(ours, rel=1e-6)
+
+
+def _hb_run(n=60, nodes=4):
+    from marketsched.scenario import Scenario, WorkloadSpec
+
+    jobs = Scenario(WorkloadSpec(synthetic_jobs=n, synthetic_nodes=nodes)).build()
+    r = run(jobs, "hb", events=True)
+    w = jobs.workload
+    return jobs, r, timeline.segments(r.events, w.procs, w.capacity)
+
+
+def test_gantt_labels_each_bar_with_its_job_id_and_colours_jobs_apart():
+    from matplotlib.colors import to_hex
+
+    jobs, r, segs = _hb_run()
+    fig = plots.gantt(segs, jobs.workload.capacity)
+    ax = fig.axes[0]
+    bars = ax.collections[0]
+    assert sorted(t.get_text() for t in ax.texts) == sorted(str(j) for j in segs["job_id"])  # serial: one bar each
+    assert len({to_hex(c) for c in bars.get_facecolors()}) > 20  # not 20 repeating colours
+    fig = plots.gantt(segs, jobs.workload.capacity, labels=False)
+    assert not fig.axes[0].texts
+
+
+def test_gantt_coloured_by_value_band_has_a_colour_and_a_legend_entry_per_band():
+    from matplotlib.colors import to_hex
+
+    from marketsched.analysis.metrics import value_band
+
+    jobs, r, segs = _hb_run()
+    band = value_band(jobs.true_value)
+    fig = plots.gantt(segs, jobs.workload.capacity, group=band, group_name="value band")
+    ax = fig.axes[0]
+    faces = [to_hex(c) for c in ax.collections[0].get_facecolors()]
+    by_band: dict = {}
+    for row, face in zip(segs["row"], faces):
+        by_band.setdefault(band[row], set()).add(face)
+    assert all(len(f) == 1 for f in by_band.values()) and len(set.union(*by_band.values())) == len(by_band)
+    legend = ax.get_legend()
+    assert legend.get_title().get_text() == "value band"
+    assert set(by_band) <= {t.get_text() for t in legend.get_texts()}
+
+
+def test_the_kth_price_is_named_only_for_the_runs_it_describes():
+    jobs, r, segs = _hb_run()
+    w = jobs.workload
+    series = timeline.binned(segs, w.submit_time, r.records.end_time, w.capacity, bins=10, bid=jobs.bid,
+                             events=r.events)
+
+    def legend(fig):
+        return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+    assert "highest queued bid (the k-th price)" in legend(plots.over_time(series, kth_price=True))
+    assert not any("k-th" in t for t in legend(plots.over_time(series)))
+
+
+def test_cli_plot_colours_by_user_and_names_no_kth_price_for_first_price(tmp_path):
+    res, ev = _simulate(tmp_path, "--mechanism", "hb", "--param", "pricing=first")
+    out = CliRunner().invoke(main, ["plot", str(res), "--events", str(ev), "--out", str(tmp_path / "fig"),
+                                    "--format", "svg", "--colour-by", "user"])
+    assert out.exit_code == 0, out.output
+    assert b"k-th" not in (tmp_path / "fig" / "hb-first-timeline.svg").read_bytes()

@@ -8,6 +8,7 @@ test's own environment with pip (no index, no dependencies), runs it through the
 grid runner, and uninstalls it whatever happens.
 """
 
+import contextlib
 import importlib
 import subprocess
 import sys
@@ -48,17 +49,19 @@ ENTRY_POINTS = textwrap.dedent('''
 ''')
 
 
-def build_wheel(folder: Path) -> Path:
-    """The plugin as a pure-Python wheel (PEP 427), written by hand."""
+def build_wheel(folder: Path, name: str = PLUGIN, modules: dict | None = None, entry_points: str = ENTRY_POINTS,
+                version: str = "0.1") -> Path:
+    """A plugin (default: this file's) as a pure-Python wheel (PEP 427), written by hand; ``modules``:
+    file name -> source."""
     import zipfile
 
-    dist = f"{PLUGIN.replace('-', '_')}-0.1"
+    dist = f"{name.replace('-', '_')}-{version}"
     files = {
-        "ms_lowest_bid.py": MODULE,
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {PLUGIN}\nVersion: 0.1\n",
+        **(modules or {"ms_lowest_bid.py": MODULE}),
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: marketsched-test\nRoot-Is-Purelib: true\n"
                                    "Tag: py3-none-any\n",
-        f"{dist}.dist-info/entry_points.txt": ENTRY_POINTS,
+        f"{dist}.dist-info/entry_points.txt": entry_points,
     }
     files[f"{dist}.dist-info/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{dist}.dist-info/RECORD"])
     path = folder / f"{dist}-py3-none-any.whl"
@@ -72,19 +75,26 @@ def _pip(*args):
     return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture
-def installed_plugin(tmp_path):
-    r = _pip("install", "-q", "--no-index", "--no-deps", str(build_wheel(tmp_path)))
+@contextlib.contextmanager
+def installed(wheel: Path, name: str):
+    """The wheel installed in this environment for the block (uninstalled whatever happens)."""
+    r = _pip("install", "-q", "--no-index", "--no-deps", str(wheel))
     assert r.returncode == 0, r.stderr
     importlib.invalidate_caches()
     try:
         yield
     finally:
-        _pip("uninstall", "-y", "-q", PLUGIN)
+        _pip("uninstall", "-y", "-q", name)
         importlib.invalidate_caches()
         from marketsched.mechanisms import registry
 
         registry.load_plugins(reload=True)
+
+
+@pytest.fixture
+def installed_plugin(tmp_path):
+    with installed(build_wheel(tmp_path), PLUGIN):
+        yield
 
 
 def _cli(*args):
@@ -106,7 +116,8 @@ def test_plugin_through_cli_and_runner(installed_plugin, tmp_path):
     from marketsched.results import read, rerun
 
     table, meta = read(out)
-    assert meta["runs"] == [{"label": "lowest-bid", "mechanism": "lowest-bid", "params": {}}]
+    assert meta["runs"] == [{"label": "lowest-bid", "mechanism": "lowest-bid", "params": {}, "engine": "python"}]
+    assert meta["plugins"] == {"lowest-bid": {"distribution": PLUGIN, "version": "0.1"}}
     assert (table["state"] == "completed").all() and (table["payment"] == 0).all()
     # the queue really is lowest bid first: among jobs waiting when one starts, none bid less
     start = table["wait_time"] + table["submit_time"]

@@ -22,7 +22,8 @@ def test_simulate_out_round_trip(tmp_path):
     assert r.exit_code == 0, r.output
     table, meta = read(out)
     assert meta["marketsched"] == version() and meta["command"] == "simulate"
-    assert meta["runs"] == [{"label": "hb/first", "mechanism": "hb", "params": {"pricing": "first"}}]
+    assert meta["runs"] == [{"label": "hb/first", "mechanism": "hb", "params": {"pricing": "first"},
+                             "engine": meta["engine"]}]  # HB has a kernel: the process's engine path
     sc = meta["scenario"]
     assert sc["seed"] == 4 and sc["values"] == "bimodal" and sc["deadlines"] == "patience" and sc["bids"] == "truthful"
     assert sc["workload"]["trace"] is None and sc["workload"]["synthetic_jobs"] == 200

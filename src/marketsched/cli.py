@@ -106,10 +106,83 @@ class _Group(click.Group):
             formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in commands])
 
 
+_DEBUG = {"on": False}
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """A plugin that did not load is one line (``warning: ...``), not Python's source-line warning."""
+    if category.__name__ == "PluginWarning":
+        click.echo(f"warning: {message}", err=True)
+    else:
+        _PYTHON_SHOWWARNING[0](message, category, filename, lineno, file, line)
+
+
+_PYTHON_SHOWWARNING: list = []  # Python's own warnings.showwarning, kept when the command line replaces it
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="marketsched")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback when a mechanism (a plugin's, say) fails.")
+def main(debug: bool = False) -> None:
     """Market-based scheduling for distributed computing: simulate, reproduce, serve."""
+    import warnings
+
+    _DEBUG["on"] = debug or os.environ.get("MARKETSCHED_DEBUG", "") not in ("", "0")
+    if warnings.showwarning is not _show_warning:
+        _PYTHON_SHOWWARNING[:] = [warnings.showwarning]
+        warnings.showwarning = _show_warning
+
+
+def _mechanism_failed(name: str, exc: BaseException):
+    """Turn an error raised while running mechanism ``name`` into a one-line ClickException: naming
+    the plugin (distribution and version) when it is one, the message alone for ValueError and
+    RuntimeError (a bad input, a missing compiled kernel). With ``--debug``, or for another error
+    of a built-in mechanism (a bug), the exception goes on with its traceback."""
+    if _DEBUG["on"]:
+        raise exc
+    from marketsched.results import plugin_of
+
+    try:
+        plugin = plugin_of(name)
+    except ValueError:
+        plugin = None
+    first = (str(exc).strip().splitlines() or [""])[0]
+    if plugin is not None:
+        raise click.ClickException(
+            f"mechanism {name!r} from the plugin {plugin['distribution']} {plugin['version'] or ''} failed: "
+            f"{type(exc).__name__}: {first} (marketsched --debug ... shows the traceback)") from None
+    if isinstance(exc, (ValueError, RuntimeError)):
+        raise click.ClickException(str(exc)) from None
+    raise exc
+
+
+def _engine_notice() -> None:
+    """A one-line notice when the compiled kernels are missing and the engine silently takes the Python path."""
+    from marketsched.engine import compiled
+    from marketsched.results import missing_kernels
+
+    try:
+        mode = compiled.mode()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if mode == "auto" and missing_kernels():
+        click.echo("note: the compiled kernels are not built (no C compiler at install?): simulations take the "
+                   "Python path, tens of times slower; reinstall with a compiler, or set MARKETSCHED_ENGINE=python "
+                   "to hide this note", err=True)
+    elif mode == "compiled" and (gone := missing_kernels()):
+        raise click.ClickException(f"MARKETSCHED_ENGINE=compiled but the compiled kernels {', '.join(gone)} are not "
+                                   "built: reinstall with a C compiler and Python headers (pip install -e .), or "
+                                   "unset MARKETSCHED_ENGINE")
+
+
+def _warn_idle(jobs, runs) -> None:
+    """Warn about a run that started no job (a policy that never calls ``sim.start``, say)."""
+    import numpy as np
+
+    for r in runs:
+        if len(jobs.workload) and not np.isfinite(r.records.first_start).any():
+            states = ", ".join(f"{n:,} {s}" for s, n in r.records.counts().items() if n)
+            click.echo(f"warning: {r.label} started none of the {len(jobs.workload):,} jobs ({states})", err=True)
 
 
 def workload_options(f):
@@ -117,7 +190,8 @@ def workload_options(f):
     attributes = "marketsched.workloads.attributes"
     opts = [
         click.option("--trace", default=None, metavar="NAME|PATH",
-                     help="Trace name (see `marketsched traces list`) or SWF path; default: built-in synthetic workload."),
+                     help="Trace name (see `marketsched traces list`), SWF path or Batsim workload (.json); "
+                          "default: built-in synthetic workload."),
         click.option("--synthetic-jobs", default=5000, show_default=True, type=click.IntRange(min=1),
                      help="Jobs in the built-in workload."),
         click.option("--synthetic-nodes", default=64, show_default=True, type=click.IntRange(min=1),
@@ -445,15 +519,18 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
         m.resolve(given)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--param") from None
+    _engine_notice()
     scenario, jobs = _build(opts)
     try:
         runs = _run_all(jobs, [(mechanism, given)], events=events_path is not None)
     except Unfit as exc:
         raise click.ClickException(f"{exc}") from None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        _mechanism_failed(mechanism, exc)
     w = jobs.workload
-    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids")
+    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
+                 f"engine: {runs[0].engine}")
+    _warn_idle(jobs, runs)
     _write_outputs(scenario, jobs, runs, out_path, events_path, "simulate")
 
 
@@ -571,7 +648,9 @@ def _default(v) -> str:
 @main.command("mechanisms")
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the registry as JSON.")
-def mechanisms_(name, as_json):
+@click.option("--check", is_flag=True,
+              help="Load every installed plugin and list the ones that did not load, and why (exit status 1 if any).")
+def mechanisms_(name, as_json, check):
     """List every registered mechanism (name, kind, source, needs, parameters); NAME shows one in full."""
     import json
 
@@ -579,6 +658,10 @@ def mechanisms_(name, as_json):
     from rich.table import Table
 
     from marketsched.mechanisms.registry import NEEDS, describe, get, mechanisms
+
+    if check:
+        _check_plugins()
+        return
 
     try:
         items = [get(name)] if name else mechanisms()
@@ -634,6 +717,29 @@ def mechanisms_(name, as_json):
                   "that clear outside this engine: dpgva and relaxed-dpgva (Mutz 2008; `marketsched audit --mechanism`, "
                   "`marketsched market serve --dayahead`) and the grid exchange's critical-value, k-pricing, "
                   "pay-as-bid and exact (Stößer 2009; `marketsched exchange init --mechanism`).", highlight=False)
+
+
+def _check_plugins() -> None:
+    """``marketsched mechanisms --check``: every plugin entry point, loaded or not and why."""
+    import warnings
+
+    from marketsched.mechanisms import registry
+    from marketsched.results import plugin_of
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", registry.PluginWarning)  # listed below instead
+        registry.names()  # the built-ins first (a plugin loaded before them would be marked built-in)
+        registry.load_plugins(reload=True)
+    loaded = [m for m in registry.mechanisms() if m.origin.startswith("plugin ")]
+    for m in loaded:
+        p = plugin_of(m.name) or {}
+        click.echo(f"ok      {m.name}: from {p.get('distribution')} {p.get('version') or ''}".rstrip())
+    for ep_name, value, dist, why in registry.load_errors:
+        click.echo(f"FAILED  {ep_name} ({value}{f', from {dist}' if dist else ''}): {why}")
+    click.echo(f"{len(loaded)} plugin mechanism(s) loaded, {len(registry.load_errors)} entry point(s) failed",
+               err=True)
+    if registry.load_errors:
+        raise SystemExit(1)
 
 
 @main.command()
@@ -767,13 +873,20 @@ def run_files(f):
 @click.option("--bins", default=200, show_default=True, type=click.IntRange(min=1), help="Time bins of the series.")
 @click.option("--gantt/--no-gantt", default=True, show_default=True,
               help="Draw the Gantt chart (refused above a few thousand jobs: simulate a --jobs slice).")
-def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
+@click.option("--colour-by", "colour_by", type=click.Choice(["band", "user", "job"]), default=None,
+              help="Gantt colours: by value band (the default when the jobs have true values), by user, or one per "
+                   "job.")
+@click.option("--labels/--no-labels", default=None,
+              help="Write each Gantt bar's job id on it (default: up to 150 jobs).")
+def plot(results, events_path, run_label, out_dir, formats, bins, gantt, colour_by, labels):
     """Figures of one run from its results file and event log: Gantt chart, utilisation, queue,
     bids and payments over time, slowdown per value band.
 
     Example: marketsched simulate --trace SDSC-SP2-1998-4.2-cln --mechanism easy --jobs 2000
     --out run.parquet --events events.parquet && marketsched plot run.parquet --events events.parquet
     """
+    import numpy as np
+
     from marketsched.analysis import plots, timeline
     from marketsched.engine.events import replay
     from marketsched.mechanisms.registry import get
@@ -788,12 +901,21 @@ def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
     series = timeline.binned(segs, workload.submit_time, ended, workload.capacity, bins=bins, bid=bid,
                              events=log if market else None)
     title = f"{workload.name}, {len(workload):,} jobs on {workload.capacity} processors: {label}"
-    figures = {"timeline": plots.over_time(series, title, t0=t0)}
+    kth = meta["mechanism"] in ("hb", "nphb") and meta.get("params", {}).get("pricing") == "kth"
+    figures = {"timeline": plots.over_time(series, title, t0=t0, kth_price=kth)}
     if "value_band" in table:
         figures["slowdown"] = plots.slowdown_by_band(table, title)
     if gantt:
+        colour_by = colour_by or ("band" if "value_band" in table and table["value_band"].notna().all() else "job")
+        if colour_by == "band" and "value_band" not in table:
+            raise click.BadParameter("the results have no value bands (no true values)", param_hint="--colour-by")
+        group = {"band": lambda: table["value_band"].astype(str).to_numpy(),
+                 "user": lambda: np.where(workload.user_id >= 0, [f"user {u}" for u in workload.user_id], "unknown"),
+                 "job": lambda: None}[colour_by]()
         try:
-            figures["gantt"] = plots.gantt(segs, workload.capacity, title, t0=t0)
+            figures["gantt"] = plots.gantt(segs, workload.capacity, title, t0=t0, group=group,
+                                           group_name={"band": "value band", "user": "user"}.get(colour_by, ""),
+                                           labels=labels)
         except ValueError as exc:
             click.echo(f"gantt: {exc}", err=True)
     stem = "".join(c if c.isalnum() else "-" for c in label).strip("-")
@@ -803,21 +925,163 @@ def plot(results, events_path, run_label, out_dir, formats, bins, gantt):
 
 
 @main.command()
-@run_files
-@click.option("--format", "fmt", type=click.Choice(["batsim"]), default="batsim", show_default=True,
-              help="batsim: Batsim's jobs.csv (one row per run segment), which evalys reads.")
+@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--events", "events_path", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The run's event log (simulate/compare --events); needed by --format batsim.")
+@click.option("--run", "run_label", default=None, metavar="LABEL", help="Which run, when the files hold several.")
+@click.option("--format", "fmt", type=click.Choice(["batsim", "batsim-workload"]), default="batsim",
+              show_default=True,
+              help="batsim: Batsim's jobs.csv of the run (one row per run segment), which evalys reads; "
+                   "batsim-workload: the run's workload as a Batsim workload (JSON, delay profiles), before --split.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The file to write (e.g. jobs.csv).")
+              help="The file to write (e.g. jobs.csv, or workload.json).")
 def export(results, events_path, run_label, fmt, out_path):
-    """Write one run in another tool's format (Batsim's jobs.csv)."""
+    """Write one run, or its workload, in Batsim's formats.
+
+    Example: marketsched export run.parquet --events events.parquet --format batsim --out jobs.csv
+    """
     from marketsched.analysis import batsim, timeline
 
+    if fmt == "batsim-workload":
+        _export_workload(results, out_path)
+        return
+    if events_path is None:
+        raise click.BadParameter("--format batsim needs the run's event log", param_hint="--events")
     table, log, workload, meta = _load_run(results, events_path, run_label)
     segs = timeline.segments(log, workload.procs, workload.capacity)
     out = batsim.jobs_csv(workload, segs, meta["label"], copy=table["copy"].to_numpy())
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out.to_csv(out_path, index=False)
     click.echo(f"{fmt}: {len(out):,} rows ({out['job_id'].str.contains('#').sum():,} resumed segments) -> {out_path}")
+
+
+def _export_workload(results: Path, out_path: Path) -> None:
+    """The workload of a results file as Batsim JSON. Decision: before ``--split`` (Batsim runs
+    parallel jobs itself, and a split workload's serial copies share their job id); every other
+    transform (first N jobs, capacity, whole seconds, estimates) applies."""
+    from dataclasses import replace
+
+    from marketsched.results import read
+    from marketsched.scenario import Scenario
+    from marketsched.workloads.batsim import write_workload
+
+    try:
+        _, meta = read(results)
+        spec = Scenario.from_dict(meta["scenario"]).workload
+        w = replace(spec, split=False).build()
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    write_workload(w, out_path)
+    note = " (before --split)" if spec.split else ""
+    click.echo(f"batsim-workload: {len(w):,} jobs on {w.capacity} resources{note} -> {out_path}")
+
+
+@main.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--no-trace-check", is_flag=True,
+              help="Rerun even if a trace file's sha256 differs from the one recorded (the numbers may differ).")
+def rerun(path, no_trace_check):
+    """Simulate again what a result file records and say whether the table is identical.
+
+    PATH: a file written by `simulate`/`compare --out`, a grid part (part-*.parquet), a grid's
+    results folder, or a reproduction's task store (OUT/tasks). Exit status 0 when every table
+    is identical, 1 when one differs, 2 when it cannot be rerun (the error says why).
+
+    Example: marketsched simulate --mechanism easy --out run.parquet && marketsched rerun run.parquet
+    """
+    from marketsched.results import rerun_path
+
+    try:
+        outcomes = rerun_path(path, check_trace=not no_trace_check)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        click.echo(f"Error: {path}: cannot rerun: {exc}", err=True)
+        raise SystemExit(2) from None
+    for what, ok, detail in outcomes:
+        click.echo(f"{what}: {'identical' if ok else 'DIFFERENT: ' + detail}")
+    bad = sum(not ok for _, ok, _ in outcomes)
+    click.echo(f"{len(outcomes) - bad} of {len(outcomes)} identical", err=True)
+    raise SystemExit(1 if bad else 0)
+
+
+@main.group()
+def grid() -> None:
+    """Sweeps declared in a grid file (TOML): mechanisms and parameters x workloads x seeds.
+
+    `grid show FILE` prints the expanded cells and their count; `grid run FILE` runs them on the
+    reproductions' task layer (local processes, Ray or Slurm; resumed when run again). See
+    docs/grids.md.
+    """
+
+
+def _grid_file(path):
+    from marketsched.experiments.grid import GridFileError, load
+
+    try:
+        return load(path)
+    except (GridFileError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@grid.command("show")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def grid_show(path):
+    """Print the cells of a grid file, their count and how many are already done."""
+    from marketsched.experiments.runner import finished_cells
+
+    g = _grid_file(path)
+    done = finished_cells(g.out) if g.out.is_dir() else set()
+    from marketsched.experiments.runner import _norm_key
+
+    for i, c in enumerate(g.cells, 1):
+        click.echo(f"{i:>5}  {c.label()}{'  (done)' if _norm_key(c.key()) in done else ''}")
+    n_done = sum(_norm_key(c.key()) in done for c in g.cells)
+    plugins = "".join(f"; {n} from {p['distribution']} {p['version']}" for n, p in g.plugins.items())
+    click.echo(f"{len(g.cells)} cells, {n_done} already in {g.out}; executor {g.executor}"
+               f"{f', {g.workers} workers' if g.workers else ''}{plugins}")
+
+
+@grid.command("run")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Results folder (default: the file's `out`, relative to the file).")
+@click.option("--executor", type=click.Choice(["process", "serial", "ray", "slurm"]), default=None,
+              help="Overrides the file's executor.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Overrides the file's workers.")
+def grid_run(path, out_dir, executor, workers):
+    """Run the cells of a grid file not yet in its results folder, then print its metrics.
+
+    The results folder holds the tidy table as Parquet parts (each with its provenance:
+    `marketsched rerun` reruns them), failures.json for the cells that failed, and summary.csv
+    (one row per cell, the file's metrics). Exit status 1 when a cell failed.
+    """
+    from marketsched.experiments.grid import summary
+    from marketsched.experiments.runner import CELL_COLUMNS, run_grid
+
+    g = _grid_file(path)
+    _engine_notice()
+    out = out_dir or g.out
+    click.echo(f"{len(g.cells)} cells -> {out}", err=True)
+    try:
+        res = run_grid(g.cells, out, executor=executor or g.executor, workers=workers or g.workers,
+                       max_batch=g.max_batch, description="grid cells")
+    except (ValueError, RuntimeError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from None
+    table = res.table()
+    if not table.empty:
+        s = summary(table, g.metrics)
+        s.to_csv(out / "summary.csv", index=False)
+        keys = [c for c in CELL_COLUMNS if c != "seed" and s[c].nunique() > 1] or ["mechanism"]
+        mean = s.groupby(keys, sort=False)[list(g.metrics)].mean().reset_index()
+        seeds = s["seed"].nunique()
+        click.echo(f"mean over {seeds} seed{'s' if seeds > 1 else ''} (every cell: {out / 'summary.csv'})")
+        click.echo(mean.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    click.echo(f"ran {res.ran}, already done {res.skipped}, failed {len(res.failures)} of {res.cells} cells "
+               f"({res.seconds:.1f} s)", err=True)
+    if res.failures:
+        for f in res.failures[:5]:
+            click.echo(f"failed: {f['label']}: {f['error']}", err=True)
+        click.echo(f"details: {out / 'failures.json'}; run again to retry the failed cells", err=True)
+        raise SystemExit(1)
 
 
 @main.command("audit")
@@ -880,6 +1144,7 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
         devs = [d for text in deviations for d in au.Deviation.parse(text)]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    _engine_notice()
     scenario, jobs = _build(opts)
     from marketsched.progress import BAR, ELAPSED, Progress
 
@@ -893,8 +1158,12 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
                 table = reservations.audit(jobs, mechanism, given, devs, **kw)
             else:
                 table = au.audit(jobs, mechanism, given, devs, rerun=rerun, **kw)
-    except (Unfit, ValueError) as exc:
+    except Unfit as exc:
         raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        if auction is not None and isinstance(exc, ValueError):
+            raise click.ClickException(str(exc)) from None
+        _mechanism_failed(mechanism, exc)
     s = au.summary(table)
     label = m.label(m.resolve(given))
     w = jobs.workload

@@ -193,7 +193,8 @@ def prepare_jobs(workload: Workload, values: str = "bimodal", seed: int = 1, dea
 @dataclass
 class Run:
     """One simulated mechanism: records, the policy after the run, the resolved parameters,
-    the event log (None unless asked for) and the CPU seconds of the simulation."""
+    the event log (None unless asked for), the CPU seconds of the simulation and the engine
+    path that ran it (``"compiled"``: a C kernel, ``"python"``: the reference engine)."""
 
     mechanism: str
     params: dict
@@ -201,6 +202,7 @@ class Run:
     policy: object
     events: object = None
     cpu_seconds: float = 0.0
+    engine: str = "python"
 
     @property
     def label(self) -> str:
@@ -224,9 +226,12 @@ def run(jobs: Jobs, mechanism: str, params: dict | None = None, progress=None, e
         recorder = RecordingSimulator(jobs.workload, policy, capacity=capacity)
         records = recorder.run(progress=progress)
         log = recorder.events()
+        engine = recorder.engine_path
     else:
-        records = Simulator(jobs.workload, policy, capacity=capacity).run(progress=progress)
-    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0)
+        sim = Simulator(jobs.workload, policy, capacity=capacity)
+        records = sim.run(progress=progress)
+        engine = sim.engine_path
+    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0, engine)
 
 
 def make_mechanism(name: str, workload: Workload, bid=None, pricing: str | None = None, **params):

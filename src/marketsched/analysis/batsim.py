@@ -1,9 +1,11 @@
 """Export a run as Batsim's ``jobs.csv``, the file evalys and other Batsim tools read.
 
-Columns as Batsim writes them (Batsim's documentation, "Jobs" output): ``job_id,
-workload_name, profile, submission_time, requested_number_of_processors, requested_time,
-success, final_state, starting_time, execution_time, finish_time, waiting_time,
-turnaround_time, stretch, allocated_resources, consumed_energy, metadata``.
+Columns as Batsim writes them (Batsim's documentation, "Jobs" output, current name
+``requested_number_of_resources``, which evalys's ``JobSet`` reads; older Batsim versions
+wrote ``requested_number_of_processors``): ``job_id, workload_name, profile,
+submission_time, requested_number_of_resources, requested_time, success, final_state,
+starting_time, execution_time, finish_time, waiting_time, turnaround_time, stretch,
+allocated_resources, consumed_energy, metadata``.
 
 Decisions: one row per run segment (:func:`marketsched.analysis.timeline.segments`), so a
 preempted job has one row per stretch it ran; a job's first segment has id ``<job_id>``
@@ -12,16 +14,18 @@ preempted job has one row per stretch it ran; a job's first segment has id ``<jo
 ``success`` 0, the last segment of a completed job ``COMPLETED_SUCCESSFULLY`` with 1.
 Processors are the first-fit assignment of :mod:`~marketsched.analysis.timeline` (the
 engine does not name processors). ``requested_time`` is the run-time estimate (-1 where
-unknown), ``consumed_energy`` -1 (not modelled), ``metadata`` the run label and the
-segment number. Jobs that never ran (rejected, or discarded from the queue) have no row:
-Batsim's tools expect every row to hold resources.
+unknown), ``consumed_energy`` -1 (not modelled). ``metadata`` links the segments of one
+job: ``job=<id>;segment=<k>/<m>;run=<label>`` (``<id>`` the first segment's id, the same on
+every segment of the job; k from 1), so ``metadata.str.extract("job=([^;]+)")`` groups them.
+Jobs that never ran (rejected, or discarded from the queue) have no row: Batsim's tools
+expect every row to hold resources.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-COLUMNS = ["job_id", "workload_name", "profile", "submission_time", "requested_number_of_processors", "requested_time",
+COLUMNS = ["job_id", "workload_name", "profile", "submission_time", "requested_number_of_resources", "requested_time",
            "success", "final_state", "starting_time", "execution_time", "finish_time", "waiting_time",
            "turnaround_time", "stretch", "allocated_resources", "consumed_energy", "metadata"]
 _STATE = {"finish": "COMPLETED_SUCCESSFULLY", "preempt": "COMPLETED_KILLED", "kill": "COMPLETED_KILLED",
@@ -52,7 +56,7 @@ def jobs_csv(workload, segs, label: str = "", copy=None):
         "workload_name": workload.name,
         "profile": "delay",
         "submission_time": submit,
-        "requested_number_of_processors": s["procs"].to_numpy(),
+        "requested_number_of_resources": s["procs"].to_numpy(),
         "requested_time": np.where(np.isnan(est), -1.0, est),
         "success": (how == "finish").astype(np.int64),
         "final_state": [_STATE[h] for h in how],
@@ -64,7 +68,7 @@ def jobs_csv(workload, segs, label: str = "", copy=None):
         "stretch": (end - submit) / np.where(end - start > 0, end - start, np.nan),
         "allocated_resources": s["resources"].to_numpy(),
         "consumed_energy": -1.0,
-        "metadata": [f"{label} segment {i + 1}/{m}" for i, m in zip(k.tolist(), n_seg.tolist())],
+        "metadata": [f"job={b};segment={i + 1}/{m};run={label}" for b, i, m in zip(base, k.tolist(), n_seg.tolist())],
     })
     return out[COLUMNS]
 

@@ -36,36 +36,67 @@ def _scaled(t, t0, unit):
     return (np.asarray(t, dtype=np.float64) - t0) / unit
 
 
-def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, t0: float = 0.0):
-    """Processors as rows, one bar per run segment and processor; a job's segments share a
-    colour, and each resumed segment starts with a black tick (a preemption visible as a gap
-    and a tick). Refuses more than ``max_jobs`` jobs (ValueError suggesting a slice)."""
+GANTT_LABEL_MAX = 150  # jobs up to which each bar carries its job id
+
+
+def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, t0: float = 0.0, group=None,
+          group_name: str = "", labels: bool | None = None):
+    """Processors as rows, one bar per run segment and processor; each resumed segment starts
+    with a black tick (a preemption visible as a gap and a tick). Refuses more than ``max_jobs``
+    jobs (ValueError suggesting a slice).
+
+    Colours: ``group`` (one label per workload row, e.g. the value band or the user) gives one
+    colour per group with a legend titled ``group_name``; without it, a job's segments share a
+    colour taken from a map of as many colours as jobs (neighbouring job rows get distant
+    hues). ``labels``: write each bar's job id on it (default: up to :data:`GANTT_LABEL_MAX`
+    jobs, beyond which the ids would overlap)."""
     plt = _plt()
     from matplotlib.collections import LineCollection, PolyCollection
+    from matplotlib.patches import Patch
 
     n_jobs = int(segs["row"].nunique())
     if n_jobs > max_jobs:
         raise ValueError(f"a Gantt chart of {n_jobs:,} jobs is unreadable and slow to draw; the limit is {max_jobs:,}: "
                          "plot a slice of the workload (simulate with --jobs N, e.g. --jobs 2000)")
+    labels = n_jobs <= GANTT_LABEL_MAX if labels is None else labels
     fig, ax = plt.subplots(figsize=(12, 6), dpi=110)
-    cmap = plt.get_cmap("tab20")
-    polys, colours, ticks = [], [], []
+    rows = segs["row"].to_numpy()
+    handles = []
+    if group is not None:
+        group = np.asarray(group, dtype=object)
+        names = list(dict.fromkeys(group[rows].tolist()))
+        cmap = plt.get_cmap("tab10" if len(names) <= 10 else "turbo", len(names))
+        of_group = {g: cmap(i) for i, g in enumerate(names)}
+        colour_of = {r: of_group[group[r]] for r in dict.fromkeys(rows.tolist())}
+        handles = [Patch(color=of_group[g], label=str(g)) for g in names]
+    else:
+        order = list(dict.fromkeys(rows.tolist()))
+        cmap = plt.get_cmap("turbo", max(len(order), 1))
+        # a golden-ratio stride through the map: consecutive jobs get far-apart colours
+        colour_of = {r: cmap(int((i * 0.618034 % 1) * len(order))) for i, r in enumerate(order)}
+    polys, colours, ticks, texts = [], [], [], []
     end_open = np.nanmax(segs["end"].to_numpy()) if len(segs) else t0
     unit, unit_name = _unit(end_open - t0)
-    for row, a, b, res, first in zip(segs["row"].tolist(), segs["start"].tolist(), segs["end"].tolist(),
-                                     segs["resources"].tolist(), segs["first"].tolist()):
+    for row, jid, a, b, res, first in zip(rows.tolist(), segs["job_id"].tolist(), segs["start"].tolist(),
+                                          segs["end"].tolist(), segs["resources"].tolist(), segs["first"].tolist()):
         x0, x1 = _scaled(a, t0, unit), _scaled(b if b == b else end_open, t0, unit)
         for part in res.split():
             lo, _, hi = part.partition("-")
             p0, p1 = int(lo), int(hi or lo)
             polys.append([(x0, p0 - 0.4), (x1, p0 - 0.4), (x1, p1 + 0.4), (x0, p1 + 0.4)])
-            colours.append(cmap(row % 20))
+            colours.append(colour_of[row])
             if not first:
                 ticks.append([(x0, p0 - 0.45), (x0, p1 + 0.45)])
-    ax.add_collection(PolyCollection(polys, facecolors=colours, edgecolors="none"))
+            if labels:
+                texts.append(((x0 + x1) / 2, (p0 + p1) / 2, str(jid)))
+    ax.add_collection(PolyCollection(polys, facecolors=colours, edgecolors="white", linewidths=0.3))
+    for x, y, text in texts:
+        ax.text(x, y, text, ha="center", va="center", fontsize=6, clip_on=True)
     if ticks:
         ax.add_collection(LineCollection(ticks, colors="black", linewidths=0.8, label="resumed after preemption"))
-        ax.legend(loc="upper right", fontsize=8)
+    if ticks or handles:
+        ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], loc="upper right", fontsize=8,
+                  title=group_name or None, title_fontsize=8)
     ax.set_xlim(0, max(_scaled(end_open, t0, unit), 1e-9))
     ax.set_ylim(-0.5, capacity - 0.5)
     ax.set_xlabel(f"{unit_name} since the first submission")
@@ -75,9 +106,11 @@ def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, 
     return fig
 
 
-def over_time(series, title: str = "", t0: float = 0.0):
+def over_time(series, title: str = "", t0: float = 0.0, kth_price: bool = False):
     """Stacked panels over time from :func:`marketsched.analysis.timeline.binned`: utilisation, queue length and,
-    when present, the bids (mean running bid, highest queued bid) and the payments settled so far."""
+    when present, the bids (mean running bid, highest queued bid) and the payments settled so far.
+    ``kth_price``: the run is HB or NPHB with the k-th price, whose price is the highest queued
+    bid (Shudler et al. (2010), section III.B): the legend says so only then."""
     plt = _plt()
     panels = [("utilisation", "utilisation"), ("queue", "jobs waiting")]
     if "running_bid" in series:
@@ -93,7 +126,8 @@ def over_time(series, title: str = "", t0: float = 0.0):
     for ax, (key, label) in zip(axes[:, 0], panels):
         if key == "bids":
             ax.step(x, series["running_bid"], where="post", label="mean bid of running jobs")
-            ax.step(x, series["queued_bid"], where="post", label="highest queued bid (HB's k-th price)")
+            ax.step(x, series["queued_bid"], where="post",
+                    label="highest queued bid" + (" (the k-th price)" if kth_price else ""))
             ax.legend(loc="upper right", fontsize=8)
         elif key == "utilisation":
             ax.fill_between(x, series[key], step="post", alpha=0.6)

@@ -94,6 +94,7 @@ class Simulator(ClusterState):
         self._completions: list[tuple[float, int]] = []
         self._timers: list[float] = []
         self.records: Records | None = None
+        self.engine_path = "python"  # "compiled" once a whole run took the policy's C kernel
 
     #: The per-job columns as Python lists, made by :meth:`_make_columns` when the pure-Python
     #: path first needs them (a compiled run never does: its memory is the workload's NumPy
@@ -160,9 +161,11 @@ class Simulator(ClusterState):
                 records = compiled_run(self)
                 if records is not None:
                     self.records = records
+                    self.engine_path = "compiled"
                     if progress is not None:
                         progress(self.n_jobs, self.n_jobs)
                     return records
+        self.engine_path = "python"
         self.begin()
         self.proceed(until=until, progress=progress)
         return self.conclude(until=until, progress=progress)

@@ -27,8 +27,10 @@ Steps of :func:`run_grid`:
    or as a Slurm job array (``"slurm"``), with the executors every reproduction uses
    (:func:`marketsched.experiments.tasks.execute`); the table is the same on each, cell by cell;
 4. as each batch finishes, write its rows to a new Parquet part file in the results directory
-   (written to a temporary name, then renamed: a crash never leaves half a part) and advance
-   the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
+   (written to a temporary name, then renamed: a crash never leaves half a part), with its
+   provenance in the Parquet metadata (:func:`part_metadata`: version, source revision, engine
+   path, the traces' sha256 and the cells; ``marketsched rerun`` reruns a part from it), and
+   advance the progress bar. A cell that raises is recorded in ``failures.json`` with its parameters
    and traceback and does not stop the others; a batch that dies as a whole (worker crash, bad
    trace) fails each of its cells the same way. Failed cells are not in the table, so the next
    run retries them.
@@ -468,7 +470,12 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
         for c in group:
             seconds[c.key()] = (wall / len(group), cpu / len(group))
-    return (pd.concat(parts, ignore_index=True) if parts else None), failures, seconds
+    rows = pd.concat(parts, ignore_index=True) if parts else None
+    if rows is not None:
+        from marketsched.results import engine_path
+
+        rows.attrs["engine"] = engine_path()  # of the worker that simulated (kept through pickling)
+    return rows, failures, seconds
 
 
 def _failure(cell: Cell, exc: BaseException) -> dict:
@@ -500,11 +507,60 @@ def finished_cells(out_dir) -> set:
     return {_norm_key(k) for k in df[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None)}
 
 
-def _write_part(out_dir: Path, rows) -> Path:
+def _write_part(out_dir: Path, rows, meta: dict) -> Path:
+    """``rows`` as a new part file; ``meta`` (:func:`part_metadata`) in its schema, for ``marketsched rerun``."""
+    from marketsched.results import write_parquet
+
     digest = hashlib.sha1(
         json.dumps(sorted(map(str, rows[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None))))
         .encode()).hexdigest()[:16]
-    return atomic_write(out_dir / f"part-{digest}.parquet", lambda tmp: rows.to_parquet(tmp, index=False))
+    return atomic_write(out_dir / f"part-{digest}.parquet", lambda tmp: write_parquet(rows, tmp, meta))
+
+
+def trace_files(cells: Sequence[Cell]) -> dict:
+    """Each trace of ``cells`` (not the built-in ``synthetic:...``) -> its file name and sha256; a
+    trace not found is left out (its cells fail when they run, naming it)."""
+    from marketsched.workloads.registry import TraceNotFoundError, resolve_trace, sha256_file
+
+    out = {}
+    for trace in dict.fromkeys(c.trace for c in cells):
+        if not trace.startswith("synthetic"):
+            try:
+                path = resolve_trace(trace, download=False)
+            except TraceNotFoundError:
+                continue
+            out[trace] = {"file": path.name, "sha256": sha256_file(path)}
+    return out
+
+
+def part_metadata(cells: Sequence[Cell], rows, bin_width: float, share_schedule: bool, traces: dict) -> dict:
+    """What produced a part file (:func:`marketsched.results.provenance`, the engine path of the
+    worker, each cell's parameters: trace and its sha256, transforms, attribute models, seed,
+    mechanism and its parameters), enough for :func:`rerun_part` to simulate it again."""
+    from marketsched.results import FORMAT, provenance
+
+    return {"format": FORMAT, "kind": "grid part", **provenance([c.mechanism for c in cells]),
+            "engine": rows.attrs.get("engine"), "bin_width": bin_width, "share_schedule": share_schedule,
+            "traces": {t: traces[t] for t in dict.fromkeys(c.trace for c in cells) if t in traces},
+            "cells": [asdict(c) for c in cells]}
+
+
+def rerun_part(meta: dict, check_trace: bool = True):
+    """The rows of a grid part simulated again from its metadata (:func:`part_metadata`), in this process."""
+    from marketsched.results import check_mechanisms
+    from marketsched.workloads.registry import resolve_trace, sha256_file
+
+    check_mechanisms(meta)
+    cells = [Cell(**c) for c in meta["cells"]]
+    if check_trace:
+        for trace, f in meta.get("traces", {}).items():
+            got = sha256_file(resolve_trace(trace, download=False))
+            if got != f["sha256"]:
+                raise ValueError(f"trace {trace!r} has sha256 {got}, the part was made from {f['sha256']}")
+    rows, failures, _ = evaluate_batch(cells, meta["bin_width"], meta["share_schedule"])
+    if failures:
+        raise RuntimeError(f"rerun: {failures[0]['label']}: {failures[0]['error']}")
+    return rows
 
 
 @dataclass
@@ -582,6 +638,7 @@ def run_grid(grid, out_dir, executor="process", workers: int | None = None, max_
     # longest-first helps the tail: bigger workloads (by trace name) are not known in advance,
     # so keep the declared order, which groups batches of a workload together (cache hits).
     batches = make_batches(todo, max_batch)
+    traces = trace_files(todo)
 
     def on_done(i, payload):
         batch = batches[i]
@@ -590,7 +647,9 @@ def run_grid(grid, out_dir, executor="process", workers: int | None = None, max_
             return len(batch)
         rows, failures, seconds = payload
         if rows is not None:
-            _write_part(out_dir, rows)
+            failed = {json.dumps(f["cell"], sort_keys=True) for f in failures}
+            ran = [c for c in batch if json.dumps(asdict(c), sort_keys=True) not in failed]
+            _write_part(out_dir, rows, part_metadata(ran, rows, bin_width, share_schedule, traces))
             result.ran += rows[list(CELL_COLUMNS)].drop_duplicates().shape[0]
         result.failures += failures
         result.cell_seconds.update(seconds)

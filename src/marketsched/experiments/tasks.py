@@ -17,8 +17,11 @@ Every reproduction (``marketsched reproduce NAME``) declares its work as a list 
    remote task's overhead is paid once per chunk; their workers get the caller's
    ``MARKETSCHED_*`` variables (the traces folder) and refuse to run on another marketsched
    version than the caller's;
-3. stores each result as it arrives, one pickle file per task in the store folder, written to
-   a temporary name and then renamed (a crash never leaves half a file);
+3. stores each result as it arrives, one pickle file per task in the store folder (the key,
+   the result and the call ``(fn, args)``, so ``marketsched rerun`` can make it again), written
+   to a temporary name and then renamed (a crash never leaves half a file), and records in
+   ``provenance.json`` each stored task's function and what made it (marketsched version,
+   source revision, engine path: :func:`write_provenance`);
 4. records a task that raises in ``failures.json`` (its key, error and traceback) without
    stopping the others; failed tasks are not stored, so the next run retries them, and
    :func:`run_tasks` raises :class:`TasksFailed` once the others are done;
@@ -103,6 +106,49 @@ def write_failures(out_dir: Path, failures: list) -> None:
         path.unlink()
 
 
+PROVENANCE = "provenance.json"
+
+
+def write_provenance(store: Path, made: dict) -> None:
+    """Add the tasks ``made`` (file name -> key and function) to ``store/provenance.json``, each
+    with what made it (:func:`marketsched.results.provenance`: version, source revision, engine
+    path); tasks stored by earlier runs keep theirs."""
+    from marketsched.results import FORMAT, provenance
+
+    path = Path(store) / PROVENANCE
+    doc: dict = (json.loads(path.read_text()) if path.is_file()
+                 else {"format": FORMAT, "kind": "task store", "tasks": {}})
+    stamp = provenance()
+    for name, entry in made.items():
+        doc["tasks"][name] = {**entry, **stamp}
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n"))
+
+
+def rerun_store(store, progress=None) -> list[tuple[tuple, bool]]:
+    """Call every task of ``store`` again (in this process) from its stored call, and compare each
+    result with the stored one (:func:`marketsched.results.same`, leaving out the values that
+    measure time or load: :data:`marketsched.results.VOLATILE`): ``[(key, identical), ...]`` in
+    key order. A task stored before calls were kept cannot be rerun (``ValueError`` naming it)."""
+    from marketsched.results import VOLATILE, same
+
+    store = Path(store)
+    path = store / PROVENANCE
+    if not path.is_file():
+        raise ValueError(f"{store}: no {PROVENANCE} (not a task store written by this marketsched)")
+    tasks = json.loads(path.read_text())["tasks"]
+    out = []
+    for i, (name, entry) in enumerate(sorted(tasks.items(), key=lambda kv: _sort_key(tuple(kv[1]["key"])))):
+        with (store / f"{name}.pkl").open("rb") as fh:
+            _, stored, *call = pickle.load(fh)
+        if not call:
+            raise ValueError(f"{store}: task {tuple(entry['key'])} was stored without its call: cannot rerun it")
+        fn, args = call[0]
+        out.append((tuple(entry["key"]), same(fn(*args), stored, VOLATILE)))
+        if progress is not None:
+            progress(i + 1, len(tasks))
+    return out
+
+
 def error_text(exc: BaseException) -> tuple[str, str]:
     """``(error, traceback)`` of an exception (a worker's traceback is chained in as its cause)."""
     return f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -121,7 +167,7 @@ def load_stored(store, tasks: Sequence[Task]) -> dict:
         path = Path(store) / f"{t.name()}.pkl"
         if path.is_file():
             with path.open("rb") as fh:
-                key, value = pickle.load(fh)
+                key, value, *_ = pickle.load(fh)  # (key, result, call); stores written before kept no call
             if key == t.key:
                 out[t.key] = value
     return out
@@ -155,16 +201,22 @@ def run_tasks(tasks: Sequence[Task], store, executor="process", workers: int | N
                                  "traceback": tb})
             return
 
-        def write(tmp: Path) -> None:
+        def write(tmp: Path) -> None:  # with the call, which `marketsched rerun` makes again
             with tmp.open("wb") as fh:
-                pickle.dump((task.key, payload), fh, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((task.key, payload, (task.fn, task.args)), fh, protocol=pickle.HIGHEST_PROTOCOL)
 
         atomic_write(store / f"{task.name()}.pkl", write)
+        made[task.name()] = {"key": list(task.key), "function": f"{task.fn.__module__}.{task.fn.__qualname__}"}
         found[task.key] = payload
         run.ran += 1
 
-    execute([(t.fn, t.args) for t in todo], lambda i, payload: on_done(todo[i], payload), executor, workers,
-            description if progress else None, folder=store)
+    made: dict[str, dict] = {}
+    try:
+        execute([(t.fn, t.args) for t in todo], lambda i, payload: on_done(todo[i], payload), executor, workers,
+                description if progress else None, folder=store)
+    finally:  # an interrupted run keeps the provenance of what it stored
+        if made:
+            write_provenance(store, made)
     write_failures(store, run.failures)
     run.results = {k: found[k] for k in sorted(found, key=_sort_key)}
     run.seconds = time.perf_counter() - t_start

@@ -246,6 +246,12 @@ def resolve_params(name: str, params: tuple[Param, ...], given: dict | None = No
 _REGISTRY: dict[str, Mechanism] = {}
 _loaded = {"builtin": False, "plugins": False}
 _entry_points_seen: set[tuple[str, str]] = set()  # (name, value) of the entry points already loaded
+#: Entry points that did not load: ``(entry point name, its value, distribution, why)``.
+load_errors: list[tuple[str, str, str | None, str]] = []
+
+
+class PluginWarning(UserWarning):
+    """A mechanism plugin that was not loaded (the command line prints it as one line)."""
 
 
 def register(mechanism: Mechanism, replace: bool = False) -> Mechanism:
@@ -293,26 +299,35 @@ def load_plugins(reload: bool = False) -> list[str]:
         for name in [n for n, m in _REGISTRY.items() if m.origin.startswith("plugin ")]:
             del _REGISTRY[name]
         _entry_points_seen.clear()
+        load_errors.clear()
     invalidate_caches()
     names = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if (ep.name, ep.value) in _entry_points_seen:
             continue
         _entry_points_seen.add((ep.name, ep.value))
+        dist = getattr(getattr(ep, "dist", None), "name", None)
         try:
             obj = ep.load()
+            if isinstance(obj, type):  # a class (a policy, say) is callable but is not a mechanism
+                raise ValueError(f"not a mechanism: it names the class {obj.__name__}; an entry point names a "
+                                 "marketsched Mechanism, a list of them, or a function returning either")
             if callable(obj) and not isinstance(obj, Mechanism):
                 obj = obj()
             items = obj if isinstance(obj, (list, tuple)) else [obj]
             for m in items:
                 if not isinstance(m, Mechanism):
-                    raise ValueError(f"expected a marketsched.mechanisms.registry.Mechanism, got {type(m).__name__}")
-                dist = getattr(getattr(ep, "dist", None), "name", None)
+                    raise ValueError(f"not a mechanism: expected a marketsched.mechanisms.registry.Mechanism, got "
+                                     f"{type(m).__name__}")
+            for m in items:
                 m = _with_origin(m, f"plugin {dist or ep.value}")
                 register(m)
                 names.append(m.name)
         except Exception as exc:  # a broken plugin must not break the command line
-            warnings.warn(f"mechanism plugin {ep.name!r} ({ep.value}) was not loaded: {exc}", stacklevel=2)
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            load_errors.append((ep.name, ep.value, dist, why))
+            warnings.warn(f"mechanism plugin {ep.name!r} ({ep.value}{f', from {dist}' if dist else ''}) was not "
+                          f"loaded: {why}", PluginWarning, stacklevel=2)
     return names
 
 

@@ -333,7 +333,12 @@ def resolve_trace(name_or_path, *, traces_dir=None, cache_dir=None, download: bo
 
 def load_trace(name_or_path, *, column_cache: bool = True, **kwargs) -> SwfLog:
     """:func:`read_swf` of :func:`resolve_trace` (same keyword arguments), through the local cache of
-    parsed columns (:mod:`marketsched.workloads.column_cache`; ``column_cache=False`` bypasses it)."""
+    parsed columns (:mod:`marketsched.workloads.column_cache`; ``column_cache=False`` bypasses it);
+    a ``.json`` file is a Batsim workload (:func:`marketsched.workloads.batsim.read_workload`)."""
+    from .batsim import is_batsim, read_workload
     from .column_cache import read_cached
 
-    return read_cached(resolve_trace(name_or_path, **kwargs), enabled=column_cache)
+    path = resolve_trace(name_or_path, **kwargs)
+    if is_batsim(path):  # a Batsim workload (JSON); read directly, it is not SWF
+        return read_workload(path)
+    return read_cached(path, enabled=column_cache)
