@@ -131,9 +131,10 @@ def workload_options(f):
         click.option("--estimates", default="trace", show_default=True, metavar="MODEL", cls=_NamesOption,
                      names=_names(attributes, "ESTIMATES"),
                      help="Run-time estimates: {names} (e.g. badness:f=3); see docs/workloads.md."),
-        click.option("--values", "value_model", default="bimodal", show_default=True, cls=_NamesOption,
+        click.option("--values", "value_model", default=None, cls=_NamesOption,
                      names=_names("marketsched.workloads.values", "MODELS"), choice=True,
-                     help="Model of the jobs' true values."),
+                     help="Model of the jobs' true values: {names} (default: bimodal-1 on the built-in workload, "
+                          "bimodal on a trace)."),
         click.option("--deadlines", default="patience", show_default=True, metavar="MODEL", cls=_NamesOption,
                      names=_names(attributes, "DEADLINES"), help="Deadline model: {names} (e.g. slack:factor=5)."),
         click.option("--reliability", default="none", show_default=True, metavar="MODEL", cls=_NamesOption,
@@ -147,8 +148,12 @@ def workload_options(f):
     return f
 
 
-def _build(opts: dict):
-    """The scenario of the workload options and its jobs (notes to stderr); click errors on bad input."""
+def _build(opts: dict, forms: bool = True):
+    """The scenario of the workload options and its jobs (notes to stderr); click errors on bad input.
+
+    Without a trace: the built-in scenario (:meth:`marketsched.scenario.Scenario.builtin`, each
+    mechanism in its paper's form); ``forms=False`` keeps the serial synthetic workload with
+    ``bimodal`` values that the audit's documented findings were measured on."""
     from marketsched.scenario import Scenario, WorkloadSpec
     from marketsched.workloads.attributes import parse_model
 
@@ -157,11 +162,17 @@ def _build(opts: dict):
             parse_model(kind, opts[kind])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=f"--{kind}") from None
-    spec = WorkloadSpec(trace=opts["trace"], synthetic_jobs=opts["synthetic_jobs"],
-                        synthetic_nodes=opts["synthetic_nodes"], jobs=opts["jobs"], split=opts["split"],
-                        capacity=opts["capacity"], whole_seconds=opts["whole_seconds"], estimates=opts["estimates"],
-                        estimates_seed=opts["seed"])
-    scenario = Scenario(spec, opts["value_model"], opts["seed"], opts["deadlines"], opts["reliability"])
+    transforms = dict(jobs=opts["jobs"], split=opts["split"], capacity=opts["capacity"],
+                      whole_seconds=opts["whole_seconds"], estimates=opts["estimates"], estimates_seed=opts["seed"])
+    models = dict(deadlines=opts["deadlines"], reliability=opts["reliability"])
+    if opts["trace"] is None and forms:  # every mechanism runs the built-in workload, each in its paper's form
+        scenario = Scenario.builtin(opts["synthetic_jobs"], opts["synthetic_nodes"], opts["seed"], **transforms,
+                                    **models, values=opts["value_model"] or "bimodal-1")
+    else:
+        spec = WorkloadSpec(trace=opts["trace"], synthetic_jobs=opts["synthetic_jobs"],
+                            synthetic_nodes=opts["synthetic_nodes"], **transforms)
+        scenario = Scenario(spec, opts["value_model"] or "bimodal", opts["seed"], **models)
+    spec = scenario.workload
     try:
         jobs = scenario.build()
     except (ValueError, FileNotFoundError) as exc:
@@ -187,13 +198,14 @@ def _run_all(jobs, runs, events: bool = False):
     """Simulate ``(mechanism, params)`` pairs with a progress bar; returns the runs."""
     from marketsched.mechanisms.registry import get
     from marketsched.progress import BAR, ELAPSED, Progress
-    from marketsched.scenario import run
+    from marketsched.scenario import in_form, run
 
     out = []
     with Progress("{task.description:<18}", BAR, "{task.percentage:>3.0f}%", ELAPSED, transient=True) as bar:
         for name, params in runs:
-            task = bar.add_task(get(name).label(get(name).resolve(params)), total=len(jobs.workload))
-            out.append(run(jobs, name, params, events=events,
+            formed = in_form(jobs, name)[0]  # the jobs in the mechanism's form: the bar counts them
+            task = bar.add_task(get(name).label(get(name).resolve(params)), total=len(formed.workload))
+            out.append(run(formed, name, params, events=events,
                            progress=lambda done, total, task=task: bar.update(task, completed=done)))
     return out
 
@@ -381,7 +393,7 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
         raise click.ClickException(f"{exc}") from None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    w = jobs.workload
+    w = runs[0].jobs.workload  # the jobs in the mechanism's form (scenario.in_form; its name says which)
     _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids")
     _write_outputs(scenario, jobs, runs, out_path, events_path, "simulate")
 
@@ -407,6 +419,7 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     numbers); bids are truthful. Rows are grouped by kind of mechanism.
     """
     from marketsched.mechanisms.registry import Unfit, get, missing, names
+    from marketsched.scenario import in_form
 
     _check_out(out_path, "--out")
     _check_out(events_path, "--events")
@@ -447,7 +460,7 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     scenario, jobs = _build(opts)
     skipped, fit = [], []
     for m, p in runs:
-        gaps = missing(get(m), jobs)
+        gaps = missing(get(m), in_form(jobs, m)[0])
         if gaps:
             if (m, "; ".join(gaps)) not in skipped:
                 skipped.append((m, "; ".join(g.split(" needs ", 1)[1] for g in gaps)))
@@ -466,11 +479,27 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     _print_table(_summary_rows(jobs, done), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, "
                  f"{scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), truthful bids",
                  legend=legend, skipped=skipped)
+    _print_forms(done)
     names_run = {m for m, _ in fit}
     if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
         click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
                    "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
     _write_outputs(scenario, jobs, done, out_path, events_path, "compare")
+
+
+def _print_forms(runs) -> None:
+    """Which form of the jobs each run ran (:func:`marketsched.scenario.in_form`), when they differ."""
+    import textwrap
+
+    forms: dict[str, tuple[int, list[str]]] = {}
+    for r in runs:
+        forms.setdefault(r.form, (len(r.jobs.workload), []))[1].append(r.label)
+    if len(forms) < 2:
+        return
+    click.echo("forms (each mechanism runs the jobs as its paper states them; done counts that form's jobs):")
+    for form, (n, labels) in forms.items():
+        click.echo(textwrap.fill(f"{form} ({n:,} jobs): {', '.join(labels)}", width=100, initial_indent="  ",
+                                 subsequent_indent="      "))
 
 
 def _default(v) -> str:
@@ -785,7 +814,7 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
         devs = [d for text in deviations for d in au.Deviation.parse(text)]
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
-    scenario, jobs = _build(opts)
+    scenario, jobs = _build(opts, forms=False)
     from marketsched.progress import BAR, ELAPSED, Progress
 
     try:

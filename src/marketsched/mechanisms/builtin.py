@@ -155,13 +155,19 @@ def _ees(relaxed: bool):
     return build
 
 
+def _whole_machine(jobs):
+    from marketsched.scenario import whole_machine
+
+    return whole_machine(jobs), "whole machine"
+
+
 _EES_LIVE = ("no: EES decides on the whole queue's values and delay costs at each decision, the live market takes "
              "a bid per second of running time (the live day-ahead service runs Mutz's DPGVA instead)")
 register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
                    summary="one job holds the whole machine however narrow (the rest idles and a long queue discards "
                            "most jobs); the head runs if its value beats the delay it causes",
-                   live=_EES_LIVE, utility=ees_utility,
+                   live=_EES_LIVE, utility=ees_utility, form=_whole_machine,
                    claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash",
                                  ("value", "deadline"),
                                  "Mutz (2008), section 4 (the expected externality mechanism of d'Aspremont & "
