@@ -364,11 +364,13 @@ class RelaxedEES(EES):
     5. payments (6.4) as in EES with weights delay_j(i).
     """
 
-    def __init__(self, prior: TypePrior, capacity: int, n_draws: int = 1000, estimator: str = "cached"):
+    def __init__(self, prior: TypePrior, capacity: int, n_draws: int = 1000, estimator: str = "cached",
+                 fast: bool = True):
         super().__init__(prior, n_draws, estimator)
         if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
             raise ValueError(f"RelaxedEES: capacity must be a positive integer, got {capacity!r}")
         self.capacity = int(capacity)
+        self.fast = bool(fast)  # the schedules of step 2 on Python lists (greedy_starts); False: the reference
 
     def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None, now: float = 0.0
                ) -> tuple[np.ndarray, float]:
@@ -381,8 +383,8 @@ class RelaxedEES(EES):
         if profile is not None and profile.capacity != self.capacity:
             raise ValueError(f"RelaxedEES: profile capacity {profile.capacity} != mechanism capacity {self.capacity}")
         base = profile if profile is not None else AvailabilityProfile(self.capacity, now)
-        with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base)
-        without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base)
+        with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=self.fast)
+        without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=self.fast)
         return with_i[1:] - without_i, float(with_i[0])
 
     def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None,

@@ -120,7 +120,7 @@ from collections import deque
 import numpy as np
 
 from .ees import EES, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform
-from .profile import AvailabilityProfile
+from .profile import AvailabilityProfile, greedy_starts_lists
 
 __all__ = ["EESPolicy", "RelaxedEESPolicy", "declared_runtime", "synthesize_types", "realised_utility",
            "queue_time", "profile_of", "per_second_prior"]
@@ -239,7 +239,7 @@ class _EESDriver:
     name = "ees"
 
     def __init__(self, value, delay_cost, prior: TypePrior, *, n_draws: int = 200, estimator: str = "cached",
-                 seed: int = 0, time_unit: float = 3600.0, runtime=None):
+                 seed: int = 0, time_unit: float = 3600.0, runtime=None, fast: bool = True):
         self.value = np.asarray(value, dtype=np.float64)
         self.delay_cost = np.asarray(delay_cost, dtype=np.float64)
         if self.value.ndim != 1 or self.value.shape != self.delay_cost.shape:
@@ -263,6 +263,7 @@ class _EESDriver:
         self.time_unit = float(time_unit)
         self._runtime = None if runtime is None else np.asarray(runtime, dtype=np.float64)
         self._mech_prior = per_second_prior(prior, self.time_unit)
+        self.fast = bool(fast)  # the mechanism's fast paths; False: the reference (tests hold both equal)
         EES(self._mech_prior, n_draws, estimator)  # validates n_draws and estimator now
 
     def bind(self, sim) -> None:
@@ -356,7 +357,7 @@ class RelaxedEESPolicy(_EESDriver):
 
     def bind(self, sim) -> None:
         super().bind(sim)
-        self.mechanism = RelaxedEES(self._mech_prior, sim.capacity, self.n_draws, self.estimator)
+        self.mechanism = RelaxedEES(self._mech_prior, sim.capacity, self.n_draws, self.estimator, fast=self.fast)
         self.started_at: dict[int, float] = {}   # running rows -> start time
         self.committed: dict[int, float] = {}    # accepted, waiting rows -> planned start
         self.planned_start: dict[int, float] = {}
@@ -383,8 +384,13 @@ class RelaxedEESPolicy(_EESDriver):
         rows = list(self.started_at)
         prof = profile_of(self.sim.capacity, t, [t] * len(rows), [s + r[j] for j, s in self.started_at.items()],
                           [procs[j] for j in rows])
-        for s, j in sorted((s, j) for j, s in self.committed.items()):
-            s2 = prof.place(int(procs[j]), float(r[j]))
+        order = sorted((s, j) for j, s in self.committed.items())
+        if self.fast:  # the same placements on lists (profile.greedy_starts_lists)
+            placed = greedy_starts_lists(prof.times.tolist(), prof.used.tolist(), prof.capacity,
+                                         [float(r[j]) for _, j in order], [int(procs[j]) for _, j in order])
+        else:
+            placed = [prof.place(int(procs[j]), float(r[j])) for _, j in order]
+        for (s, j), s2 in zip(order, placed):
             assert s2 is not None, "a placement without a deadline always finds a window"
             if s2 < s:
                 self.committed[j] = s2
