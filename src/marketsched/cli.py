@@ -412,7 +412,9 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
 @click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every run's per-job event log to this .parquet or .csv file.")
 @click.option("--legend/--no-legend", default=True, show_default=True, help="Explain the columns under the table.")
-def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, **opts):
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Draw per mechanism the slowdown and utility per value band, side by side, to this .png or .svg.")
+def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, plot_path, **opts):
     """Compare mechanisms on one workload (the main job; default: the built-in workload).
 
     Every mechanism sees the same jobs with the same true values and deadlines (common random
@@ -423,6 +425,8 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
 
     _check_out(out_path, "--out")
     _check_out(events_path, "--events")
+    if plot_path is not None and plot_path.suffix not in (".png", ".svg"):
+        raise click.BadParameter(f"the file name must end in .png or .svg, got {str(plot_path)!r}", param_hint="--plot")
     wanted = [m.strip() for m in mechanisms.split(",") if m.strip()] + list(extra)
     if extra and mechanisms == "all":
         wanted.remove("all")
@@ -485,6 +489,23 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
         click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
                    "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
     _write_outputs(scenario, jobs, done, out_path, events_path, "compare")
+    if plot_path is not None:
+        _compare_plot(jobs, done, plot_path, f"{w.name}: {scenario.values} values, seed {scenario.seed}")
+
+
+def _compare_plot(jobs, runs, path, title: str) -> None:
+    """``compare --plot``: the figure of :mod:`marketsched.analysis.compare_plot`."""
+    from marketsched.analysis.compare_plot import compare_figure
+    from marketsched.analysis.plots import save
+    from marketsched.mechanisms.registry import get
+    from marketsched.results import job_table_of
+
+    tables = []
+    for r in runs:
+        t = job_table_of(jobs, r)
+        tables.append((r.label, t if get(r.mechanism).market else t.drop(columns="utility")))
+    save(compare_figure(tables, title), path)
+    click.echo(f"figure: {path}", err=True)
 
 
 def _print_forms(runs) -> None:
