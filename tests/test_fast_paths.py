@@ -71,3 +71,65 @@ def test_relaxed_ees_fast_equals_reference(seed, compress):
     (a, pa), (b, pb) = runs
     assert_same_records(a, b)
     assert pa.planned_start == pb.planned_start and pa.moved_up == pb.moved_up
+
+
+# --------------------------------------------------------------------------- EES: one set of draws per decision
+def shared_reference(front_value, d, w, prior, n_draws, rng):
+    """The definition, job by job: each xi from the decision's one set of draws (same order)."""
+    D = prior.delay_cost.sample(rng, (n_draws, len(d)))
+    V = prior.value.sample(rng, n_draws)
+    xi = [np.mean([-sum(D[s] * w) if front_value >= sum(D[s] * w) else 0.0 for s in range(n_draws)])]
+    for j in range(len(d)):
+        total = []
+        for s in range(n_draws):
+            rest = sum(D[s, k] * w[k] for k in range(len(d)) if k != j)
+            total.append(V[s] - rest if V[s] >= w[j] * d[j] + rest else 0.0)
+        xi.append(np.mean(total))
+    return np.array(xi)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_shared_draws_estimator_equals_its_definition(seed):
+    from marketsched.mechanisms.online.ees import Discrete, welfare_shared
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(0, 6))
+    prior = TypePrior(Discrete((0.0, 5.0, 10.0), (0.3, 0.3, 0.4)), Uniform(0.0, 3.0) if seed % 2 else
+                      Discrete((0.0, 1.0, 2.0), (0.5, 0.25, 0.25)))
+    d = rng.integers(0, 3, m).astype(float)   # ties among the reports
+    w = rng.integers(0, 4, m).astype(float)
+    v0 = float(rng.integers(0, 12))
+    got = welfare_shared(v0, d, w, prior, 30, np.random.default_rng(seed + 1000))
+    if m == 0:
+        np.testing.assert_array_equal(got, [0.0])
+        return
+    want = shared_reference(v0, d, w, prior, 30, np.random.default_rng(seed + 1000))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def test_shared_draws_estimate_the_exact_expectations_and_balance():
+    from marketsched.mechanisms.online.ees import Discrete, expected_externality_payments, welfare_exact
+
+    prior = TypePrior(Discrete((0.0, 6.0, 12.0), (0.3, 0.3, 0.4)), Discrete((0.0, 1.0, 2.0), (0.5, 0.25, 0.25)))
+    d, w = np.array([1.0, 2.0, 0.0]), np.array([2.0, 1.0, 3.0])
+    exact = welfare_exact(7.0, d, w, prior)
+    pay, xi = expected_externality_payments(7.0, d, w, prior, 200_000, np.random.default_rng(5), "shared")
+    np.testing.assert_allclose(xi, exact, atol=0.05)  # |error| ~ 5 standard errors at 200,000 draws
+    assert abs(pay.sum()) < 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shared_draws_keep_the_allocation(seed):
+    from marketsched.mechanisms.online.ees_driver import EESPolicy
+
+    rng = np.random.default_rng(seed)
+    w = random_parallel_workload(rng, 50, 4)
+    v = rng.integers(1, 40, len(w)).astype(float)
+    d = rng.integers(0, 4, len(w)).astype(float)
+    prior = TypePrior(Uniform(0.0, 40.0), Uniform(0.0, 4.0))
+    for policy in (EESPolicy, RelaxedEESPolicy):
+        runs = [Simulator(w, policy(v, d, prior, n_draws=20, seed=seed, time_unit=1.0, estimator=e)).run()
+                for e in ("shared", "cached")]
+        for name in ("first_start", "end_time", "state"):
+            np.testing.assert_array_equal(getattr(runs[0], name), getattr(runs[1], name))
+        assert abs(runs[0].payment.sum()) < 1e-6 * max(1.0, np.abs(runs[0].payment).sum())

@@ -94,8 +94,10 @@ register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer 
 # ---------------------------------------------------------------------------- EES
 EES_PARAMS = (
     Param("n_draws", int, 100, "Monte Carlo draws per expectation of the payments (Mutz (2008), eq. 4.4)"),
-    Param("estimator", str, "cached", "estimator of the expectations: 'cached' (payments balance exactly) or "
-          "'naive' (the thesis's nesting, section 4.1.3)", ("cached", "naive")),
+    Param("estimator", str, "shared", "estimator of the expectations: 'shared' (one set of draws per decision "
+          "for every job's expectation; payments balance exactly), 'cached' (independent draws per job; balance "
+          "exactly; work grows with the square of the queue) or 'naive' (the thesis's nesting, section 4.1.3)",
+          ("shared", "cached", "naive")),
     Param("prior_points", int, 64, "the declared prior: the jobs' values and delay costs summarised by this many "
           "equally likely quantiles"),
 )
