@@ -244,7 +244,7 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
 
     Decisions (Kang & Parkes (2007), section 3, leave providers' pricing, scheduling and
     estimators to them): the six providers of the Kang & Parkes (2007)
-    reproduction (``marketsched.experiments.kang2007.PROVIDERS``: schedulers, pricing kinds,
+    reproduction (``marketsched.mechanisms.online.egg.presets.PROVIDERS``: schedulers, pricing kinds,
     relative rates, crash rates), their processors scaled to the machine's (largest
     remainders, at least one each); prices per estimated CPU-second ``price_level x relative
     rate x mean true value per second`` (the operator's calibration, not the reports) (the reproduction's rates are per CPU-hour for its own value
@@ -253,7 +253,6 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
     submission down to 0 at its deadline (the same patience model as EES's values);
     crash points ``Exp(1)`` per job from the seed's stream 4 (common random numbers).
     """
-    from marketsched.experiments.kang2007 import DELTA, HORIZON, PROVIDERS, RT_EDGES, SCENARIOS, SLOT
     from marketsched.mechanisms.online.egg import (
         BidBatch,
         EstimatorStore,
@@ -262,6 +261,7 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
         PriceBook,
         ReliabilityLedger,
     )
+    from marketsched.mechanisms.online.egg.presets import DELTA, HORIZON, PROVIDERS, RT_EDGES, SCENARIOS, SLOT
     from marketsched.mechanisms.online.egg.providers import LoadAwarePricing, ProviderAgent, StaticPricing
 
     w = jobs.workload
