@@ -133,3 +133,33 @@ def test_shared_draws_keep_the_allocation(seed):
         for name in ("first_start", "end_time", "state"):
             np.testing.assert_array_equal(getattr(runs[0], name), getattr(runs[1], name))
         assert abs(runs[0].payment.sum()) < 1e-6 * max(1.0, np.abs(runs[0].payment).sum())
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_list_profile_equals_the_array_profile(seed):
+    from marketsched.mechanisms.online.ees_driver import profile_of
+    from marketsched.mechanisms.online.profile import ListProfile
+
+    rng = np.random.default_rng(seed)
+    capacity, origin = int(rng.integers(2, 9)), float(rng.integers(0, 4))
+    k = int(rng.integers(0, 6))
+    starts = (origin + rng.integers(0, 6, k)).astype(float)   # ties among starts and ends
+    ends = starts + rng.integers(1, 5, k)
+    nodes = rng.integers(1, 3, k)
+    capacity = max(capacity, 2 * k)  # every interval fits, whatever their overlap
+    ref = profile_of(capacity, origin, starts, ends, nodes)
+    lst = ListProfile.of_intervals(capacity, origin, starts.tolist(), ends.tolist(), nodes.tolist())
+    assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
+    for _ in range(int(rng.integers(0, 6))):
+        s, d, n = float(rng.integers(int(origin), 12)), float(rng.integers(1, 5)), int(rng.integers(1, 3))
+        outcome = []
+        for p in (ref, lst):
+            try:
+                p.reserve(s, d, n)
+                outcome.append("ok")
+            except ValueError as exc:
+                outcome.append(str(exc))
+        assert outcome[0] == outcome[1]  # a refused one may leave split breakpoints behind: both alike
+        assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
+    np.testing.assert_array_equal(greedy_starts([2.0, 1.0], [1, 2], ref.capacity, lst),
+                                  greedy_starts([2.0, 1.0], [1, 2], ref.capacity, ref, fast=False))

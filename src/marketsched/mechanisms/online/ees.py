@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .profile import AvailabilityProfile, greedy_starts
+from .profile import AvailabilityProfile, ListProfile, greedy_starts
 
 ESTIMATORS = ("cached", "shared", "naive", "exact")
 
@@ -371,7 +371,7 @@ class EES:
         self.n_draws = int(n_draws)
         self.estimator = estimator
 
-    def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None,
+    def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None,
                             now: float = 0.0) -> tuple[np.ndarray, float | None]:
         """w_j = r_i for every waiting job (running i delays each of them by r_i, eq 4.2).
 
@@ -380,7 +380,7 @@ class EES:
         return np.full(len(queue) - 1, queue.runtime[0]), None
 
     def decide(self, queue: QueueSnapshot, rng: np.random.Generator | None = None,
-               profile: AvailabilityProfile | None = None, now: float = 0.0) -> Decision:
+               profile: AvailabilityProfile | ListProfile | None = None, now: float = 0.0) -> Decision:
         weights, start = self.externality_weights(queue, profile, now)
         v0, d = float(queue.value[0]), queue.delay_cost[1:]
         runs, b = decide(v0, d, weights)
@@ -411,7 +411,7 @@ class RelaxedEES(EES):
         self.capacity = int(capacity)
         self.fast = bool(fast)  # the schedules of step 2 on Python lists (greedy_starts); False: the reference
 
-    def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None, now: float = 0.0
+    def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None, now: float = 0.0
                ) -> tuple[np.ndarray, float]:
         if queue.nodes is None:
             raise ValueError("RelaxedEES: the queue snapshot needs a nodes column")
@@ -426,7 +426,7 @@ class RelaxedEES(EES):
         without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=self.fast)
         return with_i[1:] - without_i, float(with_i[0])
 
-    def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | None = None,
+    def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None,
                             now: float = 0.0) -> tuple[np.ndarray, float | None]:
         return self.delays(queue, profile, now)
 

@@ -120,7 +120,7 @@ from collections import deque
 import numpy as np
 
 from .ees import EES, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform
-from .profile import AvailabilityProfile, greedy_starts_lists
+from .profile import AvailabilityProfile, ListProfile, greedy_starts_lists
 
 __all__ = ["EESPolicy", "RelaxedEESPolicy", "declared_runtime", "synthesize_types", "realised_utility",
            "queue_time", "profile_of", "per_second_prior"]
@@ -364,13 +364,14 @@ class RelaxedEESPolicy(_EESDriver):
         self.passes = 0
         self.moved_up = 0  # moves of commitments to an earlier start (compression)
 
-    def _profile(self, t: float) -> AvailabilityProfile:
+    def _profile(self, t: float) -> AvailabilityProfile | ListProfile:
         procs = self.sim.procs
         r = self.runtime
         rows = list(self.started_at) + list(self.committed)
         starts = [t] * len(self.started_at) + list(self.committed.values())
         ends = [s + r[j] for j, s in self.started_at.items()] + [s + r[j] for j, s in self.committed.items()]
-        return profile_of(self.sim.capacity, t, starts, ends, [procs[j] for j in rows])
+        build = ListProfile.of_intervals if self.fast else profile_of
+        return build(self.sim.capacity, t, starts, ends, [procs[j] for j in rows])
 
     def _compress(self, t: float) -> None:
         """Move committed jobs up after early ends (conservative-backfilling compression).
@@ -382,13 +383,14 @@ class RelaxedEESPolicy(_EESDriver):
         """
         procs, r = self.sim.procs, self.runtime
         rows = list(self.started_at)
-        prof = profile_of(self.sim.capacity, t, [t] * len(rows), [s + r[j] for j, s in self.started_at.items()],
-                          [procs[j] for j in rows])
+        running = ([t] * len(rows), [s + r[j] for j, s in self.started_at.items()], [procs[j] for j in rows])
         order = sorted((s, j) for j, s in self.committed.items())
         if self.fast:  # the same placements on lists (profile.greedy_starts_lists)
-            placed = greedy_starts_lists(prof.times.tolist(), prof.used.tolist(), prof.capacity,
-                                         [float(r[j]) for _, j in order], [int(procs[j]) for _, j in order])
+            lists = ListProfile.of_intervals(self.sim.capacity, t, *running)
+            placed = greedy_starts_lists(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
+                                         [int(procs[j]) for _, j in order])
         else:
+            prof = profile_of(self.sim.capacity, t, *running)
             placed = [prof.place(int(procs[j]), float(r[j])) for _, j in order]
         for (s, j), s2 in zip(order, placed):
             assert s2 is not None, "a placement without a deadline always finds a window"
