@@ -154,15 +154,16 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     R = fp.shape[1]
     fpp = np.concatenate([fp, np.full((K, 1, H), np.inf)], axis=1)
     rows = np.where(rows < 0, R, rows)
-    # process bids sorted by their last usable column, so each chunk spans few columns
+    # process bids sorted by their last usable column, so each chunk spans few columns (one chunk:
+    # in their own order; a bid's answer never depends on the others in its chunk)
     last = np.floor(np.maximum(np.minimum(arrival + delta, bids.deadlines() + slot), arrival) / slot).astype(np.int64)
-    order = np.argsort(last, kind="stable") if B > 1 else np.arange(B)
     step = max(1, int(chunk_cells // max(1, K * H)))
+    order = np.argsort(last, kind="stable") if B > step else np.arange(B)
     kk = np.arange(K)[None, :]
     for i0 in range(0, B, step):
         i1 = min(B, i0 + step)
         c = order[i0:i1]
-        bc = bids if (i0 == 0 and i1 == B and B == 1) else bids.take(c)
+        bc = bids if (i0 == 0 and i1 == B) else bids.take(c)
         a = arrival[c]
         n = i1 - i0
         # columns any bid of the chunk can use: from the arrival's slot to the last usable one
@@ -177,11 +178,10 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         hz = a + delta  # patience horizon (exclusive)
         x = a[:, None] + runtime[c]  # earliest completion per provider
         f = np.floor(x / slot).astype(np.int64) - (base + hmin)  # column holding x (relative)
-        # value at each column start (later columns) and at x (first feasible column)
-        Vs = bc.values(np.maximum(st[None, :], a[:, None]))  # (n, h)
-        Vs[(Vs <= 0) | (st[None, :] >= hz[:, None])] = -np.inf
-        vx = bc.values(x)
-        vx[(vx <= 0) | (x >= hz[:, None])] = -np.inf
+        # value at each column start (later columns) and at x (first feasible column): one call
+        both = bc.values(np.concatenate([np.maximum(st[None, :], a[:, None]), x], axis=1))  # (n, h + K)
+        both[(both <= 0) | (np.concatenate([np.broadcast_to(st, (n, h)), x], axis=1) >= hz[:, None])] = -np.inf
+        Vs, vx = both[:, :h], both[:, h:]
         S = np.full((n, K, h), -np.inf)
         np.subtract(Vs[:, None, :], P, out=S, where=np.arange(h)[None, None, :] > f[:, :, None])
         bi = np.arange(n)[:, None]
