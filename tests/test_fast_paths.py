@@ -163,3 +163,26 @@ def test_list_profile_equals_the_array_profile(seed):
         assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
     np.testing.assert_array_equal(greedy_starts([2.0, 1.0], [1, 2], ref.capacity, lst),
                                   greedy_starts([2.0, 1.0], [1, 2], ref.capacity, ref, fast=False))
+
+
+def test_checked_snapshot_equals_the_validating_one():
+    from marketsched.mechanisms.online.ees import QueueSnapshot
+
+    cols = (np.array([4, 7, 9]), np.array([3.0, 0.5, 2.0]), np.array([0.0, 1.0, 2.0]), np.array([1.0, 5.0, 2.0]),
+            np.array([1, 2, 1]))
+    a, b = QueueSnapshot(*cols), QueueSnapshot.of_checked(*cols)
+    for name in ("job_id", "value", "delay_cost", "runtime", "nodes"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert getattr(a, name).dtype == getattr(b, name).dtype
+    assert len(b) == 3
+
+
+def test_ees_drivers_refuse_an_infinite_declared_run_time_when_bound():
+    from marketsched.mechanisms.online.ees_driver import EESPolicy
+
+    w = Workload.from_columns(submit_time=[0.0, 1.0], runtime=[2.0, 3.0], runtime_estimate=[2.0, np.inf],
+                              procs=[1, 1], capacity=2)
+    prior = TypePrior(Uniform(0.0, 4.0), Uniform(0.0, 1.0))
+    for policy in (EESPolicy, RelaxedEESPolicy):
+        with pytest.raises(ValueError, match="declared run time of row 1 is inf"):
+            Simulator(w, policy([1.0, 2.0], [0.5, 0.5], prior, time_unit=1.0)).run()

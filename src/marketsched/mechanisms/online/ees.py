@@ -193,6 +193,19 @@ class QueueSnapshot:
     def __len__(self) -> int:
         return len(self.job_id)
 
+    @classmethod
+    def of_checked(cls, job_id: np.ndarray, value: np.ndarray, delay_cost: np.ndarray, runtime: np.ndarray,
+                   nodes: np.ndarray | None = None) -> QueueSnapshot:
+        """A snapshot of columns its caller has checked once for all decisions (non-empty equal 1-D
+        float arrays, finite, ``delay_cost >= 0``, ``runtime > 0``, ``nodes > 0``): the online
+        drivers check every job at binding, and a second pass per decision would cost as much as
+        the decision's own arithmetic."""
+        snap = object.__new__(cls)
+        for k, v in (("job_id", job_id), ("value", value), ("delay_cost", delay_cost), ("runtime", runtime),
+                     ("nodes", nodes)):
+            object.__setattr__(snap, k, v)
+        return snap
+
 
 @dataclass(frozen=True)
 class Decision:

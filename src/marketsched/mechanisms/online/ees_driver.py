@@ -283,7 +283,12 @@ class _EESDriver:
                                  f"({self._runtime[bad[0]]}) must be positive, finite and at least the actual "
                                  f"run time ({sim.workload.runtime[bad[0]]})")
             self.runtime, self.runtime_adjustments = self._runtime, {}
+        bad = np.flatnonzero(~np.isfinite(self.runtime))
+        if len(bad):
+            raise ValueError(f"{type(self).__name__}: declared run time of row {bad[0]} is {self.runtime[bad[0]]} "
+                             "(its run-time estimate is not finite)")
         self.d_per_second = self.delay_cost / self.time_unit
+        self._procs = np.asarray(sim.workload.procs, dtype=np.int64)
         self.rng = np.random.default_rng(self.seed)
         self.ledger = Ledger()
         self.queue: deque[int] = deque()
@@ -292,9 +297,9 @@ class _EESDriver:
 
     def _snapshot(self, nodes: bool) -> QueueSnapshot:
         rows = np.fromiter(self.queue, dtype=np.int64, count=len(self.queue))
-        return QueueSnapshot(job_id=rows, value=self.value[rows], delay_cost=self.d_per_second[rows],
-                             runtime=self.runtime[rows],
-                             nodes=np.asarray(self.sim.workload.procs)[rows] if nodes else None)
+        # every column was checked at bind (values, delay costs, run times; the workload's procs >= 1)
+        return QueueSnapshot.of_checked(rows, self.value[rows], self.d_per_second[rows], self.runtime[rows],
+                                        self._procs[rows] if nodes else None)
 
     def _charge(self, dec, t: float) -> None:
         self.ledger.charge(dec, time=t)
