@@ -86,3 +86,12 @@ def test_synthetic_max_procs_bounds_the_widths():
     a = synthetic_workload(300, capacity=16, parallel=True, seed=4)
     b = synthetic_workload(300, capacity=16, parallel=True, max_procs=16, seed=4)
     np.testing.assert_array_equal(a.procs, b.procs)
+
+
+def test_an_audit_of_the_builtin_scenario_runs_the_mechanisms_form():
+    from marketsched.analysis import audit as au
+
+    jobs = Scenario.builtin(40, 8, seed=2).build()
+    t = au.audit(jobs, "hb", {"pricing": "first"}, au.Deviation.parse("value:0.5"), per_band=1)
+    split = in_form(jobs, "hb")[0]
+    assert len(t) and set(t["job_id"]) <= set(split.workload.job_id.tolist())
