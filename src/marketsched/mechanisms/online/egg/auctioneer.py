@@ -137,14 +137,9 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     slot = book.slot
     base = book.base
 
-    out_k = np.full(B, -1, np.int64)
-    out_slot = np.full(B, -1, np.int64)
-    out_tau = np.full(B, np.nan)
-    out_price = np.full(B, np.nan)
-    out_value = np.full(B, np.nan)
+    out_k, out_slot, out_row = np.full((3, B), -1, np.int64)  # rows of one array each: fewer allocations
+    out_tau, out_price, out_value, out_r = np.full((4, B), np.nan)
     out_surplus = np.full(B, -np.inf)
-    out_r = np.full(B, np.nan)
-    out_row = np.full(B, -1, np.int64)
     if menu:
         m_tau = np.full((B, K), np.nan)
         m_price = np.full((B, K), np.nan)
