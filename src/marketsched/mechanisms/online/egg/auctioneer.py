@@ -175,8 +175,9 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         f = np.floor(x / slot).astype(np.int64) - (base + hmin)  # column holding x (relative)
         # value at each column start (later columns) and at x (first feasible column): one call
         both = bc.values(np.concatenate([np.maximum(st[None, :], a[:, None]), x], axis=1))  # (n, h + K)
-        both[(both <= 0) | (np.concatenate([np.broadcast_to(st, (n, h)), x], axis=1) >= hz[:, None])] = -np.inf
-        Vs, vx = both[:, :h], both[:, h:]
+        Vs, vx = both[:, :h], both[:, h:]  # views: the masks below write into ``both``
+        Vs[(Vs <= 0) | (st[None, :] >= hz[:, None])] = -np.inf
+        vx[(vx <= 0) | (x >= hz[:, None])] = -np.inf
         S = np.full((n, K, h), -np.inf)
         np.subtract(Vs[:, None, :], P, out=S, where=np.arange(h)[None, None, :] > f[:, :, None])
         bi = np.arange(n)[:, None]
