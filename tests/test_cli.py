@@ -17,10 +17,12 @@ def test_compare_default_shows_every_mechanism_that_fits_grouped_with_a_legend()
         assert f" {label} " in r.output, label
     for heading in ("priority market", "compensation", "queue auction", "decentralized", "queue"):
         assert f" {heading} " in r.output
-    # bimodal values include a few below 1, which ZIC bidders cannot bid: not run, and why
-    assert "not run" in r.output and "ps: true values of at least 1" in r.output and "--values uniform" in r.output
+    # the built-in workload serves every mechanism: none is refused, and each row's form is named
+    assert " ps " in r.output and " sh " in r.output and "not run" not in r.output
+    assert "split (" in r.output and "whole machine (300 jobs): ees" in r.output
+    legend = r.output[r.output.index("done     jobs that ran"):]
     for term in ("BSD", "SSJ", "TWFT", "negative", "sum to zero", "DLGM"):
-        assert term in r.output.split("not run")[1], term
+        assert term in legend, term
     assert max(len(line) for line in r.output.splitlines() if not line.startswith(("note:", "built-in"))) <= 100
 
 
@@ -45,7 +47,7 @@ def test_refusals_name_what_is_missing():
     runner = CliRunner()
     r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "ees", "--deadlines", "none"])
     assert r.exit_code != 0 and "--deadlines patience" in r.output
-    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "sh"])
+    r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "sh", "--values", "bimodal"])
     assert r.exit_code != 0 and "--values uniform" in r.output
     r = runner.invoke(main, ["simulate", *SMALL, "--mechanism", "hb", "--param", "pricing=second"])
     assert r.exit_code != 0 and "must be one of kth, first" in r.output
@@ -87,7 +89,8 @@ def test_simulate_writes_per_job_csv(tmp_path):
     import pandas as pd
 
     t = pd.read_csv(out)
-    assert len(t) == 300 and (t["state"] == "completed").all()
+    assert len(t) == 511 and (t["state"] == "completed").all()  # nphb runs the 300 jobs split: 511 serial ones
+    assert t.groupby("job_id").size().sum() == 511 and t["job_id"].nunique() == 300
     assert {"payment", "utility", "bounded_slowdown", "true_value"} <= set(t.columns)
 
 
@@ -145,14 +148,15 @@ def test_capacity_outside_zero_one_is_rejected(capacity):
 def test_capacity_fraction_is_applied():
     r = CliRunner().invoke(main, ["simulate", "--synthetic-jobs", "50", "--synthetic-nodes", "8", "--capacity", "0.5"])
     assert r.exit_code == 0, r.output
-    assert "capacity 8 -> 4 processors" in r.stderr and "50 jobs on 4 processors" in r.stdout
+    # hb runs the built-in's 50 parallel jobs split into serial ones, on the 4 processors
+    assert "capacity 8 -> 4 processors" in r.stderr and "-split: 85 jobs on 4 processors" in r.stdout
 
 
 def test_piped_run_prints_plain_progress_lines_on_stderr():
     r = CliRunner().invoke(main, ["compare", "--synthetic-jobs", "3000", "--synthetic-nodes", "8",
                                   "--mechanisms", "hb,fcfs", "--pricings", "kth"])
     assert r.exit_code == 0, r.output
-    assert "hb/kth: 3,000/3,000 (100%) after" in r.stderr
+    assert "hb/kth: 5,090/5,090 (100%) after" in r.stderr  # the 3,000 jobs split into serial ones
     assert "fcfs: 3,000/3,000 (100%) after" in r.stderr  # run labels: a mechanism without pricing has no "/-"
     assert "(100%)" not in r.stdout  # the table goes to stdout, progress to stderr
 

@@ -25,7 +25,7 @@ def test_simulate_out_round_trip(tmp_path):
     assert meta["runs"] == [{"label": "hb/first", "mechanism": "hb", "params": {"pricing": "first"},
                              "engine": meta["engine"]}]  # HB has a kernel: the process's engine path
     sc = meta["scenario"]
-    assert sc["seed"] == 4 and sc["values"] == "bimodal" and sc["deadlines"] == "patience" and sc["bids"] == "truthful"
+    assert sc["seed"] == 4 and sc["values"] == "bimodal-1" and sc["deadlines"] == "patience" and sc["bids"] == "truthful"
     assert sc["workload"]["trace"] is None and sc["workload"]["synthetic_jobs"] == 200
     assert not table.duplicated(["run", "job_id", "copy"]).any()
     again = rerun(meta)

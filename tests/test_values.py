@@ -90,3 +90,16 @@ def test_per_job_common_values_for_copies():
     np.testing.assert_array_equal(per_job(w, lambda rng, n: np.arange(n, dtype=float)), [0, 1, 2])
     with pytest.raises(ValueError, match="unknown value model"):
         per_job(w, "pareto")
+
+
+def test_bimodal_from_one_redraws_below_one_from_the_same_component():
+    from marketsched.workloads.values import MODELS, bimodal, bimodal_from_one
+
+    v = bimodal_from_one(np.random.default_rng(3), 200_000)
+    assert v.min() >= 1 and MODELS["bimodal-1"] is bimodal_from_one
+    low = bimodal(np.random.default_rng(3), 200_000)
+    assert (low < 1).sum() > 100  # the papers' mix (resampled below 0) has values in [0, 1)
+    # the 80/20 mix is kept: the share above 90 (the high component) is about 20 %
+    assert abs((v > 90).mean() - 0.2) < 0.01
+    with pytest.raises(ValueError, match=">= 1"):
+        bimodal(np.random.default_rng(0), 5, low=(0.5, 0.0), floor=1.0)

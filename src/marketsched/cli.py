@@ -206,9 +206,10 @@ def workload_options(f):
         click.option("--estimates", default="trace", show_default=True, metavar="MODEL", cls=_NamesOption,
                      names=_names(attributes, "ESTIMATES"),
                      help="Run-time estimates: {names} (e.g. badness:f=3); see docs/workloads.md."),
-        click.option("--values", "value_model", default="bimodal", show_default=True, cls=_NamesOption,
+        click.option("--values", "value_model", default=None, cls=_NamesOption,
                      names=_names("marketsched.workloads.values", "MODELS"), choice=True,
-                     help="Model of the jobs' true values."),
+                     help="Model of the jobs' true values: {names} (default: bimodal-1 on the built-in workload, "
+                          "bimodal on a trace)."),
         click.option("--deadlines", default="patience", show_default=True, metavar="MODEL", cls=_NamesOption,
                      names=_names(attributes, "DEADLINES"), help="Deadline model: {names} (e.g. slack:factor=5)."),
         click.option("--reliability", default="none", show_default=True, metavar="MODEL", cls=_NamesOption,
@@ -222,8 +223,12 @@ def workload_options(f):
     return f
 
 
-def _build(opts: dict):
-    """The scenario of the workload options and its jobs (notes to stderr); click errors on bad input."""
+def _build(opts: dict, forms: bool = True):
+    """The scenario of the workload options and its jobs (notes to stderr); click errors on bad input.
+
+    Without a trace: the built-in scenario (:meth:`marketsched.scenario.Scenario.builtin`, each
+    mechanism in its paper's form); ``forms=False`` keeps the serial synthetic workload with
+    ``bimodal`` values that the audit's documented findings were measured on."""
     from marketsched.scenario import Scenario, WorkloadSpec
     from marketsched.workloads.attributes import parse_model
 
@@ -232,11 +237,17 @@ def _build(opts: dict):
             parse_model(kind, opts[kind])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=f"--{kind}") from None
-    spec = WorkloadSpec(trace=opts["trace"], synthetic_jobs=opts["synthetic_jobs"],
-                        synthetic_nodes=opts["synthetic_nodes"], jobs=opts["jobs"], split=opts["split"],
-                        capacity=opts["capacity"], whole_seconds=opts["whole_seconds"], estimates=opts["estimates"],
-                        estimates_seed=opts["seed"])
-    scenario = Scenario(spec, opts["value_model"], opts["seed"], opts["deadlines"], opts["reliability"])
+    transforms = dict(jobs=opts["jobs"], split=opts["split"], capacity=opts["capacity"],
+                      whole_seconds=opts["whole_seconds"], estimates=opts["estimates"], estimates_seed=opts["seed"])
+    models = dict(deadlines=opts["deadlines"], reliability=opts["reliability"])
+    if opts["trace"] is None and forms:  # every mechanism runs the built-in workload, each in its paper's form
+        scenario = Scenario.builtin(opts["synthetic_jobs"], opts["synthetic_nodes"], opts["seed"], **transforms,
+                                    **models, values=opts["value_model"] or "bimodal-1")
+    else:
+        spec = WorkloadSpec(trace=opts["trace"], synthetic_jobs=opts["synthetic_jobs"],
+                            synthetic_nodes=opts["synthetic_nodes"], **transforms)
+        scenario = Scenario(spec, opts["value_model"] or "bimodal", opts["seed"], **models)
+    spec = scenario.workload
     try:
         jobs = scenario.build()
     except (ValueError, FileNotFoundError) as exc:
@@ -268,16 +279,16 @@ def _run_all(jobs, runs, events: bool = False, on_done=None, on_fail=None):
     always propagates, after the runs finished so far went to ``on_done``."""
     from marketsched.mechanisms.registry import get
     from marketsched.progress import BAR, ELAPSED, Progress, rate
-    from marketsched.scenario import run
+    from marketsched.scenario import in_form, run
 
     out = []
     with Progress("{task.description:<18}", BAR, "{task.percentage:>3.0f}%", ELAPSED, rate("jobs"),
                   transient=True, heartbeat=True) as bar:
         for name, params in runs:
             try:
-                label = get(name).label(get(name).resolve(params))
-                task = bar.add_task(label, total=len(jobs.workload))
-                done = run(jobs, name, params, events=events,
+                formed = in_form(jobs, name)[0]  # the jobs in the mechanism's form: the bar counts them
+                task = bar.add_task(get(name).label(get(name).resolve(params)), total=len(formed.workload))
+                done = run(formed, name, params, events=events,
                            progress=lambda done, total, task=task: bar.update(task, completed=done))
             except Exception as exc:
                 if on_fail is None:
@@ -527,7 +538,7 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
         raise click.ClickException(f"{exc}") from None
     except Exception as exc:
         _mechanism_failed(mechanism, exc)
-    w = jobs.workload
+    w = runs[0].jobs.workload  # the jobs in the mechanism's form (scenario.in_form; its name says which)
     _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
                  f"engine: {runs[0].engine}")
     _warn_idle(jobs, runs)
@@ -548,16 +559,21 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
 @click.option("--events", "events_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write every run's per-job event log to this .parquet or .csv file.")
 @click.option("--legend/--no-legend", default=True, show_default=True, help="Explain the columns under the table.")
-def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, **opts):
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Draw per mechanism the slowdown and utility per value band, side by side, to this .png or .svg.")
+def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, plot_path, **opts):
     """Compare mechanisms on one workload (the main job; default: the built-in workload).
 
     Every mechanism sees the same jobs with the same true values and deadlines (common random
     numbers); bids are truthful. Rows are grouped by kind of mechanism.
     """
     from marketsched.mechanisms.registry import get, missing, names
+    from marketsched.scenario import in_form
 
     _check_out(out_path, "--out")
     _check_out(events_path, "--events")
+    if plot_path is not None and plot_path.suffix not in (".png", ".svg"):
+        raise click.BadParameter(f"the file name must end in .png or .svg, got {str(plot_path)!r}", param_hint="--plot")
     wanted = [m.strip() for m in mechanisms.split(",") if m.strip()] + list(extra)
     if extra and mechanisms == "all":
         wanted.remove("all")
@@ -595,7 +611,7 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     scenario, jobs = _build(opts)
     skipped, fit = [], []
     for m, p in runs:
-        gaps = missing(get(m), jobs)
+        gaps = missing(get(m), in_form(jobs, m)[0])
         if gaps:
             if (m, "; ".join(gaps)) not in skipped:
                 skipped.append((m, "; ".join(g.split(" needs ", 1)[1] for g in gaps)))
@@ -622,6 +638,7 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     _print_table(_summary_rows(jobs, done, failed), f"{_workload_title(scenario, w)}: {len(w):,} jobs on {w.capacity} "
                  f"processors, {scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), "
                  "truthful bids", legend=legend, skipped=skipped, failed=failed, stopped=stopped)
+    _print_forms(done)
     names_run = {r.mechanism for r in done}
     if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
         click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
@@ -629,6 +646,9 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     for path, what in ((out_path, "per-job results"), (events_path, "event log")):
         if path is not None and done:
             click.echo(f"{what}: {path} ({len(done)} of {len(fit)} runs)", err=True)
+    if plot_path is not None and done:
+        _compare_plot(jobs, done, plot_path, f"{_workload_title(scenario, w)}: {scenario.values} values, "
+                      f"seed {scenario.seed}")
     if stopped:
         raise SystemExit(130)  # the shell's status of a command stopped by Ctrl-C (128 + SIGINT)
     if failed:
@@ -639,6 +659,36 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
 def _workload_title(scenario, w) -> str:
     """The workload as the table's title names it: the trace's name, or the built-in one's."""
     return "built-in synthetic workload" if scenario.workload.trace is None else w.name
+
+
+def _compare_plot(jobs, runs, path, title: str) -> None:
+    """``compare --plot``: the figure of :mod:`marketsched.analysis.compare_plot`."""
+    from marketsched.analysis.compare_plot import compare_figure
+    from marketsched.analysis.plots import save
+    from marketsched.mechanisms.registry import get
+    from marketsched.results import job_table_of
+
+    tables = []
+    for r in runs:
+        t = job_table_of(jobs, r)
+        tables.append((r.label, t if get(r.mechanism).market else t.drop(columns="utility")))
+    save(compare_figure(tables, title), path)
+    click.echo(f"figure: {path}", err=True)
+
+
+def _print_forms(runs) -> None:
+    """Which form of the jobs each run ran (:func:`marketsched.scenario.in_form`), when they differ."""
+    import textwrap
+
+    forms: dict[str, tuple[int, list[str]]] = {}
+    for r in runs:
+        forms.setdefault(r.form, (len(r.jobs.workload), []))[1].append(r.label)
+    if len(forms) < 2:
+        return
+    click.echo("forms (each mechanism runs the jobs as its paper states them; done counts that form's jobs):")
+    for form, (n, labels) in forms.items():
+        click.echo(textwrap.fill(f"{form} ({n:,} jobs): {', '.join(labels)}", width=100, initial_indent="  ",
+                                 subsequent_indent="      "))
 
 
 def _default(v) -> str:
@@ -1145,7 +1195,7 @@ def audit_(mechanism, params, deviations, per_band, audit_seed, job_ids, group_s
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     _engine_notice()
-    scenario, jobs = _build(opts)
+    scenario, jobs = _build(opts, forms=False)
     from marketsched.progress import BAR, ELAPSED, Progress
 
     try:

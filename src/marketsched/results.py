@@ -139,9 +139,10 @@ def utility_of(jobs, run) -> np.ndarray | None:
 def job_table_of(jobs, run):
     """The per-job table of one run (:func:`marketsched.analysis.metrics.job_table`), with the
     run's label first, the deadline when the scenario has deadlines, and the mechanism's own
-    utility where it defines one."""
+    utility where it defines one. The jobs are the run's own (its form, ``run.jobs``) where it has them."""
     from marketsched.analysis.metrics import job_table
 
+    jobs = getattr(run, "jobs", None) or jobs
     t = job_table(jobs.workload, run.records, true_value=jobs.true_value, bid=jobs.bid, utility=utility_of(jobs, run))
     if jobs.deadline is not None:
         t.insert(t.columns.get_loc("runtime") + 1, "deadline", jobs.deadline)
@@ -151,9 +152,11 @@ def job_table_of(jobs, run):
 
 def summary_of(jobs, run) -> dict:
     """The aggregate metrics of one run (:func:`marketsched.analysis.metrics.summarize`); the mean
-    utility is the mechanism's own where it defines one (mean over the jobs it is defined for)."""
+    utility is the mechanism's own where it defines one (mean over the jobs it is defined for). The
+    jobs are the run's own (its form, ``run.jobs``) where it has them."""
     from marketsched.analysis.metrics import summarize
 
+    jobs = getattr(run, "jobs", None) or jobs
     row = summarize(jobs.workload, run.records, jobs.true_value)
     u = utility_of(jobs, run)
     if u is not None:

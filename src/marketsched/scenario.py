@@ -10,7 +10,10 @@ experiment runners:
    reliabilities; :mod:`marketsched.workloads.attributes`) and takes the bids;
 3. :func:`run` builds the mechanism by name from the registry
    (:mod:`marketsched.mechanisms.registry`) and simulates it, optionally with a per-job event
-   log (:mod:`marketsched.engine.events`).
+   log (:mod:`marketsched.engine.events`). When the scenario asks for it (``forms``: the
+   command line's built-in workload), each mechanism runs the jobs in the form its paper
+   states them (:func:`in_form`: split into serial jobs, or the whole machine per job), and the
+   run records which form it ran.
 
 Common random numbers: a scenario's true values are drawn
 from ``seed`` alone, before the mechanism is chosen, so every mechanism compared under the
@@ -44,7 +47,8 @@ class WorkloadSpec:
     """Where the jobs come from and how they are prepared.
 
     ``trace``: a registry name or a path to an SWF file; ``None`` gives the built-in synthetic
-    workload (``synthetic_jobs`` jobs, serial unless ``parallel``). Transforms apply in the
+    workload (``synthetic_jobs`` jobs, serial unless ``parallel``; ``max_procs``: the widest
+    parallel job, None: the whole machine). Transforms apply in the
     order: clean -> first ``jobs`` -> ``split`` -> ``capacity`` fraction -> ``whole_seconds``
     (submit and run times rounded up to whole seconds) -> ``estimates`` (the run-time estimate
     model, :data:`marketsched.workloads.attributes.ESTIMATES`, drawn with ``estimates_seed``).
@@ -54,6 +58,7 @@ class WorkloadSpec:
     synthetic_jobs: int = 5000
     synthetic_nodes: int = 64
     parallel: bool = False
+    max_procs: int | None = None
     jobs: int | None = None
     split: bool = False
     capacity: float = 1.0
@@ -72,7 +77,7 @@ class WorkloadSpec:
 
         if self.trace is None:
             w = synthetic_workload(self.synthetic_jobs, capacity=self.synthetic_nodes, parallel=self.parallel,
-                                   seed=self.seed)
+                                   max_procs=self.max_procs, seed=self.seed)
             self.notes.append(f"built-in synthetic workload: {len(w)} jobs, {w.capacity} processors, seed {self.seed}")
         else:
             log = load_trace(self.trace)
@@ -122,7 +127,9 @@ class Jobs:
     ``seed``: the scenario's seed, for mechanisms with random draws of their own; ``models``:
     the attribute models' names (for result files); ``node_rank``: where the mechanism lets a
     job choose its node (DLGM, P-DLGM), the rank of the node each job joins by its tentative
-    utility, 1 = its best (None: every job takes its best; the audit's node lies set it).
+    utility, 1 = its best (None: every job takes its best; the audit's node lies set it);
+    ``forms``: each mechanism runs the jobs in its paper's form (:func:`in_form`); ``form``: the
+    form these jobs are in (a key of :data:`FORMS`).
     """
 
     workload: Workload
@@ -133,6 +140,8 @@ class Jobs:
     seed: int = 1
     models: dict = field(default_factory=dict)
     node_rank: np.ndarray | None = None
+    forms: bool = False
+    form: str = "as given"
 
     def __post_init__(self):
         n = len(self.workload)
@@ -178,16 +187,89 @@ def true_values(workload: Workload, model: str = "bimodal", seed: int = 1) -> np
 
 
 def prepare_jobs(workload: Workload, values: str = "bimodal", seed: int = 1, deadlines: str = "patience",
-                 reliability: str = "none", bid=None) -> Jobs:
+                 reliability: str = "none", bid=None, forms: bool = False) -> Jobs:
     """The jobs of a scenario: true values from the value model, deadlines and minimum
     reliabilities from their models (:mod:`marketsched.workloads.attributes`), all seeded by
-    ``seed``; ``bid`` defaults to the true values (truthful reports)."""
+    ``seed``; ``bid`` defaults to the true values (truthful reports); ``forms``: see :class:`Jobs`."""
     from marketsched.workloads.attributes import draw
 
     v = true_values(workload, values, seed)
     return Jobs(workload, v, v if bid is None else bid, deadline=draw("deadlines", deadlines, workload, seed),
                 min_reliability=draw("reliability", reliability, workload, seed), seed=seed,
-                models={"values": values, "deadlines": deadlines, "reliability": reliability})
+                models={"values": values, "deadlines": deadlines, "reliability": reliability}, forms=forms)
+
+
+#: The forms a mechanism may run the jobs in (:func:`in_form`), as the compare table names them.
+FORMS = {
+    "as given": "the jobs as the workload states them (parallel jobs on their node counts)",
+    "split": "every parallel job split into serial copies that keep its submit time, run time, value and deadline "
+             "(Shudler et al. (2010), section III.A; Stößer (2009), Table 5.1)",
+    "whole machine": "every job holds the whole machine for its processor-seconds divided by the machine's width "
+                     "(Mutz (2008), chapter 4: full-width jobs)",
+}
+
+
+def split_jobs(jobs: Jobs) -> Jobs:
+    """``jobs`` with every parallel job split into serial copies
+    (:func:`marketsched.workloads.split_parallel`), each copy keeping its job's value, bid,
+    deadline, minimum reliability and node rank (the same rows ``meta["parent"]`` names)."""
+    from dataclasses import replace
+
+    from marketsched.workloads import split_parallel
+
+    w = split_parallel(jobs.workload)
+    parent = w.meta["parent"]
+
+    def take(a):
+        return None if a is None else np.asarray(a)[parent]
+
+    return replace(jobs, workload=w, true_value=take(jobs.true_value), bid=take(jobs.bid),
+                   deadline=take(jobs.deadline), min_reliability=take(jobs.min_reliability),
+                   node_rank=take(jobs.node_rank))
+
+
+def whole_machine(jobs: Jobs) -> Jobs:
+    """``jobs`` with every job as wide as the machine: ``procs = capacity`` and run time and
+    estimate multiplied by ``procs / capacity`` (submit times, values, deadlines unchanged).
+
+    Decision (Mutz (2008), chapter 4, states EES for jobs that hold the whole machine; a trace's
+    jobs do not): a job keeps its processor-seconds (perfect speed-up), so the offered load is the
+    workload's; keeping the run time instead would multiply the load by the machine's width over
+    the mean width, and the queue would discard nearly every job."""
+    from dataclasses import replace
+
+    w = jobs.workload
+    scale = w.procs / float(w.capacity)
+    wide = replace(w, runtime=w.runtime * scale, runtime_estimate=w.runtime_estimate * scale,
+                   procs=np.full(len(w), w.capacity, dtype=np.int64), name=f"{w.name}-whole-machine")
+    return replace(jobs, workload=wide)
+
+
+def in_form(jobs: Jobs, mechanism: str) -> tuple[Jobs, str]:
+    """The jobs ``mechanism`` runs and the name of their form (a key of :data:`FORMS`).
+
+    Steps: without ``jobs.forms``, the jobs as they are (``jobs.form``: already formed, or as
+    given). Otherwise (the result has ``forms`` off and ``form`` set), when some job is parallel:
+    1. a mechanism with its own form (``Mechanism.form``, e.g. EES: :func:`whole_machine`) gets it;
+    2. a mechanism that needs serial jobs gets them split (:func:`split_jobs`), as Shudler et
+       al. (2010) split LPC-EGEE;
+    3. the others run the jobs on their node counts, as given.
+    """
+    from dataclasses import replace
+
+    from marketsched.mechanisms.registry import get
+
+    w = jobs.workload
+    if not jobs.forms:
+        return jobs, jobs.form
+    m = get(mechanism)
+    form = "as given"
+    if not bool((w.procs == 1).all()):
+        if m.form is not None:
+            jobs, form = m.form(jobs)
+        elif "serial" in m.needs:
+            jobs, form = split_jobs(jobs), "split"
+    return replace(jobs, forms=False, form=form), form
 
 
 @dataclass
@@ -203,6 +285,8 @@ class Run:
     events: object = None
     cpu_seconds: float = 0.0
     engine: str = "python"
+    jobs: Jobs | None = None  # the jobs it ran (its form of the scenario's jobs; see in_form)
+    form: str = "as given"
 
     @property
     def label(self) -> str:
@@ -213,9 +297,11 @@ class Run:
 
 def run(jobs: Jobs, mechanism: str, params: dict | None = None, progress=None, events: bool = False) -> Run:
     """Build ``mechanism`` from the registry with ``params`` (text or Python values) and simulate it
-    on ``jobs``; :class:`marketsched.mechanisms.registry.Unfit` if the jobs lack what it needs."""
+    on ``jobs`` in its form (:func:`in_form`: ``Run.jobs`` and ``Run.form``);
+    :class:`marketsched.mechanisms.registry.Unfit` if the jobs lack what it needs."""
     from marketsched.mechanisms.registry import build
 
+    jobs, form = in_form(jobs, mechanism)
     t0 = time.process_time()
     policy, resolved = build(mechanism, jobs, params)
     capacity = getattr(policy, "engine_capacity", None)
@@ -231,7 +317,7 @@ def run(jobs: Jobs, mechanism: str, params: dict | None = None, progress=None, e
         sim = Simulator(jobs.workload, policy, capacity=capacity)
         records = sim.run(progress=progress)
         engine = sim.engine_path
-    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0, engine)
+    return Run(mechanism, resolved, records, policy, log, time.process_time() - t0, engine, jobs, form)
 
 
 def make_mechanism(name: str, workload: Workload, bid=None, pricing: str | None = None, **params):
@@ -258,7 +344,8 @@ class Scenario:
     say (values, deadlines, minimum reliabilities, all drawn from ``seed``; bids are truthful).
 
     :meth:`describe` gives a plain dict (for result files) and :meth:`from_dict` rebuilds the
-    same scenario from it, so a result file can be re-run from its metadata alone.
+    same scenario from it, so a result file can be re-run from its metadata alone. ``forms``:
+    each mechanism runs the jobs in its paper's form (:func:`in_form`).
     """
 
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
@@ -266,13 +353,33 @@ class Scenario:
     seed: int = 1
     deadlines: str = "patience"
     reliability: str = "none"
+    forms: bool = False
+
+    @classmethod
+    def builtin(cls, n_jobs: int = 5000, nodes: int = 64, seed: int = 1, **kw) -> Scenario:
+        """The command line's built-in scenario (no download), one that every registered mechanism runs:
+
+        1. the synthetic workload (:mod:`marketsched.workloads.synthetic`, workload seed 0) with
+           parallel jobs up to a quarter of the machine wide, so EASY has gaps to backfill;
+        2. values ``bimodal-1`` (the papers' mix truncated at 1: the share markets' ZIC bidders
+           bid whole units from 1), patience deadlines, seeded by ``seed``;
+        3. every mechanism in its paper's form (``forms``; :func:`in_form`).
+
+        ``kw``: :class:`WorkloadSpec` fields (``capacity``, ``estimates``, ...) and the other fields
+        (``values``, ``deadlines``, ``reliability``) to change."""
+        own = {k: kw.pop(k) for k in ("values", "deadlines", "reliability") if k in kw}
+        spec = WorkloadSpec(synthetic_jobs=n_jobs, synthetic_nodes=nodes, parallel=True,
+                            max_procs=max(1, nodes // 4), **kw)
+        return cls(spec, **{"values": "bimodal-1", **own}, seed=seed, forms=True)
 
     def build(self) -> Jobs:
-        return prepare_jobs(self.workload.build(), self.values, self.seed, self.deadlines, self.reliability)
+        return prepare_jobs(self.workload.build(), self.values, self.seed, self.deadlines, self.reliability,
+                            forms=self.forms)
 
     def describe(self) -> dict:
         return {"workload": self.workload.describe(), "values": self.values, "seed": self.seed,
-                "deadlines": self.deadlines, "reliability": self.reliability, "bids": "truthful"}
+                "deadlines": self.deadlines, "reliability": self.reliability, "bids": "truthful",
+                "forms": self.forms}
 
     @classmethod
     def from_dict(cls, d: dict, check_trace: bool = True) -> Scenario:
@@ -295,4 +402,4 @@ class Scenario:
             if got != sha:
                 raise ValueError(f"scenario: trace {spec.trace!r} has sha256 {got}, the results were made from {sha}")
         return cls(spec, d.get("values", "bimodal"), int(d.get("seed", 1)), d.get("deadlines", "patience"),
-                   d.get("reliability", "none"))
+                   d.get("reliability", "none"), bool(d.get("forms", False)))

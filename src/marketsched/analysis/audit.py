@@ -203,11 +203,12 @@ def audit(jobs, mechanism: str, params: dict | None, deviations, per_band: int =
     from marketsched.analysis.metrics import value_band
     from marketsched.analysis.reruns import Reruns
     from marketsched.mechanisms.registry import get
-    from marketsched.scenario import run
+    from marketsched.scenario import in_form, run
 
     m = get(mechanism)
     if not m.market:
         raise ValueError(f"{mechanism} takes no reports (no bids, no payments): nothing to audit")
+    jobs = in_form(jobs, mechanism)[0]  # the jobs the mechanism runs (split, whole machine): lies are theirs
     inputs = (*m.needs, *m.optional)
     for dev in deviations:
         if dev.kind == "deadline" and "deadlines" not in inputs:

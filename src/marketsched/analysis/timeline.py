@@ -207,7 +207,7 @@ def _max_queued_bid(segs, submit, ended, bid, edges):
 def load(results, events, run: str | None = None):
     """``(table, log, workload, run)`` of one run from a results file and an event log
     written by ``marketsched simulate/compare --out ... --events ...``; the workload is rebuilt
-    from the results' metadata (the trace must be the recorded one). ``run``: the run's label,
+    from the results' metadata (the trace must be the recorded one), in the form the run ran it. ``run``: the run's label,
     needed when the files hold several runs. The returned ``run`` is the run's metadata
     (``label``, ``mechanism``, ``params``)."""
     from marketsched.results import read
@@ -227,7 +227,14 @@ def load(results, events, run: str | None = None):
     table = table[table["run"] == run].reset_index(drop=True)
     if "run" in log:
         log = log[log["run"] == run].reset_index(drop=True)
-    workload = Scenario.from_dict(meta["scenario"]).workload.build()
+    scenario = Scenario.from_dict(meta["scenario"])
+    meta_run = next(r for r in meta["runs"] if r["label"] == run)
+    if scenario.forms:  # the run ran the jobs in its mechanism's form (split, whole machine)
+        from marketsched.scenario import in_form
+
+        workload = in_form(scenario.build(), meta_run["mechanism"])[0].workload
+    else:
+        workload = scenario.workload.build()
     if len(workload) != len(table) or not np.array_equal(workload.job_id, table["job_id"].to_numpy()):
         raise ValueError(f"{results}: the rebuilt workload does not match the results' jobs")
-    return table, log, workload, next(r for r in meta["runs"] if r["label"] == run)
+    return table, log, workload, meta_run

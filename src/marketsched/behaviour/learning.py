@@ -159,7 +159,10 @@ class ZIC:
         self.v = self.top[:, rows]
 
     def bid(self, u) -> np.ndarray:
-        return np.minimum(np.floor(u * self.v) + 1.0, self.v)
+        b = np.multiply(u, self.v)  # min(floor(u v) + 1, v), one array for every step
+        np.floor(b, out=b)
+        b += 1.0
+        return np.minimum(b, self.v, out=b)
 
     def observe(self, x, bids) -> None:
         pass

@@ -2,7 +2,8 @@
  * backfilling on parallel jobs (Lifka 1995; Mu'alem & Feitelson 2001), with the decisions of
  * docs/engine.md ("Conformance"). The Python class is the reference; this file mirrors its step
  * (the queue in submission order, running jobs sorted by (estimated end, row), the shadow time
- * and extra processors of the queue head, one backfill scan per pass), and the tests compare both
+ * and extra processors of the queue head, one backfill scan per pass; FCFS keeps no sorted ends,
+ * as it never reads them), and the tests compare both
  * paths' records bit for bit (and tests/reference_easy.py's start times).
  */
 #include "kernel_sorted.h"
@@ -17,10 +18,11 @@ typedef struct {
     SortedPairs ends; /* running jobs: (estimated end, row), sorted */
 } Bf;
 
-/* Backfilling._start */
+/* Backfilling._start; FCFS (backfill off) never reads the estimated ends, so it keeps none */
 static int bf_start(Bf *b, int64_t j, double t)
 {
     if (eng_start(&b->eng, j) < 0) return -1;
+    if (!b->backfill) return 0;
     double e = t + b->est[j];
     b->est_end[j] = e;
     return sp_insert(&b->ends, e, j); /* insort((e, j)) */
@@ -31,7 +33,7 @@ static int step(Bf *b, double t, Py_ssize_t first, Py_ssize_t last)
 {
     Engine *eng = &b->eng;
     const int64_t *procs = eng->procs;
-    for (Py_ssize_t c = 0; c < eng->ncompleted; c++) {
+    for (Py_ssize_t c = 0; b->backfill && c < eng->ncompleted; c++) {
         int64_t j = eng->completed[c];
         if (sp_delete(&b->ends, b->est_end[j], j) < 0) { /* del ends[bisect_left(ends, (e, j))] */
             PyErr_Format(PyExc_RuntimeError, "compiled EASY: job row %lld is not among the running jobs", (long long)j);

@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,6 +57,14 @@ from marketsched.mechanisms.online.egg.beliefs import believed_utility, misrepor
 from marketsched.mechanisms.online.egg.bids import KIND_LINEAR, KIND_STEPS
 from marketsched.mechanisms.online.egg.escrow import StaticReliability
 from marketsched.mechanisms.online.egg.instances import evolve, random_job, random_market
+from marketsched.mechanisms.online.egg.presets import (
+    DELTA,
+    HORIZON,
+    PROVIDERS,
+    RT_EDGES,
+    SCENARIOS,
+    SLOT,
+)
 from marketsched.mechanisms.online.egg.providers import EggPolicy, LoadAwarePricing, ProviderAgent, StaticPricing
 from marketsched.workloads import Workload, load_trace, synthetic_workload, time_window, to_workload
 from marketsched.workloads.values import bimodal
@@ -68,34 +75,12 @@ QUICK_TIME = "~45 s"  # CPU time of --quick (user + system, all processes), meas
 
 SEED = 2003
 HOUR, DAY = 3600.0, 86400.0
-SLOT, DELTA, HORIZON = HOUR, 24 * HOUR, 48
-RT_EDGES = np.array([0, 300, 900, 1800, 3600, 7200, 14400, 28800, 57600, 86400.0])
 TRACE = "LPC-EGEE-2004-1.2-cln"
 TRAIN_DAYS = (119, 126)  # estimators are fitted on this week
 FULL_DAYS = (126, 154)  # four busy weeks (about 60 of 140 processors busy on average)
 QUICK_DAYS = (126, 129)
 AUDIT_DAYS = (7.0, 8.0)  # realistic-failure audit: one day of the window (trace day 133), re-simulated
 QUICK_AUDIT_DAYS = (1.0, 1.5)
-# providers (the paper leaves pricing, scheduling and failures to them; our design): capacity,
-# scheduler, pricing, rate (currency per estimated CPU-hour), kappa, estimator quantile,
-# crash rate per CPU-second
-PROVIDERS: list[dict[str, Any]] = [
-    dict(capacity=20, scheduler="edf", pricing="load", rate=1.0, kappa=4.0, quantile=0.9, crash=2e-6),
-    dict(capacity=16, scheduler="fifo", pricing="static", rate=1.0, kappa=0.0, quantile=0.8, crash=2e-6),
-    dict(capacity=12, scheduler="edf", pricing="load", rate=0.9, kappa=8.0, quantile=0.6, crash=5e-6),
-    dict(capacity=12, scheduler="edf", pricing="capped", rate=0.8, kappa=0.0, quantile=0.7, crash=3e-5),
-    dict(capacity=8, scheduler="edf", pricing="load", rate=1.2, kappa=4.0, quantile=0.95, crash=1e-6),
-    dict(capacity=4, scheduler="fifo", pricing="static", rate=1.4, kappa=0.0, quantile=0.95, crash=5e-7),
-]
-# pricing kinds: "static" flat per-unit price, never closes a slot; "capped" the same flat price
-# but +inf where a job of the bucket's size no longer fits (EDF test); "load" capped and raised
-# by 1 + kappa u^2 with the committed share u of the capacity
-SCENARIOS = {
-    "mixed": lambda p: p,
-    "static": lambda p: {**p, "pricing": "static"},
-    "capped": lambda p: {**p, "pricing": "capped"},
-    "load-aware": lambda p: {**p, "pricing": "load", "kappa": max(p["kappa"], 4.0)},
-}
 AUDIT_KINDS = ("arrival_1h", "arrival_half", "description_up", "description_down", "value_x1.5", "value_x0.6",
                "deadline_extend", "deadline_cut", "gamma_0", "gamma_0.95")
 

@@ -94,8 +94,10 @@ register(Mechanism("pdlgm", "Preemptive DLGM", "compensation market", "Stößer 
 # ---------------------------------------------------------------------------- EES
 EES_PARAMS = (
     Param("n_draws", int, 100, "Monte Carlo draws per expectation of the payments (Mutz (2008), eq. 4.4)"),
-    Param("estimator", str, "cached", "estimator of the expectations: 'cached' (payments balance exactly) or "
-          "'naive' (the thesis's nesting, section 4.1.3)", ("cached", "naive")),
+    Param("estimator", str, "shared", "estimator of the expectations: 'shared' (one set of draws per decision "
+          "for every job's expectation; payments balance exactly), 'cached' (independent draws per job; balance "
+          "exactly; work grows with the square of the queue) or 'naive' (the thesis's nesting, section 4.1.3)",
+          ("shared", "cached", "naive")),
     Param("prior_points", int, 64, "the declared prior: the jobs' values and delay costs summarised by this many "
           "equally likely quantiles"),
 )
@@ -155,13 +157,19 @@ def _ees(relaxed: bool):
     return build
 
 
+def _whole_machine(jobs):
+    from marketsched.scenario import whole_machine
+
+    return whole_machine(jobs), "whole machine"
+
+
 _EES_LIVE = ("no: EES decides on the whole queue's values and delay costs at each decision, the live market takes "
              "a bid per second of running time (the live day-ahead service runs Mutz's DPGVA instead)")
 register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
                    summary="one job holds the whole machine however narrow (the rest idles and a long queue discards "
                            "most jobs); the head runs if its value beats the delay it causes",
-                   live=_EES_LIVE, utility=ees_utility,
+                   live=_EES_LIVE, utility=ees_utility, form=_whole_machine,
                    claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash",
                                  ("value", "deadline"),
                                  "Mutz (2008), section 4 (the expected externality mechanism of d'Aspremont & "
@@ -236,7 +244,7 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
 
     Decisions (Kang & Parkes (2007), section 3, leave providers' pricing, scheduling and
     estimators to them): the six providers of the Kang & Parkes (2007)
-    reproduction (``marketsched.experiments.kang2007.PROVIDERS``: schedulers, pricing kinds,
+    reproduction (``marketsched.mechanisms.online.egg.presets.PROVIDERS``: schedulers, pricing kinds,
     relative rates, crash rates), their processors scaled to the machine's (largest
     remainders, at least one each); prices per estimated CPU-second ``price_level x relative
     rate x mean true value per second`` (the operator's calibration, not the reports) (the reproduction's rates are per CPU-hour for its own value
@@ -245,7 +253,6 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
     submission down to 0 at its deadline (the same patience model as EES's values);
     crash points ``Exp(1)`` per job from the seed's stream 4 (common random numbers).
     """
-    from marketsched.experiments.kang2007 import DELTA, HORIZON, PROVIDERS, RT_EDGES, SCENARIOS, SLOT
     from marketsched.mechanisms.online.egg import (
         BidBatch,
         EstimatorStore,
@@ -254,6 +261,7 @@ def egg_market(jobs, providers: str = "mixed", price_level: float = 0.5, reprice
         PriceBook,
         ReliabilityLedger,
     )
+    from marketsched.mechanisms.online.egg.presets import DELTA, HORIZON, PROVIDERS, RT_EDGES, SCENARIOS, SLOT
     from marketsched.mechanisms.online.egg.providers import LoadAwarePricing, ProviderAgent, StaticPricing
 
     w = jobs.workload

@@ -179,7 +179,9 @@ class Mechanism:
     ``utility(jobs, run) -> per-job array`` in the mechanism's own model (None: the
     quasi-linear ``-w x flow time - payment`` of Shudler et al. (2010), Eq. 3). ``claims``: the
     incentive properties its paper proves (:class:`Claim`), which ``marketsched audit`` gives a
-    verdict on.
+    verdict on. ``form``: ``form(jobs) -> (jobs, name)``, the jobs as its paper states them, used
+    when the scenario runs each mechanism in its own form (:func:`marketsched.scenario.in_form`;
+    None: split into serial jobs if it needs them, else as given).
     """
 
     name: str
@@ -196,6 +198,7 @@ class Mechanism:
     utility: Callable[..., Any] | None = None
     origin: str = "python"  # "built-in", "plugin <distribution>", or registered from Python code
     claims: tuple[Claim, ...] = ()
+    form: Callable[..., Any] | None = None
 
     def __post_init__(self):
         if not self.name or self.name != self.name.strip() or " " in self.name or "," in self.name:

@@ -10,7 +10,8 @@ user estimates, and an exact offered load), chosen so that it can be stated in a
    about 2.4 (trace logs: LPC 3,212 s and CV 5, Stößer 2009, Table 5.1).
 2. **Processors**: 1 for every job when ``parallel=False``. Otherwise serial with
    probability ``p_serial`` = 0.3, else ``2**k`` with ``k`` uniform on
-   ``{1, ..., floor(log2(capacity))}`` (powers of two dominate real logs).
+   ``{1, ..., floor(log2(max_procs))}`` (powers of two dominate real logs; ``max_procs``
+   defaults to the capacity).
 3. **Run-time estimate**: ``runtime * f`` with ``f`` uniform on [1, 5], rounded *up* to the
    next round value of :data:`ROUND_ESTIMATES` (1, 5, 10, 15, 30 min; 1, 2, 4, 8, 12, 24,
    48 h; beyond that a multiple of 24 h), so that ``estimate >= runtime`` always.
@@ -72,6 +73,7 @@ def synthetic_workload(
     amplitude: float = 0.5,
     peak_hour: float = 14.0,
     n_users: int = 50,
+    max_procs: int | None = None,
     name: str | None = None,
 ) -> Workload:
     """A synthetic :class:`Workload` (model and decisions in the module docstring).
@@ -92,6 +94,10 @@ def synthetic_workload(
             raise ValueError(f"synthetic_workload: {label} must be in [0, 1], got {p!r}")
     if mean_short <= 0 or mean_long <= 0 or n_users < 1:
         raise ValueError("synthetic_workload: mean_short, mean_long must be > 0 and n_users >= 1")
+    widest = int(capacity) if max_procs is None else max_procs
+    if isinstance(widest, bool) or not isinstance(widest, (int, np.integer)) or not 1 <= widest <= capacity:
+        raise ValueError(f"synthetic_workload: max_procs must be a whole number in [1, capacity={capacity}], "
+                         f"got {max_procs!r}")
     rng = np.random.default_rng(seed)
     n = int(n_jobs)
 
@@ -101,8 +107,8 @@ def synthetic_workload(
     runtime = np.maximum(np.ceil(runtime), 1.0)
 
     # 2. processors
-    if parallel and capacity > 1:
-        kmax = int(np.floor(np.log2(capacity)))
+    if parallel and widest > 1:
+        kmax = int(np.floor(np.log2(widest)))
         k = rng.integers(1, kmax + 1, size=n)
         procs = np.where(rng.random(n) < p_serial, 1, 2**k).astype(np.int64)
     else:
@@ -131,7 +137,9 @@ def synthetic_workload(
         procs=procs,
         user_id=user_id,
         capacity=int(capacity),
-        name=name or f"synthetic(n={n}, capacity={capacity}, load={load}, parallel={parallel}, seed={seed})",
+        name=name or (f"synthetic(n={n}, capacity={capacity}, load={load}, "
+                      + (f"procs<={widest}" if parallel and max_procs is not None else f"parallel={parallel}")
+                      + f", seed={seed})"),
         meta={"generator": "marketsched.workloads.synthetic", "seed": seed, "load": load,
               "arrival_rate": rate},
     )

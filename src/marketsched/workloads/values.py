@@ -4,6 +4,9 @@
   (after Chun & Culler), "less important" and "more important" jobs; Stößer (2009), section 5.5.1
   uses the same mix, footnote 6: "negative valuations were cut off".
 - :func:`bimodal_clipped` (model ``"bimodal-clip"``): the same with draws below 0 set to 0.
+- :func:`bimodal_from_one` (model ``"bimodal-1"``): the same with draws below 1 redrawn, so that
+  every model accepts the values (the share markets' ZIC bidders of Stößer (2009), section
+  6.4.1, bid whole units from 1); the built-in workload's default.
 - :func:`uniform_int`: uniform on {1, ..., 100}. Source: Stößer (2009), section 5.5.1 (Table 5.2).
 - :func:`per_job`: draw one value per original job of a (possibly split) workload and give
   every serial copy its parent's value (Stößer 2009: copies keep the weight).
@@ -44,15 +47,16 @@ def _count(n) -> int:
 
 
 def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0.2,
-            negative: str = "resample") -> np.ndarray:
+            negative: str = "resample", floor: float = 0.0) -> np.ndarray:
     """Values from a two-component normal mix (Shudler et al. 2010, section II.A; Stößer 2009, section 5.5.1).
 
     Steps:
 
     1. component: high with probability ``p_high`` (``rng.random(n) < p_high``);
     2. value: ``rng.normal(mean, sd)`` of that component;
-    3. draws below 0: ``negative="resample"`` (default) redraws them from the same
-       component until >= 0; ``"clip"`` sets them to 0; ``"keep"`` leaves them.
+    3. draws below ``floor`` (default 0): ``negative="resample"`` (default) redraws them from
+       the same component until >= ``floor``; ``"clip"`` sets them to ``floor``; ``"keep"``
+       leaves them.
 
     ``low`` and ``high`` are ``(mean, sd)`` pairs. Returns float64 of length ``n``.
     """
@@ -63,8 +67,8 @@ def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0
     for label, (mean, sd) in (("low", low), ("high", high)):
         if not (np.isfinite(mean) and np.isfinite(sd)) or sd < 0:
             raise ValueError(f"bimodal: {label} must be (mean, sd) with finite mean and sd >= 0, got {(mean, sd)!r}")
-        if negative == "resample" and mean < 0 and sd == 0:
-            raise ValueError(f"bimodal: {label} component {(mean, sd)} can never draw a value >= 0")
+        if negative == "resample" and mean < floor and sd == 0:
+            raise ValueError(f"bimodal: {label} component {(mean, sd)} can never draw a value >= {floor:g}")
     if negative not in NEGATIVE_POLICIES:
         raise ValueError(f"bimodal: negative must be one of {NEGATIVE_POLICIES}, got {negative!r}")
     is_high = rng.random(n) < p_high
@@ -72,16 +76,17 @@ def bimodal(rng, n: int, low=(30.0, 15.0), high=(150.0, 15.0), p_high: float = 0
     sd = np.where(is_high, high[1], low[1]).astype(np.float64)
     values = rng.normal(mean, sd)
     if negative == "clip":
-        np.maximum(values, 0.0, out=values)
+        np.maximum(values, floor, out=values)
     elif negative == "resample":
-        bad = np.flatnonzero(values < 0)
+        bad = np.flatnonzero(values < floor)
         for _ in range(10_000):
             if bad.size == 0:
                 break
             values[bad] = rng.normal(mean[bad], sd[bad])
-            bad = bad[values[bad] < 0]
-        else:  # a component with nearly all its mass below 0
-            raise ValueError("bimodal: resampling negative draws did not finish; a component lies almost wholly below 0")
+            bad = bad[values[bad] < floor]
+        else:  # a component with nearly all its mass below the floor
+            raise ValueError(f"bimodal: resampling draws below {floor:g} did not finish; a component lies almost "
+                             f"wholly below it")
     return values
 
 
@@ -103,7 +108,15 @@ def bimodal_clipped(rng, n: int, **kwargs) -> np.ndarray:
     return bimodal(rng, n, negative="clip", **kwargs)
 
 
-MODELS = {"bimodal": bimodal, "bimodal-clip": bimodal_clipped, "uniform": uniform_int}
+def bimodal_from_one(rng, n: int, **kwargs) -> np.ndarray:
+    """:func:`bimodal` with the draws below 1 redrawn from their component (``floor=1``): about 2.1 %
+    of draws instead of 1.8 %. Decision: the built-in workload's values, so that every mechanism's
+    model accepts them (the ZIC bidders of Stößer (2009), section 6.4.1, bid on ``{1, ..., v}``);
+    the shape is the papers' mix truncated at 1 instead of 0."""
+    return bimodal(rng, n, floor=1.0, **kwargs)
+
+
+MODELS = {"bimodal": bimodal, "bimodal-clip": bimodal_clipped, "bimodal-1": bimodal_from_one, "uniform": uniform_int}
 
 
 def per_job(workload, model="bimodal", rng=0, **kwargs) -> np.ndarray:

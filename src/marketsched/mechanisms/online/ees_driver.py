@@ -120,7 +120,7 @@ from collections import deque
 import numpy as np
 
 from .ees import EES, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform
-from .profile import AvailabilityProfile
+from .profile import AvailabilityProfile, ListProfile, greedy_starts_lists
 
 __all__ = ["EESPolicy", "RelaxedEESPolicy", "declared_runtime", "synthesize_types", "realised_utility",
            "queue_time", "profile_of", "per_second_prior"]
@@ -239,7 +239,7 @@ class _EESDriver:
     name = "ees"
 
     def __init__(self, value, delay_cost, prior: TypePrior, *, n_draws: int = 200, estimator: str = "cached",
-                 seed: int = 0, time_unit: float = 3600.0, runtime=None):
+                 seed: int = 0, time_unit: float = 3600.0, runtime=None, fast: bool = True):
         self.value = np.asarray(value, dtype=np.float64)
         self.delay_cost = np.asarray(delay_cost, dtype=np.float64)
         if self.value.ndim != 1 or self.value.shape != self.delay_cost.shape:
@@ -263,6 +263,7 @@ class _EESDriver:
         self.time_unit = float(time_unit)
         self._runtime = None if runtime is None else np.asarray(runtime, dtype=np.float64)
         self._mech_prior = per_second_prior(prior, self.time_unit)
+        self.fast = bool(fast)  # the mechanism's fast paths; False: the reference (tests hold both equal)
         EES(self._mech_prior, n_draws, estimator)  # validates n_draws and estimator now
 
     def bind(self, sim) -> None:
@@ -282,7 +283,12 @@ class _EESDriver:
                                  f"({self._runtime[bad[0]]}) must be positive, finite and at least the actual "
                                  f"run time ({sim.workload.runtime[bad[0]]})")
             self.runtime, self.runtime_adjustments = self._runtime, {}
+        bad = np.flatnonzero(~np.isfinite(self.runtime))
+        if len(bad):
+            raise ValueError(f"{type(self).__name__}: declared run time of row {bad[0]} is {self.runtime[bad[0]]} "
+                             "(its run-time estimate is not finite)")
         self.d_per_second = self.delay_cost / self.time_unit
+        self._procs = np.asarray(sim.workload.procs, dtype=np.int64)
         self.rng = np.random.default_rng(self.seed)
         self.ledger = Ledger()
         self.queue: deque[int] = deque()
@@ -291,9 +297,9 @@ class _EESDriver:
 
     def _snapshot(self, nodes: bool) -> QueueSnapshot:
         rows = np.fromiter(self.queue, dtype=np.int64, count=len(self.queue))
-        return QueueSnapshot(job_id=rows, value=self.value[rows], delay_cost=self.d_per_second[rows],
-                             runtime=self.runtime[rows],
-                             nodes=np.asarray(self.sim.workload.procs)[rows] if nodes else None)
+        # every column was checked at bind (values, delay costs, run times; the workload's procs >= 1)
+        return QueueSnapshot.of_checked(rows, self.value[rows], self.d_per_second[rows], self.runtime[rows],
+                                        self._procs[rows] if nodes else None)
 
     def _charge(self, dec, t: float) -> None:
         self.ledger.charge(dec, time=t)
@@ -356,20 +362,21 @@ class RelaxedEESPolicy(_EESDriver):
 
     def bind(self, sim) -> None:
         super().bind(sim)
-        self.mechanism = RelaxedEES(self._mech_prior, sim.capacity, self.n_draws, self.estimator)
+        self.mechanism = RelaxedEES(self._mech_prior, sim.capacity, self.n_draws, self.estimator, fast=self.fast)
         self.started_at: dict[int, float] = {}   # running rows -> start time
         self.committed: dict[int, float] = {}    # accepted, waiting rows -> planned start
         self.planned_start: dict[int, float] = {}
         self.passes = 0
         self.moved_up = 0  # moves of commitments to an earlier start (compression)
 
-    def _profile(self, t: float) -> AvailabilityProfile:
+    def _profile(self, t: float) -> AvailabilityProfile | ListProfile:
         procs = self.sim.procs
         r = self.runtime
         rows = list(self.started_at) + list(self.committed)
         starts = [t] * len(self.started_at) + list(self.committed.values())
         ends = [s + r[j] for j, s in self.started_at.items()] + [s + r[j] for j, s in self.committed.items()]
-        return profile_of(self.sim.capacity, t, starts, ends, [procs[j] for j in rows])
+        build = ListProfile.of_intervals if self.fast else profile_of
+        return build(self.sim.capacity, t, starts, ends, [procs[j] for j in rows])
 
     def _compress(self, t: float) -> None:
         """Move committed jobs up after early ends (conservative-backfilling compression).
@@ -381,10 +388,16 @@ class RelaxedEESPolicy(_EESDriver):
         """
         procs, r = self.sim.procs, self.runtime
         rows = list(self.started_at)
-        prof = profile_of(self.sim.capacity, t, [t] * len(rows), [s + r[j] for j, s in self.started_at.items()],
-                          [procs[j] for j in rows])
-        for s, j in sorted((s, j) for j, s in self.committed.items()):
-            s2 = prof.place(int(procs[j]), float(r[j]))
+        running = ([t] * len(rows), [s + r[j] for j, s in self.started_at.items()], [procs[j] for j in rows])
+        order = sorted((s, j) for j, s in self.committed.items())
+        if self.fast:  # the same placements on lists (profile.greedy_starts_lists)
+            lists = ListProfile.of_intervals(self.sim.capacity, t, *running)
+            placed = greedy_starts_lists(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
+                                         [int(procs[j]) for _, j in order])
+        else:
+            prof = profile_of(self.sim.capacity, t, *running)
+            placed = [prof.place(int(procs[j]), float(r[j])) for _, j in order]
+        for (s, j), s2 in zip(order, placed):
             assert s2 is not None, "a placement without a deadline always finds a window"
             if s2 < s:
                 self.committed[j] = s2

@@ -25,11 +25,34 @@ Like the thesis's structure it does not support removal (an EES plan never shrin
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
 
-class AvailabilityProfile:
+class _Checks:
+    """The request checks both profiles share (``capacity``, ``origin`` set by them)."""
+
+    capacity: int
+    origin: float
+
+    def _check_request(self, where: str, nodes, duration) -> None:
+        if not isinstance(nodes, (int, np.integer)) or nodes <= 0:
+            raise ValueError(f"{where}: nodes must be a positive integer, got {nodes!r}")
+        if nodes > self.capacity:
+            raise ValueError(f"{where}: {nodes} nodes requested on a {self.capacity}-node machine")
+        if not (math.isfinite(duration) and duration > 0):
+            raise ValueError(f"{where}: duration must be positive and finite, got {duration!r}")
+
+    def _reservation_end(self, start: float, duration: float, nodes: int) -> float:
+        """The end of a reservation, after checking it (:meth:`reserve`)."""
+        self._check_request("reserve", nodes, duration)
+        if not (math.isfinite(start) and start >= self.origin):
+            raise ValueError(f"reserve: start {start!r} is not a finite time at or after origin {self.origin}")
+        return start + duration
+
+
+class AvailabilityProfile(_Checks):
     """Occupied nodes over [origin, inf) on a machine of ``capacity`` nodes.
 
     ``times[k]`` is the start of segment k (``times[0] == origin``), ``used[k]`` the nodes
@@ -62,14 +85,6 @@ class AvailabilityProfile:
         k = int(np.searchsorted(self.times, t, side="right")) - 1
         return self.capacity - int(self.used[k])
 
-    def _check_request(self, where: str, nodes, duration) -> None:
-        if not isinstance(nodes, (int, np.integer)) or nodes <= 0:
-            raise ValueError(f"{where}: nodes must be a positive integer, got {nodes!r}")
-        if nodes > self.capacity:
-            raise ValueError(f"{where}: {nodes} nodes requested on a {self.capacity}-node machine")
-        if not (math.isfinite(duration) and duration > 0):
-            raise ValueError(f"{where}: duration must be positive and finite, got {duration!r}")
-
     def earliest_window(self, nodes: int, duration: float, after: float | None = None,
                         deadline: float | None = None) -> float | None:
         """Earliest start s >= after with ``nodes`` free on [s, s + duration); None if it
@@ -97,10 +112,7 @@ class AvailabilityProfile:
 
     def reserve(self, start: float, duration: float, nodes: int) -> None:
         """Occupy ``nodes`` on [start, start + duration); raises if capacity would be exceeded."""
-        self._check_request("reserve", nodes, duration)
-        if not (math.isfinite(start) and start >= self.origin):
-            raise ValueError(f"reserve: start {start!r} is not a finite time at or after origin {self.origin}")
-        end = start + duration
+        end = self._reservation_end(start, duration, nodes)
         for t in (start, end):  # split segments at the two new breakpoints
             k = int(np.searchsorted(self.times, t, side="right")) - 1
             if self.times[k] != t:
@@ -121,19 +133,132 @@ class AvailabilityProfile:
         return s
 
 
-def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | None = None,
-                  origin: float = 0.0) -> np.ndarray:
+class ListProfile(_Checks):
+    """An availability profile held as two Python lists (``times``, ``used``): what a relaxed-EES
+    decision does with one (build it from intervals, :meth:`reserve`, hand it to
+    :func:`greedy_starts`) without an array operation per call; the rules, checks and results
+    are :class:`AvailabilityProfile`'s (the reference; tests hold both equal).
+    """
+
+    def __init__(self, capacity: int, origin: float = 0.0):
+        AvailabilityProfile(capacity, origin)  # the same checks
+        self.capacity = int(capacity)
+        self.origin = float(origin)
+        self.times: list[float] = [self.origin]
+        self.used: list[int] = [0]
+
+
+    @classmethod
+    def of_intervals(cls, capacity: int, origin: float, starts, ends, nodes) -> ListProfile:
+        """The profile at ``origin`` holding ``[start, end)`` on ``nodes`` each (as
+        :func:`marketsched.mechanisms.online.ees_driver.profile_of`): the +n/-n events in time
+        order, the running sum after the last event of each time."""
+        prof = cls(capacity, origin)
+        starts, ends, nodes = list(starts), list(ends), [int(n) for n in nodes]
+        if any(s < origin for s in starts) or any(e <= s for s, e in zip(starts, ends)):
+            raise ValueError("profile_of: every interval must start at or after the origin and have positive length")
+        events = sorted([(float(origin), 0), *zip(starts, nodes), *((e, -n) for e, n in zip(ends, nodes))],
+                        key=lambda ev: ev[0])
+        times: list[float] = []
+        used: list[int] = []
+        total = 0
+        for t, delta in events:
+            total += delta
+            if times and times[-1] == t:
+                used[-1] = total
+            else:
+                times.append(t)
+                used.append(total)
+        if max(used) > capacity:
+            raise ValueError(f"profile_of: the intervals use {max(used)} nodes of {capacity}")
+        prof.times, prof.used = times, used
+        return prof
+
+    def reserve(self, start: float, duration: float, nodes: int) -> None:
+        """:meth:`AvailabilityProfile.reserve` on the lists."""
+        end = self._reservation_end(start, duration, nodes)
+        times, used = self.times, self.used
+        for t in (start, end):  # split segments at the two new breakpoints
+            k = bisect_right(times, t) - 1
+            if times[k] != t:
+                times.insert(k + 1, t)
+                used.insert(k + 1, used[k])
+        a, b = bisect_left(times, start), bisect_left(times, end)
+        if any(used[m] + nodes > self.capacity for m in range(a, b)):
+            raise ValueError(f"reserve: {nodes} nodes on [{start}, {end}) exceed capacity {self.capacity}")
+        for m in range(a, b):
+            used[m] += nodes
+
+
+def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | ListProfile | None = None,
+                  origin: float = 0.0, fast: bool = True) -> np.ndarray:
     """Insert jobs in the given order, each at its earliest window; return their starts.
 
     This is the "best-effort schedule" of Mutz (2008), section 6.1.3. ``profile`` (copied, not
-    modified) holds capacity already taken, e.g. by running jobs.
+    modified; an :class:`AvailabilityProfile` or a :class:`ListProfile`) holds capacity already
+    taken, e.g. by running jobs. ``fast`` (default) runs
+    :func:`greedy_starts_lists`; ``fast=False`` places each job with
+    :meth:`AvailabilityProfile.place`, the reference (the tests hold both equal).
     """
     runtime = np.asarray(runtime, dtype=float)
     nodes = np.asarray(nodes)
     if runtime.shape != nodes.shape or runtime.ndim != 1:
         raise ValueError(f"greedy_starts: runtime {runtime.shape} and nodes {nodes.shape} must be equal 1-D shapes")
-    prof = AvailabilityProfile(capacity, origin) if profile is None else profile.copy()
+    prof = AvailabilityProfile(capacity, origin) if profile is None else profile
+    if len(runtime):
+        prof._check_request("greedy_starts", int(nodes.max()), float(runtime.max()))
+        prof._check_request("greedy_starts", int(nodes.min()), float(runtime.min()))
+    if fast:
+        times, used = (list(prof.times), list(prof.used)) if isinstance(prof, ListProfile) else \
+            (prof.times.tolist(), prof.used.tolist())
+        return np.array(greedy_starts_lists(times, used, prof.capacity, runtime.tolist(), nodes.tolist()),
+                        dtype=np.float64).reshape(len(runtime))
+    if isinstance(prof, ListProfile):
+        raise ValueError("greedy_starts: the reference (fast=False) runs on an AvailabilityProfile")
+    prof = prof.copy()
     out = np.empty(len(runtime))
     for k in range(len(runtime)):
         out[k] = prof.place(int(nodes[k]), float(runtime[k]))
+    return out
+
+
+def greedy_starts_lists(times: list, used: list, capacity: int, runtime: list, nodes: list) -> list:
+    """The starts of :func:`greedy_starts` on a profile held as two Python lists (modified).
+
+    The same rules as :meth:`AvailabilityProfile.earliest_window` and
+    :meth:`~AvailabilityProfile.reserve` (no ``after``, no deadline), without an array
+    operation per job (each costs microseconds of overhead on profiles of tens of segments):
+
+    1. walk the runs of segments with ``used <= capacity - nodes``; the first run whose length
+       from its first segment, ``times[end of run] - times[first]``, is at least the run time
+       starts the job at ``times[first]`` (later segments of a run give shorter windows, so
+       they never fit when the first does not; the last segment is free forever);
+    2. split the segment holding the job's end at the end (``bisect``, one ``list.insert``
+       each into the breakpoints and the counts: a move of pointers, no new array);
+    3. add the job's nodes to every segment from its start up to its end.
+    """
+    out = []
+    for r, n in zip(runtime, nodes):
+        limit = capacity - n
+        L = len(times)
+        k = 0
+        while True:
+            while used[k] > limit:  # the last segment is free once every finite job ended
+                k += 1
+            b = k + 1
+            while b < L and used[b] <= limit:
+                b += 1
+            if b == L or times[b] - times[k] >= r:
+                break
+            k = b
+        s = times[k]
+        end = s + r
+        e = bisect_right(times, end) - 1
+        if times[e] != end:
+            times.insert(e + 1, end)
+            used.insert(e + 1, used[e])
+            e += 1
+        for m in range(k, e):
+            used[m] += n
+        out.append(s)
     return out

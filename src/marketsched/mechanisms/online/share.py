@@ -927,8 +927,9 @@ class ShareMarketPolicy:
             u = self.rng.random((seconds, 1, len(rows)))  # the per-second draws, in their order
             bids = self.bidder.bid(u)
             tau = self.alloc(bids * c if self.basis == "total" else bids)
-            x = np.minimum(c, tau * self.capacity)
-            self._sx += x.sum(axis=0)
+            np.multiply(tau, self.capacity, out=tau)  # x = min(c, tau x capacity), in place: no temporaries
+            np.minimum(c, tau, out=tau)
+            self._sx += tau.sum(axis=0)
             self._sb += bids.sum(axis=0)
             self.rounds += seconds
             sim.wake_at(t + seconds)

@@ -137,14 +137,9 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     slot = book.slot
     base = book.base
 
-    out_k = np.full(B, -1, np.int64)
-    out_slot = np.full(B, -1, np.int64)
-    out_tau = np.full(B, np.nan)
-    out_price = np.full(B, np.nan)
-    out_value = np.full(B, np.nan)
+    out_k, out_slot, out_row = np.full((3, B), -1, np.int64)  # rows of one array each: fewer allocations
+    out_tau, out_price, out_value, out_r = np.full((4, B), np.nan)
     out_surplus = np.full(B, -np.inf)
-    out_r = np.full(B, np.nan)
-    out_row = np.full(B, -1, np.int64)
     if menu:
         m_tau = np.full((B, K), np.nan)
         m_price = np.full((B, K), np.nan)
@@ -154,15 +149,16 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     R = fp.shape[1]
     fpp = np.concatenate([fp, np.full((K, 1, H), np.inf)], axis=1)
     rows = np.where(rows < 0, R, rows)
-    # process bids sorted by their last usable column, so each chunk spans few columns
+    # process bids sorted by their last usable column, so each chunk spans few columns (one chunk:
+    # in their own order; a bid's answer never depends on the others in its chunk)
     last = np.floor(np.maximum(np.minimum(arrival + delta, bids.deadlines() + slot), arrival) / slot).astype(np.int64)
-    order = np.argsort(last, kind="stable") if B > 1 else np.arange(B)
     step = max(1, int(chunk_cells // max(1, K * H)))
+    order = np.argsort(last, kind="stable") if B > step else np.arange(B)
     kk = np.arange(K)[None, :]
     for i0 in range(0, B, step):
         i1 = min(B, i0 + step)
         c = order[i0:i1]
-        bc = bids if (i0 == 0 and i1 == B and B == 1) else bids.take(c)
+        bc = bids if (i0 == 0 and i1 == B) else bids.take(c)
         a = arrival[c]
         n = i1 - i0
         # columns any bid of the chunk can use: from the arrival's slot to the last usable one
@@ -177,10 +173,10 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         hz = a + delta  # patience horizon (exclusive)
         x = a[:, None] + runtime[c]  # earliest completion per provider
         f = np.floor(x / slot).astype(np.int64) - (base + hmin)  # column holding x (relative)
-        # value at each column start (later columns) and at x (first feasible column)
-        Vs = bc.values(np.maximum(st[None, :], a[:, None]))  # (n, h)
+        # value at each column start (later columns) and at x (first feasible column): one call
+        both = bc.values(np.concatenate([np.maximum(st[None, :], a[:, None]), x], axis=1))  # (n, h + K)
+        Vs, vx = both[:, :h], both[:, h:]  # views: the masks below write into ``both``
         Vs[(Vs <= 0) | (st[None, :] >= hz[:, None])] = -np.inf
-        vx = bc.values(x)
         vx[(vx <= 0) | (x >= hz[:, None])] = -np.inf
         S = np.full((n, K, h), -np.inf)
         np.subtract(Vs[:, None, :], P, out=S, where=np.arange(h)[None, None, :] > f[:, :, None])

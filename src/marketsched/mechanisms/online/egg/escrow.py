@@ -37,6 +37,13 @@ HELD, PAID, REFUNDED = 0, 1, 2
 STATE_NAMES = {HELD: "held", PAID: "paid", REFUNDED: "refunded"}
 
 
+
+def column(x, dtype, shape: tuple) -> np.ndarray:
+    """``x`` as an array of ``dtype`` and ``shape``: itself when it has them, else broadcast (a scalar
+    for every entry); ``np.broadcast_to`` costs microseconds a call that needs none spends for nothing."""
+    a = np.asarray(x, dtype=dtype)
+    return a if a.shape == shape else np.broadcast_to(a, shape)
+
 class EscrowError(ValueError):
     """An escrow operation that would lose or duplicate money (double settlement, early release)."""
 
@@ -80,9 +87,9 @@ class Escrow:
         """Collect ``amount`` from each job and hold it until ``due`` (step 1d); return entry ids."""
         job = np.atleast_1d(np.asarray(job, dtype=np.int64))
         m = job.shape[0]
-        provider = np.broadcast_to(np.asarray(provider, dtype=np.int64), (m,))
-        amount = np.broadcast_to(np.asarray(amount, dtype=np.float64), (m,))
-        due = np.broadcast_to(np.asarray(due, dtype=np.float64), (m,))
+        provider = column(provider, np.int64, (m,))
+        amount = column(amount, np.float64, (m,))
+        due = column(due, np.float64, (m,))
         if np.any(~np.isfinite(amount)) or np.any(amount < 0):
             i = int(np.argmax(~np.isfinite(amount) | (amount < 0)))
             raise EscrowError(f"Escrow.hold: amount for job {job[i]} is {amount[i]}, must be a finite number >= 0")
@@ -122,7 +129,7 @@ class Escrow:
         ``(paid, refunded)`` amounts.
         """
         entries = np.atleast_1d(np.asarray(entries, dtype=np.int64))
-        completed = np.broadcast_to(np.asarray(completed, dtype=bool), entries.shape)
+        completed = column(completed, bool, entries.shape)
         if entries.size == 0:
             return 0.0, 0.0
         if entries.min() < 0 or entries.max() >= self.n:
@@ -204,7 +211,7 @@ class ReliabilityLedger:
     def record(self, providers, completed, at: float) -> None:
         """Record outcomes (step 2a) of jobs due at ``at``."""
         providers = np.atleast_1d(np.asarray(providers, dtype=np.int64))
-        completed = np.broadcast_to(np.asarray(completed, dtype=bool), providers.shape)
+        completed = column(completed, bool, providers.shape)
         self._decay(at)
         np.add.at(self.attempts, providers, 1.0)
         np.add.at(self.successes, providers[completed], 1.0)

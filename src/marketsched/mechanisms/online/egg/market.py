@@ -26,7 +26,7 @@ import numpy as np
 
 from marketsched.mechanisms.online.egg.auctioneer import Outcome, clear
 from marketsched.mechanisms.online.egg.bids import BidBatch
-from marketsched.mechanisms.online.egg.escrow import Escrow, ReliabilityLedger
+from marketsched.mechanisms.online.egg.escrow import Escrow, ReliabilityLedger, column
 from marketsched.mechanisms.online.egg.estimators import EstimatorStore
 from marketsched.mechanisms.online.egg.price_table import PriceBook
 
@@ -85,7 +85,7 @@ class Market:
     def settle(self, entries, completed) -> tuple[float, float]:
         """Protocol step 2 at the current time: record reliability, pay or refund."""
         entries = np.atleast_1d(np.asarray(entries, dtype=np.int64))
-        completed = np.broadcast_to(np.asarray(completed, dtype=bool), entries.shape)
+        completed = column(completed, bool, entries.shape)
         paid, refunded = self.escrow.settle(entries, completed, self.now)
         self.ledger.record(self.escrow.provider[entries], completed, self.now)
         return paid, refunded

@@ -1,0 +1,188 @@
+"""Fast paths against their references, on random instances with ties: equal results, record for record."""
+
+import numpy as np
+import pytest
+
+from marketsched.engine.simulator import Simulator
+from marketsched.mechanisms.online.ees import TypePrior, Uniform
+from marketsched.mechanisms.online.ees_driver import RelaxedEESPolicy
+from marketsched.mechanisms.online.profile import AvailabilityProfile, greedy_starts
+from marketsched.workloads.workload import Workload
+
+RECORDS = ("first_start", "end_time", "preemptions", "payment", "state")
+
+
+def assert_same_records(a, b):
+    for name in RECORDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def random_profile(rng, capacity):
+    """A profile with reservations on whole times (ties: equal starts and ends)."""
+    p = AvailabilityProfile(capacity, float(rng.integers(0, 3)))
+    for _ in range(rng.integers(0, 12)):
+        n = int(rng.integers(1, capacity + 1))
+        p.place(n, float(rng.integers(1, 6)), after=float(rng.integers(0, 15)))
+    return p
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_greedy_starts_on_lists_equal_the_profile_reference(seed):
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(1, 9))
+    p = random_profile(rng, capacity)
+    before = (p.times.copy(), p.used.copy())
+    k = int(rng.integers(0, 15))
+    runtime = rng.integers(1, 6, k).astype(float) * (0.5 if seed % 3 == 0 else 1.0)
+    nodes = rng.integers(1, capacity + 1, k)
+    fast = greedy_starts(runtime, nodes, capacity, p)
+    ref = greedy_starts(runtime, nodes, capacity, p, fast=False)
+    np.testing.assert_array_equal(fast, ref)
+    np.testing.assert_array_equal(p.times, before[0])  # the profile is not modified
+    np.testing.assert_array_equal(p.used, before[1])
+
+
+def test_greedy_starts_refuses_a_job_wider_than_the_machine():
+    with pytest.raises(ValueError, match="5 nodes requested on a 4-node machine"):
+        greedy_starts([1.0], [5], 4)
+
+
+def random_parallel_workload(rng, n, capacity):
+    submit = np.sort(rng.integers(0, n * 2, n)).astype(float)   # ties in submit times
+    runtime = rng.integers(1, 20, n).astype(float)             # ties in run times
+    estimate = runtime * rng.integers(1, 3, n)
+    procs = rng.integers(1, capacity + 1, n)
+    return Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=estimate, procs=procs,
+                                 capacity=capacity)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("compress", [True, False])
+def test_relaxed_ees_fast_equals_reference(seed, compress):
+    rng = np.random.default_rng(seed)
+    w = random_parallel_workload(rng, 60, int(rng.integers(2, 9)))
+    v = rng.integers(1, 40, len(w)).astype(float)
+    d = rng.integers(0, 4, len(w)).astype(float)
+    prior = TypePrior(Uniform(0.0, 40.0), Uniform(0.0, 4.0))
+    runs = []
+    for fast in (True, False):
+        pol = RelaxedEESPolicy(v, d, prior, n_draws=20, seed=seed, time_unit=1.0, compress=compress, fast=fast)
+        runs.append((Simulator(w, pol).run(), pol))
+    (a, pa), (b, pb) = runs
+    assert_same_records(a, b)
+    assert pa.planned_start == pb.planned_start and pa.moved_up == pb.moved_up
+
+
+# --------------------------------------------------------------------------- EES: one set of draws per decision
+def shared_reference(front_value, d, w, prior, n_draws, rng):
+    """The definition, job by job: each xi from the decision's one set of draws (same order)."""
+    D = prior.delay_cost.sample(rng, (n_draws, len(d)))
+    V = prior.value.sample(rng, n_draws)
+    xi = [np.mean([-sum(D[s] * w) if front_value >= sum(D[s] * w) else 0.0 for s in range(n_draws)])]
+    for j in range(len(d)):
+        total = []
+        for s in range(n_draws):
+            rest = sum(D[s, k] * w[k] for k in range(len(d)) if k != j)
+            total.append(V[s] - rest if V[s] >= w[j] * d[j] + rest else 0.0)
+        xi.append(np.mean(total))
+    return np.array(xi)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_shared_draws_estimator_equals_its_definition(seed):
+    from marketsched.mechanisms.online.ees import Discrete, welfare_shared
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(0, 6))
+    prior = TypePrior(Discrete((0.0, 5.0, 10.0), (0.3, 0.3, 0.4)), Uniform(0.0, 3.0) if seed % 2 else
+                      Discrete((0.0, 1.0, 2.0), (0.5, 0.25, 0.25)))
+    d = rng.integers(0, 3, m).astype(float)   # ties among the reports
+    w = rng.integers(0, 4, m).astype(float)
+    v0 = float(rng.integers(0, 12))
+    got = welfare_shared(v0, d, w, prior, 30, np.random.default_rng(seed + 1000))
+    if m == 0:
+        np.testing.assert_array_equal(got, [0.0])
+        return
+    want = shared_reference(v0, d, w, prior, 30, np.random.default_rng(seed + 1000))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def test_shared_draws_estimate_the_exact_expectations_and_balance():
+    from marketsched.mechanisms.online.ees import Discrete, expected_externality_payments, welfare_exact
+
+    prior = TypePrior(Discrete((0.0, 6.0, 12.0), (0.3, 0.3, 0.4)), Discrete((0.0, 1.0, 2.0), (0.5, 0.25, 0.25)))
+    d, w = np.array([1.0, 2.0, 0.0]), np.array([2.0, 1.0, 3.0])
+    exact = welfare_exact(7.0, d, w, prior)
+    pay, xi = expected_externality_payments(7.0, d, w, prior, 200_000, np.random.default_rng(5), "shared")
+    np.testing.assert_allclose(xi, exact, atol=0.05)  # |error| ~ 5 standard errors at 200,000 draws
+    assert abs(pay.sum()) < 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_shared_draws_keep_the_allocation(seed):
+    from marketsched.mechanisms.online.ees_driver import EESPolicy
+
+    rng = np.random.default_rng(seed)
+    w = random_parallel_workload(rng, 50, 4)
+    v = rng.integers(1, 40, len(w)).astype(float)
+    d = rng.integers(0, 4, len(w)).astype(float)
+    prior = TypePrior(Uniform(0.0, 40.0), Uniform(0.0, 4.0))
+    for policy in (EESPolicy, RelaxedEESPolicy):
+        runs = [Simulator(w, policy(v, d, prior, n_draws=20, seed=seed, time_unit=1.0, estimator=e)).run()
+                for e in ("shared", "cached")]
+        for name in ("first_start", "end_time", "state"):
+            np.testing.assert_array_equal(getattr(runs[0], name), getattr(runs[1], name))
+        assert abs(runs[0].payment.sum()) < 1e-6 * max(1.0, np.abs(runs[0].payment).sum())
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_list_profile_equals_the_array_profile(seed):
+    from marketsched.mechanisms.online.ees_driver import profile_of
+    from marketsched.mechanisms.online.profile import ListProfile
+
+    rng = np.random.default_rng(seed)
+    capacity, origin = int(rng.integers(2, 9)), float(rng.integers(0, 4))
+    k = int(rng.integers(0, 6))
+    starts = (origin + rng.integers(0, 6, k)).astype(float)   # ties among starts and ends
+    ends = starts + rng.integers(1, 5, k)
+    nodes = rng.integers(1, 3, k)
+    capacity = max(capacity, 2 * k)  # every interval fits, whatever their overlap
+    ref = profile_of(capacity, origin, starts, ends, nodes)
+    lst = ListProfile.of_intervals(capacity, origin, starts.tolist(), ends.tolist(), nodes.tolist())
+    assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
+    for _ in range(int(rng.integers(0, 6))):
+        s, d, n = float(rng.integers(int(origin), 12)), float(rng.integers(1, 5)), int(rng.integers(1, 3))
+        outcome = []
+        for p in (ref, lst):
+            try:
+                p.reserve(s, d, n)
+                outcome.append("ok")
+            except ValueError as exc:
+                outcome.append(str(exc))
+        assert outcome[0] == outcome[1]  # a refused one may leave split breakpoints behind: both alike
+        assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
+    np.testing.assert_array_equal(greedy_starts([2.0, 1.0], [1, 2], ref.capacity, lst),
+                                  greedy_starts([2.0, 1.0], [1, 2], ref.capacity, ref, fast=False))
+
+
+def test_checked_snapshot_equals_the_validating_one():
+    from marketsched.mechanisms.online.ees import QueueSnapshot
+
+    cols = (np.array([4, 7, 9]), np.array([3.0, 0.5, 2.0]), np.array([0.0, 1.0, 2.0]), np.array([1.0, 5.0, 2.0]),
+            np.array([1, 2, 1]))
+    a, b = QueueSnapshot(*cols), QueueSnapshot.of_checked(*cols)
+    for name in ("job_id", "value", "delay_cost", "runtime", "nodes"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert getattr(a, name).dtype == getattr(b, name).dtype
+    assert len(b) == 3
+
+
+def test_ees_drivers_refuse_an_infinite_declared_run_time_when_bound():
+    from marketsched.mechanisms.online.ees_driver import EESPolicy
+
+    w = Workload.from_columns(submit_time=[0.0, 1.0], runtime=[2.0, 3.0], runtime_estimate=[2.0, np.inf],
+                              procs=[1, 1], capacity=2)
+    prior = TypePrior(Uniform(0.0, 4.0), Uniform(0.0, 1.0))
+    for policy in (EESPolicy, RelaxedEESPolicy):
+        with pytest.raises(ValueError, match="declared run time of row 1 is inf"):
+            Simulator(w, policy([1.0, 2.0], [0.5, 0.5], prior, time_unit=1.0)).run()
