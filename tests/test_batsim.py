@@ -39,6 +39,7 @@ def test_evalys_plots_the_export_and_its_gantt(tmp_path):
     evalys_jobset = pytest.importorskip("evalys.jobset", reason="evalys is in the test extra; not installed here")
     import matplotlib.pyplot as plt
 
+    plt.close("all")  # figures another test of this process left open do not count
     for mechanism, parallel in (("hb", False), ("easy", True)):
         path, table, w = _export(tmp_path, mechanism, parallel)
         if mechanism == "hb":
@@ -194,7 +195,7 @@ def test_cli_exports_the_workload_of_a_run_as_batsim_json_before_the_split(tmp_p
     assert r.exit_code == 0, r.output
     assert "(before --split)" in r.output
     back, _ = to_workload(read_workload(out))
-    expected = Scenario(WorkloadSpec(synthetic_jobs=80, synthetic_nodes=8, capacity=0.5)).workload.build()
+    expected = Scenario.builtin(80, 8, capacity=0.5).workload.build()  # simulate's built-in workload
     assert back.capacity == expected.capacity == 4 and len(back) == 80
     for c in WORKLOAD_COLUMNS:
         np.testing.assert_array_equal(getattr(back, c), getattr(expected, c), err_msg=c)
