@@ -92,6 +92,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from marketsched.live.api import (
     MAX_PAGE,
+    Gate,
     Route,
     _authenticate,
     _before,
@@ -538,7 +539,7 @@ def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolEx
 
 
 # ---------------------------------------------------------------------------- the application
-def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64) -> FastAPI:
+def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_party: int = 16) -> FastAPI:
     """The exchange's API on ``service`` as an ASGI application (see the module docstring)."""
     from marketsched import __version__
 
@@ -546,7 +547,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64) -> F
 
     app = FastAPI(title="marketsched grid exchange", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", redirect_slashes=False)
-    gate = asyncio.Semaphore(max_in_flight)
+    gate = Gate(max_in_flight, per_party)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exchange-api")
     hub = app.state.alerts = AlertHub(service, pool)
     home = page_endpoint(PAGE, CSP)
@@ -576,7 +577,8 @@ class ExchangeServer(MarketServer):
                          limits=limits)
 
     def build_app(self):
-        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight)
+        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight,
+                        per_party=self.limits.max_party_requests)
 
     def shutdown(self) -> None:
         self.app.state.alerts.closed = True  # open alert streams end (within a second)

@@ -77,11 +77,13 @@ class Limits:
     body_timeout: float = 30.0
     keep_alive: int = 5  # whole seconds (uvicorn's setting)
     send_timeout: float = 30.0
-    max_in_flight: int = 64  # requests handled at once; the others wait, their bodies unread
+    max_in_flight: int = 64  # requests handled at once, their bodies read; the others wait
+    max_party_requests: int = 16  # requests one party has in progress at once (reading a body included)
+    max_party_connections: int = 64  # connections one party holds once its requests name it
     backlog: int = 1024
 
     def check(self) -> None:
-        for name in ("max_connections", "max_in_flight", "backlog"):
+        for name in ("max_connections", "max_in_flight", "max_party_requests", "max_party_connections", "backlog"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
                 raise ValueError(f"{name} must be a whole number from 1 to 1000000, got {v!r}")
@@ -131,12 +133,25 @@ def check_plain_http(host: str, tls: bool, insecure_http: bool) -> None:
 
 
 class ConnInfo:
-    """What the server knows of a connection, for the API (``scope["state"][CONN_STATE]``)."""
+    """What the server knows of a connection, for the API (``scope["state"][CONN_STATE]``):
+    when it last received bytes, the party its requests name (once one is authenticated), and
+    whether a request of it is waiting for its body (before taking a request slot)."""
 
-    __slots__ = ("received_at",)
+    __slots__ = ("received_at", "party", "waiting_body", "_claim")
 
-    def __init__(self):
+    def __init__(self, claim=None):
         self.received_at = 0.0  # loop time of the last bytes received
+        self.party: object = None
+        self.waiting_body = False
+        self._claim = claim
+
+    def claim(self, party) -> bool:
+        """This connection is ``party``'s (its request is authenticated as it); False when the
+        party already holds as many connections as it may, none of them idle."""
+        if self.party == party or self._claim is None:
+            self.party = party
+            return True
+        return self._claim(party)
 
 
 class _Conn(h11.Connection):
@@ -201,11 +216,19 @@ class _LingeringTransport:
 
 
 class Registry:
-    """The server's open connections, least recently active first."""
+    """The server's open connections, least recently active first, and each party's.
 
-    def __init__(self, max_connections: int):
+    When full, a newcomer takes the place of the connection idle the longest; failing that,
+    of the one waiting the longest for a request's body (it holds no request slot: the body is
+    read before one is taken; its request ends unanswered). A party (the caller a request
+    authenticates as) holds at most ``per_party`` connections: one more takes the place of
+    that party's idle one, else is refused (429, by the API)."""
+
+    def __init__(self, max_connections: int, per_party: int = 64):
         self.max = max_connections
+        self.per_party = per_party
         self.conns: OrderedDict[MarketProtocol, None] = OrderedDict()
+        self.parties: dict[object, dict[MarketProtocol, None]] = {}
         self.evicted = 0
         self.refused = 0
 
@@ -213,13 +236,39 @@ class Registry:
         if len(self.conns) >= self.max:
             victim = next((c for c in self.conns if c.idle()), None)
             if victim is None:
+                victim = next((c for c in self.conns if c.info.waiting_body), None)
+            if victim is None:
                 self.refused += 1
                 return False
-            del self.conns[victim]
-            victim.close_now()
-            self.evicted += 1
+            self._evict(victim)
         self.conns[proto] = None
         return True
+
+    def _evict(self, victim: MarketProtocol) -> None:
+        self.discard(victim)
+        victim.close_now()
+        self.evicted += 1
+
+    def claim(self, proto: MarketProtocol, party) -> bool:
+        """Count ``proto`` as ``party``'s, making way by closing that party's oldest idle
+        connection if it holds ``per_party`` already; False if none of them is idle."""
+        mine = self.parties.setdefault(party, {})
+        if len(mine) >= self.per_party:
+            victim = next((c for c in mine if c is not proto and c.idle()), None)
+            if victim is None:
+                return False
+            self._evict(victim)
+        self._release(proto)
+        proto.info.party = party
+        mine[proto] = None
+        return True
+
+    def _release(self, proto: MarketProtocol) -> None:
+        mine = self.parties.get(proto.info.party)
+        if mine is not None:
+            mine.pop(proto, None)
+            if not mine:
+                del self.parties[proto.info.party]
 
     def touch(self, proto) -> None:
         if proto in self.conns:
@@ -227,6 +276,7 @@ class Registry:
 
     def discard(self, proto) -> None:
         self.conns.pop(proto, None)
+        self._release(proto)
 
 
 class MarketProtocol(H11Protocol):
@@ -240,7 +290,7 @@ class MarketProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.conn = _Conn(h11.SERVER, self.config.h11_max_incomplete_event_size
                           or h11._connection.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
-        self.info = ConnInfo()
+        self.info = ConnInfo(lambda party: self.registry.claim(self, party))
         self._phase: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
@@ -403,7 +453,7 @@ class MarketServer:
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
             ctx.load_cert_chain(str(tls_cert), str(tls_key))
         slots = getattr(getattr(broker, "config", None), "slots", 1)
-        self.registry = Registry(min(self.limits.max_connections, fd_budget(slots)))
+        self.registry = Registry(min(self.limits.max_connections, fd_budget(slots)), self.limits.max_party_connections)
         self._sockets: list[socket.socket] = []
         self._unix_bound = False
         self.socket_path = Path(socket_path) if socket_path is not None else None
@@ -432,7 +482,8 @@ class MarketServer:
         keeps a ``ThreadPoolExecutor`` in ``app.state.pool``)."""
         from marketsched.live.api import make_app
 
-        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight)
+        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight,
+                        per_party=self.limits.max_party_requests)
 
     # ------------------------------------------------------------------ sockets
     def _bind_tcp(self, host: str, port: int) -> socket.socket:
