@@ -10,8 +10,21 @@ connections the server still waits on are still open, silent, after the others' 
 
 from __future__ import annotations
 
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+
+import pytest
+from click.testing import CliRunner
+
 from live_helpers import CALLS, flood_and_call, health, request
+from marketsched.cli import main
+from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client
+from marketsched.live.identity import IDENTITY_NAME
+from marketsched.live.server import Limits, MarketServer
 
 
 def test_slow_bodies_from_one_party_leave_the_others_served(tmp_path):
@@ -19,9 +32,6 @@ def test_slow_bodies_from_one_party_leave_the_others_served(tmp_path):
     calls over TCP, the health check and the Unix socket are all answered while they are
     open. (Before: the body was read inside one of 64 request slots, so 64 slow bodies held
     them all, and 1,000 filled the connection cap: every new connection was reset.)"""
-    from marketsched.live.broker import Broker, MarketConfig
-    from marketsched.live.server import Limits, MarketServer
-
     b = Broker(tmp_path / "market", MarketConfig(single_user=True)).start()
     b.ensure_admin()
     alice = b.add_user(True, "alice", 100)["token"]
@@ -46,3 +56,118 @@ def test_slow_bodies_from_one_party_leave_the_others_served(tmp_path):
     finally:
         srv.shutdown()
         b.stop()
+
+
+# ---------------------------------------------------------------------------- port squatters
+class Squatter:
+    """A process that took the server's port while the server was down: a plain socket server
+    on 127.0.0.1:``port`` (TLS with its own certificate if ``cert``), answering every
+    connection with a made-up 200 and recording what it receives. A bounded accept loop on a
+    thread of its own, which ends at :meth:`stop`."""
+
+    def __init__(self, port: int, cert=None):
+        self.got = b""
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.ctx = None
+        if cert is not None:
+            self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ctx.load_cert_chain(*cert)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.settimeout(5)
+            try:
+                if self.ctx is not None:
+                    conn = self.ctx.wrap_socket(conn, server_side=True)
+                self.got += conn.recv(65536)
+                body = b'{"name": "admin", "admin": true}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            except OSError:  # the client gave up (a failed TLS handshake, say)
+                pass
+            finally:
+                conn.close()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+
+def _cert(tmp_path, name):
+    if not shutil.which("openssl"):
+        pytest.fail("openssl is needed to make a certificate")
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_the_cli_never_sends_its_token_to_a_port_squatter(tmp_path):
+    """The market ran on a port, then went down, leaving its identity file (as a kill -9 does);
+    a squatter took the port. `market` and `exchange` commands given a token: over plain HTTP
+    with or without the data folder, and over https with the server's certificate pinned (the
+    squatter has its own), each refuses, and the squatter receives no token. While the market
+    is up, the same command works (the check is not a refusal of everything)."""
+    real_cert, real_key = _cert(tmp_path, "real")
+    data = tmp_path / "market"
+    b = Broker(data, MarketConfig(single_user=True)).start()
+    token = b.ensure_admin()
+    srv = MarketServer(b, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    run = CliRunner().invoke
+    try:
+        up = run(main, ["market", "balance", "--url", srv.url, "--token", token, "--data", str(data)])
+        assert up.exit_code == 0 and "revenue" in up.output, up.output
+        identity = (data / IDENTITY_NAME).read_text()
+    finally:
+        srv.shutdown()
+        b.stop()
+    (data / IDENTITY_NAME).write_text(identity)  # left behind, as by a crash
+    (data / "server-cert.pem").write_bytes(real_cert.read_bytes())  # as a server with --tls-cert leaves it
+    url = srv.url
+    attempts = {
+        "plain HTTP, no data folder": ["market", "balance", "--url", url, "--token", token],
+        "plain HTTP, the data folder's stale identity": ["market", "balance", "--url", url, "--token", token,
+                                                         "--data", str(data)],
+        "exchange, plain HTTP": ["exchange", "bid", str(tmp_path / "me.json"), "--url", url, "--token", token,
+                                 "--data", str(data), "--for", "0"],
+    }
+    (tmp_path / "me.json").write_text('{"budget": 1, "jobs": []}')
+    squatter = Squatter(srv.port)
+    try:
+        for what, args in attempts.items():
+            r = run(main, args)
+            assert r.exit_code != 0, (what, r.output)
+            assert "token was not sent" in r.output or "refusing to send your token" in r.output, (what, r.output)
+        assert token.encode() not in squatter.got and b"Bearer" not in squatter.got, squatter.got[:300]
+        assert squatter.connections == 0  # refused before connecting
+    finally:
+        squatter.stop()
+    own = _cert(tmp_path, "squatter")
+    squatter = Squatter(srv.port, cert=own)
+    https = url.replace("http://", "https://")
+    try:
+        for args in (["market", "balance", "--url", https, "--token", token, "--server-cert", str(real_cert)],
+                     ["market", "balance", "--url", https, "--token", token, "--data", str(data)],
+                     ["exchange", "bid", str(tmp_path / "me.json"), "--url", https, "--token", token, "--server-cert",
+                      str(real_cert), "--for", "0"]):
+            r = run(main, args)
+            assert r.exit_code != 0 and "token was not sent" in r.output, (args, r.output)
+        assert token.encode() not in squatter.got and b"Bearer" not in squatter.got, squatter.got[:300]
+    finally:
+        squatter.stop()

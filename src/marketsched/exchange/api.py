@@ -574,7 +574,7 @@ class ExchangeServer(MarketServer):
     def __init__(self, service: ExchangeService, host: str = "127.0.0.1", port: int = 8766, *, tls_cert=None,
                  tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
         super().__init__(service, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure_http=insecure_http,
-                         limits=limits)
+                         limits=limits, identity_dir=service.store.path.parent)
 
     def build_app(self):
         return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight,

@@ -57,6 +57,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from marketsched.live.files import short_socket_path
+from marketsched.live.identity import remove_identity, write_identity
 
 log = logging.getLogger("marketsched.live.server")
 
@@ -435,11 +436,13 @@ class _Uvicorn(uvicorn.Server):
 class MarketServer:
     """The broker's API on ``host:port`` (TLS with ``tls_cert`` and ``tls_key``) and, with
     ``socket_path``, on a Unix socket (mode 0666; callers identified by peer credentials).
+    Its identity (``server.id``, and ``server-cert.pem`` with TLS) goes to ``identity_dir``
+    (default: the broker's data folder) for clients to check (:mod:`marketsched.live.identity`).
     Sockets are bound at construction (``url`` is known at once; OSError if taken), served by
     :meth:`serve_in_thread` until :meth:`shutdown`."""
 
     def __init__(self, broker, host: str = "127.0.0.1", port: int = 8765, *, socket_path=None, tls_cert=None,
-                 tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
+                 tls_key=None, insecure_http: bool = False, limits: Limits | None = None, identity_dir=None):
         self.broker = broker
         self.limits = limits or Limits()
         self.limits.check()
@@ -455,6 +458,7 @@ class MarketServer:
         slots = getattr(getattr(broker, "config", None), "slots", 1)
         self.registry = Registry(min(self.limits.max_connections, fd_budget(slots)), self.limits.max_party_connections)
         self._sockets: list[socket.socket] = []
+        self._identity: dict | None = None
         self._unix_bound = False
         self.socket_path = Path(socket_path) if socket_path is not None else None
         try:
@@ -466,6 +470,15 @@ class MarketServer:
             self.server_close()
             raise
         self.host, self.port = host, tcp.getsockname()[1]
+        # who listens here, for clients to check before they send a token (marketsched.live.identity)
+        folder = identity_dir if identity_dir is not None else getattr(broker, "data", None)
+        self.identity_dir = Path(folder) if folder is not None else None
+        if self.identity_dir is not None:
+            try:
+                self._identity = write_identity(self.identity_dir, tcp, tls_cert)
+            except BaseException:
+                self.server_close()
+                raise
         protocol: type[MarketProtocol] = type("MarketProtocol", (MarketProtocol,),
                                               {"limits": self.limits, "registry": self.registry})
         self.app = self.build_app()
@@ -549,6 +562,9 @@ class MarketServer:
         self.server_close()
 
     def server_close(self) -> None:
+        if self._identity is not None and self.identity_dir is not None:
+            remove_identity(self.identity_dir, self._identity)
+            self._identity = None
         for s in self._sockets:
             s.close()
         self._sockets = []
