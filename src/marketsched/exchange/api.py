@@ -330,10 +330,13 @@ def _states(text: str | None, known) -> list[str] | None:
 
 
 def _order_view(o: dict) -> dict:
-    """An order as its party sees it: a request with its command, an offer with its node's id."""
+    """An order as its party sees it: a request with its command (a cancelled or expired one:
+    only its SHA-256 and length, ``command_sha256``, ``command_bytes``), an offer with its
+    node's id."""
     return {k: o[k] for k in ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot",
-                              "command", "submit_t", "state", "closed_t")
-            if k not in ("command", "node_id") or (k == "command") == (o["side"] == "request")}
+                              "command", "command_sha256", "command_bytes", "submit_t", "state", "closed_t")
+            if k not in ("command", "command_sha256", "command_bytes", "node_id")
+            or (k != "node_id") == (o["side"] == "request")}
 
 
 def _node_view(n: dict) -> dict:

@@ -27,6 +27,15 @@ from .store import MICRO, ExchangeStore
 DATA = click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 
 
+def _store(data: Path) -> ExchangeStore:
+    """The exchange's database in ``data`` (ClickException if it cannot be opened: a newer
+    schema, a folder of another account's)."""
+    try:
+        return ExchangeStore(data)
+    except (RuntimeError, OSError, sqlite3.Error) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _open(data: Path, backends=None):
     """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
     from marketsched.live.clock import WallClock
@@ -35,7 +44,7 @@ def _open(data: Path, backends=None):
 
     if not (data / "exchange.db").exists():
         raise click.ClickException(f"no exchange at {data} (create one with: marketsched exchange init {data})")
-    store = ExchangeStore(data)
+    store = _store(data)
     settings = store.settings()
     if settings is None:
         raise click.ClickException(f"the exchange at {data} is not set up (marketsched exchange init {data})")
@@ -77,7 +86,7 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
-    store = ExchangeStore(data)
+    store = _store(data)
     _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
                                 k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits))
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "

@@ -906,6 +906,8 @@ class Broker:
         self.store.add_event(job.id, t, state, detail)
         self.store.update_job(job.id, state=state, end_t=t, exit_code=exit_code, run_seconds=job.run_seconds,
                               charged=job.charged, unpaid=job.unpaid, preemptions=job.preemptions, note=note)
+        if state == "cancelled" or job.attempts == 0:  # only the command's digest is kept (ledger: Retention)
+            self.store.retire_command(job.id)
         job.row = None
         self._defer(lambda key=job.id: self.executor.forget(key))
 
