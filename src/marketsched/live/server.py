@@ -253,15 +253,15 @@ class Registry:
     def claim(self, proto: MarketProtocol, party) -> bool:
         """Count ``proto`` as ``party``'s, making way by closing that party's oldest idle
         connection if it holds ``per_party`` already; False if none of them is idle."""
-        mine = self.parties.setdefault(party, {})
-        if len(mine) >= self.per_party:
-            victim = next((c for c in mine if c is not proto and c.idle()), None)
+        mine = self.parties.get(party, {})
+        if proto not in mine and len(mine) >= self.per_party:
+            victim = next((c for c in mine if c.idle()), None)
             if victim is None:
                 return False
             self._evict(victim)
         self._release(proto)
         proto.info.party = party
-        mine[proto] = None
+        self.parties.setdefault(party, {})[proto] = None  # after the eviction, which may drop the party's entry
         return True
 
     def _release(self, proto: MarketProtocol) -> None:
