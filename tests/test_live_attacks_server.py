@@ -224,3 +224,32 @@ def test_submit_and_cancel_cycles_do_not_grow_the_database(tmp_path):
             b.store.check_books()
     finally:
         b.stop(kill_jobs=True)
+
+
+def test_ended_jobs_keep_their_commands_within_their_owners_quota(tmp_path):
+    """Completed jobs keep their commands whole up to the owner's quota of kept bytes; past it,
+    the owner's oldest give way to their digests (another user's are untouched), and the
+    count survives a restart."""
+    config = MarketConfig(single_user=True, slots=2, sync="normal", kept_command_bytes=2500)
+    b = Broker(tmp_path / "market", config).start()
+    try:
+        b.ensure_admin()
+        b.add_user(True, "mallory", 1000)
+        b.add_user(True, "alice", 1000)
+        other = b.submit("alice", False, 1, "true #" + "a" * 1994, None, 1)["id"]
+        ids = []
+        for i in range(5):  # 1,000 bytes each, one after the other
+            ids.append(b.submit("mallory", False, 1, f"true #{i}" + "x" * 993, None, 1)["id"])
+            assert wait_for(lambda: b.job("admin", True, ids[-1])["state"] == "completed", 60)
+        kept = [b.job("admin", True, i)["command"] != "" for i in ids]
+        assert kept == [False, False, False, True, True]
+        assert b.job("admin", True, ids[0])["command_bytes"] == 1000
+        assert b.job("admin", True, other)["command"] != ""  # alice's quota is hers
+        assert b.kept_bytes["mallory"] == 2000
+    finally:
+        b.stop(kill_jobs=True)
+    b = Broker(tmp_path / "market", config)
+    try:
+        assert b.kept_bytes == {"mallory": 2000, "alice": 2000}
+    finally:
+        b.store.close()

@@ -26,6 +26,7 @@ import stat
 import sys
 import threading
 import urllib.parse
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -77,9 +78,9 @@ class Client:
             raise ClientError(msg, status)
         return json.loads(raw or b"null")
 
-    def _connection(self, verify: bool) -> tuple[http.client.HTTPConnection, object]:
+    def _connection(self, verify: bool) -> tuple[http.client.HTTPConnection, Callable[[], None] | None]:
         """A connection to ``url``, not yet open, and the check to make once it is (or None)."""
-        from marketsched.live.identity import NotTheServer, check_listener, pinned_context, read_identity
+        from marketsched.live.identity import CERT_NAME, NotTheServer, check_listener, pinned_context, read_identity
 
         u = urllib.parse.urlsplit(self.url)
         if u.scheme not in ("http", "https") or not u.hostname:
@@ -87,20 +88,19 @@ class Client:
         port = u.port or (443 if u.scheme == "https" else 80)
         if u.scheme == "https":
             pin = self.server_cert
-            if pin is None and self.server_dir is not None and (self.server_dir / "server-cert.pem").exists():
-                pin = self.server_dir / "server-cert.pem"
+            if pin is None and self.server_dir is not None and (self.server_dir / CERT_NAME).exists():
+                pin = self.server_dir / CERT_NAME
             if verify and pin is not None:
                 try:
                     ctx, ders = pinned_context(pin)
                 except NotTheServer as exc:
                     raise ClientError(f"{exc}; your token was not sent", 0) from None
-                conn = http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout, context=ctx)
+                tls = http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout, context=ctx)
 
-                def pinned():
-                    assert conn.sock is not None
-                    if conn.sock.getpeercert(binary_form=True) not in ders:
+                def pinned() -> None:
+                    if tls.sock is None or tls.sock.getpeercert(binary_form=True) not in ders:
                         raise NotTheServer(f"the server at {self.url} does not present the certificate pinned in {pin}")
-                return conn, pinned
+                return tls, pinned
             return http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout), None
         conn = http.client.HTTPConnection(u.hostname, port, timeout=self.timeout)
         if not verify:
@@ -121,7 +121,7 @@ class Client:
         except NotTheServer as exc:
             raise ClientError(f"{exc}; your token was not sent", 0) from None
 
-        def listener():
+        def listener() -> None:
             check_listener(ident, port, self.url)
 
         listener()  # before connecting (ConnectionRefusedError: nothing listens)

@@ -51,10 +51,13 @@ version 3, ``jobs.command_sha256`` and ``jobs.command_bytes`` (retention, below)
 Retention
 ---------
 A job's command is stored whole while the job is active, and after it has run to its end
-(completed, or failed: what the user paid for, and what an audit reads). A job that is
-cancelled, or ends without ever being launched, keeps only its command's SHA-256 and length in
-bytes (:meth:`Store.retire_command`; ``command`` becomes empty; the user who cancelled it has
-the command, and the digest shows which it was). Its row, events and ledger entries stay, so
+(completed, or failed: what the user paid for, and what an audit reads), within its owner's
+quota of kept command bytes (``MarketConfig.kept_command_bytes``, 16 MiB: past it, the
+commands of the owner's oldest ended jobs give way, :meth:`Store.retire_oldest_commands`, found
+through the partial index ``jobs_kept``). A job that is cancelled, or ends without ever being
+launched, keeps only its command's SHA-256 and length in bytes (:meth:`Store.retire_command`;
+``command`` becomes empty; the user who cancelled it has the command, and the digest shows
+which it was). Its row, events and ledger entries stay, so
 the books, the replay (which reads bids, times and run times, never commands) and the audit
 are unchanged, but submitting and cancelling large commands (free, or nearly: a cancel within
 the first charge interval costs a fraction of a second's price) cannot grow the database
@@ -83,6 +86,8 @@ REVENUE = "provider:revenue"
 
 ACTIVE_STATES = ("queued", "running", "preempted", "held")
 FINAL_STATES = ("completed", "cancelled", "failed")
+# an ended job whose command is kept whole (see Retention; the partial index jobs_kept lists them)
+_KEPT = "command_sha256 IS NULL AND state IN ('completed', 'cancelled', 'failed')"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -404,6 +409,27 @@ class Store:
             self._exec("UPDATE jobs SET command = '', command_sha256 = ?, command_bytes = ? WHERE id = ?",
                        (digest, size, job_id))
 
+    def kept_command_bytes(self) -> dict[str, int]:
+        """Per user, the bytes of the commands of ended jobs kept whole (see Retention)."""
+        length = "length(CAST(command AS BLOB))" if self.kind == "sqlite" else "octet_length(command)"
+        rows = self._rows(f"SELECT owner, SUM({length}) FROM jobs WHERE {_KEPT} GROUP BY owner")
+        return {owner: int(n) for owner, n in rows}
+
+    def retire_oldest_commands(self, owner: str, at_least: int) -> int:
+        """Retire the commands of ``owner``'s oldest ended jobs kept whole until ``at_least``
+        bytes are freed (or none is left); returns the bytes freed."""
+        freed = 0
+        while freed < at_least:
+            rows = self._rows(f"SELECT id, command FROM jobs WHERE owner = ? AND {_KEPT} ORDER BY id LIMIT 64", (owner,))
+            if not rows:
+                break
+            for job_id, command in rows:
+                self.retire_command(job_id)
+                freed += command_digest(command)[1]
+                if freed >= at_least:
+                    break
+        return freed
+
     def job(self, job_id: int) -> dict | None:
         rows = self._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id = ?", (job_id,))
         return dict(zip(JOB_COLUMNS, rows[0])) if rows else None
@@ -491,6 +517,7 @@ def _v3_command_digest(store: Store) -> None:
     for column, kind in (("command_sha256", "TEXT"), ("command_bytes", "BIGINT")):
         if column not in have:
             store._exec(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+    store._exec(f"CREATE INDEX IF NOT EXISTS jobs_kept ON jobs(owner, id) WHERE {_KEPT}")
 
 
 def upgrade_schema(store, what: str, version: int, target: int, upgrades: dict, record) -> None:
