@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from live_helpers import CALLS, SLOW, flood_and_call, health, request, wait_for, work
+from live_helpers import CALLS, SLOW, flood_and_call, health, request, silent, slow_bodies, wait_for, work
 from marketsched.cli import main
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client
@@ -55,6 +55,32 @@ def test_slow_bodies_from_one_party_leave_the_others_served(tmp_path):
         assert len(set(got[:CALLS])) == CALLS and got[-1] == 200
         assert [j["id"] for j in got[CALLS]] == sorted(got[:CALLS])
         assert "alice" not in [j["owner"] for j in unix.get("/api/jobs")]  # no slow body became a job
+    finally:
+        srv.shutdown()
+        b.stop()
+
+
+
+def test_a_connection_waiting_for_its_body_makes_way_when_the_server_is_full(tmp_path):
+    """Every connection the server may hold is one user's slow body: another user's call still
+    gets in, in the place of the one waiting longest (before: it was refused)."""
+    b = Broker(tmp_path / "market", MarketConfig(single_user=True)).start()
+    b.ensure_admin()
+    alice = b.add_user(True, "alice", 100)["token"]
+    bob = b.add_user(True, "bob", 100)["token"]
+    srv = MarketServer(b, "127.0.0.1", 0, limits=Limits(body_timeout=3600, max_connections=4))
+    srv.serve_in_thread()
+    try:
+        head = request("POST", "/api/jobs", b"", alice).replace(b"Content-Length: 0", b"Content-Length: 100") + b'{"bid"'
+        socks = slow_bodies(srv.port, head, 4)
+        try:
+            assert wait_for(lambda: sum(srv.app.state.gate.active.values()) == 4, 60)  # all four wait for bodies
+            assert Client(srv.url, bob, timeout=120).get("/api/me")["name"] == "bob"
+            assert srv.stats()["evicted"] == 1 and srv.stats()["refused"] == 0
+            assert not silent(socks[0]) and all(silent(s) for s in socks[1:])  # the oldest made way
+        finally:
+            for s in socks:
+                s.close()
     finally:
         srv.shutdown()
         b.stop()

@@ -548,7 +548,7 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64, per_party: int
     app = FastAPI(title="marketsched live market", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", redirect_slashes=False)
     app.state.broker = broker
-    gate = Gate(max_in_flight, per_party)
+    gate = app.state.gate = Gate(max_in_flight, per_party)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
     home = page_endpoint(PAGE, CSP)
 
