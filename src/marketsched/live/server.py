@@ -14,9 +14,19 @@ of descriptors cannot start a job):
 * **A connection cap that does not lock clients out.** At most ``max_connections`` (further
   capped by the process's open-file limit, keeping descriptors for the database and the jobs).
   When full, a new connection takes the place of the connection idle the longest (no request
-  in progress: an idle or slow client), as nginx reuses idle keep-alive connections; only when
-  every connection is serving a request is the newcomer closed. So a flood of idle sockets
-  cannot keep a health check or a user out.
+  in progress: an idle or slow client), as nginx reuses idle keep-alive connections; failing
+  that, of the connection waiting the longest for a request's body (which holds no request
+  slot); only when every connection is serving a request is the newcomer closed. So a flood of
+  idle sockets or slow bodies cannot keep a health check or a user out.
+* **Per-party limits.** Once a request names its caller (the API authenticates it from the
+  headers, before reading the body), the connection counts as that party's: a party holds at
+  most ``max_party_connections`` (one more takes the place of the party's own idle one, else
+  429) and has at most ``max_party_requests`` requests in progress, waiting for their bodies
+  included (:class:`marketsched.live.api.Gate`; 429 beyond). A body is read before its request
+  takes one of the ``max_in_flight`` request slots, so slow bodies never hold them.
+* **Identity.** The server writes ``server.id`` (and ``server-cert.pem`` with TLS) to its data
+  folder, for a client to check who listens before sending a token
+  (:mod:`marketsched.live.identity`).
 * **No desync.** h11 frames every body by its ``Content-Length`` or chunked encoding and
   refuses anything else (a negative or malformed length, two different lengths) with 400 and a
   closed connection; a response sent before its request's body was read in full (an error, a
