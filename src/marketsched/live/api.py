@@ -13,7 +13,8 @@ Who is calling
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with the status of the
 :class:`~marketsched.live.broker.MarketError` (400 bad input, 401 missing or wrong token, 402
 balance too low, 403 administrator only, 404 unknown user or job, 405 wrong method, 409
-conflict, 413 body or command too large, 429 too many active jobs). Bodies are at most
+conflict, 413 body or command too large, 429 too many active jobs, or too many requests or
+connections of the caller's at once: :class:`Gate`). Bodies are at most
 ``MAX_BODY`` bytes (counted as they arrive, chunked or not), one JSON object whose fields are
 the route's (an unknown field is refused by name), with no duplicate field, no object inside
 it, no list inside a list, and no lone surrogate in a string. JSON's non-standard ``NaN`` and
