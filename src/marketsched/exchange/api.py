@@ -28,8 +28,8 @@ cancellation the party submits on the page, as the command line does.
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with status 400 (bad
 input: the message names the field), 401 (no or wrong token), 403 (the other role's route),
 404 (no such order or contract of the caller's), 413 (body larger than ``MAX_BODY``), 429 (too
-many alert streams, or too many requests or connections of the caller's at once). Every number is bounded (:mod:`.orders`), and prices are in currency
-units per CPU unit per slot.
+many alert streams, or too many requests or connections of the caller's at once). Every
+number is bounded (:mod:`.orders`), and prices are in currency units per CPU unit per slot.
 
 ======  ==============================  ========================================================
 method  path                            what
