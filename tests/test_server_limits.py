@@ -211,3 +211,20 @@ def test_a_pin_must_hold_a_certificate(tmp_path):
         pinned_context(bad)
     with pytest.raises(NotTheServer, match="cannot read"):
         pinned_context(tmp_path / "missing.pem")
+
+
+def test_the_client_sends_no_token_without_an_identity_and_says_why(tmp_path, listening):
+    from marketsched.live.cli import Client, ClientError
+
+    squatter = listening()  # listens, answers nothing: the client must not even connect
+    url = f"http://127.0.0.1:{squatter.getsockname()[1]}"
+    with pytest.raises(ClientError, match="no server identity .*your token was not sent"):
+        Client(url, "secret", check_server=True, server_dir=tmp_path).get("/api/me")
+    with pytest.raises(ClientError, match="refusing to send your token over plain HTTP .* without checking"):
+        Client(url, "secret", check_server=True).get("/api/me")
+    squatter.setblocking(False)
+    with pytest.raises(BlockingIOError):  # nobody connected to it
+        squatter.accept()
+    squatter.close()
+    with pytest.raises(ClientError, match="cannot reach .*nothing listens"):  # down: the usual message
+        Client(url, "secret", check_server=True, server_dir=tmp_path).get("/api/me")

@@ -80,7 +80,14 @@ class Client:
 
     def _connection(self, verify: bool) -> tuple[http.client.HTTPConnection, Callable[[], None] | None]:
         """A connection to ``url``, not yet open, and the check to make once it is (or None)."""
-        from marketsched.live.identity import CERT_NAME, NotTheServer, check_listener, pinned_context, read_identity
+        from marketsched.live.identity import (
+            CERT_NAME,
+            NotTheServer,
+            check_listener,
+            listeners,
+            pinned_context,
+            read_identity,
+        )
 
         u = urllib.parse.urlsplit(self.url)
         if u.scheme not in ("http", "https") or not u.hostname:
@@ -119,6 +126,8 @@ class Client:
         try:
             ident = read_identity(self.server_dir)
         except NotTheServer as exc:
+            if not listeners(port):  # the server is down (a clean stop removes its identity)
+                raise ConnectionRefusedError(f"nothing listens on port {port}") from None
             raise ClientError(f"{exc}; your token was not sent", 0) from None
 
         def listener() -> None:
