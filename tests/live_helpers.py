@@ -1,5 +1,7 @@
 """Helpers shared by the live-market tests (local processes and Slurm)."""
 
+import json
+import resource
 import socket
 import subprocess
 import sys
@@ -28,6 +30,10 @@ def work(seconds, tag="", step=0.05, until=None):
     n = max(1, round(seconds / step))
     loop = f"[ $i -lt {n} ]" + ("" if until is None else f" || [ ! -e {until} ]")
     return f"i=0; while {loop}; do sleep {step}; i=$((i+1)); done; echo done {tag}"
+
+
+SLOW = 1000  # slow-body connections from one party (flood_and_call)
+CALLS = 20  # calls of the other parties while they are open
 
 
 def free_port() -> int:
@@ -136,3 +142,124 @@ def raw(srv, method, path, body: bytes | None = None, token=None, headers=None):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+# ---------------------------------------------------------------------------- raw HTTP on loopback
+def http(port, raw: bytes, timeout=10.0, read_all=True) -> tuple[int | None, dict, bytes]:
+    """Send ``raw`` on a new connection; (status, headers, body) of the first answer (status
+    None if the server closed without one)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        try:
+            s.sendall(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return read_response(s)
+
+
+def read_response(s: socket.socket) -> tuple[int | None, dict, bytes]:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            return None, {}, buf
+        buf += chunk
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    n = int(headers.get("content-length", 0))
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return status, headers, rest[:n]
+
+
+def request(method, path, body: bytes = b"", token=None, extra: str = "") -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def health(port, timeout=10.0) -> tuple[int | None, dict, dict]:
+    status, headers, body = http(port, b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout)
+    return status, headers, json.loads(body) if status == 200 else {}
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def silent(s: socket.socket) -> bool:
+    """``s`` is open and has received nothing: the server still waits for its request."""
+    s.setblocking(False)
+    try:
+        s.recv(1, socket.MSG_PEEK)  # an answer, or the end of the stream
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def slow_bodies(port, head: bytes, n: int) -> list[socket.socket]:
+    """``n`` connections to 127.0.0.1:``port``, each sending ``head`` (a request's headers
+    promising a body, and a part of it) and then nothing: bodies that never finish. The caller
+    closes them."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            socks.append(s)
+            s.sendall(head)
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+def _room_for(n: int) -> None:
+    """Let this process open ``n`` more descriptors (client and in-process server sides)."""
+    import pytest
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * n + 512
+    if soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            pytest.skip(f"this process may open at most {hard} files; the test needs {need}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+def flood_and_call(srv, slow_head: bytes, others, per_party: int):
+    """Open ``SLOW`` slow-body connections (``slow_head``), then make every call of ``others``
+    (callables, each raising on failure) while they stay open; check that the server waits on
+    at most ``per_party`` of them (the party's limit) and at least one (so every other call
+    was answered before that connection's body deadline), and that each of the rest was
+    answered 429 or closed to make room. Returns the calls' results."""
+    _room_for(SLOW)
+    socks = slow_bodies(srv.port, slow_head, SLOW)
+    try:
+        results = [call() for call in others]
+        waiting = [s for s in socks if silent(s)]
+        assert 1 <= len(waiting) <= per_party, len(waiting)
+        for s in socks:
+            if s not in waiting:
+                s.setblocking(True)
+                s.settimeout(30)
+                assert read_response(s)[0] in (429, None)
+        assert health(srv.port)[0] == 200
+        return results
+    finally:
+        for s in socks:
+            s.close()

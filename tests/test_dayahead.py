@@ -220,7 +220,7 @@ def test_placebid_and_showres_commands(broker, tmp_path):
     try:
         alice = b.add_user(True, "alice", 50)["token"]
         runner = CliRunner()
-        env = {"MARKETSCHED_URL": server.url, "MARKETSCHED_TOKEN": alice}
+        env = {"MARKETSCHED_URL": server.url, "MARKETSCHED_TOKEN": alice, "MARKETSCHED_DATA": str(server.identity_dir)}
         r = runner.invoke(market_cli, ["placebid", "--length", "3", "--deadline", "10", "--value", "20", "--",
                                        "echo hi"], env=env)
         assert r.exit_code == 0, r.output

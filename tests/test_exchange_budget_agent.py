@@ -233,14 +233,15 @@ def test_the_bid_command_runs_the_agent_over_the_api(tmp_path):
             {"value": 9, "cpu": 2, "duration": 2, "release": 3, "deadline": 8}]}))
         token = issue_token(ex.store, "user", "alice", 0.0)
         got = CliRunner().invoke(main, ["exchange", "bid", str(config), "--url", srv.url, "--token", token,
-                                        "--for", "0"])
+                                        "--for", "0", "--data", str(srv.identity_dir)])
         assert got.exit_code == 0, got.output
         assert "2 bids for 'alice'; committed 20.000000 of a budget of 20" in got.output
         a, b = [o for o in ex.store.orders("request") if o["owner"] == "alice"]
         assert (a["value"], a["cpu"], a["first_slot"], a["command"]) == (4.5, 2, 3, "echo hi")  # 3 x (1 + 0.5)
         assert (b["value"], b["command"]) == (0.5, "true")  # what is left of the budget: 2 over 4 CPU slots
         p1 = issue_token(ex.store, "provider", "p1", 0.0)
-        got = CliRunner().invoke(main, ["exchange", "bid", str(config), "--url", srv.url, "--token", p1])
+        got = CliRunner().invoke(main, ["exchange", "bid", str(config), "--url", srv.url, "--token", p1,
+                                        "--data", str(srv.identity_dir)])
         # a provider's token runs the provider's offer agent, which a user's config does not describe
         assert got.exit_code != 0 and "a provider's agent needs a JSON object with 'costs'" in got.output
     finally:

@@ -95,7 +95,8 @@ def test_the_same_offer_agent_over_the_api(tmp_path):
         cfg = tmp_path / "me.json"
         cfg.write_text(json.dumps({"costs": {"n0": 1.0}, "markup": 1.5, "horizon": 10, "renew": 3,
                                    "load_weight": 2}))
-        out = CliRunner().invoke(main, ["exchange", "bid", str(cfg), "--url", srv.url, "--token", token, "--for", "0"])
+        out = CliRunner().invoke(main, ["exchange", "bid", str(cfg), "--url", srv.url, "--token", token, "--for", "0",
+                                          "--data", str(srv.identity_dir)])
         assert out.exit_code == 0 and f"0 offers for {busy!r}" in out.output, out.output
     finally:
         srv.shutdown()

@@ -147,7 +147,8 @@ def test_concurrent_submissions_each_accepted_exactly_once(server):
 
 def test_cli_commands(server, tmp_path):
     runner = CliRunner()
-    env = {"MARKETSCHED_URL": server.url, "MARKETSCHED_TOKEN": server.broker.admin_token}
+    env = {"MARKETSCHED_URL": server.url, "MARKETSCHED_TOKEN": server.broker.admin_token,
+           "MARKETSCHED_DATA": str(server.identity_dir)}  # no socket there: HTTP, its server.id checked
 
     def run(*args, token=None, code=0):
         e = dict(env)
@@ -186,7 +187,7 @@ def test_cli_commands(server, tmp_path):
     assert 0 < charged < 20
     r = run("deposit", "ghost", "5", code=1)
     assert "unknown user 'ghost'" in r.output
-    r = runner.invoke(main, ["market", "list"], env={"MARKETSCHED_URL": "http://127.0.0.1:9", "MARKETSCHED_TOKEN": "x"})
+    r = runner.invoke(main, ["market", "list"], env={**env, "MARKETSCHED_URL": "http://127.0.0.1:9", "MARKETSCHED_TOKEN": "x"})
     assert r.exit_code == 1 and "cannot reach the market" in r.output
 
 
@@ -256,7 +257,8 @@ def test_a_new_token_replaces_the_old_one_at_once(server, tmp_path):
 
     assert signed_me(old) == 200
     runner = CliRunner()
-    res = runner.invoke(main, ["market", "user", "token", "alice", "--url", server.url, "--token", b.admin_token])
+    res = runner.invoke(main, ["market", "user", "token", "alice", "--url", server.url, "--token", b.admin_token,
+                                "--data", str(server.identity_dir)])
     assert res.exit_code == 0, res.output
     new = res.stdout.strip().splitlines()[-1]
     assert new != old and len(new) >= 43

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from live_helpers import free_port, start_broker, wait_for
+from live_helpers import closed_by_peer, free_port, health, http, read_response, request, start_broker, wait_for
 from marketsched.live.broker import MarketError
 from marketsched.live.cli import Client, ClientError
 from marketsched.live.executor import kill_recorded_jobs
@@ -35,51 +35,6 @@ BROKER_FILES = 1024  # the broker's open-file limit in the flood test (the issue
 
 
 # ---------------------------------------------------------------------------- helpers
-def http(port, raw: bytes, timeout=10.0, read_all=True) -> tuple[int | None, dict, bytes]:
-    """Send ``raw`` on a new connection; (status, headers, body) of the first answer (status
-    None if the server closed without one)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        try:
-            s.sendall(raw)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        return read_response(s)
-
-
-def read_response(s: socket.socket) -> tuple[int | None, dict, bytes]:
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        try:
-            chunk = s.recv(65536)
-        except ConnectionResetError:
-            chunk = b""
-        if not chunk:
-            return None, {}, buf
-        buf += chunk
-    head, rest = buf.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    n = int(headers.get("content-length", 0))
-    while len(rest) < n:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        rest += chunk
-    return status, headers, rest[:n]
-
-
-def request(method, path, body: bytes = b"", token=None, extra: str = "") -> bytes:
-    auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    return (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
-
-
-def health(port, timeout=10.0) -> tuple[int | None, dict, dict]:
-    status, headers, body = http(port, b"GET /api/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout)
-    return status, headers, json.loads(body) if status == 200 else {}
-
-
 def server_ms(headers) -> float:
     """The broker's own time for a request (``Server-Timing: wait;dur=.., app;dur=..``), ms."""
     parts = dict(p.strip().split(";dur=") for p in headers["server-timing"].split(","))
@@ -91,16 +46,6 @@ def rss_kib(pid) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def closed_by_peer(s: socket.socket) -> bool:
-    s.setblocking(False)
-    try:
-        return s.recv(1) == b""
-    except BlockingIOError:
-        return False
-    except ConnectionResetError:
-        return True
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ cancellation the party submits on the page, as the command line does.
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with status 400 (bad
 input: the message names the field), 401 (no or wrong token), 403 (the other role's route),
 404 (no such order or contract of the caller's), 413 (body larger than ``MAX_BODY``), 429 (too
-many alert streams). Every number is bounded (:mod:`.orders`), and prices are in currency
-units per CPU unit per slot.
+many alert streams, or too many requests or connections of the caller's at once). Every
+number is bounded (:mod:`.orders`), and prices are in currency units per CPU unit per slot.
 
 ======  ==============================  ========================================================
 method  path                            what
@@ -92,6 +92,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from marketsched.live.api import (
     MAX_PAGE,
+    Gate,
     Route,
     _authenticate,
     _before,
@@ -329,10 +330,13 @@ def _states(text: str | None, known) -> list[str] | None:
 
 
 def _order_view(o: dict) -> dict:
-    """An order as its party sees it: a request with its command, an offer with its node's id."""
+    """An order as its party sees it: a request with its command (a cancelled or expired one:
+    only its SHA-256 and length, ``command_sha256``, ``command_bytes``), an offer with its
+    node's id."""
     return {k: o[k] for k in ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot",
-                              "command", "submit_t", "state", "closed_t")
-            if k not in ("command", "node_id") or (k == "command") == (o["side"] == "request")}
+                              "command", "command_sha256", "command_bytes", "submit_t", "state", "closed_t")
+            if k not in ("command", "command_sha256", "command_bytes", "node_id")
+            or (k != "node_id") == (o["side"] == "request")}
 
 
 def _node_view(n: dict) -> dict:
@@ -538,7 +542,7 @@ def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolEx
 
 
 # ---------------------------------------------------------------------------- the application
-def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64) -> FastAPI:
+def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_party: int = 16) -> FastAPI:
     """The exchange's API on ``service`` as an ASGI application (see the module docstring)."""
     from marketsched import __version__
 
@@ -546,7 +550,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64) -> F
 
     app = FastAPI(title="marketsched grid exchange", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", redirect_slashes=False)
-    gate = asyncio.Semaphore(max_in_flight)
+    gate = Gate(max_in_flight, per_party)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="exchange-api")
     hub = app.state.alerts = AlertHub(service, pool)
     home = page_endpoint(PAGE, CSP)
@@ -573,10 +577,11 @@ class ExchangeServer(MarketServer):
     def __init__(self, service: ExchangeService, host: str = "127.0.0.1", port: int = 8766, *, tls_cert=None,
                  tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
         super().__init__(service, host, port, tls_cert=tls_cert, tls_key=tls_key, insecure_http=insecure_http,
-                         limits=limits)
+                         limits=limits, identity_dir=service.store.path.parent)
 
     def build_app(self):
-        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight)
+        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight,
+                        per_party=self.limits.max_party_requests)
 
     def shutdown(self) -> None:
         self.app.state.alerts.closed = True  # open alert streams end (within a second)

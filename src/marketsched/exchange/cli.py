@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from marketsched.live.cli import tls_options
+from marketsched.live.cli import server_check_options, tls_options
 
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
@@ -27,6 +27,15 @@ from .store import MICRO, ExchangeStore
 DATA = click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 
 
+def _store(data: Path) -> ExchangeStore:
+    """The exchange's database in ``data`` (ClickException if it cannot be opened: a newer
+    schema, a folder of another account's)."""
+    try:
+        return ExchangeStore(data)
+    except (RuntimeError, OSError, sqlite3.Error) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def _open(data: Path, backends=None):
     """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
     from marketsched.live.clock import WallClock
@@ -35,7 +44,7 @@ def _open(data: Path, backends=None):
 
     if not (data / "exchange.db").exists():
         raise click.ClickException(f"no exchange at {data} (create one with: marketsched exchange init {data})")
-    store = ExchangeStore(data)
+    store = _store(data)
     settings = store.settings()
     if settings is None:
         raise click.ClickException(f"the exchange at {data} is not set up (marketsched exchange init {data})")
@@ -77,7 +86,7 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
-    store = ExchangeStore(data)
+    store = _store(data)
     _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
                                 k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits))
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
@@ -292,10 +301,15 @@ def agents_cmd(data, config, step, duration):
               help="The exchange's API [$MARKETSCHED_EXCHANGE_URL].")
 @click.option("--token", envvar="MARKETSCHED_TOKEN", required=True,
               help="Your user's or provider's token [$MARKETSCHED_TOKEN].")
+@click.option("--data", "data_dir", envvar="MARKETSCHED_EXCHANGE_DATA", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="The exchange's data folder, on this host: over plain HTTP the token goes only to the server its "
+                   "server.id names [$MARKETSCHED_EXCHANGE_DATA].")
+@server_check_options
 @click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between the agent's turns.")
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
-def bid_cmd(config, url, token, step, duration):
+def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
     """Run your agent over the exchange's HTTP API (docs/exchange.md). With a user's token,
     the budget bidding agent: CONFIG is {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]},
     jobs as for `exchange agents`. With a provider's token, the offer agent: CONFIG is
@@ -309,7 +323,7 @@ def bid_cmd(config, url, token, step, duration):
         spec = json.loads(config.read_text())
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"{config}: not JSON ({exc})") from None
-    client = Client(url, token)
+    client = Client(url, token, check_server=True, server_dir=data_dir, server_cert=server_cert)
     try:
         me = client.get("/api/me")
         if me["role"] == "user":

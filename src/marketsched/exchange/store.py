@@ -14,6 +14,18 @@ differently). Entries carry the contract id in ``job_id`` (a deposit: none). An 
 with ``deposits`` set takes a request only if the user's deposited balance covers it
 (:meth:`ExchangeStore.available`), so a user's balance never goes below zero; without it, users
 trade on credit. Providers' balances may go below zero (a penalty they cannot cover).
+
+Schema version: the exchange's tables have their own (``meta`` key ``exchange.schema_version``;
+the ledger's tables have the live market's, :mod:`marketsched.live.ledger`). A database made
+before versions were recorded is version 1. Opening one applies the missing upgrades in order,
+in the opening transaction; a database newer than this code is refused, never half-understood.
+Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``.
+
+Retention: a request that is cancelled or expires keeps only its command's SHA-256 and length in
+bytes (``command`` becomes empty; :meth:`ExchangeStore.close_order`), as the live market does
+for a cancelled job. No contract ever runs it, the replay re-clears from values, sizes and
+windows alone, and the order's row stays; but submitting and cancelling large commands cannot
+grow the database without limit. A filled request keeps its command (its contract runs it).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import json
 from pathlib import Path
 
 from marketsched.live.files import data_folder
-from marketsched.live.ledger import DEPOSITS, MICRO, Store
+from marketsched.live.ledger import DEPOSITS, MICRO, Store, command_digest, upgrade_schema
 
 CLEARING = "exchange:clearing"
 SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
@@ -124,15 +136,18 @@ CREATE TABLE IF NOT EXISTS ex_unix (
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
-                 "submit_t", "state", "closed_t", "closed_after")
+                 "submit_t", "state", "closed_t", "closed_after", "command_sha256", "command_bytes")
 CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider", "node_id", "cpu", "mem",
                     "first_slot", "last_slot", "start_t", "end_t", "user_price", "provider_price", "penalty", "state",
                     "started_t", "ended_t", "exit_code", "cpu_seconds", "note")
 PERIOD_COLUMNS = ("id", "t", "base_slot", "last_order", "mechanism", "k", "seed", "book", "requests", "offers",
                   "welfare", "latency")
 NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
-# columns added after the first version: a database made before them gets them on opening
+# columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
+SCHEMA_VERSION = 2
+SCHEMA_KEY = "exchange.schema_version"
+RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
 OPEN_CONTRACT_STATES = ("pending", "starting", "running")
 FINAL_CONTRACT_STATES = ("delivered", "failed", "lapsed")
 
@@ -152,14 +167,27 @@ class ExchangeStore:
                 if stmt.strip():
                     self.conn.execute(stmt)
             for table, column, kind in _ADDED_COLUMNS:
-                if column not in {r[1] for r in self.rows(f"PRAGMA table_info({table})")}:
-                    self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                self._add_column(table, column, kind)
+            self._upgrade()
             self.ensure_account(CLEARING)
             self.ensure_account(DEPOSITS)
 
     def transaction(self):
         """All writes inside commit together (nested uses join the outer transaction)."""
         return self.ledger.transaction()
+
+    # ------------------------------------------------------------------ schema version
+    def schema_version(self) -> int:
+        return int(self.ledger.get_meta(SCHEMA_KEY, 1))
+
+    def _upgrade(self) -> None:
+        """Bring the exchange's tables to ``SCHEMA_VERSION`` (inside the opening transaction)."""
+        upgrade_schema(self, f"the exchange's database {self.path}", self.schema_version(), SCHEMA_VERSION, _UPGRADES,
+                       lambda v: self.ledger.set_meta(SCHEMA_KEY, v))
+
+    def _add_column(self, table: str, column: str, kind: str) -> None:
+        if column not in {r[1] for r in self.rows(f"PRAGMA table_info({table})")}:
+            self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self.ledger.close()
@@ -363,9 +391,17 @@ class ExchangeStore:
         return int(self.rows("SELECT COALESCE(MAX(id), 0) FROM ex_orders")[0][0])
 
     def close_order(self, order_id: int, state: str, t: float) -> None:
-        """Close an order; ``closed_after`` records the last clearing before it (for replays)."""
+        """Close an order; ``closed_after`` records the last clearing before it (for replays).
+        A cancelled or expired order keeps only its command's digest (the module docstring)."""
         self.conn.execute("UPDATE ex_orders SET state = ?, closed_t = ?, closed_after = "
                           "(SELECT COALESCE(MAX(id), 0) FROM ex_periods) WHERE id = ?", (state, t, order_id))
+        if state in RETIRED_STATES:
+            rows = self.rows("SELECT command FROM ex_orders WHERE id = ? AND command_sha256 IS NULL AND command != ''",
+                             (order_id,))
+            if rows:
+                digest, size = command_digest(rows[0][0])
+                self.conn.execute("UPDATE ex_orders SET command = '', command_sha256 = ?, command_bytes = ? "
+                                  "WHERE id = ?", (digest, size, order_id))
 
     # ------------------------------------------------------------------ periods and contracts
     def periods(self) -> list[dict]:
@@ -478,3 +514,13 @@ def commitment(value: float, cpu: int, first_slot: int, last_slot: int) -> int:
 def to_micro(amount: float) -> int:
     """A library payment (float, currency units) in whole micro-units, rounded to nearest."""
     return int(round(float(amount) * MICRO))
+
+
+def _v2_command_digest(store: ExchangeStore) -> None:
+    """Version 2: ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``, set when a
+    request's command is retired (NULL: kept whole)."""
+    store._add_column("ex_orders", "command_sha256", "TEXT")
+    store._add_column("ex_orders", "command_bytes", "INTEGER")
+
+
+_UPGRADES = {2: _v2_command_digest}

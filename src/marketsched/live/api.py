@@ -13,7 +13,8 @@ Who is calling
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with the status of the
 :class:`~marketsched.live.broker.MarketError` (400 bad input, 401 missing or wrong token, 402
 balance too low, 403 administrator only, 404 unknown user or job, 405 wrong method, 409
-conflict, 413 body or command too large, 429 too many active jobs). Bodies are at most
+conflict, 413 body or command too large, 429 too many active jobs, or too many requests or
+connections of the caller's at once: :class:`Gate`). Bodies are at most
 ``MAX_BODY`` bytes (counted as they arrive, chunked or not), one JSON object whose fields are
 the route's (an unknown field is refused by name), with no duplicate field, no object inside
 it, no list inside a list, and no lone surrogate in a string. JSON's non-standard ``NaN`` and
@@ -416,30 +417,79 @@ def _timed(resp: Response, request: Request, t0: float) -> Response:
     return resp
 
 
-def _endpoint(b, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExecutor, authenticate=_authenticate):
+class Gate:
+    """Who may take a request slot: at most ``max_in_flight`` requests are handled at once
+    (their bodies read in full: a body is read before its request takes a slot, within the
+    server's body deadline), and one party has at most ``per_party`` requests in progress,
+    waiting for their bodies included; one more is answered 429 at once. Used on the event
+    loop's thread only."""
+
+    def __init__(self, max_in_flight: int = 64, per_party: int = 16):
+        self.slots = asyncio.Semaphore(max_in_flight)
+        self.per_party = per_party
+        self.active: dict[object, int] = {}
+
+    def enter(self, party) -> None:
+        n = self.active.get(party, 0)
+        if n >= self.per_party:
+            raise MarketError(f"too many requests at once from {_party_name(party)} (at most {self.per_party} in progress): "
+                              "wait for an answer before sending more", 429)
+        self.active[party] = n + 1
+
+    def leave(self, party) -> None:
+        n = self.active.pop(party) - 1
+        if n:
+            self.active[party] = n
+
+
+def _party_name(who) -> str:
+    """A caller for a message: ``alice`` (the market), ``user alice`` (the exchange)."""
+    return " ".join(str(x) for x in who if isinstance(x, str))
+
+
+def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_authenticate):
     """The ASGI endpoint of route ``r`` on ``b`` (the broker, or another service with the same
     kind of routes: the grid exchange's API); ``authenticate(b, peer, header, method, target)``
-    names the caller."""
+    names the caller.
+
+    Steps: check the query; name the caller from the headers (no body read yet); count the
+    connection and the request as that party's (429 past the party's limits, :class:`Gate`,
+    :class:`marketsched.live.server.Registry`); read the body (the server cuts it at its
+    deadline; while waiting the connection may be evicted to make room); only then take a
+    request slot and run the handler on a worker thread."""
 
     async def endpoint(request: Request) -> Response:
         t0 = asyncio.get_running_loop().time()
         state = request.scope.get("state") or {}
+        conn = state.get(CONN_STATE)
         unread = r.body is not None
+        party = None
         try:
             q = _query(request, r)
-            async with gate:
-                who = None
-                if r.auth:
-                    target = request.scope["raw_path"].decode("latin-1")
-                    if request.scope["query_string"]:
-                        target += "?" + request.scope["query_string"].decode("latin-1")
-                    who = authenticate(b, state.get(PEER_STATE), request.headers.get("authorization", ""),
-                                        request.method, target)
-                body = {}
-                if r.body is not None:
+            who = None
+            if r.auth:
+                target = request.scope["raw_path"].decode("latin-1")
+                if request.scope["query_string"]:
+                    target += "?" + request.scope["query_string"].decode("latin-1")
+                who = authenticate(b, state.get(PEER_STATE), request.headers.get("authorization", ""),
+                                   request.method, target)
+                if conn is not None and not conn.claim(who):
+                    raise MarketError(f"too many connections from {_party_name(who)}, each with a request in progress: "
+                                      "wait for an answer before opening more", 429)
+                gate.enter(who)
+                party = who
+            body = {}
+            if r.body is not None:
+                if conn is not None:
+                    conn.waiting_body = True
+                try:
                     raw = await _read_body(request)
-                    unread = False
-                    body = parse_body(raw, r.body, r.noun)
+                finally:
+                    if conn is not None:
+                        conn.waiting_body = False
+                unread = False
+                body = parse_body(raw, r.body, r.noun)
+            async with gate.slots:
                 # the broker's calls block (its lock, the database): on a worker thread
                 result = await asyncio.get_running_loop().run_in_executor(
                     pool, functools.partial(r.handler, b, who, q, body, **request.path_params))
@@ -457,6 +507,9 @@ def _endpoint(b, r: Route, gate: asyncio.Semaphore, pool: ThreadPoolExecutor, au
         except Exception as exc:  # a bug: answer 500 with the message rather than hang up
             log.exception("internal error on %s %s", request.method, request.url.path)
             resp = _json(500, {"error": f"internal error: {exc!r}"})
+        finally:
+            if party is not None:
+                gate.leave(party)
         return _timed(resp, request, t0)
 
     endpoint.__name__ = r.handler.__name__
@@ -486,16 +539,17 @@ def json_errors(app: FastAPI) -> None:
         return _json(exc.status_code, {"error": msg}, dict(exc.headers or {}))
 
 
-def make_app(broker: Broker, stats=dict, max_in_flight: int = 64) -> FastAPI:
+def make_app(broker: Broker, stats=dict, max_in_flight: int = 64, per_party: int = 16) -> FastAPI:
     """The API of ``broker`` as an ASGI application; ``stats()`` adds the server's connection
-    counts to the health check; at most ``max_in_flight`` requests are handled at once."""
+    counts to the health check; at most ``max_in_flight`` requests are handled at once, at most
+    ``per_party`` of one party's are in progress (:class:`Gate`)."""
     from marketsched import __version__
     from marketsched.live.web import CSP, PAGE
 
     app = FastAPI(title="marketsched live market", version=__version__, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json", redirect_slashes=False)
     app.state.broker = broker
-    gate = asyncio.Semaphore(max_in_flight)
+    gate = app.state.gate = Gate(max_in_flight, per_party)
     pool = app.state.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="market-api")
     home = page_endpoint(PAGE, CSP)
 

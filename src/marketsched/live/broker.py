@@ -167,6 +167,8 @@ class MarketConfig:
     job_processes: int = 512  # tasks (processes and threads) per job at once (0: no limit)
     max_jobs_per_user: int = 100  # active (queued, running, preempted, held) jobs one user may have: 429 beyond
     max_command_bytes: int = 65536  # a job's command line, UTF-8: 413 beyond
+    # commands of one user's ended jobs kept whole, bytes in all: older ones keep their digests
+    kept_command_bytes: int = 16 << 20
 
     def check(self) -> None:
         if self.mechanism not in LIVE_RULES:
@@ -179,7 +181,7 @@ class MarketConfig:
             raise ValueError(f"charge interval must be positive and at most 3600 s, got {self.charge_interval!r}")
         if not 0 <= self.admission_seconds <= 1e6:
             raise ValueError(f"admission seconds must be from 0 to 1e6, got {self.admission_seconds!r}")
-        for name, hi in (("max_jobs_per_user", 10**6), ("max_command_bytes", 1 << 20)):
+        for name, hi in (("max_jobs_per_user", 10**6), ("max_command_bytes", 1 << 20), ("kept_command_bytes", 1 << 40)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
                 raise ValueError(f"{name} must be a whole number from 1 to {hi}, got {v!r}")
@@ -305,6 +307,7 @@ class Broker:
         self.engine = LiveEngine(self.mechanism, self.config.slots, lambda: self._t)
         self.active: dict[int, Active] = {}  # jobs not yet ended, by id
         self.active_by_user: Counter = Counter()  # user -> how many of self.active are theirs
+        self.kept_bytes: Counter = Counter(self.store.kept_command_bytes())  # user -> bytes of ended jobs' commands
         self._users = _UserIndex.of(self.store)  # who is who, for authentication without the lock
         self.running_jobs: set[int] = set()  # ids of the jobs running now
         self.row_job: list[int] = []  # engine row -> job id
@@ -906,6 +909,13 @@ class Broker:
         self.store.add_event(job.id, t, state, detail)
         self.store.update_job(job.id, state=state, end_t=t, exit_code=exit_code, run_seconds=job.run_seconds,
                               charged=job.charged, unpaid=job.unpaid, preemptions=job.preemptions, note=note)
+        if state == "cancelled" or job.attempts == 0:  # only the command's digest is kept (ledger: Retention)
+            self.store.retire_command(job.id)
+        else:  # kept whole, within the owner's quota: the oldest give way
+            self.kept_bytes[job.owner] += len(job.command.encode("utf-8", "surrogatepass"))
+            over = self.kept_bytes[job.owner] - self.config.kept_command_bytes
+            if over > 0:
+                self.kept_bytes[job.owner] -= self.store.retire_oldest_commands(job.owner, over)
         job.row = None
         self._defer(lambda key=job.id: self.executor.forget(key))
 

@@ -5,9 +5,12 @@
 (``--socket``, ``$MARKETSCHED_SOCKET``) or a data folder holding one (``--data``,
 ``$MARKETSCHED_DATA``: ``DATA/market.sock``): the broker then knows the caller by its Unix
 account, no token needed. Otherwise it uses HTTP at ``--url`` (``$MARKETSCHED_URL``, default
-``http://127.0.0.1:8765``; for ``https`` with a self-signed certificate, point
-``$SSL_CERT_FILE`` at it) with the token from ``--token`` (``$MARKETSCHED_TOKEN``) or
-``--token-file``.
+``http://127.0.0.1:8765``) with the token from ``--token`` (``$MARKETSCHED_TOKEN``) or
+``--token-file``, and sends it only to a server shown to be the market's: over plain HTTP on
+this host, the one whose socket ``DATA/server.id`` names (``--data``); over ``https``, one
+presenting the certificate pinned with ``--server-cert`` (or ``DATA/server-cert.pem``), else
+one the system's certificate authorities vouch for (``$SSL_CERT_FILE``). Otherwise it refuses,
+sending nothing (:mod:`marketsched.live.identity`).
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ import ssl
 import stat
 import sys
 import threading
-import urllib.error
-import urllib.request
+import urllib.parse
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -38,13 +41,25 @@ SOCKET_NAME = "market.sock"
 # ---------------------------------------------------------------------------- client
 class Client:
     """A minimal JSON client of the market's API (standard library; no dependency): over HTTP
-    at ``url`` with ``token``, or over the broker's Unix socket at ``socket_path`` (no token)."""
+    at ``url`` with ``token``, or over the broker's Unix socket at ``socket_path`` (no token).
 
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0, socket_path=None):
+    With ``check_server`` (the command line's clients), the token is sent over TCP only to a
+    server shown to be the market's (:mod:`marketsched.live.identity`): over ``https``, one
+    presenting the certificate pinned in ``server_cert`` (default: ``server_dir``'s
+    ``server-cert.pem``, if there), else one the system's certificate authorities vouch for,
+    under the URL's host name; over plain ``http``, on this host only, the socket listening on
+    the port must be the one ``server_dir``'s ``server.id`` names, checked before connecting
+    and again before sending. Otherwise :class:`ClientError`, and nothing is sent."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0, socket_path=None,
+                 *, check_server: bool = False, server_dir=None, server_cert=None):
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
         self.socket_path = Path(socket_path) if socket_path is not None else None
+        self.check_server = check_server
+        self.server_dir = Path(server_dir) if server_dir is not None else None
+        self.server_cert = Path(server_cert) if server_cert is not None else None
 
     def request(self, method: str, path: str, body=None):
         data = None if body is None else json.dumps(body).encode()
@@ -63,15 +78,88 @@ class Client:
             raise ClientError(msg, status)
         return json.loads(raw or b"null")
 
-    def _http(self, method, path, data, headers):
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+    def _connection(self, verify: bool) -> tuple[http.client.HTTPConnection, Callable[[], None] | None]:
+        """A connection to ``url``, not yet open, and the check to make once it is (or None)."""
+        from marketsched.live.identity import (
+            CERT_NAME,
+            NotTheServer,
+            check_listener,
+            listeners,
+            pinned_context,
+            read_identity,
+        )
+
+        u = urllib.parse.urlsplit(self.url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ClientError(f"the market's address must be http://HOST:PORT or https://HOST:PORT, got {self.url!r}", 0)
+        port = u.port or (443 if u.scheme == "https" else 80)
+        if u.scheme == "https":
+            pin = self.server_cert
+            if pin is None and self.server_dir is not None and (self.server_dir / CERT_NAME).exists():
+                pin = self.server_dir / CERT_NAME
+            if verify and pin is not None:
+                try:
+                    ctx, ders = pinned_context(pin)
+                except NotTheServer as exc:
+                    raise ClientError(f"{exc}; your token was not sent", 0) from None
+                tls = http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout, context=ctx)
+
+                def pinned() -> None:
+                    if tls.sock is None or tls.sock.getpeercert(binary_form=True) not in ders:
+                        raise NotTheServer(f"the server at {self.url} does not present the certificate pinned in {pin}")
+                return tls, pinned
+            return http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout), None
+        conn = http.client.HTTPConnection(u.hostname, port, timeout=self.timeout)
+        if not verify:
+            return conn, None
+        from marketsched.live.server import is_loopback
+
+        if not is_loopback(u.hostname):
+            raise ClientError(f"refusing to send your token over plain HTTP to {self.url}, beyond this host: nothing "
+                              "proves who answers there, and the token would cross the network in clear. Use https "
+                              "(pin the server's certificate with --server-cert)", 0)
+        if self.server_dir is None:
+            raise ClientError(f"refusing to send your token over plain HTTP to {self.url} without checking who listens "
+                              "there (a process that took the port while the server was down would get it): give the "
+                              "server's data folder (--data), whose server.id names its socket, or use https with "
+                              "--server-cert", 0)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            ident = read_identity(self.server_dir)
+        except NotTheServer as exc:
+            if not listeners(port):  # the server is down (a clean stop removes its identity)
+                raise ConnectionRefusedError(f"nothing listens on port {port}") from None
+            raise ClientError(f"{exc}; your token was not sent", 0) from None
+
+        def listener() -> None:
+            check_listener(ident, port, self.url)
+
+        listener()  # before connecting (ConnectionRefusedError: nothing listens)
+        return conn, listener  # and again once connected, before sending
+
+    def _http(self, method, path, data, headers):
+        from marketsched.live.identity import NotTheServer
+
+        verify = self.check_server and "Authorization" in headers
+        prefix = urllib.parse.urlsplit(self.url).path
+        try:
+            conn, check = self._connection(verify)
+            try:
+                conn.connect()
+                if check is not None:
+                    check()
+                conn.request(method, prefix + path, body=data, headers=headers)
+                r = conn.getresponse()
                 return r.status, r.reason, r.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.reason, exc.read()
-        except urllib.error.URLError as exc:
-            raise ClientError(f"cannot reach the market at {self.url}: {exc.reason} (is `marketsched market serve` running?)",
+            finally:
+                conn.close()
+        except NotTheServer as exc:
+            raise ClientError(f"{exc}; your token was not sent", 0) from None
+        except ssl.SSLCertVerificationError as exc:
+            raise ClientError(f"the server at {self.url} is not shown to be the market: {exc.verify_message}; "
+                              "your token was not sent", 0) from None
+        except (OSError, http.client.HTTPException) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ClientError(f"cannot reach the market at {self.url}: {why} (is `marketsched market serve` running?)",
                               0) from None
 
     def _unix(self, socket_path: Path, method, path, data, headers):
@@ -131,10 +219,10 @@ def client_options(body):
     """The options that say how to reach the broker; the command gets ``client``, a Client."""
 
     @functools.wraps(body)
-    def command(*args, url, token, token_file, socket_path, data_dir, **kwargs):
-        return body(*args, client=_client(url, token, token_file, socket_path, data_dir), **kwargs)
+    def command(*args, url, token, token_file, socket_path, data_dir, server_cert, **kwargs):
+        return body(*args, client=_client(url, token, token_file, socket_path, data_dir, server_cert), **kwargs)
 
-    f = command
+    f = server_check_options(command)
     f = click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="File holding the token (e.g. DATA/admin.token).")(f)
     f = click.option("--token", envvar="MARKETSCHED_TOKEN", default=None, help="Your token [$MARKETSCHED_TOKEN].")(f)
@@ -142,15 +230,26 @@ def client_options(body):
                      help="The market's address [$MARKETSCHED_URL].")(f)
     f = click.option("--data", "data_dir", envvar="MARKETSCHED_DATA", default=None,
                      type=click.Path(file_okay=False, path_type=Path),
-                     help=f"The market's data folder: use its Unix socket ({SOCKET_NAME}) if there [$MARKETSCHED_DATA].")(f)
+                     help=f"The market's data folder: use its Unix socket ({SOCKET_NAME}) if there, else check its "
+                          "server.id before sending a token over HTTP [$MARKETSCHED_DATA].")(f)
     f = click.option("--socket", "socket_path", envvar="MARKETSCHED_SOCKET", default=None,
                      type=click.Path(dir_okay=False, path_type=Path),
                      help="The broker's Unix socket: you are your Unix account, no token [$MARKETSCHED_SOCKET].")(f)
     return f
 
 
-def _client(url, token, token_file, socket_path=None, data_dir=None) -> Client:
-    """The socket if given (``--socket``) or found in ``--data``; else HTTP with a token."""
+def server_check_options(f):
+    """``--server-cert``: the certificate a client pins for an https server (the market's, the
+    exchange's) before sending it a token."""
+    return click.option("--server-cert", default=None, envvar="MARKETSCHED_SERVER_CERT",
+                        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                        help="The server's TLS certificate (PEM; a copy of DATA/server-cert.pem): over https, send the "
+                             "token only to a server presenting exactly it [$MARKETSCHED_SERVER_CERT].")(f)
+
+
+def _client(url, token, token_file, socket_path=None, data_dir=None, server_cert=None) -> Client:
+    """The socket if given (``--socket``) or found in ``--data``; else HTTP with a token, sent
+    only to a server shown to be the market's (:class:`Client`, ``check_server``)."""
     if socket_path is not None:
         return Client(socket_path=socket_path)
     if data_dir is not None:
@@ -169,7 +268,7 @@ def _client(url, token, token_file, socket_path=None, data_dir=None) -> Client:
         where = f" (no socket at {data_dir / SOCKET_NAME})" if data_dir is not None else ""
         raise click.ClickException(f"no token: give --token, --token-file or set MARKETSCHED_TOKEN, or use the "
                                    f"broker's Unix socket with --socket or --data{where}")
-    return Client(url, token)
+    return Client(url, token, check_server=True, server_dir=data_dir, server_cert=server_cert)
 
 
 def _t(x) -> str:

@@ -45,11 +45,28 @@ Schema version
 The database records its schema version (``meta`` key ``schema_version``; a database made
 before versions were recorded is version 1). Opening a database applies the missing upgrades
 in order, in one transaction, on SQLite and PostgreSQL alike; a database newer than this code
-is refused. Version 2 added ``users.unix_user`` (the Unix account a market user is, unique).
+is refused. Version 2 added ``users.unix_user`` (the Unix account a market user is, unique);
+version 3, ``jobs.command_sha256`` and ``jobs.command_bytes`` (retention, below).
+
+Retention
+---------
+A job's command is stored whole while the job is active, and after it has run to its end
+(completed, or failed: what the user paid for, and what an audit reads), within its owner's
+quota of kept command bytes (``MarketConfig.kept_command_bytes``, 16 MiB: past it, the
+commands of the owner's oldest ended jobs give way, :meth:`Store.retire_oldest_commands`, found
+through the partial index ``jobs_kept``). A job that is cancelled, or ends without ever being
+launched, keeps only its command's SHA-256 and length in bytes (:meth:`Store.retire_command`;
+``command`` becomes empty; the user who cancelled it has the command, and the digest shows
+which it was). Its row, events and ledger entries stay, so
+the books, the replay (which reads bids, times and run times, never commands) and the audit
+are unchanged, but submitting and cancelling large commands (free, or nearly: a cancel within
+the first charge interval costs a fraction of a second's price) cannot grow the database
+without limit: SQLite reuses the pages the command took.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -63,12 +80,14 @@ from marketsched.live.files import private_file, tighten
 
 MICRO = 1_000_000
 MAX_BALANCE = 10**12 * MICRO  # micro-units; any account, in absolute value (< 2**63)
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEPOSITS = "external:deposits"
 REVENUE = "provider:revenue"
 
 ACTIVE_STATES = ("queued", "running", "preempted", "held")
 FINAL_STATES = ("completed", "cancelled", "failed")
+# an ended job whose command is kept whole (see Retention; the partial index jobs_kept lists them)
+_KEPT = "command_sha256 IS NULL AND state IN ('completed', 'cancelled', 'failed')"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -134,7 +153,7 @@ CREATE TABLE IF NOT EXISTS prices (
 
 JOB_COLUMNS = ("id", "owner", "bid", "procs", "estimate", "command", "submit_t", "state", "first_start", "end_t",
                "run_seconds", "preemptions", "attempts", "charged", "unpaid", "exit_code", "pid", "start_ticks",
-               "note")
+               "note", "command_sha256", "command_bytes")
 
 
 class Store:
@@ -197,13 +216,8 @@ class Store:
     def _upgrade(self) -> None:
         """Bring the schema to ``SCHEMA_VERSION`` (called inside the opening transaction; the
         base schema above is version 1, what every database before versions had)."""
-        version = self.schema_version()
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(f"the market's database has schema version {version}, newer than this marketsched "
-                               f"understands ({SCHEMA_VERSION}): upgrade marketsched")
-        for v in range(version + 1, SCHEMA_VERSION + 1):
-            _UPGRADES[v](self)
-            self.set_meta("schema_version", v)
+        upgrade_schema(self, "the market's database", self.schema_version(), SCHEMA_VERSION, _UPGRADES,
+                       lambda v: self.set_meta("schema_version", v))
 
     def _columns(self, table: str) -> set[str]:
         if self.kind == "sqlite":
@@ -387,6 +401,35 @@ class Store:
         with self.transaction():
             self._exec(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
 
+    def retire_command(self, job_id: int) -> None:
+        """Keep only the SHA-256 and the length of job ``job_id``'s command (see Retention)."""
+        rows = self._rows("SELECT command FROM jobs WHERE id = ? AND command_sha256 IS NULL", (job_id,))
+        if rows:
+            digest, size = command_digest(rows[0][0])
+            self._exec("UPDATE jobs SET command = '', command_sha256 = ?, command_bytes = ? WHERE id = ?",
+                       (digest, size, job_id))
+
+    def kept_command_bytes(self) -> dict[str, int]:
+        """Per user, the bytes of the commands of ended jobs kept whole (see Retention)."""
+        length = "length(CAST(command AS BLOB))" if self.kind == "sqlite" else "octet_length(command)"
+        rows = self._rows(f"SELECT owner, SUM({length}) FROM jobs WHERE {_KEPT} GROUP BY owner")
+        return {owner: int(n) for owner, n in rows}
+
+    def retire_oldest_commands(self, owner: str, at_least: int) -> int:
+        """Retire the commands of ``owner``'s oldest ended jobs kept whole until ``at_least``
+        bytes are freed (or none is left); returns the bytes freed."""
+        freed = 0
+        while freed < at_least:
+            rows = self._rows(f"SELECT id, command FROM jobs WHERE owner = ? AND {_KEPT} ORDER BY id LIMIT 64", (owner,))
+            if not rows:
+                break
+            for job_id, command in rows:
+                self.retire_command(job_id)
+                freed += command_digest(command)[1]
+                if freed >= at_least:
+                    break
+        return freed
+
     def job(self, job_id: int) -> dict | None:
         rows = self._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs WHERE id = ?", (job_id,))
         return dict(zip(JOB_COLUMNS, rows[0])) if rows else None
@@ -467,4 +510,31 @@ def _v2_unix_user(store: Store) -> None:
     store._exec("CREATE UNIQUE INDEX IF NOT EXISTS users_unix_user ON users(unix_user)")
 
 
-_UPGRADES = {2: _v2_unix_user}
+def _v3_command_digest(store: Store) -> None:
+    """Version 3: ``jobs.command_sha256`` and ``jobs.command_bytes``, set when a job's command
+    is retired (NULL: kept whole)."""
+    have = store._columns("jobs")
+    for column, kind in (("command_sha256", "TEXT"), ("command_bytes", "BIGINT")):
+        if column not in have:
+            store._exec(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+    store._exec(f"CREATE INDEX IF NOT EXISTS jobs_kept ON jobs(owner, id) WHERE {_KEPT}")
+
+
+def upgrade_schema(store, what: str, version: int, target: int, upgrades: dict, record) -> None:
+    """Apply ``upgrades[v](store)`` for each version ``v`` after ``version`` up to ``target``,
+    ``record(v)`` after each; RuntimeError naming ``what`` if ``version`` is newer than ``target``."""
+    if version > target:
+        raise RuntimeError(f"{what} has schema version {version}, newer than this marketsched understands "
+                           f"({target}): upgrade marketsched")
+    for v in range(version + 1, target + 1):
+        upgrades[v](store)
+        record(v)
+
+
+def command_digest(command: str) -> tuple[str, int]:
+    """A retired command's SHA-256 (hex, of its UTF-8 bytes) and length in bytes."""
+    raw = command.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest(), len(raw)
+
+
+_UPGRADES = {2: _v2_unix_user, 3: _v3_command_digest}

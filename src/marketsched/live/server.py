@@ -14,9 +14,19 @@ of descriptors cannot start a job):
 * **A connection cap that does not lock clients out.** At most ``max_connections`` (further
   capped by the process's open-file limit, keeping descriptors for the database and the jobs).
   When full, a new connection takes the place of the connection idle the longest (no request
-  in progress: an idle or slow client), as nginx reuses idle keep-alive connections; only when
-  every connection is serving a request is the newcomer closed. So a flood of idle sockets
-  cannot keep a health check or a user out.
+  in progress: an idle or slow client), as nginx reuses idle keep-alive connections; failing
+  that, of the connection waiting the longest for a request's body (which holds no request
+  slot); only when every connection is serving a request is the newcomer closed. So a flood of
+  idle sockets or slow bodies cannot keep a health check or a user out.
+* **Per-party limits.** Once a request names its caller (the API authenticates it from the
+  headers, before reading the body), the connection counts as that party's: a party holds at
+  most ``max_party_connections`` (one more takes the place of the party's own idle one, else
+  429) and has at most ``max_party_requests`` requests in progress, waiting for their bodies
+  included (:class:`marketsched.live.api.Gate`; 429 beyond). A body is read before its request
+  takes one of the ``max_in_flight`` request slots, so slow bodies never hold them.
+* **Identity.** The server writes ``server.id`` (and ``server-cert.pem`` with TLS) to its data
+  folder, for a client to check who listens before sending a token
+  (:mod:`marketsched.live.identity`).
 * **No desync.** h11 frames every body by its ``Content-Length`` or chunked encoding and
   refuses anything else (a negative or malformed length, two different lengths) with 400 and a
   closed connection; a response sent before its request's body was read in full (an error, a
@@ -57,6 +67,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from marketsched.live.files import short_socket_path
+from marketsched.live.identity import remove_identity, write_identity
 
 log = logging.getLogger("marketsched.live.server")
 
@@ -77,11 +88,13 @@ class Limits:
     body_timeout: float = 30.0
     keep_alive: int = 5  # whole seconds (uvicorn's setting)
     send_timeout: float = 30.0
-    max_in_flight: int = 64  # requests handled at once; the others wait, their bodies unread
+    max_in_flight: int = 64  # requests handled at once, their bodies read; the others wait
+    max_party_requests: int = 16  # requests one party has in progress at once (reading a body included)
+    max_party_connections: int = 64  # connections one party holds once its requests name it
     backlog: int = 1024
 
     def check(self) -> None:
-        for name in ("max_connections", "max_in_flight", "backlog"):
+        for name in ("max_connections", "max_in_flight", "max_party_requests", "max_party_connections", "backlog"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1_000_000:
                 raise ValueError(f"{name} must be a whole number from 1 to 1000000, got {v!r}")
@@ -131,12 +144,25 @@ def check_plain_http(host: str, tls: bool, insecure_http: bool) -> None:
 
 
 class ConnInfo:
-    """What the server knows of a connection, for the API (``scope["state"][CONN_STATE]``)."""
+    """What the server knows of a connection, for the API (``scope["state"][CONN_STATE]``):
+    when it last received bytes, the party its requests name (once one is authenticated), and
+    whether a request of it is waiting for its body (before taking a request slot)."""
 
-    __slots__ = ("received_at",)
+    __slots__ = ("received_at", "party", "waiting_body", "_claim")
 
-    def __init__(self):
+    def __init__(self, claim=None):
         self.received_at = 0.0  # loop time of the last bytes received
+        self.party: object = None
+        self.waiting_body = False
+        self._claim = claim
+
+    def claim(self, party) -> bool:
+        """This connection is ``party``'s (its request is authenticated as it); False when the
+        party already holds as many connections as it may, none of them idle."""
+        if self.party == party or self._claim is None:
+            self.party = party
+            return True
+        return self._claim(party)
 
 
 class _Conn(h11.Connection):
@@ -201,11 +227,19 @@ class _LingeringTransport:
 
 
 class Registry:
-    """The server's open connections, least recently active first."""
+    """The server's open connections, least recently active first, and each party's.
 
-    def __init__(self, max_connections: int):
+    When full, a newcomer takes the place of the connection idle the longest; failing that,
+    of the one waiting the longest for a request's body (it holds no request slot: the body is
+    read before one is taken; its request ends unanswered). A party (the caller a request
+    authenticates as) holds at most ``per_party`` connections: one more takes the place of
+    that party's idle one, else is refused (429, by the API)."""
+
+    def __init__(self, max_connections: int, per_party: int = 64):
         self.max = max_connections
+        self.per_party = per_party
         self.conns: OrderedDict[MarketProtocol, None] = OrderedDict()
+        self.parties: dict[object, dict[MarketProtocol, None]] = {}
         self.evicted = 0
         self.refused = 0
 
@@ -213,13 +247,39 @@ class Registry:
         if len(self.conns) >= self.max:
             victim = next((c for c in self.conns if c.idle()), None)
             if victim is None:
+                victim = next((c for c in self.conns if c.info.waiting_body), None)
+            if victim is None:
                 self.refused += 1
                 return False
-            del self.conns[victim]
-            victim.close_now()
-            self.evicted += 1
+            self._evict(victim)
         self.conns[proto] = None
         return True
+
+    def _evict(self, victim: MarketProtocol) -> None:
+        self.discard(victim)
+        victim.close_now()
+        self.evicted += 1
+
+    def claim(self, proto: MarketProtocol, party) -> bool:
+        """Count ``proto`` as ``party``'s, making way by closing that party's oldest idle
+        connection if it holds ``per_party`` already; False if none of them is idle."""
+        mine = self.parties.get(party, {})
+        if proto not in mine and len(mine) >= self.per_party:
+            victim = next((c for c in mine if c.idle()), None)
+            if victim is None:
+                return False
+            self._evict(victim)
+        self._release(proto)
+        proto.info.party = party
+        self.parties.setdefault(party, {})[proto] = None  # after the eviction, which may drop the party's entry
+        return True
+
+    def _release(self, proto: MarketProtocol) -> None:
+        mine = self.parties.get(proto.info.party)
+        if mine is not None:
+            mine.pop(proto, None)
+            if not mine:
+                del self.parties[proto.info.party]
 
     def touch(self, proto) -> None:
         if proto in self.conns:
@@ -227,6 +287,7 @@ class Registry:
 
     def discard(self, proto) -> None:
         self.conns.pop(proto, None)
+        self._release(proto)
 
 
 class MarketProtocol(H11Protocol):
@@ -240,7 +301,7 @@ class MarketProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.conn = _Conn(h11.SERVER, self.config.h11_max_incomplete_event_size
                           or h11._connection.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE)
-        self.info = ConnInfo()
+        self.info = ConnInfo(lambda party: self.registry.claim(self, party))
         self._phase: str | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._send_deadline: asyncio.TimerHandle | None = None
@@ -385,11 +446,13 @@ class _Uvicorn(uvicorn.Server):
 class MarketServer:
     """The broker's API on ``host:port`` (TLS with ``tls_cert`` and ``tls_key``) and, with
     ``socket_path``, on a Unix socket (mode 0666; callers identified by peer credentials).
+    Its identity (``server.id``, and ``server-cert.pem`` with TLS) goes to ``identity_dir``
+    (default: the broker's data folder) for clients to check (:mod:`marketsched.live.identity`).
     Sockets are bound at construction (``url`` is known at once; OSError if taken), served by
     :meth:`serve_in_thread` until :meth:`shutdown`."""
 
     def __init__(self, broker, host: str = "127.0.0.1", port: int = 8765, *, socket_path=None, tls_cert=None,
-                 tls_key=None, insecure_http: bool = False, limits: Limits | None = None):
+                 tls_key=None, insecure_http: bool = False, limits: Limits | None = None, identity_dir=None):
         self.broker = broker
         self.limits = limits or Limits()
         self.limits.check()
@@ -403,8 +466,9 @@ class MarketServer:
             ctx.minimum_version = ssl.TLSVersion.TLSv1_2
             ctx.load_cert_chain(str(tls_cert), str(tls_key))
         slots = getattr(getattr(broker, "config", None), "slots", 1)
-        self.registry = Registry(min(self.limits.max_connections, fd_budget(slots)))
+        self.registry = Registry(min(self.limits.max_connections, fd_budget(slots)), self.limits.max_party_connections)
         self._sockets: list[socket.socket] = []
+        self._identity: dict | None = None
         self._unix_bound = False
         self.socket_path = Path(socket_path) if socket_path is not None else None
         try:
@@ -416,6 +480,15 @@ class MarketServer:
             self.server_close()
             raise
         self.host, self.port = host, tcp.getsockname()[1]
+        # who listens here, for clients to check before they send a token (marketsched.live.identity)
+        folder = identity_dir if identity_dir is not None else getattr(broker, "data", None)
+        self.identity_dir = Path(folder) if folder is not None else None
+        if self.identity_dir is not None:
+            try:
+                self._identity = write_identity(self.identity_dir, tcp, tls_cert)
+            except BaseException:
+                self.server_close()
+                raise
         protocol: type[MarketProtocol] = type("MarketProtocol", (MarketProtocol,),
                                               {"limits": self.limits, "registry": self.registry})
         self.app = self.build_app()
@@ -432,7 +505,8 @@ class MarketServer:
         keeps a ``ThreadPoolExecutor`` in ``app.state.pool``)."""
         from marketsched.live.api import make_app
 
-        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight)
+        return make_app(self.broker, self.stats, max_in_flight=self.limits.max_in_flight,
+                        per_party=self.limits.max_party_requests)
 
     # ------------------------------------------------------------------ sockets
     def _bind_tcp(self, host: str, port: int) -> socket.socket:
@@ -498,6 +572,9 @@ class MarketServer:
         self.server_close()
 
     def server_close(self) -> None:
+        if self._identity is not None and self.identity_dir is not None:
+            remove_identity(self.identity_dir, self._identity)
+            self._identity = None
         for s in self._sockets:
             s.close()
         self._sockets = []
