@@ -248,22 +248,25 @@ def server_check_options(f):
 
 
 def _client(url, token, token_file, socket_path=None, data_dir=None, server_cert=None) -> Client:
-    """The socket if given (``--socket``) or found in ``--data``; else HTTP with a token, sent
-    only to a server shown to be the market's (:class:`Client`, ``check_server``)."""
+    """The socket if given (``--socket``); else, with a token, HTTP as that token's party, the
+    token sent only to a server shown to be the market's (:class:`Client`, ``check_server``:
+    ``--data``'s ``server.id`` or a pinned certificate); else the socket found in ``--data``
+    (the caller is its Unix account). A token given is who the caller means to be: several
+    parties of one Unix account (``--single-user``) each act with their own."""
     if socket_path is not None:
         return Client(socket_path=socket_path)
-    if data_dir is not None:
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise click.ClickException(f"cannot read the token file {token_file}: {exc.strerror}") from None
+    if not token and data_dir is not None:
         found = data_dir / SOCKET_NAME
         try:
             if stat.S_ISSOCK(os.stat(found).st_mode):
                 return Client(socket_path=found)
         except OSError:
             pass
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise click.ClickException(f"cannot read the token file {token_file}: {exc.strerror}") from None
     if not token:
         where = f" (no socket at {data_dir / SOCKET_NAME})" if data_dir is not None else ""
         raise click.ClickException(f"no token: give --token, --token-file or set MARKETSCHED_TOKEN, or use the "
