@@ -176,6 +176,7 @@ def run_cmd(data, containment, poll, duration):
     from .providers import provider_backends
 
     ex = _open(data, provider_backends(data, containment))
+    ex.background = True  # clearings computed in a worker thread: windows are enforced meanwhile
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     ex.recover()
