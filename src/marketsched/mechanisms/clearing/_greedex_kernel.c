@@ -7,8 +7,9 @@
  * a job's demand, which is exact on integer-valued float64 capacities):
  *
  *   1. the full run's capacity state is advanced rank by rank by replaying the allocation's own
- *      placements; a scanned job's run starts from a copy of it at the job's fork rank (its own
- *      rank for a winner, the top for a loser);
+ *      placements; a scanned job's run starts from it at the job's fork rank (its own rank for a
+ *      winner, the top for a loser), works on it in place and undoes its changes at the end (so
+ *      a run costs what it does, not a copy of slots x nodes);
  *   2. the run places every other job of the ranking from there, by Algorithm 1 (first node in
  *      ranking order with room in each slot among the nodes the job can afford; all slots or none);
  *   3. at each boundary between two distinct values u > lo, q = max over the job's slots of the
@@ -50,13 +51,6 @@ static void state_free(State *s) {
     free(s->mem);
     free(s->bcpu);
     free(s->bmem);
-}
-
-static void state_copy(State *dst, const State *src) {
-    memcpy(dst->cpu, src->cpu, sizeof(double) * (size_t)(src->T * src->N));
-    memcpy(dst->mem, src->mem, sizeof(double) * (size_t)(src->T * src->N));
-    memcpy(dst->bcpu, src->bcpu, sizeof(double) * (size_t)(src->T * src->NB));
-    memcpy(dst->bmem, src->bmem, sizeof(double) * (size_t)(src->T * src->NB));
 }
 
 static void block_update(State *s, Py_ssize_t t, Py_ssize_t b) {
@@ -122,19 +116,64 @@ static int evaluate(const Input *in, const State *s, Py_ssize_t a, double u, dou
     return q >= in->best[a];
 }
 
-static void place(const Input *in, State *s, Py_ssize_t k) {
-    Py_ssize_t r = in->release[k], e = in->end[k], K = in->K[k];
-    double c = in->cpu[k], m = in->mem[k];
-    if (K == 0) return;
-    for (Py_ssize_t t = r; t <= e; t++) {
-        Py_ssize_t n = first_fit(s, t, c, m, K);
-        if (n < 0) return;
-        in->first[t - r] = n;
+/* The changes a run made to the full state, undone when it ends (a copy of the whole state per
+ * run would cost slots x nodes, and a book's horizon may be hundreds of slots). */
+typedef struct {
+    Py_ssize_t size, cap;
+    int64_t *t, *n;
+    double *c, *m;
+} Undo;
+
+static int undo_push(Undo *u, Py_ssize_t t, Py_ssize_t n, double c, double m) {
+    if (u->size == u->cap) {
+        Py_ssize_t cap = u->cap ? 2 * u->cap : 1024;
+        int64_t *nt = realloc(u->t, sizeof(int64_t) * (size_t)cap);
+        if (nt) u->t = nt;
+        int64_t *nn = realloc(u->n, sizeof(int64_t) * (size_t)cap);
+        if (nn) u->n = nn;
+        double *nc = realloc(u->c, sizeof(double) * (size_t)cap);
+        if (nc) u->c = nc;
+        double *nm = realloc(u->m, sizeof(double) * (size_t)cap);
+        if (nm) u->m = nm;
+        if (!nt || !nn || !nc || !nm) return -1;
+        u->cap = cap;
     }
-    for (Py_ssize_t t = r; t <= e; t++) commit(s, t, in->first[t - r], c, m);
+    u->t[u->size] = t;
+    u->n[u->size] = n;
+    u->c[u->size] = c;
+    u->m[u->size] = m;
+    u->size++;
+    return 0;
 }
 
-static void scan(const Input *in, State *full, State *run) {
+/* Add back what the run took, latest first (exact: integer-valued float64). */
+static void undo_all(Undo *u, State *s) {
+    while (u->size > 0) {
+        u->size--;
+        Py_ssize_t t = u->t[u->size], n = u->n[u->size];
+        s->cpu[t * s->N + n] += u->c[u->size];
+        s->mem[t * s->N + n] += u->m[u->size];
+        block_update(s, t, n / BLOCK);
+    }
+}
+
+static int place(const Input *in, State *s, Py_ssize_t k, Undo *u) {
+    Py_ssize_t r = in->release[k], e = in->end[k], K = in->K[k];
+    double c = in->cpu[k], m = in->mem[k];
+    if (K == 0) return 0;
+    for (Py_ssize_t t = r; t <= e; t++) {
+        Py_ssize_t n = first_fit(s, t, c, m, K);
+        if (n < 0) return 0;
+        in->first[t - r] = n;
+    }
+    for (Py_ssize_t t = r; t <= e; t++) {
+        commit(s, t, in->first[t - r], c, m);
+        if (undo_push(u, t, in->first[t - r], c, m)) return -1;
+    }
+    return 0;
+}
+
+static int scan(const Input *in, State *full, Undo *u) {
     Py_ssize_t R = in->R, T = full->T;
     Py_ssize_t advanced = 0; /* the full state holds the placements of ranks < advanced */
     for (Py_ssize_t a = 0; a < in->A; a++) {
@@ -148,17 +187,20 @@ static void scan(const Input *in, State *full, State *run) {
             }
         }
         if (full->N == 0) continue;
-        state_copy(run, full);
-        if (f == 0 && evaluate(in, run, a, INFINITY, R ? in->value[in->ranking[0]] : 0.0)) continue;
-        for (Py_ssize_t s = f; s < R; s++) {
-            Py_ssize_t k = in->ranking[s];
-            if (k != j) place(in, run, k);
-            double v = in->value[k];
-            if (s + 1 == R || in->value[in->ranking[s + 1]] < v) {
-                if (evaluate(in, run, a, v, s + 1 < R ? in->value[in->ranking[s + 1]] : 0.0)) break;
+        /* the run works on the full state itself and undoes its changes at the end */
+        if (!(f == 0 && evaluate(in, full, a, INFINITY, R ? in->value[in->ranking[0]] : 0.0))) {
+            for (Py_ssize_t s = f; s < R; s++) {
+                Py_ssize_t k = in->ranking[s];
+                if (k != j && place(in, full, k, u)) return -1;
+                double v = in->value[k];
+                if (s + 1 == R || in->value[in->ranking[s + 1]] < v) {
+                    if (evaluate(in, full, a, v, s + 1 < R ? in->value[in->ranking[s + 1]] : 0.0)) break;
+                }
             }
         }
+        undo_all(u, full);
     }
+    return 0;
 }
 
 static PyObject *critical_values(PyObject *self, PyObject *args) {
@@ -190,9 +232,11 @@ static PyObject *critical_values(PyObject *self, PyObject *args) {
     in.R = b[9].len / (Py_ssize_t)sizeof(int64_t);
     in.A = b[11].len / (Py_ssize_t)sizeof(int64_t);
     PyObject *result = NULL;
-    State full, run;
+    State full;
+    Undo undo;
+    int failed = 0;
     memset(&full, 0, sizeof(full));
-    memset(&run, 0, sizeof(run));
+    memset(&undo, 0, sizeof(undo));
     in.first = malloc(sizeof(int64_t) * (size_t)(T + 1));
     if (b[0].len != N * (Py_ssize_t)sizeof(double) || b[1].len != T * N * (Py_ssize_t)sizeof(double) ||
         b[2].len != b[1].len || b[10].len != in.n_jobs * T * (Py_ssize_t)sizeof(int64_t) ||
@@ -200,7 +244,7 @@ static PyObject *critical_values(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "critical_values: array sizes do not match T and N");
         goto done;
     }
-    if (!in.first || state_alloc(&full, T, N) || state_alloc(&run, T, N)) {
+    if (!in.first || state_alloc(&full, T, N)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -209,14 +253,21 @@ static PyObject *critical_values(PyObject *self, PyObject *args) {
     for (Py_ssize_t t = 0; t < T; t++)
         for (Py_ssize_t bl = 0; bl < full.NB; bl++) block_update(&full, t, bl);
     Py_BEGIN_ALLOW_THREADS
-    scan(&in, &full, &run);
+    failed = scan(&in, &full, &undo);
     Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
     result = Py_None;
     Py_INCREF(result);
 done:
     free(in.first);
+    free(undo.t);
+    free(undo.n);
+    free(undo.c);
+    free(undo.m);
     state_free(&full);
-    state_free(&run);
     for (int x = 0; x < 15; x++)
         if (b[x].obj) PyBuffer_Release(&b[x]);
     return result;
