@@ -25,7 +25,7 @@ class Gate:
         self.computed = 0
         monkeypatch.setattr(clearing, "_wait_for_gate", self._wait)
 
-    def _wait(self):
+    def _wait(self, snap):
         self.waiting.set()
         assert self.open.wait(60), "the test never released the clearing"
         self.computed += 1
@@ -162,7 +162,7 @@ def test_a_mechanism_error_in_the_worker_reaches_the_loop(tmp_path, monkeypatch)
     clock.advance(ex.settings["period_seconds"])
     _requests(ex)
 
-    def broken():
+    def broken(snap):
         raise RuntimeError("the mechanism failed")
 
     monkeypatch.setattr(clearing, "_wait_for_gate", broken)
@@ -170,7 +170,7 @@ def test_a_mechanism_error_in_the_worker_reaches_the_loop(tmp_path, monkeypatch)
     ex._clearing._thread.join()
     with pytest.raises(RuntimeError, match="the mechanism failed"):
         ex.tick()
-    monkeypatch.setattr(clearing, "_wait_for_gate", lambda: None)
+    monkeypatch.setattr(clearing, "_wait_for_gate", lambda snap: None)
     ex.tick()  # the next tick starts the clearing again
     ex._clearing._thread.join()
     ex.tick()

@@ -23,7 +23,8 @@ computation (at most about a second at 2,500 orders per side with the compiled c
 previous computations.
 
 ``MARKETSCHED_TEST_CLEARING_GATE`` is a test hook: when it names a file, :func:`compute` first
-creates ``<file>.waiting`` and then waits until the file exists, so that a test can check what
+writes the period and the last order id of its snapshot to ``<file>.waiting``, waits until the
+file exists, and removes ``<file>.waiting``, so that a test can check what
 happens while a clearing is being computed, in event order rather than on wall-clock margins.
 """
 
@@ -111,7 +112,7 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None) -> Out
     """Step 2: the library's mechanism on the snapshot's book; no database. ``mechanism``: the
     one to use (a replay's recorded one; default: the exchange's, with the fallback of the exact
     clearing, :mod:`.book`)."""
-    _wait_for_gate()
+    _wait_for_gate(snap)
     cb = snap.book
     t0 = time.perf_counter()
     legs: list[dict] = []
@@ -208,11 +209,12 @@ class Worker:
         return self._out
 
 
-def _wait_for_gate() -> None:
+def _wait_for_gate(snap: Snapshot) -> None:
     gate = os.environ.get(GATE_ENV)
     if not gate:
         return
-    path = Path(gate)
-    Path(f"{gate}.waiting").touch()
+    path, waiting = Path(gate), Path(f"{gate}.waiting")
+    waiting.write_text(f"{snap.period} {snap.upto}\n")
     while not path.exists():
         time.sleep(0.01)
+    waiting.unlink()
