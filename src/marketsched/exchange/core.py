@@ -51,6 +51,7 @@ from collections.abc import Callable
 
 from marketsched.live.executor import RunAs
 
+from . import capacity
 from .book import ClearingBook
 from .clearing import STALE_RETRIES, Worker, clear_now, commit, snapshot
 from .orders import (
@@ -144,10 +145,14 @@ class Exchange:
             if kind != "slurm":
                 raise ValueError("provider field 'partition' is for slurm providers only")
             check_name("provider", "partition", partition)
+        parts = capacity.slurm_partitions() if by_party and kind == "slurm" else {}
+        if parts:
+            capacity.canonical_partition(partition, parts)  # one Slurm knows
         with self.store.transaction():
             if by_party and kind == "slurm":
                 busy = {c["provider"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
-                check_party_partition(provider, partition, self.store.providers(), busy)
+                check_party_partition(provider, partition, self.store.providers(), busy,
+                                      canonical=lambda name: _canonical_name(name, parts))
             self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
@@ -157,11 +162,20 @@ class Exchange:
         local provider's node names the CPUs of this machine backing it, none of them backing
         another provider's node, and a Slurm provider's names none (Slurm places its jobs)."""
         node = check_node(provider, name, cpu, mem, cpus)
+        joined = self.store.provider(provider)
+        parts = capacity.slurm_partitions() if by_party and joined and joined["kind"] == "slurm" else {}
         with self.store.transaction():
             p = self.store.provider(provider)
             if by_party and p is not None:
                 busy = {c["node_id"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
-                check_party_cpus(p, node.get("cpus"), self.store.nodes().values(), busy)
+                nodes = self.store.nodes().values()
+                check_party_cpus(p, node.get("cpus"), nodes, busy)
+                if p["kind"] == "local":
+                    capacity.check_local_units(node["cpu"], node["cpus"])
+                else:
+                    sold = sum(n["cpu"] for n in nodes if n["provider"] == provider and n["left_t"] is None)
+                    part = capacity.canonical_partition(p["partition"], parts)
+                    capacity.check_slurm_units(provider, node["cpu"], part, sold)
                 ever = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ?", (provider,))[0][0]
                 if ever >= 4 * MAX_NODES_PER_PROVIDER:  # joining and leaving must not grow the table without end
                     raise ValueError(f"node field 'name': provider {provider!r} has registered {ever} nodes (those "
@@ -404,6 +418,15 @@ def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
     to use (a replay's recorded one; default: the exchange's, with the fallback of the exact
     clearing, :mod:`.book`)."""
     return clear_now(store, settings, t, base_slot, last_order, mechanism)
+
+
+def _canonical_name(partition: str | None, parts: dict) -> str | None:
+    """The name Slurm gives the partition ``partition`` (None: the default), or the name as
+    given when Slurm does not know it (a partition the operator registered)."""
+    try:
+        return capacity.canonical_partition(partition, parts).name
+    except ValueError:
+        return partition
 
 
 def recorded_book(store: ExchangeStore, period: int) -> ClearingBook:
