@@ -115,9 +115,17 @@ SCONTROL_PARTITIONS = (
     "PartitionName=debug AllowGroups=ALL Default=NO Nodes=d[1-8] State=UP TotalCPUs=64 TotalNodes=8\n")
 
 
-def fake_slurm_partitions(monkeypatch, text: str = SCONTROL_PARTITIONS) -> None:
+def fake_slurm_partitions(monkeypatch, text: str = SCONTROL_PARTITIONS, up: dict | None = None) -> None:
     """Slurm's partition table as the exchange sees it (``scontrol -o show partition``): main
-    (the default, 8 CPUs), gpu (4) and debug (64)."""
+    (the default, 8 CPUs), gpu (4) and debug (64); ``up``: CPUs up per partition name (None:
+    the default one; default: all of them)."""
     from marketsched.exchange import capacity
 
-    monkeypatch.setattr(capacity, "slurm_partitions", lambda: capacity.parse_partitions(text))
+    table = capacity.parse_partitions(text)
+    monkeypatch.setattr(capacity, "slurm_partitions", lambda: table)
+
+    def cpus_up(name):
+        part = capacity.canonical_partition(name, table)
+        return (up or {}).get(name, (up or {}).get(part.name, part.cpus))
+
+    monkeypatch.setattr(capacity, "partition_cpus_up", cpus_up)

@@ -76,3 +76,36 @@ def test_slurm_that_does_not_answer_is_a_clear_refusal(tmp_path, monkeypatch):
     ex, _, _ = make_exchange(tmp_path / "x.db")
     with pytest.raises(ValueError, match="Slurm does not answer"):
         ex.join("s1", kind="slurm", by_party=True)
+
+
+def test_a_node_going_down_lowers_what_the_next_clearing_sells_and_the_replay_agrees(tmp_path, monkeypatch):
+    from marketsched.exchange.replay import contract_terms, replay_session
+
+    up = {"gpu": 4}
+    fake_slurm_partitions(monkeypatch, up=up)
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing")
+    ex.join("s1", kind="slurm", partition="gpu", by_party=True)
+    ex.add_node("s1", "a", 4 * CPU_UNIT, 100, by_party=True)
+    s = ex.slot()
+    ex.submit_offer("s1", "a", 1.0, s + 1, s + 50)
+
+    def demand(n):  # n requests of one CPU for the same slot, more than the partition has
+        first = ex.slot() + 2
+        return [ex.submit_request(f"u{i}", 5.0, CPU_UNIT, 1, first, first, "true") for i in range(n)]
+
+    demand(6)
+    ex.clear()
+    assert len(ex.store.contracts()) == 4  # all 4 CPUs up: 4 sold in that slot
+    up["gpu"] = 1  # three of the partition's CPUs go down
+    clock.advance(ex.settings["period_seconds"])
+    demand(6)
+    ex.clear()
+    period = ex.store.periods()[-1]
+    assert len([c for c in ex.store.contracts() if c["period"] == period["id"]]) == 1  # only what is up
+    up["gpu"] = 0  # Slurm does not answer (or every CPU is down): nothing is sold
+    clock.advance(ex.settings["period_seconds"])
+    demand(2)
+    ex.clear()
+    assert not [c for c in ex.store.contracts() if c["period"] == ex.store.periods()[-1]["id"]]
+    up["gpu"] = 4  # the replay uses the capacity recorded with each period, not today's
+    assert replay_session(ex.store) == contract_terms(ex.store)

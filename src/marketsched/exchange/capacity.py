@@ -11,10 +11,16 @@
 
 These rules bind the parties joining through the HTTP API; the operator's own commands
 (``marketsched exchange join``/``node``) are trusted, as for sharing a partition on purpose.
+
+* **At every clearing** a Slurm provider's offered nodes sell at most its partition's CPUs
+  that are up (:func:`capacity_now`): a node that goes down lowers what the next clearing
+  sells. Contracts already made stand; a job the provider then cannot run is the provider's
+  failure (it pays the penalty).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 CPU_UNIT = 1  # CPU units per CPU
@@ -85,3 +91,50 @@ def check_slurm_units(provider: str, cpu: int, partition: Partition, sold: int) 
     if sold + cpu > most:
         raise ValueError(f"node field 'cpu': provider {provider!r} would sell {sold + cpu} CPU units in Slurm partition "
                          f"{partition.name!r}, which has {partition.cpus} CPU(s) ({most} units)")
+
+
+def partition_cpus_up(partition: str | None) -> int:
+    """CPUs of a Slurm partition (None: the default one) on nodes that are up now: allocated plus
+    idle (``sinfo -o %C``; "other" CPUs are down, drained or failing). 0 when Slurm does not answer:
+    what cannot be seen is not sold."""
+    from marketsched.live.slurm import SlurmError, run
+
+    args = ["sinfo", "-h", "-o", "%C"] + ([] if partition is None else ["-p", partition])
+    try:
+        lines = run(args, timeout=10).split()
+    except (SlurmError, OSError):
+        return 0
+    if partition is None:  # sinfo lists every partition: the default one is marked in %P
+        try:
+            named = run(["sinfo", "-h", "-o", "%P %C"], timeout=10).splitlines()
+        except (SlurmError, OSError):
+            return 0
+        lines = [line.split()[1] for line in named if line.split() and line.split()[0].endswith("*")]
+    try:
+        allocated, idle, _other, _total = (int(x) for x in lines[0].split("/"))
+    except (IndexError, ValueError):
+        return 0
+    return allocated + idle
+
+
+def capacity_now(providers: list[dict], nodes: dict[int, dict], offered: set[int],
+                 cpus_up: Callable[[str | None], int] | None = None) -> dict[int, int]:
+    """The CPU units each offered node of a Slurm provider can sell now (node id -> units),
+    rechecked at every clearing: a provider's nodes, in id order, share its partition's CPUs that
+    are up (``cpus_up``, default :func:`partition_cpus_up`), so a node going down lowers what is
+    sold and nothing is sold beyond what is up. Local nodes are absent (their CPUs are checked
+    when they register)."""
+    cpus_up = cpus_up or partition_cpus_up
+    slurm = {p["name"]: p for p in providers if p["kind"] == "slurm"}
+    left: dict[str, int] = {}
+    out: dict[int, int] = {}
+    for node_id in sorted(offered):
+        node = nodes[node_id]
+        p = slurm.get(node["provider"])
+        if p is None:
+            continue
+        if p["name"] not in left:
+            left[p["name"]] = cpus_up(p["partition"]) * CPU_UNIT
+        out[node_id] = min(node["cpu"], left[p["name"]])
+        left[p["name"]] -= out[node_id]
+    return out

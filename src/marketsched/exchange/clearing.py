@@ -2,8 +2,9 @@
 
 1. :func:`snapshot`: one *read* transaction (SQLite's write-ahead log lets other parties commit
    meanwhile) takes the period number, the last order id ``upto``, the open orders up to it, the
-   nodes and the capacity already sold, and builds the book (:func:`.book.build_book`).
-2. :func:`compute`: the library's mechanism on that book, outside any transaction (the
+   providers, the nodes and the capacity already sold.
+2. :func:`compute`: the capacity the offered nodes can sell now (:mod:`.capacity`), the book
+   (:func:`.book.build_book`) and the library's mechanism on it, outside any transaction (the
    exchange's loop runs it in a worker thread, :class:`Worker`, and keeps enforcing contract
    windows meanwhile).
 3. :func:`commit`: one short write transaction records the period, the contracts, the filled
@@ -38,6 +39,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import capacity
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
 from .store import ExchangeStore
 
@@ -56,8 +58,11 @@ class Snapshot:
     open_ids: tuple[int, ...]  # orders open at the snapshot with id <= upto
     expire: tuple[int, ...]  # those this clearing expires (first or last slot passed)
     owners: dict[int, str]  # order id -> owner, for the book's orders
-    offers: int  # offers in the book
-    book: ClearingBook
+    requests: list[dict]  # the book's rows
+    offers: list[dict]
+    nodes: dict[int, dict]
+    sold: list[dict]  # contracts already made on the offered nodes
+    providers: list[dict]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Outcome:
     legs: list[dict]
     welfare: float
     latency: float  # wall seconds of the mechanism
+    book: ClearingBook
 
 
 @contextmanager
@@ -97,23 +103,28 @@ def snapshot(store: ExchangeStore, t: float, base_slot: int, last_order: int | N
         open_orders = store.orders(state="open", upto=upto)
         nodes = store.nodes()
         sold = store.contracts(ending_from=base_slot)
+        providers = store.providers()
     expire = [o["id"] for o in open_orders
               if (o["side"] == "request" and o["first_slot"] < base_slot) or o["last_slot"] < base_slot]
     gone = set(expire)
     requests = [o for o in open_orders if o["side"] == "request" and o["id"] not in gone]
     offers = [o for o in open_orders if o["side"] == "offer" and o["id"] not in gone]
     touched = {o["node_id"] for o in offers}
-    cb = build_book(requests, offers, nodes, [c for c in sold if c["node_id"] in touched], base_slot)
     return Snapshot(period, t, base_slot, upto, tuple(o["id"] for o in open_orders), tuple(expire),
-                    {o["id"]: o["owner"] for o in requests + offers}, len(offers), cb)
+                    {o["id"]: o["owner"] for o in requests + offers}, requests, offers, nodes,
+                    [c for c in sold if c["node_id"] in touched], providers)
 
 
-def compute(snap: Snapshot, settings: dict, mechanism: str | None = None) -> Outcome:
-    """Step 2: the library's mechanism on the snapshot's book; no database. ``mechanism``: the
-    one to use (a replay's recorded one; default: the exchange's, with the fallback of the exact
-    clearing, :mod:`.book`)."""
+def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: dict[int, int] | None = None
+            ) -> Outcome:
+    """Step 2: the capacity each offered node can sell now (``caps``: a replay's recorded one;
+    default: checked now, :func:`.capacity.capacity_now`), the book, and the library's mechanism
+    on it; no database. ``mechanism``: the one to use (a replay's recorded one; default: the
+    exchange's, with the fallback of the exact clearing, :mod:`.book`)."""
     _wait_for_gate(snap)
-    cb = snap.book
+    if caps is None:
+        caps = capacity.capacity_now(snap.providers, snap.nodes, {o["node_id"] for o in snap.offers})
+    cb = build_book(snap.requests, snap.offers, snap.nodes, snap.sold, snap.base_slot, caps)
     t0 = time.perf_counter()
     legs: list[dict] = []
     welfare = 0.0
@@ -131,7 +142,7 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None) -> Out
             raise RuntimeError(f"the replay of period {snap.period} proved no optimum in time: it cannot be compared")
         alloc, pay = out
         legs, welfare = contracts_of(cb, alloc, pay), alloc.welfare()
-    return Outcome(mechanism, legs, welfare, time.perf_counter() - t0)
+    return Outcome(mechanism, legs, welfare, time.perf_counter() - t0, cb)
 
 
 def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -> int | None:
@@ -146,10 +157,10 @@ def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -
             return None
         for oid in snap.expire:
             store.close_order(oid, "expired", snap.t)
-        cb = snap.book
+        cb = out.book
         store.insert_period({"id": snap.period, "t": snap.t, "base_slot": snap.base_slot, "last_order": snap.upto,
                              "mechanism": out.mechanism, "k": settings["k"], "seed": settings["seed"],
-                             "book": cb.to_json(), "requests": cb.book.n_jobs, "offers": snap.offers,
+                             "book": cb.to_json(), "requests": cb.book.n_jobs, "offers": len(snap.offers),
                              "welfare": out.welfare, "latency": out.latency})
         filled = set()
         slot_s = settings["slot_seconds"]
@@ -166,14 +177,15 @@ def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -
 
 
 def clear_now(store: ExchangeStore, settings: dict, t: float, base_slot: int, last_order: int | None = None,
-              mechanism: str | None = None, stale_retries: int = STALE_RETRIES) -> int:
+              mechanism: str | None = None, stale_retries: int = STALE_RETRIES, caps: dict[int, int] | None = None
+              ) -> int:
     """Snapshot, compute and commit; a stale result is recomputed, and after ``stale_retries``
     stale results the last attempt runs inside the write transaction (it cannot be stale)."""
     for attempt in range(stale_retries + 1):
         locked = attempt == stale_retries
         with store.transaction() if locked else nullcontext():
             snap = snapshot(store, t, base_slot, last_order)
-            period = commit(store, snap, compute(snap, settings, mechanism), settings)
+            period = commit(store, snap, compute(snap, settings, mechanism, caps), settings)
         if period is not None:
             return period
     raise AssertionError("a clearing inside the write transaction cannot be stale")

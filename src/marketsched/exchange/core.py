@@ -410,14 +410,16 @@ class Exchange:
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
-                 last_order: int | None = None, mechanism: str | None = None) -> int:
+                 last_order: int | None = None, mechanism: str | None = None,
+                 caps: dict[int, int] | None = None) -> int:
     """One clearing at time ``t`` of the orders up to id ``last_order`` (default: all
     committed) from slot ``base_slot`` on; returns the period number. The book is read from a
     snapshot, the mechanism runs outside any transaction, and the result is committed in one
     short transaction (:mod:`.clearing`: a stale result is recomputed). ``mechanism``: the one
     to use (a replay's recorded one; default: the exchange's, with the fallback of the exact
-    clearing, :mod:`.book`)."""
-    return clear_now(store, settings, t, base_slot, last_order, mechanism)
+    clearing, :mod:`.book`); ``caps``: the capacity the nodes could sell (a replay's recorded
+    one; default: checked now, :mod:`.capacity`)."""
+    return clear_now(store, settings, t, base_slot, last_order, mechanism, caps=caps)
 
 
 def _canonical_name(partition: str | None, parts: dict) -> str | None:
