@@ -175,3 +175,22 @@ def test_a_mechanism_error_in_the_worker_reaches_the_loop(tmp_path, monkeypatch)
     ex._clearing._thread.join()
     ex.tick()
     assert not ex.clearing()
+
+
+def test_a_database_error_is_a_message_not_a_traceback(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+    from marketsched.exchange import cli as exchange_cli
+
+    (tmp_path / "ex").mkdir()
+    make_exchange(tmp_path / "ex" / "exchange.db")
+
+    def locked(*args, **kw):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(exchange_cli, "ExchangeStore", locked)
+    data = tmp_path / "ex"
+    result = CliRunner().invoke(main, ["exchange", "status", str(data)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "the exchange's database: database is locked (try again" in result.output
