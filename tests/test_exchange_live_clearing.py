@@ -62,9 +62,9 @@ def test_a_large_clearing_blocks_no_read_write_or_window(tmp_path):
                              "none", "--poll", "0.1"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
     try:
         assert wait_for(lambda: len(store.periods()) > 0, timeout=120)
-        first = client.slot() + 6  # room for two clearings (every 2 slots) on a loaded machine
-        # a job that would run for 300 s in a window of 4 slots: the exchange must stop it
-        victim_req = client.submit_request("v", 5.0, 1, 10, first, first + 3, "sleep 300")
+        first = client.slot() + 10  # room for several clearings (every 2 slots) on a loaded machine
+        # a job that would run for 300 s in a window of 6 slots: the exchange must stop it
+        victim_req = client.submit_request("v", 5.0, 1, 10, first, first + 5, "sleep 300")
         assert wait_for(lambda: any(c["request_id"] == victim_req and c["state"] == "running"
                                     for c in store.contracts()), timeout=120)
         (victim,) = [c["id"] for c in store.contracts() if c["request_id"] == victim_req]
