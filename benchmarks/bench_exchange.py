@@ -4,7 +4,7 @@ Each period: 2,500 new requests and (in the first period) 2,500 node offers draw
 3.6 of Stößer (2009) (``generate_order_book``), submitted through the exchange (validation and
 database included, in one transaction per batch), then one clearing (:meth:`Exchange.clear`:
 reading the open book, building it with the capacity already sold, the library's mechanism,
-writing the contracts, all in one transaction). Offers stay open, so later periods clear
+writing the contracts in one short transaction). Offers stay open, so later periods clear
 against residual capacity. Prints, per mechanism and period: orders in the book, contracts,
 wall and CPU seconds of the whole clearing and of the mechanism alone.
 
@@ -26,6 +26,19 @@ from marketsched.live.clock import FakeClock
 from marketsched.mechanisms.clearing.orderbook import generate_order_book
 
 
+def offer_nodes(ex: Exchange, book, providers: int, extra_slots: int = 0) -> None:
+    """Providers p0.. join; node n of ``book`` is offered by provider n mod ``providers`` from
+    slot 1 on (its window ``extra_slots`` longer), in one transaction."""
+    with ex.store.transaction():
+        for p in range(providers):
+            ex.join(f"p{p}")
+        for n in range(book.n_nodes):
+            p = f"p{n % providers}"
+            ex.add_node(p, f"n{n}", int(book.node_cpu[n]), int(book.node_mem[n]))
+            ex.submit_offer(p, f"n{n}", float(book.node_reserve[n]), int(book.node_start[n]) + 1,
+                            int(book.node_end[n]) + 1 + extra_slots)
+
+
 def run(mechanism: str, orders: int, periods: int, providers: int, tmp: Path) -> None:
     store = ExchangeStore(tmp / f"{mechanism}.db")
     create_exchange(store, slot_seconds=60, period_seconds=60, mechanism=mechanism, k=0.5, seed=1)
@@ -33,14 +46,7 @@ def run(mechanism: str, orders: int, periods: int, providers: int, tmp: Path) ->
     ex = Exchange(store, clock)
     first = generate_order_book(orders, orders, np.random.default_rng([3, 0]))
     t0 = time.perf_counter()
-    with store.transaction():
-        for p in range(providers):
-            ex.join(f"p{p}")
-        for n in range(orders):
-            p = f"p{n % providers}"
-            ex.add_node(p, f"n{n}", int(first.node_cpu[n]), int(first.node_mem[n]))
-            ex.submit_offer(p, f"n{n}", float(first.node_reserve[n]), int(first.node_start[n]) + 1,
-                            int(first.node_end[n]) + 1 + 4 * periods)
+    offer_nodes(ex, first, providers, 4 * periods)
     print(f"{mechanism}: {orders} nodes joined and offered in {time.perf_counter() - t0:.2f} s wall")
     for period in range(1, periods + 1):
         book = first if period == 1 else generate_order_book(orders, orders, np.random.default_rng([3, period]))

@@ -107,3 +107,25 @@ def trade(ex, clock, periods: int, seed: int = 0) -> None:
                               int(rng.integers(0, 8)), first, first + int(rng.integers(0, 3)), "true")
         ex.clear()
         clock.advance(ex.settings["period_seconds"])
+
+
+SCONTROL_PARTITIONS = (
+    "PartitionName=main AllowGroups=ALL Default=YES Nodes=localhost State=UP TotalCPUs=8 TotalNodes=1\n"
+    "PartitionName=gpu AllowGroups=ALL Default=NO Nodes=g[1-2] State=UP TotalCPUs=4 TotalNodes=2\n"
+    "PartitionName=debug AllowGroups=ALL Default=NO Nodes=d[1-8] State=UP TotalCPUs=64 TotalNodes=8\n")
+
+
+def fake_slurm_partitions(monkeypatch, text: str = SCONTROL_PARTITIONS, up: dict | None = None) -> None:
+    """Slurm's partition table as the exchange sees it (``scontrol -o show partition``): main
+    (the default, 8 CPUs), gpu (4) and debug (64); ``up``: CPUs up per partition name (None:
+    the default one; default: all of them)."""
+    from marketsched.exchange import capacity
+
+    table = capacity.parse_partitions(text)
+    monkeypatch.setattr(capacity, "slurm_partitions", lambda: table)
+
+    def cpus_up(name):
+        part = capacity.canonical_partition(name, table)
+        return (up or {}).get(name, (up or {}).get(part.name, part.cpus))
+
+    monkeypatch.setattr(capacity, "partition_cpus_up", cpus_up)

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
-from exchange_helpers import make_exchange
+from exchange_helpers import fake_slurm_partitions, make_exchange
 from live_helpers import raw
 from marketsched.cli import main
 from marketsched.exchange.api import MAX_STREAMS_PER_PARTY, ExchangeServer, ExchangeService, issue_token
@@ -403,6 +403,7 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
     # at most MAX_NODES_PER_PROVIDER nodes that have not left (here 2)
     monkeypatch.setattr("marketsched.exchange.core.MAX_NODES_PER_PROVIDER", 2)
     p5 = Client(srv.url, issue_token(ex.store, "provider", "p5", 0.0))
+    fake_slurm_partitions(monkeypatch)  # debug: 64 CPUs
     p5.post("/api/join", {"kind": "slurm", "partition": "debug"})
     for name in ("s1", "s2"):
         p5.post("/api/nodes", {"name": name, "cpu": 4, "mem": 100})
@@ -420,11 +421,12 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
         p5.post("/api/nodes", {"name": "s9", "cpu": 4, "mem": 100})
 
 
-def test_a_slurm_partition_is_sold_by_one_provider_joining_through_the_api(market):
+def test_a_slurm_partition_is_sold_by_one_provider_joining_through_the_api(market, monkeypatch):
     # the Slurm counterpart of "a CPU is sold once": a provider joining by itself cannot sell
     # the partition another provider sells (Slurm's default one included), until that one left
     # and its contracts are settled; the operator may still share a partition on purpose
     ex, clock, srv, c, tokens = market
+    fake_slurm_partitions(monkeypatch)
     s = {name: Client(srv.url, issue_token(ex.store, "provider", name, 0.0)) for name in ("s1", "s2", "s3", "s4")}
     s["s1"].post("/api/join", {"kind": "slurm", "partition": "debug"})
     with pytest.raises(ClientError, match="Slurm partition 'debug' is sold by another provider") as e:

@@ -233,7 +233,7 @@ def test_critical_values_on_a_table_3_6_book_batched_and_exact():
     a = greedy_allocation(book)
     phi = critical_values(book, a, losers=True)
     # several passes of at most 3 concurrent reruns give the same values
-    assert np.array_equal(phi, critical_values(book, a, losers=True, max_batch=3), equal_nan=True)
+    assert np.array_equal(phi, critical_values(book, a, losers=True, max_batch=3, compiled=False), equal_nan=True)
     assert np.isnan(critical_values(book, a, jobs=[0, 1])[2:]).all()
     assert (phi[a.allocated] <= book.job_value[a.allocated]).all()
     for j in range(0, book.n_jobs, 4):
@@ -241,3 +241,46 @@ def test_critical_values_on_a_table_3_6_book_batched_and_exact():
             assert greedy_allocation(book.with_job_value(j, phi[j] + 1e-6)).allocated[j]
             if phi[j] > 1e-6:
                 assert not greedy_allocation(book.with_job_value(j, phi[j] - 1e-6)).allocated[j]
+
+
+# ---------------------------------------------------------------------- the compiled critical values
+def _kernel():
+    return pytest.importorskip("marketsched.mechanisms.clearing._greedex_kernel")
+
+
+@settings(max_examples=300, deadline=None)
+@given(books(max_jobs=12, max_nodes=5), st.data())
+def test_compiled_critical_values_equal_the_python_scans(book, data):
+    """The C scans give the Python path's values bit for bit (ties: values drawn from 13 integers),
+    for winners and losers, a subset of jobs, and an allocation that is not the greedy's."""
+    _kernel()
+    a = greedy_allocation(book)
+    for losers in (False, True):
+        ref = critical_values(book, a, losers=losers, compiled=False)
+        assert np.array_equal(critical_values(book, a, losers=losers), ref, equal_nan=True)
+    jobs = data.draw(st.lists(st.integers(0, book.n_jobs - 1), max_size=4))
+    assert np.array_equal(critical_values(book, a, jobs=jobs, losers=True),
+                          critical_values(book, a, jobs=jobs, losers=True, compiled=False), equal_nan=True)
+    from marketsched.mechanisms.clearing.randomized import randomized_allocation
+
+    ra = randomized_allocation(book, 10.0, np.random.default_rng(data.draw(st.integers(0, 99))))
+    assert np.array_equal(critical_values(book, ra, losers=True),
+                          critical_values(book, ra, losers=True, compiled=False), equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_critical_values_on_table_3_6_books(seed):
+    """Larger books (blocks of nodes skipped by the kernel's search), integer and continuous values."""
+    from marketsched.mechanisms.clearing.orderbook import generate_order_book
+
+    _kernel()
+    rng = np.random.default_rng([21, seed])
+    book = generate_order_book(120, 150, rng)
+    if seed % 2:  # distinct values: a boundary after every job
+        book = OrderBook.from_arrays(**{**{f: getattr(book, f) for f in ("job_cpu", "job_mem", "job_release",
+                                                                            "job_end", "node_reserve", "node_cpu",
+                                                                            "node_mem", "node_start", "node_end")},
+                                        "job_value": book.job_value + rng.random(book.n_jobs)})
+    a = greedy_allocation(book)
+    assert np.array_equal(critical_values(book, a, losers=True),
+                          critical_values(book, a, losers=True, compiled=False), equal_nan=True)

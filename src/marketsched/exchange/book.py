@@ -14,7 +14,9 @@ Decisions the thesis leaves to the exchange:
   contracts (in any state: a failed or lapsed contract's slots are not resold) is taken out by
   giving the book one node per run of slots with the same residual capacity. Jobs may move
   between nodes from slot to slot in the thesis's model, so these pieces behave exactly as one
-  node whose capacity varies over time. Pieces with no CPU left are left out.
+  node whose capacity varies over time. Pieces with no CPU left are left out. A node's
+  capacity is first lowered to what can be sold now (``caps``, :mod:`.capacity`: a Slurm
+  partition's CPUs that are up), so a clearing never sells more than is up.
 * **Contracts.** An allocated job becomes one contract per run of consecutive slots on one
   node (usually one contract; more when the mechanism moved the job between nodes).
 * **Exact clearing.** ``exact`` allocates with the welfare-maximising MIP (:func:`solve_exact`,
@@ -32,7 +34,7 @@ Decisions the thesis leaves to the exchange:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -59,25 +61,29 @@ class ClearingBook:
     request_ids: list[int]  # book job j -> request order id
     piece_offer: list[int]  # book node -> offer order id
     piece_node: list[int]  # book node -> exchange node id
+    caps: dict[int, int] = field(default_factory=dict)  # node id -> CPU units it could sell (checked now)
 
     def to_json(self) -> str:
         b = self.book
         jobs = np.column_stack([b.job_value, b.job_cpu, b.job_mem, b.job_release, b.job_end]).tolist()
         nodes = np.column_stack([b.node_reserve, b.node_cpu, b.node_mem, b.node_start, b.node_end]).tolist()
         return json.dumps({"jobs": jobs, "nodes": nodes, "base_slot": self.base_slot, "request_ids": self.request_ids,
-                           "piece_offer": self.piece_offer, "piece_node": self.piece_node})
+                           "piece_offer": self.piece_offer, "piece_node": self.piece_node,
+                           "caps": {str(k): v for k, v in self.caps.items()}})
 
     @classmethod
     def from_json(cls, text: str) -> ClearingBook:
         d = json.loads(text)
         return cls(OrderBook.from_rows(d["jobs"], d["nodes"]), d["base_slot"], d["request_ids"], d["piece_offer"],
-                   d["piece_node"])
+                   d["piece_node"], {int(k): v for k, v in d.get("caps", {}).items()})
 
 
 def build_book(requests: list[dict], offers: list[dict], nodes: dict[int, dict], sold: list[dict],
-               base_slot: int) -> ClearingBook:
+               base_slot: int, caps: dict[int, int] | None = None) -> ClearingBook:
     """The book of the open ``requests`` and ``offers`` (rows of the orders table, in id
-    order) with slots from ``base_slot`` on; ``sold``: contracts already made (capacity taken)."""
+    order) with slots from ``base_slot`` on; ``sold``: contracts already made (capacity taken);
+    ``caps``: CPU units a node can sell now, below its registered capacity (a Slurm node down)."""
+    caps = caps or {}
     jobs = [(r["value"], r["cpu"], r["mem"], r["first_slot"] - base_slot, r["last_slot"] - base_slot)
             for r in requests]
     by_node: dict[int, list[dict]] = {}
@@ -90,7 +96,7 @@ def build_book(requests: list[dict], offers: list[dict], nodes: dict[int, dict],
         if last < first:
             continue
         span = last - first + 1
-        cpu = np.full(span, node["cpu"], dtype=np.int64)
+        cpu = np.full(span, min(node["cpu"], caps.get(o["node_id"], node["cpu"])), dtype=np.int64)
         mem = np.full(span, node["mem"], dtype=np.int64)
         for c in by_node.get(o["node_id"], []):
             lo, hi = max(c["first_slot"], first), min(c["last_slot"], last)
@@ -107,7 +113,7 @@ def build_book(requests: list[dict], offers: list[dict], nodes: dict[int, dict],
                     piece_node.append(o["node_id"])
                 start = i
     return ClearingBook(OrderBook.from_rows(jobs, rows), base_slot, [r["id"] for r in requests], piece_offer,
-                        piece_node)
+                        piece_node, dict(caps))
 
 
 EXACT_MAX_ORDERS = 60

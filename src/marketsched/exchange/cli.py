@@ -58,7 +58,19 @@ def _do(fn, *args):
         raise click.ClickException(str(exc)) from None
 
 
-@click.group("exchange")
+class _Group(click.Group):
+    """The exchange's commands: a database error (a lock held longer than SQLite's 30 s busy
+    timeout, a damaged file) is an error message, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except sqlite3.DatabaseError as exc:
+            raise click.ClickException(f"the exchange's database: {exc} (try again; if it persists, check "
+                                       "the file and the processes using it)") from None
+
+
+@click.group("exchange", cls=_Group)
 def exchange() -> None:
     """A live grid exchange: providers, requests and offers, periodic clearing (Stößer 2009)."""
 
@@ -185,6 +197,7 @@ def run_cmd(data, containment, poll, duration):
     from .providers import provider_backends
 
     ex = _open(data, provider_backends(data, containment))
+    ex.background = True  # clearings computed in a worker thread: windows are enforced meanwhile
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     ex.recover()

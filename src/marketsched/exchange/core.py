@@ -14,7 +14,10 @@ Each call of :meth:`Exchange.tick`:
 1. **Clearing**, once ``period_seconds`` have passed since the last one
    (:meth:`Exchange.clear`): requests whose first slot has passed expire, offers whose last
    slot has passed expire, the open book from the next slot on is cleared with the library
-   (:mod:`.book`), every match becomes a contract and its request is filled. One transaction.
+   (:mod:`.book`), every match becomes a contract and its request is filled. The book is read
+   from a snapshot, the mechanism runs outside any transaction and the result is committed in
+   one short transaction (:mod:`.clearing`); ``exchange run`` computes it in a worker thread
+   while the next steps go on, and commits it at a later tick.
 2. **Execution**: a pending contract whose window has begun is started on its provider's
    backend (pinned to its node's CPUs).
 3. **SLA monitoring and billing** (:meth:`Exchange.settle`), one transaction per contract,
@@ -44,12 +47,13 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from collections.abc import Callable
 
 from marketsched.live.executor import RunAs
 
-from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
+from . import capacity
+from .book import ClearingBook
+from .clearing import STALE_RETRIES, Worker, clear_now, commit, snapshot
 from .orders import (
     MAX_NODES_PER_PROVIDER,
     MAX_PRICE,
@@ -99,10 +103,15 @@ def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds
 class Exchange:
     """The exchange on ``store`` at the time ``clock()``; ``backends`` makes the backend of a
     provider (a row of the providers table) when one of its contracts must run (None: an
-    exchange that only takes orders and clears, e.g. the command line or a replay)."""
+    exchange that only takes orders and clears, e.g. the command line or a replay).
+
+    ``background``: :meth:`tick` computes a due clearing in a worker thread and commits it at a
+    later tick, so that contract windows keep being enforced while the mechanism runs
+    (``marketsched exchange run``); otherwise a tick clears before it returns (the mechanism
+    still runs outside any write transaction, :mod:`.clearing`)."""
 
     def __init__(self, store: ExchangeStore, clock: Callable[[], float],
-                 backends: Callable[[dict], Backend] | None = None):
+                 backends: Callable[[dict], Backend] | None = None, background: bool = False):
         settings = store.settings()
         if settings is None:
             raise ValueError(f"the exchange at {store.path} is not set up (marketsched exchange init)")
@@ -111,6 +120,9 @@ class Exchange:
         self.settings = settings
         self._factory = backends
         self._backends: dict[str, Backend] = {}
+        self.background = background
+        self._clearing: Worker | None = None  # the clearing being computed (background)
+        self._stale = 0  # stale background results in a row
 
     # ------------------------------------------------------------------ time
     def slot(self, t: float | None = None) -> int:
@@ -133,10 +145,14 @@ class Exchange:
             if kind != "slurm":
                 raise ValueError("provider field 'partition' is for slurm providers only")
             check_name("provider", "partition", partition)
+        parts = capacity.slurm_partitions() if by_party and kind == "slurm" else {}
+        if parts:
+            capacity.canonical_partition(partition, parts)  # one Slurm knows
         with self.store.transaction():
             if by_party and kind == "slurm":
                 busy = {c["provider"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
-                check_party_partition(provider, partition, self.store.providers(), busy)
+                check_party_partition(provider, partition, self.store.providers(), busy,
+                                      canonical=lambda name: _canonical_name(name, parts))
             self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
@@ -146,11 +162,20 @@ class Exchange:
         local provider's node names the CPUs of this machine backing it, none of them backing
         another provider's node, and a Slurm provider's names none (Slurm places its jobs)."""
         node = check_node(provider, name, cpu, mem, cpus)
+        joined = self.store.provider(provider)
+        parts = capacity.slurm_partitions() if by_party and joined and joined["kind"] == "slurm" else {}
         with self.store.transaction():
             p = self.store.provider(provider)
             if by_party and p is not None:
                 busy = {c["node_id"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
-                check_party_cpus(p, node.get("cpus"), self.store.nodes().values(), busy)
+                nodes = self.store.nodes().values()
+                check_party_cpus(p, node.get("cpus"), nodes, busy)
+                if p["kind"] == "local":
+                    capacity.check_local_units(node["cpu"], node["cpus"])
+                else:
+                    sold = sum(n["cpu"] for n in nodes if n["provider"] == provider and n["left_t"] is None)
+                    part = capacity.canonical_partition(p["partition"], parts)
+                    capacity.check_slurm_units(provider, node["cpu"], part, sold)
                 ever = self.store.rows("SELECT COUNT(*) FROM ex_nodes WHERE provider = ?", (provider,))[0][0]
                 if ever >= 4 * MAX_NODES_PER_PROVIDER:  # joining and leaving must not grow the table without end
                     raise ValueError(f"node field 'name': provider {provider!r} has registered {ever} nodes (those "
@@ -231,6 +256,35 @@ class Exchange:
         """Clear the open book now (see the module docstring); returns the period number."""
         return clear_period(self.store, self.settings, self.clock(), self.slot() + 1)
 
+    def clearing(self) -> bool:
+        """Whether a background clearing is being computed."""
+        return self._clearing is not None
+
+    def step_clearing(self) -> int | None:
+        """The clearing part of :meth:`tick`; the period number when one committed. In
+        background mode: commit a computed clearing (a stale one is started again from a new
+        snapshot; after ``STALE_RETRIES`` in a row, the clearing is made inside the write
+        transaction), or start one in a worker thread when a period is due."""
+        if not self.background:
+            return self.clear() if self.due() else None
+        job = self._clearing
+        if job is not None:
+            if not job.done():
+                return None
+            self._clearing = None
+            period = commit(self.store, job.snap, job.result(), self.settings)
+            if period is not None:
+                self._stale = 0
+                return period
+            self._stale += 1
+            if self._stale > STALE_RETRIES:
+                self._stale = 0
+                return clear_now(self.store, self.settings, self.clock(), self.slot() + 1, stale_retries=0)
+        elif not self.due():
+            return None
+        self._clearing = Worker(snapshot(self.store, self.clock(), self.slot() + 1), self.settings)
+        return None
+
     # ------------------------------------------------------------------ execution
     def backend(self, provider: str) -> Backend:
         if provider not in self._backends:
@@ -255,9 +309,9 @@ class Exchange:
                 self.finish(c, None if got is False else got, now)
 
     def tick(self) -> None:
-        """One step: clear if a period is due, then start, monitor and settle contracts."""
-        if self.due():
-            self.clear()
+        """One step: clear if a period is due (in background mode: start or commit a clearing,
+        :meth:`step_clearing`), then start, monitor and settle contracts."""
+        self.step_clearing()
         self.execute()
 
     def execute(self) -> None:
@@ -356,58 +410,25 @@ class Exchange:
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
-                 last_order: int | None = None, mechanism: str | None = None) -> int:
+                 last_order: int | None = None, mechanism: str | None = None,
+                 caps: dict[int, int] | None = None) -> int:
     """One clearing at time ``t`` of the orders up to id ``last_order`` (default: all
-    committed) from slot ``base_slot`` on, in one transaction; returns the period number.
-    ``mechanism``: the one to use (a replay's recorded one; default: the exchange's, with
-    the fallback of the exact clearing, :mod:`.book`)."""
-    with store.transaction():
-        period = int(store.rows("SELECT COALESCE(MAX(id), 0) FROM ex_periods")[0][0]) + 1
-        upto = store.last_order_id() if last_order is None else last_order
-        for o in store.orders(state="open", upto=upto):
-            first_gone = o["side"] == "request" and o["first_slot"] < base_slot
-            if first_gone or o["last_slot"] < base_slot:
-                store.close_order(o["id"], "expired", t)
-        requests = store.orders("request", "open", upto)
-        offers = store.orders("offer", "open", upto)
-        nodes = store.nodes()
-        touched = {o["node_id"] for o in offers}
-        sold = [c for c in store.contracts(ending_from=base_slot) if c["node_id"] in touched]
-        cb = build_book(requests, offers, nodes, sold, base_slot)
-        t0 = time.perf_counter()
-        legs, welfare = [], 0.0
-        replayed = mechanism is not None
-        mechanism = mechanism or settings["mechanism"]
-        if mechanism == "exact" and not replayed and cb.book.n_jobs + cb.book.n_nodes > EXACT_MAX_ORDERS:
-            mechanism = "k-pricing"
-        if cb.book.n_jobs and cb.book.n_nodes:
-            out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"],
-                                period_rng(settings["seed"], period))
-            if out is None and not replayed:  # the exact clearing proved no optimum in time
-                mechanism = "k-pricing"
-                out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"], None)
-            if out is None:
-                raise RuntimeError(f"the replay of period {period} proved no optimum in time: it cannot be compared")
-            alloc, pay = out
-            legs, welfare = contracts_of(cb, alloc, pay), alloc.welfare()
-        latency = time.perf_counter() - t0
-        store.insert_period({"id": period, "t": t, "base_slot": base_slot, "last_order": upto,
-                             "mechanism": mechanism, "k": settings["k"], "seed": settings["seed"],
-                             "book": cb.to_json(), "requests": cb.book.n_jobs, "offers": len(offers),
-                             "welfare": welfare, "latency": latency})
-        owners = {o["id"]: o["owner"] for o in requests + offers}
-        filled = set()
-        for leg in legs:
-            slot_s = settings["slot_seconds"]
-            store.insert_contract({**leg, "period": period, "user": owners[leg["request_id"]],
-                                   "provider": owners[leg["offer_id"]], "start_t": leg["first_slot"] * slot_s,
-                                   "end_t": (leg["last_slot"] + 1) * slot_s,
-                                   "penalty": int(round(settings["penalty"] * leg["user_price"])),
-                                   "state": "pending", "note": ""})
-            filled.add(leg["request_id"])
-        for rid in sorted(filled):
-            store.close_order(rid, "filled", t)
-        return period
+    committed) from slot ``base_slot`` on; returns the period number. The book is read from a
+    snapshot, the mechanism runs outside any transaction, and the result is committed in one
+    short transaction (:mod:`.clearing`: a stale result is recomputed). ``mechanism``: the one
+    to use (a replay's recorded one; default: the exchange's, with the fallback of the exact
+    clearing, :mod:`.book`); ``caps``: the capacity the nodes could sell (a replay's recorded
+    one; default: checked now, :mod:`.capacity`)."""
+    return clear_now(store, settings, t, base_slot, last_order, mechanism, caps=caps)
+
+
+def _canonical_name(partition: str | None, parts: dict) -> str | None:
+    """The name Slurm gives the partition ``partition`` (None: the default), or the name as
+    given when Slurm does not know it (a partition the operator registered)."""
+    try:
+        return capacity.canonical_partition(partition, parts).name
+    except ValueError:
+        return partition
 
 
 def recorded_book(store: ExchangeStore, period: int) -> ClearingBook:

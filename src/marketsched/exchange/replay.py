@@ -4,8 +4,9 @@ A session is its database: providers, nodes, every order with its id (and, for a
 one, the last clearing before its cancellation), and every clearing with its time, first slot
 and the last order id it saw. :func:`replay_session` builds a fresh
 exchange from these alone, submits the orders in id order, clears at the recorded moments with
-the same settings (and so the same random numbers), and returns the contracts it makes; for a
-faithful record they are the recorded contracts, field for field. Execution outcomes do not
+the same settings (and so the same random numbers) and the capacity each node could sell then,
+and returns the contracts it makes; for a faithful record they are the recorded contracts, field
+for field. Execution outcomes do not
 enter: a contract's slots stay sold whatever became of it.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from .book import ClearingBook
 from .core import clear_period
 from .store import ExchangeStore
 
@@ -54,7 +56,7 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
                     for o in cancels.get(period["id"] - 1, []):
                         fresh.close_order(o["id"], "cancelled", o["closed_t"])
                 clear_period(fresh, settings, period["t"], period["base_slot"], period["last_order"],
-                             period["mechanism"])
+                             period["mechanism"], ClearingBook.from_json(period["book"]).caps)
             return contract_terms(fresh)
         finally:
             fresh.close()

@@ -222,7 +222,7 @@ def greedy_allocation(book: OrderBook, order=None) -> Allocation:
 
 # ---------------------------------------------------------------------- critical values
 def critical_values(book: OrderBook, allocation: Allocation | None = None, jobs=None,
-                    losers: bool = False, max_batch: int = 256) -> np.ndarray:
+                    losers: bool = False, max_batch: int = 256, compiled: bool = True) -> np.ndarray:
     """Exact critical value phi_j of every allocated job (section 3.4.3).
 
     phi_j = inf { b : job j is allocated when it reports b, everyone else unchanged }.
@@ -248,6 +248,13 @@ def critical_values(book: OrderBook, allocation: Allocation | None = None, jobs=
     "run", forked from the full run's state just before it), and all live runs process the
     next job of the ranking together as one (runs, slots, nodes) array operation. At most
     ``max_batch`` runs live at once (more are scanned in further passes).
+
+    The compiled kernel (``_greedex_kernel.c``, used when it is built and ``compiled`` is true,
+    as the engine's kernels are: ``MARKETSCHED_ENGINE``) runs the same scans one job at a time,
+    its first-fit search skipping blocks of nodes that have too little CPU or memory left; its
+    values equal this Python path's bit for bit (a property test compares them). The Python
+    path costs O(scanned jobs x ranking x slots x nodes) array work: about 34 CPU s at 2,500
+    orders per side of table 3.6; the kernel about 1 (``benchmarks/bench_exchange_clearing.py``).
     """
     if allocation is None:
         allocation = greedy_allocation(book)
@@ -268,10 +275,37 @@ def critical_values(book: OrderBook, allocation: Allocation | None = None, jobs=
     fork_at = np.where(won, rank_pos, 0)
     scan = np.flatnonzero(todo)
     scan = scan[np.lexsort((rank_pos[scan], fork_at[scan]))]
+    if compiled and _scan_compiled(book, allocation, ranking, scan, fork_at[scan], won[scan], phi):
+        return phi
     for start in range(0, scan.size, max_batch):
         chunk = scan[start:start + max_batch]
         phi[chunk] = _scan_batch(book, allocation, ranking, chunk, fork_at[chunk], won[chunk])
     return phi
+
+
+def _scan_compiled(book, allocation, ranking, jobs, fork_at, is_winner, phi) -> bool:
+    """The scans of ``jobs`` in C (``_greedex_kernel``), written into ``phi``; False when the
+    kernel is not built (or ``MARKETSCHED_ENGINE=python``), and the Python path runs."""
+    from marketsched.engine import compiled
+
+    kernel = compiled.kernel("marketsched.mechanisms.clearing._greedex_kernel")
+    if kernel is None:
+        return False
+    state = _SlotState(book)
+    pos_of_node = np.empty(book.n_nodes, dtype=np.int64)
+    pos_of_node[state.order] = np.arange(book.n_nodes)
+    assign = np.full(allocation.assign.shape, -1, dtype=np.int64)
+    placed = allocation.assign >= 0
+    assign[placed] = pos_of_node[allocation.assign[placed]]
+    T, N = state.cpu.shape
+    best = np.empty(jobs.size)
+    i64, f64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64)), (lambda a: np.ascontiguousarray(a, np.float64))
+    kernel.critical_values(T, N, f64(state.reserve), f64(state.cpu), f64(state.mem), i64(book.job_release),
+                           i64(book.job_end), i64(state.affordable(book.job_value)), f64(book.job_cpu),
+                           f64(book.job_mem), f64(book.job_value), i64(ranking), i64(assign), i64(jobs),
+                           i64(fork_at), f64(np.where(is_winner, book.job_value[jobs], np.inf)), best)
+    phi[jobs] = best
+    return True
 
 
 def _scan_batch(book, allocation, ranking, jobs, fork_at, is_winner) -> np.ndarray:

@@ -1,0 +1,111 @@
+"""Capacity that exists: a provider joining by itself sells no more CPU units than the CPUs that
+back its node, and a Slurm partition once, whatever name it is given (Slurm's default partition
+and its own name are one partition). Slurm's partition table is injected."""
+
+from __future__ import annotations
+
+import pytest
+
+from exchange_helpers import SCONTROL_PARTITIONS as SCONTROL
+from exchange_helpers import fake_slurm_partitions, make_exchange
+from marketsched.exchange import capacity
+from marketsched.exchange.capacity import CPU_UNIT, canonical_partition, parse_partitions
+
+
+@pytest.fixture
+def slurm(monkeypatch):
+    fake_slurm_partitions(monkeypatch)
+
+
+def test_the_scontrol_table_and_canonical_names():
+    parts = parse_partitions(SCONTROL)
+    assert canonical_partition(None, parts).name == "main"
+    assert canonical_partition("main", parts).name == "main"
+    assert (canonical_partition("gpu", parts).cpus, canonical_partition("gpu", parts).default) == (4, False)
+    with pytest.raises(ValueError, match="Slurm has no partition 'dbg' \\(it has: debug, gpu, main\\)"):
+        canonical_partition("dbg", parts)
+    with pytest.raises(ValueError, match="Slurm has no default partition"):
+        canonical_partition(None, parse_partitions(SCONTROL.splitlines()[1]))
+
+
+def test_a_million_units_on_one_cpu_are_refused(tmp_path):
+    ex, _, _ = make_exchange(tmp_path / "x.db")
+    ex.join("p1")
+    with pytest.raises(ValueError, match="node field 'cpu': 1000000 CPU units, but the node's 1 CPU"):
+        ex.add_node("p1", "n0", 1_000_000, 100, cpus=[0], by_party=True)
+    assert ex.store.nodes() == {}
+    with pytest.raises(ValueError, match="back at most 1 "):
+        ex.add_node("p1", "n0", CPU_UNIT + 1, 100, cpus=[0], by_party=True)
+    ex.add_node("p1", "n0", CPU_UNIT, 100, cpus=[0], by_party=True)  # what the CPU backs is accepted
+    assert [n["cpu"] for n in ex.store.nodes().values()] == [CPU_UNIT]
+
+
+@pytest.mark.parametrize("first, second", [(None, "main"), ("main", None)])
+def test_the_default_partition_and_its_name_are_one_partition(tmp_path, slurm, first, second):
+    ex, _, _ = make_exchange(tmp_path / "x.db")
+    ex.join("s1", kind="slurm", partition=first, by_party=True)
+    with pytest.raises(ValueError, match="is sold by another provider .*Slurm calls it 'main'"):
+        ex.join("s2", kind="slurm", partition=second, by_party=True)
+    assert [p["name"] for p in ex.store.providers()] == ["s1"]
+    ex.join("s3", kind="slurm", partition="gpu", by_party=True)  # another partition is free
+
+
+def test_a_partition_slurm_does_not_know_is_refused(tmp_path, slurm):
+    ex, _, _ = make_exchange(tmp_path / "x.db")
+    with pytest.raises(ValueError, match="Slurm has no partition 'nosuch'"):
+        ex.join("s1", kind="slurm", partition="nosuch", by_party=True)
+    ex.join("op", kind="slurm", partition="nosuch")  # the operator's command is trusted
+
+
+def test_a_slurm_provider_sells_at_most_its_partitions_cpus(tmp_path, slurm):
+    ex, _, _ = make_exchange(tmp_path / "x.db")
+    ex.join("s1", kind="slurm", partition="gpu", by_party=True)
+    ex.add_node("s1", "a", 3 * CPU_UNIT, 100, by_party=True)
+    with pytest.raises(ValueError, match="would sell 5 CPU units in Slurm partition 'gpu', which has 4 CPU"):
+        ex.add_node("s1", "b", 2 * CPU_UNIT, 100, by_party=True)
+    ex.add_node("s1", "b", CPU_UNIT, 100, by_party=True)
+    ex.leave("s1", "a")  # a node that left no longer counts
+    ex.add_node("s1", "c", 3 * CPU_UNIT, 100, by_party=True)
+
+
+def test_slurm_that_does_not_answer_is_a_clear_refusal(tmp_path, monkeypatch):
+    def down():
+        raise ValueError("provider field 'partition': Slurm does not answer, so the partition cannot be checked")
+
+    monkeypatch.setattr(capacity, "slurm_partitions", down)
+    ex, _, _ = make_exchange(tmp_path / "x.db")
+    with pytest.raises(ValueError, match="Slurm does not answer"):
+        ex.join("s1", kind="slurm", by_party=True)
+
+
+def test_a_node_going_down_lowers_what_the_next_clearing_sells_and_the_replay_agrees(tmp_path, monkeypatch):
+    from marketsched.exchange.replay import contract_terms, replay_session
+
+    up = {"gpu": 4}
+    fake_slurm_partitions(monkeypatch, up=up)
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing")
+    ex.join("s1", kind="slurm", partition="gpu", by_party=True)
+    ex.add_node("s1", "a", 4 * CPU_UNIT, 100, by_party=True)
+    s = ex.slot()
+    ex.submit_offer("s1", "a", 1.0, s + 1, s + 50)
+
+    def demand(n):  # n requests of one CPU for the same slot, more than the partition has
+        first = ex.slot() + 2
+        return [ex.submit_request(f"u{i}", 5.0, CPU_UNIT, 1, first, first, "true") for i in range(n)]
+
+    demand(6)
+    ex.clear()
+    assert len(ex.store.contracts()) == 4  # all 4 CPUs up: 4 sold in that slot
+    up["gpu"] = 1  # three of the partition's CPUs go down
+    clock.advance(ex.settings["period_seconds"])
+    demand(6)
+    ex.clear()
+    period = ex.store.periods()[-1]
+    assert len([c for c in ex.store.contracts() if c["period"] == period["id"]]) == 1  # only what is up
+    up["gpu"] = 0  # Slurm does not answer (or every CPU is down): nothing is sold
+    clock.advance(ex.settings["period_seconds"])
+    demand(2)
+    ex.clear()
+    assert not [c for c in ex.store.contracts() if c["period"] == ex.store.periods()[-1]["id"]]
+    up["gpu"] = 4  # the replay uses the capacity recorded with each period, not today's
+    assert replay_session(ex.store) == contract_terms(ex.store)
