@@ -710,14 +710,14 @@ def claims(df: pd.DataFrame, cap: int, c, prefix: str = "") -> None:
         iv, p = _paired_ratio(d, "q", dist, "revenue")
         c.check(where(f"Table 6.5, Q-learning, {dist}"), "SH / PS revenue", printed, V.value(printed), iv, fmt=".3f")
         c.add(where(f"Table 6.5, Q-learning, {dist}"), "significance of SH / PS revenue (two-tailed sign test)", "***",
-              f"{V.stars(p) or 'none'} (p = {p:.2g})", V.category_verdict("***", V.stars(p), V.STARS))
+              f"{V.stars(p) or 'none'} (p = {p:.2g})", V.category_verdict("***", V.stars(p), V.STARS_SCALE))
         for rule, th in zip(("ps", "sh"), THESIS_6_6[dist]):
             x = d[(d.strategy == "q") & (d.dist == dist) & (d.rule == rule)].efficiency
             c.check(where(f"Table 6.6, Q-learning, {dist}"), f"mean efficiency ratio, {rule.upper()}", f"{th:.3f}",
                     V.value(f"{th:.3f}"), V.t_interval(x) if len(x) else None, fmt=".3f")
         x, y, p = paired(d, "q", dist, "efficiency")
         c.add(where(f"Table 6.6, Q-learning, {dist}"), "significance of PS vs SH efficiency (two-tailed sign test)",
-              "***", f"{V.stars(p) or 'none'} (p = {p:.2g})", V.category_verdict("***", V.stars(p), V.STARS))
+              "***", f"{V.stars(p) or 'none'} (p = {p:.2g})", V.category_verdict("***", V.stars(p), V.STARS_SCALE))
         c.check(where(f"Sec. 6.4.2, {dist}"), "PS yields a slightly higher efficiency than SH", "slightly higher",
                 V.verbal("slightly higher"), V.relative_paired_interval(x, y) if len(x) else None, fmt=".2%")
         c.check(where(f"Sec. 6.4.2, {dist}"), "both mechanisms approximately equal in efficiency", "almost the same",
@@ -772,13 +772,15 @@ def claims(df: pd.DataFrame, cap: int, c, prefix: str = "") -> None:
                 for k, th in ((1, THESIS_D1[i]), (2, THESIS_D2[i]), (3, THESIS_D3[i])):
                     c.not_attempted(where(label.format(k)), "grid cell", f"{th:g}", "cell not run")
                 continue
+            # the thesis's figures as printed (Stößer 2009, appendix D: "0.76", "0.02" have two decimals)
+            d1, d3 = f"{THESIS_D1[i]:g}", f"{THESIS_D3[i]:g}"
             c.check(where(label.format(1)), "Spearman correlation of the mean percentage bid with demand",
-                    f"{THESIS_D1[i]:.3f}", V.value(f"{THESIS_D1[i]:.3f}"), V.t_interval(cell.spearman), fmt=".3f")
+                    d1, V.value(d1), V.t_interval(cell.spearman), fmt=".3f")
             c.not_attempted(where(label.format(2)), "mean utility per request", f"{THESIS_D2[i]:,}",
                             "level depends on the substitute trace")
             rev = cell.revenue.to_numpy()
-            c.check(where(label.format(3)), "coefficient of variation of revenue over the runs", f"{THESIS_D3[i]:.3f}",
-                    V.value(f"{THESIS_D3[i]:.3f}"), V.bootstrap_interval(_cv, rev) if len(rev) > 2 else None, fmt=".4f")
+            c.check(where(label.format(3)), "coefficient of variation of revenue over the runs", d3,
+                    V.value(d3), V.bootstrap_interval(_cv, rev) if len(rev) > 2 else None, fmt=".4f")
         means = g.groupby(["alpha", "gamma", "epsilon"]).agg(spearman=("spearman", "mean"), util=("mean_utility", "mean"))
         for col, what in (("spearman", "largest correlation with demand"), ("util", "largest mean utility")):
             params = means.index.to_frame().to_numpy()  # the cell with the largest mean (first on ties)
