@@ -119,3 +119,13 @@ def test_scoreboard_and_rule_in_the_readme_are_current():
     assert scoreboard_markdown(DOCS) in readme, (
         "docs/reproductions/README.md: the scoreboard (after) is not the one the committed claims.csv files give; "
         "print marketsched.experiments.report.scoreboard_markdown('docs/reproductions') and paste it")
+
+
+def test_every_report_with_a_difference_is_in_the_open_differences():
+    readme = (DOCS / "README.md").read_text()
+    assert "## Open differences" in readme
+    listed = set(re.findall(r"^### (\S+)$", readme.split("## Open differences", 1)[1], re.M))
+    differ = {p.parent.name for p in DOCS.glob("*/claims.csv")
+              if ((df := pd.read_csv(p))["counted"] & (df["verdict"] == V.DIFFERS)).any()}
+    assert differ <= listed, f"reports with a difference missing under 'Open differences': {sorted(differ - listed)}"
+
