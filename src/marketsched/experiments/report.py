@@ -10,10 +10,11 @@ Usage::
     path = rep.write()                             # out_dir/report.md (+ claims.csv)
 
 Claims (:class:`marketsched.analysis.verdicts.Claims`) are the paper's quantitative claims with
-our figure and the verdict of the one rule in :mod:`marketsched.analysis.verdicts`. The counts
-over every claims list of the report (lists marked ``ours`` excluded) go right under the title,
-and every row, ours included, into ``claims.csv`` (column ``counted``), which the scoreboard of
-``docs/reproductions/README.md`` is built from.
+our figure and the verdict of the one rule in :mod:`marketsched.analysis.verdicts` (v2, with
+rule v1's beside it). The counts over every claims list of the report (lists marked ``ours``
+excluded, and by v2 lists of ``settings``) go right under the title, and every row, ours
+included, into ``claims.csv`` (columns ``verdict`` and ``counted`` for v2, ``verdict_v1`` and
+``counted_v1`` for v1), which the scoreboard of ``docs/reproductions/README.md`` is built from.
 """
 
 from __future__ import annotations
