@@ -592,14 +592,14 @@ def write_report(results, out_dir=None) -> Path:
             cs = V.Claims(f"figure claims, {s.tag}", ours=True)
             claims(cs, sub, s.trace, 0, 0, figures_only=True)
             row = _load_row(s, sub, gm, int(sub["nodes"].iloc[0]), bsd_m, ssj_m)
-            sweep_rows.append(row | {"figure claims (match / near / differ)": _mnd(cs)})
+            sweep_rows.append(row | {"figure claims (match / near / differ / inconclusive)": _mnd(cs)})
         sweep_seeds = sorted({sd for _, seeds_ in sweep for sd in seeds_})
         for r in sweep_rows:
-            r.setdefault("figure claims (match / near / differ)", "-")
+            r.setdefault("figure claims (match / near / differ / inconclusive)", "-")
             if r["_tag"] == "LPC" and lpc_main is not None:
                 cs = V.Claims("figure claims, LPC", ours=True)
                 claims(cs, lpc_main[0][lpc_main[0]["seed"].isin(sweep_seeds)], LPC, 0, 0, figures_only=True)
-                r["figure claims (match / near / differ)"] = _mnd(cs)
+                r["figure claims (match / near / differ / inconclusive)"] = _mnd(cs)
         load_section(rep, sweep_rows, sweep_seeds)
     for s, sd in plan:
         if s in OPEN and lpc_main is not None:
@@ -953,7 +953,7 @@ def _setting_rows(df, s: Setting):
 
 def _mnd(c) -> str:
     n = c.counts()
-    return f"{n.get('match', 0)} / {n.get('near', 0)} / {n.get('differs', 0)}"
+    return f"{n.get('match', 0)} / {n.get('near', 0)} / {n.get('differs', 0)} / {n.get('inconclusive', 0)}"
 
 
 def open_choice_section(rep, s: Setting, sub, lpc_main, seeds) -> None:
