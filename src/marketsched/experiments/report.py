@@ -111,13 +111,14 @@ def _markdown_table(df, floatfmt: str, index: bool) -> str:
 
 def scoreboard_markdown(docs_dir) -> str:
     """The scoreboard table of ``docs/reproductions/README.md``: verdict counts per report under rule v2
-    and, on the row below, under rule v1, from each report's ``claims.csv`` (the paper's claims only)."""
+    and, on the row below, under rule v1, from each report's ``claims.csv`` (the paper's claims only),
+    with the number of statements in the report's ``checklist.csv`` where it has one."""
     import pandas as pd
 
     from marketsched.analysis.verdicts import VERDICTS
 
-    head = "| report | rule | rows | " + " | ".join(VERDICTS) + " |"
-    lines = [head, "|" + "---|" * (3 + len(VERDICTS))]
+    head = "| report | checklist | rule | rows | " + " | ".join(VERDICTS) + " |"
+    lines = [head, "|" + "---|" * (4 + len(VERDICTS))]
     total = {rule: dict.fromkeys(VERDICTS, 0) for rule in ("v2", "v1")}
     for path in sorted(Path(docs_dir).glob("*/claims.csv")):
         df = pd.read_csv(path)
@@ -128,9 +129,13 @@ def scoreboard_markdown(docs_dir) -> str:
             for v in VERDICTS:
                 total[rule][v] += n[v]
             label = f"[{name}]({name}/report.md)" if rule == "v2" else ""
-            lines.append(f"| {label} | {rule} | {len(sub)} | " + " | ".join(str(n[v]) for v in VERDICTS) + " |")
+            checklist = path.parent / "checklist.csv"
+            listed = str(len(pd.read_csv(checklist))) if rule == "v2" and checklist.is_file() else \
+                "-" if rule == "v2" else ""
+            lines.append(f"| {label} | {listed} | {rule} | {len(sub)} | "
+                         + " | ".join(str(n[v]) for v in VERDICTS) + " |")
     for rule in ("v2", "v1"):
-        lines.append(f"| {'**all**' if rule == 'v2' else ''} | {rule} | {sum(total[rule].values())} | "
+        lines.append(f"| {'**all**' if rule == 'v2' else ''} |  | {rule} | {sum(total[rule].values())} | "
                      + " | ".join(str(total[rule][v]) for v in VERDICTS) + " |")
     return "\n".join(lines)
 
