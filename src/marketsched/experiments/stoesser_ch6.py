@@ -259,6 +259,7 @@ def two_user_section(rep: Report, c) -> None:
             rows.append((label, key, float(getattr(out, key)), str(t[key])))
     for label, q, ours, th in rows:
         c.check("Table 6.1", f"{label}: {q} (v_L = 2.1, v_H = 5)", th, V.value(th), V.exact(ours), fmt=".5g")
+    _two_user_theorems(c)
     rep.text(
         "The equilibria are computed exactly through the general allocation rules; every entry of Table 6.1 is a "
         "claim below. Four Proportional Share entries differ in the last printed digit because the thesis computed "
@@ -288,6 +289,37 @@ def two_user_section(rep: Report, c) -> None:
     ax[1].legend()
     rep.figure(fig, "two_users", "Two-user equilibria: revenue (left) and efficiency ratio (right) against v_l/v_h; "
                "dots: Table 6.1; dotted: the worst cases 87.5% (SH) and 82.84% (PS)")
+
+
+def _two_user_theorems(c) -> None:
+    """Lemma 1, Theorems 1 and 2 of Stößer (2009), sec. 6.3, claims for every pair ``0 < v_l <= v_h``, checked
+    on a fixed grid (``v_h`` in 1, 5, 60; 100 ratios ``v_l / v_h`` in [0.01, 1], none within 1e-6 of
+    sqrt 2 - 1): each is *not refuted* over the grid or *differs* with its counterexamples' share.
+
+    1. Lemma 1: in the SH equilibrium user l bids no more than user h, and each bid is a best response
+       (:func:`~marketsched.mechanisms.online.share.best_response`, utility within 1e-9 relative);
+    2. Theorem 1: SH earns more revenue than PS iff ``v_l > (sqrt 2 - 1) v_h``;
+    3. Theorem 2: SH's efficiency is at least PS's (1e-12 relative for rounding).
+    """
+    from marketsched.analysis import verdicts as V
+
+    pairs = [(r * vh, vh) for vh in (1.0, 5.0, 60.0) for r in np.linspace(0.01, 1.0, 100)
+             if abs(r - (math.sqrt(2) - 1)) > 1e-6]
+    bad = {"lemma": 0, "thm1": 0, "thm2": 0}
+    for vl, vh in pairs:
+        sh, ps = sm.two_user_equilibrium(vl, vh, "sh"), sm.two_user_equilibrium(vl, vh, "ps")
+        best = [sm.best_response(v, [sh.bids[1 - i]], "sh")[1] for i, v in enumerate((vl, vh))]
+        bad["lemma"] += not (sh.bids[0] <= sh.bids[1]
+                             and all(u >= b - 1e-9 * max(1.0, abs(b)) for u, b in zip(sh.utilities, best)))
+        bad["thm1"] += (sh.revenue > ps.revenue) != (vl > (math.sqrt(2) - 1) * vh)
+        bad["thm2"] += sh.efficiency < ps.efficiency * (1 - 1e-12)
+    n = len(pairs)
+    for key, where, claim in (("lemma", "Sec. 6.3, Lemma 1", "SH equilibrium: user l bids no more than user h"),
+                              ("thm1", "Sec. 6.3, Thm 1", "SH earns more revenue than PS iff v_l > (sqrt 2 - 1) v_h"),
+                              ("thm2", "Sec. 6.3, Thm 2", "SH's efficiency is at least PS's, for all (v_l, v_h)")):
+        c.check(where, claim, "for all pairs", V.value(0.0, exact=True), V.exact(bad[key] / n), fmt=".3g",
+                instances=n, note=f"share of counterexamples over a grid of {n} value pairs (equilibria through the "
+                                  "general allocation rules)")
 
 
 def reservation_section(rep: Report, c) -> None:
