@@ -74,7 +74,7 @@ def test_quick_report_rewrites_identically_from_its_results(name, tmp_path):
         assert claims.counted.any(), "no counted claim of the paper"
 
 
-CHECKLISTS = ("shudler2010", "mutz", "stoesser-ch5", "stoesser-ch6", "kang2007")  # the papers whose every statement is listed (docs/reproductions/NAME/checklist.csv)
+CHECKLISTS = ("shudler2010", "mutz", "stoesser-ch5", "stoesser-ch6", "kang2007", "feldman2005")  # the papers whose every statement is listed (docs/reproductions/NAME/checklist.csv)
 
 
 def _checklist_gaps(checklist: pd.DataFrame, claims: pd.DataFrame) -> list[str]:
