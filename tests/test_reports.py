@@ -74,9 +74,58 @@ def test_quick_report_rewrites_identically_from_its_results(name, tmp_path):
         assert claims.counted.any(), "no counted claim of the paper"
 
 
+CHECKLISTS = ("shudler2010", "mutz", "stoesser-ch5", "stoesser-ch6", "kang2007", "feldman2005")  # the papers whose every statement is listed (docs/reproductions/NAME/checklist.csv)
+
+
+def _checklist_gaps(checklist: pd.DataFrame, claims: pd.DataFrame) -> list[str]:
+    """Entries of a checklist with neither a row of the paper's claims (``where`` equal or followed by a comma,
+    ``claim`` inside the row's claim) nor a documented exclusion; entries with both are gaps too."""
+    paper = claims[claims["counted_v1"]]  # the paper's rows, settings included (never our own comparisons)
+    gaps = []
+    for e in checklist.itertuples():
+        hit = bool(e.where) and any((w == e.where or w.startswith(e.where + ",")) and e.claim.lower() in c.lower()
+                                    for w, c in zip(paper["where"], paper["claim"]))
+        if hit == bool(e.exclusion.strip()):
+            gaps.append(f"line {e.line}: {e.statement!r} " + ("has a row and an exclusion" if hit else
+                                                               "has no row in claims.csv and no documented exclusion"))
+    return gaps
+
+
+@pytest.mark.parametrize("name", CHECKLISTS)
+def test_every_statement_of_the_checklist_has_a_row_or_a_documented_exclusion(name):
+    checklist = pd.read_csv(DOCS / name / "checklist.csv", dtype=str, keep_default_na=False)
+    assert list(checklist.columns) == ["line", "statement", "where", "claim", "exclusion"]
+    assert checklist["line"].str.fullmatch(r"\d+").all(), "every statement names its line in the paper"
+    assert checklist["line"].astype(int).is_monotonic_increasing, "statements in the order of the paper"
+    assert not (gaps := _checklist_gaps(checklist, pd.read_csv(DOCS / name / "claims.csv"))), "\n".join(gaps)
+
+
+def test_a_checklist_entry_without_a_row_is_found():
+    claims = pd.DataFrame({"where": ["Fig 2", "Table II, HB, 5%"], "claim": ["low-bid jobs: BSD higher", "x"],
+                           "counted_v1": [True, True]})
+    entries = pd.DataFrame({"line": ["1", "2", "3", "4", "5"], "statement": list("abcde"),
+                            "where": ["Fig 2", "Fig 3", "Table II", "Table I", ""],
+                            "claim": ["BSD higher", "BSD higher", "x", "x", ""],
+                            "exclusion": ["", "", "", "", "a remark"]})
+    gaps = _checklist_gaps(entries, claims)
+    assert [g.split(":")[0] for g in gaps] == ["line 2", "line 4"]  # Fig 3 has no row; "Table I" is not "Table II"
+    ours = claims.assign(counted_v1=False)  # our own comparisons do not count a statement of the paper
+    assert len(_checklist_gaps(entries, ours)) == 4
+
+
 def test_scoreboard_and_rule_in_the_readme_are_current():
     readme = (DOCS / "README.md").read_text()
     assert V.rule_markdown() in readme, "docs/reproductions/README.md: the verdict rule is not the generated one"
     assert scoreboard_markdown(DOCS) in readme, (
         "docs/reproductions/README.md: the scoreboard (after) is not the one the committed claims.csv files give; "
         "print marketsched.experiments.report.scoreboard_markdown('docs/reproductions') and paste it")
+
+
+def test_every_report_with_a_difference_is_in_the_open_differences():
+    readme = (DOCS / "README.md").read_text()
+    assert "## Open differences" in readme
+    listed = set(re.findall(r"^### (\S+)$", readme.split("## Open differences", 1)[1], re.M))
+    differ = {p.parent.name for p in DOCS.glob("*/claims.csv")
+              if ((df := pd.read_csv(p))["counted"] & (df["verdict"] == V.DIFFERS)).any()}
+    assert differ <= listed, f"reports with a difference missing under 'Open differences': {sorted(differ - listed)}"
+

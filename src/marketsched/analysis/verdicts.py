@@ -29,23 +29,41 @@ same for every paper. ``docs/reproductions/README.md`` ("How verdicts are decide
   within +-5%; "slightly higher" is a relative difference in (0, 10%]);
 * a *category* (:func:`category_verdict`): an equilibrium, a significance level, a best cell.
 
-**Verdicts** (:func:`judge`), with ``I`` our interval and ``R`` the claim's region:
+**Verdicts** (:func:`judge`, rule v2), with ``I`` our interval, ``e`` our estimate, ``R`` the
+claim's region and ``B`` its *near band*, ``R`` widened by :data:`NEAR` (5%) of the magnitude of
+each finite end (an end at 0 stays at 0):
 
+* ``I`` is *too wide* when it is wider than ``B`` (a region with an infinite end has no limit:
+  it is matched only from inside); a too-wide interval is never a match nor near;
 * a printed number is a *match* when ``I`` overlaps ``R`` (the paper's value lies in our
   interval, or within its printed precision of it); every other claim (bound, ordering,
   verbal) is a *match* only when ``I`` lies inside ``R``: the claim is established by our
   interval, not merely compatible with it (an ordering is confirmed only if the interval of the
   paired difference excludes 0);
-* *near* when it is not a match but ``I`` overlaps ``R`` widened by :data:`NEAR` (5%) of the
-  magnitude of each finite end: close to the paper, or compatible with a claim we cannot
-  establish;
-* *differs* otherwise;
+* *near* when it is not a match, ``I`` is not too wide and ``e`` lies in ``B``: close to the
+  paper, or on the claim's side of it when we cannot establish it;
+* *inconclusive* when it is neither but ``I`` meets ``R``: our runs neither establish the claim
+  nor reject it (too wide, or the estimate points away from the claim);
+* *differs* when ``I`` misses ``R``;
+* *not refuted* for a claim about all instances checked on random ones (``instances=n``): the
+  worst case over them (``e``) lies in ``R``, counted apart from matches; *differs* when it does
+  not (a counterexample);
 * *not attempted* when we have no figure (not run, or no counterpart).
 
-A category is a *match* when ours equals the paper's, *near* when both lie on an ordered scale
-(significance stars; the beta grid of an equilibrium with the same algorithm) one step apart,
-*differs* otherwise. A claim made of several parts (a floor "for every m") takes the worst
-verdict of its parts, in the order differs, near, not attempted, match (:func:`worst`).
+A category is a *match* when ours equals the paper's, *near* when one step apart on a
+:class:`Scale` whose classes state what the levels mean (a truthful level is never near an
+untruthful one; no significance mark is never near one), *differs* otherwise. A claim made of
+several parts (a floor "for every m") takes the worst verdict of its parts, in the order
+differs, inconclusive, near, not attempted, not refuted, match (:func:`worst`). Inputs that the
+paper states (a trace's size, a machine's CPUs) are *settings*, not claims: listed in a
+:class:`Claims` with ``settings=True`` and not counted.
+
+**Rule v1**, the rule before v2, stays available (``rule="v1"``) so the scoreboard can show both
+counts: it had no width limit, called *near* every interval overlapping ``B`` (for an ordering:
+every interval straddling 0, whatever the estimate), called categories near when one step apart on
+any grid, and counted bounds for all instances as matches and settings as claims. Without
+``rule``, :func:`judge` and :func:`category_verdict` return a :class:`Verdict`: the v2 verdict as
+a string that carries v1's (``.v1``), which :class:`Claims` stores in ``verdict_v1``.
 
 Comparisons we add ourselves (paired variants, sensitivity runs) are listed apart as ours and
 never counted with the paper's claims (:class:`Claims` with ``ours=True``).
@@ -67,8 +85,29 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240519
 
 MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED = "match", "near", "differs", "not attempted"
-VERDICTS = (MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED)
-_SEVERITY = {MATCH: 0, NOT_ATTEMPTED: 1, NEAR_V: 2, DIFFERS: 3}
+INCONCLUSIVE, NOT_REFUTED = "inconclusive", "not refuted"
+VERDICTS = (MATCH, NEAR_V, DIFFERS, INCONCLUSIVE, NOT_REFUTED, NOT_ATTEMPTED)
+V1_VERDICTS = (MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED)  # rule v1 knew only these
+RULES = ("v1", "v2")
+_SEVERITY = {MATCH: 0, NOT_REFUTED: 1, NOT_ATTEMPTED: 2, NEAR_V: 3, INCONCLUSIVE: 4, DIFFERS: 5}
+
+
+class Verdict(str):
+    """A verdict of the current rule (v2) that also carries the verdict rule v1 gives the same claim
+    (``.v1``), so that a report counts both from one call. It is the v2 verdict as a string: compare
+    it with :data:`MATCH` and the others as usual."""
+
+    v1: str
+
+    def __new__(cls, v2: str, v1: str | None = None) -> Verdict:
+        out = super().__new__(cls, v2)
+        out.v1 = str(v2 if v1 is None else v1)
+        return out
+
+
+def v1_of(verdict: str) -> str:
+    """The verdict rule v1 gives (a plain string: the same under both rules)."""
+    return getattr(verdict, "v1", str(verdict))
 
 # The tolerances of the papers' verbal claims, fixed before the runs and the same for every
 # report. kind "value": a region around the stated figure (relative half-width); kind
@@ -346,39 +385,124 @@ def verbal(phrase: str, stated: float | None = None) -> Region:
     return Region(lo, hi, True, lo_open=strict and lo >= 0, hi_open=strict and hi <= 0)
 
 
-def judge(region: Region, iv: Interval | None) -> str:
-    """The verdict of one claim (``region``) against our figure (``iv``; None: not attempted)."""
-    if iv is None or any(math.isnan(x) for x in (iv.lo, iv.hi, iv.estimate)):
-        return NOT_ATTEMPTED
+def _judge_v1(region: Region, iv: Interval) -> str:
+    """Rule v1: match as below; near when ``iv`` overlaps the region widened by :data:`NEAR`; else differs."""
     if region.contains(iv) if region.contain else region.overlaps(iv):
         return MATCH
     return NEAR_V if region.widened().overlaps(iv) else DIFFERS
 
 
-def category_verdict(paper, ours, scale: Sequence | None = None) -> str:
-    """Equal: match; one step apart on the ordered ``scale`` (if given): near; else differs."""
-    if ours is None:
-        return NOT_ATTEMPTED
-    if ours == paper:
+def _judge_v2(region: Region, iv: Interval) -> str:
+    """Rule v2. Steps, with ``B`` the near band (the region widened by :data:`NEAR`):
+
+    1. *too wide*: ``iv`` is wider than ``B`` (the figures the rule calls close to the claim); a
+       region with an infinite end has no width limit (it is matched only from inside);
+    2. *match*: as in v1 and not too wide;
+    3. *near*: not too wide and our estimate lies in ``B`` (on the claim's side of an end at 0);
+    4. *inconclusive*: otherwise, when ``iv`` still meets the claim's region (our runs do not reject it);
+    5. *differs*: ``iv`` misses the region.
+    """
+    band = region.widened()
+    too_wide = iv.hi - iv.lo > band.hi - band.lo
+    if not too_wide and (region.contains(iv) if region.contain else region.overlaps(iv)):
         return MATCH
-    if scale is not None and paper in scale and ours in scale:
-        if abs(list(scale).index(paper) - list(scale).index(ours)) == 1:
-            return NEAR_V
-    return DIFFERS
+    if not too_wide and band._above_lo(iv.estimate) and band._below_hi(iv.estimate):
+        return NEAR_V
+    return INCONCLUSIVE if region.overlaps(iv) else DIFFERS
+
+
+def judge(region: Region, iv: Interval | None, rule: str | None = None, instances: int | None = None) -> str:
+    """The verdict of one claim (``region``) against our figure (``iv``; None: not attempted).
+
+    ``rule``: "v1" or "v2" for that rule's verdict as a plain string; None (the default) for the v2
+    verdict as a :class:`Verdict` carrying v1's. ``instances``: the claim holds for *all* instances
+    and ``iv``'s estimate is its worst case over this many random ones (the largest ratio, the share
+    of violations): v2 calls it *not refuted* when that estimate lies in the region and *differs*
+    when it does not (a counterexample); v1 judged ``iv`` as any other figure.
+    """
+    if rule not in (None, *RULES):
+        raise ValueError(f"judge: unknown rule {rule!r}; use one of {', '.join(RULES)}")
+    if iv is None or any(math.isnan(x) for x in (iv.lo, iv.hi, iv.estimate)):
+        return NOT_ATTEMPTED if rule else Verdict(NOT_ATTEMPTED)
+    v1 = _judge_v1(region, iv)
+    if rule == "v1":
+        return v1
+    if instances is not None:
+        if instances < 1:
+            raise ValueError(f"judge: a claim for all instances checked on {instances} instances")
+        v2 = NOT_REFUTED if region._above_lo(iv.estimate) and region._below_hi(iv.estimate) else DIFFERS
+    else:
+        v2 = _judge_v2(region, iv)
+    return v2 if rule else Verdict(v2, v1)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """An ordered scale of categories with the distance the claim's meaning defines (rule v2).
+
+    ``levels``: the categories in order; ``classes``: for each level, what it means for the
+    paper's conclusion (say "truthful" and "untruthful"). Two levels are ``distance`` steps apart
+    along the scale when they share a class, and infinitely far apart when they do not: a truthful
+    level is never near an untruthful one, however close on the grid."""
+
+    levels: tuple
+    classes: tuple | None = None
+
+    def __post_init__(self):
+        if self.classes is not None and len(self.classes) != len(self.levels):
+            raise ValueError(f"Scale: {len(self.classes)} classes for {len(self.levels)} levels")
+
+    def distance(self, a, b) -> float:
+        if a not in self.levels or b not in self.levels:
+            return math.inf
+        i, j = self.levels.index(a), self.levels.index(b)
+        if self.classes is not None and self.classes[i] != self.classes[j]:
+            return math.inf
+        return float(abs(i - j))
+
+
+def category_verdict(paper, ours, scale: Scale | Sequence | None = None, rule: str | None = None) -> str:
+    """Equal: match; else near when one step apart, else differs.
+
+    Rule v1: one step apart on the ordered ``scale``'s levels, whatever they mean. Rule v2: one step
+    by :meth:`Scale.distance` (a plain sequence is an error under v2: the distance must be stated).
+    ``rule`` as in :func:`judge`.
+    """
+    if rule not in (None, *RULES):
+        raise ValueError(f"category_verdict: unknown rule {rule!r}; use one of {', '.join(RULES)}")
+    if ours is None or ours == paper:
+        v = NOT_ATTEMPTED if ours is None else MATCH
+        return v if rule else Verdict(v)
+    levels = tuple(scale.levels if isinstance(scale, Scale) else scale) if scale is not None else ()
+    v1 = NEAR_V if paper in levels and ours in levels and abs(levels.index(paper) - levels.index(ours)) == 1 \
+        else DIFFERS
+    if rule == "v1":
+        return v1
+    if scale is not None and not isinstance(scale, Scale):
+        raise TypeError("category_verdict: rule v2 needs a Scale (the distance the claim's meaning defines), "
+                        f"not the bare levels {tuple(scale)!r}")
+    v2 = NEAR_V if scale is not None and scale.distance(paper, ours) == 1 else DIFFERS
+    return v2 if rule else Verdict(v2, v1)
 
 
 def worst(verdicts: Iterable[str]) -> str:
-    """The verdict of a claim made of parts: differs, then near, then not attempted, then match."""
+    """The verdict of a claim made of parts: differs, inconclusive, near, not attempted, not refuted,
+    match (the first of these among the parts). On :class:`Verdict` parts, v1's verdicts alike."""
     vs = list(verdicts)
     if not vs:
-        return NOT_ATTEMPTED
+        return Verdict(NOT_ATTEMPTED)
     for v in vs:
         if v not in _SEVERITY:
             raise ValueError(f"worst: unknown verdict {v!r}")
-    return max(vs, key=_SEVERITY.__getitem__)
+    v2 = max(vs, key=_SEVERITY.__getitem__)
+    if not any(isinstance(v, Verdict) for v in vs):
+        return v2
+    return Verdict(v2, max((v1_of(v) for v in vs), key=_SEVERITY.__getitem__))
 
 
 STARS = ("", "*", "**", "***")
+#: significance marks: one step apart, except that no mark (not significant) is never near a mark
+STARS_SCALE = Scale(STARS, ("not significant", "significant", "significant", "significant"))
 
 
 def stars(p: float) -> str:
@@ -389,51 +513,79 @@ def stars(p: float) -> str:
 # ------------------------------------------------------------------------------ claim lists
 @dataclass
 class Claim:
+    """One row: ``verdict`` by rule v2 and ``verdict_v1`` by rule v1 (taken from a :class:`Verdict`;
+    a plain string is the same under both rules)."""
+
     where: str
     claim: str
     paper: str
     ours: str
     verdict: str
     note: str = ""
+    verdict_v1: str = ""
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"Claim {self.where!r}: unknown verdict {self.verdict!r}")
+        self.verdict_v1 = self.verdict_v1 or v1_of(self.verdict)
+        self.verdict = str(self.verdict)
+        if self.verdict_v1 not in V1_VERDICTS:
+            raise ValueError(f"Claim {self.where!r}: {self.verdict_v1!r} is no verdict of rule v1")
 
 
 @dataclass
 class Claims:
-    """A report's list of claims; ``ours=True``: comparisons we added, listed apart and never counted."""
+    """A report's list of claims; ``ours=True``: comparisons we added, listed apart and never counted;
+    ``settings=True``: inputs of the runs compared with the paper's (a trace's size, a machine's
+    CPUs): rule v1 counted them as claims, rule v2 does not (they are not results)."""
 
     title: str = "The paper's claims"
     ours: bool = False
     rows: list[Claim] = field(default_factory=list)
+    settings: bool = False
+
+    def counted(self, rule: str = "v2") -> bool:
+        """Whether this list's rows count among the paper's claims under ``rule``."""
+        if rule not in RULES:
+            raise ValueError(f"Claims.counted: unknown rule {rule!r}")
+        return not self.ours and not (self.settings and rule == "v2")
 
     def add(self, where: str, claim: str, paper: str, ours: str, verdict: str, note: str = "") -> str:
         self.rows.append(Claim(where, claim, paper, ours, verdict, note))
         return verdict
 
     def check(self, where: str, claim: str, paper: str, region: Region, iv: Interval | None, fmt: str = ".3g",
-              unit: str = "", note: str = "") -> str:
-        """Judge ``iv`` against ``region`` and add the row (our figure printed with its interval)."""
-        return self.add(where, claim, paper, iv.text(fmt, unit) if iv is not None else "-", judge(region, iv), note)
+              unit: str = "", note: str = "", instances: int | None = None) -> str:
+        """Judge ``iv`` against ``region`` and add the row (our figure printed with its interval).
+        ``instances``: a claim for all instances, ``iv`` its worst case over that many (see :func:`judge`)."""
+        ours = iv.text(fmt, unit) if iv is not None else "-"
+        if iv is not None and instances is not None:
+            ours += f" ({instances} instances)"
+        return self.add(where, claim, paper, ours, judge(region, iv, instances=instances), note)
 
     def not_attempted(self, where: str, claim: str, paper: str, why: str) -> str:
         return self.add(where, claim, paper, "-", NOT_ATTEMPTED, why)
 
-    def counts(self) -> dict[str, int]:
-        return {v: sum(r.verdict == v for r in self.rows) for v in VERDICTS}
+    def counts(self, rule: str = "v2") -> dict[str, int]:
+        """Rows per verdict of ``rule`` (whether the list is counted at all: :meth:`counted`)."""
+        if rule not in RULES:
+            raise ValueError(f"Claims.counts: unknown rule {rule!r}")
+        key = "verdict" if rule == "v2" else "verdict_v1"
+        return {v: sum(getattr(r, key) == v for r in self.rows) for v in (VERDICTS if rule == "v2" else V1_VERDICTS)}
 
     def frame(self):
         import pandas as pd
 
-        return pd.DataFrame([vars(r) for r in self.rows], columns=["where", "claim", "paper", "ours", "verdict", "note"])
+        return pd.DataFrame([vars(r) for r in self.rows],
+                            columns=["where", "claim", "paper", "ours", "verdict", "note", "verdict_v1"])
 
 
 def counts_text(counts: dict[str, int]) -> str:
     n = sum(counts.values())
-    return (f"{n} claims: {counts.get(MATCH, 0)} match, {counts.get(NEAR_V, 0)} near, "
-            f"{counts.get(DIFFERS, 0)} differ, {counts.get(NOT_ATTEMPTED, 0)} not attempted")
+    words = {MATCH: "match", NEAR_V: "near", DIFFERS: "differ", INCONCLUSIVE: "inconclusive",
+             NOT_REFUTED: "not refuted", NOT_ATTEMPTED: "not attempted"}
+    return f"{n} claims: " + ", ".join(f"{counts.get(v, 0)} {w}" for v, w in words.items()
+                                       if v in counts or v in V1_VERDICTS)
 
 
 def rule_markdown() -> str:
@@ -450,14 +602,31 @@ def rule_markdown() -> str:
         "* **Bounds, orderings, verbal claims.** *match* only when our whole interval lies inside the claimed "
         "region: \">= 0.90\" needs the lower end >= 0.895; \"A above B\" needs the interval of the paired "
         "difference A - B above 0.",
-        f"* **near**: not a match, but our interval overlaps the claimed region widened by {NEAR:.0%} of the "
-        "magnitude of each finite end (a printed 1.07 widens to [1.012, 1.129]; an ordering, whose end is 0, "
-        "is near when the interval straddles 0). **differs**: neither. **not attempted**: we have no figure.",
+        f"* **The near band** of a claim is its region widened by {NEAR:.0%} of the magnitude of each finite end "
+        "(a printed 1.07 widens to [1.012, 1.129]; an end at 0 stays at 0, an infinite end stays infinite).",
+        "* **Too wide.** An interval wider than the claim's near band is never a *match* nor *near*: "
+        "\"about 2\" ([1.9, 2.1], band [1.805, 2.205]) is not matched by 1.91 [0.62, 3.20]. A region with an "
+        "infinite end has no width limit (it is matched only from inside).",
+        "* **near**: not a match, not too wide, and our *estimate* lies in the near band, so on the claim's side "
+        "of an end at 0 (an ordering whose interval straddles 0 is near only when the estimate points the "
+        "claimed way).",
+        "* **inconclusive**: neither, but our interval still meets the claim's region: our runs neither establish "
+        "nor reject it. **differs**: our interval misses the region. **not attempted**: we have no figure.",
+        "* **For all instances.** A property claimed for every instance (a theorem's bound, \"no profitable "
+        "misreport\") and checked on random ones is at best *not refuted* (with the number of instances): its "
+        "worst case over them lies in the claimed region. It is counted apart from *match*; a counterexample "
+        "*differs*.",
         "* **Categories** (equilibria, significance stars, a best cell): *match* when equal, *near* when one "
-        "step apart on an ordered scale (*, **, ***; the beta grid with the same algorithm), *differs* otherwise.",
-        "* **Claims with parts** (\"for every m\") take the worst verdict of their parts: differs, near, "
-        "not attempted, match.",
+        "step apart on a scale whose distance the claim's meaning defines (a truthful level is never near an "
+        "untruthful one; no significance mark is never near a mark), *differs* otherwise.",
+        "* **Claims with parts** (\"for every m\") take the worst verdict of their parts: differs, inconclusive, "
+        "near, not attempted, not refuted, match.",
+        "* **Settings are not claims.** Inputs of the runs that the paper states (a trace's size, a machine's "
+        "CPUs) are listed with our figure but not counted.",
         "* **Our own comparisons** (paired variants, sensitivity runs) are listed apart and never counted.",
+        "* **Rule v1**, the rule before this one, is kept for comparison (`rule=\"v1\"`): no width limit, near "
+        "when the *interval* overlaps the near band, categories near when one step apart on any grid, bounds "
+        "for all instances counted as matches and settings as claims; the scoreboard shows both.",
         "",
         "Tolerances of the papers' verbal claims (fixed before the runs, the same for every report):",
         "",

@@ -802,8 +802,9 @@ def claims(ex: dict, theorem: pd.DataFrame, mean: pd.DataFrame, audits: pd.DataF
         c.check("Sec. 3.1, Thm 1", f"t-strategyproof: no gain from misreporting {report} (threshold-reliability "
                 "and uniform-failure beliefs, admissible prices, monotone estimators, limited misreports)",
                 "no profitable misreport", V.value(0.0, exact=True), V.wilson_interval(k, n) if n else None,
-                fmt=".2g", note=f"{k} profitable of {n} random cases (share, Wilson interval); largest gain "
-                                f"{d.max_gain.max():.3g}; families: {', '.join(kinds)}")
+                fmt=".2g", instances=n or None,
+                note=f"{k} profitable of {n} random cases (share, Wilson interval); largest gain "
+                     f"{d.max_gain.max():.3g}; families: {', '.join(kinds)}")
     c.not_attempted("Sec. 3.2", "with super-additive prices a user can still gain by splitting a job", "possible",
                     "job splitting is not among our misreport families")
     # --- ours
@@ -813,11 +814,12 @@ def claims(ex: dict, theorem: pd.DataFrame, mean: pd.DataFrame, audits: pd.DataF
         if setting in gap.index:
             k, n = int(gap["profitable"][setting]), int(gap["cases"][setting])
             o.check("outside Thm 1", f"{label}: no profitable misreport", "(no claim)",
-                    V.value(0.0, exact=True), V.wilson_interval(k, n), fmt=".2g", note=f"{k} profitable of {n}")
+                    V.value(0.0, exact=True), V.wilson_interval(k, n), fmt=".2g", instances=n,
+                    note=f"{k} profitable of {n}")
     for model, d in audits.groupby("model", sort=False):
         k, n = int(d.profitable.sum()), int(d.cases.sum())
         o.check("Part D", f"trace market, {model}: no profitable misreport", "(no claim)" if model != "paper's beliefs"
-                else "(Thm 1's setting)", V.value(0.0, exact=True), V.wilson_interval(k, n), fmt=".2g",
+                else "(Thm 1's setting)", V.value(0.0, exact=True), V.wilson_interval(k, n), fmt=".2g", instances=n,
                 note=f"{k} profitable of {n}; largest gain {d.max_gain.max():.3g}")
     return c, o
 

@@ -10,10 +10,11 @@ Usage::
     path = rep.write()                             # out_dir/report.md (+ claims.csv)
 
 Claims (:class:`marketsched.analysis.verdicts.Claims`) are the paper's quantitative claims with
-our figure and the verdict of the one rule in :mod:`marketsched.analysis.verdicts`. The counts
-over every claims list of the report (lists marked ``ours`` excluded) go right under the title,
-and every row, ours included, into ``claims.csv`` (column ``counted``), which the scoreboard of
-``docs/reproductions/README.md`` is built from.
+our figure and the verdict of the one rule in :mod:`marketsched.analysis.verdicts` (v2, with
+rule v1's beside it). The counts over every claims list of the report (lists marked ``ours``
+excluded, and by v2 lists of ``settings``) go right under the title, and every row, ours
+included, into ``claims.csv`` (columns ``verdict`` and ``counted`` for v2, ``verdict_v1`` and
+``counted_v1`` for v1), which the scoreboard of ``docs/reproductions/README.md`` is built from.
 """
 
 from __future__ import annotations
@@ -56,21 +57,23 @@ class Report:
         """Append a claims list (a :class:`~marketsched.analysis.verdicts.Claims`) as a table with its counts."""
         from marketsched.analysis.verdicts import counts_text
 
-        self.heading(claims.title + (" (ours: not counted)" if claims.ours else ""))
+        self.heading(claims.title + (" (ours: not counted)" if claims.ours else
+                                     " (settings: inputs, not counted)" if claims.settings else ""))
         if intro:
             self.text(intro)
-        self.parts.append(f"*{counts_text(claims.counts())}.*\n")
-        self.parts.append(_markdown_table(claims.frame(), ".4g", False) + "\n")
+        self.parts.append(f"*{counts_text(claims.counts())}* (rule v1: {counts_text(claims.counts('v1'))}).\n")
+        self.parts.append(_markdown_table(claims.frame().drop(columns="verdict_v1"), ".4g", False) + "\n")
         self._claims.append(claims)
 
-    def counts(self) -> dict:
-        """Verdict counts over the report's counted claims (the paper's, not ours)."""
-        from marketsched.analysis.verdicts import VERDICTS
+    def counts(self, rule: str = "v2") -> dict:
+        """Verdict counts of ``rule`` over the report's counted claims (the paper's, not ours; by rule v2
+        no settings either)."""
+        from marketsched.analysis.verdicts import V1_VERDICTS, VERDICTS
 
-        out = dict.fromkeys(VERDICTS, 0)
+        out = dict.fromkeys(VERDICTS if rule == "v2" else V1_VERDICTS, 0)
         for c in self._claims:
-            if not c.ours:
-                for k, v in c.counts().items():
+            if c.counted(rule):
+                for k, v in c.counts(rule).items():
                     out[k] += v
         return out
 
@@ -82,8 +85,10 @@ class Report:
             from marketsched.analysis.verdicts import counts_text
 
             parts.insert(1, f"**Scoreboard: {counts_text(self.counts())}** (the paper's claims only; verdicts by the "
-                            "rule in [How verdicts are decided](../README.md#how-verdicts-are-decided)).\n")
-            frames = [c.frame().assign(section=c.title, counted=not c.ours) for c in self._claims]
+                            "rule in [How verdicts are decided](../README.md#how-verdicts-are-decided); "
+                            f"by its rule v1: {counts_text(self.counts('v1'))}).\n")
+            frames = [c.frame().assign(section=c.title, counted=c.counted("v2"), counted_v1=c.counted("v1"))
+                      for c in self._claims]
             pd.concat(frames, ignore_index=True).to_csv(self.out_dir / "claims.csv", index=False)
         path = self.out_dir / name
         path.write_text(self._local_links("\n".join(parts)))
@@ -122,25 +127,33 @@ def _markdown_table(df, floatfmt: str, index: bool) -> str:
 
 
 def scoreboard_markdown(docs_dir) -> str:
-    """The scoreboard table of ``docs/reproductions/README.md``: verdict counts per report, from each
-    report's ``claims.csv`` (the paper's claims only)."""
+    """The scoreboard table of ``docs/reproductions/README.md``: verdict counts per report under rule v2
+    and, on the row below, under rule v1, from each report's ``claims.csv`` (the paper's claims only),
+    with the number of statements in the report's ``checklist.csv`` where it has one."""
     import pandas as pd
 
-    from marketsched.analysis.verdicts import DIFFERS, MATCH, NEAR_V, NOT_ATTEMPTED
+    from marketsched.analysis.verdicts import VERDICTS
 
-    lines = ["| report | claims | match | near | differs | not attempted |", "|---|---|---|---|---|---|"]
-    total = dict.fromkeys((MATCH, NEAR_V, DIFFERS, NOT_ATTEMPTED), 0)
+    head = "| report | checklist | rule | rows | " + " | ".join(VERDICTS) + " |"
+    lines = [head, "|" + "---|" * (4 + len(VERDICTS))]
+    total = {rule: dict.fromkeys(VERDICTS, 0) for rule in ("v2", "v1")}
     for path in sorted(Path(docs_dir).glob("*/claims.csv")):
         df = pd.read_csv(path)
-        df = df[df["counted"]]
-        n = {v: int((df["verdict"] == v).sum()) for v in total}
-        for v in total:
-            total[v] += n[v]
         name = path.parent.name
-        lines.append(f"| [{name}]({name}/report.md) | {len(df)} | {n[MATCH]} | {n[NEAR_V]} | {n[DIFFERS]} | "
-                     f"{n[NOT_ATTEMPTED]} |")
-    lines.append(f"| **all** | {sum(total.values())} | {total[MATCH]} | {total[NEAR_V]} | {total[DIFFERS]} | "
-                 f"{total[NOT_ATTEMPTED]} |")
+        for rule, counted, verdict in (("v2", "counted", "verdict"), ("v1", "counted_v1", "verdict_v1")):
+            sub = df[df[counted]]
+            n = {v: int((sub[verdict] == v).sum()) for v in VERDICTS}
+            for v in VERDICTS:
+                total[rule][v] += n[v]
+            label = f"[{name}]({name}/report.md)" if rule == "v2" else ""
+            checklist = path.parent / "checklist.csv"
+            listed = str(len(pd.read_csv(checklist))) if rule == "v2" and checklist.is_file() else \
+                "-" if rule == "v2" else ""
+            lines.append(f"| {label} | {listed} | {rule} | {len(sub)} | "
+                         + " | ".join(str(n[v]) for v in VERDICTS) + " |")
+    for rule in ("v2", "v1"):
+        lines.append(f"| {'**all**' if rule == 'v2' else ''} |  | {rule} | {sum(total[rule].values())} | "
+                     + " | ".join(str(total[rule][v]) for v in VERDICTS) + " |")
     return "\n".join(lines)
 
 

@@ -59,6 +59,9 @@ SEED = 1
 KS = (0.3, 0.5, 0.7)
 MANIP_BIDS = np.round(np.arange(0.5, 1.501, 0.1), 2)
 RAND_BIDS = np.round(np.arange(0.5, 1.001, 0.05), 2)
+# the distance of reports in the claim "about 65% of her valuation": 5% steps, except that the truthful
+# report (100%) contradicts the claim and is never near an untruthful one
+BID_SCALE = V.Scale(tuple(float(b) for b in RAND_BIDS), tuple("truthful" if b == 1.0 else "untruthful" for b in RAND_BIDS))
 RAND_ALPHAS = (1, 10, 30, 50, 100, 200)
 EFF_ALPHAS = (1, 5, 10, 20, 30, 40, 50)
 PART_EFFICIENCY, PART_SPEED, PART_MANIP = 1, 2, 3
@@ -616,7 +619,7 @@ book (alternative: misreporting gains), * p < 0.1, ** p < 0.05, *** p < 0.01.
                 if pct != 1.0:
                     c.check(where, "ratio of means to truthful (rel)", th_rel, V.value(th_rel), x["rel"], fmt=".2f")
                     c.add(where, "significance of the gain", th_stars or "none", f"{x.stars or 'none'} (p = {x.p:.3g})",
-                          V.category_verdict(th_stars, x.stars, V.STARS))
+                          V.category_verdict(th_stars, x.stars, V.STARS_SCALE))
             rows.append(row)
         rep.table(pd.DataFrame(rows), caption=f"Table {num}: single misreporting {side}, {nj} jobs x 20 nodes, ours "
                                               "[thesis]")
@@ -689,8 +692,8 @@ enforced (counts with 95% Wilson intervals); thesis in brackets.
     best = {a: float(mean_by.loc[a].idxmax()) for a in RAND_ALPHAS}
     c.add("Sec. 4.4.2", "20 x 20: the user maximises expected utility by reporting about 65% of her valuation, "
           "essentially the same across alpha", "65%", ", ".join(f"alpha {a}: {100 * b:.0f}%" for a, b in best.items()),
-          V.worst(V.category_verdict(0.65, round(b, 2), tuple(np.round(RAND_BIDS, 2))) for b in best.values()),
-          "bid of the highest mean utility per alpha; near = one 5% step away")
+          V.worst(V.category_verdict(0.65, round(b, 2), BID_SCALE) for b in best.values()),
+          "bid of the highest mean utility per alpha; near = one 5% step away (the truthful 100% is never near)")
     for a10, x in ((0.95, 177), (0.65, 97)):
         d = s20[(s20.alpha == 10) & np.isclose(s20.bid, a10)]
         c.check("Sec. 4.4.2", f"alpha = 10: the job is allocated {x} times when reporting {a10:.0%}", str(x),
