@@ -326,17 +326,25 @@ class _Failure:
 COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_wait", "wait h", "h"),
            ("mean_bsd", "BSD", "{:.2f}"), ("ssj_share", "SSJ%", "%"), ("utilization", "util%", "%"),
            ("preemptions", "preempt", "{:,}"), ("revenue", "revenue $", "g"), ("twft", "TWFT $", "g"),
-           ("mean_utility", "utility $", "g"), ("cpu_seconds", "CPU s", "{:.2g}")]
+           ("mean_utility", "utility $", "g"), ("cpu_seconds", "CPU s", "s")]
 
 LEGEND = """\
 $        the unit of the jobs' true values and of payments (a priority market's value is $ per
          second of a job's flow time); the workload's values model sets its scale.
-done     jobs that ran to the end; the others were discarded (EES), rejected (Egg: no provider's
-         price or deadline fits) or killed (Egg: a crash, or unfinished at its completion time).
-         EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): it runs one
-         job at a time whatever its width, so with narrow jobs on P processors its util% is at
-         most 100/P, its queue grows and most heads are discarded (their value is below the
-         delay they would cause). Relaxed EES (chapter 6) packs jobs by their node counts.
+done     jobs that ran to the end, in the mechanism's form (see the forms under the legend); the
+         others were discarded (EES and relaxed EES: the head's value was below the delay it would
+         cause the queue), rejected (Egg: no provider's price and completion time fit the job's
+         bid) or dropped or killed (Egg: a crash, or not done by the completion time it was sold).
+         EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): on the
+         built-in workload each job runs as wide as the machine for its processor-seconds / P (the
+         'whole machine' form); on a trace, whose jobs keep their widths, it still runs one job at
+         a time, so with serial jobs on P processors its util% is at most 100/P and most heads are
+         discarded. Relaxed EES (chapter 6) packs jobs by their node counts.
+         Egg's providers estimate a job's run time as its requested time: a job whose request does
+         not end before its deadline, or whose falling bid is below every price by then, is
+         rejected (on the built-in workload most long jobs, about three quarters of the work, hence
+         its util%), and providers with static prices sell more than they finish in time and drop
+         the rest (refunded).
 wait h   mean hours from submission to first start (completed jobs).
 BSD      bounded slowdown, flow time / max(run time, 60 s), mean over completed jobs
          (Shudler et al. (2010), Eq. 1); SSJ% = share of severely slowed-down jobs, BSD >= 5.
@@ -358,7 +366,8 @@ utility  mean per-job utility ($ per job) in the mechanism's own model, comparab
 CPU s    CPU seconds of the simulation."""
 
 
-KIND_HEADINGS = {"compensation market": "compensation", "decentralized auction": "decentralized"}
+KIND_HEADINGS = {"priority market": "priority", "compensation market": "compensation",
+                 "decentralized auction": "decentralized"}  # short: the default table fits 100 columns
 
 
 def _summary_rows(jobs, runs, failed=()):
@@ -391,6 +400,8 @@ def _cell(v, fmt: str) -> str:
         return f"{100 * v:.1f}"
     if fmt == "g":
         return f"{v:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+    if fmt == "s":  # CPU seconds in at most 5 characters below 100 s: the compiled kernels show as <0.01
+        return "<0.01" if v < 0.01 else f"{v:.2g}" if v < 10 else f"{v:,.0f}"
     return fmt.format(v)
 
 
