@@ -1101,6 +1101,12 @@ def grid_show(path):
                f"{f', {g.workers} workers' if g.workers else ''}{plugins}")
 
 
+def _grid_number(v: float) -> str:
+    """A metric averaged over seeds: whole thousands up to ten million with separators (30,800
+    completed jobs, not 3.08e+04), four significant digits otherwise."""
+    return f"{v:,.0f}" if 1e3 <= abs(v) < 1e7 else f"{v:.4g}"
+
+
 @grid.command("run")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -1135,7 +1141,9 @@ def grid_run(path, out_dir, executor, workers):
         mean = s.groupby(keys, sort=False)[list(g.metrics)].mean().reset_index()
         seeds = s["seed"].nunique()
         click.echo(f"mean over {seeds} seed{'s' if seeds > 1 else ''} (every cell: {out / 'summary.csv'})")
-        click.echo(mean.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        if "jobs" in mean:
+            mean["jobs"] = [f"{n:,}" if n else "all" for n in mean["jobs"]]  # 0: every job of the workload
+        click.echo(mean.to_string(index=False, float_format=_grid_number))
     click.echo(f"ran {res.ran}, already done {res.skipped}, failed {len(res.failures)} of {res.cells} cells "
                f"({res.seconds:.1f} s)", err=True)
     if res.failures:
