@@ -217,6 +217,7 @@ def test_compare_runs_every_mechanism_on_a_trace_slice(trace_path):
                                   "--mechanisms", "hb,dlgm,egg,fcfs,easy"])
     assert r.exit_code == 0, r.output
     assert "hb: serial jobs" in r.output and "--split" in r.output and " easy " in r.output
+    assert r.output.count("hb: serial jobs") == 1  # once, not once per pricing
 
 
 def test_help_lists_the_lazy_groups_by_their_own_help_without_importing_them():

@@ -624,8 +624,9 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     for m, p in runs:
         gaps = missing(get(m), in_form(jobs, m)[0])
         if gaps:
-            if (m, "; ".join(gaps)) not in skipped:
-                skipped.append((m, "; ".join(g.split(" needs ", 1)[1] for g in gaps)))
+            why = (m, "; ".join(g.split(" needs ", 1)[1] for g in gaps))
+            if why not in skipped:  # once per mechanism, not once per pricing
+                skipped.append(why)
         else:
             fit.append((m, p))
     if not fit:
