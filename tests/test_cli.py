@@ -55,6 +55,14 @@ def test_the_default_compare_table_fits_100_columns(monkeypatch, capsys):
     assert max(len(line) for line in plain.splitlines()) <= 100, plain
 
 
+def test_the_serial_note_fits_100_columns():
+    r = CliRunner().invoke(main, ["compare", "--synthetic-jobs", "100", "--synthetic-nodes", "2", "--mechanisms",
+                                  "fcfs,easy"])
+    assert r.exit_code == 0, r.output
+    assert "note: every job is serial, so EASY has nothing to backfill" in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 100, r.output
+
+
 def test_compare_with_values_at_least_one_runs_all_thirteen():
     r = CliRunner().invoke(main, ["compare", *SMALL, "--values", "uniform", "--param", "ees.n_draws=20",
                                   "--pricings", "kth", "--no-legend"])

@@ -653,8 +653,8 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     _print_forms(done)
     names_run = {r.mechanism for r in done}
     if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
-        click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
-                   "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
+        click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS;\n"
+                   "  try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
     for path, what in ((out_path, "per-job results"), (events_path, "event log")):
         if path is not None and done:
             click.echo(f"{what}: {path} ({len(done)} of {len(fit)} runs)", err=True)
