@@ -20,6 +20,8 @@ def test_compare_default_shows_every_mechanism_that_fits_grouped_with_a_legend()
     # the built-in workload serves every mechanism: none is refused, and each row's form is named
     assert " ps " in r.output and " sh " in r.output and "not run" not in r.output
     assert "split (" in r.output and "whole machine (300 jobs): ees" in r.output
+    assert "= every parallel job split into serial copies" in r.output  # what each form is
+    assert "= every job holds the whole machine for its processor-seconds" in r.output
     legend = r.output[r.output.index("done     jobs that ran"):]
     for term in ("BSD", "SSJ", "TWFT", "negative", "sum to zero", "DLGM"):
         assert term in legend, term

@@ -650,7 +650,7 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     _print_table(_summary_rows(jobs, done, failed), f"{_workload_title(scenario, w)}: {len(w):,} jobs on {w.capacity} "
                  f"processors, {scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), "
                  "truthful bids", legend=legend, skipped=skipped, failed=failed, stopped=stopped)
-    _print_forms(done)
+    _print_forms(done, legend)
     names_run = {r.mechanism for r in done}
     if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
         click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS;\n"
@@ -688,9 +688,12 @@ def _compare_plot(jobs, runs, path, title: str) -> None:
     click.echo(f"figure: {path}", err=True)
 
 
-def _print_forms(runs) -> None:
-    """Which form of the jobs each run ran (:func:`marketsched.scenario.in_form`), when they differ."""
+def _print_forms(runs, legend: bool = True) -> None:
+    """Which form of the jobs each run ran (:func:`marketsched.scenario.in_form`), when they differ;
+    with ``legend``, what each form is (:data:`marketsched.scenario.FORMS`)."""
     import textwrap
+
+    from marketsched.scenario import FORMS
 
     forms: dict[str, tuple[int, list[str]]] = {}
     for r in runs:
@@ -701,6 +704,8 @@ def _print_forms(runs) -> None:
     for form, (n, labels) in forms.items():
         click.echo(textwrap.fill(f"{form} ({n:,} jobs): {', '.join(labels)}", width=100, initial_indent="  ",
                                  subsequent_indent="      "))
+        if legend and form in FORMS:
+            click.echo(textwrap.fill(f"= {FORMS[form]}", width=100, initial_indent="    ", subsequent_indent="      "))
 
 
 def _default(v) -> str:
