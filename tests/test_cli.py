@@ -188,7 +188,8 @@ def test_capacity_fraction_is_applied():
     r = CliRunner().invoke(main, ["simulate", "--synthetic-jobs", "50", "--synthetic-nodes", "8", "--capacity", "0.5"])
     assert r.exit_code == 0, r.output
     # hb runs the built-in's 50 parallel jobs split into serial ones, on the 4 processors
-    assert "capacity 8 -> 4 processors" in r.stderr and "-split: 85 jobs on 4 processors" in r.stdout
+    assert "capacity 8 -> 4 processors" in r.stderr and "built-in synthetic workload (split): 85 jobs on 4 processors" in r.stdout
+    assert "synthetic(" not in r.stdout  # the workload named, not its Python repr
 
 
 def test_piped_run_prints_plain_progress_lines_on_stderr():

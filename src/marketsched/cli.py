@@ -549,8 +549,9 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
         raise click.ClickException(f"{exc}") from None
     except Exception as exc:
         _mechanism_failed(mechanism, exc)
-    w = runs[0].jobs.workload  # the jobs in the mechanism's form (scenario.in_form; its name says which)
-    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
+    w, form = runs[0].jobs.workload, runs[0].form  # the jobs in the mechanism's form (scenario.in_form)
+    name = _workload_title(scenario, w) + ("" if form == "as given" else f" ({form})")
+    _print_table(_summary_rows(jobs, runs), f"{name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
                  f"engine: {runs[0].engine}")
     _warn_idle(jobs, runs)
     _write_outputs(scenario, jobs, runs, out_path, events_path, "simulate")
