@@ -331,10 +331,11 @@ COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_w
 LEGEND = """\
 $        the unit of the jobs' true values and of payments (a priority market's value is $ per
          second of a job's flow time); the workload's values model sets its scale.
-done     jobs that ran to the end, in the mechanism's form (see the forms under the legend); the
-         others were discarded (EES and relaxed EES: the head's value was below the delay it would
-         cause the queue), rejected (Egg: no provider's price and completion time fit the job's
-         bid) or dropped or killed (Egg: a crash, or not done by the completion time it was sold).
+done     jobs that ran to the end, in the mechanism's form (listed under the legend when forms
+         differ); the others were discarded (EES and relaxed EES: the head's value was below the
+         delay it would cause the queue), rejected (Egg: no provider's price and completion time
+         fit the job's bid) or dropped or killed (Egg: a crash, or not done by the completion time
+         it was sold).
          EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): on the
          built-in workload each job runs as wide as the machine for its processor-seconds / P (the
          'whole machine' form); on a trace, whose jobs keep their widths, it still runs one job at
