@@ -122,7 +122,10 @@ def test_batsim_workload_through_simulate_with_transforms_and_models(tmp_path):
     (lambda d: d["jobs"][2].update(id="w0!x"), "id 'w0!x' is not a whole number"),
     (lambda d: d["jobs"][0].pop("subtime"), "missing 'subtime'"),
     (lambda d: d.update(nb_res=0), "nb_res must be a whole number >= 1"),
-    (lambda d: d["profiles"]["long"].update(delay=-1), "expected a number >= 0"),
+    (lambda d: d["profiles"]["long"].update(delay=-1), "expected a finite number >= 0"),
+    (lambda d: d["profiles"]["long"].update(delay=float("inf")), "has delay inf, expected a finite number"),
+    (lambda d: d["jobs"][0].update(walltime=float("inf")), "walltime inf is not a finite number"),
+    (lambda d: d["jobs"][0].update(walltime=float("nan")), "walltime nan is not a finite number"),
 ])
 def test_bad_batsim_workload_names_the_problem_and_the_job(tmp_path, change, message):
     doc = json.loads(json.dumps(BATSIM))

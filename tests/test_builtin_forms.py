@@ -36,6 +36,15 @@ def test_every_registered_mechanism_fits_its_form(jobs):
         assert in_form(jobs, name)[1] == "as given"
 
 
+def test_ees_holds_the_whole_machine_when_the_builtin_jobs_are_serial():
+    jobs = Scenario.builtin(200, 4).build()  # a quarter of four processors: every job serial
+    assert (jobs.workload.procs == 1).all()
+    formed, form = in_form(jobs, "ees")
+    assert form == "whole machine" and (formed.workload.procs == 4).all()
+    np.testing.assert_allclose(formed.workload.runtime * 4, jobs.workload.runtime)
+    assert in_form(jobs, "hb")[1] == "as given" and in_form(jobs, "relaxed-ees")[1] == "as given"
+
+
 def test_without_forms_the_jobs_run_as_given():
     jobs = Scenario(Scenario.builtin(100, 8).workload).build()
     assert not jobs.forms and in_form(jobs, "hb") == (jobs, "as given")

@@ -15,15 +15,54 @@ def test_compare_default_shows_every_mechanism_that_fits_grouped_with_a_legend()
     for label in ("hb/kth", "hb/first", "nphb/kth", "wspt/first", "wsept/kth", "dlgm", "pdlgm", "ees", "relaxed-ees",
                   "egg", "fcfs", "easy"):
         assert f" {label} " in r.output, label
-    for heading in ("priority market", "compensation", "queue auction", "decentralized", "queue"):
+    for heading in ("priority", "compensation", "queue auction", "decentralized", "queue"):
         assert f" {heading} " in r.output
     # the built-in workload serves every mechanism: none is refused, and each row's form is named
     assert " ps " in r.output and " sh " in r.output and "not run" not in r.output
     assert "split (" in r.output and "whole machine (300 jobs): ees" in r.output
+    assert "= every parallel job split into serial copies" in r.output  # what each form is
+    assert "= every job holds the whole machine for its processor-seconds" in r.output
     legend = r.output[r.output.index("done     jobs that ran"):]
     for term in ("BSD", "SSJ", "TWFT", "negative", "sum to zero", "DLGM"):
         assert term in legend, term
     assert max(len(line) for line in r.output.splitlines() if not line.startswith(("note:", "built-in"))) <= 100
+
+
+def test_the_default_compare_table_fits_100_columns(monkeypatch, capsys):
+    """The cells as wide as the README's default run makes them (28,196 split jobs, a TWFT of
+    1.15e10, a compiled kernel's 0.00075 CPU s, the priority markets' heading): every line of the
+    table and its title fits 100 columns, off a terminal and drawn by rich on one."""
+    import io
+
+    from rich.console import Console
+
+    from marketsched import cli
+
+    wide = {"completed": 28196, "mean_wait": 27864.0, "mean_bsd": 102.9, "ssj_share": 0.754, "utilization": 0.874,
+            "preemptions": 14709, "revenue": 4.03e9, "twft": 1.15e10, "mean_utility": -5.53e5}
+    rows = [{"label": label, "kind": kind, **wide, "cpu_seconds": cpu}
+            for label, kind, cpu in (("nphb/first", "priority market", 0.00075), ("pdlgm", "compensation market", 0.021),
+                                     ("relaxed-ees", "queue auction", 0.44), ("sh", "share market", 9.96),
+                                     ("egg", "decentralized auction", 1.4), ("easy", "queue", 0.00075))]
+    title = ("built-in synthetic workload: 5,000 jobs on 64 processors, bimodal-1 values, patience deadlines "
+             "(seed 1), truthful bids")
+    cli._print_table(rows, title)
+    plain = capsys.readouterr().out
+    assert " <0.01 " in plain and " 9.96 " not in plain and " 10 " in plain and " 0.021 " in plain
+    drawn = io.StringIO()
+    monkeypatch.setattr("marketsched.terminal.rich_console",
+                        lambda *a, **k: Console(file=drawn, width=100, force_terminal=False))
+    cli._print_table(rows, title)
+    assert drawn.getvalue() == plain  # rich did not have to narrow a column
+    assert max(len(line) for line in plain.splitlines()) <= 100, plain
+
+
+def test_the_serial_note_fits_100_columns():
+    r = CliRunner().invoke(main, ["compare", "--synthetic-jobs", "100", "--synthetic-nodes", "2", "--mechanisms",
+                                  "fcfs,easy"])
+    assert r.exit_code == 0, r.output
+    assert "note: every job is serial, so EASY has nothing to backfill" in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 100, r.output
 
 
 def test_compare_with_values_at_least_one_runs_all_thirteen():
@@ -149,7 +188,8 @@ def test_capacity_fraction_is_applied():
     r = CliRunner().invoke(main, ["simulate", "--synthetic-jobs", "50", "--synthetic-nodes", "8", "--capacity", "0.5"])
     assert r.exit_code == 0, r.output
     # hb runs the built-in's 50 parallel jobs split into serial ones, on the 4 processors
-    assert "capacity 8 -> 4 processors" in r.stderr and "-split: 85 jobs on 4 processors" in r.stdout
+    assert "capacity 8 -> 4 processors" in r.stderr and "built-in synthetic workload (split): 85 jobs on 4 processors" in r.stdout
+    assert "synthetic(" not in r.stdout  # the workload named, not its Python repr
 
 
 def test_piped_run_prints_plain_progress_lines_on_stderr():
@@ -188,6 +228,7 @@ def test_compare_runs_every_mechanism_on_a_trace_slice(trace_path):
                                   "--mechanisms", "hb,dlgm,egg,fcfs,easy"])
     assert r.exit_code == 0, r.output
     assert "hb: serial jobs" in r.output and "--split" in r.output and " easy " in r.output
+    assert r.output.count("hb: serial jobs") == 1  # once, not once per pricing
 
 
 def test_help_lists_the_lazy_groups_by_their_own_help_without_importing_them():

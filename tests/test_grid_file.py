@@ -131,3 +131,17 @@ def test_example_in_the_docs_loads(tmp_path, monkeypatch):
     assert len(g.cells) == 36 and g.out == tmp_path / "results" and g.workers == 2
     assert g.cells[0].label() == "SDSC-SP2-1998-4.2-cln cap=1 split jobs=2000 edf/-(surcharge=0.5) ft beta=0 seed=1"
     assert g.cells[-1].label() == "synthetic:3000:64 cap=1 hb/first ft beta=0 seed=3"
+
+
+def test_grid_run_prints_counts_whole_and_every_job_as_all(tmp_path):
+    path = tmp_path / "g.toml"
+    path.write_text('executor = "serial"\nmetrics = ["completed", "mean_bsd"]\n'
+                    '[[workloads]]\ntrace = "synthetic:1500:8"\n'
+                    '[[workloads]]\ntrace = "synthetic:1500:8"\njobs = 1200\n'
+                    '[[mechanisms]]\nname = "easy"\n')
+    r = CliRunner().invoke(main, ["grid", "run", str(path)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split() == ["jobs", "completed", "mean_bsd"])
+    rows = [line.split() for line in lines[head + 1: head + 3]]
+    assert [row[:2] for row in rows] == [["all", "1,500"], ["1,200", "1,200"]], r.output  # not 0, not 1.5e+03

@@ -326,17 +326,26 @@ class _Failure:
 COLUMNS = [("label", "mechanism", "{}"), ("completed", "done", "{:,}"), ("mean_wait", "wait h", "h"),
            ("mean_bsd", "BSD", "{:.2f}"), ("ssj_share", "SSJ%", "%"), ("utilization", "util%", "%"),
            ("preemptions", "preempt", "{:,}"), ("revenue", "revenue $", "g"), ("twft", "TWFT $", "g"),
-           ("mean_utility", "utility $", "g"), ("cpu_seconds", "CPU s", "{:.2g}")]
+           ("mean_utility", "utility $", "g"), ("cpu_seconds", "CPU s", "s")]
 
 LEGEND = """\
 $        the unit of the jobs' true values and of payments (a priority market's value is $ per
          second of a job's flow time); the workload's values model sets its scale.
-done     jobs that ran to the end; the others were discarded (EES), rejected (Egg: no provider's
-         price or deadline fits) or killed (Egg: a crash, or unfinished at its completion time).
-         EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): it runs one
-         job at a time whatever its width, so with narrow jobs on P processors its util% is at
-         most 100/P, its queue grows and most heads are discarded (their value is below the
-         delay they would cause). Relaxed EES (chapter 6) packs jobs by their node counts.
+done     jobs that ran to the end, in the mechanism's form (listed under the legend when forms
+         differ); the others were discarded (EES and relaxed EES: the head's value was below the
+         delay it would cause the queue), rejected (Egg: no provider's price and completion time
+         fit the job's bid) or dropped or killed (Egg: a crash, or not done by the completion time
+         it was sold).
+         EES is defined for jobs that hold the whole machine (Mutz (2008), chapter 4): on the
+         built-in workload each job runs as wide as the machine for its processor-seconds / P (the
+         'whole machine' form); on a trace, whose jobs keep their widths, it still runs one job at
+         a time, so with serial jobs on P processors its util% is at most 100/P and most heads are
+         discarded. Relaxed EES (chapter 6) packs jobs by their node counts.
+         Egg's providers estimate a job's run time as its requested time: a job whose request does
+         not end before its deadline, or whose falling bid is below every price by then, is
+         rejected (on the built-in workload most long jobs, about three quarters of the work, hence
+         its util%), and providers with static prices sell more than they finish in time and drop
+         the rest (refunded).
 wait h   mean hours from submission to first start (completed jobs).
 BSD      bounded slowdown, flow time / max(run time, 60 s), mean over completed jobs
          (Shudler et al. (2010), Eq. 1); SSJ% = share of severely slowed-down jobs, BSD >= 5.
@@ -358,7 +367,8 @@ utility  mean per-job utility ($ per job) in the mechanism's own model, comparab
 CPU s    CPU seconds of the simulation."""
 
 
-KIND_HEADINGS = {"compensation market": "compensation", "decentralized auction": "decentralized"}
+KIND_HEADINGS = {"priority market": "priority", "compensation market": "compensation",
+                 "decentralized auction": "decentralized"}  # short: the default table fits 100 columns
 
 
 def _summary_rows(jobs, runs, failed=()):
@@ -391,6 +401,8 @@ def _cell(v, fmt: str) -> str:
         return f"{100 * v:.1f}"
     if fmt == "g":
         return f"{v:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+    if fmt == "s":  # CPU seconds in at most 5 characters below 100 s: the compiled kernels show as <0.01
+        return "<0.01" if v < 0.01 else f"{v:.2g}" if v < 10 else f"{v:,.0f}"
     return fmt.format(v)
 
 
@@ -538,8 +550,9 @@ def simulate(mechanism, params, pricing, out_path, events_path, **opts):
         raise click.ClickException(f"{exc}") from None
     except Exception as exc:
         _mechanism_failed(mechanism, exc)
-    w = runs[0].jobs.workload  # the jobs in the mechanism's form (scenario.in_form; its name says which)
-    _print_table(_summary_rows(jobs, runs), f"{w.name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
+    w, form = runs[0].jobs.workload, runs[0].form  # the jobs in the mechanism's form (scenario.in_form)
+    name = _workload_title(scenario, w) + ("" if form == "as given" else f" ({form})")
+    _print_table(_summary_rows(jobs, runs), f"{name}: {len(w):,} jobs on {w.capacity} processors, truthful bids; "
                  f"engine: {runs[0].engine}")
     _warn_idle(jobs, runs)
     _write_outputs(scenario, jobs, runs, out_path, events_path, "simulate")
@@ -613,8 +626,9 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     for m, p in runs:
         gaps = missing(get(m), in_form(jobs, m)[0])
         if gaps:
-            if (m, "; ".join(gaps)) not in skipped:
-                skipped.append((m, "; ".join(g.split(" needs ", 1)[1] for g in gaps)))
+            why = (m, "; ".join(g.split(" needs ", 1)[1] for g in gaps))
+            if why not in skipped:  # once per mechanism, not once per pricing
+                skipped.append(why)
         else:
             fit.append((m, p))
     if not fit:
@@ -638,11 +652,11 @@ def compare(mechanisms, extra, params, pricings, out_path, events_path, legend, 
     _print_table(_summary_rows(jobs, done, failed), f"{_workload_title(scenario, w)}: {len(w):,} jobs on {w.capacity} "
                  f"processors, {scenario.values} values, {scenario.deadlines} deadlines (seed {scenario.seed}), "
                  "truthful bids", legend=legend, skipped=skipped, failed=failed, stopped=stopped)
-    _print_forms(done)
+    _print_forms(done, legend)
     names_run = {r.mechanism for r in done}
     if {"fcfs", "easy"} <= names_run and bool((w.procs == 1).all()):
-        click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS; "
-                   "try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
+        click.echo("note: every job is serial, so EASY has nothing to backfill and equals FCFS;\n"
+                   "  try --trace SDSC-SP2-1998-4.2-cln --mechanisms fcfs,easy")
     for path, what in ((out_path, "per-job results"), (events_path, "event log")):
         if path is not None and done:
             click.echo(f"{what}: {path} ({len(done)} of {len(fit)} runs)", err=True)
@@ -676,9 +690,12 @@ def _compare_plot(jobs, runs, path, title: str) -> None:
     click.echo(f"figure: {path}", err=True)
 
 
-def _print_forms(runs) -> None:
-    """Which form of the jobs each run ran (:func:`marketsched.scenario.in_form`), when they differ."""
+def _print_forms(runs, legend: bool = True) -> None:
+    """Which form of the jobs each run ran (:func:`marketsched.scenario.in_form`), when they differ;
+    with ``legend``, what each form is (:data:`marketsched.scenario.FORMS`)."""
     import textwrap
+
+    from marketsched.scenario import FORMS
 
     forms: dict[str, tuple[int, list[str]]] = {}
     for r in runs:
@@ -689,6 +706,8 @@ def _print_forms(runs) -> None:
     for form, (n, labels) in forms.items():
         click.echo(textwrap.fill(f"{form} ({n:,} jobs): {', '.join(labels)}", width=100, initial_indent="  ",
                                  subsequent_indent="      "))
+        if legend and form in FORMS:
+            click.echo(textwrap.fill(f"= {FORMS[form]}", width=100, initial_indent="    ", subsequent_indent="      "))
 
 
 def _default(v) -> str:
@@ -1090,6 +1109,12 @@ def grid_show(path):
                f"{f', {g.workers} workers' if g.workers else ''}{plugins}")
 
 
+def _grid_number(v: float) -> str:
+    """A metric averaged over seeds: whole thousands up to ten million with separators (30,800
+    completed jobs, not 3.08e+04), four significant digits otherwise."""
+    return f"{v:,.0f}" if 1e3 <= abs(v) < 1e7 else f"{v:.4g}"
+
+
 @grid.command("run")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -1124,7 +1149,9 @@ def grid_run(path, out_dir, executor, workers):
         mean = s.groupby(keys, sort=False)[list(g.metrics)].mean().reset_index()
         seeds = s["seed"].nunique()
         click.echo(f"mean over {seeds} seed{'s' if seeds > 1 else ''} (every cell: {out / 'summary.csv'})")
-        click.echo(mean.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        if "jobs" in mean:
+            mean["jobs"] = [f"{n:,}" if n else "all" for n in mean["jobs"]]  # 0: every job of the workload
+        click.echo(mean.to_string(index=False, float_format=_grid_number))
     click.echo(f"ran {res.ran}, already done {res.skipped}, failed {len(res.failures)} of {res.cells} cells "
                f"({res.seconds:.1f} s)", err=True)
     if res.failures:

@@ -249,10 +249,12 @@ def in_form(jobs: Jobs, mechanism: str) -> tuple[Jobs, str]:
     """The jobs ``mechanism`` runs and the name of their form (a key of :data:`FORMS`).
 
     Steps: without ``jobs.forms``, the jobs as they are (``jobs.form``: already formed, or as
-    given). Otherwise (the result has ``forms`` off and ``form`` set), when some job is parallel:
-    1. a mechanism with its own form (``Mechanism.form``, e.g. EES: :func:`whole_machine`) gets it;
-    2. a mechanism that needs serial jobs gets them split (:func:`split_jobs`), as Shudler et
-       al. (2010) split LPC-EGEE;
+    given). Otherwise (the result has ``forms`` off and ``form`` set):
+    1. a mechanism with its own form (``Mechanism.form``, e.g. EES: :func:`whole_machine`) gets it,
+       serial jobs too (a machine of four processors makes the built-in jobs serial, and EES
+       still gives each the whole machine);
+    2. when some job is parallel, a mechanism that needs serial jobs gets them split
+       (:func:`split_jobs`), as Shudler et al. (2010) split LPC-EGEE;
     3. the others run the jobs on their node counts, as given.
     """
     from dataclasses import replace
@@ -264,11 +266,10 @@ def in_form(jobs: Jobs, mechanism: str) -> tuple[Jobs, str]:
         return jobs, jobs.form
     m = get(mechanism)
     form = "as given"
-    if not bool((w.procs == 1).all()):
-        if m.form is not None:
-            jobs, form = m.form(jobs)
-        elif "serial" in m.needs:
-            jobs, form = split_jobs(jobs), "split"
+    if m.form is not None:
+        jobs, form = m.form(jobs)
+    elif "serial" in m.needs and not bool((w.procs == 1).all()):
+        jobs, form = split_jobs(jobs), "split"
     return replace(jobs, forms=False, form=form), form
 
 

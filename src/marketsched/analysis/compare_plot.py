@@ -83,6 +83,10 @@ def compare_figure(tables, title: str = ""):
     left.set_xscale("log")
     left.set_xlabel("bounded slowdown of completed jobs (log scale)")
     right.set_xscale("symlog", linthresh=1.0)
+    from matplotlib.ticker import SymmetricalLogLocator
+
+    # a tick every second decade: one per decade from -1e6 to 1e7 overlaps at the figure's width
+    right.xaxis.set_major_locator(SymmetricalLogLocator(base=100.0, linthresh=1.0))
     right.set_xlabel("utility per job, the mechanism's own model (symmetric log scale)")
     right.axvline(0.0, color="grey", lw=0.6)
     for ax in (left, right):

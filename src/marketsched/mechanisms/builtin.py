@@ -167,8 +167,9 @@ _EES_LIVE = ("no: EES decides on the whole queue's values and delay costs at eac
              "a bid per second of running time (the live day-ahead service runs Mutz's DPGVA instead)")
 register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
-                   summary="one job holds the whole machine however narrow (the rest idles and a long queue discards "
-                           "most jobs); the head runs if its value beats the delay it causes",
+                   summary="one job at a time holds the whole machine (the built-in workload gives each job the machine "
+                           "for its processor-seconds / P; a trace's narrow jobs leave the rest idle and a long queue "
+                           "discards most of them); the head runs if its value beats the delay it causes",
                    live=_EES_LIVE, utility=ees_utility, form=_whole_machine,
                    claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash",
                                  ("value", "deadline"),

@@ -16,7 +16,8 @@ Steps of :func:`read_workload`:
 3. per job (an error names the file, the job's position and its id): ``id`` is a number or
    text whose part after the last ``!`` (Batsim's ``workload!id`` form) is a whole number;
    ``subtime`` a number; ``res`` a whole number; ``profile`` names a ``delay`` profile;
-   ``walltime`` (optional; absent or negative = unknown); ``user_id`` (optional, an extension
+   ``walltime`` (optional; absent or negative = unknown; JSON's non-standard ``Infinity`` and
+   ``NaN`` are refused here and in a delay); ``user_id`` (optional, an extension
    this toolkit writes; absent = unknown);
 4. return the columns as an :class:`~marketsched.workloads.swf.SwfLog` (SWF field names, -1
    where Batsim says nothing, ``MaxProcs`` = ``nb_res``), so the same cleaning
@@ -99,8 +100,8 @@ def read_workload(path) -> SwfLog:
             raise BatsimFormatError(f"{where}: subtime {sub!r} is not a number")
         if not _whole(res):
             raise BatsimFormatError(f"{where}: res {res!r} is not a whole number")
-        if wall is None or not isinstance(wall, (int, float)) or isinstance(wall, bool):
-            raise BatsimFormatError(f"{where}: walltime {wall!r} is not a number")
+        if wall is None or not isinstance(wall, (int, float)) or isinstance(wall, bool) or not np.isfinite(wall):
+            raise BatsimFormatError(f"{where}: walltime {wall!r} is not a finite number")
         name = job["profile"]
         profile = profiles.get(name) if isinstance(name, str) else None
         if not isinstance(profile, dict):
@@ -110,8 +111,8 @@ def read_workload(path) -> SwfLog:
                 f"{where}: profile {name!r} has type {profile.get('type')!r}; only 'delay' profiles have a run time "
                 "independent of the platform (the other types need a platform simulator such as Batsim itself)")
         delay = profile.get("delay")
-        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not delay >= 0:
-            raise BatsimFormatError(f"{where}: profile {name!r} has delay {delay!r}, expected a number >= 0")
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or not 0 <= delay < np.inf:
+            raise BatsimFormatError(f"{where}: profile {name!r} has delay {delay!r}, expected a finite number >= 0")
         user = job.get("user_id", -1)
         if not _whole(user):
             raise BatsimFormatError(f"{where}: user_id {user!r} is not a whole number")

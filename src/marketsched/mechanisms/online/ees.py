@@ -42,7 +42,10 @@ Decisions taken where the thesis is silent:
   the estimator under which the budget imbalance of figures 4.5 and 6.7 exists. ``"shared"``:
   as ``"cached"``, but one set of draws per decision serves every xi_j (common random numbers,
   :func:`welfare_shared`): each xi_j is still an unbiased estimate from S draws, the payments
-  still sum to zero exactly, the work is O(I S). ``"exact"``: exact expectations by
+  still sum to zero exactly, the work is O(I S). What differs from the thesis (section 4.1.3,
+  each expectation from draws of its own): the estimates' errors are correlated across the
+  jobs of a decision, so a payment's expectation is the same but its spread is not (it is
+  ``"cached"`` and ``"naive"`` that the Mutz (2008) reproduction measures). ``"exact"``: exact expectations by
   enumeration, for discrete priors on small queues.
 
 Interface for an online driver (the discrete-event engine calls this at each decision
