@@ -22,5 +22,7 @@ setup(
                   extra_compile_args=FLAGS, optional=True),
         Extension("marketsched.mechanisms.online._dlgm_kernel", ["src/marketsched/mechanisms/online/_dlgm_kernel.c"],
                   depends=HEADERS, extra_compile_args=FLAGS, optional=True),
+        Extension("marketsched.mechanisms.online._share_kernel", ["src/marketsched/mechanisms/online/_share_kernel.c"],
+                  extra_compile_args=FLAGS, optional=True),
     ]
 )

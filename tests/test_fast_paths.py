@@ -186,3 +186,44 @@ def test_ees_drivers_refuse_an_infinite_declared_run_time_when_bound():
     for policy in (EESPolicy, RelaxedEESPolicy):
         with pytest.raises(ValueError, match="declared run time of row 1 is inf"):
             Simulator(w, policy([1.0, 2.0], [0.5, 0.5], prior, time_unit=1.0)).run()
+
+
+# --------------------------------------------------------------------------- share markets: the compiled rounds
+def random_share_workload(rng, n):
+    """Whole seconds with ties: equal release times, equal and zero run times, CPUs 1-4; sometimes many at once."""
+    crowd = rng.random() < 0.3  # more than 32 active jobs: the reference's tail cut and series
+    submit = np.sort(rng.integers(0, 4 if crowd else n, n)).astype(float)
+    runtime = rng.integers(0, 30, n).astype(float)
+    procs = rng.integers(1, 5, n)
+    return Workload.from_columns(submit_time=submit, runtime=runtime, procs=procs, capacity=int(procs.sum()))
+
+
+def run_share(w, values, rule, basis, **kw):
+    from marketsched.behaviour.learning import ZIC
+    from marketsched.mechanisms.online.share import ShareMarketPolicy
+
+    pol = ShareMarketPolicy(rule, ZIC(), values, capacity=6.0, rng=5, basis=basis, **kw)
+    return Simulator(w, pol, capacity=int(w.procs.sum())).run(), pol
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("rule", ["ps", "sh"])
+def test_share_market_compiled_rounds_equal_the_reference(seed, rule):
+    from marketsched.engine.compiled import kernel
+
+    if kernel("marketsched.mechanisms.online._share_kernel") is None:
+        pytest.skip("the share kernel is not built (or MARKETSCHED_ENGINE=python)")
+    rng = np.random.default_rng(seed)
+    w = random_share_workload(rng, int(rng.integers(1, 90)))
+    values = rng.integers(1, 12, len(w)).astype(float) + (0.5 if seed % 4 == 0 else 0.0)  # ties; floor(v) bids
+    basis = "per_cpu" if seed % 3 == 0 else "total"
+    elements = int(rng.choice([7, 64, 1 << 20]))  # blocks and pieces cut small, or one block
+    (a, pa), (b, pb), (c, pc) = (run_share(w, values, rule, basis, chunk_elements=elements),
+                                 run_share(w, values, rule, basis, chunk_elements=elements, fast=False),
+                                 run_share(w, values, rule, basis, chunk=False))
+    assert pa._ends is not None and pb._ends is None and pc._ends is None  # the compiled path ran, the others not
+    for ref, pol in ((b, pb), (c, pc)):
+        assert_same_records(a, ref)  # payments: whole-number bids, exact in any order
+        np.testing.assert_array_equal(pa.bidsum, pol.bidsum)
+        np.testing.assert_allclose(pa.received, pol.received, rtol=1e-12, atol=0)
+        assert pa.rounds == pol.rounds
