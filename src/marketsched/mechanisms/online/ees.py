@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .profile import AvailabilityProfile, ListProfile, greedy_starts
+from .profile import AvailabilityProfile, ListProfile, greedy_starts, greedy_starts_lists, profile_lists
 
 ESTIMATORS = ("cached", "shared", "naive", "exact")
 
@@ -435,8 +435,16 @@ class RelaxedEES(EES):
         if profile is not None and profile.capacity != self.capacity:
             raise ValueError(f"RelaxedEES: profile capacity {profile.capacity} != mechanism capacity {self.capacity}")
         base = profile if profile is not None else AvailabilityProfile(self.capacity, now)
-        with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=self.fast)
-        without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=self.fast)
+        if self.fast:  # both schedules on lists, without an array per call (queues of a few jobs)
+            rt, nd = queue.runtime.tolist(), queue.nodes.tolist()
+            if rt:
+                base._check_request("greedy_starts", max(nd), max(rt))
+                base._check_request("greedy_starts", min(nd), min(rt))
+            with_list = greedy_starts_lists(*profile_lists(base), self.capacity, rt, nd)
+            without_list = greedy_starts_lists(*profile_lists(base), self.capacity, rt[1:], nd[1:]) if len(rt) > 1 else []
+            return np.subtract(with_list[1:], without_list, dtype=np.float64), float(with_list[0])
+        with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=False)
+        without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=False)
         return with_i[1:] - without_i, float(with_i[0])
 
     def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None,

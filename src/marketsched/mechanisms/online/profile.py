@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from operator import itemgetter, le, neg
 
 import numpy as np
+
+_time_of = itemgetter(0)  # sort key of the +n/-n events
 
 
 class _Checks:
@@ -155,10 +158,9 @@ class ListProfile(_Checks):
         order, the running sum after the last event of each time."""
         prof = cls(capacity, origin)
         starts, ends, nodes = list(starts), list(ends), [int(n) for n in nodes]
-        if any(s < origin for s in starts) or any(e <= s for s, e in zip(starts, ends)):
+        if (starts and min(starts) < origin) or any(map(le, ends, starts)):
             raise ValueError("profile_of: every interval must start at or after the origin and have positive length")
-        events = sorted([(float(origin), 0), *zip(starts, nodes), *((e, -n) for e, n in zip(ends, nodes))],
-                        key=lambda ev: ev[0])
+        events = sorted([(float(origin), 0), *zip(starts, nodes), *zip(ends, map(neg, nodes))], key=_time_of)
         times: list[float] = []
         used: list[int] = []
         total = 0
@@ -209,8 +211,7 @@ def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | 
         prof._check_request("greedy_starts", int(nodes.max()), float(runtime.max()))
         prof._check_request("greedy_starts", int(nodes.min()), float(runtime.min()))
     if fast:
-        times, used = (list(prof.times), list(prof.used)) if isinstance(prof, ListProfile) else \
-            (prof.times.tolist(), prof.used.tolist())
+        times, used = profile_lists(prof)
         return np.array(greedy_starts_lists(times, used, prof.capacity, runtime.tolist(), nodes.tolist()),
                         dtype=np.float64).reshape(len(runtime))
     if isinstance(prof, ListProfile):
@@ -220,6 +221,13 @@ def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | 
     for k in range(len(runtime)):
         out[k] = prof.place(int(nodes[k]), float(runtime[k]))
     return out
+
+
+def profile_lists(prof: AvailabilityProfile | ListProfile) -> tuple[list, list]:
+    """New lists of a profile's breakpoints and counts (for :func:`greedy_starts_lists`, which modifies them)."""
+    if isinstance(prof, ListProfile):
+        return list(prof.times), list(prof.used)
+    return prof.times.tolist(), prof.used.tolist()
 
 
 def greedy_starts_lists(times: list, used: list, capacity: int, runtime: list, nodes: list) -> list:
