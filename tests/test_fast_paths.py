@@ -227,3 +227,38 @@ def test_share_market_compiled_rounds_equal_the_reference(seed, rule):
         np.testing.assert_array_equal(pa.bidsum, pol.bidsum)
         np.testing.assert_allclose(pa.received, pol.received, rtol=1e-12, atol=0)
         assert pa.rounds == pol.rounds
+
+
+# --------------------------------------------------------------------------- relaxed EES: the compiled greedy schedule
+@pytest.mark.parametrize("seed", range(300))
+def test_compiled_greedy_schedule_equals_the_lists(seed):
+    from marketsched.engine.compiled import kernel
+    from marketsched.mechanisms.online.profile import greedy_starts_lists, list_scheduler
+
+    if kernel("marketsched.mechanisms.online._profile_kernel") is None:
+        pytest.skip("the profile kernel is not built (or MARKETSCHED_ENGINE=python)")
+    compiled = list_scheduler()
+    assert compiled is not greedy_starts_lists
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(1, 9))
+    p = random_profile(rng, capacity)
+    k = int(rng.integers(0, 15))
+    runtime = (rng.integers(1, 6, k) * (0.5 if seed % 3 == 0 else 1.0)).tolist()  # ties; halves on whole times
+    nodes = rng.integers(1, capacity + 1, k).tolist()
+    times, used = p.times.tolist(), p.used.tolist()
+    got = compiled(times, used, capacity, runtime, nodes)
+    assert (times, used) == (p.times.tolist(), p.used.tolist())  # read, not modified
+    assert got == greedy_starts_lists(times, used, capacity, runtime, nodes)
+
+
+def test_relaxed_ees_takes_the_compiled_schedule_unless_told_otherwise(monkeypatch):
+    from marketsched.engine.compiled import kernel
+    from marketsched.mechanisms.online.ees import RelaxedEES
+    from marketsched.mechanisms.online.profile import greedy_starts_lists
+
+    prior = TypePrior(Uniform(0.0, 1.0), Uniform(0.0, 1.0))
+    built = kernel("marketsched.mechanisms.online._profile_kernel") is not None
+    assert (RelaxedEES(prior, 4).schedule is not greedy_starts_lists) == built
+    assert RelaxedEES(prior, 4, fast=False).schedule is greedy_starts_lists
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
+    assert RelaxedEES(prior, 4).schedule is greedy_starts_lists

@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .profile import AvailabilityProfile, ListProfile, greedy_starts, greedy_starts_lists, profile_lists
+from .profile import AvailabilityProfile, ListProfile, greedy_starts, greedy_starts_lists, list_scheduler, profile_lists
 
 ESTIMATORS = ("cached", "shared", "naive", "exact")
 
@@ -423,6 +423,7 @@ class RelaxedEES(EES):
             raise ValueError(f"RelaxedEES: capacity must be a positive integer, got {capacity!r}")
         self.capacity = int(capacity)
         self.fast = bool(fast)  # the schedules of step 2 on Python lists (greedy_starts); False: the reference
+        self.schedule = list_scheduler() if self.fast else greedy_starts_lists  # the lists' greedy, maybe in C
 
     def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None, now: float = 0.0
                ) -> tuple[np.ndarray, float]:
@@ -440,8 +441,8 @@ class RelaxedEES(EES):
             if rt:
                 base._check_request("greedy_starts", max(nd), max(rt))
                 base._check_request("greedy_starts", min(nd), min(rt))
-            with_list = greedy_starts_lists(*profile_lists(base), self.capacity, rt, nd)
-            without_list = greedy_starts_lists(*profile_lists(base), self.capacity, rt[1:], nd[1:]) if len(rt) > 1 else []
+            with_list = self.schedule(*profile_lists(base), self.capacity, rt, nd)
+            without_list = self.schedule(*profile_lists(base), self.capacity, rt[1:], nd[1:]) if len(rt) > 1 else []
             return np.subtract(with_list[1:], without_list, dtype=np.float64), float(with_list[0])
         with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=False)
         without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=False)

@@ -120,7 +120,7 @@ from collections import deque
 import numpy as np
 
 from .ees import EES, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform
-from .profile import AvailabilityProfile, ListProfile, greedy_starts_lists
+from .profile import AvailabilityProfile, ListProfile
 
 __all__ = ["EESPolicy", "RelaxedEESPolicy", "declared_runtime", "synthesize_types", "realised_utility",
            "queue_time", "profile_of", "per_second_prior"]
@@ -392,8 +392,8 @@ class RelaxedEESPolicy(_EESDriver):
         order = sorted((s, j) for j, s in self.committed.items())
         if self.fast:  # the same placements on lists (profile.greedy_starts_lists)
             lists = ListProfile.of_intervals(self.sim.capacity, t, *running)
-            placed = greedy_starts_lists(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
-                                         [int(procs[j]) for _, j in order])
+            placed = self.mechanism.schedule(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
+                                             [int(procs[j]) for _, j in order])
         else:
             prof = profile_of(self.sim.capacity, t, *running)
             placed = [prof.place(int(procs[j]), float(r[j])) for _, j in order]

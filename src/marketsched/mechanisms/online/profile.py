@@ -230,6 +230,16 @@ def profile_lists(prof: AvailabilityProfile | ListProfile) -> tuple[list, list]:
     return prof.times.tolist(), prof.used.tolist()
 
 
+def list_scheduler():
+    """:func:`greedy_starts_lists` or its compiled twin (``_profile_kernel.greedy_starts``, the same
+    operations in C, bit for bit; it reads the lists without modifying them), as
+    ``MARKETSCHED_ENGINE`` chooses (:func:`marketsched.engine.compiled.kernel`)."""
+    from marketsched.engine.compiled import kernel
+
+    k = kernel("marketsched.mechanisms.online._profile_kernel")
+    return greedy_starts_lists if k is None else k.greedy_starts
+
+
 def greedy_starts_lists(times: list, used: list, capacity: int, runtime: list, nodes: list) -> list:
     """The starts of :func:`greedy_starts` on a profile held as two Python lists (modified).
 
