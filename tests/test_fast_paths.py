@@ -138,7 +138,7 @@ def test_shared_draws_keep_the_allocation(seed):
 @pytest.mark.parametrize("seed", range(200))
 def test_list_profile_equals_the_array_profile(seed):
     from marketsched.mechanisms.online.ees_driver import profile_of
-    from marketsched.mechanisms.online.profile import ListProfile
+    from marketsched.mechanisms.online.profile import ListProfile, profile_kernel
 
     rng = np.random.default_rng(seed)
     capacity, origin = int(rng.integers(2, 9)), float(rng.integers(0, 4))
@@ -150,6 +150,10 @@ def test_list_profile_equals_the_array_profile(seed):
     ref = profile_of(capacity, origin, starts, ends, nodes)
     lst = ListProfile.of_intervals(capacity, origin, starts.tolist(), ends.tolist(), nodes.tolist())
     assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
+    compiled = profile_kernel()
+    if compiled is not None:  # the lists built in C
+        c = ListProfile.of_intervals(capacity, origin, starts.tolist(), ends.tolist(), nodes.tolist(), kernel=compiled)
+        assert c.times == lst.times and c.used == lst.used
     for _ in range(int(rng.integers(0, 6))):
         s, d, n = float(rng.integers(int(origin), 12)), float(rng.integers(1, 5)), int(rng.integers(1, 3))
         outcome = []
@@ -233,12 +237,12 @@ def test_share_market_compiled_rounds_equal_the_reference(seed, rule):
 @pytest.mark.parametrize("seed", range(300))
 def test_compiled_greedy_schedule_equals_the_lists(seed):
     from marketsched.engine.compiled import kernel
-    from marketsched.mechanisms.online.profile import greedy_starts_lists, list_scheduler
+    from marketsched.mechanisms.online.profile import greedy_starts_lists
 
-    if kernel("marketsched.mechanisms.online._profile_kernel") is None:
+    k = kernel("marketsched.mechanisms.online._profile_kernel")
+    if k is None:
         pytest.skip("the profile kernel is not built (or MARKETSCHED_ENGINE=python)")
-    compiled = list_scheduler()
-    assert compiled is not greedy_starts_lists
+    compiled = k.greedy_starts
     rng = np.random.default_rng(seed)
     capacity = int(rng.integers(1, 9))
     p = random_profile(rng, capacity)
@@ -259,6 +263,7 @@ def test_relaxed_ees_takes_the_compiled_schedule_unless_told_otherwise(monkeypat
     prior = TypePrior(Uniform(0.0, 1.0), Uniform(0.0, 1.0))
     built = kernel("marketsched.mechanisms.online._profile_kernel") is not None
     assert (RelaxedEES(prior, 4).schedule is not greedy_starts_lists) == built
+    assert (RelaxedEES(prior, 4).kernel is not None) == built
     assert RelaxedEES(prior, 4, fast=False).schedule is greedy_starts_lists
     monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
-    assert RelaxedEES(prior, 4).schedule is greedy_starts_lists
+    assert RelaxedEES(prior, 4).schedule is greedy_starts_lists and RelaxedEES(prior, 4).kernel is None

@@ -83,7 +83,68 @@ done:
     return out;
 }
 
+typedef struct {
+    double t;
+    long delta;
+} Event;
+
+static int event_cmp(const void *a, const void *b) {
+    double x = ((const Event *)a)->t, y = ((const Event *)b)->t;
+    return (x > y) - (x < y);
+}
+
+static PyObject *profile_of(PyObject *self, PyObject *args) {
+    /* ListProfile.of_intervals after its checks: the +n/-n events in time order, the running
+     * sum after the last event of each time (a sum of integers: the order of equal times does
+     * not matter, so an unstable sort gives the reference's lists). */
+    (void)self;
+    PyObject *starts, *ends, *nodes;
+    double origin;
+    if (!PyArg_ParseTuple(args, "dO!O!O!", &origin, &PyList_Type, &starts, &PyList_Type, &ends, &PyList_Type, &nodes))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(starts);
+    if (PyList_GET_SIZE(ends) != n || PyList_GET_SIZE(nodes) != n) {
+        PyErr_SetString(PyExc_ValueError, "profile_of: starts, ends and nodes must have equal lengths");
+        return NULL;
+    }
+    Event *ev = malloc(sizeof(Event) * (size_t)(2 * n + 1));
+    PyObject *times = NULL, *used = NULL, *result = NULL;
+    if (!ev) return PyErr_NoMemory();
+    ev[0].t = origin;
+    ev[0].delta = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long k = PyLong_AsLong(PyList_GET_ITEM(nodes, i));
+        ev[1 + 2 * i].t = PyFloat_AsDouble(PyList_GET_ITEM(starts, i));
+        ev[1 + 2 * i].delta = k;
+        ev[2 + 2 * i].t = PyFloat_AsDouble(PyList_GET_ITEM(ends, i));
+        ev[2 + 2 * i].delta = -k;
+    }
+    if (PyErr_Occurred()) goto done;
+    qsort(ev, (size_t)(2 * n + 1), sizeof(Event), event_cmp);
+    times = PyList_New(0);
+    used = PyList_New(0);
+    if (!times || !used) goto done;
+    long total = 0;
+    for (Py_ssize_t i = 0; i < 2 * n + 1; i++) {
+        total += ev[i].delta;
+        if (i + 1 < 2 * n + 1 && ev[i + 1].t == ev[i].t) continue; /* the last event of this time */
+        PyObject *t = PyFloat_FromDouble(ev[i].t), *u = PyLong_FromLong(total);
+        int bad = !t || !u || PyList_Append(times, t) || PyList_Append(used, u);
+        Py_XDECREF(t);
+        Py_XDECREF(u);
+        if (bad) goto done;
+    }
+    result = PyTuple_Pack(2, times, used);
+done:
+    free(ev);
+    Py_XDECREF(times);
+    Py_XDECREF(used);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"profile_of", profile_of, METH_VARARGS,
+     "profile_of(origin, starts, ends, nodes) -> (times, used): ListProfile.of_intervals's lists in C"},
     {"greedy_starts", greedy_starts, METH_VARARGS,
      "greedy_starts(times, used, capacity, runtime, nodes) -> starts: profile.greedy_starts_lists in C"},
     {NULL, NULL, 0, NULL}};

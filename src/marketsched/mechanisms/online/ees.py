@@ -76,7 +76,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .profile import AvailabilityProfile, ListProfile, greedy_starts, greedy_starts_lists, list_scheduler, profile_lists
+from .profile import AvailabilityProfile, ListProfile, greedy_starts, greedy_starts_lists, profile_kernel, profile_lists
 
 ESTIMATORS = ("cached", "shared", "naive", "exact")
 
@@ -423,7 +423,8 @@ class RelaxedEES(EES):
             raise ValueError(f"RelaxedEES: capacity must be a positive integer, got {capacity!r}")
         self.capacity = int(capacity)
         self.fast = bool(fast)  # the schedules of step 2 on Python lists (greedy_starts); False: the reference
-        self.schedule = list_scheduler() if self.fast else greedy_starts_lists  # the lists' greedy, maybe in C
+        self.kernel = profile_kernel() if self.fast else None  # the lists' greedy and profiles in C, when built
+        self.schedule = greedy_starts_lists if self.kernel is None else self.kernel.greedy_starts
 
     def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None, now: float = 0.0
                ) -> tuple[np.ndarray, float]:

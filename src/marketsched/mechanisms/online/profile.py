@@ -152,25 +152,29 @@ class ListProfile(_Checks):
 
 
     @classmethod
-    def of_intervals(cls, capacity: int, origin: float, starts, ends, nodes) -> ListProfile:
+    def of_intervals(cls, capacity: int, origin: float, starts, ends, nodes, kernel=None) -> ListProfile:
         """The profile at ``origin`` holding ``[start, end)`` on ``nodes`` each (as
         :func:`marketsched.mechanisms.online.ees_driver.profile_of`): the +n/-n events in time
-        order, the running sum after the last event of each time."""
+        order, the running sum after the last event of each time. ``kernel``: the module of
+        :func:`profile_kernel` (the lists built in C), or None."""
         prof = cls(capacity, origin)
         starts, ends, nodes = list(starts), list(ends), [int(n) for n in nodes]
         if (starts and min(starts) < origin) or any(map(le, ends, starts)):
             raise ValueError("profile_of: every interval must start at or after the origin and have positive length")
-        events = sorted([(float(origin), 0), *zip(starts, nodes), *zip(ends, map(neg, nodes))], key=_time_of)
         times: list[float] = []
         used: list[int] = []
-        total = 0
-        for t, delta in events:
-            total += delta
-            if times and times[-1] == t:
-                used[-1] = total
-            else:
-                times.append(t)
-                used.append(total)
+        if kernel is not None:
+            times, used = kernel.profile_of(float(origin), starts, ends, nodes)
+        else:
+            events = sorted([(float(origin), 0), *zip(starts, nodes), *zip(ends, map(neg, nodes))], key=_time_of)
+            total = 0
+            for t, delta in events:
+                total += delta
+                if times and times[-1] == t:
+                    used[-1] = total
+                else:
+                    times.append(t)
+                    used.append(total)
         if max(used) > capacity:
             raise ValueError(f"profile_of: the intervals use {max(used)} nodes of {capacity}")
         prof.times, prof.used = times, used
@@ -230,14 +234,14 @@ def profile_lists(prof: AvailabilityProfile | ListProfile) -> tuple[list, list]:
     return prof.times.tolist(), prof.used.tolist()
 
 
-def list_scheduler():
-    """:func:`greedy_starts_lists` or its compiled twin (``_profile_kernel.greedy_starts``, the same
-    operations in C, bit for bit; it reads the lists without modifying them), as
-    ``MARKETSCHED_ENGINE`` chooses (:func:`marketsched.engine.compiled.kernel`)."""
+def profile_kernel():
+    """The compiled twins of :func:`greedy_starts_lists` (``greedy_starts``: it reads the lists
+    without modifying them) and of :meth:`ListProfile.of_intervals`'s lists (``profile_of``), the
+    same operations in C, bit for bit; None when ``MARKETSCHED_ENGINE`` chooses Python or the
+    module is not built (:func:`marketsched.engine.compiled.kernel`)."""
     from marketsched.engine.compiled import kernel
 
-    k = kernel("marketsched.mechanisms.online._profile_kernel")
-    return greedy_starts_lists if k is None else k.greedy_starts
+    return kernel("marketsched.mechanisms.online._profile_kernel")
 
 
 def greedy_starts_lists(times: list, used: list, capacity: int, runtime: list, nodes: list) -> list:
