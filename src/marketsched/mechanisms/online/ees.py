@@ -290,10 +290,11 @@ def welfare_shared(front_value: float, delay_cost: np.ndarray, weights: np.ndarr
     V = prior.value.sample(rng, n_draws)
     b = D @ weights
     xi = np.empty(m + 1)
-    xi[0] = float(np.mean(np.where(front_value >= b, -b, 0.0)))
+    # means as sum / S: np.mean's own operations (one add.reduce, one division) without its wrapper
+    xi[0] = float(np.where(front_value >= b, -b, 0.0).sum()) / n_draws
     rest = b[:, None] - D * weights
     bj = weights * delay_cost + rest
-    xi[1:] = np.mean(np.where(V[:, None] >= bj, V[:, None] - rest, 0.0), axis=0)
+    xi[1:] = np.where(V[:, None] >= bj, V[:, None] - rest, 0.0).sum(axis=0) / n_draws
     return xi
 
 
