@@ -431,15 +431,15 @@ class RelaxedEES(EES):
                ) -> tuple[np.ndarray, float]:
         if queue.nodes is None:
             raise ValueError("RelaxedEES: the queue snapshot needs a nodes column")
-        too_big = np.flatnonzero(queue.nodes > self.capacity)
-        if len(too_big):
-            raise ValueError(f"RelaxedEES: job {queue.job_id[too_big[0]]} asks {queue.nodes[too_big[0]]} nodes "
-                             f"on a {self.capacity}-node machine")
+        nd = queue.nodes.tolist()
+        if nd and max(nd) > self.capacity:
+            k = next(i for i, n in enumerate(nd) if n > self.capacity)
+            raise ValueError(f"RelaxedEES: job {queue.job_id[k]} asks {nd[k]} nodes on a {self.capacity}-node machine")
         if profile is not None and profile.capacity != self.capacity:
             raise ValueError(f"RelaxedEES: profile capacity {profile.capacity} != mechanism capacity {self.capacity}")
         base = profile if profile is not None else AvailabilityProfile(self.capacity, now)
         if self.fast:  # both schedules on lists, without an array per call (queues of a few jobs)
-            rt, nd = queue.runtime.tolist(), queue.nodes.tolist()
+            rt = queue.runtime.tolist()
             if rt:
                 base._check_request("greedy_starts", max(nd), max(rt))
                 base._check_request("greedy_starts", min(nd), min(rt))
