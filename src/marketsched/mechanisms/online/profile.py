@@ -39,6 +39,15 @@ class _Checks:
     capacity: int
     origin: float
 
+    def _set_machine(self, capacity, origin) -> None:
+        """Check and set ``capacity`` (a positive integer) and ``origin`` (finite)."""
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise ValueError(f"AvailabilityProfile: capacity must be a positive integer, got {capacity!r}")
+        if not math.isfinite(origin):
+            raise ValueError(f"AvailabilityProfile: origin must be finite, got {origin!r}")
+        self.capacity = int(capacity)
+        self.origin = float(origin)
+
     def _check_request(self, where: str, nodes, duration) -> None:
         if not isinstance(nodes, (int, np.integer)) or nodes <= 0:
             raise ValueError(f"{where}: nodes must be a positive integer, got {nodes!r}")
@@ -63,12 +72,7 @@ class AvailabilityProfile(_Checks):
     """
 
     def __init__(self, capacity: int, origin: float = 0.0):
-        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-            raise ValueError(f"AvailabilityProfile: capacity must be a positive integer, got {capacity!r}")
-        if not math.isfinite(origin):
-            raise ValueError(f"AvailabilityProfile: origin must be finite, got {origin!r}")
-        self.capacity = int(capacity)
-        self.origin = float(origin)
+        self._set_machine(capacity, origin)
         self.times = np.array([self.origin])
         self.used = np.array([0], dtype=np.int64)
 
@@ -144,9 +148,7 @@ class ListProfile(_Checks):
     """
 
     def __init__(self, capacity: int, origin: float = 0.0):
-        AvailabilityProfile(capacity, origin)  # the same checks
-        self.capacity = int(capacity)
-        self.origin = float(origin)
+        self._set_machine(capacity, origin)  # the same checks
         self.times: list[float] = [self.origin]
         self.used: list[int] = [0]
 
