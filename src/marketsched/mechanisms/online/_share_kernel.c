@@ -27,6 +27,7 @@
 #include <stdlib.h>
 
 static PyObject *run(PyObject *self, PyObject *args) {
+    (void)self;
     Py_buffer bu, btop, bcpu, brows, blen, bn, boff, bgs, bgw, brec, bbid;
     double capacity;
     int sh, total;
@@ -128,6 +129,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_share_kernel",
-                                    "The share market's rounds with ZIC bidders in C (see share.py).", -1, methods};
+                                    "The share market's rounds with ZIC bidders in C (see share.py).", -1, methods,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__share_kernel(void) { return PyModule_Create(&module); }
