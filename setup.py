@@ -24,5 +24,9 @@ setup(
                   depends=HEADERS, extra_compile_args=FLAGS, optional=True),
         Extension("marketsched.mechanisms.clearing._greedex_kernel",
                   ["src/marketsched/mechanisms/clearing/_greedex_kernel.c"], extra_compile_args=FLAGS, optional=True),
+        Extension("marketsched.mechanisms.online._share_kernel", ["src/marketsched/mechanisms/online/_share_kernel.c"],
+                  extra_compile_args=FLAGS, optional=True),
+        Extension("marketsched.mechanisms.online._profile_kernel", ["src/marketsched/mechanisms/online/_profile_kernel.c"],
+                  extra_compile_args=FLAGS, optional=True),
     ]
 )

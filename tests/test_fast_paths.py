@@ -138,7 +138,7 @@ def test_shared_draws_keep_the_allocation(seed):
 @pytest.mark.parametrize("seed", range(200))
 def test_list_profile_equals_the_array_profile(seed):
     from marketsched.mechanisms.online.ees_driver import profile_of
-    from marketsched.mechanisms.online.profile import ListProfile
+    from marketsched.mechanisms.online.profile import ListProfile, profile_kernel
 
     rng = np.random.default_rng(seed)
     capacity, origin = int(rng.integers(2, 9)), float(rng.integers(0, 4))
@@ -150,6 +150,10 @@ def test_list_profile_equals_the_array_profile(seed):
     ref = profile_of(capacity, origin, starts, ends, nodes)
     lst = ListProfile.of_intervals(capacity, origin, starts.tolist(), ends.tolist(), nodes.tolist())
     assert lst.times == ref.times.tolist() and lst.used == ref.used.tolist()
+    compiled = profile_kernel()
+    if compiled is not None:  # the lists built in C
+        c = ListProfile.of_intervals(capacity, origin, starts.tolist(), ends.tolist(), nodes.tolist(), kernel=compiled)
+        assert c.times == lst.times and c.used == lst.used
     for _ in range(int(rng.integers(0, 6))):
         s, d, n = float(rng.integers(int(origin), 12)), float(rng.integers(1, 5)), int(rng.integers(1, 3))
         outcome = []
@@ -186,3 +190,80 @@ def test_ees_drivers_refuse_an_infinite_declared_run_time_when_bound():
     for policy in (EESPolicy, RelaxedEESPolicy):
         with pytest.raises(ValueError, match="declared run time of row 1 is inf"):
             Simulator(w, policy([1.0, 2.0], [0.5, 0.5], prior, time_unit=1.0)).run()
+
+
+# --------------------------------------------------------------------------- share markets: the compiled rounds
+def random_share_workload(rng, n):
+    """Whole seconds with ties: equal release times, equal and zero run times, CPUs 1-4; sometimes many at once."""
+    crowd = rng.random() < 0.3  # more than 32 active jobs: the reference's tail cut and series
+    submit = np.sort(rng.integers(0, 4 if crowd else n, n)).astype(float)
+    runtime = rng.integers(0, 30, n).astype(float)
+    procs = rng.integers(1, 5, n)
+    return Workload.from_columns(submit_time=submit, runtime=runtime, procs=procs, capacity=int(procs.sum()))
+
+
+def run_share(w, values, rule, basis, **kw):
+    from marketsched.behaviour.learning import ZIC
+    from marketsched.mechanisms.online.share import ShareMarketPolicy
+
+    pol = ShareMarketPolicy(rule, ZIC(), values, capacity=6.0, rng=5, basis=basis, **kw)
+    return Simulator(w, pol, capacity=int(w.procs.sum())).run(), pol
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("rule", ["ps", "sh"])
+def test_share_market_compiled_rounds_equal_the_reference(seed, rule):
+    from marketsched.engine.compiled import kernel
+
+    if kernel("marketsched.mechanisms.online._share_kernel") is None:
+        pytest.skip("the share kernel is not built (or MARKETSCHED_ENGINE=python)")
+    rng = np.random.default_rng(seed)
+    w = random_share_workload(rng, int(rng.integers(1, 90)))
+    values = rng.integers(1, 12, len(w)).astype(float) + (0.5 if seed % 4 == 0 else 0.0)  # ties; floor(v) bids
+    basis = "per_cpu" if seed % 3 == 0 else "total"
+    elements = int(rng.choice([7, 64, 1 << 20]))  # blocks and pieces cut small, or one block
+    (a, pa), (b, pb), (c, pc) = (run_share(w, values, rule, basis, chunk_elements=elements),
+                                 run_share(w, values, rule, basis, chunk_elements=elements, fast=False),
+                                 run_share(w, values, rule, basis, chunk=False))
+    assert pa._ends is not None and pb._ends is None and pc._ends is None  # the compiled path ran, the others not
+    for ref, pol in ((b, pb), (c, pc)):
+        assert_same_records(a, ref)  # payments: whole-number bids, exact in any order
+        np.testing.assert_array_equal(pa.bidsum, pol.bidsum)
+        np.testing.assert_allclose(pa.received, pol.received, rtol=1e-12, atol=0)
+        assert pa.rounds == pol.rounds
+
+
+# --------------------------------------------------------------------------- relaxed EES: the compiled greedy schedule
+@pytest.mark.parametrize("seed", range(300))
+def test_compiled_greedy_schedule_equals_the_lists(seed):
+    from marketsched.engine.compiled import kernel
+    from marketsched.mechanisms.online.profile import greedy_starts_lists
+
+    k = kernel("marketsched.mechanisms.online._profile_kernel")
+    if k is None:
+        pytest.skip("the profile kernel is not built (or MARKETSCHED_ENGINE=python)")
+    compiled = k.greedy_starts
+    rng = np.random.default_rng(seed)
+    capacity = int(rng.integers(1, 9))
+    p = random_profile(rng, capacity)
+    k = int(rng.integers(0, 15))
+    runtime = (rng.integers(1, 6, k) * (0.5 if seed % 3 == 0 else 1.0)).tolist()  # ties; halves on whole times
+    nodes = rng.integers(1, capacity + 1, k).tolist()
+    times, used = p.times.tolist(), p.used.tolist()
+    got = compiled(times, used, capacity, runtime, nodes)
+    assert (times, used) == (p.times.tolist(), p.used.tolist())  # read, not modified
+    assert got == greedy_starts_lists(times, used, capacity, runtime, nodes)
+
+
+def test_relaxed_ees_takes_the_compiled_schedule_unless_told_otherwise(monkeypatch):
+    from marketsched.engine.compiled import kernel
+    from marketsched.mechanisms.online.ees import RelaxedEES
+    from marketsched.mechanisms.online.profile import greedy_starts_lists
+
+    prior = TypePrior(Uniform(0.0, 1.0), Uniform(0.0, 1.0))
+    built = kernel("marketsched.mechanisms.online._profile_kernel") is not None
+    assert (RelaxedEES(prior, 4).schedule is not greedy_starts_lists) == built
+    assert (RelaxedEES(prior, 4).kernel is not None) == built
+    assert RelaxedEES(prior, 4, fast=False).schedule is greedy_starts_lists
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
+    assert RelaxedEES(prior, 4).schedule is greedy_starts_lists and RelaxedEES(prior, 4).kernel is None

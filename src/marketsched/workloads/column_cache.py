@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +103,8 @@ def _store(file: Path, sha256: str, log: SwfLog) -> None:
             "columns": [[name, _dtype(name).str] for name in SWF_FIELDS],
             "header_lines": [list(p) for p in log.header_lines], "comments": list(log.comments)}
     header = json.dumps(meta).encode("utf-8")
+    import tempfile  # here: only a store needs it (and shutil, random), not a load from the cache
+
     tmp = None
     try:
         file.parent.mkdir(parents=True, exist_ok=True)

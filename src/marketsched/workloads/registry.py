@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
-import urllib.error
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,6 +240,8 @@ def _fetch(url: str, dest: Path, progress: bool = True) -> None:
                     out.write(chunk)
                     bar.advance(task, len(chunk))
         else:
+            import shutil
+
             shutil.copyfileobj(resp, out, 1 << 16)
 
 
@@ -257,6 +256,9 @@ def fetch(name: str, *, cache_dir=None, force: bool = False, progress: bool = Tr
     dest = folder / info.filename
     if dest.is_file() and not force:
         return dest
+    import tempfile  # here, as urllib below: the download's modules are not needed to read a trace
+    import urllib.error
+
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{info.filename}.", suffix=".part", dir=folder)
     os.close(fd)

@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .profile import AvailabilityProfile, ListProfile, greedy_starts
+from .profile import AvailabilityProfile, ListProfile, greedy_starts, greedy_starts_lists, profile_kernel, profile_lists
 
 ESTIMATORS = ("cached", "shared", "naive", "exact")
 
@@ -293,10 +293,11 @@ def welfare_shared(front_value: float, delay_cost: np.ndarray, weights: np.ndarr
     V = prior.value.sample(rng, n_draws)
     b = D @ weights
     xi = np.empty(m + 1)
-    xi[0] = float(np.mean(np.where(front_value >= b, -b, 0.0)))
+    # means as sum / S: np.mean's own operations (one add.reduce, one division) without its wrapper
+    xi[0] = float(np.where(front_value >= b, -b, 0.0).sum()) / n_draws
     rest = b[:, None] - D * weights
     bj = weights * delay_cost + rest
-    xi[1:] = np.mean(np.where(V[:, None] >= bj, V[:, None] - rest, 0.0), axis=0)
+    xi[1:] = np.where(V[:, None] >= bj, V[:, None] - rest, 0.0).sum(axis=0) / n_draws
     return xi
 
 
@@ -426,20 +427,30 @@ class RelaxedEES(EES):
             raise ValueError(f"RelaxedEES: capacity must be a positive integer, got {capacity!r}")
         self.capacity = int(capacity)
         self.fast = bool(fast)  # the schedules of step 2 on Python lists (greedy_starts); False: the reference
+        self.kernel = profile_kernel() if self.fast else None  # the lists' greedy and profiles in C, when built
+        self.schedule = greedy_starts_lists if self.kernel is None else self.kernel.greedy_starts
 
     def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None, now: float = 0.0
                ) -> tuple[np.ndarray, float]:
         if queue.nodes is None:
             raise ValueError("RelaxedEES: the queue snapshot needs a nodes column")
-        too_big = np.flatnonzero(queue.nodes > self.capacity)
-        if len(too_big):
-            raise ValueError(f"RelaxedEES: job {queue.job_id[too_big[0]]} asks {queue.nodes[too_big[0]]} nodes "
-                             f"on a {self.capacity}-node machine")
+        nd = queue.nodes.tolist()
+        if nd and max(nd) > self.capacity:
+            k = next(i for i, n in enumerate(nd) if n > self.capacity)
+            raise ValueError(f"RelaxedEES: job {queue.job_id[k]} asks {nd[k]} nodes on a {self.capacity}-node machine")
         if profile is not None and profile.capacity != self.capacity:
             raise ValueError(f"RelaxedEES: profile capacity {profile.capacity} != mechanism capacity {self.capacity}")
         base = profile if profile is not None else AvailabilityProfile(self.capacity, now)
-        with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=self.fast)
-        without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=self.fast)
+        if self.fast:  # both schedules on lists, without an array per call (queues of a few jobs)
+            rt = queue.runtime.tolist()
+            if rt:
+                base._check_request("greedy_starts", max(nd), max(rt))
+                base._check_request("greedy_starts", min(nd), min(rt))
+            with_list = self.schedule(*profile_lists(base), self.capacity, rt, nd)
+            without_list = self.schedule(*profile_lists(base), self.capacity, rt[1:], nd[1:]) if len(rt) > 1 else []
+            return np.subtract(with_list[1:], without_list, dtype=np.float64), float(with_list[0])
+        with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=False)
+        without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=False)
         return with_i[1:] - without_i, float(with_i[0])
 
     def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None,

@@ -120,7 +120,7 @@ from collections import deque
 import numpy as np
 
 from .ees import EES, Discrete, Ledger, QueueSnapshot, RelaxedEES, TypePrior, Uniform
-from .profile import AvailabilityProfile, ListProfile, greedy_starts_lists
+from .profile import AvailabilityProfile, ListProfile
 
 __all__ = ["EESPolicy", "RelaxedEESPolicy", "declared_runtime", "synthesize_types", "realised_utility",
            "queue_time", "profile_of", "per_second_prior"]
@@ -375,8 +375,10 @@ class RelaxedEESPolicy(_EESDriver):
         rows = list(self.started_at) + list(self.committed)
         starts = [t] * len(self.started_at) + list(self.committed.values())
         ends = [s + r[j] for j, s in self.started_at.items()] + [s + r[j] for j, s in self.committed.items()]
-        build = ListProfile.of_intervals if self.fast else profile_of
-        return build(self.sim.capacity, t, starts, ends, [procs[j] for j in rows])
+        nodes = [procs[j] for j in rows]
+        if self.fast:
+            return ListProfile.of_intervals(self.sim.capacity, t, starts, ends, nodes, kernel=self.mechanism.kernel)
+        return profile_of(self.sim.capacity, t, starts, ends, nodes)
 
     def _compress(self, t: float) -> None:
         """Move committed jobs up after early ends (conservative-backfilling compression).
@@ -391,9 +393,9 @@ class RelaxedEESPolicy(_EESDriver):
         running = ([t] * len(rows), [s + r[j] for j, s in self.started_at.items()], [procs[j] for j in rows])
         order = sorted((s, j) for j, s in self.committed.items())
         if self.fast:  # the same placements on lists (profile.greedy_starts_lists)
-            lists = ListProfile.of_intervals(self.sim.capacity, t, *running)
-            placed = greedy_starts_lists(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
-                                         [int(procs[j]) for _, j in order])
+            lists = ListProfile.of_intervals(self.sim.capacity, t, *running, kernel=self.mechanism.kernel)
+            placed = self.mechanism.schedule(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
+                                             [int(procs[j]) for _, j in order])
         else:
             prof = profile_of(self.sim.capacity, t, *running)
             placed = [prof.place(int(procs[j]), float(r[j])) for _, j in order]

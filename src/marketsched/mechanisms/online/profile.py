@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from operator import itemgetter, le, neg
 
 import numpy as np
+
+_time_of = itemgetter(0)  # sort key of the +n/-n events
 
 
 class _Checks:
@@ -35,6 +38,15 @@ class _Checks:
 
     capacity: int
     origin: float
+
+    def _set_machine(self, capacity, origin) -> None:
+        """Check and set ``capacity`` (a positive integer) and ``origin`` (finite)."""
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise ValueError(f"AvailabilityProfile: capacity must be a positive integer, got {capacity!r}")
+        if not math.isfinite(origin):
+            raise ValueError(f"AvailabilityProfile: origin must be finite, got {origin!r}")
+        self.capacity = int(capacity)
+        self.origin = float(origin)
 
     def _check_request(self, where: str, nodes, duration) -> None:
         if not isinstance(nodes, (int, np.integer)) or nodes <= 0:
@@ -60,12 +72,7 @@ class AvailabilityProfile(_Checks):
     """
 
     def __init__(self, capacity: int, origin: float = 0.0):
-        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
-            raise ValueError(f"AvailabilityProfile: capacity must be a positive integer, got {capacity!r}")
-        if not math.isfinite(origin):
-            raise ValueError(f"AvailabilityProfile: origin must be finite, got {origin!r}")
-        self.capacity = int(capacity)
-        self.origin = float(origin)
+        self._set_machine(capacity, origin)
         self.times = np.array([self.origin])
         self.used = np.array([0], dtype=np.int64)
 
@@ -141,34 +148,35 @@ class ListProfile(_Checks):
     """
 
     def __init__(self, capacity: int, origin: float = 0.0):
-        AvailabilityProfile(capacity, origin)  # the same checks
-        self.capacity = int(capacity)
-        self.origin = float(origin)
+        self._set_machine(capacity, origin)  # the same checks
         self.times: list[float] = [self.origin]
         self.used: list[int] = [0]
 
 
     @classmethod
-    def of_intervals(cls, capacity: int, origin: float, starts, ends, nodes) -> ListProfile:
+    def of_intervals(cls, capacity: int, origin: float, starts, ends, nodes, kernel=None) -> ListProfile:
         """The profile at ``origin`` holding ``[start, end)`` on ``nodes`` each (as
         :func:`marketsched.mechanisms.online.ees_driver.profile_of`): the +n/-n events in time
-        order, the running sum after the last event of each time."""
+        order, the running sum after the last event of each time. ``kernel``: the module of
+        :func:`profile_kernel` (the lists built in C), or None."""
         prof = cls(capacity, origin)
         starts, ends, nodes = list(starts), list(ends), [int(n) for n in nodes]
-        if any(s < origin for s in starts) or any(e <= s for s, e in zip(starts, ends)):
+        if (starts and min(starts) < origin) or any(map(le, ends, starts)):
             raise ValueError("profile_of: every interval must start at or after the origin and have positive length")
-        events = sorted([(float(origin), 0), *zip(starts, nodes), *((e, -n) for e, n in zip(ends, nodes))],
-                        key=lambda ev: ev[0])
         times: list[float] = []
         used: list[int] = []
-        total = 0
-        for t, delta in events:
-            total += delta
-            if times and times[-1] == t:
-                used[-1] = total
-            else:
-                times.append(t)
-                used.append(total)
+        if kernel is not None:
+            times, used = kernel.profile_of(float(origin), starts, ends, nodes)
+        else:
+            events = sorted([(float(origin), 0), *zip(starts, nodes), *zip(ends, map(neg, nodes))], key=_time_of)
+            total = 0
+            for t, delta in events:
+                total += delta
+                if times and times[-1] == t:
+                    used[-1] = total
+                else:
+                    times.append(t)
+                    used.append(total)
         if max(used) > capacity:
             raise ValueError(f"profile_of: the intervals use {max(used)} nodes of {capacity}")
         prof.times, prof.used = times, used
@@ -209,8 +217,7 @@ def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | 
         prof._check_request("greedy_starts", int(nodes.max()), float(runtime.max()))
         prof._check_request("greedy_starts", int(nodes.min()), float(runtime.min()))
     if fast:
-        times, used = (list(prof.times), list(prof.used)) if isinstance(prof, ListProfile) else \
-            (prof.times.tolist(), prof.used.tolist())
+        times, used = profile_lists(prof)
         return np.array(greedy_starts_lists(times, used, prof.capacity, runtime.tolist(), nodes.tolist()),
                         dtype=np.float64).reshape(len(runtime))
     if isinstance(prof, ListProfile):
@@ -220,6 +227,23 @@ def greedy_starts(runtime, nodes, capacity: int, profile: AvailabilityProfile | 
     for k in range(len(runtime)):
         out[k] = prof.place(int(nodes[k]), float(runtime[k]))
     return out
+
+
+def profile_lists(prof: AvailabilityProfile | ListProfile) -> tuple[list, list]:
+    """New lists of a profile's breakpoints and counts (for :func:`greedy_starts_lists`, which modifies them)."""
+    if isinstance(prof, ListProfile):
+        return list(prof.times), list(prof.used)
+    return prof.times.tolist(), prof.used.tolist()
+
+
+def profile_kernel():
+    """The compiled twins of :func:`greedy_starts_lists` (``greedy_starts``: it reads the lists
+    without modifying them) and of :meth:`ListProfile.of_intervals`'s lists (``profile_of``), the
+    same operations in C, bit for bit; None when ``MARKETSCHED_ENGINE`` chooses Python or the
+    module is not built (:func:`marketsched.engine.compiled.kernel`)."""
+    from marketsched.engine.compiled import kernel
+
+    return kernel("marketsched.mechanisms.online._profile_kernel")
 
 
 def greedy_starts_lists(times: list, used: list, capacity: int, runtime: list, nodes: list) -> list:

@@ -97,6 +97,7 @@ Decisions (chapter 6 of the thesis leaves these open)
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,6 +183,14 @@ def _gauss01(m: int) -> tuple[np.ndarray, np.ndarray]:
     w = (w / 2).astype(np.float64)
     s.flags.writeable = False
     w.flags.writeable = False
+    return s, w
+
+
+@cache
+def _gauss_table(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The Gauss rules with 1, 2, ..., ``m`` nodes, one after the other (the compiled market's table)."""
+    s = np.concatenate([_gauss01(k)[0] for k in range(1, m + 1)])
+    w = np.concatenate([_gauss01(k)[1] for k in range(1, m + 1)])
     return s, w
 
 
@@ -851,10 +860,19 @@ class ShareMarketPolicy:
     differ only by the order of floating-point additions. Chunks
     run ahead of the engine's clock, so a run cut by ``until`` needs ``chunk=False``
     (:func:`run_on_engine` sees to it).
+
+    Compiled path (``fast`` true, chunked, a :class:`~marketsched.behaviour.learning.ZIC` bidder
+    and the kernel ``_share_kernel`` built): the active sets depend on the trace only
+    (:attr:`MarketPlan.segments`), so :meth:`bind` runs every round of the whole run at once in C
+    on the same uniforms (drawn from ``rng`` in blocks of at most ``chunk_elements`` numbers, in
+    the same order), and the engine only sees the arrivals and one timer per end. Bids and
+    payments equal the chunked path's bit for bit, the CPU-seconds received up to floating-point
+    rounding (see ``_share_kernel.c``). ``fast=False`` or ``MARKETSCHED_ENGINE=python`` runs the
+    chunked path, which stays the reference.
     """
 
     def __init__(self, rule: str, bidder, values, capacity: float = 10.0, rng=0, basis: str = "total",
-                 chunk: bool = True, chunk_elements: int = 1 << 20):
+                 chunk: bool = True, chunk_elements: int = 1 << 20, fast: bool = True):
         self.rule = _rule(rule)
         if basis not in BASES:
             raise ValueError(f"ShareMarketPolicy: basis must be one of {BASES}, got {basis!r}")
@@ -866,6 +884,7 @@ class ShareMarketPolicy:
         self.alloc = _Allocator(np.array([self.rule], dtype=object), basis)
         self.chunk = bool(chunk) and not bool(getattr(bidder, "stateful", True))
         self.chunk_elements = int(chunk_elements)
+        self.fast = bool(fast)
         # processors the engine must offer: virtual slots, one per CPU every request asks for
         # (set by run_on_engine and by the registry; None: the workload's capacity)
         self.engine_capacity: int | None = None
@@ -885,8 +904,82 @@ class ShareMarketPolicy:
         self._rows: np.ndarray | None = None  # the active jobs' rows while a bidder segment is open
         self.rounds = 0
         self._next_row = 0  # first row not yet released
+        self._ends: list[tuple[int, int]] | None = None  # compiled path: (end, row) of the running jobs
+        kern = self._kernel()
+        if kern is not None:
+            self._run_compiled(kern)
+            self._ends = []
+            self._timer_set: set[int] = set()
+
+    def _kernel(self):
+        from marketsched.behaviour.learning import ZIC
+        from marketsched.engine.compiled import kernel
+
+        if not (self.fast and self.chunk and type(self.bidder) is ZIC):
+            return None
+        return kernel("marketsched.mechanisms.online._share_kernel")
+
+    def _run_compiled(self, kern) -> None:
+        """Every round of the run in C, in blocks of at most ``chunk_elements`` uniforms.
+
+        Steps: cut each segment of the plan into pieces of at most ``chunk_elements // n``
+        seconds; take consecutive pieces into a block while its draws fit (a larger piece is a
+        block alone); draw the block's uniforms with one ``rng.random`` (the stream of the chunked
+        path's draws, in the same order) and add its rounds' totals in the kernel.
+        """
+        lens, ns, offs, rows = [], [], [], []
+        off = 0
+        for t0, t1, r in self.plan.segments:
+            n = len(r)
+            rows.append(r)
+            per = max(1, self.chunk_elements // n)
+            for a in range(t0, t1, per):
+                lens.append(min(per, t1 - a))
+                ns.append(n)
+                offs.append(off)
+            off += n
+        if not lens:
+            return
+        plen = np.array(lens, dtype=np.int64)
+        pn = np.array(ns, dtype=np.int64)
+        poff = np.array(offs, dtype=np.int64)
+        rows_cat = np.concatenate(rows).astype(np.int64)
+        gs, gw = _gauss_table((int(pn.max()) + 1) // 2)
+        draws = np.cumsum(plen * pn)
+        top = np.ascontiguousarray(self.bidder.top[0], dtype=np.float64)
+        sh, total = self.rule == "sh", self.basis == "total"
+        start = 0
+        while start < len(plen):
+            base = draws[start - 1] if start else 0
+            stop = max(start + 1, int(np.searchsorted(draws, base + self.chunk_elements, side="right")))
+            u = self.rng.random(int(draws[stop - 1] - base))
+            kern.run(u, top, self.cpus, rows_cat, plen[start:stop], pn[start:stop], poff[start:stop], self.capacity,
+                     sh, total, gs, gw, self.received, self.bidsum)
+            start = stop
+        self.rounds = int(plen.sum())
+
+    def _step_compiled(self, t, arrived) -> None:
+        sim, ends = self.sim, self._ends
+        assert ends is not None
+        while ends and ends[0][0] <= t:
+            _, j = heapq.heappop(ends)
+            sim.charge(j, self.bidsum[j] * self.cpus[j])
+            sim.finish(j)
+        for j in arrived:
+            if self.plan.runtime[j] == 0:
+                sim.finish(j)
+                continue
+            sim.start_metered(j)
+            e = self.end_at[j]
+            if e not in self._timer_set:
+                self._timer_set.add(e)
+                sim.wake_at(e)
+            heapq.heappush(ends, (e, j))
 
     def step(self, t, arrived, completed) -> None:
+        if self._ends is not None:
+            self._step_compiled(t, arrived)
+            return
         sim = self.sim
         changed = False
         if self.active:
@@ -946,6 +1039,8 @@ class ShareMarketPolicy:
 
     def _settle(self) -> None:
         """Close the bidder's segment and book the segment's totals."""
+        if self._ends is not None:
+            return
         if self._rows is not None:
             self.bidder.end()
             self.received[self._rows] += self._sx[0]
@@ -953,6 +1048,8 @@ class ShareMarketPolicy:
             self._rows = None
 
     def close(self, t) -> None:
+        if self._ends is not None:  # a compiled run is whole: every job ended at its end
+            return
         self._settle()
         for j in self.active:  # cut by ``until``: the engine kills them; they pay what they bid
             self.sim.charge(j, self.bidsum[j] * self.cpus[j])
