@@ -2,8 +2,9 @@
 
 The test writes a tiny package in tmp_path ("lowest bid first", a serial non-preemptive queue
 that charges nothing) as a wheel (a zip with the module and its ``.dist-info``: no build
-backend needed, so the test needs no network and no ``wheel`` package), installs it into this
-test's own environment with pip (no index, no dependencies), runs it through the command line
+backend needed, so the test needs no network and no ``wheel`` package), installs it with pip (no
+index, no dependencies) into a folder of its own on the path of this test and of the commands it
+starts (other tests running at the same time do not see it), runs it through the command line
 (a fresh process, so the entry point is found as a user's shell would find it) and through the
 grid runner, and uninstalls it whatever happens.
 """
@@ -77,14 +78,30 @@ def _pip(*args):
 
 @contextlib.contextmanager
 def installed(wheel: Path, name: str):
-    """The wheel installed in this environment for the block (uninstalled whatever happens)."""
-    r = _pip("install", "-q", "--no-index", "--no-deps", str(wheel))
+    """The wheel installed for the block into a folder of its own on this process's ``sys.path``
+    and on the ``PYTHONPATH`` of the commands it starts (found there as in site-packages: by its
+    ``.dist-info``), and removed whatever happens. Not into the shared environment: tests that
+    list every mechanism in other pytest-xdist workers at the same time must not see it."""
+    import os
+    import shutil
+    import tempfile
+
+    target = tempfile.mkdtemp(prefix=f"{name}-")
+    r = _pip("install", "-q", "--no-index", "--no-deps", "--target", target, str(wheel))
     assert r.returncode == 0, r.stderr
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([target, *([before] if before else [])])
+    sys.path.insert(0, target)
     importlib.invalidate_caches()
     try:
         yield
     finally:
-        _pip("uninstall", "-y", "-q", name)
+        sys.path.remove(target)
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+        shutil.rmtree(target, ignore_errors=True)
         importlib.invalidate_caches()
         from marketsched.mechanisms import registry
 

@@ -29,10 +29,10 @@ DATA = click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 
 def _store(data: Path) -> ExchangeStore:
     """The exchange's database in ``data`` (ClickException if it cannot be opened: a newer
-    schema, a folder of another account's)."""
+    schema, a folder of another account's; SQLite's own errors are :class:`_Group`'s)."""
     try:
         return ExchangeStore(data)
-    except (RuntimeError, OSError, sqlite3.Error) as exc:
+    except (RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -65,7 +65,7 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise click.ClickException(f"the exchange's database: {exc} (try again; if it persists, check "
                                        "the file and the processes using it)") from None
 
