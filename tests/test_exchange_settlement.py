@@ -298,3 +298,67 @@ def test_random_outcomes_settle_by_the_table_and_the_books_balance(tmp_path_fact
         assert _entries(ex, c["id"]) == want
     assert sum(ex.store.balances().values()) == 0
     ex.store.check_books()
+
+
+# ---------------------------------------------------------------------------- one request, one job
+def _split(tmp_path):
+    """u1's request for slots 2-3 is split: slot 2 on p1's node, slot 3 on p2's (each offers one
+    slot); returns the exchange, clock, machines and the two contracts in window order."""
+    ex, clock, machines = make_exchange(tmp_path / "x.db", mechanism="pay-as-bid", penalty=1.0)
+    for p, slot in (("p1", 2), ("p2", 3)):
+        ex.join(p)
+        ex.add_node(p, "n", 2, 100)
+        ex.submit_offer(p, "n", 1, slot, slot)
+    rid = ex.submit_request("u1", 9, 2, 10, 2, 3, "long-job")
+    ex.tick()
+    first, second = sorted((c for c in ex.store.contracts() if c["request_id"] == rid), key=lambda c: c["first_slot"])
+    assert (first["provider"], first["end_t"], second["provider"], second["start_t"]) == ("p1", 30.0, "p2", 30.0)
+    return ex, clock, machines, first, second
+
+
+def test_a_split_request_whose_job_ended_runs_nothing_more(tmp_path):
+    """The job ended by itself in its first contract: the second runs nothing (before: the
+    command ran again, once per contract) and its provider is paid for the capacity it held."""
+    ex, clock, machines, first, second = _split(tmp_path)
+    clock.set(20)
+    ex.tick()
+    machines.by_name["p1"].exit(first["id"], 0)
+    clock.set(25)
+    ex.tick()
+    clock.set(30)
+    ex.tick()
+    clock.set(40)
+    ex.tick()
+    assert [s[0] for m in machines.by_name.values() for s in m.started] == [first["id"]]
+    done = ex.store.contract(second["id"])
+    assert done["state"] == "delivered" and done["note"].startswith(
+        f"the request's job had ended by itself (in contract {first['id']})")
+    assert _entries(ex, second["id"]) == _paid(second)
+    ex.store.check_books()
+
+
+def test_a_split_request_still_running_moves_without_running_twice_at_once(tmp_path):
+    """Still running when its first contract's window ends: stopped there (delivered), then
+    started on the second contract's node, never beside itself."""
+    ex, clock, machines, first, second = _split(tmp_path)
+    seen = []
+    p2 = machines({"name": "p2"})
+    start = p2.start
+
+    def watched(cid, *args, **kw):
+        seen.append(sorted(machines.by_name["p1"].live))  # what of the job still runs on p1
+        return start(cid, *args, **kw)
+
+    p2.start = watched
+    clock.set(20)
+    ex.tick()
+    clock.set(30)
+    ex.tick()
+    assert seen == [[]]
+    assert ex.store.contract(first["id"])["state"] == "delivered"
+    assert ex.store.contract(second["id"])["state"] == "running"
+    clock.set(40)
+    ex.tick()
+    assert ex.store.contract(second["id"])["state"] == "delivered"
+    assert sorted((s[0], s[1]) for m in machines.by_name.values() for s in m.started) == \
+        [(first["id"], 20), (second["id"], 30)]

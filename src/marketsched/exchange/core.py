@@ -273,14 +273,9 @@ class Exchange:
         self.execute()
 
     def execute(self) -> None:
-        now = self.clock()
-        nodes = None
-        for c in self.store.contracts(("pending",)):
-            if now >= c["end_t"]:
-                self.settle(c["id"], "lapsed", now, note="the window passed before the exchange started the job")
-            elif now >= c["start_t"]:
-                nodes = nodes or self.store.nodes()
-                self.start(c, nodes[c["node_id"]], now)
+        """Settle the running contracts whose job ended or whose window is over, then start
+        the pending ones that are due (in that order, so that a request's next contract never
+        starts beside its previous one: :meth:`start`)."""
         ended: dict[int, int | None] = {}
         for backend in list(self._backends.values()):
             ended.update(backend.ended())
@@ -302,11 +297,40 @@ class Exchange:
                                 note=f"contracted resources not delivered: {used['shortfall']}")
                 else:
                     self.settle(c["id"], "delivered", now, used=used, note="served its whole window")
+        now = self.clock()
+        for c in self.store.contracts(("pending",)):
+            if now >= c["end_t"]:
+                self.settle(c["id"], "lapsed", now, note="the window passed before the exchange started the job")
+            elif now >= c["start_t"]:
+                nodes = nodes or self.store.nodes()
+                self.start(c, nodes[c["node_id"]], now)
 
     def start(self, c: dict, node: dict, now: float) -> None:
+        """Start contract ``c``'s job on ``node`` now, as its user's account (:meth:`run_as`).
+
+        **One request, one job** (the exchange's rule; Stößer 2009 lets a job's slots lie on
+        different nodes, section 3.4.1, and says nothing of moving a process): a request the
+        clearing split over several contracts (consecutive windows, each on its own node) is
+        one job. Its command starts with its first contract. A later contract starts it again
+        only if the job has not ended by itself: if it did, in an earlier contract, the later
+        one is settled delivered without running anything (the provider held the capacity; the
+        job chose to end, as within one contract). A job still running when its contract's
+        window ends is stopped (that contract is delivered) and restarted from the beginning on
+        the next contract's node: the exchange does not move processes between nodes.
+        ``MARKETSCHED_REQUEST`` names the request, so a job can keep its own progress (in its
+        user's home) and resume from it."""
+        earlier = self.store.rows(
+            "SELECT id FROM ex_contracts WHERE request_id = ? AND first_slot < ? AND state = 'delivered' "
+            "AND (note LIKE ? OR note LIKE ?) ORDER BY first_slot DESC LIMIT 1",
+            (c["request_id"], c["first_slot"], EXITED + "%", DONE_BEFORE + "%"))
+        if earlier:
+            self.settle(c["id"], "delivered", now, note=f"{DONE_BEFORE} (in contract {earlier[0][0]}): "
+                                                        "nothing left to run")
+            return
         with self.store.transaction():
             self.store.update_contract(c["id"], state="starting", started_t=now)
-        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_PROVIDER": c["provider"],
+        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_REQUEST": c["request_id"],
+               "MARKETSCHED_PROVIDER": c["provider"],
                "MARKETSCHED_NODE": node["name"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
                "MARKETSCHED_LAST_SLOT": c["last_slot"], "MARKETSCHED_WINDOW_END": c["end_t"]}
         try:
@@ -364,7 +388,7 @@ class Exchange:
             self.settle(c["id"], "failed", now, code=code, used=used,
                         note=f"contracted resources not delivered: {used['shortfall']}")
         else:
-            self.settle(c["id"], "delivered", now, code=code, used=used, note="the job exited by itself")
+            self.settle(c["id"], "delivered", now, code=code, used=used, note=EXITED)
 
     def settle(self, contract_id: int, state: str, now: float, code: int | None = None,
                cpu_seconds: float | None = None, note: str = "", used: dict | None = None) -> bool:
@@ -398,6 +422,10 @@ class Exchange:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+
+
+EXITED = "the job exited by itself"  # a contract's note when its job ended before its window did
+DONE_BEFORE = "the request's job had ended by itself"  # a later contract of that request (Exchange.start)
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
