@@ -213,22 +213,22 @@ def test_a_job_given_its_contract_as_measured_is_delivered(tmp_path):
     assert done["state"] == "delivered" and _entries(ex, c["id"]) == _paid(c)
 
 
-@pytest.mark.parametrize("state, uid, ours, fault", [
-    ("COMPLETED", 1001, False, None),
-    ("FAILED", 1001, False, None),
-    ("OUT_OF_MEMORY", 1001, False, None),
-    ("CANCELLED by 1001", 1001, False, None),  # the user cancelled their own job
-    ("CANCELLED by 0", 1001, True, None),  # the exchange did, at the window's end
-    ("CANCELLED by 0", 1001, False, "slurm: CANCELLED by 0 (not by the job's account, nor by the exchange)"),
-    ("CANCELLED by 1002", 1001, False, "slurm: CANCELLED by 1002 (not by the job's account, nor by the exchange)"),
-    ("NODE_FAIL", 1001, False, "slurm: NODE_FAIL"),
-    ("PREEMPTED", 1001, False, "slurm: PREEMPTED"),
-    ("BOOT_FAIL", 1001, False, "slurm: BOOT_FAIL"),
-    ("TIMEOUT", 1001, False, "slurm: TIMEOUT"),
-    (None, 1001, False, "slurm has no record of the job's end"),
+@pytest.mark.parametrize("state, uid, fault", [
+    ("COMPLETED", 1001, None),
+    ("FAILED", 1001, None),
+    ("OUT_OF_MEMORY", 1001, None),
+    ("CANCELLED by 1001", 1001, None),  # the user cancelled their own job
+    ("CANCELLED by 0", 1001, "slurm: CANCELLED by 0 (not by the job's account)"),
+    ("CANCELLED by 1002", 1001, "slurm: CANCELLED by 1002 (not by the job's account)"),
+    ("CANCELLED by 0", None, "slurm: CANCELLED by 0 (not by the job's account)"),  # the job's account unknown
+    ("NODE_FAIL", 1001, "slurm: NODE_FAIL"),
+    ("PREEMPTED", 1001, "slurm: PREEMPTED"),
+    ("BOOT_FAIL", 1001, "slurm: BOOT_FAIL"),
+    ("TIMEOUT", 1001, "slurm: TIMEOUT"),
+    (None, 1001, "slurm has no record of the job's end"),
 ])
-def test_slurm_accounting_states_are_judged_by_the_table(state, uid, ours, fault):
-    assert slurm_fault(state, uid, ours) == fault
+def test_slurm_accounting_states_are_judged_by_the_table(state, uid, fault):
+    assert slurm_fault(state, uid) == fault
 
 
 def test_sacct_sizes_and_durations():

@@ -32,8 +32,8 @@ signal one another and write their folder), so they never make the provider pay:
 * A **Slurm** job's end is judged by Slurm's accounting (``sacct``), which the user cannot
   write (:func:`slurm_fault`): ``COMPLETED``, ``FAILED`` (any exit status or signal of the
   command) and ``OUT_OF_MEMORY`` (the contracted memory) are the user's; ``CANCELLED by UID``
-  is the user's when UID is the job's own account, the exchange's when the exchange cancelled
-  it (its window ended), else the provider's (its administrator); ``NODE_FAIL``,
+  is the user's when UID is the job's own account, else the provider's (its administrator;
+  the exchange's own cancel at a window's end settles that contract at once); ``NODE_FAIL``,
   ``PREEMPTED``, ``BOOT_FAIL``, ``DEADLINE``, ``TIMEOUT`` and any other end are the provider's.
 
 Tests pass a backend of their own with the same methods.
@@ -253,11 +253,13 @@ def _pause_before_go(contract_id: int) -> None:
 
 # ---------------------------------------------------------------------------- Slurm
 SLURM_USER_STATES = {"COMPLETED", "FAILED", "OUT_OF_MEMORY"}  # the command ran and ended by itself
+ACCOUNTING_WAIT = 60.0  # seconds an ended job waits for its final state in Slurm's accounting
 
 
-def slurm_fault(state: str | None, job_uid: int | None, cancelled_by_exchange: bool) -> str | None:
+def slurm_fault(state: str | None, job_uid: int | None) -> str | None:
     """The provider's fault in a Slurm job's accounting state (e.g. ``"CANCELLED by 0"``), or
-    None when the end is the user's or the exchange's (module docstring)."""
+    None when the end is the user's (module docstring). The exchange's own cancel (at a
+    window's end) is never judged here: that contract is settled at once."""
     if state is None:
         return "slurm has no record of the job's end"
     word, _, rest = state.strip().partition(" ")
@@ -265,9 +267,9 @@ def slurm_fault(state: str | None, job_uid: int | None, cancelled_by_exchange: b
         return None
     if word == "CANCELLED":
         by = re.fullmatch(r"by (\d+)", rest.strip())
-        if cancelled_by_exchange or (by is not None and job_uid is not None and int(by.group(1)) == job_uid):
+        if by is not None and job_uid is not None and int(by.group(1)) == job_uid:
             return None
-        return f"slurm: {state.strip()} (not by the job's account, nor by the exchange)"
+        return f"slurm: {state.strip()} (not by the job's account)"
     return f"slurm: {state.strip()}"
 
 
@@ -305,9 +307,9 @@ class SlurmBackend(_ExecutorBackend):
             self.executor = SlurmExecutor(Path(root), partition=partition)
         except SlurmError as exc:  # the partition is unreachable: the provider cannot run the contract
             raise OSError(f"Slurm partition {partition or '(default)'}: {exc}") from exc
-        self._cancelled: set[int] = set()  # contracts the exchange cancelled itself
         self._uids: dict[int, int | None] = {}
         self._acct: dict[int, dict] = {}  # ended contracts' accounting, until settled
+        self._held: dict[int, tuple[int | None, float]] = {}  # ended, accounting not final yet: (code, since)
         self._cpus: int | None = None
 
     def _partition_cpus(self) -> int:
@@ -330,20 +332,40 @@ class SlurmBackend(_ExecutorBackend):
             raise OSError(str(exc)) from exc
 
     def running(self, contract_id: int) -> bool:
+        if contract_id in self._held:  # it ran and ended; its accounting is on its way
+            return True
         job = self.executor.procs.get(contract_id)
         info = self.executor.show(job.pid) if job is not None else None
         return info is not None and info.get("JobState") in ("RUNNING", "SUSPENDED", "COMPLETING")
 
     def stop(self, contract_id: int) -> float:
-        self._cancelled.add(contract_id)
+        self._held.pop(contract_id, None)
+        self._uids.pop(contract_id, None)
         used = (self.accounting(contract_id) or {}).get("cpu_seconds") or 0.0
         self.executor.kill(contract_id)
         return used
 
     def ended(self) -> list[tuple[int, int | None]]:
-        out = self.executor.exits()
-        for key, _ in out:
-            self._acct[key] = self.accounting(key) or {}
+        """Ended jobs, each once Slurm's accounting has its final state (``sacct`` lags the end
+        by a moment); after :data:`ACCOUNTING_WAIT` s without one, with the state Slurm's
+        controller reported (a cancel's author unknown then)."""
+        from marketsched.live.slurm import ACTIVE
+
+        now = time.monotonic()
+        for key, code in self.executor.exits():
+            self._held[key] = (code, now)
+        out = []
+        for key, (code, since) in list(self._held.items()):
+            acct = self.accounting(key) or {}
+            final = (acct.get("state") or "").split(" ")[0] not in ("", *ACTIVE)
+            if not final and now - since < ACCOUNTING_WAIT:
+                continue
+            state, _ = self.executor.outcome(key)  # the controller's view (and dropped from the executor)
+            if not final:
+                acct["state"] = "COMPLETED" if state == "completed" else None
+            self._acct[key] = acct
+            del self._held[key]
+            out.append((key, code))
         return out
 
     def accounting(self, contract_id: int) -> dict | None:
@@ -379,8 +401,8 @@ class SlurmBackend(_ExecutorBackend):
 
     def fault(self, contract_id: int) -> str | None:
         acct = self._acct.pop(contract_id, None) or {}
-        return slurm_fault(acct.get("state"), self._uids.get(contract_id, _uid_of(self.executor, contract_id)),
-                           contract_id in self._cancelled)
+        uid = self._uids.pop(contract_id) if contract_id in self._uids else _uid_of(self.executor, contract_id)
+        return slurm_fault(acct.get("state"), uid)
 
     def usage(self, contract_id: int, contracted: Contracted | None = None) -> dict | None:
         acct = self._acct.get(contract_id)
@@ -405,11 +427,14 @@ class SlurmBackend(_ExecutorBackend):
 
 
 def _uid_of(executor, contract_id: int) -> int | None:
-    """The owner of a contract's job folder (its user's account), None if it is gone."""
+    """The owner of a contract's job folder (its user's account); None if it is gone, or if it
+    is the exchange's own account (single-user mode: the job's own cancel cannot be told from
+    one by the exchange's account, e.g. root's, which counts as the provider's)."""
     try:
-        return executor.workdir(contract_id).stat().st_uid
+        uid = executor.workdir(contract_id).stat().st_uid
     except OSError:
         return None
+    return None if uid == os.geteuid() else uid
 
 
 def provider_backends(data_dir: Path, containment="auto"):
