@@ -9,6 +9,8 @@ with the exchange on random sequences of outcomes.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -362,3 +364,27 @@ def test_a_split_request_still_running_moves_without_running_twice_at_once(tmp_p
     assert ex.store.contract(second["id"])["state"] == "delivered"
     assert sorted((s[0], s[1]) for m in machines.by_name.values() for s in m.started) == \
         [(first["id"], 20), (second["id"], 30)]
+
+
+# ---------------------------------------------------------------------------- whose account
+def test_exchange_run_says_whose_account_jobs_run_as(tmp_path):
+    """As root, jobs run as their users' accounts unless --single-user asks otherwise (then a
+    warning: every job runs as root). Not as root, single-user is the only mode."""
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    data = tmp_path / "ex"
+    runner = CliRunner()
+    assert runner.invoke(main, ["exchange", "init", str(data)]).exit_code == 0
+    plain = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--containment", "none"])
+    single = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--containment", "none",
+                                  "--single-user"])
+    assert plain.exit_code == 0 and single.exit_code == 0, (plain.output, single.output)
+    if os.geteuid() == 0:
+        assert "multi-user mode: each contract job runs as its user's Unix account" in plain.output
+        assert "WARNING: single-user mode as root: every contract job runs as root" in single.output
+    else:
+        assert "single-user mode" in plain.output and "WARNING" not in single.output
+        multi = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--multi-user"])
+        assert multi.exit_code != 0 and "needs root" in multi.output

@@ -260,11 +260,11 @@ class Exchange:
             if got is True:
                 with self.store.transaction():
                     self.store.update_contract(c["id"], state="running")
-            elif got is False:  # nothing of it ever ran
+            elif got is False and c["state"] == "starting":  # nothing of it ever ran
                 with self.store.transaction():
                     self.store.update_contract(c["id"], state="pending", started_t=None)
-            else:
-                self.finish(c, got, now)
+            else:  # it ran ("running" is recorded after the go) and has ended
+                self.finish(c, None if got is False else got, now)
 
     def tick(self) -> None:
         """One step: clear if a period is due, then start, monitor and settle contracts."""
