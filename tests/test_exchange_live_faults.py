@@ -81,7 +81,7 @@ def _kill_jobs(data: Path) -> None:
         ex.shutdown()
 
 
-def _request(client, user, cpu, mem, length, command, lead=3):
+def _request(client, user, cpu, mem, length, command, lead=5):
     s = client.slot()
     return client.submit_request(user, 5.0, cpu, mem, s + lead, s + lead + length - 1, command)
 
@@ -159,8 +159,9 @@ def test_kill_9_between_launch_and_go_makes_no_provider_pay(accounts, open_dir):
         assert wait_for(lambda: len(store.periods()) > 0, HANG)
         # windows of 300 s: every contract starts inside its window however slowly a loaded
         # machine restarts Python 20 times
-        reqs = [_request(client, "alice", 1, 10, 300, f"echo $MARKETSCHED_CONTRACT >> {ran}")
+        reqs = [_request(client, "alice", 1, 10, 300, f"echo $MARKETSCHED_CONTRACT >> {ran}", lead=15)
                 for _ in range(cycles + 2)]
+        assert wait_for(lambda: all(_contract(store, r) for r in reqs), HANG)  # cleared before the first start
         for i in range(cycles):
             assert wait_for(lambda i=i: len(list(pauses.iterdir())) > i, HANG), f"cycle {i}: no pause"
             procs[-1].send_signal(signal.SIGKILL)  # kill -9 between the job's launch and its go
@@ -214,13 +215,13 @@ def _cg_file(dirs, name) -> str:
 def test_contract_jobs_are_confined_to_their_cpus_processes_and_memory(accounts, open_dir):
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs two CPUs: one per provider's node")
-    client, store, data = _exchange(open_dir, accounts, nodes=(("p1", 4, 2048, [0]), ("p2", 4, 2048, [1])))
+    client, store, data = _exchange(open_dir, accounts, nodes=(("p1", 4, 4096, [0]), ("p2", 4, 4096, [1])))
     log = open(open_dir / "exchange.log", "ab")
     proc = _run(data, log)
     try:
         assert wait_for(lambda: len(store.periods()) > 0, HANG)
         r_aff = _request(client, "alice", 1, 64, 120, AFFINITY)
-        r_bomb = _request(client, "alice", 2, 1024, 120, BOMB.format(tries=1000))
+        r_bomb = _request(client, "alice", 2, 3072, 120, BOMB.format(tries=1000))  # room for 500 Pythons
         r_hog = _request(client, "alice", 1, 64, 120, HOG.format(mib=512))
         assert wait_for(lambda: all(_contract(store, r) for r in (r_aff, r_bomb, r_hog)), HANG)
         r_side = _request(client, "bob", 4, 64, 15, COUNT)  # p1 is full: on p2's CPU
@@ -230,7 +231,7 @@ def test_contract_jobs_are_confined_to_their_cpus_processes_and_memory(accounts,
         c_aff, c_bomb, c_hog, c_side = (_contract(store, r) for r in (r_aff, r_bomb, r_hog, r_side))
         assert {c_aff["provider"], c_bomb["provider"], c_hog["provider"]} == {"p1"} and c_side["provider"] == "p2"
         # the kernel's limits of each job's cgroups are the contract's
-        for c, cpu_units, mem in ((c_aff, 1, 64), (c_bomb, 2, 1024), (c_hog, 1, 64)):
+        for c, cpu_units, mem in ((c_aff, 1, 64), (c_bomb, 2, 3072), (c_hog, 1, 64)):
             dirs = _cgroups(data, c)
             assert _cg_file(dirs, "cpuset.cpus") == "0"
             quota, period = int(_cg_file(dirs, "cpu.cfs_quota_us")), int(_cg_file(dirs, "cpu.cfs_period_us"))
