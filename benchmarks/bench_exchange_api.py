@@ -88,7 +88,7 @@ def main() -> None:
         serve = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "serve", str(data), "--port",
                                   str(port)], stdout=log, stderr=log)
         run = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "run", str(data), "--poll",
-                                "0.1", "--containment", "none"], stdout=log, stderr=log)
+                                "0.1", "--containment", "none", "--single-user"], stdout=log, stderr=log)
         procs += [serve, run]
         deadline = time.monotonic() + 60
         while True:

@@ -8,7 +8,8 @@ from marketsched.live.clock import FakeClock
 
 
 class FakeBackend:
-    """Records starts; the test ends jobs by hand (``exit``) or makes starts fail."""
+    """Records starts; the test ends jobs by hand (``exit``: by themselves; ``fail``: by the
+    provider's side), makes starts fail, or sets what a job was given (``given``)."""
 
     def __init__(self, clock):
         self.clock = clock
@@ -18,8 +19,12 @@ class FakeBackend:
         self._news: list[tuple[int, int | None]] = []
         self.fail_start = False
         self.pending: set[int] = set()  # started, but the provider has not run them yet (a Slurm queue)
+        self.faults: dict[int, str] = {}
+        self.given: dict[int, dict] = {}  # contract -> measured {"cpus", "memory"} (default: nothing measured)
+        self.contracted: dict[int, object] = {}
 
-    def start(self, contract_id, command, env, cpus, user=None):
+    def start(self, contract_id, command, env, cpus, user=None, contracted=None):
+        self.contracted[contract_id] = contracted
         if self.fail_start:
             raise OSError("node down")
         assert contract_id not in self.live and contract_id not in self.exited, "a contract started twice"
@@ -39,10 +44,25 @@ class FakeBackend:
         return out
 
     def exit(self, contract_id, code):
-        """The job's processes end with ``code`` (>= 128 or None: killed, as by a dead node)."""
+        """The job's processes end by themselves with ``code`` (any status; None: unknown)."""
         self.live.pop(contract_id)
         self.exited[contract_id] = code
         self._news.append((contract_id, code))
+
+    def fail(self, contract_id, why="node lost", code=None):
+        """The provider's side ends the job (a lost node, a preemption)."""
+        self.faults[contract_id] = why
+        self.exit(contract_id, code)
+
+    def fault(self, contract_id):
+        return self.faults.pop(contract_id, None)
+
+    def usage(self, contract_id, contracted=None):
+        given = self.given.get(contract_id)
+        out = {"cpu_seconds": None, "peak_memory": None, **(given or {"cpus": None, "memory": None})}
+        if contracted is not None:
+            out["shortfall"] = contracted.shortfall(len(contracted.node_cpus or (0,)), given)
+        return out
 
     def reattach(self, contract_id):
         if contract_id in self.live:
@@ -74,12 +94,15 @@ def make_exchange(path, mechanism="critical-value", k=0.5, slot_seconds=10.0, pe
                     penalty=penalty, seed=seed, deposits=deposits)
     clock = clock or FakeClock()
     machines = machines or Machines(clock)
-    return Exchange(store, clock, machines), clock, machines
+    ex = Exchange(store, clock, machines)
+    ex.single_user = True  # fake jobs run as nobody's account (the tests run as root)
+    return ex, clock, machines
 
 
 def reopen(path, clock, machines):
     """The exchange started again on the same database (after a kill -9)."""
     ex = Exchange(ExchangeStore(path), clock, machines)
+    ex.single_user = True
     ex.recover()
     return ex
 

@@ -34,6 +34,24 @@ def work(seconds, tag="", step=0.05, until=None):
 
 SLOW = 1000  # slow-body connections from one party (flood_and_call)
 CALLS = 20  # calls of the other parties while they are open
+# a job that tries ``tries`` forks of sleeping children and writes "started failed" to ``forks``
+BOMB = """python3 - <<'EOF'
+import os, time
+ok = failed = 0
+for _ in range({tries}):
+    try:
+        pid = os.fork()
+    except OSError:
+        failed += 1
+        continue
+    if pid == 0:
+        time.sleep(300)
+        os._exit(0)
+    ok += 1
+with open("forks", "w") as f:
+    f.write(f"{{ok}} {{failed}}\\n")
+time.sleep(300)
+EOF"""
 
 
 def free_port() -> int:

@@ -58,11 +58,11 @@ def test_a_provider_that_fails_mid_contract_pays_its_penalty(tmp_path):
     ex, clock, machines, c = _one_contract(tmp_path, penalty=1.5)
     clock.set(25)
     ex.tick()
-    machines.by_name["p1"].exit(c["id"], 137)  # SIGKILL the exchange did not send: the node died
+    machines.by_name["p1"].fail(c["id"], "node lost", 137)  # the provider's side ended it: its node died
     clock.set(27)
     ex.tick()
     done = ex.store.contract(c["id"])
-    assert done["state"] == "failed" and "killed" in done["note"]
+    assert done["state"] == "failed" and done["note"] == "the provider ended the job: node lost"
     assert c["penalty"] == round(1.5 * c["user_price"]) > 0
     assert _balance(ex, "provider:p1") == -c["penalty"]
     assert _balance(ex, "user:u1") == c["penalty"]
@@ -99,6 +99,7 @@ op_st = st.one_of(
     st.tuples(st.just("offer"), st.integers(0, 15), st.integers(1, 8), st.sampled_from(["p1", "p2"])),
     st.tuples(st.just("advance"), st.integers(1, 25)),
     st.tuples(st.just("end"), st.integers(0, 5), st.sampled_from([0, 1, 137, None])),
+    st.tuples(st.just("fail"), st.integers(0, 5)),
 )
 
 
@@ -130,7 +131,10 @@ def test_books_balance_after_any_sequence(tmp_path_factory, ops, mechanism):
             running = sorted((cid, m) for m in machines.by_name.values() for cid in m.live)
             if running:
                 cid, m = running[op[1] % len(running)]
-                m.exit(cid, op[2])
+                if op[0] == "fail":
+                    m.fail(cid)
+                else:
+                    m.exit(cid, op[2])
         ex.tick()
     clock.advance(1000)
     ex.tick()

@@ -59,7 +59,7 @@ def test_settlement_moves_the_commitment_into_the_balance(tmp_path):
     assert _money(ex, "alice") == {"balance": 12.0, "committed": 4.0, "available": 8.0}
     clock.advance(10)  # slot 5: the second starts; its node dies: the provider pays the penalty
     ex.tick()
-    machines.by_name["p"].exit(second["id"], None)
+    machines.by_name["p"].fail(second["id"])
     ex.tick()
     assert ex.store.contract(second["id"])["state"] == "failed"
     assert _money(ex, "alice") == {"balance": 14.0, "committed": 0.0, "available": 14.0}

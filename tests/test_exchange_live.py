@@ -1,6 +1,6 @@
 """End to end with real processes: the exchange runs as its own process with two local
 providers and, when Slurm answers, a Slurm partition; a compressed day of orders (slots of 2 s); kill -9 of the exchange and a restart; a
-provider's job killed mid-contract. Asserts only recorded facts (the jobs' own timestamps,
+job killed mid-contract from outside (by root: not its provider's doing, so its provider is paid). Asserts only recorded facts (the jobs' own timestamps,
 contract states, the ledger), never durations."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from live_helpers import wait_for
 from marketsched.exchange.book import run_mechanism
-from marketsched.exchange.core import Exchange, create_exchange, recorded_book
+from marketsched.exchange.core import DONE_BEFORE, Exchange, create_exchange, recorded_book
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore, to_micro
 from marketsched.live.clock import WallClock
@@ -28,7 +28,8 @@ SLOT = 2.0
 
 def _start(data, log):
     return subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "run", str(data), "--containment",
-                             "none", "--poll", "0.1"], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                             "none", "--poll", "0.1", "--single-user"], stdout=log, stderr=log,
+                            stdin=subprocess.DEVNULL)
 
 
 def _kill_leftovers(store, data):
@@ -114,14 +115,15 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
         batch(4)
         assert contract_terms(store)[:len(before)] == before  # nothing committed was lost
         assert store.periods()[:len(periods_before)] == periods_before
-        # the victim's job survived the exchange's death; now its provider's node dies
+        # the victim's job survived the exchange's death; now root kills it (nothing on a local
+        # provider's side can: the end is not the provider's fault, docs/exchange.md "Who is at fault")
         rec = read_state(data / "providers" / store.contract(victim)["provider"], victim)
         assert rec is not None
         assert wait_for(lambda: procs[1].poll() is None and len(store.periods()) > len(periods_before) + 1,
                         timeout=120)
         assert _state(store, victim) == "running"  # re-attached by the restarted exchange
         os.killpg(rec["pid"], signal.SIGKILL)
-        assert wait_for(lambda: _state(store, victim) == "failed", timeout=120)
+        assert wait_for(lambda: _state(store, victim) == "delivered", timeout=120)
         batch(3)
         last = store.last_order_id()
         assert wait_for(lambda: all(o["state"] != "open" for o in store.orders("request")) and
@@ -145,20 +147,32 @@ def test_live_exchange_kill_9_and_a_failed_provider(tmp_path):
         if c["state"] == "lapsed":
             assert c["id"] not in stamps
             continue
+        if c["note"].startswith(DONE_BEFORE):  # a later piece of a split request whose job had ended: not run
+            earlier = [e for e in contracts if e["request_id"] == c["request_id"] and e["first_slot"] < c["first_slot"]]
+            assert c["id"] not in stamps and c["started_t"] is None and c["state"] == "delivered"
+            assert any(e["note"].startswith("the job exited by itself") for e in earlier)
+            continue
         assert c["start_t"] <= c["started_t"] < c["end_t"]  # handed to its provider inside its window
         assert (data / "providers" / c["provider"] / f"job-{c['id']}").is_dir()
         if c["id"] in stamps:  # the job's own record: it ran on its provider, not before its window
             provider, t = stamps[c["id"]]
             assert provider == c["provider"] and epoch + c["start_t"] <= t
-        if c["note"] == "the job exited by itself":  # it ran to its end: the echo is recorded
+        if c["note"].startswith("the job exited by itself"):  # it ran to its end: the echo is recorded
             assert c["id"] in stamps
             assert (data / "providers" / c["provider"] / f"job-{c['id']}" / "stdout").read_text().startswith("ran")
-    assert {c["provider"] for c in contracts if c["note"] == "the job exited by itself"} == providers
+    assert {c["provider"] for c in contracts if c["note"].startswith("the job exited by itself")} == providers
     v = store.contract(victim)
-    assert v["state"] == "failed" and v["penalty"] == 2 * v["user_price"] > 0
+    assert v["state"] == "delivered" and v["exit_code"] is None  # re-attached: not our child, no exit status
     entries = [e for e in store.ledger.entries() if e["job_id"] == victim]
     assert [(e["kind"], e["from_account"], e["to_account"], e["amount"]) for e in entries] == \
-           [("penalty", f"provider:{v['provider']}", "user:v", v["penalty"])]
+           [("user-price", "user:v", "exchange:clearing", v["user_price"]),
+            ("provider-price", "exchange:clearing", f"provider:{v['provider']}", v["provider_price"])]
+    # a provider fails only for its own side: here, a Slurm job still queued at its window's end
+    # (one unit of the cluster's node is the whole partition, so a job waits for every CPU)
+    failed = [c for c in contracts if c["state"] == "failed"]
+    assert all(c["provider"] == "cluster" and c["note"] == "the provider had not started the job by its window's end"
+               for c in failed), [(c["id"], c["provider"], c["note"]) for c in failed]
+    assert store.check_books()["penalties"] == sum(c["penalty"] for c in failed)
     store.check_books()
     # payments equal the library's clearing of the same books, to the micro-unit
     settings = store.settings()

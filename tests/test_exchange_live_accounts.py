@@ -3,9 +3,9 @@
 The tests create two Unix accounts (``useradd``; removed at the end, the ``accounts``
 fixture), map the exchange's users alice and bob to them (``marketsched exchange unix``) and
 run an exchange as root with a local provider on the live market's executor: a contract job
-of alice's cannot read bob's job folder nor the exchange's database. With no user mapped
-(single-user mode) a job runs as the exchange's own account, as before; once users are
-mapped, an unmapped user's contract lapses and nothing of it runs. The clock is fake (the
+of alice's cannot read bob's job folder nor the exchange's database. In single-user mode (the
+operator's explicit choice as root) a job runs as the exchange's own account; otherwise an
+unmapped user's contract lapses and nothing of it runs. The clock is fake (the
 exchange's time moves by hand); every wait is for an event, bounded generously.
 """
 
@@ -119,8 +119,9 @@ def test_a_contract_job_cannot_read_another_users_job_nor_the_database(exchange,
     ex.store.check_books()
 
 
-def test_with_no_user_mapped_jobs_run_as_the_exchanges_account(exchange):
+def test_in_single_user_mode_jobs_run_as_the_exchanges_account(exchange):
     ex, clock, _ = exchange
+    ex.single_user = True  # the operator's explicit choice (exchange run --single-user)
     r = ex.submit_request("alice", 5.0, 1, 0, 1, 5, "id -u")
     ex.tick()
     _start(ex, clock, 1)

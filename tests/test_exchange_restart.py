@@ -81,7 +81,7 @@ def test_replay_of_a_recorded_session_gives_the_same_contracts(tmp_path, mechani
     _populate(ex, clock, np.random.default_rng(5), periods=8)
     for m in machines.by_name.values():  # execution outcomes do not change the clearing
         for cid in sorted(m.live)[:2]:
-            m.exit(cid, 137)
+            m.fail(cid)
     clock.advance(100)
     ex.tick()
     recorded = contract_terms(ex.store)

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from live_helpers import (
+    BOMB,
     chown_tree,
     free_port,
     make_service_account,
@@ -303,25 +304,6 @@ def test_a_sibling_job_cannot_resume_a_frozen_job_with_sigcont(market):
 
 
 # ---------------------------------------------------------------------------- fork bomb
-BOMB = """python3 - <<'EOF'
-import os, time
-ok = failed = 0
-for _ in range({tries}):
-    try:
-        pid = os.fork()
-    except OSError:
-        failed += 1
-        continue
-    if pid == 0:
-        time.sleep(300)
-        os._exit(0)
-    ok += 1
-with open("forks", "w") as f:
-    f.write(f"{{ok}} {{failed}}\\n")
-time.sleep(300)
-EOF"""
-
-
 def test_a_fork_bomb_is_held_to_the_jobs_process_limit(market):
     """A job tries to start twice its process limit of sleeping children (bounded: were the
     limit to fail, 2N sleeping processes would do no harm): its cgroup never holds more than N

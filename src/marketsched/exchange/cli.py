@@ -191,13 +191,31 @@ def cancel_cmd(data, owner, order_id):
               help="Jobs in cgroups where writable (auto) or in process groups only (none).")
 @click.option("--poll", default=0.2, show_default=True, type=click.FloatRange(min=0.01), help="Seconds between steps.")
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
-def run_cmd(data, containment, poll, duration):
+@click.option("--single-user/--multi-user", "single_user", default=None,
+              help="Single-user: every contract job runs as the exchange's own account (one person, a demo; the "
+                   "default when not root). Multi-user: each job runs as its user's Unix account (`exchange unix`), "
+                   "and a user with none gets no job run; needs root (the default as root).")
+def run_cmd(data, containment, poll, duration, single_user):
     """Run the exchange: clear every period, run contracts, settle them (Ctrl-C stops it;
     running jobs keep running and are re-attached by the next run)."""
+    import os
+
     from .providers import provider_backends
 
+    if single_user is False and os.geteuid() != 0:
+        raise click.ClickException("--multi-user runs each contract job as its user's Unix account, which needs "
+                                   "root: run the exchange as root, or use --single-user")
     ex = _open(data, provider_backends(data, containment))
     ex.background = True  # clearings computed in a worker thread: windows are enforced meanwhile
+    ex.single_user = single_user if single_user is not None else os.geteuid() != 0
+    if ex.single_user:
+        click.echo(f"single-user mode: every contract job runs as uid {os.geteuid()} (the exchange's account)", err=True)
+        if os.geteuid() == 0:
+            click.echo("WARNING: single-user mode as root: every contract job runs as root; map users to Unix "
+                       "accounts (exchange unix) and drop --single-user (docs/exchange.md)", err=True)
+    else:
+        click.echo("multi-user mode: each contract job runs as its user's Unix account; a user with none gets "
+                   "no job run (the contract lapses)", err=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     ex.recover()

@@ -19,28 +19,37 @@ Each call of :meth:`Exchange.tick`:
    one short transaction (:mod:`.clearing`); ``exchange run`` computes it in a worker thread
    while the next steps go on, and commits it at a later tick.
 2. **Execution**: a pending contract whose window has begun is started on its provider's
-   backend (pinned to its node's CPUs).
+   backend, contained to what it bought (:mod:`.providers`: a cgroup with the node's CPUs, the
+   contract's share of them, its memory, a process limit; Slurm: ``--cpus-per-task``, ``--mem``).
 3. **SLA monitoring and billing** (:meth:`Exchange.settle`), one transaction per contract,
-   exactly once:
+   exactly once, by the rules of docs/exchange.md, "Who is at fault" (the evidence:
+   :mod:`.providers`):
 
-   * *delivered*: the job ran from inside its window and either exited by itself (exit code
-     0-127, whatever the code: what the user's command did is the user's business) or was still
-     running when its window ended (the exchange stops it then). The user pays the contract's
-     user price to the exchange, the exchange pays the provider its provider price.
-   * *failed* (the provider's fault): the provider could not start the job, or had still not
-     started it when its window ended (a Slurm job left pending), or the job's processes were
-     killed by a signal the exchange did not send (a dead node), or they ended with no exit
-     status. The provider pays the contract's penalty to the user; no price is
+   * *delivered*: the job ran from inside its window and either ended by itself, whatever its
+     exit status and however it ended (``exit 200``, ``kill -9 $$``, out of its contracted
+     memory: what the user's command does is the user's outcome), or was still running when
+     its window ended (the exchange stops it then); and it was given the contracted resources
+     as measured (its cgroup's limits; Slurm's accounting). The user pays the contract's user
+     price to the exchange, the exchange pays the provider its provider price.
+   * *failed* (the provider's fault; only what its side controls): the provider could not
+     start the job, had still not started it when its window ended (a Slurm job left
+     pending), its side ended the job (Slurm: a failed node, a preemption, a cancel by someone
+     other than the job's account and the exchange), or the job was given less than the
+     contract as measured. The provider pays the contract's penalty to the user; no price is
      paid.
    * *lapsed*: the window passed before the exchange started the job (the exchange was down),
-     or the exchange could not run it as its user's Unix account (below): nobody pays.
+     or the exchange could not run it as its user's Unix account (below): nobody pays. A crash
+     of the exchange between a job's launch and its go leaves nothing running and the
+     contract pending again (:meth:`Exchange.recover`): it starts inside its window or lapses.
 
-**Whose account a job runs as.** In single-user mode every contract job runs as the
-exchange's own account. An exchange that runs as root and has users mapped to Unix accounts
+**Whose account a job runs as.** In single-user mode (``exchange run --single-user``, the
+default when not root) every contract job runs as the exchange's own account. An exchange that
+runs as root otherwise runs each contract job as the Unix account its user is mapped to
 (``marketsched exchange unix DATA USER ACCOUNT``, the exchange's counterpart of the live
-market's ``user add --unix``) runs each contract job as its user's account, through the live
-market's executor (job folder owned by that account, mode 0700); a user with no account, or
-one mapped to root, gets no job run (the contract lapses).
+market's ``user add --unix``), through the live market's executor (job folder owned by that
+account, mode 0700); a user with no account, or one mapped to root, gets no job run (the
+contract lapses, with a note saying why). A job never runs as root unless the operator asked
+for single-user mode as root.
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ from .orders import (
     check_party_partition,
     check_request,
 )
-from .providers import Backend
+from .providers import Backend, Contracted
 from .store import (
     CLEARING,
     FINAL_CONTRACT_STATES,
@@ -295,7 +304,10 @@ class Exchange:
         return self._backends[provider]
 
     def recover(self) -> None:
-        """After a (re)start: re-attach every contract that was starting or running."""
+        """After a (re)start: re-attach every contract that was starting or running. One whose
+        command never ran (the exchange died before its go: :meth:`Backend.reattach` False) goes
+        back to pending, so it is started inside its window or lapses unbilled: a crash of the
+        exchange never makes its provider pay (docs/exchange.md, "Who is at fault")."""
         now = self.clock()
         for c in self.store.contracts(("starting", "running")):
             got = self.backend(c["provider"]).reattach(c["id"])
@@ -305,7 +317,7 @@ class Exchange:
             elif got is False and c["state"] == "starting":  # nothing of it ever ran
                 with self.store.transaction():
                     self.store.update_contract(c["id"], state="pending", started_t=None)
-            else:
+            else:  # it ran ("running" is recorded after the go) and has ended
                 self.finish(c, None if got is False else got, now)
 
     def tick(self) -> None:
@@ -315,34 +327,64 @@ class Exchange:
         self.execute()
 
     def execute(self) -> None:
+        """Settle the running contracts whose job ended or whose window is over, then start
+        the pending ones that are due (in that order, so that a request's next contract never
+        starts beside its previous one: :meth:`start`)."""
+        ended: dict[int, int | None] = {}
+        for backend in list(self._backends.values()):
+            ended.update(backend.ended())
         now = self.clock()
         nodes = None
+        for c in self.store.contracts(("running",)):
+            if c["id"] in ended:
+                self.finish(c, ended[c["id"]], now)
+            elif now >= c["end_t"]:
+                backend = self.backend(c["provider"])
+                nodes = nodes or self.store.nodes()
+                ran = backend.running(c["id"])
+                used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
+                backend.stop(c["id"])
+                if not ran:
+                    self.settle(c["id"], "failed", now, note="the provider had not started the job by its window's end")
+                elif used and used.get("shortfall"):
+                    self.settle(c["id"], "failed", now, used=used,
+                                note=f"contracted resources not delivered: {used['shortfall']}")
+                else:
+                    self.settle(c["id"], "delivered", now, used=used, note="served its whole window")
+        now = self.clock()
         for c in self.store.contracts(("pending",)):
             if now >= c["end_t"]:
                 self.settle(c["id"], "lapsed", now, note="the window passed before the exchange started the job")
             elif now >= c["start_t"]:
                 nodes = nodes or self.store.nodes()
                 self.start(c, nodes[c["node_id"]], now)
-        ended: dict[int, int | None] = {}
-        for backend in list(self._backends.values()):
-            ended.update(backend.ended())
-        now = self.clock()
-        for c in self.store.contracts(("running",)):
-            if c["id"] in ended:
-                self.finish(c, ended[c["id"]], now)
-            elif now >= c["end_t"]:
-                backend = self.backend(c["provider"])
-                ran = backend.running(c["id"])
-                used = backend.stop(c["id"])
-                if ran:
-                    self.settle(c["id"], "delivered", now, cpu_seconds=used, note="served its whole window")
-                else:
-                    self.settle(c["id"], "failed", now, note="the provider had not started the job by its window's end")
 
     def start(self, c: dict, node: dict, now: float) -> None:
+        """Start contract ``c``'s job on ``node`` now, as its user's account (:meth:`run_as`).
+
+        **One request, one job** (the exchange's rule; Stößer 2009 lets a job's slots lie on
+        different nodes, section 3.4.1, and says nothing of moving a process): a request the
+        clearing split over several contracts (consecutive windows, each on its own node) is
+        one job. Its command starts with its first contract. A later contract starts it again
+        only if the job has not ended by itself: if it did, in an earlier contract, the later
+        one is settled delivered without running anything (the provider held the capacity; the
+        job chose to end, as within one contract). A job still running when its contract's
+        window ends is stopped (that contract is delivered) and restarted from the beginning on
+        the next contract's node: the exchange does not move processes between nodes.
+        ``MARKETSCHED_REQUEST`` names the request, so a job can keep its own progress (in its
+        user's home) and resume from it."""
+        earlier = self.store.rows(
+            "SELECT id FROM ex_contracts WHERE request_id = ? AND first_slot < ? AND state = 'delivered' "
+            "AND (note LIKE ? OR note LIKE ?) ORDER BY first_slot DESC LIMIT 1",
+            (c["request_id"], c["first_slot"], EXITED + "%", DONE_BEFORE + "%"))
+        if earlier:
+            self.settle(c["id"], "delivered", now, note=f"{DONE_BEFORE} (in contract {earlier[0][0]}): "
+                                                        "nothing left to run")
+            return
         with self.store.transaction():
             self.store.update_contract(c["id"], state="starting", started_t=now)
-        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_PROVIDER": c["provider"],
+        env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_REQUEST": c["request_id"],
+               "MARKETSCHED_PROVIDER": c["provider"],
                "MARKETSCHED_NODE": node["name"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
                "MARKETSCHED_LAST_SLOT": c["last_slot"], "MARKETSCHED_WINDOW_END": c["end_t"]}
         try:
@@ -351,40 +393,67 @@ class Exchange:
             self.settle(c["id"], "lapsed", now, note=f"the exchange could not run the job: {exc}")
             return
         try:
-            self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"], user=user)
+            self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"], user=user,
+                                              contracted=Contracted.of(c, node))
         except OSError as exc:
             self.settle(c["id"], "failed", now, note=f"the provider could not start the job: {exc}")
             return
         with self.store.transaction():
             self.store.update_contract(c["id"], state="running")
 
+    # Whose account contract jobs run as: True = the exchange's own (``exchange run
+    # --single-user``: one person, a demo); False = each user's mapped Unix account (needs
+    # root); None = single-user unless the exchange runs as root.
+    single_user: bool | None = None
+
     def run_as(self, user: str) -> RunAs | None:
-        """The Unix account ``user``'s contract jobs run as: None (the exchange's own account) in
-        single-user mode, i.e. unless the exchange runs as root with users mapped to accounts
-        (``marketsched exchange unix``); then the user's account, and ValueError naming the
-        problem if it has none (a job never runs as root for a user)."""
-        accounts = self.store.unix_accounts()
-        if not accounts or os.geteuid() != 0:
+        """The Unix account ``user``'s contract jobs run as: None (the exchange's own account)
+        in single-user mode (:attr:`single_user`; by default when not root); else the account
+        the user is mapped to (``marketsched exchange unix``), and ValueError naming the
+        problem if there is none or it is root. A job never runs as root unless the operator
+        asked for single-user mode as root."""
+        single = self.single_user if self.single_user is not None else os.geteuid() != 0
+        if single:
             return None
+        accounts = self.store.unix_accounts()
         if user not in accounts:
             raise ValueError(f"user {user!r} has no Unix account, and this exchange runs every user's jobs as the "
-                             f"user's account (marketsched exchange unix DATA {user} ACCOUNT)")
+                             f"user's account (marketsched exchange unix DATA {user} ACCOUNT; or run the exchange "
+                             "with --single-user to run every job as its own account)")
         return RunAs.lookup(accounts[user])
 
     def _command(self, c: dict) -> str:
         return self.store.rows("SELECT command FROM ex_orders WHERE id = ?", (c["request_id"],))[0][0]
 
     def finish(self, c: dict, code: int | None, now: float) -> None:
-        """A contract's job ended by itself with exit status ``code``: the SLA's verdict."""
-        if code is not None and 0 <= code < 128:
-            self.settle(c["id"], "delivered", now, code=code, note="the job exited by itself")
+        """A contract's job ended before its window did, with exit status ``code`` (None:
+        unknown): the SLA's verdict by the rules of docs/exchange.md, "Who is at fault". Only
+        what the provider's side controls, as its backend tells it (:meth:`Backend.fault`) or as
+        measured (:meth:`Backend.usage`), makes it fail; whatever the command did (any exit
+        status, any signal it sent itself, running out of its contracted memory) is the
+        user's, and the provider is paid."""
+        backend = self.backend(c["provider"])
+        nodes = self.store.nodes(c["node_id"])
+        used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
+        why = backend.fault(c["id"])
+        if why is not None:
+            self.settle(c["id"], "failed", now, code=code, used=used, note=f"the provider ended the job: {why}")
+        elif used and used.get("shortfall"):
+            self.settle(c["id"], "failed", now, code=code, used=used,
+                        note=f"contracted resources not delivered: {used['shortfall']}")
         else:
-            why = "ended with no exit status" if code is None else f"was killed (exit status {code})"
-            self.settle(c["id"], "failed", now, code=code, note=f"the job {why} before its window ended")
+            self.settle(c["id"], "delivered", now, code=code, used=used, note=EXITED)
 
     def settle(self, contract_id: int, state: str, now: float, code: int | None = None,
-               cpu_seconds: float | None = None, note: str = "") -> bool:
-        """Record the contract's outcome and bill it, once (False if it was settled already)."""
+               cpu_seconds: float | None = None, note: str = "", used: dict | None = None) -> bool:
+        """Record the contract's outcome and bill it, once (False if it was settled already).
+        ``used``: the job's measured usage (:meth:`Backend.usage`): its CPU seconds are
+        recorded, its peak memory appended to the note."""
+        if used:
+            if cpu_seconds is None:
+                cpu_seconds = used.get("cpu_seconds")
+            if used.get("peak_memory") is not None:
+                note = f"{note}; peak memory {used['peak_memory'] / 2**20:.1f} MiB"
         with self.store.transaction():
             c = self.store.contract(contract_id)
             if c["state"] in FINAL_CONTRACT_STATES:
@@ -407,6 +476,10 @@ class Exchange:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+
+
+EXITED = "the job exited by itself"  # a contract's note when its job ended before its window did
+DONE_BEFORE = "the request's job had ended by itself"  # a later contract of that request (Exchange.start)
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,

@@ -122,6 +122,7 @@ CREATE INDEX IF NOT EXISTS ex_contracts_last ON ex_contracts(last_slot);
 CREATE INDEX IF NOT EXISTS ex_orders_owner ON ex_orders(owner, side);
 CREATE INDEX IF NOT EXISTS ex_contracts_user ON ex_contracts(user);
 CREATE INDEX IF NOT EXISTS ex_contracts_provider ON ex_contracts(provider);
+CREATE INDEX IF NOT EXISTS ex_contracts_request ON ex_contracts(request_id);
 CREATE TABLE IF NOT EXISTS ex_parties (
     role TEXT NOT NULL CHECK (role IN ('user', 'provider')),
     name TEXT NOT NULL,

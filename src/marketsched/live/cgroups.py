@@ -26,6 +26,13 @@ What a job's cgroups do
   beyond it fails with ``EAGAIN`` inside the job, so a fork bomb stays within its cgroup.
 * **CPU weight** (``cpu.weight`` on v2, ``cpu.shares`` on v1): Tycoon mode's proportional
   shares (:mod:`marketsched.live.tycoon`).
+* **CPU set** (``cpuset.cpus``, the ``cpuset`` controller; only where a layout asks for it:
+  the exchange's contract jobs, :mod:`marketsched.exchange.providers`): the CPUs the job's
+  processes may run on. Unlike ``sched_setaffinity``, which any process may widen again for
+  itself, a process cannot leave its cpuset: an affinity it asks for is cut to the set. On v1
+  a new cpuset folder starts with no CPUs and no memory nodes, so the market's folder copies
+  its parent's (``cpuset.cpus``, ``cpuset.mems``) and a job's folder gets its CPUs and its
+  parent's memory nodes before any process joins it.
 
 Where they are
 --------------
@@ -54,6 +61,17 @@ from pathlib import Path
 
 PERIOD_US = 100_000  # CFS period for CPU limits (the kernel's default)
 V2_WEIGHT_MAX, V1_SHARES_MAX, V1_SHARES_MIN = 10000, 262144, 2
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """CPU numbers from the kernel's list format ("0-2,5" -> [0, 1, 2, 5])."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 # ---------------------------------------------------------------------------- discovery
@@ -193,11 +211,21 @@ def _make_market_dir(path: Path, v2_controller: str | None) -> Path | None:
         path.mkdir(exist_ok=True)
         if v2_controller is not None and not _enable(path, v2_controller):
             raise OSError(errno.EPERM, f"cannot enable {v2_controller} in {path}")
+        _inherit_cpuset(path)
     except OSError:
         if not existed:
             _rmdir(path)
         return None
     return path
+
+
+def _inherit_cpuset(path: Path) -> None:
+    """A v1 cpuset folder starts with no CPUs and no memory nodes (nothing could join it):
+    give it its parent's. Nothing to do elsewhere (v2 folders inherit; other controllers)."""
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        f = path / name
+        if f.exists() and not f.read_text().strip() and (path.parent / name).exists():
+            f.write_text(_read_words(path.parent / name)[0] if _read_words(path.parent / name) else "")
 
 
 def _rmdir(path: Path) -> bool:
@@ -216,9 +244,9 @@ class Layout:
     """Which cgroup folders a market's jobs go in (each ``None`` when not available).
 
     ``track``: (kind, folder) of the hierarchy that tracks, freezes and kills (v2 or the v1
-    freezer); ``cpu`` / ``memory`` / ``pids``: (kind, folder) of the hierarchies that limit (or
-    weigh) CPU, memory and the number of processes. The folders are the market's
-    ``BASE/marketsched-NAME`` (module docstring).
+    freezer); ``cpu`` / ``memory`` / ``pids`` / ``cpuset``: (kind, folder) of the hierarchies
+    that limit (or weigh) CPU, memory, the number of processes and which CPUs (``cpuset``: only
+    when asked for). The folders are the market's ``BASE/marketsched-NAME`` (module docstring).
     """
 
     name: str
@@ -226,16 +254,18 @@ class Layout:
     cpu: tuple[str, Path] | None = None
     memory: tuple[str, Path] | None = None
     pids: tuple[str, Path] | None = None
+    cpuset: tuple[str, Path] | None = None
     notes: list[str] = field(default_factory=list)
 
-    LIMITED = ("cpu", "memory", "pids")  # the controllers a job's limits use
+    LIMITED = ("cpu", "memory", "pids", "cpuset")  # the controllers a job's limits use
 
     @classmethod
     def detect(cls, name: str, cpu: str | None = "auto", memory: str | None = "auto",
-               track: str = "auto", pids: str | None = "auto") -> Layout:
+               track: str = "auto", pids: str | None = "auto", cpuset: str | None = None) -> Layout:
         """The best layout this machine gives: ``track`` "auto" (v2, else v1 freezer), "cgroup2",
-        "cgroup1" or "none"; ``cpu``, ``memory`` and ``pids``: "auto" (v2 if the controller is
-        there, else v1), "cgroup2", "cgroup1", or None (not wanted)."""
+        "cgroup1" or "none"; ``cpu``, ``memory``, ``pids`` and ``cpuset``: "auto" (v2 if the
+        controller is there, else v1), "cgroup2", "cgroup1", or None (not wanted; the default for
+        ``cpuset``)."""
         out = cls(name)
         kinds = ("cgroup2", "cgroup1") if track == "auto" else () if track == "none" else (track,)
         for kind in kinds:
@@ -257,7 +287,7 @@ class Layout:
         if out.track is None:
             out.notes.append("no writable cgroup (v2, or v1 freezer) for tracking jobs")
             return out
-        for ctrl, want in (("cpu", cpu), ("memory", memory), ("pids", pids)):
+        for ctrl, want in (("cpu", cpu), ("memory", memory), ("pids", pids), ("cpuset", cpuset)):
             if want is None:
                 continue
             got = None
@@ -270,7 +300,7 @@ class Layout:
                     got = (kind, d)
                     break
             if got is None:
-                what = "the number of processes" if ctrl == "pids" else ctrl
+                what = {"pids": "the number of processes", "cpuset": "the CPUs a job runs on"}.get(ctrl, ctrl)
                 out.notes.append(f"no writable cgroup offers the {ctrl} controller: {what} is not limited")
             setattr(out, ctrl, got)
         out.remove()  # made again by ensure() when the first job starts
@@ -309,7 +339,7 @@ class Layout:
         parts = [f"{self.track[0]} {'freeze' if self.track[0] == 'cgroup2' else 'freezer'} in {self.track[1]}"]
         for ctrl in self.LIMITED:
             x = getattr(self, ctrl)
-            what = "processes" if ctrl == "pids" else ctrl
+            what = {"pids": "processes", "cpuset": "CPU set"}.get(ctrl, ctrl)
             parts.append(f"{what}: {x[0]} in {x[1]}" if x else f"{what}: not limited")
         return "; ".join(parts)
 
@@ -343,6 +373,8 @@ class JobCgroup:
                                                  else (layout.memory[0], layout.memory[1] / name))
         self.pids_limit: tuple[str, Path] | None = (None if layout.pids is None
                                                      else (layout.pids[0], layout.pids[1] / name))
+        self.cpuset: tuple[str, Path] | None = (None if layout.cpuset is None
+                                                 else (layout.cpuset[0], layout.cpuset[1] / name))
         self._extra: list[Path] = []  # folders known only by path (after a restart)
 
     @classmethod
@@ -353,13 +385,13 @@ class JobCgroup:
         self.track_kind = track_kind
         self.track = Path(paths[0])
         self.name = self.track.name
-        self.cpu = self.memory = self.pids_limit = None
+        self.cpu = self.memory = self.pids_limit = self.cpuset = None
         self._extra = [Path(p) for p in paths[1:]]
         return self
 
     def dirs(self) -> list[Path]:
         out = [self.track]
-        for x in (self.cpu, self.memory, self.pids_limit):
+        for x in (self.cpu, self.memory, self.pids_limit, self.cpuset):
             if x is not None and x[1] not in out:
                 out.append(x[1])
         for p in self._extra:
@@ -373,10 +405,11 @@ class JobCgroup:
 
     # ------------------------------------------------------------------ set up
     def create(self, cpus: float | None = None, memory: int | None = None, weight: float | None = None,
-               processes: int | None = None) -> None:
+               processes: int | None = None, cpuset: list[int] | None = None) -> None:
         """Make the folders (an empty leftover of an earlier attempt is reused) and set the
         limits: ``cpus`` CPUs' worth of time per period, ``memory`` bytes, at most ``processes``
-        tasks, and a relative CPU ``weight`` in (0, 1] (1 = the largest); None: no limit."""
+        tasks, a relative CPU ``weight`` in (0, 1] (1 = the largest), and the CPUs ``cpuset``
+        (numbers; the layout must have a cpuset controller, else OSError); None: no limit."""
         for d in self.dirs():
             d.mkdir(exist_ok=True)
         if self.pids():
@@ -398,6 +431,50 @@ class JobCgroup:
                 (d / "memory.limit_in_bytes").write_text("-1" if memory is None else str(int(memory)))
         if self.pids_limit is not None:  # pids.max on v2 and v1 alike
             (self.pids_limit[1] / "pids.max").write_text("max" if processes is None else str(int(processes)))
+        if cpuset is not None:
+            if self.cpuset is None:
+                raise OSError(errno.ENOTSUP, "no cpuset cgroup: a job cannot be confined to its CPUs")
+            d = self.cpuset[1]
+            _inherit_cpuset(d)  # the memory nodes (v1), before the CPUs
+            (d / "cpuset.cpus").write_text(",".join(str(c) for c in sorted(cpuset)))
+
+    def limits(self) -> dict:
+        """The limits in force, as the kernel reports them: ``cpus`` (CPUs' worth of time per
+        period, None: none), ``memory`` (bytes, None: none), ``processes`` (None: none),
+        ``cpuset`` (CPU numbers, None: no cpuset). For checking what a job was given."""
+        out: dict = {"cpus": None, "memory": None, "processes": None, "cpuset": None}
+        try:
+            if self.cpu is not None:
+                kind, d = self.cpu
+                if kind == "cgroup2":
+                    quota, period = (d / "cpu.max").read_text().split()
+                else:
+                    quota, period = (d / "cpu.cfs_quota_us").read_text(), (d / "cpu.cfs_period_us").read_text()
+                if quota.strip() not in ("max", "-1"):
+                    out["cpus"] = int(quota) / int(period)
+            if self.memory is not None:
+                kind, d = self.memory
+                raw = (d / ("memory.max" if kind == "cgroup2" else "memory.limit_in_bytes")).read_text().strip()
+                out["memory"] = None if raw == "max" or int(raw) >= 1 << 62 else int(raw)
+            if self.pids_limit is not None:
+                raw = (self.pids_limit[1] / "pids.max").read_text().strip()
+                out["processes"] = None if raw == "max" else int(raw)
+            if self.cpuset is not None:
+                out["cpuset"] = parse_cpu_list((self.cpuset[1] / "cpuset.cpus").read_text())
+        except (OSError, ValueError):
+            pass
+        return out
+
+    def peak_memory(self) -> int | None:
+        """The most memory the job has held at once (bytes: v1 ``memory.max_usage_in_bytes``,
+        v2 ``memory.peak`` where the kernel has it), None if unknown."""
+        if self.memory is None:
+            return None
+        kind, d = self.memory
+        try:
+            return int((d / ("memory.peak" if kind == "cgroup2" else "memory.max_usage_in_bytes")).read_text())
+        except (OSError, ValueError):
+            return None
 
     def set_weight(self, weight: float) -> int:
         """Relative CPU weight in (0, 1] as ``cpu.weight`` (v2, 1..10000) or ``cpu.shares`` (v1,

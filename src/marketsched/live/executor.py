@@ -49,6 +49,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,12 +89,14 @@ class RunAs:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """Per-job limits: ``cpus`` CPUs' worth of CPU time, ``memory`` bytes, and ``processes``
-    tasks (processes and threads) at once; None: no limit."""
+    """Per-job limits: ``cpus`` CPUs' worth of CPU time, ``memory`` bytes, ``processes`` tasks
+    (processes and threads) at once, and ``cpuset`` the CPUs the job may run on (a cgroup
+    cpuset: the executor's layout must offer one); None: no limit."""
 
     cpus: float | None = 1.0
     memory: int | None = None
     processes: int | None = None
+    cpuset: tuple[int, ...] | None = None
 
     def describe(self) -> str:
         """E.g. "1 CPU, 2048 MiB of memory, 512 processes" (what ``serve`` prints)."""
@@ -286,6 +289,10 @@ class LocalExecutor(JobFolders):
             warn("; ".join(self.layout.notes))
         self.procs: dict[int, Proc] = {}
         self.launched: set = set()  # keys launched or re-attached by this executor
+        # with keep_usage: each ended job's usage (:meth:`usage`), read before its cgroup goes;
+        # dropped by forget (the exchange's measured delivery)
+        self.keep_usage = False
+        self.ended_usage: dict = {}
         self._graves: list[JobCgroup] = []  # killed jobs' cgroups not yet removable
         self.selector = selectors.DefaultSelector()
         self._waker = WakePipe()
@@ -299,19 +306,28 @@ class LocalExecutor(JobFolders):
     # ------------------------------------------------------------------ control
     def launch(self, key, command: str, env: dict | None = None, user: RunAs | None = None,
                limits: JobLimits | None = None, affinity=None, weight: float | None = None, frozen: bool = False,
-               record_exit: bool = True) -> Proc:
+               record_exit: bool = True, before_go: Callable[[], None] | None = None,
+               record_go: bool = False) -> Proc:
         """Start job ``key``'s command in its folder as ``user`` (None: the broker's account)
         in its cgroups; returns the tracked process. ``env``: the market's variables (the rest
         of the environment is :func:`job_environment`'s); ``limits``: this job's (default: the
         executor's); ``affinity``: CPUs to pin to; ``weight``: relative CPU weight (Tycoon);
         ``frozen``: start frozen (nothing runs until :meth:`cont`); ``record_exit``: run through
-        the exit-code wrapper (Tycoon's CPU-bound loops run directly). Raises OSError if it
+        the exit-code wrapper (Tycoon's CPU-bound loops run directly); ``before_go``: called
+        once the job is recorded, just before its go; ``record_go``: once the go is sent, the
+        state file says so (``"went": true``), so that after a crash a job that never had its go
+        is told from one whose process ended (:meth:`went`). Raises OSError if it
         cannot start (nothing is left running then) and RuntimeError for a second launch of a
         key by this executor."""
         proc = self.start(key, command, env, user, limits, affinity, weight, frozen, record_exit)
+        uid = None if user is None else user.uid
         try:
-            self.record(proc, None if user is None else user.uid)
+            self.record(proc, uid)
+            if before_go is not None:
+                before_go()
             self.go(proc)
+            if record_go:
+                self.record(proc, uid, went=True)
         except BaseException:
             self._abort(proc)
             raise
@@ -347,7 +363,8 @@ class LocalExecutor(JobFolders):
             if self.layout.track is not None:
                 self.layout.ensure()
                 cg = self.layout.job(key)
-                cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight, processes=limits.processes)
+                cg.create(cpus=limits.cpus, memory=limits.memory, weight=weight, processes=limits.processes,
+                          cpuset=None if limits.cpuset is None else list(limits.cpuset))
                 if frozen:
                     cg.freeze()
             argv = launcher_argv(["/bin/sh", "-c", WRAPPER if record_exit else command], job_environment(user, env),
@@ -384,13 +401,21 @@ class LocalExecutor(JobFolders):
             raise
         return proc
 
-    def record(self, proc: Proc, uid: int | None) -> None:
+    def record(self, proc: Proc, uid: int | None, went: bool = False) -> None:
         """Write job ``proc.key``'s state file: its process (pid, start time) and cgroups, before
-        the go (so a crash leaves a record of anything that may run)."""
+        the go (so a crash leaves a record of anything that may run); ``went``: the go has been
+        sent (see :meth:`launch`)."""
         cg = proc.cgroup
-        jobfiles.write_state(self.root, proc.key, {"pid": proc.pid, "ticks": proc.start_ticks, "uid": uid,
-                                                   "cgroups": [str(d) for d in cg.dirs()] if cg else [],
-                                                   "track": cg.track_kind if cg else None})
+        rec = {"pid": proc.pid, "ticks": proc.start_ticks, "uid": uid,
+               "cgroups": [str(d) for d in cg.dirs()] if cg else [], "track": cg.track_kind if cg else None}
+        if went:
+            rec["went"] = True
+        jobfiles.write_state(self.root, proc.key, rec)
+
+    def went(self, key) -> bool:
+        """True if job ``key``'s state file says its go was sent (a launch with ``record_go``)."""
+        rec = jobfiles.read_state(self.root, key)
+        return bool(rec and rec.get("went"))
 
     def go(self, proc: Proc) -> None:
         """Let a started job's launcher run the job's command (the second half of :meth:`launch`)."""
@@ -463,6 +488,7 @@ class LocalExecutor(JobFolders):
 
     def forget(self, key) -> None:
         """Drop job ``key``'s state file (the broker has recorded its end)."""
+        self.ended_usage.pop(key, None)
         jobfiles.remove_state(self.root, key)
 
     def _watch(self, proc: Proc) -> None:
@@ -534,6 +560,18 @@ class LocalExecutor(JobFolders):
                 return s
         return proc_cpu_seconds(proc.pid)
 
+    def usage(self, key) -> dict:
+        """What job ``key`` has used and been given so far: ``cpu_seconds``, ``peak_memory``
+        (bytes; None if unknown) and ``limits`` (its cgroups' limits as the kernel reports them,
+        :meth:`~marketsched.live.cgroups.JobCgroup.limits`; None without cgroups). After the
+        job ended: what was read at its end (with ``keep_usage``)."""
+        if key in self.ended_usage:
+            return self.ended_usage[key]
+        proc = self.procs.get(key)
+        cg = proc.cgroup if proc is not None else None
+        return {"cpu_seconds": self.cpu_seconds(key), "peak_memory": cg.peak_memory() if cg else None,
+                "limits": cg.limits() if cg else None}
+
     def kill(self, key) -> None:
         """Kill every process of job ``key`` and forget it (cancel)."""
         proc = self.procs.get(key)
@@ -594,6 +632,8 @@ class LocalExecutor(JobFolders):
         for key, proc in list(self.procs.items()):
             code = self._ended(proc)
             if code is not False:
+                if self.keep_usage:
+                    self.ended_usage[key] = self.usage(key)
                 if proc.cgroup is not None:
                     self._bury(proc.cgroup, timeout=2.0)
                 else:

@@ -274,7 +274,7 @@ class SlurmExecutor(JobFolders):
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
 
     def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool,
-                user: RunAs | None = None) -> SlurmJob:
+                user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None) -> SlurmJob:
         wd = self.workdir(key)
         uid, gid = (user.uid, user.gid) if user is not None else (None, None)
         dfd = jobfiles.open_jobdir(self.root_fd, wd.name, create=True, uid=uid, gid=gid)
@@ -284,9 +284,11 @@ class SlurmExecutor(JobFolders):
                 jobfiles.unlink(dfd, stale)
         finally:
             os.close(dfd)
-        args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", "1", "-D", str(wd),
+        args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", str(int(cpus)), "-D", str(wd),
                 "-o", str(wd / "stdout"), "-e", str(wd / "stderr"), "--open-mode=append", "--no-requeue",
                 f"--priority={priority}", export_option(user, env)] + run_as_options(user)
+        if mem_mib is not None:
+            args.append(f"--mem={int(mem_mib)}M")
         if gated:
             args.append(f"--begin={GATE}")
         if self.partition:
@@ -314,10 +316,12 @@ class SlurmExecutor(JobFolders):
 
     # ------------------------------------------------------------------ the broker's interface
     def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None,
-               user: RunAs | None = None) -> SlurmJob:
+               user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None) -> SlurmJob:
         """The mechanism starts job ``key``: submit it eligible (or ungate its pending Slurm job).
         The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority) and the
-        Unix account it runs as (``user``; None: the broker's own)."""
+        Unix account it runs as (``user``; None: the broker's own); the exchange passes the
+        contract's ``cpus`` (``--cpus-per-task``) and memory (``mem_mib``, ``--mem``; None:
+        Slurm's default) for a job submitted now."""
         early = self.early.pop(key, None)
         if early is not None:  # it already ran to its end: report the exit at the next call
             early.started = True
@@ -330,7 +334,7 @@ class SlurmExecutor(JobFolders):
             self._resume[key] = 0.0
         if job is None:
             p = priority_of(priority_key) if priority_key is not None else self._prio.get(key, MAX_PRIORITY)
-            job = self._sbatch(key, command, env, p, gated=False, user=user)
+            job = self._sbatch(key, command, env, p, gated=False, user=user, cpus=cpus, mem_mib=mem_mib)
         elif job.gated:
             self._gate.discard(key)
             self._ungate.add(key)

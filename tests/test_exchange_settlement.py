@@ -1,0 +1,390 @@
+"""Who is at fault: the settlement rules of docs/exchange.md ("Who is at fault"), one test per
+row, on a fake clock. Rows about what a user's command does run its command for real (the
+live market's executor, process groups, no cgroups); rows about the provider's side use the
+fake backend (a lost node cannot be staged on one machine) or Slurm's accounting states.
+
+The reference is the table itself, restated as a plain function (``expected``) and compared
+with the exchange on random sequences of outcomes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exchange_helpers import make_exchange
+from live_helpers import wait_for
+from marketsched.exchange import providers
+from marketsched.exchange.core import Exchange, create_exchange
+from marketsched.exchange.providers import Contracted, provider_backends, slurm_fault
+from marketsched.exchange.store import ExchangeStore
+from marketsched.live.clock import FakeClock
+
+
+def _entries(ex, cid):
+    return [(e["kind"], e["from_account"], e["to_account"], e["amount"])
+            for e in ex.store.ledger.entries() if e["job_id"] == cid]
+
+
+def _paid(c):
+    """The ledger of a contract whose provider is paid (delivered)."""
+    return [("user-price", f"user:{c['user']}", "exchange:clearing", c["user_price"]),
+            ("provider-price", "exchange:clearing", f"provider:{c['provider']}", c["provider_price"])]
+
+
+def _penalised(c):
+    return [("penalty", f"provider:{c['provider']}", f"user:{c['user']}", c["penalty"])]
+
+
+# ---------------------------------------------------------------------------- real commands
+@pytest.fixture
+def real(tmp_path):
+    """An exchange whose local provider p1 (node n0: 2 CPU units, 100 MiB) runs contract jobs as
+    real processes (the exchange's own account: single-user), on a fake clock; slots of 10 s."""
+    data = tmp_path / "ex"
+    store = ExchangeStore(data)
+    create_exchange(store, slot_seconds=10, period_seconds=10, mechanism="pay-as-bid", penalty=1.0)
+    clock = FakeClock()
+    ex = Exchange(store, clock, provider_backends(data, containment="none"))
+    ex.single_user = True
+    ex.join("p1")
+    ex.add_node("p1", "n0", 2, 100)
+    ex.submit_offer("p1", "n0", 1.0, 1, 50)
+    yield ex, clock, data
+    for c in ex.open_contracts():
+        if c["state"] == "running":
+            ex.backend("p1").stop(c["id"])
+    ex.close()
+
+
+def _run_to_end(ex, clock, command, first=1, last=5):
+    """``command`` as u1's contract for slots first..last; ticks until it is settled."""
+    rid = ex.submit_request("u1", 5.0, 1, 10, first, last, command)
+    clock.set(first * 10 - 5)
+    ex.tick()  # clears
+    clock.set(first * 10)
+    ex.tick()  # starts
+    c = next(c for c in ex.store.contracts() if c["request_id"] == rid)
+    assert wait_for(lambda: (ex.tick(), ex.store.contract(c["id"])["state"])[1] not in ("pending", "running"), 60)
+    return ex.store.contract(c["id"])
+
+
+@pytest.mark.parametrize("command, code", [("exit 200", 200), ("exit 255", 255), ("kill -9 $$", 137),
+                                           ("kill -TERM $$", 143), ("exit 3", 3)])
+def test_any_exit_status_of_the_users_command_is_the_users_outcome(real, command, code):
+    """Any exit status, also >= 128 and a signal the command sends itself: the provider is paid."""
+    ex, clock, _ = real
+    c = _run_to_end(ex, clock, command)
+    assert (c["state"], c["exit_code"], c["note"]) == ("delivered", code, "the job exited by itself")
+    assert _entries(ex, c["id"]) == _paid(c)
+    assert ex.store.check_books()["penalties"] == 0
+
+
+def test_a_job_that_kills_its_own_wrapper_is_the_users_outcome(real):
+    """The job's processes may signal one another (one account): killing the exchange's exit-code
+    wrapper leaves no exit status, and still the user's command ended itself."""
+    ex, clock, _ = real
+    c = _run_to_end(ex, clock, "kill -9 $PPID; sleep 1")
+    assert c["state"] == "delivered" and c["exit_code"] == -9  # the wrapper, the exchange's child: SIGKILL
+    assert _entries(ex, c["id"]) == _paid(c)
+
+
+def test_a_crash_before_the_go_makes_nobody_pay_and_the_job_runs_once(real, tmp_path):
+    """The exchange dies after its launcher is recorded but before the go: nothing ran. The
+    restarted exchange puts the contract back to pending and runs the command once, inside its
+    window (before: it settled the contract failed and the provider paid a penalty)."""
+    ex, clock, data = real
+    stamp = tmp_path / "ran"
+    rid = ex.submit_request("u1", 5.0, 1, 10, 1, 5, f"echo $MARKETSCHED_CONTRACT >> {stamp}")
+    ex.tick()
+    (c,) = [c for c in ex.store.contracts() if c["request_id"] == rid]
+    clock.set(10)
+    with ex.store.transaction():  # what Exchange.start does first
+        ex.store.update_contract(c["id"], state="starting", started_t=10.0)
+    executor = ex.backend("p1").executor
+    proc = executor.start(c["id"], "echo never")
+    executor.record(proc, None)
+    proc.popen.stdin.close()  # the exchange dies here: its launcher reads end of file, no go
+    proc.popen.wait()
+    executor.shutdown()
+    ex2 = Exchange(ExchangeStore(data), clock, provider_backends(data, containment="none"))
+    ex2.single_user = True
+    try:
+        ex2.recover()
+        assert ex2.store.contract(c["id"])["state"] == "pending"
+        assert not stamp.exists()
+        clock.set(11)
+        assert wait_for(lambda: (ex2.tick(), ex2.store.contract(c["id"])["state"])[1] == "delivered", 60)
+    finally:
+        ex2.close()
+    assert stamp.read_text().split() == [str(c["id"])]  # ran once, after the restart
+    assert _entries(ex2, c["id"]) == _paid(ex2.store.contract(c["id"]))
+    assert ex2.store.check_books()["penalties"] == 0
+
+
+def test_a_crash_after_the_go_reattaches_the_job(real, tmp_path):
+    """The exchange dies after the go, before recording the start: the job runs on, and the
+    restarted exchange re-attaches it (it is not started a second time)."""
+    ex, clock, data = real
+    stamp = tmp_path / "ran"
+    rid = ex.submit_request("u1", 5.0, 1, 10, 1, 5, f"echo $MARKETSCHED_CONTRACT >> {stamp}; sleep 30")
+    ex.tick()
+    (c,) = [c for c in ex.store.contracts() if c["request_id"] == rid]
+    clock.set(10)
+    ex.tick()
+    with ex.store.transaction():  # as if the exchange had died before recording "running"
+        ex.store.update_contract(c["id"], state="starting")
+    assert wait_for(stamp.exists, 60)
+    ex.backend("p1").executor.shutdown()
+    ex2 = Exchange(ExchangeStore(data), clock, provider_backends(data, containment="none"))
+    ex2.single_user = True
+    try:
+        ex2.recover()
+        assert ex2.store.contract(c["id"])["state"] == "running"
+        clock.set(60)
+        ex2.tick()
+        assert ex2.store.contract(c["id"])["state"] == "delivered"
+    finally:
+        ex2.close()
+    assert stamp.read_text().split() == [str(c["id"])]
+
+
+def test_a_node_whose_cpus_are_offline_is_the_providers_failure(real, monkeypatch):
+    ex, clock, _ = real
+    ex.join("p2")
+    ex.add_node("p2", "n0", 2, 100, cpus=[7])
+    ex.submit_offer("p2", "n0", 0.5, 1, 50)  # cheaper: it wins
+    monkeypatch.setattr(providers, "online_cpus", lambda: {0, 1})
+    rid = ex.submit_request("u1", 5.0, 1, 10, 1, 3, "true")
+    ex.tick()
+    clock.set(10)
+    ex.tick()
+    (c,) = [c for c in ex.store.contracts() if c["request_id"] == rid]
+    c = ex.store.contract(c["id"])
+    assert c["provider"] == "p2" and c["state"] == "failed"
+    assert "could not start the job: the node's CPU(s) [7] are not online" in c["note"]
+    assert _entries(ex, c["id"]) == _penalised(c)
+
+
+# ---------------------------------------------------------------------------- the provider's side
+def _one(tmp_path):
+    ex, clock, machines = make_exchange(tmp_path / "x.db", penalty=1.0)
+    ex.join("p1")
+    ex.add_node("p1", "n", 4, 100, cpus=[0, 1])
+    ex.submit_offer("p1", "n", 5, 2, 5)
+    ex.submit_request("u1", 12, 2, 10, 2, 3, "echo hi")
+    ex.tick()
+    (c,) = ex.store.contracts()
+    clock.set(21)
+    ex.tick()
+    return ex, clock, machines.by_name["p1"], c
+
+
+def test_a_job_the_providers_side_ends_is_the_providers_failure(tmp_path):
+    ex, clock, m, c = _one(tmp_path)
+    m.fail(c["id"], "slurm: NODE_FAIL")
+    ex.tick()
+    done = ex.store.contract(c["id"])
+    assert done["state"] == "failed" and done["note"] == "the provider ended the job: slurm: NODE_FAIL"
+    assert _entries(ex, c["id"]) == _penalised(c)
+
+
+def test_contracted_resources_not_delivered_as_measured_are_the_providers_failure(tmp_path):
+    """A 2-of-4-unit contract on a 2-CPU node is owed 1 CPU's worth and 10 MiB (at least the
+    floor): a job given half a CPU, or too little memory, was not delivered."""
+    ex, clock, m, c = _one(tmp_path)
+    m.given[c["id"]] = {"cpus": 0.5, "memory": 2**30}
+    clock.set(40)
+    ex.tick()
+    done = ex.store.contract(c["id"])
+    assert done["state"] == "failed"
+    assert done["note"] == ("contracted resources not delivered: the job was given 0.5 CPUs' worth of time, "
+                            "the contract 1")
+    assert _entries(ex, c["id"]) == _penalised(c)
+
+
+def test_a_job_given_its_contract_as_measured_is_delivered(tmp_path):
+    ex, clock, m, c = _one(tmp_path)
+    m.given[c["id"]] = {"cpus": 1.0, "memory": providers.MIN_JOB_MEMORY}
+    m.exit(c["id"], 1)
+    ex.tick()
+    done = ex.store.contract(c["id"])
+    assert done["state"] == "delivered" and _entries(ex, c["id"]) == _paid(c)
+
+
+@pytest.mark.parametrize("state, uid, fault", [
+    ("COMPLETED", 1001, None),
+    ("FAILED", 1001, None),
+    ("OUT_OF_MEMORY", 1001, None),
+    ("CANCELLED by 1001", 1001, None),  # the user cancelled their own job
+    ("CANCELLED by 0", 1001, "slurm: CANCELLED by 0 (not by the job's account)"),
+    ("CANCELLED by 1002", 1001, "slurm: CANCELLED by 1002 (not by the job's account)"),
+    ("CANCELLED by 0", None, "slurm: CANCELLED by 0 (not by the job's account)"),  # the job's account unknown
+    ("NODE_FAIL", 1001, "slurm: NODE_FAIL"),
+    ("PREEMPTED", 1001, "slurm: PREEMPTED"),
+    ("BOOT_FAIL", 1001, "slurm: BOOT_FAIL"),
+    ("TIMEOUT", 1001, "slurm: TIMEOUT"),
+    (None, 1001, "slurm has no record of the job's end"),
+])
+def test_slurm_accounting_states_are_judged_by_the_table(state, uid, fault):
+    assert slurm_fault(state, uid) == fault
+
+
+def test_sacct_sizes_and_durations():
+    assert providers.slurm_size("50M") == 50 * 2**20 and providers.slurm_size("2Gn") == 2 * 2**30
+    assert providers.slurm_size("1234K") == 1234 * 1024 and providers.slurm_size("") is None
+    assert providers.slurm_duration("00:00.181") == pytest.approx(0.181)
+    assert providers.slurm_duration("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4
+
+
+def test_a_contract_is_owed_its_share_of_the_nodes_cpus_and_its_memory():
+    c = Contracted.of({"cpu": 3, "mem": 100}, {"cpu": 4, "cpus": [2, 0]})
+    assert c.node_cpus == (0, 2) and c.cpus(2) == 1.5 and c.memory() == 100 * 2**20
+    lim = c.limits([0, 2])
+    assert (lim.cpus, lim.memory, lim.cpuset, lim.processes) == (1.5, 100 * 2**20, (0, 2), providers.JOB_PROCESSES)
+    assert Contracted.of({"cpu": 1, "mem": 0}, {"cpu": 1, "cpus": None}).memory() == providers.MIN_JOB_MEMORY
+    assert c.shortfall(2, None) is None and c.shortfall(2, {"cpus": None, "memory": None}) is None
+    assert c.shortfall(2, {"cpus": 1.5, "memory": 100 * 2**20}) is None
+    assert "memory" in c.shortfall(2, {"cpus": 2, "memory": 99 * 2**20})
+
+
+# ---------------------------------------------------------------------------- the table, on random runs
+def expected(event: str) -> str:
+    """The table of docs/exchange.md, "Who is at fault": a contract's state from what happened."""
+    return {"exit": "delivered", "window": "delivered", "provider": "failed", "short": "failed",
+            "no-start": "failed", "missed": "lapsed"}[event]
+
+
+event_st = st.tuples(st.sampled_from(["exit", "window", "provider", "short", "no-start", "missed"]),
+                     st.sampled_from([0, 1, 127, 128, 137, 200, 255, None]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(event_st, min_size=1, max_size=6))
+def test_random_outcomes_settle_by_the_table_and_the_books_balance(tmp_path_factory, events):
+    ex, clock, machines = make_exchange(tmp_path_factory.mktemp("t") / "x.db", mechanism="pay-as-bid", penalty=1.0)
+    ex.join("p1")
+    for i in range(len(events)):
+        ex.add_node("p1", f"n{i}", 2, 100)
+        ex.submit_offer("p1", f"n{i}", 1, 2, 4)
+    for _ in events:
+        ex.submit_request("u1", 9, 2, 10, 2, 3, "true")
+    ex.tick()
+    contracts = ex.store.contracts()
+    assert len(contracts) == len(events)
+    m = machines({"name": "p1"})
+    missed = {c["id"] for c, (ev, _) in zip(contracts, events) if ev == "missed"}  # the exchange was down
+    clock.set(20)
+    for c, (ev, code) in zip(contracts, events):
+        if c["id"] in missed:
+            continue
+        m.fail_start = ev == "no-start"
+        ex.start(c, ex.store.nodes()[c["node_id"]], clock())
+        if ev == "short":
+            m.given[c["id"]] = {"cpus": 0.1, "memory": None}
+    m.fail_start = False
+    for c, (ev, code) in zip(contracts, events):
+        if ev == "exit":
+            m.exit(c["id"], code)
+        elif ev == "provider":
+            m.fail(c["id"], "node lost", code)
+    clock.set(45)  # every window has passed
+    ex.execute()
+    for c, (ev, _) in zip(contracts, events):
+        done = ex.store.contract(c["id"])
+        assert done["state"] == expected(ev), (ev, done)
+        want = {"delivered": _paid(c), "failed": _penalised(c), "lapsed": []}[done["state"]]
+        assert _entries(ex, c["id"]) == want
+    assert sum(ex.store.balances().values()) == 0
+    ex.store.check_books()
+
+
+# ---------------------------------------------------------------------------- one request, one job
+def _split(tmp_path):
+    """u1's request for slots 2-3 is split: slot 2 on p1's node, slot 3 on p2's (each offers one
+    slot); returns the exchange, clock, machines and the two contracts in window order."""
+    ex, clock, machines = make_exchange(tmp_path / "x.db", mechanism="pay-as-bid", penalty=1.0)
+    for p, slot in (("p1", 2), ("p2", 3)):
+        ex.join(p)
+        ex.add_node(p, "n", 2, 100)
+        ex.submit_offer(p, "n", 1, slot, slot)
+    rid = ex.submit_request("u1", 9, 2, 10, 2, 3, "long-job")
+    ex.tick()
+    first, second = sorted((c for c in ex.store.contracts() if c["request_id"] == rid), key=lambda c: c["first_slot"])
+    assert (first["provider"], first["end_t"], second["provider"], second["start_t"]) == ("p1", 30.0, "p2", 30.0)
+    return ex, clock, machines, first, second
+
+
+def test_a_split_request_whose_job_ended_runs_nothing_more(tmp_path):
+    """The job ended by itself in its first contract: the second runs nothing (before: the
+    command ran again, once per contract) and its provider is paid for the capacity it held."""
+    ex, clock, machines, first, second = _split(tmp_path)
+    clock.set(20)
+    ex.tick()
+    machines.by_name["p1"].exit(first["id"], 0)
+    clock.set(25)
+    ex.tick()
+    clock.set(30)
+    ex.tick()
+    clock.set(40)
+    ex.tick()
+    assert [s[0] for m in machines.by_name.values() for s in m.started] == [first["id"]]
+    done = ex.store.contract(second["id"])
+    assert done["state"] == "delivered" and done["note"].startswith(
+        f"the request's job had ended by itself (in contract {first['id']})")
+    assert _entries(ex, second["id"]) == _paid(second)
+    ex.store.check_books()
+
+
+def test_a_split_request_still_running_moves_without_running_twice_at_once(tmp_path):
+    """Still running when its first contract's window ends: stopped there (delivered), then
+    started on the second contract's node, never beside itself."""
+    ex, clock, machines, first, second = _split(tmp_path)
+    seen = []
+    p2 = machines({"name": "p2"})
+    start = p2.start
+
+    def watched(cid, *args, **kw):
+        seen.append(sorted(machines.by_name["p1"].live))  # what of the job still runs on p1
+        return start(cid, *args, **kw)
+
+    p2.start = watched
+    clock.set(20)
+    ex.tick()
+    clock.set(30)
+    ex.tick()
+    assert seen == [[]]
+    assert ex.store.contract(first["id"])["state"] == "delivered"
+    assert ex.store.contract(second["id"])["state"] == "running"
+    clock.set(40)
+    ex.tick()
+    assert ex.store.contract(second["id"])["state"] == "delivered"
+    assert sorted((s[0], s[1]) for m in machines.by_name.values() for s in m.started) == \
+        [(first["id"], 20), (second["id"], 30)]
+
+
+# ---------------------------------------------------------------------------- whose account
+def test_exchange_run_says_whose_account_jobs_run_as(tmp_path):
+    """As root, jobs run as their users' accounts unless --single-user asks otherwise (then a
+    warning: every job runs as root). Not as root, single-user is the only mode."""
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    data = tmp_path / "ex"
+    runner = CliRunner()
+    assert runner.invoke(main, ["exchange", "init", str(data)]).exit_code == 0
+    plain = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--containment", "none"])
+    single = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--containment", "none",
+                                  "--single-user"])
+    assert plain.exit_code == 0 and single.exit_code == 0, (plain.output, single.output)
+    if os.geteuid() == 0:
+        assert "multi-user mode: each contract job runs as its user's Unix account" in plain.output
+        assert "WARNING: single-user mode as root: every contract job runs as root" in single.output
+    else:
+        assert "single-user mode" in plain.output and "WARNING" not in single.output
+        multi = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--multi-user"])
+        assert multi.exit_code != 0 and "needs root" in multi.output
