@@ -58,8 +58,9 @@ def test_a_large_clearing_blocks_no_read_write_or_window(tmp_path):
     srv.serve_in_thread()
     log = open(tmp_path / "exchange.log", "ab")
     env = {**os.environ, GATE_ENV: str(gate)}
-    proc = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "run", str(data), "--containment",
-                             "none", "--poll", "0.1"], stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "run", str(data), "--single-user",
+                             "--containment", "none", "--poll", "0.1"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            env=env)
     try:
         assert wait_for(lambda: len(store.periods()) > 0, timeout=120)
         first = client.slot() + 10  # room for several clearings (every 2 slots) on a loaded machine
