@@ -2,9 +2,13 @@
 
 Both are per-unit-of-running-time prices, integrated over the time a job actually runs
 (Algorithm 1, steps 2 and 5: every event adds ``p'_i * t'_i`` and resets ``t'_i``). Prices
-change only at events, so each scheme keeps running integrals of its price path and settles a
-job's payment as a difference of integrals whenever the job stops or its price regime changes;
-no per-event loop over running jobs.
+change only at events, so each scheme records the integral of its price path over every interval
+between two events (:class:`~marketsched.mechanisms.online.interval_sums.IntervalSums`) and
+settles a job's payment as the sum of the intervals it ran through whenever the job stops or its
+price regime changes; no per-event loop over running jobs. Sums of the intervals, not differences
+of one running total: a total differenced at a job's start and stop loses a small payment once
+the total is large (a long clock, or a bid many orders of magnitude above the next ones), where
+a sum of non-negative amounts keeps full relative precision.
 
 The reservation price of every node is :data:`RESERVATION_PRICE` = 1 per unit of time.
 
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
+from marketsched.mechanisms.online.interval_sums import IntervalSums
+
 RESERVATION_PRICE = 1.0
 INF = float("inf")
 _NO_QUEUE = (float("inf"), 0)  # boundary when the queue is empty: no running job is after it
@@ -28,8 +34,9 @@ class FirstPrice:
     number of active (running + queued) jobs is at least the number of nodes, and the
     reservation price 1 otherwise (Shudler et al. 2010, section IV).
 
-    Steps: keep ``S(t)``, the time integral of the indicator "active >= nodes"; a job that ran
-    from ``a`` to ``b`` pays ``bid * (S(b) - S(a)) + 1 * ((b - a) - (S(b) - S(a)))``.
+    Steps: record the length of every interval between two events, as saturated ("active >=
+    nodes") or not; a job that ran from ``a`` to ``b`` pays ``bid * S + 1 * U`` with ``S`` and ``U``
+    the saturated and unsaturated time between ``a`` and ``b`` (sums of those intervals).
     """
 
     name = "first"
@@ -38,31 +45,35 @@ class FirstPrice:
         self.sim = sim
         self.policy = policy
         self.bid = policy.bid
-        self.S = 0.0
+        self.S = IntervalSums()  # saturated intervals: their lengths
+        self.U = IntervalSums()  # the other intervals
         self.last = 0.0
         self.saturated = False
-        self.mark_S: list[float] = []
-        self.mark_t: list[float] = []
+        self.mark_S: list[int] = []  # leaf counts of S and U when the job started
+        self.mark_U: list[int] = []
         self.extend(sim.n_jobs)
 
     def extend(self, k: int) -> None:
         """Make room for ``k`` more jobs (added while running)."""
-        self.mark_S += [0.0] * k
-        self.mark_t += [0.0] * k
+        self.mark_S += [0] * k
+        self.mark_U += [0] * k
 
     def advance(self, t: float) -> None:
-        if self.saturated:
-            self.S += t - self.last
+        dt = t - self.last
+        if dt:
+            (self.S if self.saturated else self.U).append(dt)
         self.last = t
 
     def on_start(self, j: int) -> None:
-        self.mark_S[j] = self.S
-        self.mark_t[j] = self.last
+        self.mark_S[j] = self.S.count
+        self.mark_U[j] = self.U.count
+
+    def _open(self, j: int) -> float:
+        """Payment of ``j``'s open running interval up to the last :meth:`advance`."""
+        return self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(self.mark_U[j])
 
     def on_stop(self, j: int) -> None:
-        dS = self.S - self.mark_S[j]
-        dt = self.last - self.mark_t[j]
-        self.sim.payment[j] += self.bid[j] * dS + RESERVATION_PRICE * (dt - dS)
+        self.sim.payment[j] += self._open(j)
 
     def update(self) -> None:
         """Called after every decision: re-read the state the price depends on."""
@@ -80,8 +91,7 @@ class FirstPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            dS = self.S - self.mark_S[j]
-            paid += self.bid[j] * dS + RESERVATION_PRICE * ((self.last - self.mark_t[j]) - dS)
+            paid += self._open(j)
         return paid
 
 
@@ -110,9 +120,10 @@ class KthPrice:
     capped at the job's own bid (a decision: the paper states no cap; the cap keeps
     ``k-th <= first <= bid``).
 
-    Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``k*`` is finite
-    (when it is ``+inf`` every uncapped running job has ``c_i = 0`` and pays nothing) and ``E(t)`` =
-    time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*
+    Steps: record, for every interval between two events, ``k* dt`` in ``K`` while the queue is
+    non-empty and ``k*`` is finite (when it is ``+inf`` every uncapped running job has ``c_i = 0``
+    and pays nothing) and ``dt`` in ``E`` while the queue is empty; an uncapped job pays ``c_i``
+    times the sum of ``K``'s intervals since it was marked plus the sum of ``E``'s. A running job is *uncapped* (pays ``c_i k*``) or *capped*
     (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority ``(-key, row)``, so
     when ``k*`` moves only the jobs whose priority lies between the old and new boundary change regime
     and are settled.
@@ -127,13 +138,13 @@ class KthPrice:
         self.cost = policy.cost
         self.prio = policy.prio
         self.track_caps = not policy.preemptive  # under preemptive HB no running job is ever capped
-        self.K = 0.0
-        self.E = 0.0
+        self.K = IntervalSums()
+        self.E = IntervalSums()
         self.last = 0.0
         self.kstar = None  # key of the best queued job, None when the queue is empty
         self.boundary = _NO_QUEUE  # (-key, row) of the best queued job; running jobs after it are capped
-        self.mark_K: list[float] = []
-        self.mark_E: list[float] = []
+        self.mark_K: list[int] = []  # leaf counts of K and E when the job's regime opened
+        self.mark_E: list[int] = []
         self.mark_t: list[float] = []
         self.capped: list[bool] = []
         self.running_prios: list[tuple] = []  # sorted (-key, row) of running jobs (non-preemptive)
@@ -141,8 +152,8 @@ class KthPrice:
 
     def extend(self, k: int) -> None:
         """Make room for ``k`` more jobs (added while running)."""
-        self.mark_K += [0.0] * k
-        self.mark_E += [0.0] * k
+        self.mark_K += [0] * k
+        self.mark_E += [0] * k
         self.mark_t += [0.0] * k
         self.capped += [False] * k
 
@@ -150,23 +161,24 @@ class KthPrice:
         dt = t - self.last
         if dt:
             if self.kstar is None:
-                self.E += dt
+                self.E.append(dt)
             elif self.kstar != INF:
-                self.K += self.kstar * dt
+                self.K.append(self.kstar * dt)
         self.last = t
 
     def _mark(self, j: int) -> None:
-        self.mark_K[j] = self.K
-        self.mark_E[j] = self.E
+        self.mark_K[j] = self.K.count
+        self.mark_E[j] = self.E.count
         self.mark_t[j] = self.last
 
-    def _settle(self, j: int) -> None:
+    def _open(self, j: int) -> float:
+        """Payment of ``j``'s open regime up to the last :meth:`advance`."""
         if self.capped[j]:
-            self.sim.payment[j] += self.bid[j] * (self.last - self.mark_t[j])
-        else:
-            self.sim.payment[j] += self.cost[j] * (self.K - self.mark_K[j]) + RESERVATION_PRICE * (
-                self.E - self.mark_E[j]
-            )
+            return self.bid[j] * (self.last - self.mark_t[j])
+        return self.cost[j] * self.K.since(self.mark_K[j]) + RESERVATION_PRICE * self.E.since(self.mark_E[j])
+
+    def _settle(self, j: int) -> None:
+        self.sim.payment[j] += self._open(j)
 
     def on_start(self, j: int) -> None:
         self._mark(j)
@@ -220,10 +232,7 @@ class KthPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            if self.capped[j]:
-                paid += self.bid[j] * (self.last - self.mark_t[j])
-            else:
-                paid += self.cost[j] * (self.K - self.mark_K[j]) + RESERVATION_PRICE * (self.E - self.mark_E[j])
+            paid += self._open(j)
         return paid
 
 
