@@ -133,3 +133,27 @@ def test_infinite_run_time_estimate_is_refused_by_the_workload():
     # an estimate of +inf used to pass (only NaN or >= 0 was checked) and gave WSEPT a NaN k-th payment
     with pytest.raises(ValueError, match=r"runtime_estimate.*row 1 \(job 2\) is inf"):
         Workload.from_columns(submit_time=[0, 0], runtime=[1, 1], runtime_estimate=[1.0, float("inf")], capacity=1)
+
+
+# ---------------------------------------------------------------------------- a real trace
+def _exact_kth_script():
+    """benchmarks/exact_kth_payments.py (the whole-trace check), loaded as a module."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "exact_kth_payments.py"
+    spec = importlib.util.spec_from_file_location("exact_kth_payments", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.trace
+@pytest.mark.parametrize("rule", ["hb", "wspt", "wsept"])
+def test_kth_payments_exact_on_a_kth_sp2_slice(rule, trace_path):
+    trace_path("KTH-SP2-1996-2.1-cln")  # skips without MARKETSCHED_TRACES
+    script = _exact_kth_script()
+    w, values = script.workload("KTH-SP2-1996-2.1-cln", jobs=400)
+    worst, at, above, same = script.errors(w, rule, values)
+    assert same, "the compiled kernel's payments differ from the Python path's"
+    assert worst <= 1e-12 and above == 0, f"job row {at}: relative error {worst}"

@@ -29,7 +29,6 @@ typedef struct {
     RankSet waiting; /* the queue's ranks */
     Py_ssize_t nwaiting;
     RankSet rset; /* HB: the running jobs' ranks */
-    int oom; /* an interval sum could not grow (advance has no return value) */
     /* FirstPrice: interval lengths, saturated (S) or not (U); marks are leaf counts */
     SumTree S, U;
     double f_last;
@@ -77,17 +76,14 @@ static void advance(Prio *p, double t)
 {
     if (p->schemes & SCHEME_FIRST) { /* FirstPrice.advance */
         double dt = t - p->f_last;
-        if (dt != 0.0 && st_append(p->saturated ? &p->S : &p->U, dt) < 0) p->oom = 1;
+        if (dt != 0.0) st_add(p->saturated ? &p->S : &p->U, dt);
         p->f_last = t;
     }
     if (p->schemes & SCHEME_KTH) { /* KthPrice.advance */
         double dt = t - p->k_last;
         if (dt != 0.0) {
-            if (!p->has_kstar) {
-                if (st_append(&p->E, dt) < 0) p->oom = 1;
-            } else if (p->kstar != INFINITY) {
-                if (st_append(&p->K, p->kstar * dt) < 0) p->oom = 1;
-            }
+            if (!p->has_kstar) st_add(&p->E, dt);
+            else if (p->kstar != INFINITY) st_add(&p->K, p->kstar * dt);
         }
         p->k_last = t;
     }
@@ -95,8 +91,8 @@ static void advance(Prio *p, double t)
 
 static inline void kth_mark(Prio *p, int64_t j)
 {
-    p->mark_K[j] = st_count(&p->K);
-    p->mark_E[j] = st_count(&p->E);
+    p->mark_K[j] = st_mark(&p->K);
+    p->mark_E[j] = st_mark(&p->E);
     p->k_mark_t[j] = p->k_last;
 }
 
@@ -113,8 +109,8 @@ static inline void kth_settle(Prio *p, int64_t j)
 static int on_start(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
-        p->mark_S[j] = st_count(&p->S);
-        p->mark_U[j] = st_count(&p->U);
+        p->mark_S[j] = st_mark(&p->S);
+        p->mark_U[j] = st_mark(&p->U);
     }
     if (p->schemes & SCHEME_KTH) {
         kth_mark(p, j);
@@ -183,7 +179,7 @@ static void update(Prio *p)
 static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
 {
     Engine *e = &p->e;
-    if (p->oom) return -1;
+    if (p->S.full || p->U.full || p->K.full || p->E.full) return -1;
     for (Py_ssize_t c = 0; c < e->ncompleted; c++) {
         on_stop(p, e->completed[c]);
         if (p->preemptive) rs_erase(&p->rset, p->rank[e->completed[c]]);
@@ -285,12 +281,17 @@ static PyObject *run(PyObject *self, PyObject *args)
     p.order = malloc(m * sizeof(uint32_t));
     if (!p.rank || !p.order || rank_rows(p.key, -1.0, n, p.order, p.rank) < 0) goto nomem;
     if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
+    /* an interval sum gets at most one leaf per batch with time passing (the advance before it), and a
+     * batch has an arrival or a completion: 2 n + 1 at most */
+    int64_t leaves = 2 * (int64_t)n + 2;
     if (schemes & SCHEME_FIRST) {
+        if (st_init(&p.S, leaves) < 0 || st_init(&p.U, leaves) < 0) goto nomem;
         p.mark_S = calloc(m, sizeof(int64_t));
         p.mark_U = calloc(m, sizeof(int64_t));
         if (!p.mark_S || !p.mark_U) goto nomem;
     }
     if (schemes & SCHEME_KTH) {
+        if (st_init(&p.K, leaves) < 0 || st_init(&p.E, leaves) < 0) goto nomem;
         p.mark_K = calloc(m, sizeof(int64_t));
         p.mark_E = calloc(m, sizeof(int64_t));
         p.k_mark_t = calloc(m, sizeof(double));
@@ -303,9 +304,9 @@ static PyObject *run(PyObject *self, PyObject *args)
     if (eng_loop(e, &p, advance_cb, step_cb) < 0) goto nomem;
     /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
     advance(&p, e->now);
-    if (p.oom) goto nomem;
     for (Py_ssize_t j = 0; j < n; j++)
         if (e->running[j]) on_stop(&p, j);
+    if (p.S.full || p.U.full || p.K.full || p.E.full) goto nomem;
     eng_kill_pending(e);
     result = Py_BuildValue("(dL)", e->now, (long long)e->batches);
     goto done;

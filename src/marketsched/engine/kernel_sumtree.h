@@ -11,69 +11,95 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ST_LEVELS 64
 
 typedef struct {
-    double *lv[ST_LEVELS];
-    int64_t len[ST_LEVELS], cap[ST_LEVELS];
+    double *buf;                /* every level, one after the other */
+    int64_t off[ST_LEVELS];     /* where level h starts in buf */
+    int64_t len[ST_LEVELS];     /* nodes of level h so far */
+    int64_t cap;                /* leaves at most */
+    double pending;             /* intervals added since the last leaf (IntervalSums.pending) */
+    int full;                   /* a leaf did not fit (cannot happen when st_init was told right) */
 } SumTree;
 
-static inline int64_t st_count(const SumTree *s) { return s->len[0]; }
-
-static int st_push_level(SumTree *s, int h, double x)
+/* Room for at most `leaves` leaves (level h holds at most leaves >> h nodes); pages of the buffer
+ * are touched only as leaves come. -1 when the allocation failed. */
+static int st_init(SumTree *s, int64_t leaves)
 {
-    if (s->len[h] == s->cap[h]) {
-        int64_t cap = s->cap[h] ? 2 * s->cap[h] : 64;
-        double *p = realloc(s->lv[h], (size_t)cap * sizeof(double));
-        if (!p) return -1;
-        s->lv[h] = p;
-        s->cap[h] = cap;
+    memset(s, 0, sizeof(*s));
+    if (leaves < 1) leaves = 1;
+    int64_t total = 0;
+    for (int h = 0; h < ST_LEVELS; h++) {
+        s->off[h] = total;
+        total += leaves >> h;
     }
-    s->lv[h][s->len[h]++] = x;
-    return 0;
+    s->cap = leaves;
+    s->buf = malloc((size_t)total * sizeof(double));
+    return s->buf ? 0 : -1;
 }
 
-/* IntervalSums.append; -1 when an allocation failed */
-static int st_append(SumTree *s, double amount)
+/* IntervalSums.add */
+static inline void st_add(SumTree *s, double amount) { s->pending += amount; }
+
+/* IntervalSums._flush: the pending amount becomes a leaf (none when it is 0) */
+static inline void st_flush(SumTree *s)
 {
+    double amount = s->pending;
+    if (amount == 0.0) return;
+    s->pending = 0.0;
     int64_t i = s->len[0];
-    if (st_push_level(s, 0, amount) < 0) return -1;
+    if (i >= s->cap) {
+        s->full = 1;
+        return;
+    }
+    double *buf = s->buf;
+    buf[i] = amount;
+    s->len[0] = i + 1;
     int h = 0;
     while (i & 1) {
-        const double *below = s->lv[h];
+        const double *below = buf + s->off[h];
+        double x = below[i - 1] + below[i];
         h++;
-        if (st_push_level(s, h, below[i - 1] + below[i]) < 0) return -1;
         i >>= 1;
+        buf[s->off[h] + i] = x;
+        s->len[h] = i + 1;
     }
-    return 0;
 }
 
-/* IntervalSums.since: the sum of leaves [lo, count) */
-static double st_since(const SumTree *s, int64_t lo)
+/* IntervalSums.mark */
+static inline int64_t st_mark(SumTree *s)
 {
+    st_flush(s);
+    return s->len[0];
+}
+
+/* IntervalSums.since: the sum of leaves [lo, count) after the pending amount became one. Without branches on the bits of lo and hi
+ * (they are unpredictable): a node not taken adds +0.0, which leaves a sum that starts at +0.0
+ * unchanged, so the bits are those of the reference. The nodes read exist: lo < hi. */
+static inline double st_since(SumTree *s, int64_t lo)
+{
+    static const double zero = 0.0;
+    st_flush(s);
     int64_t hi = s->len[0];
+    const double *buf = s->buf;
     double sum = 0.0;
     int h = 0;
     while (lo < hi) {
-        if (lo & 1) {
-            sum += s->lv[h][lo];
-            lo++;
-        }
-        if (hi & 1) {
-            hi--;
-            sum += s->lv[h][hi];
-        }
-        lo >>= 1;
-        hi >>= 1;
+        const double *lv = buf + s->off[h];
+        int64_t l1 = lo & 1, h1 = hi & 1;
+        /* select the node or zero with masks: compilers turn a ?: back into a branch */
+        uintptr_t z = (uintptr_t)&zero, ml = (uintptr_t)0 - (uintptr_t)l1, mh = (uintptr_t)0 - (uintptr_t)h1;
+        sum += *(const double *)(z ^ (((uintptr_t)(lv + lo) ^ z) & ml));
+        sum += *(const double *)(z ^ (((uintptr_t)(lv + hi - 1) ^ z) & mh));
+        lo = (lo + l1) >> 1;
+        hi = (hi - h1) >> 1;
         h++;
     }
     return sum;
 }
 
-static void st_free(SumTree *s)
-{
-    for (int h = 0; h < ST_LEVELS; h++) free(s->lv[h]);
-}
+static void st_free(SumTree *s) { free(s->buf); }
 
 #endif

@@ -3,16 +3,19 @@
 The payment schemes (:mod:`~marketsched.mechanisms.online.pricing`) charge a job the integral of
 a price path over the time it ran. A running total ``K(t)`` differenced at the job's start and
 stop (``K(b) - K(a)``) loses the small payments once ``K`` is large: with ``K`` near ``1e21`` an
-increment of 10 is below its last digit. Here every interval between two events is one leaf
-holding its own amount (``price * dt``, or ``dt``), and the amount of a job's run is the sum of
-its leaves, taken over a binary tree of partial sums: only non-negative numbers are added, never
-subtracted, so the result has a relative error of at most about ``3 log2(leaves)`` units in the
-last place however large the amounts before it were.
+increment of 10 is below its last digit. Here the amounts of the intervals between two marks (a
+job's start, stop or change of price regime) are one leaf, and the amount of a job's run is the
+sum of its leaves, taken over a binary tree of partial sums: only non-negative numbers are added,
+never subtracted, so the result has a relative error of a few units in the last place (about
+``3 log2(leaves)`` plus the intervals merged into a leaf) however large the amounts before it were.
 
 Steps:
 
-* :meth:`IntervalSums.append`: leaf ``i`` joins level 0; whenever a node closes a pair (its index
-  is odd) their sum is appended to the level above, as a binary counter carries (O(1) amortised);
+* :meth:`IntervalSums.add`: an interval's amount joins the pending sum (no leaf yet: intervals
+  with no mark between them share one);
+* :meth:`IntervalSums.mark` and :meth:`IntervalSums.since` first turn a non-zero pending sum into
+  the next leaf: leaf ``i`` joins level 0, and whenever a node closes a pair (its index is odd)
+  their sum is appended to the level above, as a binary counter carries (O(1) amortised);
 * :meth:`IntervalSums.since`: the sum of leaves ``[lo, count)`` is the usual bottom-up walk of a
   segment tree (O(log leaves) nodes, every one complete because it ends at or before ``count``).
 
@@ -24,20 +27,28 @@ from __future__ import annotations
 
 
 class IntervalSums:
-    """Append-only leaves with range sums over the tree of partial sums (see the module)."""
+    """Amounts of consecutive intervals with sums since a mark (see the module)."""
 
-    __slots__ = ("levels",)
+    __slots__ = ("levels", "pending")
 
     def __init__(self) -> None:
         self.levels: list[list[float]] = [[]]
+        self.pending = 0.0  # amounts added since the last leaf
 
-    @property
-    def count(self) -> int:
-        """Number of leaves so far (the mark a job keeps when its interval opens)."""
+    def add(self, amount: float) -> None:
+        """Add the next interval's amount (>= 0)."""
+        self.pending += amount
+
+    def mark(self) -> int:
+        """The mark a job keeps when its interval opens (the number of leaves, pending one included)."""
+        self._flush()
         return len(self.levels[0])
 
-    def append(self, amount: float) -> None:
-        """Add the next interval's amount (>= 0)."""
+    def _flush(self) -> None:
+        amount = self.pending
+        if amount == 0.0:
+            return
+        self.pending = 0.0
         levels = self.levels
         i = len(levels[0])
         levels[0].append(amount)
@@ -51,7 +62,16 @@ class IntervalSums:
             i >>= 1
 
     def since(self, lo: int) -> float:
-        """Sum of the leaves from ``lo`` (a past :attr:`count`) to the last one."""
+        """Sum of the amounts added since mark ``lo``."""
+        self._flush()
+        return self._tree_sum(lo)
+
+    def peek(self, lo: int) -> float:
+        """The same sum without making a leaf (changes nothing; its last bits may differ from
+        :meth:`since`'s, which groups the pending amount as a leaf)."""
+        return self._tree_sum(lo) + self.pending
+
+    def _tree_sum(self, lo: int) -> float:
         levels = self.levels
         hi = len(levels[0])
         s = 0.0

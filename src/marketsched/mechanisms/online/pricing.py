@@ -61,19 +61,16 @@ class FirstPrice:
     def advance(self, t: float) -> None:
         dt = t - self.last
         if dt:
-            (self.S if self.saturated else self.U).append(dt)
+            (self.S if self.saturated else self.U).add(dt)
         self.last = t
 
     def on_start(self, j: int) -> None:
-        self.mark_S[j] = self.S.count
-        self.mark_U[j] = self.U.count
-
-    def _open(self, j: int) -> float:
-        """Payment of ``j``'s open running interval up to the last :meth:`advance`."""
-        return self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(self.mark_U[j])
+        self.mark_S[j] = self.S.mark()
+        self.mark_U[j] = self.U.mark()
 
     def on_stop(self, j: int) -> None:
-        self.sim.payment[j] += self._open(j)
+        self.sim.payment[j] += self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(
+            self.mark_U[j])
 
     def update(self) -> None:
         """Called after every decision: re-read the state the price depends on."""
@@ -91,7 +88,7 @@ class FirstPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            paid += self._open(j)
+            paid += self.bid[j] * self.S.peek(self.mark_S[j]) + RESERVATION_PRICE * self.U.peek(self.mark_U[j])
         return paid
 
 
@@ -161,21 +158,23 @@ class KthPrice:
         dt = t - self.last
         if dt:
             if self.kstar is None:
-                self.E.append(dt)
+                self.E.add(dt)
             elif self.kstar != INF:
-                self.K.append(self.kstar * dt)
+                self.K.add(self.kstar * dt)
         self.last = t
 
     def _mark(self, j: int) -> None:
-        self.mark_K[j] = self.K.count
-        self.mark_E[j] = self.E.count
+        self.mark_K[j] = self.K.mark()
+        self.mark_E[j] = self.E.mark()
         self.mark_t[j] = self.last
 
-    def _open(self, j: int) -> float:
-        """Payment of ``j``'s open regime up to the last :meth:`advance`."""
+    def _open(self, j: int, peek: bool = False) -> float:
+        """Payment of ``j``'s open regime up to the last :meth:`advance` (``peek``: without making
+        the pending intervals a leaf, for the read-only :meth:`accrued`)."""
         if self.capped[j]:
             return self.bid[j] * (self.last - self.mark_t[j])
-        return self.cost[j] * self.K.since(self.mark_K[j]) + RESERVATION_PRICE * self.E.since(self.mark_E[j])
+        K, E = (self.K.peek, self.E.peek) if peek else (self.K.since, self.E.since)
+        return self.cost[j] * K(self.mark_K[j]) + RESERVATION_PRICE * E(self.mark_E[j])
 
     def _settle(self, j: int) -> None:
         self.sim.payment[j] += self._open(j)
@@ -232,7 +231,7 @@ class KthPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            paid += self._open(j)
+            paid += self._open(j, peek=True)
         return paid
 
 
