@@ -157,3 +157,47 @@ def test_kth_payments_exact_on_a_kth_sp2_slice(rule, trace_path):
     worst, at, above, same = script.errors(w, rule, values)
     assert same, "the compiled kernel's payments differ from the Python path's"
     assert worst <= 1e-12 and above == 0, f"job row {at}: relative error {worst}"
+
+
+# ---------------------------------------------------------------------------- the sums themselves
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1e-300, 2.0**-40, 1 / 3, 1.0, 7.5, 1e16, 1e200]),
+                          st.booleans()), min_size=1, max_size=60))
+def test_interval_sums_against_exact_sums(steps):
+    """Amounts of every size, marks anywhere: the sum since any mark is the exact sum within a
+    few units in the last place (only non-negative amounts are ever added)."""
+    from marketsched.mechanisms.online.interval_sums import IntervalSums
+
+    sums = IntervalSums()
+    marks = []  # (mark, exact sum of the amounts before it)
+    total = Fraction(0)
+    for amount, mark in steps:
+        if mark:
+            marks.append((sums.mark(), total))
+        sums.add(amount)
+        total += Fraction(amount)
+    for m, before in marks:
+        exact = total - before
+        assert sums.peek(m) == pytest.approx(float(exact), rel=1e-14, abs=0)
+        assert abs(Fraction(sums.since(m)) - exact) <= 1e-14 * exact
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.sampled_from([2.0**-12, 1 / 3, 0.75, 3.0, 2.0**20 + 1, 2.0**40 - 3 * 2.0**-13]),
+                          st.booleans()), min_size=1, max_size=60))
+def test_time_sum_against_exact_time(steps):
+    """Spans between clock readings (each a difference of two floats, as the engine's dt): the
+    time since any reading is exact within a few units in the last place, however long the clock."""
+    from marketsched.mechanisms.online.interval_sums import TimeSum
+
+    clock, total = 0.0, TimeSum()
+    marks = []  # (reading, clock then)
+    for span, mark in steps:
+        if mark:
+            marks.append((total.mark(), clock))
+        t = clock + span
+        total.add(t - clock)
+        clock = t
+    for reading, then in marks:
+        exact = Fraction(clock) - Fraction(then)
+        assert abs(Fraction(total.since(reading)) - exact) <= 8 * 2.0**-53 * exact

@@ -29,20 +29,22 @@ typedef struct {
     RankSet waiting; /* the queue's ranks */
     Py_ssize_t nwaiting;
     RankSet rset; /* HB: the running jobs' ranks */
-    /* FirstPrice: interval lengths, saturated (S) or not (U); marks are leaf counts */
-    SumTree S, U;
+    /* FirstPrice: time saturated (S) or not (U); marks are their readings (hi, lo) */
+    TimeSum S, U;
     double f_last;
     int saturated;
-    int64_t *mark_S, *mark_U;
-    /* KthPrice: k* dt (K) and empty-queue dt (E) per interval; marks are leaf counts */
-    SumTree K, E;
+    TimeSum *mark_S, *mark_U;
+    /* KthPrice: k* dt per interval (K; marks are leaf counts) and time with an empty queue (E) */
+    SumTree K;
+    TimeSum E;
     double k_last;
     int has_kstar;
     double kstar;
     double b0; /* boundary (b0, b1): (-key, row) of the best queued job, (inf, 0) when none */
     int64_t b1;
     int track_caps;
-    int64_t *mark_K, *mark_E;
+    int64_t *mark_K;
+    TimeSum *mark_E;
     double *k_mark_t;
     char *capped;
     SortedPairs rprios; /* (-key, row) of the running jobs, sorted (non-preemptive) */
@@ -76,13 +78,13 @@ static void advance(Prio *p, double t)
 {
     if (p->schemes & SCHEME_FIRST) { /* FirstPrice.advance */
         double dt = t - p->f_last;
-        if (dt != 0.0) st_add(p->saturated ? &p->S : &p->U, dt);
+        if (dt != 0.0) ts_add(p->saturated ? &p->S : &p->U, dt);
         p->f_last = t;
     }
     if (p->schemes & SCHEME_KTH) { /* KthPrice.advance */
         double dt = t - p->k_last;
         if (dt != 0.0) {
-            if (!p->has_kstar) st_add(&p->E, dt);
+            if (!p->has_kstar) ts_add(&p->E, dt);
             else if (p->kstar != INFINITY) st_add(&p->K, p->kstar * dt);
         }
         p->k_last = t;
@@ -92,7 +94,7 @@ static void advance(Prio *p, double t)
 static inline void kth_mark(Prio *p, int64_t j)
 {
     p->mark_K[j] = st_mark(&p->K);
-    p->mark_E[j] = st_mark(&p->E);
+    p->mark_E[j] = p->E;
     p->k_mark_t[j] = p->k_last;
 }
 
@@ -102,15 +104,16 @@ static inline void kth_settle(Prio *p, int64_t j)
     if (p->capped[j]) {
         p->kth_payment[j] += p->bid[j] * (p->k_last - p->k_mark_t[j]);
     } else {
-        p->kth_payment[j] += p->cost[j] * st_since(&p->K, p->mark_K[j]) + 1.0 * st_since(&p->E, p->mark_E[j]);
+        double k = st_since(&p->K, p->mark_K[j]);
+        p->kth_payment[j] += p->cost[j] * k + 1.0 * ts_since(&p->E, p->mark_E[j].hi, p->mark_E[j].lo);
     }
 }
 
 static int on_start(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
-        p->mark_S[j] = st_mark(&p->S);
-        p->mark_U[j] = st_mark(&p->U);
+        p->mark_S[j] = p->S;
+        p->mark_U[j] = p->U;
     }
     if (p->schemes & SCHEME_KTH) {
         kth_mark(p, j);
@@ -126,7 +129,8 @@ static int on_start(Prio *p, int64_t j)
 static void on_stop(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
-        p->e.payment[j] += p->bid[j] * st_since(&p->S, p->mark_S[j]) + 1.0 * st_since(&p->U, p->mark_U[j]);
+        p->e.payment[j] += p->bid[j] * ts_since(&p->S, p->mark_S[j].hi, p->mark_S[j].lo) +
+                           1.0 * ts_since(&p->U, p->mark_U[j].hi, p->mark_U[j].lo);
     }
     if (p->schemes & SCHEME_KTH) {
         kth_settle(p, j);
@@ -179,7 +183,7 @@ static void update(Prio *p)
 static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
 {
     Engine *e = &p->e;
-    if (p->S.full || p->U.full || p->K.full || p->E.full) return -1;
+    if (p->K.full) return -1;
     for (Py_ssize_t c = 0; c < e->ncompleted; c++) {
         on_stop(p, e->completed[c]);
         if (p->preemptive) rs_erase(&p->rset, p->rank[e->completed[c]]);
@@ -230,10 +234,7 @@ static void prio_free(Prio *p)
     rs_free(&p->rset);
     free(p->mark_S);
     free(p->mark_U);
-    st_free(&p->S);
-    st_free(&p->U);
     st_free(&p->K);
-    st_free(&p->E);
     free(p->mark_K);
     free(p->mark_E);
     free(p->k_mark_t);
@@ -281,19 +282,17 @@ static PyObject *run(PyObject *self, PyObject *args)
     p.order = malloc(m * sizeof(uint32_t));
     if (!p.rank || !p.order || rank_rows(p.key, -1.0, n, p.order, p.rank) < 0) goto nomem;
     if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
-    /* an interval sum gets at most one leaf per batch with time passing (the advance before it), and a
-     * batch has an arrival or a completion: 2 n + 1 at most */
-    int64_t leaves = 2 * (int64_t)n + 2;
     if (schemes & SCHEME_FIRST) {
-        if (st_init(&p.S, leaves) < 0 || st_init(&p.U, leaves) < 0) goto nomem;
-        p.mark_S = calloc(m, sizeof(int64_t));
-        p.mark_U = calloc(m, sizeof(int64_t));
+        p.mark_S = calloc(m, sizeof(TimeSum));
+        p.mark_U = calloc(m, sizeof(TimeSum));
         if (!p.mark_S || !p.mark_U) goto nomem;
     }
     if (schemes & SCHEME_KTH) {
-        if (st_init(&p.K, leaves) < 0 || st_init(&p.E, leaves) < 0) goto nomem;
+        /* K gets at most one leaf per batch with time passing (the advance before it), and a batch has
+         * an arrival or a completion: 2 n + 1 at most */
+        if (st_init(&p.K, 2 * (int64_t)n + 2) < 0) goto nomem;
         p.mark_K = calloc(m, sizeof(int64_t));
-        p.mark_E = calloc(m, sizeof(int64_t));
+        p.mark_E = calloc(m, sizeof(TimeSum));
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
         if (!p.mark_K || !p.mark_E || !p.k_mark_t || !p.capped) goto nomem;
@@ -306,7 +305,7 @@ static PyObject *run(PyObject *self, PyObject *args)
     advance(&p, e->now);
     for (Py_ssize_t j = 0; j < n; j++)
         if (e->running[j]) on_stop(&p, j);
-    if (p.S.full || p.U.full || p.K.full || p.E.full) goto nomem;
+    if (p.K.full) goto nomem;
     eng_kill_pending(e);
     result = Py_BuildValue("(dL)", e->now, (long long)e->batches);
     goto done;

@@ -102,4 +102,28 @@ static inline double st_since(SumTree *s, int64_t lo)
 
 static void st_free(SumTree *s) { free(s->buf); }
 
+/* marketsched.mechanisms.online.interval_sums.TimeSum: a running total of time spans as a
+ * double-double (hi + lo), the same operations in the same order (see its docstring for why a
+ * compensated total suffices for time). */
+typedef struct {
+    double hi, lo;
+} TimeSum;
+
+static inline void ts_add(TimeSum *s, double dt)
+{
+    double hi = s->hi;
+    double sum = hi + dt;
+    double b = sum - hi;
+    double e = ((hi - (sum - b)) + (dt - b)) + s->lo;
+    double h = sum + e;
+    s->hi = h;
+    s->lo = e - (h - sum);
+}
+
+/* TimeSum.since: the time added since the reading (mark_hi, mark_lo) */
+static inline double ts_since(const TimeSum *s, double mark_hi, double mark_lo)
+{
+    return (s->hi - mark_hi) + (s->lo - mark_lo);
+}
+
 #endif

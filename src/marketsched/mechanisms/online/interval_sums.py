@@ -87,3 +87,38 @@ class IntervalSums:
             hi >>= 1
             h += 1
         return s
+
+
+class TimeSum:
+    """A running total of time spans (``dt >= 0`` between two events) kept as a double-double:
+    ``hi + lo`` with ``hi`` the rounded total and ``lo`` what rounding left out (Knuth's TwoSum,
+    then a renormalisation), so a difference of two readings loses nothing to the total's size.
+
+    Why that is enough for time, where :class:`IntervalSums` is needed for ``k* dt``: each addition
+    errs by at most about ``2 eps^2`` times the total, which is at most the clock ``t``, while each
+    span added is a difference of two clock readings near ``t``, at least about ``eps t / 2``
+    (``eps = 2^-53``); every addition between a job's two readings is a span of its run, so the
+    errors stay a few ``eps`` of the job's own sum however long the clock has run.
+    """
+
+    __slots__ = ("hi", "lo")
+
+    def __init__(self) -> None:
+        self.hi = 0.0
+        self.lo = 0.0
+
+    def add(self, dt: float) -> None:
+        hi = self.hi
+        s = hi + dt
+        b = s - hi
+        e = ((hi - (s - b)) + (dt - b)) + self.lo  # TwoSum's error, plus what was left out before
+        self.hi = h = s + e
+        self.lo = e - (h - s)
+
+    def mark(self) -> tuple[float, float]:
+        """The reading a job keeps when its interval opens."""
+        return self.hi, self.lo
+
+    def since(self, mark: tuple[float, float]) -> float:
+        """The time added since ``mark``."""
+        return (self.hi - mark[0]) + (self.lo - mark[1])

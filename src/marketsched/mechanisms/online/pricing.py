@@ -2,13 +2,14 @@
 
 Both are per-unit-of-running-time prices, integrated over the time a job actually runs
 (Algorithm 1, steps 2 and 5: every event adds ``p'_i * t'_i`` and resets ``t'_i``). Prices
-change only at events, so each scheme records the integral of its price path over every interval
-between two events (:class:`~marketsched.mechanisms.online.interval_sums.IntervalSums`) and
-settles a job's payment as the sum of the intervals it ran through whenever the job stops or its
-price regime changes; no per-event loop over running jobs. Sums of the intervals, not differences
-of one running total: a total differenced at a job's start and stop loses a small payment once
-the total is large (a long clock, or a bid many orders of magnitude above the next ones), where
-a sum of non-negative amounts keeps full relative precision.
+change only at events, so each scheme keeps running integrals of its price path and settles a
+job's payment whenever the job stops or its price regime changes; no per-event loop over running
+jobs. The integrals keep full relative precision however long the clock has run and however far
+the bids spread: the k-th price's ``k* dt`` are sums of the intervals a job ran through
+(:class:`~marketsched.mechanisms.online.interval_sums.IntervalSums`), not the difference of one
+running total taken at its start and stop, which loses a small payment once the total is large;
+plain time spans are compensated totals
+(:class:`~marketsched.mechanisms.online.interval_sums.TimeSum`).
 
 The reservation price of every node is :data:`RESERVATION_PRICE` = 1 per unit of time.
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
-from marketsched.mechanisms.online.interval_sums import IntervalSums
+from marketsched.mechanisms.online.interval_sums import IntervalSums, TimeSum
 
 RESERVATION_PRICE = 1.0
 INF = float("inf")
@@ -34,9 +35,10 @@ class FirstPrice:
     number of active (running + queued) jobs is at least the number of nodes, and the
     reservation price 1 otherwise (Shudler et al. 2010, section IV).
 
-    Steps: record the length of every interval between two events, as saturated ("active >=
-    nodes") or not; a job that ran from ``a`` to ``b`` pays ``bid * S + 1 * U`` with ``S`` and ``U``
-    the saturated and unsaturated time between ``a`` and ``b`` (sums of those intervals).
+    Steps: keep the time saturated ("active >= nodes") and the time not, as compensated totals
+    (:class:`~marketsched.mechanisms.online.interval_sums.TimeSum`); a job that ran from ``a`` to
+    ``b`` pays ``bid * S + 1 * U`` with ``S`` and ``U`` the saturated and unsaturated time between
+    ``a`` and ``b``.
     """
 
     name = "first"
@@ -45,18 +47,18 @@ class FirstPrice:
         self.sim = sim
         self.policy = policy
         self.bid = policy.bid
-        self.S = IntervalSums()  # saturated intervals: their lengths
-        self.U = IntervalSums()  # the other intervals
+        self.S = TimeSum()  # time saturated
+        self.U = TimeSum()  # time not saturated
         self.last = 0.0
         self.saturated = False
-        self.mark_S: list[int] = []  # leaf counts of S and U when the job started
-        self.mark_U: list[int] = []
+        self.mark_S: list[tuple[float, float]] = []  # readings of S and U when the job started
+        self.mark_U: list[tuple[float, float]] = []
         self.extend(sim.n_jobs)
 
     def extend(self, k: int) -> None:
         """Make room for ``k`` more jobs (added while running)."""
-        self.mark_S += [0] * k
-        self.mark_U += [0] * k
+        self.mark_S += [(0.0, 0.0)] * k
+        self.mark_U += [(0.0, 0.0)] * k
 
     def advance(self, t: float) -> None:
         dt = t - self.last
@@ -88,7 +90,7 @@ class FirstPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            paid += self.bid[j] * self.S.peek(self.mark_S[j]) + RESERVATION_PRICE * self.U.peek(self.mark_U[j])
+            paid += self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(self.mark_U[j])
         return paid
 
 
@@ -117,10 +119,12 @@ class KthPrice:
     capped at the job's own bid (a decision: the paper states no cap; the cap keeps
     ``k-th <= first <= bid``).
 
-    Steps: record, for every interval between two events, ``k* dt`` in ``K`` while the queue is
-    non-empty and ``k*`` is finite (when it is ``+inf`` every uncapped running job has ``c_i = 0``
-    and pays nothing) and ``dt`` in ``E`` while the queue is empty; an uncapped job pays ``c_i``
-    times the sum of ``K``'s intervals since it was marked plus the sum of ``E``'s. A running job is *uncapped* (pays ``c_i k*``) or *capped*
+    Steps: record, for every interval between two events, ``k* dt`` in ``K``
+    (:class:`~marketsched.mechanisms.online.interval_sums.IntervalSums`) while the queue is
+    non-empty and ``k*`` is finite (when it is ``+inf`` every uncapped running job has ``c_i = 0`` and pays nothing), and
+    add ``dt`` to the time ``E`` with an empty queue (a compensated total,
+    :class:`~marketsched.mechanisms.online.interval_sums.TimeSum`); an uncapped job pays ``c_i``
+    times the sum of ``K``'s intervals since it was marked plus the growth of ``E``. A running job is *uncapped* (pays ``c_i k*``) or *capped*
     (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority ``(-key, row)``, so
     when ``k*`` moves only the jobs whose priority lies between the old and new boundary change regime
     and are settled.
@@ -135,13 +139,13 @@ class KthPrice:
         self.cost = policy.cost
         self.prio = policy.prio
         self.track_caps = not policy.preemptive  # under preemptive HB no running job is ever capped
-        self.K = IntervalSums()
-        self.E = IntervalSums()
+        self.K = IntervalSums()  # k* dt per interval
+        self.E = TimeSum()  # time with an empty queue
         self.last = 0.0
         self.kstar = None  # key of the best queued job, None when the queue is empty
         self.boundary = _NO_QUEUE  # (-key, row) of the best queued job; running jobs after it are capped
-        self.mark_K: list[int] = []  # leaf counts of K and E when the job's regime opened
-        self.mark_E: list[int] = []
+        self.mark_K: list[int] = []  # mark of K and reading of E when the job's regime opened
+        self.mark_E: list[tuple[float, float]] = []
         self.mark_t: list[float] = []
         self.capped: list[bool] = []
         self.running_prios: list[tuple] = []  # sorted (-key, row) of running jobs (non-preemptive)
@@ -150,7 +154,7 @@ class KthPrice:
     def extend(self, k: int) -> None:
         """Make room for ``k`` more jobs (added while running)."""
         self.mark_K += [0] * k
-        self.mark_E += [0] * k
+        self.mark_E += [(0.0, 0.0)] * k
         self.mark_t += [0.0] * k
         self.capped += [False] * k
 
@@ -173,8 +177,8 @@ class KthPrice:
         the pending intervals a leaf, for the read-only :meth:`accrued`)."""
         if self.capped[j]:
             return self.bid[j] * (self.last - self.mark_t[j])
-        K, E = (self.K.peek, self.E.peek) if peek else (self.K.since, self.E.since)
-        return self.cost[j] * K(self.mark_K[j]) + RESERVATION_PRICE * E(self.mark_E[j])
+        K = self.K.peek(self.mark_K[j]) if peek else self.K.since(self.mark_K[j])
+        return self.cost[j] * K + RESERVATION_PRICE * self.E.since(self.mark_E[j])
 
     def _settle(self, j: int) -> None:
         self.sim.payment[j] += self._open(j)
