@@ -111,10 +111,10 @@ def test_negative_bid_is_refused_naming_the_job(rule):
     [
         ([1.0, float("inf")], [1.0, float("inf")], [1.0, 1.0], "bid of job row 1 is inf"),
         ([1.0, -1.0], [1.0, -1.0], [1.0, 1.0], "bid of job row 1 is -1.0"),
-        ([1.0, 1.0], [1.0, float("nan")], [1.0, 1.0], "priority of job row 1 is nan"),
+        ([1.0, 1.0], [1.0, float("nan")], [1.0, 1.0], "priority of job row 1 is NaN"),
         ([1.0, 1.0], [1.0, float("inf")], [1.0, 1.0], "priority of job row 1 is inf"),
         ([1.0, 1.0], [1.0, 0.0], [1.0, float("inf")], r"cost \(key divisor\) of job row 1 is inf"),
-        ([1.0, 1.0], [1.0, 1.0], [1.0, float("nan")], r"cost \(key divisor\) of job row 1 is nan"),
+        ([1.0, 1.0], [1.0, 1.0], [1.0, float("nan")], r"cost \(key divisor\) of job row 1 is NaN"),
     ],
 )
 def test_priority_scheduler_built_directly_checks_its_jobs(bid, key, cost, message):

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 
 class IntervalSums:
-    """Amounts of consecutive intervals with sums since a mark (see the module)."""
-
-    __slots__ = ("levels", "pending")
+    """Amounts of consecutive intervals with sums since a mark (see the module). Plain attributes
+    (no ``__slots__``): the engine's snapshots (:mod:`marketsched.engine.snapshot`) copy objects
+    through their ``__dict__``."""
 
     def __init__(self) -> None:
         self.levels: list[list[float]] = [[]]
@@ -100,8 +100,6 @@ class TimeSum:
     (``eps = 2^-53``); every addition between a job's two readings is a span of its run, so the
     errors stay a few ``eps`` of the job's own sum however long the clock has run.
     """
-
-    __slots__ = ("hi", "lo")
 
     def __init__(self) -> None:
         self.hi = 0.0

@@ -318,7 +318,8 @@ def _check_jobs(name: str, first: int, bid: np.ndarray, key: np.ndarray, cost: n
     for what, arr, bad, rule in checks:
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{name}: {what} of job row {first + i} is {float(arr[i])!r}; {rule}")
+            x = float(arr[i])
+            raise ValueError(f"{name}: {what} of job row {first + i} is {'NaN' if math.isnan(x) else repr(x)}; {rule}")
 
 
 def _kernel_schemes(pricing) -> int:
