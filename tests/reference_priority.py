@@ -172,6 +172,8 @@ def simulate_exact(submit, runtime, bid, nodes, rule, pricing, estimate=None):
                 price[j] = Fraction(1)
             elif cost[j] == 0:
                 price[j] = Fraction(0)
+            elif pricing == "kth-uncapped" and rule != "nphb":  # the paper's WSPT formula, no cap at the bid
+                price[j] = Fraction(0) if key[queued[0]] == math.inf else Fraction(cost[j]) * Fraction(key[queued[0]])
             elif key[queued[0]] == math.inf:
                 price[j] = Fraction(bid[j])
             else:

@@ -86,11 +86,12 @@ def wide_instances(draw):
 
 
 @pytest.mark.parametrize("mode", ENGINES)
-@pytest.mark.parametrize("pricing", ["first", "kth"])
+@pytest.mark.parametrize("pricing", ["first", "kth", "kth-uncapped"])
 @pytest.mark.parametrize("rule", RULES)
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(inst=wide_instances())
 def test_payments_match_exact_reference_on_wide_spreads(inst, rule, pricing, mode):
+    # (kth-uncapped has no kernel: it runs the Python path under both modes)
     submit, runtime, bid, nodes, estimate = inst
     r = run(mode, submit, runtime, bid, nodes, rule, pricing, estimate)
     end, exact = simulate_exact(submit, runtime, bid, nodes, rule, pricing, estimate)
