@@ -75,29 +75,31 @@ static inline int64_t st_mark(SumTree *s)
     return s->len[0];
 }
 
-/* IntervalSums.since: the sum of leaves [lo, count) after the pending amount became one. Without branches on the bits of lo and hi
- * (they are unpredictable): a node not taken adds +0.0, which leaves a sum that starts at +0.0
- * unchanged, so the bits are those of the reference. The nodes read exist: lo < hi. */
+/* IntervalSums.since: the sum of leaves [lo, count), after the pending amount became one; the
+ * nodes on lo's side and on hi's are summed apart (two independent chains), then added. Without
+ * branches on the bits of lo and hi (they are unpredictable): a node not taken adds +0.0, which
+ * leaves a sum that starts at +0.0 unchanged, so the bits are those of the reference. The nodes
+ * read exist: lo < hi. */
 static inline double st_since(SumTree *s, int64_t lo)
 {
     static const double zero = 0.0;
     st_flush(s);
     int64_t hi = s->len[0];
     const double *buf = s->buf;
-    double sum = 0.0;
+    double left = 0.0, right = 0.0; /* the nodes on lo's side and on hi's: two independent chains */
     int h = 0;
     while (lo < hi) {
         const double *lv = buf + s->off[h];
         int64_t l1 = lo & 1, h1 = hi & 1;
         /* select the node or zero with masks: compilers turn a ?: back into a branch */
         uintptr_t z = (uintptr_t)&zero, ml = (uintptr_t)0 - (uintptr_t)l1, mh = (uintptr_t)0 - (uintptr_t)h1;
-        sum += *(const double *)(z ^ (((uintptr_t)(lv + lo) ^ z) & ml));
-        sum += *(const double *)(z ^ (((uintptr_t)(lv + hi - 1) ^ z) & mh));
+        left += *(const double *)(z ^ (((uintptr_t)(lv + lo) ^ z) & ml));
+        right += *(const double *)(z ^ (((uintptr_t)(lv + hi - 1) ^ z) & mh));
         lo = (lo + l1) >> 1;
         hi = (hi - h1) >> 1;
         h++;
     }
-    return sum;
+    return left + right;
 }
 
 static void st_free(SumTree *s) { free(s->buf); }

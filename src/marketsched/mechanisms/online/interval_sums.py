@@ -19,7 +19,10 @@ Steps:
 * :meth:`IntervalSums.since`: the sum of leaves ``[lo, count)`` is the usual bottom-up walk of a
   segment tree (O(log leaves) nodes, every one complete because it ends at or before ``count``).
 
-The compiled kernel of the priority rules (``kernel_sumtree.h``) does the same additions in the
+Plain time spans (``dt``, with no price in them) need less: :class:`TimeSum` keeps their running
+total as a double-double, enough for time (see its docstring) and O(1) per event and settlement.
+
+The compiled kernel of the priority rules (``kernel_sumtree.h``) does the same operations in the
 same order, so both give the same bits.
 """
 
@@ -74,19 +77,19 @@ class IntervalSums:
     def _tree_sum(self, lo: int) -> float:
         levels = self.levels
         hi = len(levels[0])
-        s = 0.0
+        left = right = 0.0  # the nodes on lo's side and on hi's, summed apart (as the kernel does)
         h = 0
         while lo < hi:
             if lo & 1:
-                s += levels[h][lo]
+                left += levels[h][lo]
                 lo += 1
             if hi & 1:
                 hi -= 1
-                s += levels[h][hi]
+                right += levels[h][hi]
             lo >>= 1
             hi >>= 1
             h += 1
-        return s
+        return left + right
 
 
 class TimeSum:
