@@ -15,9 +15,13 @@
 
 #define ST_LEVELS 64
 
+/* Node i of level h sits at ST_AT(h, i) = i 2^(h+1) + 2^h - 1 (in-order: a parent between its
+ * children, leaf i at 2 i), so the nodes a walk visits on lo's side lie near each other in memory
+ * for the low levels, where most walks end. */
+#define ST_AT(h, i) (((i) << ((h) + 1)) + (((int64_t)1 << (h)) - 1))
+
 typedef struct {
-    double *buf;                /* every level, one after the other */
-    int64_t off[ST_LEVELS];     /* where level h starts in buf */
+    double *buf;                /* every level, in-order (ST_AT) */
     int64_t len[ST_LEVELS];     /* nodes of level h so far */
     int64_t cap;                /* leaves at most */
     double pending;             /* intervals added since the last leaf (IntervalSums.pending) */
@@ -30,13 +34,8 @@ static int st_init(SumTree *s, int64_t leaves)
 {
     memset(s, 0, sizeof(*s));
     if (leaves < 1) leaves = 1;
-    int64_t total = 0;
-    for (int h = 0; h < ST_LEVELS; h++) {
-        s->off[h] = total;
-        total += leaves >> h;
-    }
     s->cap = leaves;
-    s->buf = malloc((size_t)total * sizeof(double));
+    s->buf = malloc(2 * (size_t)leaves * sizeof(double)); /* ST_AT(h, i) < 2 leaves for i < leaves >> h */
     return s->buf ? 0 : -1;
 }
 
@@ -55,15 +54,14 @@ static inline void st_flush(SumTree *s)
         return;
     }
     double *buf = s->buf;
-    buf[i] = amount;
+    buf[ST_AT(0, i)] = amount;
     s->len[0] = i + 1;
     int h = 0;
     while (i & 1) {
-        const double *below = buf + s->off[h];
-        double x = below[i - 1] + below[i];
+        double x = buf[ST_AT(h, i - 1)] + buf[ST_AT(h, i)];
         h++;
         i >>= 1;
-        buf[s->off[h] + i] = x;
+        buf[ST_AT(h, i)] = x;
         s->len[h] = i + 1;
     }
 }
@@ -89,12 +87,11 @@ static inline double st_since(SumTree *s, int64_t lo)
     double left = 0.0, right = 0.0; /* the nodes on lo's side and on hi's: two independent chains */
     int h = 0;
     while (lo < hi) {
-        const double *lv = buf + s->off[h];
         int64_t l1 = lo & 1, h1 = hi & 1;
         /* select the node or zero with masks: compilers turn a ?: back into a branch */
         uintptr_t z = (uintptr_t)&zero, ml = (uintptr_t)0 - (uintptr_t)l1, mh = (uintptr_t)0 - (uintptr_t)h1;
-        left += *(const double *)(z ^ (((uintptr_t)(lv + lo) ^ z) & ml));
-        right += *(const double *)(z ^ (((uintptr_t)(lv + hi - 1) ^ z) & mh));
+        left += *(const double *)(z ^ (((uintptr_t)(buf + ST_AT(h, lo)) ^ z) & ml));
+        right += *(const double *)(z ^ (((uintptr_t)(buf + ST_AT(h, hi - 1)) ^ z) & mh));
         lo = (lo + l1) >> 1;
         hi = (hi - h1) >> 1;
         h++;
