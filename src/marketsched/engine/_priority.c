@@ -95,7 +95,7 @@ static inline void kth_mark(Prio *p, int64_t j)
 {
     p->mark_K[j] = st_mark(&p->K);
     p->mark_E[j] = p->E;
-    p->k_mark_t[j] = p->k_last;
+    if (p->track_caps) p->k_mark_t[j] = p->k_last; /* read only for a capped job: none under HB */
 }
 
 /* KthPrice._settle (and _open) */
