@@ -96,3 +96,86 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
                 done.add(j)
                 end[j] = t
     return first_start, end, preempt, pay
+
+
+def simulate_exact(submit, runtime, bid, nodes, rule, pricing, estimate=None):
+    """The payments of the engine's schedule in exact arithmetic (tests only): returns
+    ``(end, pay)`` with ``pay`` a list of :class:`fractions.Fraction`.
+
+    The schedule is the engine's own arithmetic, re-done naively (every active job re-sorted at
+    every event): keys are the float ratios ``bid / cost`` (the allocation's numbers), a job
+    started at ``t`` ends at the float ``t + remaining`` and a preempted one keeps the float
+    ``finish - t``, as the engine computes them. Only the payments are exact: each running job's
+    price, from the paper's definitions with the float keys read as exact rationals, times the
+    exact length of every interval between two events.
+    """
+    from fractions import Fraction
+
+    n = len(submit)
+    submit = [float(x) for x in submit]
+    bid = [float(b) for b in bid]
+    if rule in ("hb", "nphb"):
+        cost = [1.0] * n
+    elif rule == "wspt" or estimate is None:
+        cost = [float(r) for r in runtime]
+    else:
+        cost = [float(r) if math.isnan(e) else float(e) for e, r in zip(estimate, runtime)]
+    key = [bid[i] / cost[i] if cost[i] > 0 else math.inf for i in range(n)]
+    remaining = [float(r) for r in runtime]
+    finish = [math.inf] * n
+    end = [math.nan] * n
+    pay = [Fraction(0)] * n
+    running: set[int] = set()
+    done: set[int] = set()
+    t = 0.0
+    last = 0.0
+
+    def prio(j):
+        return (-key[j], j)
+
+    price: dict[int, Fraction] = {}
+    while len(done) < n:
+        future = [submit[j] for j in range(n) if submit[j] > t] if t > 0 or done or running else list(submit)
+        t_next = min([finish[j] for j in running] + future)
+        for j in running:  # the prices since the last event, exact
+            pay[j] += price[j] * (Fraction(t_next) - Fraction(last))
+        t = last = t_next
+        for j in sorted(running):
+            if finish[j] <= t:
+                running.discard(j)
+                done.add(j)
+                end[j] = t
+                finish[j] = math.inf
+                remaining[j] = 0.0
+        arrived = [j for j in range(n) if submit[j] <= t and j not in done]
+        if rule == "hb":
+            want = set(sorted(arrived, key=prio)[:nodes])
+            for j in sorted(running - want):
+                running.discard(j)
+                remaining[j] = finish[j] - t
+                finish[j] = math.inf
+            for j in want - running:
+                running.add(j)
+                finish[j] = t + remaining[j]
+        else:
+            queued = sorted((j for j in arrived if j not in running), key=prio)
+            while len(running) < nodes and queued:
+                j = queued.pop(0)
+                running.add(j)
+                finish[j] = t + remaining[j]
+        queued = sorted((j for j in arrived if j not in running), key=prio)
+        price = {}
+        for j in running:
+            if pricing == "first":
+                price[j] = Fraction(bid[j]) if len(arrived) >= nodes else Fraction(1)
+            elif not queued:
+                price[j] = Fraction(1)
+            elif cost[j] == 0:
+                price[j] = Fraction(0)
+            elif pricing == "kth-uncapped" and rule != "nphb":  # the paper's WSPT formula, no cap at the bid
+                price[j] = Fraction(0) if key[queued[0]] == math.inf else Fraction(cost[j]) * Fraction(key[queued[0]])
+            elif key[queued[0]] == math.inf:
+                price[j] = Fraction(bid[j])
+            else:
+                price[j] = min(Fraction(bid[j]), Fraction(cost[j]) * Fraction(key[queued[0]]))
+    return end, pay

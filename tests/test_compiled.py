@@ -78,7 +78,7 @@ def tied_instances(draw, parallel: bool):
     runtime = draw(st.lists(st.sampled_from([0.0, 0.25, 1.0, 2.0, 3.0, 7.5]), min_size=n, max_size=n))
     estimate = draw(st.lists(st.sampled_from([np.nan, 0.0, 1.0, 2.0, 4.0, 10.0]), min_size=n, max_size=n))
     procs = draw(st.lists(st.integers(1, capacity), min_size=n, max_size=n)) if parallel else [1] * n
-    bid = draw(st.lists(st.sampled_from([-1.0, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n))
+    bid = draw(st.lists(st.sampled_from([-0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n))
     w = Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=estimate, procs=procs,
                               capacity=capacity)
     return w, np.asarray(bid)

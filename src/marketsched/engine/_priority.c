@@ -13,6 +13,7 @@
  */
 #include "kernel_rankset.h"
 #include "kernel_sorted.h"
+#include "kernel_sumtree.h"
 
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
@@ -28,18 +29,23 @@ typedef struct {
     RankSet waiting; /* the queue's ranks */
     Py_ssize_t nwaiting;
     RankSet rset; /* HB: the running jobs' ranks */
-    /* FirstPrice */
-    double S, f_last;
+    /* FirstPrice: time saturated (S) or not (U); marks are their readings (hi, lo) */
+    TimeSum S, U;
+    double f_last;
     int saturated;
-    double *mark_S, *f_mark_t;
-    /* KthPrice */
-    double K, E, k_last;
+    TimeSum *mark_S, *mark_U;
+    /* KthPrice: k* dt per interval (K; marks are leaf counts) and time with an empty queue (E) */
+    SumTree K;
+    TimeSum E;
+    double k_last;
     int has_kstar;
     double kstar;
     double b0; /* boundary (b0, b1): (-key, row) of the best queued job, (inf, 0) when none */
     int64_t b1;
     int track_caps;
-    double *mark_K, *mark_E, *k_mark_t;
+    int64_t *mark_K;
+    TimeSum *mark_E;
+    double *k_mark_t;
     char *capped;
     SortedPairs rprios; /* (-key, row) of the running jobs, sorted (non-preemptive) */
 } Prio;
@@ -71,14 +77,15 @@ static inline int64_t waiting_pop(Prio *p)
 static void advance(Prio *p, double t)
 {
     if (p->schemes & SCHEME_FIRST) { /* FirstPrice.advance */
-        if (p->saturated) p->S += t - p->f_last;
+        double dt = t - p->f_last;
+        if (dt != 0.0) ts_add(p->saturated ? &p->S : &p->U, dt);
         p->f_last = t;
     }
     if (p->schemes & SCHEME_KTH) { /* KthPrice.advance */
         double dt = t - p->k_last;
         if (dt != 0.0) {
-            if (!p->has_kstar) p->E += dt;
-            else if (p->kstar != INFINITY) p->K += p->kstar * dt;
+            if (!p->has_kstar) ts_add(&p->E, dt);
+            else if (p->kstar != INFINITY) st_add(&p->K, p->kstar * dt);
         }
         p->k_last = t;
     }
@@ -86,17 +93,19 @@ static void advance(Prio *p, double t)
 
 static inline void kth_mark(Prio *p, int64_t j)
 {
-    p->mark_K[j] = p->K;
+    p->mark_K[j] = st_mark(&p->K);
     p->mark_E[j] = p->E;
-    p->k_mark_t[j] = p->k_last;
+    if (p->track_caps) p->k_mark_t[j] = p->k_last; /* read only for a capped job: none under HB */
 }
 
+/* KthPrice._settle (and _open) */
 static inline void kth_settle(Prio *p, int64_t j)
 {
     if (p->capped[j]) {
         p->kth_payment[j] += p->bid[j] * (p->k_last - p->k_mark_t[j]);
     } else {
-        p->kth_payment[j] += p->cost[j] * (p->K - p->mark_K[j]) + 1.0 * (p->E - p->mark_E[j]);
+        double k = st_since(&p->K, p->mark_K[j]);
+        p->kth_payment[j] += p->cost[j] * k + 1.0 * ts_since(&p->E, p->mark_E[j].hi, p->mark_E[j].lo);
     }
 }
 
@@ -104,7 +113,7 @@ static int on_start(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
         p->mark_S[j] = p->S;
-        p->f_mark_t[j] = p->f_last;
+        p->mark_U[j] = p->U;
     }
     if (p->schemes & SCHEME_KTH) {
         kth_mark(p, j);
@@ -120,9 +129,8 @@ static int on_start(Prio *p, int64_t j)
 static void on_stop(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
-        double dS = p->S - p->mark_S[j];
-        double dt = p->f_last - p->f_mark_t[j];
-        p->e.payment[j] += p->bid[j] * dS + 1.0 * (dt - dS);
+        p->e.payment[j] += p->bid[j] * ts_since(&p->S, p->mark_S[j].hi, p->mark_S[j].lo) +
+                           1.0 * ts_since(&p->U, p->mark_U[j].hi, p->mark_U[j].lo);
     }
     if (p->schemes & SCHEME_KTH) {
         kth_settle(p, j);
@@ -175,6 +183,7 @@ static void update(Prio *p)
 static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
 {
     Engine *e = &p->e;
+    if (p->K.full) return -1;
     for (Py_ssize_t c = 0; c < e->ncompleted; c++) {
         on_stop(p, e->completed[c]);
         if (p->preemptive) rs_erase(&p->rset, p->rank[e->completed[c]]);
@@ -224,7 +233,8 @@ static void prio_free(Prio *p)
     rs_free(&p->waiting);
     rs_free(&p->rset);
     free(p->mark_S);
-    free(p->f_mark_t);
+    free(p->mark_U);
+    st_free(&p->K);
     free(p->mark_K);
     free(p->mark_E);
     free(p->k_mark_t);
@@ -273,13 +283,16 @@ static PyObject *run(PyObject *self, PyObject *args)
     if (!p.rank || !p.order || rank_rows(p.key, -1.0, n, p.order, p.rank) < 0) goto nomem;
     if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
     if (schemes & SCHEME_FIRST) {
-        p.mark_S = calloc(m, sizeof(double));
-        p.f_mark_t = calloc(m, sizeof(double));
-        if (!p.mark_S || !p.f_mark_t) goto nomem;
+        p.mark_S = calloc(m, sizeof(TimeSum));
+        p.mark_U = calloc(m, sizeof(TimeSum));
+        if (!p.mark_S || !p.mark_U) goto nomem;
     }
     if (schemes & SCHEME_KTH) {
-        p.mark_K = calloc(m, sizeof(double));
-        p.mark_E = calloc(m, sizeof(double));
+        /* K gets at most one leaf per batch with time passing (the advance before it), and a batch has
+         * an arrival or a completion: 2 n + 1 at most */
+        if (st_init(&p.K, 2 * (int64_t)n + 2) < 0) goto nomem;
+        p.mark_K = calloc(m, sizeof(int64_t));
+        p.mark_E = calloc(m, sizeof(TimeSum));
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
         if (!p.mark_K || !p.mark_E || !p.k_mark_t || !p.capped) goto nomem;
@@ -292,6 +305,7 @@ static PyObject *run(PyObject *self, PyObject *args)
     advance(&p, e->now);
     for (Py_ssize_t j = 0; j < n; j++)
         if (e->running[j]) on_stop(&p, j);
+    if (p.K.full) goto nomem;
     eng_kill_pending(e);
     result = Py_BuildValue("(dL)", e->now, (long long)e->batches);
     goto done;

@@ -85,14 +85,16 @@ class Workload:
             cols[key] = arr.astype(COLUMNS[key], copy=False)
         if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be a positive whole number of processors, got {capacity!r}")
-        _check(cols["submit_time"], "submit_time", lambda a: np.isfinite(a) & (a >= 0), "a finite time >= 0")
-        _check(cols["runtime"], "runtime", lambda a: np.isfinite(a) & (a >= 0), "a finite run time >= 0")
-        _check(cols["procs"], "procs", lambda a: a >= 1, "at least 1 processor")
+        ids = cols["job_id"]
+        _check(cols["submit_time"], "submit_time", lambda a: np.isfinite(a) & (a >= 0), "a finite time >= 0", ids)
+        _check(cols["runtime"], "runtime", lambda a: np.isfinite(a) & (a >= 0), "a finite run time >= 0", ids)
+        _check(cols["procs"], "procs", lambda a: a >= 1, "at least 1 processor", ids)
         _check(
             cols["runtime_estimate"],
             "runtime_estimate",
-            lambda a: np.isnan(a) | (a >= 0),
-            "a run-time estimate >= 0 or NaN (unknown)",
+            lambda a: np.isnan(a) | (np.isfinite(a) & (a >= 0)),
+            "a finite run-time estimate >= 0 or NaN (unknown)",
+            ids,
         )
         too_wide = cols["procs"] > capacity
         if too_wide.any():
@@ -143,8 +145,8 @@ class Workload:
         return f"Workload({self.name!r}, jobs={len(self)}, capacity={self.capacity})"
 
 
-def _check(arr: np.ndarray, name: str, ok, what: str) -> None:
+def _check(arr: np.ndarray, name: str, ok, what: str, job_id: np.ndarray) -> None:
     good = ok(arr)
     if not np.all(good):
         i = int(np.argmin(good))
-        raise ValueError(f"column {name!r}: row {i} is {arr[i]!r}, expected {what}")
+        raise ValueError(f"column {name!r}: row {i} (job {job_id[i]}) is {arr[i].item()!r}, expected {what}")

@@ -3,8 +3,13 @@
 Both are per-unit-of-running-time prices, integrated over the time a job actually runs
 (Algorithm 1, steps 2 and 5: every event adds ``p'_i * t'_i`` and resets ``t'_i``). Prices
 change only at events, so each scheme keeps running integrals of its price path and settles a
-job's payment as a difference of integrals whenever the job stops or its price regime changes;
-no per-event loop over running jobs.
+job's payment whenever the job stops or its price regime changes; no per-event loop over running
+jobs. The integrals keep full relative precision however long the clock has run and however far
+the bids spread: the k-th price's ``k* dt`` are sums of the intervals a job ran through
+(:class:`~marketsched.mechanisms.online.interval_sums.IntervalSums`), not the difference of one
+running total taken at its start and stop, which loses a small payment once the total is large;
+plain time spans are compensated totals
+(:class:`~marketsched.mechanisms.online.interval_sums.TimeSum`).
 
 The reservation price of every node is :data:`RESERVATION_PRICE` = 1 per unit of time.
 
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 
+from marketsched.mechanisms.online.interval_sums import IntervalSums, TimeSum
+
 RESERVATION_PRICE = 1.0
 INF = float("inf")
 _NO_QUEUE = (float("inf"), 0)  # boundary when the queue is empty: no running job is after it
@@ -28,8 +35,10 @@ class FirstPrice:
     number of active (running + queued) jobs is at least the number of nodes, and the
     reservation price 1 otherwise (Shudler et al. 2010, section IV).
 
-    Steps: keep ``S(t)``, the time integral of the indicator "active >= nodes"; a job that ran
-    from ``a`` to ``b`` pays ``bid * (S(b) - S(a)) + 1 * ((b - a) - (S(b) - S(a)))``.
+    Steps: keep the time saturated ("active >= nodes") and the time not, as compensated totals
+    (:class:`~marketsched.mechanisms.online.interval_sums.TimeSum`); a job that ran from ``a`` to
+    ``b`` pays ``bid * S + 1 * U`` with ``S`` and ``U`` the saturated and unsaturated time between
+    ``a`` and ``b``.
     """
 
     name = "first"
@@ -38,31 +47,32 @@ class FirstPrice:
         self.sim = sim
         self.policy = policy
         self.bid = policy.bid
-        self.S = 0.0
+        self.S = TimeSum()  # time saturated
+        self.U = TimeSum()  # time not saturated
         self.last = 0.0
         self.saturated = False
-        self.mark_S: list[float] = []
-        self.mark_t: list[float] = []
+        self.mark_S: list[tuple[float, float]] = []  # readings of S and U when the job started
+        self.mark_U: list[tuple[float, float]] = []
         self.extend(sim.n_jobs)
 
     def extend(self, k: int) -> None:
         """Make room for ``k`` more jobs (added while running)."""
-        self.mark_S += [0.0] * k
-        self.mark_t += [0.0] * k
+        self.mark_S += [(0.0, 0.0)] * k
+        self.mark_U += [(0.0, 0.0)] * k
 
     def advance(self, t: float) -> None:
-        if self.saturated:
-            self.S += t - self.last
+        dt = t - self.last
+        if dt:
+            (self.S if self.saturated else self.U).add(dt)
         self.last = t
 
     def on_start(self, j: int) -> None:
-        self.mark_S[j] = self.S
-        self.mark_t[j] = self.last
+        self.mark_S[j] = self.S.mark()
+        self.mark_U[j] = self.U.mark()
 
     def on_stop(self, j: int) -> None:
-        dS = self.S - self.mark_S[j]
-        dt = self.last - self.mark_t[j]
-        self.sim.payment[j] += self.bid[j] * dS + RESERVATION_PRICE * (dt - dS)
+        self.sim.payment[j] += self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(
+            self.mark_U[j])
 
     def update(self) -> None:
         """Called after every decision: re-read the state the price depends on."""
@@ -80,8 +90,7 @@ class FirstPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            dS = self.S - self.mark_S[j]
-            paid += self.bid[j] * dS + RESERVATION_PRICE * ((self.last - self.mark_t[j]) - dS)
+            paid += self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(self.mark_U[j])
         return paid
 
 
@@ -110,9 +119,12 @@ class KthPrice:
     capped at the job's own bid (a decision: the paper states no cap; the cap keeps
     ``k-th <= first <= bid``).
 
-    Steps: keep ``K(t)`` = integral of ``k*`` while the queue is non-empty and ``k*`` is finite
-    (when it is ``+inf`` every uncapped running job has ``c_i = 0`` and pays nothing) and ``E(t)`` =
-    time with an empty queue. A running job is *uncapped* (pays ``c_i k*``) or *capped*
+    Steps: record, for every interval between two events, ``k* dt`` in ``K``
+    (:class:`~marketsched.mechanisms.online.interval_sums.IntervalSums`) while the queue is
+    non-empty and ``k*`` is finite (when it is ``+inf`` every uncapped running job has ``c_i = 0`` and pays nothing), and
+    add ``dt`` to the time ``E`` with an empty queue (a compensated total,
+    :class:`~marketsched.mechanisms.online.interval_sums.TimeSum`); an uncapped job pays ``c_i``
+    times the sum of ``K``'s intervals since it was marked plus the growth of ``E``. A running job is *uncapped* (pays ``c_i k*``) or *capped*
     (``k_i < k*``, pays its bid). Running jobs are kept sorted by priority ``(-key, row)``, so
     when ``k*`` moves only the jobs whose priority lies between the old and new boundary change regime
     and are settled.
@@ -127,13 +139,13 @@ class KthPrice:
         self.cost = policy.cost
         self.prio = policy.prio
         self.track_caps = not policy.preemptive  # under preemptive HB no running job is ever capped
-        self.K = 0.0
-        self.E = 0.0
+        self.K = IntervalSums()  # k* dt per interval
+        self.E = TimeSum()  # time with an empty queue
         self.last = 0.0
         self.kstar = None  # key of the best queued job, None when the queue is empty
         self.boundary = _NO_QUEUE  # (-key, row) of the best queued job; running jobs after it are capped
-        self.mark_K: list[float] = []
-        self.mark_E: list[float] = []
+        self.mark_K: list[int] = []  # mark of K and reading of E when the job's regime opened
+        self.mark_E: list[tuple[float, float]] = []
         self.mark_t: list[float] = []
         self.capped: list[bool] = []
         self.running_prios: list[tuple] = []  # sorted (-key, row) of running jobs (non-preemptive)
@@ -141,8 +153,8 @@ class KthPrice:
 
     def extend(self, k: int) -> None:
         """Make room for ``k`` more jobs (added while running)."""
-        self.mark_K += [0.0] * k
-        self.mark_E += [0.0] * k
+        self.mark_K += [0] * k
+        self.mark_E += [(0.0, 0.0)] * k
         self.mark_t += [0.0] * k
         self.capped += [False] * k
 
@@ -150,23 +162,26 @@ class KthPrice:
         dt = t - self.last
         if dt:
             if self.kstar is None:
-                self.E += dt
+                self.E.add(dt)
             elif self.kstar != INF:
-                self.K += self.kstar * dt
+                self.K.add(self.kstar * dt)
         self.last = t
 
     def _mark(self, j: int) -> None:
-        self.mark_K[j] = self.K
-        self.mark_E[j] = self.E
+        self.mark_K[j] = self.K.mark()
+        self.mark_E[j] = self.E.mark()
         self.mark_t[j] = self.last
 
-    def _settle(self, j: int) -> None:
+    def _open(self, j: int, peek: bool = False) -> float:
+        """Payment of ``j``'s open regime up to the last :meth:`advance` (``peek``: without making
+        the pending intervals a leaf, for the read-only :meth:`accrued`)."""
         if self.capped[j]:
-            self.sim.payment[j] += self.bid[j] * (self.last - self.mark_t[j])
-        else:
-            self.sim.payment[j] += self.cost[j] * (self.K - self.mark_K[j]) + RESERVATION_PRICE * (
-                self.E - self.mark_E[j]
-            )
+            return self.bid[j] * (self.last - self.mark_t[j])
+        K = self.K.peek(self.mark_K[j]) if peek else self.K.since(self.mark_K[j])
+        return self.cost[j] * K + RESERVATION_PRICE * self.E.since(self.mark_E[j])
+
+    def _settle(self, j: int) -> None:
+        self.sim.payment[j] += self._open(j)
 
     def on_start(self, j: int) -> None:
         self._mark(j)
@@ -220,10 +235,7 @@ class KthPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            if self.capped[j]:
-                paid += self.bid[j] * (self.last - self.mark_t[j])
-            else:
-                paid += self.cost[j] * (self.K - self.mark_K[j]) + RESERVATION_PRICE * (self.E - self.mark_E[j])
+            paid += self._open(j, peek=True)
         return paid
 
 

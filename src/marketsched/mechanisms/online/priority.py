@@ -38,6 +38,10 @@ run time (estimate) exactly as the paper writes, however short it is: a 0.5 s jo
 divisor, and jobs of divisor 0 go by submission among themselves; under the k-th price it pays
 0 (see :mod:`~marketsched.mechanisms.online.pricing`). A missing run-time estimate (NaN) makes
 WSEPT fall back to the actual run time for that job, counted in ``fallback_estimates``.
+Bids must be finite and >= 0: the paper gives a negative bid no meaning (the running job would
+"pay" a negative price), so every entry (:func:`make_priority_mechanism`, a
+:class:`PriorityScheduler` built directly, :meth:`~PriorityScheduler.add_jobs`,
+:meth:`~PriorityScheduler.rebid`) refuses one, naming the job row.
 Jobs must be serial (1 processor): split parallel jobs first
 (:func:`marketsched.workloads.transforms.split_parallel`), as the paper does.
 """
@@ -123,9 +127,7 @@ class PriorityScheduler:
         if not bid.shape == key.shape == cost.shape or bid.ndim != 1:
             raise ValueError(f"{self.name}: bid, key and cost must be 1-d and of one length")
         first = len(self.key) if self._columns is None else self._columns[1].shape[0]
-        if np.isnan(key).any():
-            i = first + int(np.argmax(np.isnan(key)))
-            raise ValueError(f"{self.name}: priority of job row {i} is NaN (bid not a number?)")
+        _check_jobs(self.name, first, bid, key, cost)
         rows = range(first, first + key.shape[0])
         if self._columns is not None:
             self._columns = (np.concatenate((self._columns[0], bid)), np.concatenate((self._columns[1], key)),
@@ -271,9 +273,9 @@ class PriorityScheduler:
         """
         # The key may be +inf: WSPT/WSEPT give a job with a zero run time (estimate) that key
         # whatever its bid, on arrival and on a bid change alike.
-        if not (math.isfinite(bid) and (math.isfinite(key) or key == math.inf)):
-            raise ValueError(f"{self.name}: new bid of job row {j} must be finite and its key finite or +inf, "
-                             f"got {bid!r}, {key!r}")
+        if not (math.isfinite(bid) and bid >= 0 and key >= 0 and (math.isfinite(key) or key == math.inf)):
+            raise ValueError(f"{self.name}: new bid of job row {j} must be finite and >= 0 and its key >= 0, finite "
+                             f"or +inf, got {bid!r}, {key!r}")
         running = self._engine().running[j]
         if running:
             self.pricing.on_stop(j)
@@ -299,6 +301,25 @@ class PriorityScheduler:
 
     def active_jobs(self) -> int:
         return self._engine().used + len(self.waiting)
+
+
+def _check_jobs(name: str, first: int, bid: np.ndarray, key: np.ndarray, cost: np.ndarray) -> None:
+    """Refuse jobs whose numbers mean nothing, naming the first such job row (``first`` = the row
+    of ``bid[0]``): a bid is a price per second of running time, finite and >= 0 (Shudler et al.
+    2010 give a negative bid no meaning: it would make the running job "pay" a negative price);
+    ``cost`` (the divisor of the key) finite and >= 0; the key not NaN and >= 0, finite unless
+    the cost is 0 (the key ``+inf`` of a job that takes no time, see the module decisions)."""
+    checks = (
+        ("bid", bid, ~(np.isfinite(bid) & (bid >= 0)), "bids must be finite and >= 0"),
+        ("cost (key divisor)", cost, ~(np.isfinite(cost) & (cost >= 0)), "costs must be finite and >= 0"),
+        ("priority", key, ~((key >= 0) & (np.isfinite(key) | (cost == 0))),
+         "priorities must be >= 0, and finite unless the cost is 0 (bid not a number?)"),
+    )
+    for what, arr, bad, rule in checks:
+        if bad.any():
+            i = int(np.argmax(bad))
+            x = float(arr[i])
+            raise ValueError(f"{name}: {what} of job row {first + i} is {'NaN' if math.isnan(x) else repr(x)}; {rule}")
 
 
 def _kernel_schemes(pricing) -> int:
@@ -339,9 +360,10 @@ def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> Priority
     bid = np.asarray(bid, dtype=np.float64)
     if bid.shape != (len(workload),):
         raise ValueError(f"expected one bid per job ({len(workload)}), got shape {bid.shape}")
-    if not np.isfinite(bid).all():
-        i = int(np.argmax(~np.isfinite(bid)))
-        raise ValueError(f"bid of job row {i} (job {workload.job_id[i]}) is {bid[i]!r}, not a finite number")
+    bad = ~(np.isfinite(bid) & (bid >= 0))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"bid of job row {i} (job {workload.job_id[i]}) is {float(bid[i])!r}, not a finite number >= 0")
     key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
     mech = PriorityScheduler(bid, key, cost, preemptive=(rule == "hb"), pricing=pricing, name=rule)
     mech.fallback_estimates = int(np.isnan(workload.runtime_estimate).sum()) if rule == "wsept" else 0
