@@ -184,8 +184,14 @@ def test_checked_snapshot_equals_the_validating_one():
 def test_ees_drivers_refuse_an_infinite_declared_run_time_when_bound():
     from marketsched.mechanisms.online.ees_driver import EESPolicy
 
-    w = Workload.from_columns(submit_time=[0.0, 1.0], runtime=[2.0, 3.0], runtime_estimate=[2.0, np.inf],
+    with pytest.raises(ValueError, match="row 1 .* is inf"):  # the workload refuses it first
+        Workload.from_columns(submit_time=[0.0, 1.0], runtime=[2.0, 3.0], runtime_estimate=[2.0, np.inf],
                               procs=[1, 1], capacity=2)
+    w = Workload.from_columns(submit_time=[0.0, 1.0], runtime=[2.0, 3.0], runtime_estimate=[2.0, 3.0],
+                              procs=[1, 1], capacity=2)
+    estimates = w.runtime_estimate.copy()
+    estimates[1] = np.inf  # past the workload's check (a column changed in place): the driver's own check
+    object.__setattr__(w, "runtime_estimate", estimates)
     prior = TypePrior(Uniform(0.0, 4.0), Uniform(0.0, 1.0))
     for policy in (EESPolicy, RelaxedEESPolicy):
         with pytest.raises(ValueError, match="declared run time of row 1 is inf"):
