@@ -28,7 +28,10 @@ cancellation the party submits on the page, as the command line does.
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with status 400 (bad
 input: the message names the field), 401 (no or wrong token), 403 (the other role's route),
 404 (no such order or contract of the caller's), 413 (body larger than ``MAX_BODY``), 429 (too
-many alert streams, or too many requests or connections of the caller's at once). Every
+many alert streams, or too many requests or connections of the caller's at once), 503 (the
+database is busy: another process, such as ``exchange run`` committing a clearing, held its
+write lock for longer than the API waits, ``BUSY_WAIT`` seconds; the answer carries
+``Retry-After`` and nothing was done; see :class:`ExchangeService`). Every
 number is bounded (:mod:`.orders`), and prices are in currency units per CPU unit per slot.
 
 ======  ==============================  ========================================================
@@ -91,7 +94,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from marketsched.live.api import (
+    BUSY_WAIT,
     MAX_PAGE,
+    Busy,
     Gate,
     Route,
     _authenticate,
@@ -100,6 +105,8 @@ from marketsched.live.api import (
     _json,
     _limit,
     _query,
+    error_response,
+    is_busy,
     json_errors,
     page_endpoint,
 )
@@ -114,6 +121,7 @@ from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore
 MAX_STREAMS = 256  # alert streams the server holds at once
 MAX_STREAMS_PER_PARTY = 4
 ALERT_POLL = 0.5  # seconds between looks for a new clearing
+BUSY_POLL = 0.05  # seconds of one try of a busy database, and of the pause between tries (ExchangeService)
 KEEP_ALIVE = 15.0  # seconds between comments on a quiet alert stream (a dead client is found on write)
 ORDER_STATES = ("open", "filled", "expired", "cancelled")
 CONTRACT_STATES = ("pending", "starting", "running", "delivered", "failed", "lapsed")
@@ -138,11 +146,21 @@ class ExchangeService:
     database connection is shared by the server's worker threads). Tokens are looked up on a
     read-only connection of their own, so that the server's thread, which checks them, never
     waits for a write. Market information of past periods does not change, so each period's
-    row is computed once and kept."""
+    row is computed once and kept.
 
-    def __init__(self, store: ExchangeStore, clock: Callable[[], float]):
+    A busy database (another process, ``exchange run`` committing a clearing or an operator's
+    command, holds the write lock): each call tries for ``BUSY_POLL`` seconds, then lets the
+    other calls have the connection for as long, and so on for at most ``busy_wait`` seconds
+    (default :data:`marketsched.live.api.BUSY_WAIT`); then :class:`~marketsched.live.api.Busy`,
+    answered 503 with ``Retry-After``. So a waiting write never holds up reads (the write-ahead
+    log lets them read meanwhile) for more than one try. ``store``'s connection is the
+    service's own (``exchange serve`` opens it): its busy timeout becomes ``BUSY_POLL``."""
+
+    def __init__(self, store: ExchangeStore, clock: Callable[[], float], busy_wait: float = BUSY_WAIT):
         self.exchange = Exchange(store, clock)
         self.store = store
+        self.busy_wait = busy_wait
+        store.conn.execute(f"PRAGMA busy_timeout = {round(BUSY_POLL * 1000)}")
         self.lock = threading.Lock()
         self._tokens = sqlite3.connect(f"{store.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         self._tokens_lock = threading.Lock()
@@ -172,12 +190,28 @@ class ExchangeService:
                 return role, name, token_hash
         return None
 
+    def _locked(self, fn, *args):
+        """``fn(*args)`` under the service's lock, tried again while the database is busy (the
+        lock released between tries) for at most ``busy_wait`` seconds; then :class:`Busy`.
+        Each write of the exchange is one transaction, which a busy database refuses when it
+        begins, before anything is written: trying it again cannot do it twice."""
+        deadline = time.monotonic() + self.busy_wait
+        while True:
+            with self.lock:
+                try:
+                    return fn(*args)
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise Busy("exchange's database") from None
+            time.sleep(BUSY_POLL)
+
     def _do(self, fn, *args):
-        with self.lock:
-            try:
-                return fn(*args)
-            except ValueError as exc:
-                raise MarketError(str(exc)) from None
+        try:
+            return self._locked(fn, *args)
+        except ValueError as exc:
+            raise MarketError(str(exc)) from None
 
     # ------------------------------------------------------------------ orders
     def submit_request(self, who, body: dict) -> dict:
@@ -196,8 +230,7 @@ class ExchangeService:
 
     def order(self, who, order_id) -> dict:
         oid = _whole(order_id, "order id", 1, MAX_ID)
-        with self.lock:
-            o = self.store.order(oid)
+        o = self._locked(self.store.order, oid)
         if o is None or o["owner"] != who[1] or o["side"] != _SIDE[who[0]]:
             raise MarketError(f"no order {oid} of yours", 404)
         return _order_view(o)
@@ -222,18 +255,15 @@ class ExchangeService:
     def add_node(self, who, body: dict) -> dict:
         _role(who, "provider", "register nodes")
         _need(body, ("name", "cpu", "mem"), "a node")
-        with self.lock:
-            if self.store.provider(who[1]) is None:
-                raise MarketError(f"provider {who[1]!r} has not joined: POST /api/join first")
+        if self._locked(self.store.provider, who[1]) is None:
+            raise MarketError(f"provider {who[1]!r} has not joined: POST /api/join first")
         node_id = self._do(self.exchange.add_node, who[1], body["name"], body["cpu"], body["mem"], body.get("cpus"),
                            True)
-        with self.lock:
-            return _node_view(self.store.nodes(node_id)[node_id])
+        return _node_view(self._locked(self.store.nodes, node_id)[node_id])
 
     def nodes(self, who) -> list[dict]:
         _role(who, "provider", "have nodes")
-        with self.lock:
-            return [_node_view(n) for n in self.store.nodes().values() if n["provider"] == who[1]]
+        return [_node_view(n) for n in self._locked(self.store.nodes).values() if n["provider"] == who[1]]
 
     def leave(self, who, node: str | None) -> dict:
         _role(who, "provider", "leave")
@@ -244,27 +274,24 @@ class ExchangeService:
         """A user's money in currency units: ``balance``, ``committed``, ``available``
         (:meth:`.store.ExchangeStore.available`), and whether requests must be covered."""
         _role(who, "user", "have deposits")
-        with self.lock:
-            money = self.store.available(who[1])
+        money = self._locked(self.store.available, who[1])
         return {**{k: v / MICRO for k, v in money.items()}, "deposits_required": bool(self.exchange.settings["deposits"])}
 
     def me(self, who) -> dict:
         """Who the caller is; a provider's kind, partition and when it joined and left."""
         out = {"role": who[0], "name": who[1]}
         if who[0] == "provider":
-            with self.lock:
-                p = self.store.provider(who[1])
+            p = self._locked(self.store.provider, who[1])
             out.update({"joined": p is not None, **({k: p[k] for k in ("kind", "partition", "left_t")} if p else {})})
         return out
 
     # ------------------------------------------------------------------ contracts
     def contract(self, who, contract_id) -> dict:
         cid = _whole(contract_id, "contract id", 1, MAX_ID)
-        with self.lock:
-            try:
-                c = self.store.contract(cid)
-            except KeyError:
-                c = None
+        try:
+            c = self._locked(self.store.contract, cid)
+        except KeyError:
+            c = None
         if c is None or c[who[0]] != who[1]:
             raise MarketError(f"no contract {cid} of yours", 404)
         return _contract_view(c)
@@ -281,25 +308,21 @@ class ExchangeService:
         if before is not None:
             where += " AND id < ?"
             params = params + [before]
-        with self.lock:
-            rows = self.store.dicts(columns, f"SELECT {', '.join(columns)} FROM {table} WHERE {where} "
-                                             "ORDER BY id DESC LIMIT ?", params + [limit])
+        rows = self._locked(self.store.dicts, columns, f"SELECT {', '.join(columns)} FROM {table} WHERE {where} "
+                                                       "ORDER BY id DESC LIMIT ?", params + [limit])
         return rows[::-1]
 
     # ------------------------------------------------------------------ market information
     def market(self) -> dict:
         ex = self.exchange
-        with self.lock:
-            info = self._market_info()
-            book = open_book(self.store)
+        info, book = self._locked(lambda: (self._market_info(), open_book(self.store)))
         s = ex.settings
         return {"t": ex.clock(), "slot": ex.slot(), "mechanism": s["mechanism"], "slot_seconds": s["slot_seconds"],
                 "period_seconds": s["period_seconds"], "last": info[-1] if info else None, "open_book": book}
 
     def history(self, after: int | None, limit: int) -> list[dict]:
         """``market_info(store, after, limit)``, from the rows kept."""
-        with self.lock:
-            info = self._market_info()
+        info = self._locked(self._market_info)
         if after is None:
             return info[-limit:]
         start = bisect.bisect_right([r["period"] for r in info], after)
@@ -457,7 +480,10 @@ class AlertHub:
         loop = asyncio.get_running_loop()
         while self.streams and not self.closed:
             await asyncio.sleep(ALERT_POLL)
-            rows = await loop.run_in_executor(self.pool, self.service.history, self._last, MAX_PAGE)
+            try:
+                rows = await loop.run_in_executor(self.pool, self.service.history, self._last, MAX_PAGE)
+            except Busy:
+                continue  # the database is busy: look again at the next poll
             for row in rows:
                 for q in list(self.streams):
                     q.put_nowait(row)
@@ -499,7 +525,7 @@ def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolEx
             latest = (await loop.run_in_executor(pool, service.history, None, 1) or [{"period": 0}])[-1]["period"]
             stream = hub.open(who, latest)
         except MarketError as exc:
-            return _json(exc.status, {"error": str(exc)})
+            return error_response(exc)
 
         async def events():
             try:

@@ -14,7 +14,8 @@ Requests and answers are JSON; an error answers ``{"error": "..."}`` with the st
 :class:`~marketsched.live.broker.MarketError` (400 bad input, 401 missing or wrong token, 402
 balance too low, 403 administrator only, 404 unknown user or job, 405 wrong method, 409
 conflict, 413 body or command too large, 429 too many active jobs, or too many requests or
-connections of the caller's at once: :class:`Gate`). Bodies are at most
+connections of the caller's at once: :class:`Gate`, 503 the database busy: :class:`Busy`, with
+``Retry-After``). Bodies are at most
 ``MAX_BODY`` bytes (counted as they arrive, chunked or not), one JSON object whose fields are
 the route's (an unknown field is refused by name), with no duplicate field, no object inside
 it, no list inside a list, and no lone surrogate in a string. JSON's non-standard ``NaN`` and
@@ -75,9 +76,11 @@ import hmac
 import json
 import logging
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -89,7 +92,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from marketsched.live.broker import MAX_ID, Broker, MarketError, _number, _show, _utf8, _whole
-from marketsched.live.ledger import ACTIVE_STATES, FINAL_STATES
+from marketsched.live.ledger import ACTIVE_STATES, BUSY_TIMEOUT, FINAL_STATES
 from marketsched.live.server import CONN_STATE, PEER_STATE, MarketServer  # noqa: F401 - MarketServer lived here
 
 log = logging.getLogger("marketsched.live.api")
@@ -97,7 +100,53 @@ log = logging.getLogger("marketsched.live.api")
 MAX_BODY = 1 << 20
 MAX_PAGE = 1000  # the most items one list request returns
 PAGE_SIG_WINDOW = 300.0  # seconds a web-page signature is valid either side of the broker's clock
+BUSY_WAIT = 2.0  # seconds an API write waits for the database's write lock before answering 503
+RETRY_AFTER = 1  # seconds: the Retry-After of a 503 for a busy database
 _PAGE_AUTH = re.compile(r"MarketSig kid=([0-9a-f]{32}), t=([0-9]{1,15}), sig=([0-9a-f]{64})")
+
+
+# ---------------------------------------------------------------------------- a busy database
+class Busy(MarketError):
+    """The database's write lock was held by another connection (another process's
+    transaction: a clearing being committed, an operator's command) for longer than the API
+    waits for it, ``BUSY_WAIT`` seconds: answered 503 with ``Retry-After: RETRY_AFTER``, never
+    500. Nothing of the request was done (the write failed when its transaction began)."""
+
+    status = 503
+
+    def __init__(self, what: str = "database"):
+        super().__init__(f"the {what} is busy (another writer has held its lock for more than {BUSY_WAIT:g} s): "
+                         f"nothing was done; try again in {RETRY_AFTER} s")
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True for SQLite's busy and locked errors (its busy timeout passed), which a retry may
+    cure; other database errors (a damaged file, a full disk) are not."""
+    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(
+        ("database is locked", "database table is locked", "database is busy"))
+
+
+@contextmanager
+def busy_wait(conn, seconds: float, restore: float):
+    """SQLite connection ``conn`` waits at most ``seconds`` for a lock (its busy timeout) inside
+    the block, ``restore`` seconds after it. The caller holds whatever lock serializes the
+    connection's users."""
+    conn.execute(f"PRAGMA busy_timeout = {round(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {round(restore * 1000)}")
+
+
+def error_response(exc: MarketError, unread: bool = False) -> Response:
+    """``{"error": ...}`` with the error's status; a busy database's 503 carries ``Retry-After``
+    (and ``retry_after`` in the body, for clients that read only the body)."""
+    headers = {"connection": "close"} if unread else {}
+    body: dict = {"error": str(exc)}
+    if isinstance(exc, Busy):
+        headers["retry-after"] = str(RETRY_AFTER)
+        body["retry_after"] = RETRY_AFTER
+    return _json(exc.status, body, headers or None)
 
 
 # ---------------------------------------------------------------------------- web page signatures
@@ -447,16 +496,19 @@ def _party_name(who) -> str:
     return " ".join(str(x) for x in who if isinstance(x, str))
 
 
-def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_authenticate):
+def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_authenticate, call=None):
     """The ASGI endpoint of route ``r`` on ``b`` (the broker, or another service with the same
     kind of routes: the grid exchange's API); ``authenticate(b, peer, header, method, target)``
-    names the caller.
+    names the caller; ``call(fn, write)``, if given, runs the handler ``fn()`` (``write``: not a
+    GET), e.g. bounding how long it waits for the database (:func:`bounded_write`).
 
     Steps: check the query; name the caller from the headers (no body read yet); count the
     connection and the request as that party's (429 past the party's limits, :class:`Gate`,
     :class:`marketsched.live.server.Registry`); read the body (the server cuts it at its
     deadline; while waiting the connection may be evicted to make room); only then take a
-    request slot and run the handler on a worker thread."""
+    request slot and run the handler on a worker thread. A database busy past the handler's
+    wait answers 503 with ``Retry-After`` (:class:`Busy`), logged in one line; any other
+    unexpected error is a bug, answered 500 and logged with its traceback."""
 
     async def endpoint(request: Request) -> Response:
         t0 = asyncio.get_running_loop().time()
@@ -489,10 +541,12 @@ def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_a
                         conn.waiting_body = False
                 unread = False
                 body = parse_body(raw, r.body, r.noun)
+            handler = functools.partial(r.handler, b, who, q, body, **request.path_params)
+            if call is not None:
+                handler = functools.partial(call, handler, r.method != "GET")
             async with gate.slots:
                 # the broker's calls block (its lock, the database): on a worker thread
-                result = await asyncio.get_running_loop().run_in_executor(
-                    pool, functools.partial(r.handler, b, who, q, body, **request.path_params))
+                result = await asyncio.get_running_loop().run_in_executor(pool, handler)
             headers = {}
             if r.paged:
                 result, nxt = result
@@ -501,12 +555,19 @@ def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_a
                     headers["link"] = f'<{request.url.path}?{link}>; rel="next"'
             resp = _json(200, result, headers)
         except MarketError as exc:
-            resp = _json(exc.status, {"error": str(exc)}, {"connection": "close"} if unread else None)
+            if isinstance(exc, Busy):
+                log.warning("%s %s: %s", request.method, request.url.path, exc)
+            resp = error_response(exc, unread)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is listening
         except Exception as exc:  # a bug: answer 500 with the message rather than hang up
-            log.exception("internal error on %s %s", request.method, request.url.path)
-            resp = _json(500, {"error": f"internal error: {exc!r}"})
+            if is_busy(exc):  # not a bug: another writer held the database past the wait
+                busy = Busy()
+                log.warning("%s %s: %s (%s)", request.method, request.url.path, busy, exc)
+                resp = error_response(busy, unread)
+            else:
+                log.exception("internal error on %s %s", request.method, request.url.path)
+                resp = _json(500, {"error": f"internal error: {exc!r}"})
         finally:
             if party is not None:
                 gate.leave(party)
@@ -514,6 +575,27 @@ def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_a
 
     endpoint.__name__ = r.handler.__name__
     return endpoint
+
+
+def bounded_write(broker: Broker, fn, write: bool):
+    """Run API handler ``fn()``; a write on a SQLite market waits at most ``BUSY_WAIT`` seconds
+    in all, for the broker's lock (held by its loop or another call) and then for the
+    database's: the broker's connection otherwise waits up to its store's busy timeout,
+    :data:`marketsched.live.ledger.BUSY_TIMEOUT`, which suits the market's loop but not a
+    caller waiting for an answer. Past it: :class:`Busy`, or SQLite's ``database is locked``,
+    which the endpoint answers 503 alike. The broker is its market's only writer, so only
+    another process holding ``market.db``'s lock (an operator's ``sqlite3`` shell, a backup)
+    makes the database busy. A PostgreSQL market keeps its driver's waits."""
+    if not write or broker.store.kind != "sqlite":
+        return fn()
+    deadline = time.monotonic() + BUSY_WAIT
+    if not broker.lock.acquire(timeout=BUSY_WAIT):
+        raise Busy("market")
+    try:
+        with busy_wait(broker.store.conn, max(deadline - time.monotonic(), 0.001), BUSY_TIMEOUT):
+            return fn()
+    finally:
+        broker.lock.release()
 
 
 def page_endpoint(page: str, csp: str):
@@ -560,7 +642,8 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64, per_party: int
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     for r in ROUTES:
-        app.add_api_route(r.path, _endpoint(broker, r, gate, pool), methods=[r.method], summary=r.summary,
+        app.add_api_route(r.path, _endpoint(broker, r, gate, pool, call=functools.partial(bounded_write, broker)),
+                          methods=[r.method], summary=r.summary,
                           openapi_extra=r.openapi(), response_class=Response)
 
     json_errors(app)

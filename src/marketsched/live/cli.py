@@ -75,6 +75,8 @@ class Client:
                 msg = json.loads(raw).get("error", reason)
             except (ValueError, AttributeError):
                 msg = reason
+            if status == 503 and "try again" not in str(msg):  # busy (the server's own 503 says so)
+                msg = f"the server is busy, try again in a moment: {msg}"
             raise ClientError(msg, status)
         return json.loads(raw or b"null")
 

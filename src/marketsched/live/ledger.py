@@ -81,6 +81,7 @@ from marketsched.live.files import private_file, tighten
 MICRO = 1_000_000
 MAX_BALANCE = 10**12 * MICRO  # micro-units; any account, in absolute value (< 2**63)
 SCHEMA_VERSION = 3
+BUSY_TIMEOUT = 30.0  # seconds a SQLite connection waits for another's lock (an API write waits less: live.api.BUSY_WAIT)
 DEPOSITS = "external:deposits"
 REVENUE = "provider:revenue"
 
@@ -195,7 +196,7 @@ class Store:
             private_file(path)
             for extra in ("-wal", "-shm", "-journal"):
                 tighten(f"{path}{extra}")
-            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute(f"PRAGMA synchronous={sync.upper()}")
             self.conn.execute("PRAGMA foreign_keys=ON")
