@@ -8,8 +8,9 @@ is CPU 0, p2's is CPU 1. Asserted are recorded facts only (contract states, the 
 jobs' own output, the kernel's cgroup files); every wait is for an event, bounded generously.
 
 * a user's ``exit 200`` and ``kill -9 $$``: the provider is paid, no penalty; the job cannot
-  read ``exchange.db``; an unmapped user's contract lapses with a note and nothing of it runs
-  (before: it ran as root);
+  read ``exchange.db``; an unmapped user's request is refused once the multi-user run is
+  recorded, and one taken before the run lapses with a note and nothing of it runs (before: it
+  ran as root);
 * kill -9 of ``exchange run`` between a job's launch and its go, 20 times (a pause point the
   test controls, ``MARKETSCHED_EXCHANGE_PAUSE_BEFORE_GO``): no contract fails, each is settled
   once, each job that ran ran once, the books balance;
@@ -113,16 +114,21 @@ def _out(data, c, name="stdout") -> str:
 
 def test_users_own_exit_status_pays_the_provider_and_an_unmapped_user_never_runs(accounts, open_dir):
     client, store, data = _exchange(open_dir, accounts)
+    # before any run the mode is unknown: an unmapped user's request is taken (and lapses below)
+    unmapped = _request(client, "carol", 1, 10, 20, "echo ran; id -u", lead=20)
     log = open(open_dir / "exchange.log", "ab")
     proc = _run(data, log)
     try:
         assert wait_for(lambda: len(store.periods()) > 0, HANG)
+        # the multi-user run is recorded: an unmapped user's request is refused at submission
+        with pytest.raises(ValueError, match="no Unix account.*marketsched exchange unix DATA carol ACCOUNT"):
+            _request(client, "carol", 1, 10, 20, "echo ran; id -u")
         reqs = {"exit 200": _request(client, "alice", 1, 10, 20, "echo ran; exit 200"),
                 "kill -9 $$": _request(client, "alice", 1, 10, 20, "echo ran; kill -9 $$"),
                 "read db": _request(client, "bob", 1, 10, 20,
                                     f'if cat "{data}/exchange.db" > /dev/null 2>&1; then echo read; else echo denied; '
                                     f'fi; id -un'),
-                "unmapped": _request(client, "carol", 1, 10, 20, "echo ran; id -u")}
+                "unmapped": unmapped}
         assert wait_for(lambda: all(_state(store, r) in FINAL_CONTRACT_STATES for r in reqs.values()), HANG), \
             {k: _state(store, r) for k, r in reqs.items()}
     finally:

@@ -214,8 +214,16 @@ def run_cmd(data, containment, poll, duration, single_user):
             click.echo("WARNING: single-user mode as root: every contract job runs as root; map users to Unix "
                        "accounts (exchange unix) and drop --single-user (docs/exchange.md)", err=True)
     else:
-        click.echo("multi-user mode: each contract job runs as its user's Unix account; a user with none gets "
-                   "no job run (the contract lapses)", err=True)
+        click.echo("multi-user mode: each contract job runs as its user's Unix account; a request of a user with "
+                   "none is refused (exchange unix maps one)", err=True)
+        accounts = ex.store.unix_accounts()
+        owners = ex.store.rows("SELECT DISTINCT owner FROM ex_orders WHERE side = 'request' AND state = 'open'")
+        unmapped = sorted({o for (o,) in owners} - set(accounts))
+        if unmapped:
+            click.echo(f"WARNING: open requests of users with no Unix account, whose contracts will lapse: "
+                       f"{', '.join(unmapped)} (marketsched exchange unix DATA USER ACCOUNT)", err=True)
+    # recorded for the API and the command line, which refuse requests that could never run
+    ex.store.set_run_mode("single-user" if ex.single_user else "multi-user")
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     ex.recover()

@@ -210,6 +210,7 @@ class Exchange:
         """A user's request (Stößer 2009, section 3.4.1); returns its order id."""
         order = check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot=self.slot())
         with self.store.transaction():
+            self.check_runnable(user)
             if self.settings["deposits"]:
                 need = commitment(order["value"], order["cpu"], order["first_slot"], order["last_slot"])
                 money = self.store.available(user)
@@ -421,6 +422,19 @@ class Exchange:
                              f"user's account (marketsched exchange unix DATA {user} ACCOUNT; or run the exchange "
                              "with --single-user to run every job as its own account)")
         return RunAs.lookup(accounts[user])
+
+    def check_runnable(self, user: str) -> None:
+        """Refuse a request of ``user`` (ValueError naming the fix) when its contract job could
+        never run: the exchange runs multi-user (as ``exchange run`` last started,
+        :meth:`ExchangeStore.run_mode`) and ``user`` has no Unix account. Before any run the
+        mode is unknown and the request is taken (a multi-user run then lapses its contract,
+        and warns at its start). Steps: read the recorded mode; if multi-user, look the user up
+        in the mapping."""
+        if self.store.run_mode() != "multi-user" or user in self.store.unix_accounts():
+            return
+        raise ValueError(f"request field 'user': user {user!r} has no Unix account, and this exchange runs each "
+                         "contract job as its user's account (multi-user mode), so the request could never run: the "
+                         f"operator maps one with `marketsched exchange unix DATA {user} ACCOUNT`")
 
     def _command(self, c: dict) -> str:
         return self.store.rows("SELECT command FROM ex_orders WHERE id = ?", (c["request_id"],))[0][0]

@@ -37,6 +37,8 @@ from marketsched.live.files import data_folder
 from marketsched.live.ledger import DEPOSITS, MICRO, Store, command_digest, upgrade_schema
 
 CLEARING = "exchange:clearing"
+RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)
+RUN_MODES = ("single-user", "multi-user")
 SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
             "penalty": float, "seed": int, "epoch": float, "deposits": int}
 # settings added after the first version, and their value in an exchange made before them
@@ -350,6 +352,17 @@ class ExchangeStore:
     def unix_accounts(self) -> dict[str, str]:
         """User -> the Unix account its contract jobs run as (``marketsched exchange unix``)."""
         return dict(self.rows("SELECT user, account FROM ex_unix"))
+
+    def run_mode(self) -> str | None:
+        """Whose account contract jobs run as, as the last ``exchange run`` started:
+        ``"single-user"`` (the exchange's own) or ``"multi-user"`` (each user's mapped
+        account); None before any run."""
+        return self.ledger.get_meta(RUN_MODE_KEY)
+
+    def set_run_mode(self, mode: str) -> None:
+        if mode not in RUN_MODES:
+            raise ValueError(f"run mode must be one of {', '.join(RUN_MODES)}, got {mode!r}")
+        self.ledger.set_meta(RUN_MODE_KEY, mode)
 
     def party(self, token_hash: str) -> tuple[str, str] | None:
         """``(role, name)`` of the party holding the token with this hash, or None."""
