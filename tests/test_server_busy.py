@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import threading
 from contextlib import contextmanager
 
 from exchange_helpers import make_exchange
@@ -117,6 +118,26 @@ def test_live_market_submit_gets_503_with_retry_after_while_reads_answer(tmp_pat
         status, _, job = call(srv, "POST", "/api/jobs", token, {"bid": 1.0, "command": "true"})
         assert status == 200 and job["owner"] == "alice"
         assert [j["id"] for j in call(srv, "GET", "/api/jobs", token)[2]] == [job["id"]]
+        # the broker itself held (its loop in a long step): a write waits for it no longer either
+        held, release = threading.Event(), threading.Event()
+
+        def hold():
+            with b.lock:
+                held.set()
+                release.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait()
+        try:
+            got = call(srv, "POST", "/api/jobs", token, {"bid": 1.0, "command": "true"})
+        finally:
+            release.set()
+            holder.join()
+        assert_busy(got)
+        assert "the market is busy" in got[2]["error"]
+        assert len(call(srv, "GET", "/api/jobs", token)[2]) == 1  # nothing was done
+        no_tracebacks(caplog)
     finally:
         srv.shutdown()
         b.store.close()
