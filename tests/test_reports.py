@@ -45,13 +45,16 @@ def test_every_experiment_has_a_report_writer():
 @pytest.mark.parametrize("name", _committed())
 def test_committed_report_is_what_its_writer_makes_of_its_stored_results(name, tmp_path):
     module = FOUND[name]
-    module.write_report(DOCS / name / "results", tmp_path)
+    out = tmp_path / name  # laid out as docs/reproductions: the index beside the report's folder, whose
+    out.mkdir()  # rule the report links (report.Report._local_links)
+    (tmp_path / "README.md").write_text((DOCS / "README.md").read_text())
+    module.write_report(DOCS / name / "results", out)
     committed = (DOCS / name / "report.md").read_text()
-    assert (tmp_path / "report.md").read_text() == committed, (
+    assert (out / "report.md").read_text() == committed, (
         f"docs/reproductions/{name}/report.md differs from what the writer makes of its stored results: run "
         f"`marketsched reproduce {name} --report-only --results docs/reproductions/{name}/results "
         f"--out docs/reproductions/{name}`")
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "claims.csv"), pd.read_csv(DOCS / name / "claims.csv"))
+    pd.testing.assert_frame_equal(pd.read_csv(out / "claims.csv"), pd.read_csv(DOCS / name / "claims.csv"))
 
 
 @pytest.mark.reproduce
