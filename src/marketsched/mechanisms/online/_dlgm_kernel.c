@@ -11,14 +11,20 @@
  *     arrivals in job order, then (start rule "after-arrivals") the idle nodes with waiting jobs
  *     in node order, then the engine starts each node's job; a zero-length job started at t
  *     completes in a new batch at t;
- *   - per-node aggregates of the waiting jobs: a Fenwick tree over ratio buckets (rows) x nodes
- *     of (weight, work, count), updated in the reference's order; a prefix is the first row of
- *     the query path plus the others in path order (numpy's sum over axis 0 of W[path]);
+ *   - per-node aggregates of the waiting jobs: two Fenwick trees over ratio buckets (rows) x
+ *     nodes, W of work over bucket positions and R of weight over reversed positions, each cell
+ *     a compensated sum (sum, rounding error, count) updated as the reference's _flush does, in
+ *     the reference's order (per cell); a prefix is the first row of the query path
+ *     plus the others in path order (numpy's sum over axis 0 of W[path, 0]); before a query,
+ *     every cell whose count went back to 0 since the last one is reset to 0.0 (the reference's
+ *     _flush resets the touched cells of count 0 after applying its pending changes);
  *   - the waiting jobs of the arriving job's own bucket are added in the order they joined it
  *     (the reference keeps them in an insertion-ordered dict);
  *   - the credit ledger: one Fenwick tree of run times per node, read from 0.0 along the path;
  *   - the offers of an identical successor in the same batch reuse the previous arrival's,
- *     adjusted on its node, exactly as the reference's cache does.
+ *     adjusted on its node, exactly as the reference's cache does;
+ *   - a zero-length job completes in its arrival batch without taking a node (the zero-run-time
+ *     rule of the reference's DLGM._complete_on_arrival).
  *
  * Compiled without -ffast-math and with -ffp-contract=off: w*A + d*B must not become a fused
  * multiply-add where the reference rounds twice.
@@ -41,9 +47,12 @@ typedef struct {
     /* per bucket: waiting jobs in joining order (a doubly linked list) */
     int32_t *mhead, *mtail;
     /* per node */
-    double *W;  /* (nb + 1) rows x 3 x m: weight, work, count of the waiting jobs */
+    double *W;  /* (nb + 1) rows x 3 x m: work (sum, its rounding error), count of the waiting jobs (bucket positions) */
+    double *R;  /* (nb + 1) rows x 3 x m: weight (sum, its rounding error), count (reversed positions) */
+    double **zcells; /* value cells of W and R whose count reached 0 since the last query */
+    Py_ssize_t nz, capz;
     double *G;  /* m x (nb + 1): run times of all jobs that ever joined the node */
-    double *Vtot, *run_v, *run_fin;
+    double *run_v, *run_fin;
     int64_t *qlen;
     int32_t *run_job;
     char *busy, *in_idle, *queued_idle, *to_start_flag;
@@ -52,12 +61,12 @@ typedef struct {
     int32_t *idle;  /* min-heap of node indices (lazy, as the reference's) */
     int nidle;
     int32_t *to_start, *idle_queued;
-    int nto, nidle_queued, zero_heads;
-    Py_ssize_t zero_running, preemption_count;
+    int nto, nidle_queued;
+    Py_ssize_t preemption_count;
     /* offers of the last arrival (the reference's cache) and scratch rows */
     int cache_valid;
     double cv, cd, cw;
-    double *A, *B, *cost, *va, *wa, *na;
+    double *A, *B, *cost, *va, *wa;
     char *ra;
     int32_t *order;
 } K;
@@ -155,13 +164,50 @@ static double credit_reading(const K *k, int node, int b) {
     return s;
 }
 
-static void w_update(K *k, int pos, int node, double wv, double work, double cnt) {
+/* the reference's _flush on one cell: a compensated sum, hi = cell[0], lo = cell[m] (TwoSum twice) */
+static int cell_add(K *k, double *cell, size_t m, double x, double cnt) {
+    double hi = cell[0];
+    double s = hi + x;
+    double bp = s - hi;
+    double e = (hi - (s - bp)) + (x - bp) + cell[m];
+    double h = s + e;
+    bp = h - s;
+    cell[m] = (s - (h - bp)) + (e - bp);
+    cell[0] = h;
+    cell[2 * m] += cnt;
+    if (cell[2 * m] == 0.0) {
+        if (k->nz == k->capz) {
+            Py_ssize_t cap = k->capz ? 2 * k->capz : 64;
+            double **p = realloc(k->zcells, (size_t)cap * sizeof(double *));
+            if (!p) return -1;
+            k->zcells = p;
+            k->capz = cap;
+        }
+        k->zcells[k->nz++] = cell;
+    }
+    return 0;
+}
+
+/* the reference's pending row (pos, node, weight, work, count): W along pos, R along nb + 1 - pos */
+static int w_update(K *k, int pos, int node, double wv, double work, double cnt) {
     size_t m = (size_t)k->m;
-    for (int i = pos; i <= k->nb; i += i & -i) {
-        double *row = k->W + (size_t)i * 3 * m;
-        row[node] += wv;
-        row[m + node] += work;
-        row[2 * m + node] += cnt;
+    for (int i = pos; i <= k->nb; i += i & -i)
+        if (cell_add(k, k->W + (size_t)i * 3 * m + node, m, work, cnt)) return -1;
+    for (int i = k->nb + 1 - pos; i <= k->nb; i += i & -i)
+        if (cell_add(k, k->R + (size_t)i * 3 * m + node, m, wv, cnt)) return -1;
+    return 0;
+}
+
+/* prefix 1..p of a tree's value rows into out (numpy's sum over axis 0 of T[path, 0]) */
+static void tree_prefix(const double *T, int p, size_t m, double *out) {
+    if (p > 0) {
+        memcpy(out, T + (size_t)p * 3 * m, m * sizeof(double));
+        for (int i = p - (p & -p); i > 0; i -= i & -i) {
+            const double *row = T + (size_t)i * 3 * m;
+            for (size_t x = 0; x < m; x++) out[x] += row[x];
+        }
+    } else {
+        memset(out, 0, m * sizeof(double));
     }
 }
 
@@ -175,11 +221,9 @@ static void book_credit(K *k, int32_t j) {
 }
 
 static void start(K *k, int node, int32_t j) {
-    double rem = k->e.remaining[j];
-    if (rem == 0) k->zero_running++;
     k->run_job[node] = j;
     k->run_v[node] = k->v[j];
-    k->run_fin[node] = k->e.now + rem;
+    k->run_fin[node] = k->e.now + k->e.remaining[j];
     k->busy[node] = 1;
     if (!k->to_start_flag[node]) {
         k->to_start_flag[node] = 1;
@@ -202,8 +246,7 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     k->ratio[j] = ratio;
     k->bucket_of[j] = b;
     double vj = k->v[j];
-    w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0);
-    k->Vtot[node] += vj;
+    if (w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0)) return -1;
     k->qlen[node] += 1;
     k->mnext[j] = -1;
     k->mprev[j] = k->mtail[b];
@@ -214,14 +257,12 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     return q_push(k, node, j);
 }
 
-static void dequeue_and_start(K *k, int node) {
+static int dequeue_and_start(K *k, int node) {
     int32_t j = q_pop(k, node);
     int b = k->bucket_of[j];
     double vj = k->v[j];
-    w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0);
-    k->Vtot[node] -= vj;
+    if (w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0)) return -1;
     k->qlen[node] -= 1;
-    if (k->qsize[node] == 0) k->Vtot[node] = 0.0;
     int32_t p = k->mprev[j], nx = k->mnext[j];
     if (p >= 0) k->mnext[p] = nx;
     else k->mhead[b] = nx;
@@ -230,11 +271,11 @@ static void dequeue_and_start(K *k, int node) {
     k->credit[j] += credit_reading(k, node, b) - k->base[j];
     k->bucket_of[j] = -1;
     start(k, node, j);
+    return 0;
 }
 
-static void complete(K *k, int32_t c) {
+static int complete(K *k, int32_t c) {
     int node = (int)k->node_out[c];
-    if (k->d[c] == 0) k->zero_running--;
     book_credit(k, c);
     k->run_job[node] = -1;
     k->run_v[node] = 0.0;
@@ -243,17 +284,16 @@ static void complete(K *k, int32_t c) {
     if (k->qsize[node] == 0) {
         idle_push(k, node);
     } else if (k->immediate) {
-        dequeue_and_start(k, node);
-    } else {
-        if (!k->queued_idle[node]) {
-            k->queued_idle[node] = 1;
-            k->idle_queued[k->nidle_queued++] = node;
-        }
-        if (k->ratio[k->q[node][0]] == INFINITY) k->zero_heads = 1;
+        return dequeue_and_start(k, node);
+    } else if (!k->queued_idle[node]) {
+        k->queued_idle[node] = 1;
+        k->idle_queued[k->nidle_queued++] = node;
     }
+    return 0;
 }
 
-/* Per node: work ahead of j (A), weight it would displace (B), whether the running job is ahead. */
+/* Per node: work ahead of j (A), weight it would displace (B), whether the running job is ahead
+ * (the reference's DLGM._offers: both sums directly over the jobs they count). */
 static void offers(K *k, int32_t j, double t) {
     const int m = k->m;
     const size_t M = (size_t)m;
@@ -261,56 +301,33 @@ static void offers(K *k, int32_t j, double t) {
     int b = k->bucket0[j];
     int whole = rho == k->lo[b];
     int p = whole ? b + 1 : b;
-    double *va = k->va, *wa = k->wa, *na = k->na;
-    if (p > 0) {
-        const double *row = k->W + (size_t)p * 3 * M;
-        memcpy(va, row, M * sizeof(double));
-        memcpy(wa, row + M, M * sizeof(double));
-        memcpy(na, row + 2 * M, M * sizeof(double));
-        for (int i = p - (p & -p); i > 0; i -= i & -i) {
-            row = k->W + (size_t)i * 3 * M;
-            for (int x = 0; x < m; x++) va[x] += row[x];
-            for (int x = 0; x < m; x++) wa[x] += row[M + x];
-            for (int x = 0; x < m; x++) na[x] += row[2 * M + x];
-        }
-    } else {
-        memset(va, 0, M * sizeof(double));
-        memset(wa, 0, M * sizeof(double));
-        memset(na, 0, M * sizeof(double));
-    }
+    for (Py_ssize_t z = 0; z < k->nz; z++) /* the reference's _flush: empty cells are exact zeros */
+        if (k->zcells[z][2 * M] == 0.0) k->zcells[z][0] = k->zcells[z][M] = 0.0;
+    k->nz = 0;
+    double *va = k->va, *wa = k->wa;
+    tree_prefix(k->W, p, M, wa);
+    tree_prefix(k->R, k->nb - 1 - b, M, va); /* reversed positions 1..nb-1-b: the buckets below b */
     if (!whole) {
         for (int32_t q = k->mhead[b]; q >= 0; q = k->mnext[q]) {
-            if (k->ratio[q] >= rho) {
-                int nq = (int)k->node_out[q];
-                va[nq] += k->v[q];
-                wa[nq] += k->e.remaining[q];
-                na[nq] += 1;
-            }
+            int nq = (int)k->node_out[q];
+            if (k->ratio[q] >= rho) wa[nq] += k->e.remaining[q];
+            else va[nq] += k->v[q];
         }
     }
     double *A = k->A, *B = k->B;
     char *ra = k->ra;
     for (int x = 0; x < m; x++) {
-        double work_ahead = na[x] == 0 ? 0.0 : wa[x];
-        double v_behind = k->Vtot[x] - va[x];
-        if (na[x] == (double)k->qlen[x]) v_behind = 0.0;
         double rem = k->run_fin[x] - t;
         if (rem < 0.0) rem = 0.0; /* numpy.maximum(rem, 0.0) */
         if (k->preemptive) {
-            int ahead;
-            if (k->zero_running) {
-                double run_ratio = rem > 0 ? k->run_v[x] / rem : INFINITY;
-                ahead = k->busy[x] && run_ratio >= rho;
-            } else {
-                ahead = (k->run_v[x] / rem) >= rho; /* idle: 0/0 = NaN, not ahead */
-            }
+            int ahead = (k->run_v[x] / rem) >= rho; /* idle: 0/0 = NaN, not ahead; a running job has rem > 0 */
             ra[x] = (char)ahead;
-            A[x] = work_ahead + rem * (ahead ? 1.0 : 0.0);
-            B[x] = v_behind + k->run_v[x] * (ahead ? 0.0 : 1.0);
+            A[x] = wa[x] + rem * (ahead ? 1.0 : 0.0);
+            B[x] = va[x] + k->run_v[x] * (ahead ? 0.0 : 1.0);
         } else {
             ra[x] = k->busy[x];
-            A[x] = work_ahead + rem;
-            B[x] = v_behind;
+            A[x] = wa[x] + rem;
+            B[x] = va[x];
         }
     }
 }
@@ -347,7 +364,19 @@ static int arrive(K *k, int32_t j, double t) {
     k->cache_valid = 0;
     double ahead = 0.0, displaced_v = 0.0;
     int run_ahead_n = 0;
-    if (forced < 0 && rank == 1 && k->all_positive && d > 0 && !k->zero_running && !k->zero_heads) {
+    if (d == 0) { /* the zero-run-time rule (DLGM._complete_on_arrival): done at t, no node held */
+        node = forced >= 0 ? forced : rank - 1;
+        k->node_out[j] = node;
+        k->tent_e[j] = t;
+        k->tent_p[j] = 0.0;
+        Engine *e = &k->e; /* ClusterState.finish without a start: no processor taken */
+        e->first_start[j] = t;
+        e->state[j] = ST_COMPLETED;
+        e->end_time[j] = t;
+        e->remaining[j] = 0.0;
+        return 0;
+    }
+    if (forced < 0 && rank == 1 && k->all_positive) {
         while (k->nidle && (k->busy[k->idle[0]] || k->qlen[k->idle[0]])) idle_pop(k);
         if (k->nidle) node = idle_pop(k);
     }
@@ -396,7 +425,7 @@ static int arrive(K *k, int32_t j, double t) {
         start(k, node, j);
         return 0;
     }
-    if (d > 0) {
+    {
         int b = k->bucket0[j];
         double *g = k->G + (size_t)node * (k->nb + 1);
         for (int i = b + 1; i <= k->nb; i += i & -i) g[i] += d;
@@ -422,7 +451,6 @@ static int arrive(K *k, int32_t j, double t) {
                 k->queued_idle[node] = 1;
                 k->idle_queued[k->nidle_queued++] = node;
             }
-            if (d == 0) k->zero_heads = 1;
         }
     }
     return 0;
@@ -438,7 +466,8 @@ static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
     K *k = policy;
     Engine *e = &k->e;
     k->cache_valid = 0;
-    for (Py_ssize_t c = 0; c < e->ncompleted; c++) complete(k, (int32_t)e->completed[c]);
+    for (Py_ssize_t c = 0; c < e->ncompleted; c++)
+        if (complete(k, (int32_t)e->completed[c])) return -1;
     for (Py_ssize_t a = first; a < last; a++)
         if (arrive(k, (int32_t)a, t)) return -1;
     if (k->nidle_queued) {
@@ -446,10 +475,9 @@ static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
         for (int x = 0; x < k->nidle_queued; x++) {
             int node = k->idle_queued[x];
             k->queued_idle[node] = 0;
-            dequeue_and_start(k, node);
+            if (dequeue_and_start(k, node)) return -1;
         }
         k->nidle_queued = 0;
-        k->zero_heads = 0;
     }
     for (int x = 0; x < k->nto; x++) { /* the engine starts each node's job once the batch is decided */
         int node = k->to_start[x];
@@ -470,8 +498,8 @@ static void *zalloc(size_t count, size_t size, int *fail) {
 
 static void release(K *k) {
     void *blocks[] = {k->ratio, k->base, k->credit, k->bucket_of, k->mnext, k->mprev,
-                      k->mhead, k->mtail, k->W, k->G, k->Vtot, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
-                      k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->na, k->ra,
+                      k->mhead, k->mtail, k->W, k->R, k->zcells, k->G, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
+                      k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->ra,
                       k->order};
     if (k->q) {
         for (int x = 0; x < k->m; x++) free(k->q[x]);
@@ -551,8 +579,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.mhead = zalloc(NB, sizeof(int32_t), &fail);
     k.mtail = zalloc(NB, sizeof(int32_t), &fail);
     k.W = zalloc((NB + 1) * 3 * M, sizeof(double), &fail);
+    k.R = zalloc((NB + 1) * 3 * M, sizeof(double), &fail);
     k.G = zalloc(M * (NB + 1), sizeof(double), &fail);
-    k.Vtot = zalloc(M, sizeof(double), &fail);
     k.run_v = zalloc(M, sizeof(double), &fail);
     k.run_fin = zalloc(M, sizeof(double), &fail);
     k.qlen = zalloc(M, sizeof(int64_t), &fail);
@@ -572,7 +600,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.cost = zalloc(M, sizeof(double), &fail);
     k.va = zalloc(M, sizeof(double), &fail);
     k.wa = zalloc(M, sizeof(double), &fail);
-    k.na = zalloc(M, sizeof(double), &fail);
     k.ra = zalloc(M, 1, &fail);
     k.order = zalloc(M, sizeof(int32_t), &fail);
     if (fail) {
