@@ -15,9 +15,8 @@
  *     nodes, W of work over bucket positions and R of weight over reversed positions, each cell
  *     a compensated sum (sum, rounding error, count) updated as the reference's _flush does, in
  *     the reference's order (per cell); a prefix is the first row of the query path
- *     plus the others in path order (numpy's sum over axis 0 of W[path, 0]); before a query,
- *     every cell whose count went back to 0 since the last one is reset to 0.0 (the reference's
- *     _flush resets the touched cells of count 0 after applying its pending changes);
+ *     plus the others in path order (numpy's sum over axis 0 of W[path, :m]); a cell whose
+ *     count goes back to 0 is reset to 0.0 at once (the reference's _flush, round by round);
  *   - the waiting jobs of the arriving job's own bucket are added in the order they joined it
  *     (the reference keeps them in an insertion-ordered dict);
  *   - the credit ledger: one Fenwick tree of run times per node, read from 0.0 along the path;
@@ -47,10 +46,10 @@ typedef struct {
     /* per bucket: waiting jobs in joining order (a doubly linked list) */
     int32_t *mhead, *mtail;
     /* per node */
-    double *W;  /* (nb + 1) rows x 3 x m: work (sum, its rounding error), count of the waiting jobs (bucket positions) */
-    double *R;  /* (nb + 1) rows x 3 x m: weight (sum, its rounding error), count (reversed positions) */
-    double **zcells; /* value cells of W and R whose count reached 0 since the last query */
-    Py_ssize_t nz, capz;
+    /* Trees of the waiting jobs, (nb + 1) rows of 3m: the sums (m), then per node the sum's
+     * rounding error and the count of jobs (2m, interleaved). W: work, bucket positions; R:
+     * weight, reversed positions. */
+    double *W, *R;
     double *G;  /* m x (nb + 1): run times of all jobs that ever joined the node */
     double *run_v, *run_fin;
     int64_t *qlen;
@@ -164,41 +163,40 @@ static double credit_reading(const K *k, int node, int b) {
     return s;
 }
 
-/* the reference's _flush on one cell: a compensated sum, hi = cell[0], lo = cell[m] (TwoSum twice) */
-static int cell_add(K *k, double *cell, size_t m, double x, double cnt) {
-    double hi = cell[0];
+/* the reference's _flush on one cell: a compensated sum (TwoSum twice; when the sum is exact and
+ * no error is pending, the second TwoSum would give (s, 0) and is skipped) */
+static void cell_add(double *hi_p, double *lc, double x, double cnt) {
+    double hi = *hi_p;
     double s = hi + x;
     double bp = s - hi;
-    double e = (hi - (s - bp)) + (x - bp) + cell[m];
-    double h = s + e;
-    bp = h - s;
-    cell[m] = (s - (h - bp)) + (e - bp);
-    cell[0] = h;
-    cell[2 * m] += cnt;
-    if (cell[2 * m] == 0.0) {
-        if (k->nz == k->capz) {
-            Py_ssize_t cap = k->capz ? 2 * k->capz : 64;
-            double **p = realloc(k->zcells, (size_t)cap * sizeof(double *));
-            if (!p) return -1;
-            k->zcells = p;
-            k->capz = cap;
-        }
-        k->zcells[k->nz++] = cell;
+    double e = (hi - (s - bp)) + (x - bp);
+    if (e == 0.0 && lc[0] == 0.0) {
+        *hi_p = s;
+    } else {
+        e = e + lc[0];
+        double h = s + e;
+        bp = h - s;
+        lc[0] = (s - (h - bp)) + (e - bp);
+        *hi_p = h;
     }
-    return 0;
+    lc[1] += cnt;
+    if (lc[1] == 0.0) *hi_p = lc[0] = 0.0; /* the last job left: exact zeros */
 }
 
 /* the reference's pending row (pos, node, weight, work, count): W along pos, R along nb + 1 - pos */
-static int w_update(K *k, int pos, int node, double wv, double work, double cnt) {
+static void w_update(K *k, int pos, int node, double wv, double work, double cnt) {
     size_t m = (size_t)k->m;
-    for (int i = pos; i <= k->nb; i += i & -i)
-        if (cell_add(k, k->W + (size_t)i * 3 * m + node, m, work, cnt)) return -1;
-    for (int i = k->nb + 1 - pos; i <= k->nb; i += i & -i)
-        if (cell_add(k, k->R + (size_t)i * 3 * m + node, m, wv, cnt)) return -1;
-    return 0;
+    for (int i = pos; i <= k->nb; i += i & -i) {
+        double *row = k->W + (size_t)i * 3 * m;
+        cell_add(row + node, row + m + 2 * (size_t)node, work, cnt);
+    }
+    for (int i = k->nb + 1 - pos; i <= k->nb; i += i & -i) {
+        double *row = k->R + (size_t)i * 3 * m;
+        cell_add(row + node, row + m + 2 * (size_t)node, wv, cnt);
+    }
 }
 
-/* prefix 1..p of a tree's value rows into out (numpy's sum over axis 0 of T[path, 0]) */
+/* prefix 1..p of a tree's value rows into out (numpy's sum over axis 0 of T[path, :m]) */
 static void tree_prefix(const double *T, int p, size_t m, double *out) {
     if (p > 0) {
         memcpy(out, T + (size_t)p * 3 * m, m * sizeof(double));
@@ -246,7 +244,7 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     k->ratio[j] = ratio;
     k->bucket_of[j] = b;
     double vj = k->v[j];
-    if (w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0)) return -1;
+    w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0);
     k->qlen[node] += 1;
     k->mnext[j] = -1;
     k->mprev[j] = k->mtail[b];
@@ -257,11 +255,11 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     return q_push(k, node, j);
 }
 
-static int dequeue_and_start(K *k, int node) {
+static void dequeue_and_start(K *k, int node) {
     int32_t j = q_pop(k, node);
     int b = k->bucket_of[j];
     double vj = k->v[j];
-    if (w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0)) return -1;
+    w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0);
     k->qlen[node] -= 1;
     int32_t p = k->mprev[j], nx = k->mnext[j];
     if (p >= 0) k->mnext[p] = nx;
@@ -271,10 +269,9 @@ static int dequeue_and_start(K *k, int node) {
     k->credit[j] += credit_reading(k, node, b) - k->base[j];
     k->bucket_of[j] = -1;
     start(k, node, j);
-    return 0;
 }
 
-static int complete(K *k, int32_t c) {
+static void complete(K *k, int32_t c) {
     int node = (int)k->node_out[c];
     book_credit(k, c);
     k->run_job[node] = -1;
@@ -284,12 +281,11 @@ static int complete(K *k, int32_t c) {
     if (k->qsize[node] == 0) {
         idle_push(k, node);
     } else if (k->immediate) {
-        return dequeue_and_start(k, node);
+        dequeue_and_start(k, node);
     } else if (!k->queued_idle[node]) {
         k->queued_idle[node] = 1;
         k->idle_queued[k->nidle_queued++] = node;
     }
-    return 0;
 }
 
 /* Per node: work ahead of j (A), weight it would displace (B), whether the running job is ahead
@@ -301,9 +297,6 @@ static void offers(K *k, int32_t j, double t) {
     int b = k->bucket0[j];
     int whole = rho == k->lo[b];
     int p = whole ? b + 1 : b;
-    for (Py_ssize_t z = 0; z < k->nz; z++) /* the reference's _flush: empty cells are exact zeros */
-        if (k->zcells[z][2 * M] == 0.0) k->zcells[z][0] = k->zcells[z][M] = 0.0;
-    k->nz = 0;
     double *va = k->va, *wa = k->wa;
     tree_prefix(k->W, p, M, wa);
     tree_prefix(k->R, k->nb - 1 - b, M, va); /* reversed positions 1..nb-1-b: the buckets below b */
@@ -466,8 +459,7 @@ static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
     K *k = policy;
     Engine *e = &k->e;
     k->cache_valid = 0;
-    for (Py_ssize_t c = 0; c < e->ncompleted; c++)
-        if (complete(k, (int32_t)e->completed[c])) return -1;
+    for (Py_ssize_t c = 0; c < e->ncompleted; c++) complete(k, (int32_t)e->completed[c]);
     for (Py_ssize_t a = first; a < last; a++)
         if (arrive(k, (int32_t)a, t)) return -1;
     if (k->nidle_queued) {
@@ -475,7 +467,7 @@ static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
         for (int x = 0; x < k->nidle_queued; x++) {
             int node = k->idle_queued[x];
             k->queued_idle[node] = 0;
-            if (dequeue_and_start(k, node)) return -1;
+            dequeue_and_start(k, node);
         }
         k->nidle_queued = 0;
     }
@@ -498,7 +490,7 @@ static void *zalloc(size_t count, size_t size, int *fail) {
 
 static void release(K *k) {
     void *blocks[] = {k->ratio, k->base, k->credit, k->bucket_of, k->mnext, k->mprev,
-                      k->mhead, k->mtail, k->W, k->R, k->zcells, k->G, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
+                      k->mhead, k->mtail, k->W, k->R, k->G, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
                       k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->ra,
                       k->order};
     if (k->q) {
