@@ -361,8 +361,8 @@ class DLGM:
         self._tent_p: list[float] | np.ndarray = [math.nan] * n_jobs
         self._received: list[float] | np.ndarray = [0.0] * n_jobs
         if self.record_offers:
-            self.offers_completion = [None] * n_jobs
-            self.offers_payment = [None] * n_jobs
+            self.offers_completion: list[np.ndarray | None] = [None] * n_jobs
+            self.offers_payment: list[np.ndarray | None] = [None] * n_jobs
         # per-node state
         # Fenwick trees over buckets x nodes of the waiting jobs: W over bucket positions
         # (prefixes: the jobs ahead) of their work, R over reversed positions (prefixes: the jobs
