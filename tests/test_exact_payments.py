@@ -260,6 +260,20 @@ def test_dlgm_exact_node_tie_stays_a_tie(mode, preemptive):
     assert rec.first_start.tolist() == [0, 0, 2, 4, 3, 3]
 
 
+@pytest.mark.parametrize("mode", DLGM_ENGINES)
+def test_dlgm_short_displacer_after_a_long_history_is_credited_exactly(mode):
+    # One node. Job 0 (1 s, weight 1e6) runs from 0; job 1 (2^40 s, weight 2^40: ratio 1) queues
+    # at 0.5 and runs from 1, so the node's ledger of the run times that joined it reads 2^40.
+    # Job 2 (1 s, weight 1e-3) queues at 2; job 3 (0.1 s, weight 1: ratio 10) goes ahead of it at
+    # 3 and pays it 1e-3 x 0.1. Job 2 is owed the ledger's growth during its wait, 0.1 s (as a
+    # plain running sum (2^40 + 0.1) - 2^40 = 0.10009765625).
+    T = 2.0**40
+    rec, pol = dlgm(mode, [0, 0.5, 2, 3], [1, T, 1, 0.1], [1e6, T, 1e-3, 1], 1, False)
+    assert pol.tentative_payment.tolist() == [0, 0, 0, 1e-3 * 0.1]
+    assert pol.received.tolist() == [0, 0, 1e-3 * 0.1, 0]
+    assert rec.payment.sum() == 0
+
+
 def assert_close(got, exact, what):
     for j, (g, x) in enumerate(zip(got, exact)):
         err = abs(Fraction(g) - x)

@@ -19,7 +19,8 @@
  *     count goes back to 0 is reset to 0.0 at once (the reference's _flush, round by round);
  *   - the waiting jobs of the arriving job's own bucket are added in the order they joined it
  *     (the reference keeps them in an insertion-ordered dict);
- *   - the credit ledger: one Fenwick tree of run times per node, read from 0.0 along the path;
+ *   - the credit ledger: one Fenwick tree of run times per node, compensated like the reference's
+ *     (TwoSum into each cell's error; read as a sum and an error from 0.0 along the path);
  *   - the offers of an identical successor in the same batch reuse the previous arrival's,
  *     adjusted on its node, exactly as the reference's cache does;
  *   - a zero-length job completes in its arrival batch without taking a node (the zero-run-time
@@ -41,7 +42,7 @@ typedef struct {
     double *tent_e, *tent_p, *received;
     int64_t *node_out;
     /* per job */
-    double *ratio, *base, *credit; /* a waiting job's work in the aggregates is its remaining work */
+    double *ratio, *base, *base_lo, *credit; /* a waiting job's work in the aggregates is its remaining work */
     int32_t *bucket_of, *mnext, *mprev;
     /* per bucket: waiting jobs in joining order (a doubly linked list) */
     int32_t *mhead, *mtail;
@@ -50,7 +51,7 @@ typedef struct {
      * rounding error and the count of jobs (2m, interleaved). W: work, bucket positions; R:
      * weight, reversed positions. */
     double *W, *R;
-    double *G;  /* m x (nb + 1): run times of all jobs that ever joined the node */
+    double *G;  /* m x 2(nb + 1): run times of all jobs that ever joined the node (sum, error) */
     double *run_v, *run_fin;
     int64_t *qlen;
     int32_t *run_job;
@@ -156,11 +157,28 @@ static int32_t idle_pop(K *k) {
 }
 
 /* ---------------------------------------------------------------- the rule */
-static double credit_reading(const K *k, int node, int b) {
-    const double *g = k->G + (size_t)node * (k->nb + 1);
-    double s = 0.0;
-    for (int i = b; i > 0; i -= i & -i) s += g[i];
-    return s;
+/* the reference's _credit_reading: (sum, rounding error) along the path */
+static void credit_reading(const K *k, int node, int b, double *sum, double *err) {
+    const double *g = k->G + (size_t)node * 2 * (k->nb + 1);
+    double s = 0.0, c = 0.0;
+    for (int i = b; i > 0; i -= i & -i) {
+        double x = g[2 * i];
+        double t = s + x;
+        double bp = t - s;
+        c += ((s - (t - bp)) + (x - bp)) + g[2 * i + 1];
+        s = t;
+    }
+    *sum = s;
+    *err = c;
+}
+
+/* the reference's _credit_since */
+static void credit_since(K *k, int32_t j, int node, int b) {
+    double s, c;
+    credit_reading(k, node, b, &s, &c);
+    k->credit[j] += (s - k->base[j]) + (c - k->base_lo[j]);
+    k->base[j] = s;
+    k->base_lo[j] = c;
 }
 
 /* the reference's _flush on one cell: a compensated sum (TwoSum twice; when the sum is exact and
@@ -251,7 +269,7 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     if (k->mtail[b] >= 0) k->mnext[k->mtail[b]] = j;
     else k->mhead[b] = j;
     k->mtail[b] = j;
-    k->base[j] = credit_reading(k, node, b);
+    credit_reading(k, node, b, &k->base[j], &k->base_lo[j]);
     return q_push(k, node, j);
 }
 
@@ -266,7 +284,7 @@ static void dequeue_and_start(K *k, int node) {
     else k->mhead[b] = nx;
     if (nx >= 0) k->mprev[nx] = p;
     else k->mtail[b] = p;
-    k->credit[j] += credit_reading(k, node, b) - k->base[j];
+    credit_since(k, j, node, b);
     k->bucket_of[j] = -1;
     start(k, node, j);
 }
@@ -420,8 +438,14 @@ static int arrive(K *k, int32_t j, double t) {
     }
     {
         int b = k->bucket0[j];
-        double *g = k->G + (size_t)node * (k->nb + 1);
-        for (int i = b + 1; i <= k->nb; i += i & -i) g[i] += d;
+        double *g = k->G + (size_t)node * 2 * (k->nb + 1);
+        for (int i = b + 1; i <= k->nb; i += i & -i) { /* TwoSum: the error goes to the cell's error */
+            double hi = g[2 * i];
+            double t = hi + d;
+            double bp = t - hi;
+            g[2 * i + 1] += (hi - (t - bp)) + (d - bp);
+            g[2 * i] = t;
+        }
         double rho = k->ratio[j];
         if (rho != k->lo[b]) {
             for (int32_t q = k->mhead[b]; q >= 0; q = k->mnext[q])
@@ -489,7 +513,7 @@ static void *zalloc(size_t count, size_t size, int *fail) {
 }
 
 static void release(K *k) {
-    void *blocks[] = {k->ratio, k->base, k->credit, k->bucket_of, k->mnext, k->mprev,
+    void *blocks[] = {k->ratio, k->base, k->base_lo, k->credit, k->bucket_of, k->mnext, k->mprev,
                       k->mhead, k->mtail, k->W, k->R, k->G, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
                       k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->ra,
                       k->order};
@@ -564,6 +588,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     size_t N = (size_t)n, M = (size_t)m, NB = (size_t)nb;
     k.ratio = zalloc(N, sizeof(double), &fail);
     k.base = zalloc(N, sizeof(double), &fail);
+    k.base_lo = zalloc(N, sizeof(double), &fail);
     k.credit = zalloc(N, sizeof(double), &fail);
     k.bucket_of = zalloc(N, sizeof(int32_t), &fail);
     k.mnext = zalloc(N, sizeof(int32_t), &fail);
@@ -572,7 +597,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.mtail = zalloc(NB, sizeof(int32_t), &fail);
     k.W = zalloc((NB + 1) * 3 * M, sizeof(double), &fail);
     k.R = zalloc((NB + 1) * 3 * M, sizeof(double), &fail);
-    k.G = zalloc(M * (NB + 1), sizeof(double), &fail);
+    k.G = zalloc(M * 2 * (NB + 1), sizeof(double), &fail);
     k.run_v = zalloc(M, sizeof(double), &fail);
     k.run_fin = zalloc(M, sizeof(double), &fail);
     k.qlen = zalloc(M, sizeof(int64_t), &fail);

@@ -57,7 +57,7 @@ vector per node. An arrival therefore costs ``O(log buckets)`` NumPy row operati
 ``m`` plus ``O(bucket size)``, and an arrival that finds an idle node costs ``O(log m)``.
 
 Payments received (the compensations) are credited lazily: one more Fenwick tree per node
-accumulates, per bucket and node, the reported run times of every job that ever joined the
+(compensated cells, as above) accumulates, per bucket and node, the reported run times of every job that ever joined the
 node; a waiting job ``k`` in bucket ``b`` is owed ``v~_k`` times the growth of the sum over
 buckets above ``b`` during its wait (read at insertion and at start), plus explicit credits
 from same-bucket displacers and, under P-DLGM, from the jobs that preempt it while it runs.
@@ -355,7 +355,8 @@ class DLGM:
         self.node_of: list[int] | np.ndarray = [-1] * n_jobs
         self.bucket_of = [-1] * n_jobs  # bucket while waiting, -1 otherwise
         self.work = [0.0] * n_jobs  # reported run time still to do, as stored in the aggregates
-        self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue
+        self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue ...
+        self.base_lo = [0.0] * n_jobs  # ... and its rounding error
         self.credit_work = [0.0] * n_jobs  # sum of displacers' run times (times v~ = credit)
         self._tent_e: list[float] | np.ndarray = [math.nan] * n_jobs
         self._tent_p: list[float] | np.ndarray = [math.nan] * n_jobs
@@ -373,7 +374,8 @@ class DLGM:
         self.R = np.zeros((nb + 1, 3 * m))
         # per node, a Fenwick tree over buckets (Python lists: single-node access) of the run
         # times of all jobs that ever joined the node (the credit ledger)
-        self.G = [[0.0] * (nb + 1) for _ in range(m)]
+        # (compensated: cell i is the sum G[n][2i] and its rounding error G[n][2i + 1])
+        self.G = [[0.0] * (2 * (nb + 1)) for _ in range(m)]
         self.Wflat = self.W.reshape(-1)
         self.Rflat = self.R.reshape(-1)
         # queue changes reach W and R lazily: (position, node, weight, work, count) rows applied in
@@ -472,9 +474,7 @@ class DLGM:
             if k >= 0:
                 self._book_credit(k)
             for _, k in self.queue[n]:
-                reading = self._credit_reading(n, self.bucket_of[k])
-                self.credit_work[k] += reading - self.base[k]
-                self.base[k] = reading
+                self._credit_since(k, n, self.bucket_of[k])
                 self._book_credit(k)
 
     # ------------------------------------------------------------------ results
@@ -501,13 +501,27 @@ class DLGM:
         return -np.asarray(true_value, dtype=np.float64) * self.tentative_completion - self.tentative_payment
 
     # ------------------------------------------------------------------ internals
-    def _credit_reading(self, n: int, b: int) -> float:
-        """Run time of all jobs that ever joined node ``n`` in buckets above ``b``."""
+    def _credit_reading(self, n: int, b: int) -> tuple[float, float]:
+        """Run time of all jobs that ever joined node ``n`` in buckets above ``b``, as a sum and
+        its rounding error (the cells are compensated sums: a credit is the growth of this
+        reading during a wait, a difference of two large readings that would otherwise lose a
+        short displacer's run time once the node's history is long)."""
         g = self.G[n]
-        s = 0.0
+        s = c = 0.0
         for i in self.qpath_l[b]:
-            s += g[i]
-        return s
+            x = g[2 * i]
+            t = s + x
+            bp = t - s
+            c += ((s - (t - bp)) + (x - bp)) + g[2 * i + 1]
+            s = t
+        return s, c
+
+    def _credit_since(self, k: int, n: int, b: int) -> None:
+        """Credit ``k`` (waiting on node ``n`` in bucket ``b``) with the growth of the reading
+        since its base, and take the reading as its new base."""
+        s, c = self._credit_reading(n, b)
+        self.credit_work[k] += (s - self.base[k]) + (c - self.base_lo[k])
+        self.base[k], self.base_lo[k] = s, c
 
     def _book_credit(self, k: int) -> None:
         amount = self.v[k] * self.credit_work[k]
@@ -538,7 +552,7 @@ class DLGM:
         self._pending.append((b + 1, n, vk, work, 1.0))
         self.qlen[n] += 1
         self.members[b][k] = None
-        self.base[k] = self._credit_reading(n, b)
+        self.base[k], self.base_lo[k] = self._credit_reading(n, b)
         heapq.heappush(self.queue[n], (-ratio, k))
 
     def _dequeue_and_start(self, n: int) -> None:
@@ -548,7 +562,7 @@ class DLGM:
         self._pending.append((b + 1, n, -vk, -self.work[k], -1.0))
         self.qlen[n] -= 1
         del self.members[b][k]
-        self.credit_work[k] += self._credit_reading(n, b) - self.base[k]
+        self._credit_since(k, n, b)
         self.bucket_of[k] = -1
         self._start(n, k)
 
@@ -720,8 +734,12 @@ class DLGM:
         # pay the waiting jobs behind j: lazily through the credit tree (buckets below j's) ...
         b = self.bucket0[j]
         g = self.G[n]
-        for i in self.upath_l[b + 1]:
-            g[i] += d
+        for i in self.upath_l[b + 1]:  # TwoSum: the error goes to the cell's error
+            hi = g[2 * i]
+            t = hi + d
+            bp = t - hi
+            g[2 * i + 1] += (hi - (t - bp)) + (d - bp)
+            g[2 * i] = t
         # ... and explicitly for the waiting jobs of j's own bucket with a lower ratio
         rho = self.ratio[j]
         if rho != self.lo[b]:
