@@ -9,8 +9,8 @@
  *
  *   - batches (the engine loop of kernel_engine.h): completions first (in job order), then
  *     arrivals in job order, then (start rule "after-arrivals") the idle nodes with waiting jobs
- *     in node order, then the engine starts each node's job; a zero-length job started at t
- *     completes in a new batch at t;
+ *     in node order, then the engine starts each node's job; a zero-length job completes
+ *     during its arrival (see the last item);
  *   - per-node aggregates of the waiting jobs: two Fenwick trees over ratio buckets (rows) x
  *     nodes, W of work over bucket positions and R of weight over reversed positions, each cell
  *     a compensated sum (sum, rounding error, count) updated as the reference's _flush does, in
