@@ -24,106 +24,7 @@ from marketsched.engine.records import FinalState
 from marketsched.mechanisms.online.dlgm import DLGM, START_RULES, make_dlgm, ratio_buckets, run_dlgm
 from marketsched.workloads import read_swf, scale_capacity, split_parallel, to_workload
 from marketsched.workloads.workload import Workload
-
-
-# ---------------------------------------------------------------------------- naive reference
-def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, start_rule="immediate"):
-    """Steps 1-3 of sections 5.3/5.4 with explicit per-node lists; every transfer booked.
-
-    Same documented choices as the mechanism: node ties to the lowest index, queue ties to the
-    lower job index, completions before arrivals in a batch, arrivals in job order. A job picks
-    the node that maximises ``-c_j e^_j(n) - p^_j(n)`` with ``c`` = ``choice`` (the weights it
-    chooses by; default its report). ``start_rule``: "immediate" (an idle node starts an arriving
-    job at once, and a freed node its best waiting job) or "after-arrivals" (nodes without a
-    running job start their best waiting job once every arrival of the time stamp is placed).
-    A job's ``start`` is the first time stamp after which it runs; a preemption is counted when
-    a job that was running before the time stamp is displaced.
-    """
-    n = len(submit)
-    force = force or {}
-    choice = bid if choice is None else choice
-
-    def ratio(v, d):
-        return v / d if d > 0 else math.inf
-
-    def start_best(q):
-        queue[q].sort(key=lambda x: (-x[0], x[1]))
-        run[q] = queue[q].pop(0)[1]
-
-    run = [None] * m
-    rem = list(map(float, runtime))
-    queue = [[] for _ in range(m)]  # (ratio, job)
-    out = {k: [None] * n for k in ("tent_e", "tent_p", "node", "end")}
-    out["recv"] = [0.0] * n
-    out["start"] = [math.nan] * n
-    out["preempt"] = [0] * n
-    was_running = set()  # jobs running at the end of the previous time stamp
-    t, i = 0.0, 0
-    while True:
-        nxt = submit[i] if i < n else math.inf
-        fin = min([t + rem[run[q]] for q in range(m) if run[q] is not None], default=math.inf)
-        tn = min(nxt, fin)
-        if tn == math.inf:
-            break
-        for q in range(m):
-            if run[q] is not None:
-                rem[run[q]] -= tn - t
-        t = tn
-        for q in range(m):  # completions; the freed node starts its best waiting job
-            k = run[q]
-            if k is not None and rem[k] <= 0:
-                out["end"][k] = t
-                run[q] = None
-                if queue[q] and start_rule == "immediate":
-                    start_best(q)
-        while i < n and submit[i] <= t:
-            j = i
-            i += 1
-            v, d = bid[j], runtime[j]
-            rho = ratio(v, d)
-            offers = []
-            for q in range(m):
-                ahead = behind = 0.0
-                run_ahead = False
-                k = run[q]
-                if k is not None:
-                    if not preemptive or ratio(bid[k], rem[k]) >= rho:
-                        ahead += rem[k]
-                        run_ahead = True
-                    else:
-                        behind += bid[k]
-                for r, kk in queue[q]:
-                    if r >= rho:
-                        ahead += rem[kk]
-                    else:
-                        behind += bid[kk]
-                offers.append((t + d + ahead, d * behind, run_ahead))
-            c = choice[j]
-            q = force.get(j, min(range(m), key=lambda q: (c * offers[q][0] + offers[q][1], q)))
-            out["node"][j], out["tent_e"][j], out["tent_p"][j] = q, offers[q][0], offers[q][1]
-            k = run[q]
-            if k is None and start_rule == "immediate":
-                run[q] = j
-                continue
-            for r, kk in queue[q]:
-                if r < rho:
-                    out["recv"][kk] += bid[kk] * d
-            if k is not None and preemptive and not offers[q][2]:
-                out["recv"][k] += bid[k] * d
-                if k in was_running:
-                    out["preempt"][k] += 1
-                queue[q].append((ratio(bid[k], rem[k]), k))
-                run[q] = j
-            else:
-                queue[q].append((rho, j))
-        for q in range(m):
-            if run[q] is None and queue[q]:  # "after-arrivals" (under "immediate" every such queue is empty)
-                start_best(q)
-        was_running = {k for k in run if k is not None}
-        for k in was_running:
-            if math.isnan(out["start"][k]):
-                out["start"][k] = t
-    return out
+from reference_dlgm import reference
 
 
 def workload(submit, runtime, nodes, procs=None):
@@ -256,8 +157,8 @@ def test_pdlgm_job_displaced_before_it_ran_has_no_start_and_no_preemption():
 
 def test_idle_node_tie_after_a_queue_empties():
     # Two nodes, one ratio bucket (so the work of node 0's queue sits in one float cell). Jobs 2
-    # (0.1 s) and 3 (0.2 s) wait on node 0 behind job 0 and leave: 0.1 + 0.2 - 0.1 - 0.2 leaves
-    # 5.6e-17 in the cell. At t=3 both nodes are idle and job 4 (the lowest ratio: the whole
+    # (0.1 s) and 3 (0.2 s) wait on node 0 behind job 0 and leave: a plain float cell would keep
+    # 0.1 + 0.2 - 0.1 - 0.2 = 5.6e-17 (the cells are compensated and reset when empty). At t=3 both nodes are idle and job 4 (the lowest ratio: the whole
     # bucket is "ahead") sees the same offer on both: the tie goes to node 0.
     w = workload([0, 0, 0.5, 0.5, 3], [1, 2, 0.1, 0.2, 100], 2)
     rec, pol = run_dlgm(w, [1, 1, 1, 1, 1], max_buckets=1, record_offers=True)
@@ -284,6 +185,58 @@ def test_same_time_arrivals_two_rules():
     for rule in START_RULES:
         rec, _ = run_dlgm(w, [1, 2], True, start_rule=rule)
         assert rec.first_start.tolist() == [1, 0] and rec.preemptions.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("preemptive", [False, True])
+@pytest.mark.parametrize("rule", START_RULES)
+def test_zero_run_time_job_completes_on_the_spot(preemptive, rule):
+    # One node, all at t=0: A (run 0), B (run 3), C (run 0). A zero-length job completes at its
+    # arrival and never holds its node, so the order of the batch does not matter: B starts at 0
+    # and C ends at 0 whether A came first or not (before the rule, [B, C] alone made C wait 3).
+    rec, pol = run_dlgm(workload([0, 0, 0], [0, 3, 0], 1), [1, 1, 1], preemptive, start_rule=rule)
+    assert rec.first_start.tolist() == [0, 0, 0] and rec.end_time.tolist() == [0, 3, 0]
+    assert pol.tentative_completion.tolist() == [0, 3, 0] and rec.payment.tolist() == [0, 0, 0]
+    rec, pol = run_dlgm(workload([0, 0], [3, 0], 1), [1, 1], preemptive, start_rule=rule)
+    assert rec.first_start.tolist() == [0, 0] and rec.end_time.tolist() == [3, 0]
+    assert pol.tentative_completion.tolist() == [3, 0] and rec.payment.tolist() == [0, 0]
+    assert (rec.state == FinalState.COMPLETED).all()
+
+
+def test_zero_run_time_job_preempts_nothing():
+    # P-DLGM, one node: job 0 (4 s, weight 1) runs from 0; job 1 (0 s, weight 5: ratio +inf)
+    # arrives at 1. It takes no time: it ends at 1, pays nothing, and job 0 is not preempted.
+    rec, pol = run_dlgm(workload([0, 1], [4, 0], 1), [1, 5], True)
+    assert rec.end_time.tolist() == [4, 1] and rec.first_start.tolist() == [0, 1]
+    assert rec.preemptions.tolist() == [0, 0] and pol.preemption_count == 0
+    assert rec.payment.tolist() == [0, 0] and pol.node.tolist() == [0, 0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data(), st.booleans(), st.sampled_from(START_RULES))
+def test_zero_run_time_jobs_change_nothing_for_the_others(data, preemptive, rule):
+    # Zero-length jobs put anywhere among the arrivals (before, between or after jobs of the same
+    # time) leave every other job's records exactly as without them, and end at their release.
+    n = data.draw(st.integers(1, 10))
+    m = data.draw(st.integers(1, 3))
+    submit = sorted(data.draw(st.lists(st.integers(0, 10), min_size=n, max_size=n)))
+    runtime = data.draw(st.lists(st.integers(1, 6), min_size=n, max_size=n))
+    weight = data.draw(st.lists(st.integers(1, 9), min_size=n, max_size=n))
+    zeros = data.draw(st.lists(st.tuples(st.integers(0, 11), st.integers(-1, 10 * n), st.integers(0, 9)), max_size=6))
+    # the jobs in submit order, ties by a key: the others keep their order (keys 0, 10, 20, ...)
+    rows = [(t, 10 * i, d, v) for i, (t, d, v) in enumerate(zip(submit, runtime, weight))]
+    rows += [(t, key, 0, v) for t, key, v in zeros]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    alone, alone_pol = run_dlgm(workload(submit, runtime, m), weight, preemptive, start_rule=rule)
+    mixed, mixed_pol = run_dlgm(workload([r[0] for r in rows], [r[2] for r in rows], m), [r[3] for r in rows],
+                                preemptive, start_rule=rule)
+    others = np.array([r[2] > 0 for r in rows])
+    for name in ("first_start", "end_time", "preemptions", "payment", "state"):
+        np.testing.assert_array_equal(getattr(mixed, name)[others], getattr(alone, name), err_msg=name)
+    for name in ("node", "tentative_completion", "tentative_payment", "received"):
+        np.testing.assert_array_equal(getattr(mixed_pol, name)[others], getattr(alone_pol, name), err_msg=name)
+    zero_submit = np.array([r[0] for r in rows], dtype=float)[~others]
+    assert mixed.end_time[~others].tolist() == zero_submit.tolist() == mixed.first_start[~others].tolist()
+    assert (mixed.payment[~others] == 0).all() and (mixed.state == FinalState.COMPLETED).all()
 
 
 # ---------------------------------------------------------------------------- random instances

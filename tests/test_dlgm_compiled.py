@@ -22,6 +22,7 @@ from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.dlgm import START_RULES, make_dlgm
 from marketsched.workloads import read_swf, scale_capacity, split_parallel, to_workload
 from marketsched.workloads.workload import Workload
+from reference_dlgm import wide_instances
 from test_compiled import engine
 
 try:
@@ -106,6 +107,16 @@ def test_kernel_matches_reference_with_node_lies(inst, data):
     kwargs["force_node"] = {data.draw(st.integers(0, n - 1)): data.draw(st.integers(0, m - 1))}
     kwargs["node_rank"] = data.draw(st.lists(st.integers(1, m), min_size=n, max_size=n))
     assert_identical(w, weight, preemptive, **kwargs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(wide_instances(), st.booleans(), st.sampled_from(START_RULES))
+def test_kernel_matches_reference_on_wide_spreads(inst, preemptive, rule):
+    # weights 10^0..10^16 and 0.1, 0.2, 0.3, 1/3, times up to 2^40: the compensated cells of the
+    # queue sums are updated alike, rounding error for rounding error
+    submit, runtime, bid, nodes = inst
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, capacity=nodes)
+    assert_identical(w, bid, preemptive, start_rule=rule)
 
 
 def test_kernel_by_hand():

@@ -1,8 +1,10 @@
 """Payments against exact (fractions) references on wide spreads: bids 10^0..10^16, times up to
 2^40 (Shudler et al. 2010, sections IV and V). The k-th and first price integrate a price path
 over each job's run; a running total differenced at start and stop loses a small payment once
-the total is large, so these instances put a small payment after a large one on purpose. Both
-engines (the Python reference and the compiled kernel) are checked."""
+the total is large, so these instances put a small payment after a large one on purpose. DLGM
+and P-DLGM (Stößer 2009, sections 5.3-5.4) sum the weights a newcomer displaces: a small weight
+behind a huge one, or after others came and went, must not be lost. Both engines (the Python
+reference and the compiled kernel) are checked."""
 
 import math
 from fractions import Fraction
@@ -13,12 +15,23 @@ from hypothesis import strategies as st
 
 from marketsched.engine import compiled
 from marketsched.engine.simulator import Simulator
+from marketsched.mechanisms.online.dlgm import run_dlgm
 from marketsched.mechanisms.online.priority import RULES, make_priority_mechanism
 from marketsched.workloads.workload import Workload
+from reference_dlgm import reference as dlgm_reference
+from reference_dlgm import wide_instances as wide_dlgm_instances
 from reference_priority import simulate_exact
 from test_compiled import engine
 
 TOL = 1e-12  # relative error allowed (the sums are exact up to a few units in the last place)
+def dlgm_kernel_built() -> bool:
+    try:
+        from marketsched.mechanisms.online import _dlgm_kernel  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 ENGINES = ["python"] + (["compiled"] if compiled.available("_priority") or compiled.mode() == "compiled" else [])
 
 
@@ -202,3 +215,87 @@ def test_time_sum_against_exact_time(steps):
     for reading, then in marks:
         exact = Fraction(clock) - Fraction(then)
         assert abs(Fraction(total.since(reading)) - exact) <= 8 * 2.0**-53 * exact
+
+
+# ---------------------------------------------------------------------------- DLGM and P-DLGM
+# The weight a newcomer displaces is summed directly over the jobs behind it (never a node's
+# total minus the weight ahead), so a small weight behind a huge one is not lost and removed
+# weights leave no residue (Stößer 2009, sections 5.3-5.4: p^_j(n) = d~_j * sum of the weights
+# of the jobs j displaces, each of which receives v~_k d~_j).
+DLGM_ENGINES = ["python"] + (["compiled"] if dlgm_kernel_built() or compiled.mode() == "compiled" else [])
+
+
+def dlgm(mode, submit, runtime, bid, nodes, preemptive, **kwargs):
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, capacity=nodes)
+    with engine(mode):
+        return run_dlgm(w, bid, preemptive, **kwargs)
+
+
+@pytest.mark.parametrize("mode", DLGM_ENGINES)
+@pytest.mark.parametrize("preemptive", [False, True])
+@pytest.mark.parametrize("bid, owed", [([1e200, 1e150, 1, 2], 1), ([10, 0.2, 0.1, 0.15], 0.1)])
+def test_dlgm_small_weight_behind_a_newcomer_is_paid_exactly(mode, preemptive, bid, owed):
+    # One node; job 0 (the highest weight: ahead of everyone under both mechanisms) runs from 0.
+    # At 0.5 jobs 1, 2 and 3 (1 s each) queue; job 3 goes between jobs 1 and 2 and pays job 2 its
+    # weight, which job 2 receives: the payments sum to exactly 0. As the node's total minus the
+    # weight ahead, 1e150 + 1 - 1e150 gave 0 and (0.2 + 0.1) - 0.2 gave 0.10000000000000003.
+    rec, pol = dlgm(mode, [0, 0.5, 0.5, 0.5], [1, 1, 1, 1], bid, 1, preemptive)
+    assert pol.tentative_payment.tolist() == [0, 0, 0, owed]
+    assert rec.payment.tolist() == [0, 0, -owed, owed]
+    assert rec.payment.sum() == 0
+    assert rec.end_time.tolist() == [1, 2, 4, 3]
+
+
+@pytest.mark.parametrize("mode", DLGM_ENGINES)
+@pytest.mark.parametrize("preemptive", [False, True])
+def test_dlgm_exact_node_tie_stays_a_tie(mode, preemptive):
+    # Two nodes. Jobs 0 (2 s) and 1 (3 s) run from 0 on nodes 0 and 1. At 1 (all 1 s): job 2
+    # (weight 0.2) joins node 0, job 3 (0.1) node 0 (a tie: work 2 on both), job 4 (0.1) node 1.
+    # Job 5 (0.15) then sees on each node 2 s of work ahead and one job of weight 0.1 behind: an
+    # exact tie, which goes to node 0 (not to node 1 for a residue of 2.8e-17 on node 0).
+    rec, pol = dlgm(mode, [0, 0, 1, 1, 1, 1], [2, 3, 1, 1, 1, 1], [1, 1, 0.2, 0.1, 0.1, 0.15], 2, preemptive)
+    assert pol.node.tolist() == [0, 1, 0, 0, 1, 0]
+    assert pol.tentative_payment.tolist() == [0, 0, 0, 0, 0, 0.1]
+    assert rec.payment.tolist() == [0, 0, 0, -0.1, 0, 0.1]
+    assert rec.first_start.tolist() == [0, 0, 2, 4, 3, 3]
+
+
+@pytest.mark.parametrize("mode", DLGM_ENGINES)
+def test_dlgm_short_displacer_after_a_long_history_is_credited_exactly(mode):
+    # One node. Job 0 (1 s, weight 1e6) runs from 0; job 1 (2^40 s, weight 2^40: ratio 1) queues
+    # at 0.5 and runs from 1, so the node's ledger of the run times that joined it reads 2^40.
+    # Job 2 (1 s, weight 1e-3) queues at 2; job 3 (0.1 s, weight 1: ratio 10) goes ahead of it at
+    # 3 and pays it 1e-3 x 0.1. Job 2 is owed the ledger's growth during its wait, 0.1 s (as a
+    # plain running sum (2^40 + 0.1) - 2^40 = 0.10009765625).
+    T = 2.0**40
+    rec, pol = dlgm(mode, [0, 0.5, 2, 3], [1, T, 1, 0.1], [1e6, T, 1e-3, 1], 1, False)
+    assert pol.tentative_payment.tolist() == [0, 0, 0, 1e-3 * 0.1]
+    assert pol.received.tolist() == [0, 0, 1e-3 * 0.1, 0]
+    assert rec.payment.sum() == 0
+
+
+def assert_close(got, exact, what):
+    for j, (g, x) in enumerate(zip(got, exact)):
+        err = abs(Fraction(g) - x)
+        assert err <= TOL * abs(x), f"{what} of job {j}: {g!r}, exact {float(x)!r}"
+
+
+@pytest.mark.parametrize("mode", DLGM_ENGINES)
+@pytest.mark.parametrize("preemptive", [False, True])
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(inst=wide_dlgm_instances())
+def test_dlgm_payments_match_exact_reference_on_wide_spreads(inst, preemptive, mode):
+    submit, runtime, bid, nodes = inst
+    rec, pol = dlgm(mode, submit, runtime, bid, nodes, preemptive)
+    ref = dlgm_reference([Fraction(x) for x in submit], [Fraction(x) for x in runtime], [Fraction(x) for x in bid],
+                         nodes, preemptive)
+    # the schedule: every time is exact in floating point here
+    assert pol.node.tolist() == ref["node"]
+    assert [Fraction(x) for x in rec.end_time.tolist()] == ref["end"]
+    assert [Fraction(x) for x in pol.tentative_completion.tolist()] == ref["tent_e"]
+    # the transfers: what each job paid on arrival and received from the jobs that displaced it
+    assert_close(pol.tentative_payment.tolist(), ref["tent_p"], "payment")
+    assert_close(pol.received.tolist(), ref["recv"], "compensation")
+    net = [p - r for p, r in zip(ref["tent_p"], ref["recv"])]
+    for j, (g, x, p) in enumerate(zip(rec.payment.tolist(), net, ref["tent_p"])):
+        assert abs(Fraction(g) - x) <= TOL * (p + abs(x)), f"net payment of job {j}: {g!r}, exact {float(x)!r}"

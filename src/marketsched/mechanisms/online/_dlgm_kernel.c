@@ -9,16 +9,22 @@
  *
  *   - batches (the engine loop of kernel_engine.h): completions first (in job order), then
  *     arrivals in job order, then (start rule "after-arrivals") the idle nodes with waiting jobs
- *     in node order, then the engine starts each node's job; a zero-length job started at t
- *     completes in a new batch at t;
- *   - per-node aggregates of the waiting jobs: a Fenwick tree over ratio buckets (rows) x nodes
- *     of (weight, work, count), updated in the reference's order; a prefix is the first row of
- *     the query path plus the others in path order (numpy's sum over axis 0 of W[path]);
+ *     in node order, then the engine starts each node's job; a zero-length job completes
+ *     during its arrival (see the last item);
+ *   - per-node aggregates of the waiting jobs: two Fenwick trees over ratio buckets (rows) x
+ *     nodes, W of work over bucket positions and R of weight over reversed positions, each cell
+ *     a compensated sum (sum, rounding error, count) updated as the reference's _flush does, in
+ *     the reference's order (per cell); a prefix is the first row of the query path
+ *     plus the others in path order (numpy's sum over axis 0 of W[path, :m]); a cell whose
+ *     count goes back to 0 is reset to 0.0 at once (the reference's _flush, round by round);
  *   - the waiting jobs of the arriving job's own bucket are added in the order they joined it
  *     (the reference keeps them in an insertion-ordered dict);
- *   - the credit ledger: one Fenwick tree of run times per node, read from 0.0 along the path;
+ *   - the credit ledger: one Fenwick tree of run times per node, compensated like the reference's
+ *     (TwoSum into each cell's error; read as a sum and an error from 0.0 along the path);
  *   - the offers of an identical successor in the same batch reuse the previous arrival's,
- *     adjusted on its node, exactly as the reference's cache does.
+ *     adjusted on its node, exactly as the reference's cache does;
+ *   - a zero-length job completes in its arrival batch without taking a node (the zero-run-time
+ *     rule of the reference's DLGM._complete_on_arrival).
  *
  * Compiled without -ffast-math and with -ffp-contract=off: w*A + d*B must not become a fused
  * multiply-add where the reference rounds twice.
@@ -36,14 +42,17 @@ typedef struct {
     double *tent_e, *tent_p, *received;
     int64_t *node_out;
     /* per job */
-    double *ratio, *base, *credit; /* a waiting job's work in the aggregates is its remaining work */
+    double *ratio, *base, *base_lo, *credit; /* a waiting job's work in the aggregates is its remaining work */
     int32_t *bucket_of, *mnext, *mprev;
     /* per bucket: waiting jobs in joining order (a doubly linked list) */
     int32_t *mhead, *mtail;
     /* per node */
-    double *W;  /* (nb + 1) rows x 3 x m: weight, work, count of the waiting jobs */
-    double *G;  /* m x (nb + 1): run times of all jobs that ever joined the node */
-    double *Vtot, *run_v, *run_fin;
+    /* Trees of the waiting jobs, (nb + 1) rows of 3m: the sums (m), then per node the sum's
+     * rounding error and the count of jobs (2m, interleaved). W: work, bucket positions; R:
+     * weight, reversed positions. */
+    double *W, *R;
+    double *G;  /* m x 2(nb + 1): run times of all jobs that ever joined the node (sum, error) */
+    double *run_v, *run_fin;
     int64_t *qlen;
     int32_t *run_job;
     char *busy, *in_idle, *queued_idle, *to_start_flag;
@@ -52,12 +61,12 @@ typedef struct {
     int32_t *idle;  /* min-heap of node indices (lazy, as the reference's) */
     int nidle;
     int32_t *to_start, *idle_queued;
-    int nto, nidle_queued, zero_heads;
-    Py_ssize_t zero_running, preemption_count;
+    int nto, nidle_queued;
+    Py_ssize_t preemption_count;
     /* offers of the last arrival (the reference's cache) and scratch rows */
     int cache_valid;
     double cv, cd, cw;
-    double *A, *B, *cost, *va, *wa, *na;
+    double *A, *B, *cost, *va, *wa;
     char *ra;
     int32_t *order;
 } K;
@@ -148,20 +157,73 @@ static int32_t idle_pop(K *k) {
 }
 
 /* ---------------------------------------------------------------- the rule */
-static double credit_reading(const K *k, int node, int b) {
-    const double *g = k->G + (size_t)node * (k->nb + 1);
-    double s = 0.0;
-    for (int i = b; i > 0; i -= i & -i) s += g[i];
-    return s;
+/* the reference's _credit_reading: (sum, rounding error) along the path */
+static void credit_reading(const K *k, int node, int b, double *sum, double *err) {
+    const double *g = k->G + (size_t)node * 2 * (k->nb + 1);
+    double s = 0.0, c = 0.0;
+    for (int i = b; i > 0; i -= i & -i) {
+        double x = g[2 * i];
+        double t = s + x;
+        double bp = t - s;
+        c += ((s - (t - bp)) + (x - bp)) + g[2 * i + 1];
+        s = t;
+    }
+    *sum = s;
+    *err = c;
 }
 
+/* the reference's _credit_since */
+static void credit_since(K *k, int32_t j, int node, int b) {
+    double s, c;
+    credit_reading(k, node, b, &s, &c);
+    k->credit[j] += (s - k->base[j]) + (c - k->base_lo[j]);
+    k->base[j] = s;
+    k->base_lo[j] = c;
+}
+
+/* the reference's _flush on one cell: a compensated sum (TwoSum twice; when the sum is exact and
+ * no error is pending, the second TwoSum would give (s, 0) and is skipped) */
+static void cell_add(double *hi_p, double *lc, double x, double cnt) {
+    double hi = *hi_p;
+    double s = hi + x;
+    double bp = s - hi;
+    double e = (hi - (s - bp)) + (x - bp);
+    if (e == 0.0 && lc[0] == 0.0) {
+        *hi_p = s;
+    } else {
+        e = e + lc[0];
+        double h = s + e;
+        bp = h - s;
+        lc[0] = (s - (h - bp)) + (e - bp);
+        *hi_p = h;
+    }
+    lc[1] += cnt;
+    if (lc[1] == 0.0) *hi_p = lc[0] = 0.0; /* the last job left: exact zeros */
+}
+
+/* the reference's pending row (pos, node, weight, work, count): W along pos, R along nb + 1 - pos */
 static void w_update(K *k, int pos, int node, double wv, double work, double cnt) {
     size_t m = (size_t)k->m;
     for (int i = pos; i <= k->nb; i += i & -i) {
         double *row = k->W + (size_t)i * 3 * m;
-        row[node] += wv;
-        row[m + node] += work;
-        row[2 * m + node] += cnt;
+        cell_add(row + node, row + m + 2 * (size_t)node, work, cnt);
+    }
+    for (int i = k->nb + 1 - pos; i <= k->nb; i += i & -i) {
+        double *row = k->R + (size_t)i * 3 * m;
+        cell_add(row + node, row + m + 2 * (size_t)node, wv, cnt);
+    }
+}
+
+/* prefix 1..p of a tree's value rows into out (numpy's sum over axis 0 of T[path, :m]) */
+static void tree_prefix(const double *T, int p, size_t m, double *out) {
+    if (p > 0) {
+        memcpy(out, T + (size_t)p * 3 * m, m * sizeof(double));
+        for (int i = p - (p & -p); i > 0; i -= i & -i) {
+            const double *row = T + (size_t)i * 3 * m;
+            for (size_t x = 0; x < m; x++) out[x] += row[x];
+        }
+    } else {
+        memset(out, 0, m * sizeof(double));
     }
 }
 
@@ -175,11 +237,9 @@ static void book_credit(K *k, int32_t j) {
 }
 
 static void start(K *k, int node, int32_t j) {
-    double rem = k->e.remaining[j];
-    if (rem == 0) k->zero_running++;
     k->run_job[node] = j;
     k->run_v[node] = k->v[j];
-    k->run_fin[node] = k->e.now + rem;
+    k->run_fin[node] = k->e.now + k->e.remaining[j];
     k->busy[node] = 1;
     if (!k->to_start_flag[node]) {
         k->to_start_flag[node] = 1;
@@ -203,14 +263,13 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     k->bucket_of[j] = b;
     double vj = k->v[j];
     w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0);
-    k->Vtot[node] += vj;
     k->qlen[node] += 1;
     k->mnext[j] = -1;
     k->mprev[j] = k->mtail[b];
     if (k->mtail[b] >= 0) k->mnext[k->mtail[b]] = j;
     else k->mhead[b] = j;
     k->mtail[b] = j;
-    k->base[j] = credit_reading(k, node, b);
+    credit_reading(k, node, b, &k->base[j], &k->base_lo[j]);
     return q_push(k, node, j);
 }
 
@@ -219,22 +278,19 @@ static void dequeue_and_start(K *k, int node) {
     int b = k->bucket_of[j];
     double vj = k->v[j];
     w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0);
-    k->Vtot[node] -= vj;
     k->qlen[node] -= 1;
-    if (k->qsize[node] == 0) k->Vtot[node] = 0.0;
     int32_t p = k->mprev[j], nx = k->mnext[j];
     if (p >= 0) k->mnext[p] = nx;
     else k->mhead[b] = nx;
     if (nx >= 0) k->mprev[nx] = p;
     else k->mtail[b] = p;
-    k->credit[j] += credit_reading(k, node, b) - k->base[j];
+    credit_since(k, j, node, b);
     k->bucket_of[j] = -1;
     start(k, node, j);
 }
 
 static void complete(K *k, int32_t c) {
     int node = (int)k->node_out[c];
-    if (k->d[c] == 0) k->zero_running--;
     book_credit(k, c);
     k->run_job[node] = -1;
     k->run_v[node] = 0.0;
@@ -244,16 +300,14 @@ static void complete(K *k, int32_t c) {
         idle_push(k, node);
     } else if (k->immediate) {
         dequeue_and_start(k, node);
-    } else {
-        if (!k->queued_idle[node]) {
-            k->queued_idle[node] = 1;
-            k->idle_queued[k->nidle_queued++] = node;
-        }
-        if (k->ratio[k->q[node][0]] == INFINITY) k->zero_heads = 1;
+    } else if (!k->queued_idle[node]) {
+        k->queued_idle[node] = 1;
+        k->idle_queued[k->nidle_queued++] = node;
     }
 }
 
-/* Per node: work ahead of j (A), weight it would displace (B), whether the running job is ahead. */
+/* Per node: work ahead of j (A), weight it would displace (B), whether the running job is ahead
+ * (the reference's DLGM._offers: both sums directly over the jobs they count). */
 static void offers(K *k, int32_t j, double t) {
     const int m = k->m;
     const size_t M = (size_t)m;
@@ -261,56 +315,30 @@ static void offers(K *k, int32_t j, double t) {
     int b = k->bucket0[j];
     int whole = rho == k->lo[b];
     int p = whole ? b + 1 : b;
-    double *va = k->va, *wa = k->wa, *na = k->na;
-    if (p > 0) {
-        const double *row = k->W + (size_t)p * 3 * M;
-        memcpy(va, row, M * sizeof(double));
-        memcpy(wa, row + M, M * sizeof(double));
-        memcpy(na, row + 2 * M, M * sizeof(double));
-        for (int i = p - (p & -p); i > 0; i -= i & -i) {
-            row = k->W + (size_t)i * 3 * M;
-            for (int x = 0; x < m; x++) va[x] += row[x];
-            for (int x = 0; x < m; x++) wa[x] += row[M + x];
-            for (int x = 0; x < m; x++) na[x] += row[2 * M + x];
-        }
-    } else {
-        memset(va, 0, M * sizeof(double));
-        memset(wa, 0, M * sizeof(double));
-        memset(na, 0, M * sizeof(double));
-    }
+    double *va = k->va, *wa = k->wa;
+    tree_prefix(k->W, p, M, wa);
+    tree_prefix(k->R, k->nb - 1 - b, M, va); /* reversed positions 1..nb-1-b: the buckets below b */
     if (!whole) {
         for (int32_t q = k->mhead[b]; q >= 0; q = k->mnext[q]) {
-            if (k->ratio[q] >= rho) {
-                int nq = (int)k->node_out[q];
-                va[nq] += k->v[q];
-                wa[nq] += k->e.remaining[q];
-                na[nq] += 1;
-            }
+            int nq = (int)k->node_out[q];
+            if (k->ratio[q] >= rho) wa[nq] += k->e.remaining[q];
+            else va[nq] += k->v[q];
         }
     }
     double *A = k->A, *B = k->B;
     char *ra = k->ra;
     for (int x = 0; x < m; x++) {
-        double work_ahead = na[x] == 0 ? 0.0 : wa[x];
-        double v_behind = k->Vtot[x] - va[x];
-        if (na[x] == (double)k->qlen[x]) v_behind = 0.0;
         double rem = k->run_fin[x] - t;
         if (rem < 0.0) rem = 0.0; /* numpy.maximum(rem, 0.0) */
         if (k->preemptive) {
-            int ahead;
-            if (k->zero_running) {
-                double run_ratio = rem > 0 ? k->run_v[x] / rem : INFINITY;
-                ahead = k->busy[x] && run_ratio >= rho;
-            } else {
-                ahead = (k->run_v[x] / rem) >= rho; /* idle: 0/0 = NaN, not ahead */
-            }
+            int ahead = (k->run_v[x] / rem) >= rho; /* idle: 0/0 = NaN, not ahead; a running job has rem > 0 */
             ra[x] = (char)ahead;
-            A[x] = work_ahead + rem * (ahead ? 1.0 : 0.0);
-            B[x] = v_behind + k->run_v[x] * (ahead ? 0.0 : 1.0);
+            A[x] = wa[x] + rem * (ahead ? 1.0 : 0.0);
+            B[x] = va[x] + k->run_v[x] * (ahead ? 0.0 : 1.0);
         } else {
             ra[x] = k->busy[x];
-            A[x] = work_ahead + rem;
-            B[x] = v_behind;
+            A[x] = wa[x] + rem;
+            B[x] = va[x];
         }
     }
 }
@@ -347,7 +375,19 @@ static int arrive(K *k, int32_t j, double t) {
     k->cache_valid = 0;
     double ahead = 0.0, displaced_v = 0.0;
     int run_ahead_n = 0;
-    if (forced < 0 && rank == 1 && k->all_positive && d > 0 && !k->zero_running && !k->zero_heads) {
+    if (d == 0) { /* the zero-run-time rule (DLGM._complete_on_arrival): done at t, no node held */
+        node = forced >= 0 ? forced : rank - 1;
+        k->node_out[j] = node;
+        k->tent_e[j] = t;
+        k->tent_p[j] = 0.0;
+        Engine *e = &k->e; /* ClusterState.finish without a start: no processor taken */
+        e->first_start[j] = t;
+        e->state[j] = ST_COMPLETED;
+        e->end_time[j] = t;
+        e->remaining[j] = 0.0;
+        return 0;
+    }
+    if (forced < 0 && rank == 1 && k->all_positive) {
         while (k->nidle && (k->busy[k->idle[0]] || k->qlen[k->idle[0]])) idle_pop(k);
         if (k->nidle) node = idle_pop(k);
     }
@@ -396,10 +436,16 @@ static int arrive(K *k, int32_t j, double t) {
         start(k, node, j);
         return 0;
     }
-    if (d > 0) {
+    {
         int b = k->bucket0[j];
-        double *g = k->G + (size_t)node * (k->nb + 1);
-        for (int i = b + 1; i <= k->nb; i += i & -i) g[i] += d;
+        double *g = k->G + (size_t)node * 2 * (k->nb + 1);
+        for (int i = b + 1; i <= k->nb; i += i & -i) { /* TwoSum: the error goes to the cell's error */
+            double hi = g[2 * i];
+            double t = hi + d;
+            double bp = t - hi;
+            g[2 * i + 1] += (hi - (t - bp)) + (d - bp);
+            g[2 * i] = t;
+        }
         double rho = k->ratio[j];
         if (rho != k->lo[b]) {
             for (int32_t q = k->mhead[b]; q >= 0; q = k->mnext[q])
@@ -422,7 +468,6 @@ static int arrive(K *k, int32_t j, double t) {
                 k->queued_idle[node] = 1;
                 k->idle_queued[k->nidle_queued++] = node;
             }
-            if (d == 0) k->zero_heads = 1;
         }
     }
     return 0;
@@ -449,7 +494,6 @@ static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
             dequeue_and_start(k, node);
         }
         k->nidle_queued = 0;
-        k->zero_heads = 0;
     }
     for (int x = 0; x < k->nto; x++) { /* the engine starts each node's job once the batch is decided */
         int node = k->to_start[x];
@@ -469,9 +513,9 @@ static void *zalloc(size_t count, size_t size, int *fail) {
 }
 
 static void release(K *k) {
-    void *blocks[] = {k->ratio, k->base, k->credit, k->bucket_of, k->mnext, k->mprev,
-                      k->mhead, k->mtail, k->W, k->G, k->Vtot, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
-                      k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->na, k->ra,
+    void *blocks[] = {k->ratio, k->base, k->base_lo, k->credit, k->bucket_of, k->mnext, k->mprev,
+                      k->mhead, k->mtail, k->W, k->R, k->G, k->run_v, k->run_fin, k->qlen, k->run_job, k->busy,
+                      k->in_idle, k->queued_idle, k->to_start_flag, k->qsize, k->qcap, k->idle, k->to_start, k->idle_queued, k->A, k->B, k->cost, k->va, k->wa, k->ra,
                       k->order};
     if (k->q) {
         for (int x = 0; x < k->m; x++) free(k->q[x]);
@@ -544,6 +588,7 @@ static PyObject *run(PyObject *self, PyObject *args) {
     size_t N = (size_t)n, M = (size_t)m, NB = (size_t)nb;
     k.ratio = zalloc(N, sizeof(double), &fail);
     k.base = zalloc(N, sizeof(double), &fail);
+    k.base_lo = zalloc(N, sizeof(double), &fail);
     k.credit = zalloc(N, sizeof(double), &fail);
     k.bucket_of = zalloc(N, sizeof(int32_t), &fail);
     k.mnext = zalloc(N, sizeof(int32_t), &fail);
@@ -551,8 +596,8 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.mhead = zalloc(NB, sizeof(int32_t), &fail);
     k.mtail = zalloc(NB, sizeof(int32_t), &fail);
     k.W = zalloc((NB + 1) * 3 * M, sizeof(double), &fail);
-    k.G = zalloc(M * (NB + 1), sizeof(double), &fail);
-    k.Vtot = zalloc(M, sizeof(double), &fail);
+    k.R = zalloc((NB + 1) * 3 * M, sizeof(double), &fail);
+    k.G = zalloc(M * 2 * (NB + 1), sizeof(double), &fail);
     k.run_v = zalloc(M, sizeof(double), &fail);
     k.run_fin = zalloc(M, sizeof(double), &fail);
     k.qlen = zalloc(M, sizeof(int64_t), &fail);
@@ -572,7 +617,6 @@ static PyObject *run(PyObject *self, PyObject *args) {
     k.cost = zalloc(M, sizeof(double), &fail);
     k.va = zalloc(M, sizeof(double), &fail);
     k.wa = zalloc(M, sizeof(double), &fail);
-    k.na = zalloc(M, sizeof(double), &fail);
     k.ra = zalloc(M, 1, &fail);
     k.order = zalloc(M, sizeof(int32_t), &fail);
     if (fail) {

@@ -41,17 +41,23 @@ arrival and completion events are all the mechanism needs.
 Implementation (speed): an arrival must price every node, so per-node aggregates are
 kept over *ratio buckets*: all jobs' initial ratios are cut into at most ``max_buckets``
 contiguous ratio ranges (bucket 0 = highest ratios; very frequent ratio values, e.g. the
-copies of a split parallel job, get a bucket of their own). Per bucket and node, a 2-D
-Fenwick tree (rows = buckets, columns = nodes) holds the sums of weights and of remaining
-run times of the *waiting* jobs, so one gather of ``log2(buckets)`` rows gives, for every node
-at once, the weight and work of the waiting jobs in higher buckets. Jobs in ``j``'s own bucket
-are compared one by one (a bucket holds few jobs); when ``j``'s ratio is the lowest value of
+copies of a split parallel job, get a bucket of their own). Two 2-D Fenwick trees (rows =
+buckets, columns = nodes) hold the remaining run times of the *waiting* jobs by bucket and their
+weights by bucket in reverse order, so one gather of ``log2(buckets)`` rows each gives, for every
+node at once, the work of the waiting jobs in higher buckets and the weight of those in lower
+ones. Each is summed directly over the jobs it counts: the weight behind a newcomer is never a
+node's total minus the weight ahead, which cancels (1e150 + 1 - 1e150 = 0). A cell is a
+compensated sum (its rounded value and rounding error, updated with Knuth's TwoSum), reset to
+exact zeros when its last job leaves, so jobs leaving leave no residue (1e12 + 0.1 - 1e12 is
+0.1, not 0.0999755859375): a cell's value is its jobs' sum rounded once, exact where that sum
+is a float (dyadic inputs), and payments of a truthful run then sum to exactly 0 and exact
+ties stay ties. Jobs in ``j``'s own bucket are compared one by one (a bucket holds few jobs); when ``j``'s ratio is the lowest value of
 its bucket, the whole bucket is ahead and nothing is compared. The running jobs are one
 vector per node. An arrival therefore costs ``O(log buckets)`` NumPy row operations of length
 ``m`` plus ``O(bucket size)``, and an arrival that finds an idle node costs ``O(log m)``.
 
-Payments received (the compensations) are credited lazily but exactly: a third Fenwick tree
-accumulates, per bucket and node, the reported run times of every job that ever joined the
+Payments received (the compensations) are credited lazily: one more Fenwick tree per node
+(compensated cells, as above) accumulates, per bucket and node, the reported run times of every job that ever joined the
 node; a waiting job ``k`` in bucket ``b`` is owed ``v~_k`` times the growth of the sum over
 buckets above ``b`` during its wait (read at insertion and at start), plus explicit credits
 from same-bucket displacers and, under P-DLGM, from the jobs that preempt it while it runs.
@@ -74,14 +80,20 @@ Decisions (open in the thesis)
   utility (``numpy.argmin`` of the cost ``-u^``). The work and weight sums of a node with no
   waiting job ahead (or behind) are exactly 0, not a float residue of earlier queues, so
   idle nodes tie exactly. An idle node is taken without pricing the others
-  when every weight is positive, ``d~_j > 0`` and no zero-length job is running (or heads the
-  queue of an idle node): its cost 0 is then the minimum value, shared only by other idle
-  nodes, so the lowest idle index is the rule's answer (a busy node's cost is positive:
-  either work ahead or a positive weight behind).
+  when every weight is positive and ``d~_j > 0``: its cost 0 is then the minimum value, shared
+  only by other idle nodes, so the lowest idle index is the rule's answer (a busy node's cost
+  is positive: a running job always has work left, and a waiting job is never zero-length).
 * **Reported run times** are the actual run times (``d~ = d``): the engine runs jobs for their
   trace run time and has no "kill at the reported time" rule. Only weights are reports.
-* **Run time 0**: ratio ``+inf`` (such a job is ahead of every job with a positive run time;
-  equal ratios go by job index). It pays nothing (``d~_j = 0``) and delays nobody.
+* **Run time 0 (the zero-run-time rule)**: a zero-length job completes on the spot and never
+  holds its node: at its arrival ``r_j`` it starts and ends (``e_j = e^_j = r_j``), joins no
+  queue, displaces and preempts nobody, pays nothing (``d~_j = 0``) and receives nothing. Every
+  node offers it ``(r_j, 0)``, so it takes the lowest node index (a forced node, or under a node
+  lie of rank ``r`` node ``r - 1``); it takes no processor. Its ratio would be ``+inf`` (ahead
+  of everyone), but as a running or waiting job it would make the outcome depend on the order
+  of a batch (one node at t=0, jobs A (run 0), B (run 3), C (run 0): A held the node, so B
+  queued and C went ahead of it, while [B, C] alone made C wait 3 s behind the running B); with
+  the rule no other job's schedule or payment depends on where zero-length jobs arrive.
 * **Simultaneous events** (engine batch order): completions first, then the arrivals of the
   batch, one by one in job order, each seeing the placements of the earlier ones (jobs are
   "numbered by arrival", section 5.2). When an idle node starts a job (``start_rule``):
@@ -203,7 +215,9 @@ class DLGM:
         False: DLGM (Stößer 2009, section 5.3); True: P-DLGM (section 5.4).
     max_buckets:
         Upper bound on ratio buckets (speed/memory only; results do not depend on it).
-        Default: ``min(8192, 2**22 // nodes)``, at least 1.
+        Default: ``min(2048, 2**20 // nodes)``, at least 1 (two trees of three floats per bucket
+        and node: at most 48 MiB; fewer, larger buckets measured faster on the HPC2N and
+        LPC-EGEE traces than the earlier ``min(8192, 2**22 // nodes)``).
     force_node:
         ``{job row: node}``: these jobs join the given node instead of the best one.
     node_rank:
@@ -305,7 +319,7 @@ class DLGM:
         v, d = self.bid_array, self.runtime_array
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio0 = np.where(d > 0, v / np.where(d > 0, d, 1.0), np.inf)
-        mb = self.max_buckets or max(1, min(8192, (1 << 22) // m))
+        mb = self.max_buckets or max(1, min(2048, (1 << 20) // m))
         lo, bucket = ratio_buckets(ratio0, mb)
         return ratio0, lo, bucket
 
@@ -341,26 +355,32 @@ class DLGM:
         self.node_of: list[int] | np.ndarray = [-1] * n_jobs
         self.bucket_of = [-1] * n_jobs  # bucket while waiting, -1 otherwise
         self.work = [0.0] * n_jobs  # reported run time still to do, as stored in the aggregates
-        self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue
+        self.base = [0.0] * n_jobs  # credit tree reading when the job (re)entered a queue ...
+        self.base_lo = [0.0] * n_jobs  # ... and its rounding error
         self.credit_work = [0.0] * n_jobs  # sum of displacers' run times (times v~ = credit)
         self._tent_e: list[float] | np.ndarray = [math.nan] * n_jobs
         self._tent_p: list[float] | np.ndarray = [math.nan] * n_jobs
         self._received: list[float] | np.ndarray = [0.0] * n_jobs
         if self.record_offers:
-            self.offers_completion = [None] * n_jobs
-            self.offers_payment = [None] * n_jobs
+            self.offers_completion: list[np.ndarray | None] = [None] * n_jobs
+            self.offers_payment: list[np.ndarray | None] = [None] * n_jobs
         # per-node state
-        # Fenwick over buckets x nodes: [., 0, n] weights, [., 1, n] work, [., 2, n] number of
-        # the waiting jobs (the count makes "nothing ahead" / "nothing behind" exact in floats)
-        self.W = np.zeros((nb + 1, 3, m))
+        # Fenwick trees over buckets x nodes of the waiting jobs: W over bucket positions
+        # (prefixes: the jobs ahead) of their work, R over reversed positions (prefixes: the jobs
+        # behind) of their weight. A row holds the sums [., n] and then per node the sum's
+        # rounding error [., m + 2n] (a compensated sum: jobs leave as well as join) and the
+        # number of jobs [., m + 2n + 1]
+        self.W = np.zeros((nb + 1, 3 * m))
+        self.R = np.zeros((nb + 1, 3 * m))
         # per node, a Fenwick tree over buckets (Python lists: single-node access) of the run
         # times of all jobs that ever joined the node (the credit ledger)
-        self.G = [[0.0] * (nb + 1) for _ in range(m)]
+        # (compensated: cell i is the sum G[n][2i] and its rounding error G[n][2i + 1])
+        self.G = [[0.0] * (2 * (nb + 1)) for _ in range(m)]
         self.Wflat = self.W.reshape(-1)
-        # queue changes reach W lazily: (position, node, weight, work, count) rows applied in one
-        # batch before the next vector query (most arrivals find an idle node and query nothing)
+        self.Rflat = self.R.reshape(-1)
+        # queue changes reach W and R lazily: (position, node, weight, work, count) rows applied in
+        # one batch before the next vector query (most arrivals find an idle node and query nothing)
         self._pending: list[tuple[int, int, float, float, float]] = []
-        self.Vtot = [0.0] * m  # weight of all waiting jobs per node
         self.qlen = [0] * m  # number of waiting jobs per node
         # waiting jobs per bucket, in the order they joined (a dict: its order, unlike a set's, is
         # defined, and the same-bucket sums of _offers add in that order)
@@ -372,12 +392,10 @@ class DLGM:
         self.busy = np.zeros(m, dtype=bool)
         self.idle = list(range(m))  # heap of idle nodes (lazy: may hold busy ones)
         self.preemption_count = 0
-        self.zero_running = 0  # running jobs with no work left (run time 0, started this batch)
         # offers of the last arrival, reused by identical copies (same t, v, d, w): (v, d, w, A, B, run_ahead, cost)
         self._cache: tuple | None = None
         self._to_start: list[int] = []  # nodes whose running job the engine starts at the end of the batch
         self._idle_queued: set[int] = set()  # start_rule "after-arrivals": idle nodes with waiting jobs
-        self._zero_heads: set[int] = set()  # ... of which a zero-length job heads the queue
 
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
         self._cache = None
@@ -390,7 +408,6 @@ class DLGM:
             for n in sorted(self._idle_queued):
                 self._dequeue_and_start(n)
             self._idle_queued.clear()
-            self._zero_heads.clear()
         # The engine starts a node's job only now, so a job that a same-time arrival displaced
         # (P-DLGM) has not started and is not preempted: it never ran.
         sim = self.sim
@@ -457,9 +474,7 @@ class DLGM:
             if k >= 0:
                 self._book_credit(k)
             for _, k in self.queue[n]:
-                reading = self._credit_reading(n, self.bucket_of[k])
-                self.credit_work[k] += reading - self.base[k]
-                self.base[k] = reading
+                self._credit_since(k, n, self.bucket_of[k])
                 self._book_credit(k)
 
     # ------------------------------------------------------------------ results
@@ -486,13 +501,27 @@ class DLGM:
         return -np.asarray(true_value, dtype=np.float64) * self.tentative_completion - self.tentative_payment
 
     # ------------------------------------------------------------------ internals
-    def _credit_reading(self, n: int, b: int) -> float:
-        """Run time of all jobs that ever joined node ``n`` in buckets above ``b``."""
+    def _credit_reading(self, n: int, b: int) -> tuple[float, float]:
+        """Run time of all jobs that ever joined node ``n`` in buckets above ``b``, as a sum and
+        its rounding error (the cells are compensated sums: a credit is the growth of this
+        reading during a wait, a difference of two large readings that would otherwise lose a
+        short displacer's run time once the node's history is long)."""
         g = self.G[n]
-        s = 0.0
+        s = c = 0.0
         for i in self.qpath_l[b]:
-            s += g[i]
-        return s
+            x = g[2 * i]
+            t = s + x
+            bp = t - s
+            c += ((s - (t - bp)) + (x - bp)) + g[2 * i + 1]
+            s = t
+        return s, c
+
+    def _credit_since(self, k: int, n: int, b: int) -> None:
+        """Credit ``k`` (waiting on node ``n`` in bucket ``b``) with the growth of the reading
+        since its base, and take the reading as its new base."""
+        s, c = self._credit_reading(n, b)
+        self.credit_work[k] += (s - self.base[k]) + (c - self.base_lo[k])
+        self.base[k], self.base_lo[k] = s, c
 
     def _book_credit(self, k: int) -> None:
         amount = self.v[k] * self.credit_work[k]
@@ -504,12 +533,9 @@ class DLGM:
     def _start(self, n: int, k: int) -> None:
         """Node ``n`` runs ``k`` from now on; the engine is told at the end of the batch."""
         sim = self.sim
-        rem = sim.remaining[k]
-        if rem == 0:
-            self.zero_running += 1
         self.run_job[n] = k
         self.run_v[n] = self.v[k]
-        self.run_fin[n] = sim.now + rem
+        self.run_fin[n] = sim.now + sim.remaining[k]
         self.busy[n] = True
         self._to_start.append(n)
 
@@ -524,10 +550,9 @@ class DLGM:
         self.work[k] = work
         vk = self.v[k]
         self._pending.append((b + 1, n, vk, work, 1.0))
-        self.Vtot[n] += vk
         self.qlen[n] += 1
         self.members[b][k] = None
-        self.base[k] = self._credit_reading(n, b)
+        self.base[k], self.base_lo[k] = self._credit_reading(n, b)
         heapq.heappush(self.queue[n], (-ratio, k))
 
     def _dequeue_and_start(self, n: int) -> None:
@@ -535,19 +560,14 @@ class DLGM:
         b = self.bucket_of[k]
         vk = self.v[k]
         self._pending.append((b + 1, n, -vk, -self.work[k], -1.0))
-        self.Vtot[n] -= vk
         self.qlen[n] -= 1
-        if not self.queue[n]:
-            self.Vtot[n] = 0.0  # drop float residue of the add/subtract cycle
         del self.members[b][k]
-        self.credit_work[k] += self._credit_reading(n, b) - self.base[k]
+        self._credit_since(k, n, b)
         self.bucket_of[k] = -1
         self._start(n, k)
 
     def _complete(self, c: int, t: float) -> None:
         n = self.node_of[c]
-        if self.d[c] == 0:
-            self.zero_running -= 1
         self._book_credit(c)
         self.run_job[n] = -1
         self.run_v[n] = 0.0
@@ -559,24 +579,53 @@ class DLGM:
             self._dequeue_and_start(n)
         else:
             self._idle_queued.add(n)
-            if self.queue[n][0][0] == -INF:  # a zero-length job waits first: this node costs 0
-                self._zero_heads.add(n)
 
     def _flush(self) -> None:
-        """Apply the pending queue changes to the Fenwick tree ``W``."""
-        pend = np.array(self._pending, dtype=np.float64)
-        self._pending = []
-        rows = self.UP[pend[:, 0].astype(np.intp)]  # (k, path length), padded with row 0
-        m = self.m
-        flat = (rows * (3 * m) + pend[:, 1].astype(np.intp)[:, None]).ravel()
-        L = rows.shape[1]
-        Wf = self.Wflat
-        np.add.at(Wf, flat, np.repeat(pend[:, 2], L))
-        np.add.at(Wf, flat + m, np.repeat(pend[:, 3], L))
-        np.add.at(Wf, flat + 2 * m, np.repeat(pend[:, 4], L))
+        """Apply the pending queue changes to the Fenwick trees ``W`` (bucket positions) and ``R``
+        (reversed positions), in their order.
+
+        A cell is a compensated (double-double) sum built on Knuth's TwoSum (The Art of Computer
+        Programming, vol. 2, section 4.2.2): ``hi`` the sum rounded,
+        ``lo`` what rounding left out, so that a job that leaves takes out exactly what it
+        brought in (plain sums cancel: weights 1e12 and 0.1 in one cell, 1e12 leaves: 1e12 + 0.1
+        - 1e12 = 0.0999755859375). Steps per change ``x`` of a cell: ``s, e = TwoSum(hi, x)``;
+        ``hi, lo = TwoSum(s, e + lo)``; a cell whose count is back to 0 is reset to exact zeros.
+        Each cell sees its changes one by one, in their order."""
+        pending, self._pending = self._pending, []
+        m, nb, paths = self.m, self.nb, self.upath_l
+        for tree, col in ((self.Wflat, 3), (self.Rflat, 2)):
+            for change in pending:
+                node, x, cnt = change[1], change[col], change[4]
+                for row in paths[change[0] if col == 3 else nb + 1 - change[0]]:
+                    f = row * 3 * m + node  # the sum; its error at g, the count at g + 1
+                    g = f + m + node
+                    hi = tree.item(f)
+                    s = hi + x
+                    bp = s - hi
+                    e = (hi - (s - bp)) + (x - bp) + tree.item(g)
+                    h = s + e
+                    bp = h - s
+                    c = tree.item(g + 1) + cnt
+                    if c == 0:  # the last job left: exact zeros
+                        tree[f] = tree[g] = tree[g + 1] = 0.0
+                    else:
+                        tree[f] = h
+                        tree[g] = (s - (h - bp)) + (e - bp)
+                        tree[g + 1] = c
 
     def _offers(self, j: int, t: float):
-        """Per node: work ahead of ``j`` (``A``), weight it would displace (``B``), running-job flags."""
+        """Per node: work ahead of ``j`` (``A``), weight it would displace (``B``), running-job flags.
+
+        Both sums are taken directly over the jobs they count: the work ahead over the buckets
+        above ``j`` (tree ``W``), the weight behind over the buckets below (tree ``R``), plus the
+        jobs of ``j``'s own bucket one by one. The weight behind is never the node's total minus
+        the weight ahead, which cancels (weights 1e150 ahead and 1 behind: 1e150 + 1 - 1e150 = 0)
+        and leaves residues (0.1 + 0.2 - 0.2 = 0.10000000000000003). The cells are compensated
+        sums, reset to exact zeros when they empty (see :meth:`_flush`): a node with no job ahead
+        (behind) has exactly 0 work ahead (weight behind), a cell's sum is its jobs' sum rounded
+        once (exact where that sum is a float, e.g. dyadic weights; within 2^-106 of the largest
+        number it ever held otherwise), so that truthful payments sum to exactly 0 and exact ties
+        stay ties where the inputs are exact."""
         rho, b = self.ratio[j], self.bucket0[j]
         m = self.m
         whole = rho == self.lo[b]  # j is the lowest ratio of its bucket: the whole bucket is ahead
@@ -584,34 +633,20 @@ class DLGM:
         if self._pending:
             self._flush()
         path = self.qpath[p]
-        if path.shape[0]:
-            S = self.W[path].sum(axis=0)
-            v_ahead, work_ahead, n_ahead = S[0], S[1], S[2]
-        else:
-            v_ahead, work_ahead, n_ahead = np.zeros(m), np.zeros(m), np.zeros(m)
+        work_ahead = self.W[path, :m].sum(axis=0) if path.shape[0] else np.zeros(m)
+        path = self.qpath[self.nb - 1 - b]  # reversed positions 1..nb-1-b: the buckets below b
+        v_behind = self.R[path, :m].sum(axis=0) if path.shape[0] else np.zeros(m)
         if not whole:
             ratio, node_of, vv, work = self.ratio, self.node_of, self.v, self.work
-            for k in self.members[b]:
-                if ratio[k] >= rho:  # waiting k < j with ratio >= rho: ahead (ties: lower index)
-                    nk = node_of[k]
-                    v_ahead[nk] += vv[k]
-                    work_ahead[nk] += work[k]
-                    n_ahead[nk] += 1
-        # exact zeros where no waiting job is ahead, and where every waiting job is ahead (the
-        # sums are floats: adding and removing run times and weights in different orders leaves
-        # a residue, e.g. 0.1 + 0.2 - 0.1 - 0.2 = 5.6e-17, which would break exact node ties)
-        work_ahead[n_ahead == 0] = 0.0
-        v_behind = np.array(self.Vtot) - v_ahead
-        v_behind[n_ahead == np.array(self.qlen)] = 0.0
+            for k in self.members[b]:  # waiting k < j with ratio >= rho: ahead (ties: lower index)
+                if ratio[k] >= rho:
+                    work_ahead[node_of[k]] += work[k]
+                else:
+                    v_behind[node_of[k]] += vv[k]
         rem = self.run_fin - t  # idle nodes: run_fin = 0 <= t
         np.maximum(rem, 0.0, out=rem)
         if self.preemptive:
-            busy = self.busy
-            if self.zero_running:  # a zero-length job runs: ratio +inf, even with weight 0
-                run_ratio = np.where(rem > 0, self.run_v / rem, np.inf)
-                run_ahead = busy & (run_ratio >= rho)
-            else:
-                run_ahead = (self.run_v / rem) >= rho  # idle: 0/0 = NaN, not ahead (adds 0)
+            run_ahead = (self.run_v / rem) >= rho  # idle: 0/0 = NaN, not ahead (adds 0); a running job has rem > 0
             A = work_ahead + rem * run_ahead
             B = v_behind + self.run_v * ~run_ahead
         else:
@@ -619,6 +654,22 @@ class DLGM:
             A = work_ahead + rem
             B = v_behind
         return A, B, run_ahead
+
+    def _complete_on_arrival(self, j: int, t: float, forced: int | None, rank: int) -> None:
+        """The zero-run-time rule (see the module decisions): ``j`` (``d~_j = 0``) completes at
+        ``t`` on the spot and never holds or queues on its node. Every node offers it
+        ``e^ = t`` and ``p^ = 0``: it takes the lowest node index (a forced node, or the node of
+        its rank in node order), pays nothing and delays and displaces nobody."""
+        n = forced if forced is not None else rank - 1
+        if self.record_offers:
+            self.offers_completion[j] = np.full(self.m, t)
+            self.offers_payment[j] = np.zeros(self.m)
+        self.node_of[j] = n
+        self._tent_e[j] = t
+        self._tent_p[j] = 0.0
+        sim = self.sim
+        sim.first_start[j] = t  # starts and ends at t, without taking a processor
+        sim.finish(j)
 
     def _arrive(self, j: int, t: float) -> None:
         sim = self.sim
@@ -628,8 +679,10 @@ class DLGM:
         n = -1
         cache = self._cache
         self._cache = None
-        if (forced is None and rank == 1 and not self.record_offers and self.all_positive and d > 0 and not self.zero_running
-                and not self._zero_heads):
+        if d == 0:
+            self._complete_on_arrival(j, t, forced, rank)
+            return
+        if forced is None and rank == 1 and not self.record_offers and self.all_positive:
             idle, busy, qlen = self.idle, self.busy, self.qlen
             while idle and (busy[idle[0]] or qlen[idle[0]]):  # running, or (after-arrivals) a job waits
                 heapq.heappop(idle)
@@ -678,19 +731,22 @@ class DLGM:
         if k < 0 and self.start_rule == "immediate":  # idle node (its queue is empty): start at once
             self._start(n, j)
             return
-        if d > 0:
-            # pay the waiting jobs behind j: lazily through the credit tree (buckets below j's) ...
-            b = self.bucket0[j]
-            g = self.G[n]
-            for i in self.upath_l[b + 1]:
-                g[i] += d
-            # ... and explicitly for the waiting jobs of j's own bucket with a lower ratio
-            rho = self.ratio[j]
-            if rho != self.lo[b]:
-                ratio, node_of, cw = self.ratio, self.node_of, self.credit_work
-                for i in self.members[b]:
-                    if node_of[i] == n and ratio[i] < rho:
-                        cw[i] += d
+        # pay the waiting jobs behind j: lazily through the credit tree (buckets below j's) ...
+        b = self.bucket0[j]
+        g = self.G[n]
+        for i in self.upath_l[b + 1]:  # TwoSum: the error goes to the cell's error
+            hi = g[2 * i]
+            t = hi + d
+            bp = t - hi
+            g[2 * i + 1] += (hi - (t - bp)) + (d - bp)
+            g[2 * i] = t
+        # ... and explicitly for the waiting jobs of j's own bucket with a lower ratio
+        rho = self.ratio[j]
+        if rho != self.lo[b]:
+            ratio, node_of, cw = self.ratio, self.node_of, self.credit_work
+            for i in self.members[b]:
+                if node_of[i] == n and ratio[i] < rho:
+                    cw[i] += d
         if k >= 0 and self.preemptive and not run_ahead_n:
             # j displaces the running job k: k is paid and re-queued on node n. If k has run
             # since before t it is preempted; if it was to start at t, it never ran: no start,
@@ -706,8 +762,6 @@ class DLGM:
             self._enqueue(n, j, self.ratio[j], d, self.bucket0[j])
             if k < 0:  # "after-arrivals": the idle node starts its best job after the batch's arrivals
                 self._idle_queued.add(n)
-                if d == 0:
-                    self._zero_heads.add(n)
 
 
 def make_dlgm(workload, bid, preemptive: bool = False, **kwargs) -> DLGM:
