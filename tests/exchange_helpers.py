@@ -152,3 +152,16 @@ def fake_slurm_partitions(monkeypatch, text: str = SCONTROL_PARTITIONS, up: dict
         return (up or {}).get(name, (up or {}).get(part.name, part.cpus))
 
     monkeypatch.setattr(capacity, "partition_cpus_up", cpus_up)
+
+
+def one_contract(tmp_path, penalty=1.5):
+    """p1 sells slots 2-5 of one node (4 CPU units on CPUs 0 and 1); u1 buys slots 2-3 (window
+    [20 s, 40 s)): the exchange, its fake clock and machines, and the pending contract."""
+    ex, clock, machines = make_exchange(tmp_path / "x.db", penalty=penalty)
+    ex.join("p1")
+    ex.add_node("p1", "n", 4, 100, cpus=[0, 1])
+    ex.submit_offer("p1", "n", 5, 2, 5)
+    ex.submit_request("u1", 12, 2, 10, 2, 3, "echo hi")
+    ex.tick()
+    (c,) = ex.store.contracts()
+    return ex, clock, machines, c

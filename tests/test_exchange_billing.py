@@ -5,20 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exchange_helpers import make_exchange
+from exchange_helpers import make_exchange, one_contract
 from marketsched.exchange.store import CLEARING
-
-
-def _one_contract(tmp_path, penalty=1.5):
-    """p1 sells slots 2-5 of one node; u1 buys slots 2-3 (window [20 s, 40 s))."""
-    ex, clock, machines = make_exchange(tmp_path / "x.db", penalty=penalty)
-    ex.join("p1")
-    ex.add_node("p1", "n", 4, 100, cpus=[0, 1])
-    ex.submit_offer("p1", "n", 5, 2, 5)
-    ex.submit_request("u1", 12, 2, 10, 2, 3, "echo hi")
-    ex.tick()
-    (c,) = ex.store.contracts()
-    return ex, clock, machines, c
 
 
 def _balance(ex, account):
@@ -26,7 +14,7 @@ def _balance(ex, account):
 
 
 def test_a_job_starts_inside_its_window_and_is_paid_on_delivery(tmp_path):
-    ex, clock, machines, c = _one_contract(tmp_path)
+    ex, clock, machines, c = one_contract(tmp_path)
     assert (c["start_t"], c["end_t"], c["state"]) == (20.0, 40.0, "pending")
     clock.set(19.9)
     ex.tick()
@@ -43,7 +31,7 @@ def test_a_job_starts_inside_its_window_and_is_paid_on_delivery(tmp_path):
 
 
 def test_a_job_that_exits_by_itself_is_delivered_whatever_its_code(tmp_path):
-    ex, clock, machines, c = _one_contract(tmp_path)
+    ex, clock, machines, c = one_contract(tmp_path)
     clock.set(25)
     ex.tick()
     machines.by_name["p1"].exit(c["id"], 3)
@@ -55,7 +43,7 @@ def test_a_job_that_exits_by_itself_is_delivered_whatever_its_code(tmp_path):
 
 
 def test_a_provider_that_fails_mid_contract_pays_its_penalty(tmp_path):
-    ex, clock, machines, c = _one_contract(tmp_path, penalty=1.5)
+    ex, clock, machines, c = one_contract(tmp_path, penalty=1.5)
     clock.set(25)
     ex.tick()
     machines.by_name["p1"].fail(c["id"], "node lost", 137)  # the provider's side ended it: its node died
@@ -75,7 +63,7 @@ def test_a_provider_that_fails_mid_contract_pays_its_penalty(tmp_path):
 
 
 def test_a_provider_that_cannot_start_the_job_pays_its_penalty(tmp_path):
-    ex, clock, machines, c = _one_contract(tmp_path)
+    ex, clock, machines, c = one_contract(tmp_path)
     machines({"name": "p1"}).fail_start = True
     clock.set(20)
     ex.tick()
@@ -85,7 +73,7 @@ def test_a_provider_that_cannot_start_the_job_pays_its_penalty(tmp_path):
 
 
 def test_a_window_missed_while_the_exchange_was_down_lapses_unbilled(tmp_path):
-    ex, clock, machines, c = _one_contract(tmp_path)
+    ex, clock, machines, c = one_contract(tmp_path)
     clock.set(45)
     ex.execute()
     assert ex.store.contract(c["id"])["state"] == "lapsed"
@@ -153,7 +141,7 @@ def test_books_balance_after_any_sequence(tmp_path_factory, ops, mechanism):
 
 def test_a_job_the_provider_never_ran_in_its_window_is_its_failure(tmp_path):
     """A Slurm-like provider accepted the job but left it pending past the window's end."""
-    ex, clock, machines, c = _one_contract(tmp_path)
+    ex, clock, machines, c = one_contract(tmp_path)
     m = machines({"name": "p1"})
     clock.set(21)
     ex.tick()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exchange_helpers import make_exchange
+from exchange_helpers import make_exchange, one_contract
 from live_helpers import wait_for
 from marketsched.exchange import providers
 from marketsched.exchange.core import Exchange, create_exchange
@@ -171,13 +171,7 @@ def test_a_node_whose_cpus_are_offline_is_the_providers_failure(real, monkeypatc
 
 # ---------------------------------------------------------------------------- the provider's side
 def _one(tmp_path):
-    ex, clock, machines = make_exchange(tmp_path / "x.db", penalty=1.0)
-    ex.join("p1")
-    ex.add_node("p1", "n", 4, 100, cpus=[0, 1])
-    ex.submit_offer("p1", "n", 5, 2, 5)
-    ex.submit_request("u1", 12, 2, 10, 2, 3, "echo hi")
-    ex.tick()
-    (c,) = ex.store.contracts()
+    ex, clock, machines, c = one_contract(tmp_path, penalty=1.0)
     clock.set(21)
     ex.tick()
     return ex, clock, machines.by_name["p1"], c
