@@ -267,8 +267,10 @@ def test_config_checks_and_sqlite_durability_modes(tmp_path, market):
         with pytest.raises(ValueError, match=msg):
             Broker(tmp_path / "bad", MarketConfig(**bad))
     full = market(slots=1)
-    assert full.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    assert full.store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with full.lock:  # the market thread shares the connection: asking it outside the lock once
+        # met the thread's COMMIT ("SQL statements in progress")
+        assert full.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert full.store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     normal = Broker(tmp_path / "normal", MarketConfig(sync="normal", single_user=True))
     assert normal.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     normal.stop()

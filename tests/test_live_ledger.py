@@ -255,3 +255,32 @@ def test_a_market_user_is_linked_to_a_unix_account(tmp_path):
         assert e.value.status == 401
     finally:
         b.stop()
+
+
+def test_a_failed_commit_rolls_back_and_leaves_the_store_usable(tmp_path):
+    """A COMMIT SQLite refuses (the market thread and an unlocked reader of the same connection
+    once met so: "cannot commit transaction - SQL statements in progress") once left the
+    transaction open, and every later transaction failed with "cannot start a transaction
+    within a transaction". The refusal is injected here, as a connection whose next COMMIT fails."""
+    d = tmp_path / "db"
+    d.mkdir()
+    s = Store(d)
+    real = s.conn
+
+    class RefusesOneCommit:
+        refused = False
+
+        def execute(self, sql, params=()):
+            if sql == "COMMIT" and not self.refused:
+                self.refused = True
+                raise sqlite3.OperationalError("cannot commit transaction - SQL statements in progress")
+            return real.execute(sql, params)
+
+    s.conn = RefusesOneCommit()
+    with pytest.raises(sqlite3.OperationalError, match="in progress"):
+        s.set_meta("lost", 1)
+    assert s.get_meta("lost") is None  # rolled back
+    s.set_meta("after", 1)  # a new transaction starts
+    assert s.get_meta("after") == "1"
+    s.conn = real
+    s.close()

@@ -256,7 +256,11 @@ class Store:
                 self._exec("ROLLBACK")
                 raise
             self._depth = 0
-            self._exec("COMMIT")
+            try:
+                self._exec("COMMIT")
+            except BaseException:  # a failed COMMIT leaves the transaction open: close it
+                self._exec("ROLLBACK")
+                raise
 
     def close(self) -> None:
         self.conn.close()
