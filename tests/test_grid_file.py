@@ -29,7 +29,7 @@ def test_a_plugin_swept_over_two_traces_two_parameters_three_seeds_on_processes(
         r = _cli("grid", "show", path)
         assert r.returncode == 0, r.stderr
         assert "12 cells, 0 already in" in r.stdout and f"weighted-bid from {SWEEP_PLUGIN} 0.3" in r.stdout
-        assert r.stdout.count("weighted-bid/-(alpha=50.0)") == 6
+        assert r.stdout.count("weighted-bid(alpha=50.0)") == 6
         r = _cli("grid", "run", path)  # the file says: process executor, 2 workers
         assert r.returncode == 0, r.stderr
         assert "ran 12, already done 0, failed 0 of 12 cells" in r.stderr
@@ -129,7 +129,7 @@ def test_example_in_the_docs_loads(tmp_path, monkeypatch):
     path.write_text(doc.split("```toml\n", 1)[1].split("```", 1)[0])
     g = load(path)
     assert len(g.cells) == 36 and g.out == tmp_path / "results" and g.workers == 2
-    assert g.cells[0].label() == "SDSC-SP2-1998-4.2-cln cap=1 split jobs=2000 edf/-(surcharge=0.5) ft beta=0 seed=1"
+    assert g.cells[0].label() == "SDSC-SP2-1998-4.2-cln cap=1 split jobs=2000 edf(surcharge=0.5) ft beta=0 seed=1"
     assert g.cells[-1].label() == "synthetic:3000:64 cap=1 hb/first ft beta=0 seed=3"
 
 

@@ -132,7 +132,8 @@ class Cell:
 
     def label(self) -> str:
         return (f"{self.trace} cap={self.capacity:g}{' split' if self.split else ''}"
-                f"{f' jobs={self.jobs}' if self.jobs else ''} {self.mechanism}/{self.pricing}"
+                f"{f' jobs={self.jobs}' if self.jobs else ''} {self.mechanism}"
+                f"{'' if self.pricing == NO_PRICING else '/' + self.pricing}"
                 f"{f'({self.params})' if self.params else ''} "
                 f"{self.behaviour} beta={self.beta:g} seed={self.seed}")
 
