@@ -112,6 +112,7 @@ def test_batsim_workload_through_simulate_with_transforms_and_models(tmp_path):
 
     _, meta = read(out)
     assert meta["scenario"]["workload"]["trace_file"] == "wl.json"
+    assert meta["scenario"]["workload"].get("name", "wl") == "wl"  # named like an SWF log: no suffix
     assert rerun(meta).equals(t)
 
 
@@ -150,6 +151,7 @@ def _round_trip(tmp_path, swf_path):
     w, _ = to_workload(load_trace(str(swf_path), column_cache=False))
     back, report = to_workload(read_workload(write_workload(w, tmp_path / "wl.json")))
     assert report.n_dropped == 0 and back.capacity == w.capacity
+    assert back.name == "wl"  # the file's name without ".json", as an SWF log's without ".swf"
     for c in WORKLOAD_COLUMNS:
         np.testing.assert_array_equal(getattr(back, c), getattr(w, c), err_msg=c)
     return w

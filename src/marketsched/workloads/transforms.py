@@ -141,7 +141,7 @@ def to_workload(
         keep &= ~bad
     estimate = log.requested_time.astype(np.float64)
     estimate = np.where(estimate < 0, np.nan, estimate)
-    label = name or (log.path.name.removesuffix(".gz").removesuffix(".swf") if log.path else "swf")
+    label = name or (log.path.name.removesuffix(".gz").removesuffix(".swf").removesuffix(".json") if log.path else "swf")
     report = DropReport(f"to_workload({label})", n, dropped)
     w = Workload.from_columns(
         job_id=log.job_number[keep],
