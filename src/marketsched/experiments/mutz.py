@@ -452,10 +452,12 @@ def dpgva_unbatched_timing(bids_list, periods_h, granules, bar) -> pd.DataFrame:
         bar.advance(task)
 
     for m in bids_list:                                    # 5.9: 6 h at 15 min
-        timed("bids", m, *_dp_bids(rng, m, 24), 24)
+        l, d, v = _dp_bids(rng, m, 24)
+        timed("bids", m, l, d, v, 24)
     for hours in periods_h:                                # 5.12: 20 jobs, 15 min
         units = int(hours * 4)
-        timed("period_h", hours, *_dp_bids(rng, 20, units), units)
+        l, d, v = _dp_bids(rng, 20, units)
+        timed("period_h", hours, l, d, v, units)
     for gsec in granules:                                  # 5.14: 20 jobs over 6 h
         units = int(6 * 3600 // gsec)
         ls, ds = rng.uniform(900, 7200, 20), rng.uniform(900, 6 * 3600, 20)

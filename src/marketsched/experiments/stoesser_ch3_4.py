@@ -548,13 +548,13 @@ verdicts follow [How verdicts are decided](../README.md#how-verdicts-are-decided
         for i, n in enumerate(range(20, 201, 20)):
             if not np.isfinite(T37[r][i]):
                 continue
-            where, printed = f"Table 3.7, {n} nodes x {n * r} jobs", f"{T37[r][i]:.2f}"
+            where, shown = f"Table 3.7, {n} nodes x {n * r} jobs", f"{T37[r][i]:.2f}"
             d = mip_all[(mip_all.memory == "sigma") & (mip_all.ratio == r) & (mip_all.nodes == n)]
             if d.empty:
-                c.not_attempted(where, "mean exact solver runtime (ms)", printed, "cell not run (cut for time)")
+                c.not_attempted(where, "mean exact solver runtime (ms)", shown, "cell not run (cut for time)")
                 continue
             hits = int((d.status != "optimal").sum())
-            c.check(where, "mean exact solver runtime (ms)", printed, V.value(printed),
+            c.check(where, "mean exact solver runtime (ms)", shown, V.value(shown),
                     V.t_interval(d.mip_cpu_ms.to_numpy()), fmt=".4g",
                     note=f"HiGHS CPU time on the run's machine ({meta['cores']} cores, shared) against CPLEX 9.1 on "
                          "the thesis's 3.2 GHz Xeon" + (f"; {hits} of {len(d)} books stopped at our "
@@ -606,12 +606,12 @@ verdicts follow [How verdicts are decided](../README.md#how-verdicts-are-decided
     for col, label, thesis in (("k_ms", "greedy + k-pricing runtime (ms)", T38_K),
                                ("cv_ms", "greedy + critical-value pricing runtime (ms)", T38_CV)):
         for i, n in enumerate(range(20, 201, 20)):
-            where, printed = f"Table 3.8, {n} nodes x {n} jobs", f"{thesis[i]:.2f}"
+            where, shown = f"Table 3.8, {n} nodes x {n} jobs", f"{thesis[i]:.2f}"
             d = sp[sp.nodes == n]
             if d.empty:
-                c.not_attempted(where, label, printed, "cell not run")
+                c.not_attempted(where, label, shown, "cell not run")
                 continue
-            c.check(where, label, printed, V.value(printed), V.t_interval(d[col].to_numpy()), fmt=".3g",
+            c.check(where, label, shown, V.value(shown), V.t_interval(d[col].to_numpy()), fmt=".3g",
                     note="CPU time on the run's machine against the thesis's 3.2 GHz Xeon")
     c.not_attempted("Table 3.8", "exact-solver columns (mean job runtime 3.5-5)", "CPLEX ms", "not rerun (cut for time)")
     big = sp[sp.nodes == sp.nodes.max()]
@@ -685,7 +685,7 @@ book (alternative: misreporting gains), * p < 0.1, ** p < 0.05, *** p < 0.01.
     gains = per_book.drop(columns=1.0).sub(per_book[1.0], axis=0).stack()
     c.check("Thm 4", "critical-value pricing is truthful for users: no misreport of the valuation gains",
             "gain <= 0", V.bound("<=", 0.0, exact=True),
-            V.exact(float(gains.max())) if len(gains) else None, fmt=".3g", instances=int(gains.size),
+            V.exact(float(np.max(gains.to_numpy()))) if len(gains) else None, fmt=".3g", instances=int(gains.size),
             note="largest gain of a misreport over the truthful report, per book and report, tables 3.10 and "
                  "3.11 (the property test `test_theorem_4_users_cannot_gain_by_misreporting_value` checks it on "
                  "random books)")
