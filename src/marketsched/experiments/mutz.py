@@ -125,15 +125,6 @@ def _fig(n, w=3.1, h=2.6):
     return fig, axes[0]
 
 
-def _slope(x, y) -> float:
-    """Log-log slope of y against x (scaling exponent)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = (x > 0) & (y > 0)
-    if keep.sum() < 2 or np.ptp(np.log(x[keep])) == 0:
-        return float("nan")
-    return float(np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)[0])
-
-
 # --------------------------------------------------------------------------- EES incentives
 def ees_incentives(groups: int, draws: int, bar) -> dict:
     prior, n = EES_PRIOR, EES_QUEUE
@@ -1011,23 +1002,6 @@ force is over orderings), on a crowded day (lengths 2-12 h) with {cfg['rdp_quali
 """)
 
 
-def _fit(x, y) -> V.Interval | None:
-    """Least-squares slope of log y on log x with its 95% t-interval (n - 2 degrees of freedom)."""
-    from scipy import stats
-
-    from marketsched.analysis import verdicts as V
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = (x > 0) & (y > 0)
-    lx, ly = np.log(x[keep]), np.log(y[keep])
-    if lx.size < 3 or np.ptp(lx) == 0:
-        s = _slope(x, y)
-        return V.Interval(s, s, s, int(lx.size), "fit") if np.isfinite(s) else None
-    r = stats.linregress(lx, ly)
-    half = float(stats.t.ppf(0.975, lx.size - 2) * r.stderr)
-    return V.Interval(float(r.slope), float(r.slope) - half, float(r.slope) + half, int(lx.size), "fit")
-
-
 def _txt(iv) -> str:
     return iv.text(".3g") if iv is not None else "-"
 
@@ -1045,20 +1019,20 @@ def _ees_slopes(t_ees: pd.DataFrame) -> list:
     q = t_ees[t_ees.draws == 1000]
     for (mech, est), g in q.groupby(["mechanism", "estimator"]):
         big = g[g.queue >= 16]
-        out.append(({"mechanism": mech, "estimator": est, "against": "queue length"}, _fit(big.queue, big.seconds)))
+        out.append(({"mechanism": mech, "estimator": est, "against": "queue length"}, V.loglog_slope(big.queue, big.seconds)))
     for est, g in t_ees[(t_ees.queue == 32) & (t_ees.mechanism == "EES")].groupby("estimator"):
         if g.draws.nunique() > 1:
             out.append(({"mechanism": "EES (32 jobs)", "estimator": est, "against": "draws"},
-                        _fit(g.draws[g.draws >= 64], g.seconds[g.draws >= 64])))
+                        V.loglog_slope(g.draws[g.draws >= 64], g.seconds[g.draws >= 64])))
     return out
 
 
 def _dpgva_slopes(t_dp: pd.DataFrame) -> dict:
     b, p, gr = (t_dp[t_dp.sweep == k] for k in ("bids", "period_h", "granule_s"))
-    return {"bids, schedule (5.8)": _fit(b.x[b.x >= 100], b.schedule_s[b.x >= 100]),
-            "bids, payments (5.9)": _fit(b.x[b.x >= 100], b.payments_s[b.x >= 100]),
-            "period, schedule (5.11)": _fit(p.x, p.schedule_s), "period, payments (5.12)": _fit(p.x, p.payments_s),
-            "granule, schedule (5.13)": _fit(gr.x, gr.schedule_s), "granule, payments (5.14)": _fit(gr.x, gr.payments_s)}
+    return {"bids, schedule (5.8)": V.loglog_slope(b.x[b.x >= 100], b.schedule_s[b.x >= 100]),
+            "bids, payments (5.9)": V.loglog_slope(b.x[b.x >= 100], b.payments_s[b.x >= 100]),
+            "period, schedule (5.11)": V.loglog_slope(p.x, p.schedule_s), "period, payments (5.12)": V.loglog_slope(p.x, p.payments_s),
+            "granule, schedule (5.13)": V.loglog_slope(gr.x, gr.schedule_s), "granule, payments (5.14)": V.loglog_slope(gr.x, gr.payments_s)}
 
 
 def _imbalance_sweep_section(rep, sweep: pd.DataFrame) -> None:
@@ -1103,7 +1077,7 @@ def _unbatched_section(rep, t_un: pd.DataFrame, t_dp: pd.DataFrame) -> None:
     def row(where, claim, slope, d, note):
         for col, how in (("batched_s", "batched"), ("unbatched_s", "one by one")):
             o.check(where, f"{claim}: solves {how}", f"slope {slope:g}", V.verbal("about", float(slope)),
-                    _fit(d.x, d[col]), note=note)
+                    V.loglog_slope(d.x, d[col]), note=note)
 
     big = b[b.x >= 100]
     row("Fig 5.9", "payment time about O(bids^3)", 3, big,
@@ -1233,7 +1207,7 @@ def claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual):
     c.not_attempted("Fig 5.10", "44 bids: brute-force GVA takes almost 8 minutes", "~8 min",
                     "absolute Java timing (our brute force is a different enumeration)")
     br = t_dp[t_dp.sweep == "brute"]
-    s_brute, s_sched = _fit(br.x, br.brute_s), _fit(br.x, br.schedule_s)
+    s_brute, s_sched = V.loglog_slope(br.x, br.brute_s), V.loglog_slope(br.x, br.schedule_s)
     c.check("Fig 5.10", "brute-force time \"quickly explodes\" as bids increase, against the DPGVA's",
             "faster growth", V.ordering(">"), _slope_difference(s_brute, s_sched),
             note=f"log-log slope vs bids ({int(br.x.min()) if len(br) else 0}-{int(br.x.max()) if len(br) else 0}): "
@@ -1285,8 +1259,8 @@ def claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual):
           ("7.4", main), V.ordering("<"))
     # 20-22: relaxed DPGVA run time and quality
     tb = t_rdp[t_rdp.sweep == "bids"]
-    s_dp = _fit(tb[tb.depth == "DPGVA"].x, tb[tb.depth == "DPGVA"].seconds)
-    s_rdp = _fit(tb[tb.depth == str(rdp_depths[0])].x, tb[tb.depth == str(rdp_depths[0])].seconds)
+    s_dp = V.loglog_slope(tb[tb.depth == "DPGVA"].x, tb[tb.depth == "DPGVA"].seconds)
+    s_rdp = V.loglog_slope(tb[tb.depth == str(rdp_depths[0])].x, tb[tb.depth == str(rdp_depths[0])].seconds)
     diff = _slope_difference(s_dp, s_rdp)
     c.check("Fig 7.5", "the relaxed DPGVA scales more slowly than the DPGVA (the 24-hour window fills)",
             "slower growth", V.ordering(">"), diff,
@@ -1301,7 +1275,7 @@ def claims(meta, sweeps, imb, t_ees, t_dp, t_rdp, qual):
                     "slowly", "brute force explodes", "we time no brute force for the relaxed problem (our optimum "
                     "is the exact MIP, figure 7.8)")
     td = t_rdp[t_rdp.sweep == "depth"]
-    sd = _fit(td.x[td.x >= 100], td.seconds[td.x >= 100])
+    sd = V.loglog_slope(td.x[td.x >= 100], td.seconds[td.x >= 100])
     c.check("Fig 7.6", "time slightly superlinear in depth", "slope slightly > 1",
             V.Region(1.0, 1.1, True, lo_open=True), sd,
             note="log-log slope for depth >= 100 (\"slightly higher\" than 1: (1, 1.1])")
