@@ -393,3 +393,25 @@ def test_wilson_interval_matches_the_formula():
         half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
         iv = V.wilson_interval(k, n)
         assert (iv.lo, iv.hi) == pytest.approx((centre - half, centre + half), abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.1, 1e4), st.floats(1e-3, 1e4)), min_size=3, max_size=12))
+def test_loglog_slope_is_the_least_squares_fit_of_the_logs(points):
+    """The plain definition: the slope of np.polyfit on the logs, inside its own t-interval."""
+    x, y = (np.array(v) for v in zip(*points))
+    assume(np.ptp(np.log(x)) > 1e-6)
+    iv = V.loglog_slope(x, y)
+    assert iv is not None and iv.n == len(x)
+    assert iv.estimate == pytest.approx(np.polyfit(np.log(x), np.log(y), 1)[0], rel=1e-6, abs=1e-9)
+    assert iv.lo <= iv.estimate <= iv.hi
+
+
+def test_loglog_slope_of_an_exact_power_law_and_of_too_few_points():
+    x = np.array([20.0, 40, 80, 160])
+    iv = V.loglog_slope(x, 3.0 * x ** 2.5)
+    assert iv is not None and iv.estimate == pytest.approx(2.5) and iv.hi - iv.lo == pytest.approx(0, abs=1e-9)
+    two = V.loglog_slope([10, 100], [1, 1000])
+    assert two is not None and (two.lo, two.estimate, two.hi) == pytest.approx((3, 3, 3))  # a point: no interval
+    assert V.loglog_slope([10], [1]) is None and V.loglog_slope([5, 5, 5], [1, 2, 3]) is None
+    assert V.loglog_slope([0, -1, 10], [1, 1, 1]) is None  # non-positive sizes are left out

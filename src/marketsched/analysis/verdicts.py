@@ -263,6 +263,29 @@ def bootstrap_interval(statistic: Callable[..., float], *samples: Any, confidenc
     return Interval(est, min(lo, est), max(hi, est), n, "bootstrap")
 
 
+def loglog_slope(x: Iterable[float], y: Iterable[float], confidence: float = CONFIDENCE) -> Interval | None:
+    """Scaling exponent: the least-squares slope of log y on log x with its t-interval (n - 2 degrees of
+    freedom), over the points with x > 0 and y > 0. With two points (or one x repeated) the slope is a
+    point without interval; with fewer, or all x equal, None (nothing to fit)."""
+    from scipy import stats
+
+    xs, ys = np.asarray(list(x), float), np.asarray(list(y), float)
+    keep = (xs > 0) & (ys > 0)
+    lx, ly = np.log(xs[keep]), np.log(ys[keep])
+    if lx.size < 2 or np.ptp(lx) == 0:
+        return None
+    if lx.size < 3:
+        s = float(np.polyfit(lx, ly, 1)[0])
+        return Interval(s, s, s, int(lx.size), "fit")
+    dx = lx - lx.mean()
+    sxx = float(dx @ dx)
+    slope = float(dx @ (ly - ly.mean())) / sxx
+    resid = ly - ly.mean() - slope * dx
+    stderr = math.sqrt(float(resid @ resid) / (lx.size - 2) / sxx)  # defined for a constant y too (0)
+    half = float(stats.t.ppf(0.5 + confidence / 2, lx.size - 2)) * stderr
+    return Interval(slope, slope - half, slope + half, int(lx.size), "fit")
+
+
 def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     """A count ``k`` of ``n`` cases as a proportion with its Wilson score interval."""
     from scipy import stats

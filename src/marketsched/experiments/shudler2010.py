@@ -447,6 +447,64 @@ def _eq_joint(gs):
 
 
 # ----------------------------------------------------------------------------------- run
+#: Ours (full runs only): the first-price revenue gap between the algorithms, decomposed. Under first price a
+#: job pays ``bid * S + 1 * U`` for its run time ``S + U`` (``S`` while the machine is full), so the revenue is
+#: ``sum(run time) + sum((bid - 1) * S)``: with every job completing, the algorithms can differ only through
+#: which jobs run while the machine is full. The variant stores, per cell, that time and the revenue had a running
+#: job always paid its bid (``sum(bid * run time)``).
+SATURATION_SEEDS = (1, 2, 3)
+SATURATION_FILE = "first_price_saturation.csv"
+
+
+def first_price_saturation(seeds=SATURATION_SEEDS, setting: Setting = SETTINGS[0]):
+    """Per (seed, algorithm, beta) of the game's first-price cells (SRG at the paper's betas): the revenue as
+    stored, the revenue had every running job paid its bid, and the run time (plain and bid-weighted) spent
+    while the machine is full. The schedule and bids are the grid's (the same workload, values, draws and
+    bids; the payment scheme never changes the schedule), so ``revenue`` equals the stored cell's."""
+    import pandas as pd
+
+    from marketsched.behaviour.bidding import draw_shading, make_bids
+    from marketsched.engine.records import FinalState
+    from marketsched.engine.simulator import Simulator
+    from marketsched.experiments.runner import Cell, _build_workload
+    from marketsched.mechanisms.online.pricing import FirstPrice
+    from marketsched.mechanisms.online.priority import make_priority_mechanism
+    from marketsched.scenario import true_values
+
+    class FirstPriceSaturation(FirstPrice):
+        """First price that also keeps each job's run time while the machine is full (and in all)."""
+
+        def bind(self, policy, sim) -> None:
+            super().bind(policy, sim)
+            self.full = np.zeros(sim.n_jobs)
+            self.ran = np.zeros(sim.n_jobs)
+
+        def on_stop(self, j: int) -> None:
+            s, u = self.S.since(self.mark_S[j]), self.U.since(self.mark_U[j])
+            self.full[j] += s
+            self.ran[j] += s + u
+            super().on_stop(j)
+
+    rows = []
+    for seed in seeds:
+        cell = Cell(setting.trace, setting.capacity, setting.split, seed=seed, values=setting.values,
+                    srg_split=setting.srg_split)
+        w, _ = _build_workload(*cell.workload_key())
+        v = true_values(w, cell.values, seed)
+        draws = draw_shading(w, seed, split=cell.srg_split)
+        for beta in PAPER_BETAS:
+            bid = make_bids("srg", v, draws, beta)
+            for alg in GAME_ALGS:
+                scheme = FirstPriceSaturation()
+                rec = Simulator(w, make_priority_mechanism(alg, w, bid, scheme)).run()
+                rows.append({"seed": seed, "mechanism": alg, "beta": beta,
+                             "completed": int((rec.state == FinalState.COMPLETED).sum()), "jobs": len(w),
+                             "revenue": float(np.sum(rec.payment)), "always_pays": float(bid @ scheme.ran),
+                             "run_time": float(scheme.ran.sum()), "full_time": float(scheme.full.sum()),
+                             "bid_full_time": float(bid @ scheme.full)})
+    return pd.DataFrame(rows)
+
+
 def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | None = None,
         workers: int | None = None) -> Path:
     """Run the grid (resumable) into ``out_dir/results`` and write ``report.md`` from it.
@@ -476,6 +534,8 @@ def run(out_dir, quick: bool = False, seeds: int | None = None, executor: str | 
     res = run_grid(all_cells, out_dir / "results", executor=executor, workers=workers, max_batch=13,
                    description="shudler2010 cells")
     _record_timing(out_dir / "results", res, time.perf_counter() - t0, executor, workers)
+    if not quick and not (out_dir / "results" / SATURATION_FILE).exists():
+        first_price_saturation().to_csv(out_dir / "results" / SATURATION_FILE, index=False)
     (out_dir / "results" / "plan.json").write_text(json.dumps(
         {"quick": quick, "plan": [[s.tag, sd] for s, sd in plan], "variant_seeds": variant}, indent=1))
     return write_report(out_dir / "results", out_dir)
@@ -544,6 +604,8 @@ def write_report(results, out_dir=None) -> Path:
         out = game_section(rep, sub, s.trace, tag, paper=True, evidence=s.substitute_for is None)
         gm = out["all"][0]
         revenue_section(rep, sub, s.trace, tag)
+        if s is SETTINGS[0] and (Path(results) / SATURATION_FILE).exists():
+            saturation_section(rep, pd.read_csv(Path(results) / SATURATION_FILE), sub)
         c = V.Claims(f"The paper's claims ({tag})", ours=bool(s.substitute_for))
         inputs = V.Claims(f"Table I: the paper's workloads against ours ({tag})", settings=True)
         claims(c, sub, s.trace, n_jobs, nodes, inputs=inputs)
@@ -668,6 +730,62 @@ def revenue_section(rep, df, trace, tag) -> None:
                                                                             hb.revenue / hb.twft).text(".2%")})
     rep.table(pd.DataFrame(rows), caption=f"First price ({tag}): the designer payoff revenue / TWFT split into its parts, "
                                           "relative to HB at the same beta (paired over seeds, 95% intervals)")
+
+
+def saturation_section(rep, sat, df) -> None:
+    """Ours: the first-price revenue gap between the algorithms tested on the stored variant
+    (:func:`first_price_saturation`): the revenue had every running job paid its bid, and the run time spent
+    while the machine is full, per algorithm against HB on the same seeds and betas."""
+    import pandas as pd
+
+    from marketsched.analysis import verdicts as V
+
+    rep.heading("First-price revenue: which jobs run while the machine is full (ours: not counted)", 3)
+    key = ["seed", "beta"]
+    hb = sat[sat.mechanism == "hb"].set_index(key).sort_index()
+    stored = revenue_and_twft(df, LPC).xs("first", level="pricing").revenue
+    same = [abs(r.revenue / stored.loc[(r.mechanism, r.beta, r.seed)] - 1) for r in sat.itertuples()
+            if (r.mechanism, r.beta, r.seed) in stored.index]
+    o = V.Claims("First-price revenue gap, decomposed", ours=True)
+    rows, gap = [], []
+    for alg in ("nphb", "wspt"):
+        x = sat[sat.mechanism == alg].set_index(key).sort_index().reindex(hb.index)
+        share, share_hb = x.full_time / x.run_time, hb.full_time / hb.run_time
+        bid_full, bid_full_hb = x.bid_full_time / x.full_time, hb.bid_full_time / hb.full_time
+        gap.append(float(np.max(np.abs((x.revenue - hb.revenue) - (x.bid_full_time - x.full_time - hb.bid_full_time
+                                                                    + hb.full_time) - (x.run_time - hb.run_time))
+                                / hb.revenue)))
+        rows.append({"algorithm": LABEL[alg],
+                     "revenue vs HB": V.relative_paired_interval(x.revenue, hb.revenue).text(".2%"),
+                     "always pays its bid: revenue vs HB": V.relative_paired_interval(x.always_pays,
+                                                                                       hb.always_pays).text(".2%"),
+                     "run time while full vs HB": V.relative_paired_interval(x.full_time, hb.full_time).text(".2%"),
+                     "mean bid while full vs HB": V.relative_paired_interval(bid_full, bid_full_hb).text(".2%"),
+                     "share of run time while full": f"{share.mean():.1%} (HB {share_hb.mean():.1%})"})
+        o.check("Sec. V", f"a running job always pays its bid: first-price revenue independent of the algorithm "
+                f"({LABEL[alg]} vs HB)", "the same", V.verbal("the same"),
+                V.relative_paired_interval(x.always_pays, hb.always_pays), fmt=".2%",
+                note="relative paired difference over seeds and betas")
+        o.check("Sec. V", f"{LABEL[alg]} keeps the machine full for less of its jobs' run time than HB", "less",
+                V.ordering("<"), V.relative_paired_interval(x.full_time, hb.full_time), fmt=".2%",
+                note="relative paired difference of the run time spent while the machine is full")
+        o.check("Sec. V", f"{LABEL[alg]}: the jobs that run while the machine is full bid less than under HB", "less",
+                V.ordering("<"), V.relative_paired_interval(bid_full, bid_full_hb), fmt=".2%",
+                note="relative paired difference of the run-time-weighted mean bid while the machine is full")
+    incomplete = int((sat.completed < sat.jobs).sum())
+    rep.text(f"Under first price a job pays its bid per unit of time while the machine is full (running and queued "
+             f"jobs at least the nodes) and the reservation price 1 otherwise, so the revenue is the total run time "
+             f"plus the sum of (bid - 1) x the time run while full. The stored variant (seeds "
+             f"{', '.join(str(x) for x in sorted(sat.seed.unique()))}, the paper's betas, SRG) records that time per "
+             f"cell, and the revenue had every running job paid its bid. Its revenues are the stored cells' (largest "
+             f"relative difference {max(same) if same else float('nan'):.1e} over {len(same)} cells); "
+             f"{'every job completes in every cell' if incomplete == 0 else f'{incomplete} cells leave jobs unfinished'}"
+             f"; the revenue gap to HB equals the gap in run time plus in (bid - 1) x time while full to "
+             f"{max(gap):.1e} of HB's revenue.")
+    rep.table(pd.DataFrame(rows), caption="First price on LPC: revenue, the revenue had every running job paid its bid, "
+                                          "and the run time while the machine is full, against HB (paired over seeds "
+                                          "and betas, 95% intervals)")
+    rep.claims(o)
 
 
 def claims(c, df, trace: str, n_jobs: int, nodes: int, srg: dict | None = None, figures_only: bool = False,

@@ -144,6 +144,28 @@ def dpgva(length, deadline, value, horizon: int) -> ReservationOutcome:
     return ReservationOutcome(start, clarke_payments(value, start, w, w_without), w)
 
 
+def dpgva_one_by_one(length, deadline, value, horizon: int) -> ReservationOutcome:
+    """DPGVA with its m+1 Clarke solves run one after another (Mutz 2008, section 5.1.3: W and one
+    W(-i) per bid): the schedule of all bids, then one DP solve of the bids without bid ``i`` for each ``i``.
+    The same outcome as :func:`dpgva` (which advances the m+1 solves together); kept as the
+    reference for that batched pass and to time the thesis's procedure.
+
+    Steps: (1) :func:`dpgva_schedule` on all bids gives the starts and W; (2) for each bid ``i``,
+    :func:`dpgva_schedule` on the other bids gives W(-i) (0 without any bid); (3)
+    :func:`clarke_payments`.
+    """
+    length, deadline, value = check_bids(length, deadline, value, horizon)
+    start, w = dpgva_schedule(length, deadline, value, horizon)
+    keep = np.ones(len(length), dtype=bool)
+    without = np.zeros(len(length))
+    for i in range(len(length)):
+        keep[i] = False
+        if keep.any():
+            without[i] = dpgva_schedule(length[keep], deadline[keep], value[keep], horizon)[1]
+        keep[i] = True
+    return ReservationOutcome(start, clarke_payments(value, start, w, without), w)
+
+
 def brute_force_schedule(length, deadline, value, horizon: int) -> tuple[np.ndarray, float]:
     """Thesis comparator (section 5.2.2): every ordering of jobs subject to deadlines.
 
