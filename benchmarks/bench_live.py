@@ -44,7 +44,7 @@ import threading
 import time
 from pathlib import Path
 
-from marketsched.live.executor import kill_recorded_jobs
+from marketsched.platform.executor import kill_recorded_jobs
 
 
 def pct(xs, q):
@@ -106,7 +106,7 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
     ``full=True``: two long high-bid jobs hold both slots first, so every submission queues:
     the API, ledger and mechanism path alone."""
     from marketsched.live.cli import Client
-    from marketsched.live.ledger import Store
+    from marketsched.platform.ledger import Store
 
     with served("--slots", 2, "--sync", sync, "--single-user") as (broker, port, data, admin):
         url = admin.url
@@ -190,9 +190,9 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
 
 # ---------------------------------------------------------------------------- decision
 def decision(n_queued=10_000, samples=2000):
-    from marketsched.live.clock import FakeClock
     from marketsched.live.engine import LiveEngine
     from marketsched.mechanisms.online.priority import PriorityScheduler
+    from marketsched.platform.clock import FakeClock
 
     rng = random.Random(1)
     print(f"decision latency with {n_queued:,} queued jobs")

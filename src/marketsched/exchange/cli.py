@@ -38,7 +38,7 @@ def _store(data: Path) -> ExchangeStore:
 
 def _open(data: Path, backends=None):
     """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
-    from marketsched.live.clock import WallClock
+    from marketsched.platform.clock import WallClock
 
     from .core import Exchange
 
@@ -265,7 +265,7 @@ def token_cmd(data, name, role):
 def unix_cmd(data, user, account):
     """Run USER's contract jobs as Unix account ACCOUNT (when the exchange runs as root;
     docs/exchange.md). Once any user is mapped, a root exchange runs no unmapped user's job."""
-    from marketsched.live.executor import RunAs
+    from marketsched.platform.executor import RunAs
 
     from .orders import check_name
 

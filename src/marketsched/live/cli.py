@@ -10,7 +10,7 @@ account, no token needed. Otherwise it uses HTTP at ``--url`` (``$MARKETSCHED_UR
 this host, the one whose socket ``DATA/server.id`` names (``--data``); over ``https``, one
 presenting the certificate pinned with ``--server-cert`` (or ``DATA/server-cert.pem``), else
 one the system's certificate authorities vouch for (``$SSL_CERT_FILE``). Otherwise it refuses,
-sending nothing (:mod:`marketsched.live.identity`).
+sending nothing (:mod:`marketsched.platform.identity`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import click
 
-from marketsched.live.files import short_socket_path
+from marketsched.platform.files import short_socket_path
 
 DEFAULT_URL = "http://127.0.0.1:8765"
 SOCKET_NAME = "market.sock"
@@ -44,7 +44,7 @@ class Client:
     at ``url`` with ``token``, or over the broker's Unix socket at ``socket_path`` (no token).
 
     With ``check_server`` (the command line's clients), the token is sent over TCP only to a
-    server shown to be the market's (:mod:`marketsched.live.identity`): over ``https``, one
+    server shown to be the market's (:mod:`marketsched.platform.identity`): over ``https``, one
     presenting the certificate pinned in ``server_cert`` (default: ``server_dir``'s
     ``server-cert.pem``, if there), else one the system's certificate authorities vouch for,
     under the URL's host name; over plain ``http``, on this host only, the socket listening on
@@ -82,7 +82,7 @@ class Client:
 
     def _connection(self, verify: bool) -> tuple[http.client.HTTPConnection, Callable[[], None] | None]:
         """A connection to ``url``, not yet open, and the check to make once it is (or None)."""
-        from marketsched.live.identity import (
+        from marketsched.platform.identity import (
             CERT_NAME,
             NotTheServer,
             check_listener,
@@ -114,7 +114,7 @@ class Client:
         conn = http.client.HTTPConnection(u.hostname, port, timeout=self.timeout)
         if not verify:
             return conn, None
-        from marketsched.live.server import is_loopback
+        from marketsched.platform.server import is_loopback
 
         if not is_loopback(u.hostname):
             raise ClientError(f"refusing to send your token over plain HTTP to {self.url}, beyond this host: nothing "
@@ -139,7 +139,7 @@ class Client:
         return conn, listener  # and again once connected, before sending
 
     def _http(self, method, path, data, headers):
-        from marketsched.live.identity import NotTheServer
+        from marketsched.platform.identity import NotTheServer
 
         verify = self.check_server and "Authorization" in headers
         prefix = urllib.parse.urlsplit(self.url).path
@@ -312,7 +312,7 @@ def _preload() -> None:
 def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead):
     """For ``serve --service-user``: start the privileged launcher (root), drop this process to
     the service account for good, and return the executor that sends jobs to the launcher."""
-    from marketsched.live.launcherd import LauncherExecutor, drop_privileges, prepare_data, service_account, spawn
+    from marketsched.platform.launcherd import LauncherExecutor, drop_privileges, prepare_data, service_account, spawn
 
     if os.geteuid() != 0:
         raise ValueError("--service-user: start the broker as root (it drops to the service account itself)")
@@ -410,7 +410,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     After a crash (kill -9), the same happens at restart.
     """
     from marketsched.live.broker import Broker, MarketConfig
-    from marketsched.live.server import Limits, MarketServer, check_plain_http, raise_fd_limit
+    from marketsched.live.server import MarketServer
+    from marketsched.platform.server import Limits, check_plain_http, raise_fd_limit
 
     _remove_ready(data, stale_only=True)  # a broker killed with -9 left its own: `market wait` waits for this one
     memory = _bytes(job_memory, "--job-memory")
@@ -569,7 +570,7 @@ def wait(data_dir, job_id, token, timeout) -> None:
     no fixed sleep is long enough."""
     import time
 
-    from marketsched.live.ledger import FINAL_STATES
+    from marketsched.platform.ledger import FINAL_STATES
 
     deadline = time.monotonic() + timeout
     while (info := _ready(data_dir)) is None:

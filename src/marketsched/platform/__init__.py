@@ -1,0 +1,1 @@
+"""The platform every live market runs on (see docs/architecture.md)."""
