@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from marketsched.live.cli import server_check_options, tls_options
+from marketsched.platform.client import server_check_options, tls_options
 
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
@@ -353,7 +353,7 @@ def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
     the budget bidding agent: CONFIG is {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]},
     jobs as for `exchange agents`. With a provider's token, the offer agent: CONFIG is
     {"costs": {node: cost}, "markup"?, "horizon"?, "renew"?, "load_weight"?}."""
-    from marketsched.live.cli import Client, ClientError
+    from marketsched.platform.client import Client, ClientError
 
     from .access import ApiAccess, ProviderApiAccess
     from .agents import agents_from_config

@@ -71,7 +71,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from marketsched.platform.files import short_socket_path
 from marketsched.platform.identity import remove_identity, write_identity
 
-log = logging.getLogger("marketsched.live.server")
+log = logging.getLogger("marketsched.platform.server")
 
 CONN_STATE = "marketsched.conn"  # ASGI state key: the connection's ConnInfo
 PEER_STATE = "marketsched.peer"  # ASGI state key: (uid, gid, pid) of a Unix-socket peer
