@@ -4,7 +4,7 @@ It joins four parts, all driven under one lock:
 
 * the **mechanism**: a :class:`~marketsched.mechanisms.online.priority.PriorityScheduler` with a
   payment scheme, the very objects the simulator uses, inside a
-  :class:`~marketsched.live.engine.LiveEngine` on wall-clock time (HB with k-th price by
+  :class:`~marketsched.platform.engine.LiveEngine` on wall-clock time (HB with k-th price by
   default; NPHB, WSEPT (and WSPT, see below) and first price selectable);
 * the **executor** (:class:`~marketsched.platform.executor.LocalExecutor`): ``slots`` jobs run at
   once, each as its owner's Unix account in its own cgroup; the engine's start / preempt
@@ -87,11 +87,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marketsched.live.engine import LiveEngine
 from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
 from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
 from marketsched.platform import validation
 from marketsched.platform.clock import WallClock
+from marketsched.platform.engine import LiveEngine
 from marketsched.platform.executor import JobLimits, LocalExecutor, RunAs, warn
 from marketsched.platform.files import data_folder, tighten, write_private
 from marketsched.platform.jobfiles import JobFileError
