@@ -190,9 +190,9 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
 
 # ---------------------------------------------------------------------------- decision
 def decision(n_queued=10_000, samples=2000):
-    from marketsched.platform.engine import LiveEngine
     from marketsched.mechanisms.online.priority import PriorityScheduler
     from marketsched.platform.clock import FakeClock
+    from marketsched.platform.engine import LiveEngine
 
     rng = random.Random(1)
     print(f"decision latency with {n_queued:,} queued jobs")
