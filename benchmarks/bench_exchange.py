@@ -22,8 +22,8 @@ import numpy as np
 
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.clock import FakeClock
 from marketsched.mechanisms.clearing.orderbook import generate_order_book
+from marketsched.platform.clock import FakeClock
 
 
 def offer_nodes(ex: Exchange, book, providers: int, extra_slots: int = 0) -> None:

@@ -25,8 +25,8 @@ from bench_exchange import offer_nodes
 
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.clock import FakeClock
 from marketsched.mechanisms.clearing.orderbook import generate_order_book
+from marketsched.platform.clock import FakeClock
 
 
 def one(mechanism: str, n: int, tmp: Path, providers: int = 50) -> tuple[float, float, int]:

@@ -22,7 +22,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from marketsched.mechanisms.games import best_response, run_dynamics, uniform_game, weight_proportional_bids
-from marketsched.mechanisms.games.best_response import _local_search_one, response_utility
+from marketsched.mechanisms.games.best_response import local_search_one, response_utility
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
@@ -66,7 +66,7 @@ def main() -> None:
     print(f"2. dynamics m=150, n=100: {res.iterations} iterations, converged={res.converged}, "
           f"efficiency {res.efficiency[-1]:.3f}; best {lo * 1e3:.1f} ms, median {med * 1e3:.1f} ms "
           "(includes efficiency/uniformity/envy every iteration)")
-    from marketsched.mechanisms.games.best_response import _br_one
+    from marketsched.mechanisms.games.best_response import br_one
 
     def bare():
         xx = weight_proportional_bids(g)
@@ -74,7 +74,7 @@ def main() -> None:
             YY = xx.sum(axis=0) + g.reserve
             for i in range(g.m):
                 yy = np.maximum(YY - xx[i], g.reserve)
-                new = _br_one(g.weights[i], yy, 1.0)
+                new = br_one(g.weights[i], yy, 1.0)
                 YY = yy + new
                 xx[i] = new
     lo, med = timed(bare, args.repeat)
@@ -104,8 +104,8 @@ def main() -> None:
     w /= w.sum()
     y = rng.random(100) * 5 + 0.01
     for k in (5, 20):
-        lo, med = timed(lambda: _local_search_one(w, y, 1.0, k), max(args.repeat, 20))
-        print(f"4. local search n=100, Delta={k}: {_local_search_one(w, y, 1.0, k)[1]} swaps, "
+        lo, med = timed(lambda: local_search_one(w, y, 1.0, k), max(args.repeat, 20))
+        print(f"4. local search n=100, Delta={k}: {local_search_one(w, y, 1.0, k)[1]} swaps, "
               f"best {lo * 1e3:.2f} ms, median {med * 1e3:.2f} ms per call")
 
 

@@ -11,7 +11,7 @@ Cases (issue 10):
   and checks every submission was accepted exactly once (1,000 distinct ids; the database
   holds exactly the 1,000 commands) and that the books balance.
 * ``decision``: the time of one mechanism decision with 10,000 queued jobs, (a) in the
-  :class:`~marketsched.live.engine.LiveEngine` alone (an arrival that queues, an arrival that
+  :class:`~marketsched.platform.engine.LiveEngine` alone (an arrival that queues, an arrival that
   preempts, a completion), and (b) end to end in the broker (a submission committed to SQLite,
   a cancellation of a running job, which starts the next queued one), with 10,000 queued jobs
   in its database.
@@ -44,7 +44,7 @@ import threading
 import time
 from pathlib import Path
 
-from marketsched.live.executor import kill_recorded_jobs
+from marketsched.platform.executor import kill_recorded_jobs
 
 
 def pct(xs, q):
@@ -106,7 +106,7 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
     ``full=True``: two long high-bid jobs hold both slots first, so every submission queues:
     the API, ledger and mechanism path alone."""
     from marketsched.live.cli import Client
-    from marketsched.live.ledger import Store
+    from marketsched.platform.ledger import Store
 
     with served("--slots", 2, "--sync", sync, "--single-user") as (broker, port, data, admin):
         url = admin.url
@@ -190,9 +190,9 @@ def load(n_clients=20, n_jobs=1000, full=False, sync="full"):
 
 # ---------------------------------------------------------------------------- decision
 def decision(n_queued=10_000, samples=2000):
-    from marketsched.live.clock import FakeClock
-    from marketsched.live.engine import LiveEngine
     from marketsched.mechanisms.online.priority import PriorityScheduler
+    from marketsched.platform.clock import FakeClock
+    from marketsched.platform.engine import LiveEngine
 
     rng = random.Random(1)
     print(f"decision latency with {n_queued:,} queued jobs")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from marketsched.live.broker import Broker, MarketConfig
-from marketsched.live.slurm import SlurmExecutor, priority_of, run, slurm_up
+from marketsched.platform.slurm import SlurmExecutor, priority_of, run, slurm_up
 
 
 def slurm_states(prefix: str) -> dict[str, str]:

@@ -93,7 +93,7 @@ def trace_path():
 def cluster():
     """A running Slurm cluster (``scripts/slurm-up.sh``). Missing: skip, or fail when
     ``MARKETSCHED_SLURM=1`` (as CI sets it, so Slurm tests never skip silently there)."""
-    from marketsched.live.slurm import slurm_up
+    from marketsched.platform.slurm import slurm_up
 
     if not slurm_up():
         if os.environ.get("MARKETSCHED_SLURM") == "1":
@@ -163,7 +163,7 @@ def open_dir():
     d = Path(tempfile.mkdtemp(prefix="ms-attack-"))
     os.chmod(d, 0o755)
     yield d
-    from marketsched.live.executor import kill_recorded_jobs
+    from marketsched.platform.executor import kill_recorded_jobs
 
     kill_recorded_jobs(d / "market")
     shutil.rmtree(d, ignore_errors=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.clock import FakeClock
+from marketsched.platform.clock import FakeClock
 
 
 class FakeBackend:

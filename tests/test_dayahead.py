@@ -16,14 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from live_helpers import wait_for
-from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.cli import market as market_cli
-from marketsched.live.clock import FakeClock
 from marketsched.live.dayahead import ESCROW, DayAhead, DayAheadConfig, config_from_clock, daily_config
-from marketsched.live.ledger import MICRO
+from marketsched.live.server import MarketServer
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
+from marketsched.platform.clock import FakeClock
+from marketsched.platform.ledger import MICRO
 
 HANG = 300.0  # a guard against a hang, not a timing claim
 
@@ -244,7 +244,7 @@ def test_a_reservations_job_runs_as_its_owners_unix_account_in_a_cgroup(accounts
     """Multi-user market: the day-ahead service starts a winner's command like a spot job (the
     same launcher and cgroups), as the bid owner's account."""
     from live_helpers import require_cgroups
-    from marketsched.live.jobfiles import read_tail
+    from marketsched.platform.jobfiles import read_tail
 
     b = Broker(open_dir / "market", MarketConfig(slots=1, charge_interval=0.2, single_user=False)).start()
     try:

@@ -18,9 +18,9 @@ import pytest
 from live_helpers import wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.dayahead import ESCROW, DayAhead, config_from_clock
-from marketsched.live.ledger import MICRO
-from marketsched.live.slurm import parse_scontrol, run
 from marketsched.mechanisms.clearing.dpgva import DPGVA
+from marketsched.platform.ledger import MICRO
+from marketsched.platform.slurm import parse_scontrol, run
 
 HANG = 300.0  # a guard against a hang, not a timing claim
 

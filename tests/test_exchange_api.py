@@ -20,8 +20,8 @@ from marketsched.cli import main
 from marketsched.exchange.api import MAX_STREAMS_PER_PARTY, ExchangeServer, ExchangeService, issue_token
 from marketsched.exchange.info import market_info
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.api import MAX_BODY
 from marketsched.live.cli import Client, ClientError
+from marketsched.platform.http import MAX_BODY
 
 
 @pytest.fixture
@@ -488,8 +488,8 @@ def test_the_pages_signed_reads_name_the_party_and_change_nothing(market):
     """The page's ``MarketSig`` reads (the live market's): a party's own orders, GET only."""
     import time
 
-    from marketsched.live.api import page_signature
     from marketsched.live.broker import page_key_id
+    from marketsched.platform.tokens import page_signature
 
     ex, clock, srv, c, tokens = market
     c["alice"].post("/api/requests", {"value": 1, "cpu": 1, "first_slot": 2, "last_slot": 3, "command": "x"})

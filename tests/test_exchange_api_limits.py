@@ -9,7 +9,7 @@ from live_helpers import CALLS, flood_and_call, health, request
 from marketsched.exchange.api import ExchangeServer, ExchangeService, issue_token
 from marketsched.exchange.store import ExchangeStore
 from marketsched.live.cli import Client
-from marketsched.live.server import Limits
+from marketsched.platform.server import Limits
 
 
 def test_slow_bodies_from_one_party_leave_the_others_served(tmp_path):

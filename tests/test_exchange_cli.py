@@ -11,7 +11,7 @@ from exchange_helpers import FakeBackend
 from marketsched.cli import main
 from marketsched.exchange.core import Exchange
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.clock import WallClock
+from marketsched.platform.clock import WallClock
 
 
 def _ok(runner, *args):

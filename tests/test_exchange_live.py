@@ -19,9 +19,9 @@ from marketsched.exchange.book import run_mechanism
 from marketsched.exchange.core import DONE_BEFORE, Exchange, create_exchange, recorded_book
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore, to_micro
-from marketsched.live.clock import WallClock
-from marketsched.live.jobfiles import read_state
-from marketsched.live.slurm import run, slurm_up
+from marketsched.platform.clock import WallClock
+from marketsched.platform.jobfiles import read_state
+from marketsched.platform.slurm import run, slurm_up
 
 SLOT = 2.0
 

@@ -22,7 +22,7 @@ from marketsched.cli import main
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.providers import provider_backends
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.clock import FakeClock
+from marketsched.platform.clock import FakeClock
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from marketsched.exchange.api import ExchangeServer, ExchangeService, issue_toke
 from marketsched.exchange.clearing import GATE_ENV
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore
-from marketsched.live.clock import WallClock
 from marketsched.mechanisms.clearing.orderbook import generate_order_book
+from marketsched.platform.clock import WallClock
 
 SLOT = 1.0
 ORDERS = 2500
@@ -132,7 +132,7 @@ def test_a_large_clearing_blocks_no_read_write_or_window(tmp_path):
         srv.shutdown()
         service.store.close()
         for c in store.contracts(("starting", "running")):
-            from marketsched.live.jobfiles import read_state
+            from marketsched.platform.jobfiles import read_state
 
             rec = read_state(data / "providers" / c["provider"], c["id"])
             if rec is not None:

@@ -34,9 +34,9 @@ from live_helpers import BOMB, wait_for
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.providers import JOB_PROCESSES
 from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore
-from marketsched.live.clock import WallClock
-from marketsched.live.executor import LocalExecutor
-from marketsched.live.jobfiles import read_state
+from marketsched.platform.clock import WallClock
+from marketsched.platform.executor import LocalExecutor
+from marketsched.platform.jobfiles import read_state
 
 HANG = 180.0  # a guard against a hang, not a timing claim
 

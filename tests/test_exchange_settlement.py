@@ -21,7 +21,7 @@ from marketsched.exchange import providers
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.providers import Contracted, provider_backends, slurm_fault
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.clock import FakeClock
+from marketsched.platform.clock import FakeClock
 
 
 def _entries(ex, cid):

@@ -12,9 +12,9 @@ from live_helpers import wait_for
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.providers import provider_backends
 from marketsched.exchange.store import FINAL_CONTRACT_STATES, ExchangeStore
-from marketsched.live.clock import WallClock
-from marketsched.live.jobfiles import read_state
-from marketsched.live.slurm import run
+from marketsched.platform.clock import WallClock
+from marketsched.platform.jobfiles import read_state
+from marketsched.platform.slurm import run
 
 HANG = 300.0  # a guard against a hang, not a timing claim
 

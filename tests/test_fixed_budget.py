@@ -31,7 +31,7 @@ from marketsched.mechanisms.games import (
     weight_proportional_bids,
     worst_case_game,
 )
-from marketsched.mechanisms.games.best_response import _br_one, response_utility
+from marketsched.mechanisms.games.best_response import br_one, response_utility
 from marketsched.mechanisms.games.dynamics import stabilisation_time
 from marketsched.mechanisms.games.fixed_budget import opposite_equilibria, shares_of
 
@@ -352,11 +352,11 @@ def test_local_search_is_a_local_optimum(seed, n, k):
         for i in A:
             for j in set(range(n)) - A:
                 B = np.array(sorted(A - {i} | {j}))
-                assert response_utility(w[B], _br_one(w[B], y[B], budget), y[B]) <= u * (1 + 1e-8)
+                assert response_utility(w[B], br_one(w[B], y[B], budget), y[B]) <= u * (1 + 1e-8)
     # ... and it is never worse than the start (the top-k by w/y) nor than the best k-subset by much.
     top = np.argsort(-(w / y), kind="stable")[:k]
-    assert u >= response_utility(w[top], _br_one(w[top], y[top], budget), y[top]) - 1e-12
-    best = max(response_utility(w[list(S)], _br_one(w[list(S)], y[list(S)], budget), y[list(S)])
+    assert u >= response_utility(w[top], br_one(w[top], y[top], budget), y[top]) - 1e-12
+    best = max(response_utility(w[list(S)], br_one(w[list(S)], y[list(S)], budget), y[list(S)])
                for S in itertools.combinations(range(n), k))
     assert u <= best + 1e-12
 
@@ -441,7 +441,7 @@ def test_simultaneous_round_is_every_user_best_responding_to_the_last_round():
     x0 = weight_proportional_bids(g)
     res = run_dynamics(g, order="simultaneous", max_iterations=1)
     Y = x0.sum(0) + g.reserve
-    expect = np.vstack([_br_one(g.weights[i], Y - x0[i], 1.0) for i in range(g.m)])
+    expect = np.vstack([br_one(g.weights[i], Y - x0[i], 1.0) for i in range(g.m)])
     np.testing.assert_allclose(res.bids, expect, rtol=1e-10, atol=1e-14)
 
 

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from live_helpers import raw, wait_for
 from marketsched.cli import main
-from marketsched.live.api import MarketServer
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client, ClientError
+from marketsched.live.server import MarketServer
 
 
 @pytest.fixture
@@ -197,8 +197,8 @@ def test_web_page_signed_reads(server):
     import hashlib
     import time
 
-    from marketsched.live.api import page_signature
     from marketsched.live.broker import page_key_id
+    from marketsched.platform.tokens import page_signature
 
     h = hashlib.sha256(server.broker.admin_token.encode()).hexdigest()
 
@@ -233,8 +233,8 @@ def test_a_new_token_replaces_the_old_one_at_once(server, tmp_path):
     replaces admin.token."""
     import hashlib
 
-    from marketsched.live.api import page_signature
     from marketsched.live.broker import page_key_id
+    from marketsched.platform.tokens import page_signature
 
     b = server.broker
     admin = Client(server.url, b.admin_token)

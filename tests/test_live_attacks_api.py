@@ -28,7 +28,7 @@ import pytest
 from live_helpers import closed_by_peer, free_port, health, http, read_response, request, start_broker, wait_for
 from marketsched.live.broker import MarketError
 from marketsched.live.cli import Client, ClientError
-from marketsched.live.executor import kill_recorded_jobs
+from marketsched.platform.executor import kill_recorded_jobs
 
 FLOOD = 1500  # idle connections
 BROKER_FILES = 1024  # the broker's open-file limit in the flood test (the issue's failing set-up)
@@ -157,7 +157,8 @@ def test_body_deadline_and_unread_responses(tmp_path):
     """In-process (a body deadline of 1 s is not a command-line option): a body that never
     finishes is cut off; a client that does not read its answer is dropped."""
     from marketsched.live.broker import Broker, MarketConfig
-    from marketsched.live.server import Limits, MarketServer
+    from marketsched.live.server import MarketServer
+    from marketsched.platform.server import Limits
 
     b = Broker(tmp_path / "market", MarketConfig()).start()
     b.ensure_admin()
@@ -518,7 +519,7 @@ def test_plain_http_beyond_loopback_is_refused(tmp_path):
                         "--host", "0.0.0.0", "--port", str(free_port())], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "refusing plain HTTP on 0.0.0.0" in r.stderr and "--insecure-http" in r.stderr
     assert not (tmp_path / "m").exists()  # refused before anything was made
-    from marketsched.live.server import check_plain_http
+    from marketsched.platform.server import check_plain_http
 
     check_plain_http("0.0.0.0", tls=False, insecure_http=True)
     check_plain_http("10.1.2.3", tls=True, insecure_http=False)

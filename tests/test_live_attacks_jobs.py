@@ -43,8 +43,8 @@ from live_helpers import (
     wait_for,
 )
 from marketsched.live.broker import Broker, MarketConfig
-from marketsched.live.executor import kill_recorded_jobs, proc_cpu_seconds, proc_start_ticks
-from marketsched.live.ledger import Store
+from marketsched.platform.executor import kill_recorded_jobs, proc_cpu_seconds, proc_start_ticks
+from marketsched.platform.ledger import Store
 
 LOOP = "while :; do :; done"
 # the count is written to a temporary file and renamed, so ``count`` is never seen empty: a job

@@ -25,8 +25,9 @@ from live_helpers import CALLS, SLOW, flood_and_call, health, request, silent, s
 from marketsched.cli import main
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client
-from marketsched.live.identity import IDENTITY_NAME
-from marketsched.live.server import Limits, MarketServer
+from marketsched.live.server import MarketServer
+from marketsched.platform.identity import IDENTITY_NAME
+from marketsched.platform.server import Limits
 
 
 def test_slow_bodies_from_one_party_leave_the_others_served(tmp_path):

@@ -9,8 +9,8 @@ import pytest
 
 from live_helpers import proc_state, wait_for, work
 from marketsched.live.broker import Broker, MarketConfig, MarketError
-from marketsched.live.executor import proc_start_ticks
 from marketsched.live.replay import simulate_recorded
+from marketsched.platform.executor import proc_start_ticks
 
 
 @pytest.fixture

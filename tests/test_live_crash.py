@@ -10,8 +10,8 @@ import pytest
 
 from live_helpers import free_port, start_broker, wait_for
 from marketsched.live.cli import Client
-from marketsched.live.executor import kill_recorded_jobs, proc_start_ticks
-from marketsched.live.ledger import Store
+from marketsched.platform.executor import kill_recorded_jobs, proc_start_ticks
+from marketsched.platform.ledger import Store
 
 
 def gated_cmd(log: Path, release: Path, step=0.05):

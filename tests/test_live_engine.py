@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import SchedulingError, Simulator
-from marketsched.live.clock import FakeClock, WallClock
-from marketsched.live.engine import LiveEngine
 from marketsched.live.replay import replay_live
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
+from marketsched.platform.clock import FakeClock, WallClock
+from marketsched.platform.engine import LiveEngine
 from marketsched.workloads.workload import Workload
 from reference_priority import BIDS, instances
 from reference_priority import simulate as reference

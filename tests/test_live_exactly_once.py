@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from marketsched.live.broker import Broker, MarketConfig
-from marketsched.live.clock import FakeClock
-from marketsched.live.executor import JobFolders
+from marketsched.platform.clock import FakeClock
+from marketsched.platform.executor import JobFolders
 
 
 @dataclass

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from live_helpers import proc_state, require_cgroups, wait_for
-from marketsched.live import jobfiles
-from marketsched.live.executor import LocalExecutor, proc_start_ticks
+from marketsched.platform import jobfiles
+from marketsched.platform.executor import LocalExecutor, proc_start_ticks
 
 
 def wait_exits(ex, n=1, timeout=30.0):
@@ -177,7 +177,7 @@ def test_setsid_and_double_fork_children_are_frozen_and_killed_with_the_job(cex)
 
 
 def test_cpu_and_memory_limits_are_set_and_a_job_over_its_memory_is_killed(cex):
-    from marketsched.live.executor import JobLimits
+    from marketsched.platform.executor import JobLimits
 
     p = cex.launch(2, "python3 -c 'x = b\"x\" * (256 << 20); print(len(x))'",
                    limits=JobLimits(cpus=0.5, memory=64 << 20))
@@ -211,7 +211,7 @@ def test_a_job_folder_swapped_during_the_launch_is_refused(ex, monkeypatch):
     nothing runs."""
     import subprocess
 
-    from marketsched.live.jobfiles import JobFileError
+    from marketsched.platform.jobfiles import JobFileError
 
     real = subprocess.Popen
     wd = ex.workdir(1)

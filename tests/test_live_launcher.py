@@ -1,4 +1,4 @@
-"""The privileged launcher (``marketsched.live.launcherd``) refuses whatever is outside its
+"""The privileged launcher (``marketsched.platform.launcherd``) refuses whatever is outside its
 request set, whoever sends it: requests are sent here straight down its socket, as a broker
 taken over by an attacker (running as the service account) could.
 
@@ -23,8 +23,8 @@ import pytest
 
 from live_helpers import chown_tree, make_service_account, require_cgroups, wait_for
 from marketsched.live.broker import Broker, MarketConfig
-from marketsched.live.executor import JobLimits, proc_start_ticks
-from marketsched.live.launcherd import MAX_MESSAGE, LauncherError, recv_frame, spawn
+from marketsched.platform.executor import JobLimits, proc_start_ticks
+from marketsched.platform.launcherd import MAX_MESSAGE, LauncherError, recv_frame, spawn
 
 
 @pytest.fixture(scope="module")

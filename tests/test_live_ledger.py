@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from marketsched.live.broker import Broker, MarketConfig, MarketError
-from marketsched.live.ledger import DEPOSITS, MAX_BALANCE, MICRO, REVENUE, SCHEMA_VERSION, LedgerBoundError, Store
+from marketsched.platform.ledger import DEPOSITS, MAX_BALANCE, MICRO, REVENUE, SCHEMA_VERSION, LedgerBoundError, Store
 from test_live_postgres import pg_server, pg_url  # noqa: F401 - fixtures
 
 # The schema as every version before 2 made it (a frozen copy: what an old database holds).

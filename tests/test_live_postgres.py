@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from marketsched.live.broker import Broker, MarketConfig, MarketError
-from marketsched.live.ledger import Store
+from marketsched.platform.ledger import Store
 
 
 def _free_port():

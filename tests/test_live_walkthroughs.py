@@ -16,7 +16,7 @@ import pytest
 
 from live_helpers import free_port, proc_state, wait_for, work
 from marketsched.live.cli import Client
-from marketsched.live.executor import kill_recorded_jobs, proc_start_ticks
+from marketsched.platform.executor import kill_recorded_jobs, proc_start_ticks
 from walkthroughs import environment, walkthroughs
 
 LIVE = walkthroughs("live")

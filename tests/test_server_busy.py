@@ -17,10 +17,11 @@ from exchange_helpers import make_exchange
 from live_helpers import http, request
 from marketsched.exchange.api import ExchangeServer, ExchangeService, issue_token
 from marketsched.exchange.store import ExchangeStore
-from marketsched.live.api import RETRY_AFTER, MarketServer
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client, ClientError
-from marketsched.live.clock import FakeClock
+from marketsched.live.server import MarketServer
+from marketsched.platform.clock import FakeClock
+from marketsched.platform.http import RETRY_AFTER
 from test_live_exactly_once import ScriptedExecutor
 
 

@@ -12,9 +12,9 @@ import socket
 
 import pytest
 
-from marketsched.live.api import Gate
 from marketsched.live.broker import MarketError
-from marketsched.live.identity import (
+from marketsched.platform.http import Gate
+from marketsched.platform.identity import (
     IDENTITY_NAME,
     NotTheServer,
     check_listener,
@@ -22,7 +22,7 @@ from marketsched.live.identity import (
     read_identity,
     write_identity,
 )
-from marketsched.live.server import ConnInfo, Registry
+from marketsched.platform.server import ConnInfo, Registry
 
 
 # ---------------------------------------------------------------------------- the request gate

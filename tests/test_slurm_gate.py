@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-import marketsched.live.slurm as slurm
+import marketsched.platform.slurm as slurm
 
 
 class FakeSlurm:

@@ -18,7 +18,7 @@ import pytest
 from live_helpers import free_port, start_broker, wait_for, work
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.replay import simulate_recorded
-from marketsched.live.slurm import SlurmExecutor, parse_scontrol, priority_of, run
+from marketsched.platform.slurm import SlurmExecutor, parse_scontrol, priority_of, run
 
 STEP = 0.2
 HANG = 300.0  # waits end when their condition holds; this only guards against a hang
@@ -235,7 +235,7 @@ def slurm_broker(data: Path, port: int, log, slots: int):
 
 def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):
     from marketsched.live.cli import Client
-    from marketsched.live.ledger import Store
+    from marketsched.platform.ledger import Store
 
     data = tmp_path / "market"
     runs = tmp_path / "runs.log"

@@ -1099,11 +1099,11 @@ def grid_show(path):
 
     g = _grid_file(path)
     done = finished_cells(g.out) if g.out.is_dir() else set()
-    from marketsched.experiments.runner import _norm_key
+    from marketsched.experiments.runner import norm_key
 
     for i, c in enumerate(g.cells, 1):
-        click.echo(f"{i:>5}  {c.label()}{'  (done)' if _norm_key(c.key()) in done else ''}")
-    n_done = sum(_norm_key(c.key()) in done for c in g.cells)
+        click.echo(f"{i:>5}  {c.label()}{'  (done)' if norm_key(c.key()) in done else ''}")
+    n_done = sum(norm_key(c.key()) in done for c in g.cells)
     plugins = "".join(f"; {n} from {p['distribution']} {p['version']}" for n, p in g.plugins.items())
     click.echo(f"{len(g.cells)} cells, {n_done} already in {g.out}; executor {g.executor}"
                f"{f', {g.workers} workers' if g.workers else ''}{plugins}")

@@ -354,9 +354,9 @@ def claim_verdicts(table, claims) -> list[dict]:
 def figure(table, kind: str, title: str = ""):
     """Gains of one deviation kind: one column of points per amount (symlog scale), profitable
     ones in red, with the profitable share above each column."""
-    from marketsched.analysis.plots import _plt
+    from marketsched.analysis.plots import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     t = table[table["kind"] == kind]
     amounts = sorted(t["amount"].unique())
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)

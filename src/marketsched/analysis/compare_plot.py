@@ -34,7 +34,7 @@ def compare_figure(tables, title: str = ""):
     with true values; ``ValueError`` names the first run that lacks one); a run without a
     ``utility`` column (a queue without a market: no bids, no payments) has no boxes on the right."""
     from marketsched.analysis.metrics import VALUE_BANDS
-    from marketsched.analysis.plots import _plt
+    from marketsched.analysis.plots import pyplot
 
     if not tables:
         raise ValueError("compare_figure: no runs to draw")
@@ -42,7 +42,7 @@ def compare_figure(tables, title: str = ""):
         lacking = [c for c in ("state", "bounded_slowdown", "value_band") if c not in t]
         if lacking:
             raise ValueError(f"compare_figure: run {label!r} has no column {lacking[0]!r} (no true values?)")
-    plt = _plt()
+    plt = pyplot()
     import matplotlib
 
     # matplotlib 3.10 renamed vert=False (deprecated since) to orientation="horizontal"

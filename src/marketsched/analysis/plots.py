@@ -18,7 +18,8 @@ GANTT_MAX_JOBS = 5000
 FORMATS = ("png", "svg")
 
 
-def _plt():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (imported on first use: plotting is optional)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,7 +51,7 @@ def gantt(segs, capacity: int, title: str = "", max_jobs: int = GANTT_MAX_JOBS, 
     colour taken from a map of as many colours as jobs (neighbouring job rows get distant
     hues). ``labels``: write each bar's job id on it (default: up to :data:`GANTT_LABEL_MAX`
     jobs, beyond which the ids would overlap)."""
-    plt = _plt()
+    plt = pyplot()
     from matplotlib.collections import LineCollection, PolyCollection
     from matplotlib.patches import Patch
 
@@ -111,7 +112,7 @@ def over_time(series, title: str = "", t0: float = 0.0, kth_price: bool = False)
     when present, the bids (mean running bid, highest queued bid) and the payments settled so far.
     ``kth_price``: the run is HB or NPHB with the k-th price, whose price is the highest queued
     bid (Shudler et al. (2010), section III.B): the legend says so only then."""
-    plt = _plt()
+    plt = pyplot()
     panels = [("utilisation", "utilisation"), ("queue", "jobs waiting")]
     if "running_bid" in series:
         panels.append(("bids", "bid per unit time"))
@@ -146,7 +147,7 @@ def over_time(series, title: str = "", t0: float = 0.0, kth_price: bool = False)
 def slowdown_by_band(table, title: str = ""):
     """Mean and median bounded slowdown of completed jobs per value band (Shudler et al. (2010)'s
     bands low/middle/high), with the number of jobs on each bar."""
-    plt = _plt()
+    plt = pyplot()
     from marketsched.analysis.metrics import VALUE_BANDS
 
     done = table[table["state"].astype(str) == "completed"]
@@ -180,5 +181,5 @@ def save(fig, *paths) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)
         out.append(path)
-    _plt().close(fig)
+    pyplot().close(fig)
     return out

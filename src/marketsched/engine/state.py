@@ -7,7 +7,7 @@ differ only in what a start or a stop means to them, through two hooks:
 
 * :class:`~marketsched.engine.simulator.Simulator` predicts the completion of a started job
   from its remaining work and keeps the remaining work when a job stops;
-* :class:`~marketsched.live.engine.LiveEngine` records each action as an effect for the
+* :class:`~marketsched.platform.engine.LiveEngine` records each action as an effect for the
   broker to carry out on real processes.
 """
 

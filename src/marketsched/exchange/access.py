@@ -68,7 +68,7 @@ class LocalProviderAccess:
 
 
 class ApiAccess:
-    """The user whose token ``client`` (a :class:`marketsched.live.cli.Client` on the exchange's
+    """The user whose token ``client`` (a :class:`marketsched.platform.client.Client` on the exchange's
     API) carries."""
 
     def __init__(self, client):

@@ -279,7 +279,7 @@ def simulate(ex: Exchange, agents, until: float, step: float) -> None:
     to ``until``: at every step each agent acts, then the exchange ticks."""
     clock = ex.clock
     if not hasattr(clock, "advance"):
-        raise ValueError("simulate needs an exchange on a fake clock (marketsched.live.clock.FakeClock)")
+        raise ValueError("simulate needs an exchange on a fake clock (marketsched.platform.clock.FakeClock)")
     while clock() < until:
         for agent in agents:
             agent.act(ex)

@@ -1,7 +1,7 @@
 """The exchange's HTTP API and market information page: a FastAPI application served by the live
-market's server (:class:`marketsched.live.server.MarketServer`: uvicorn with read deadlines, a
+market's server (:class:`marketsched.platform.server.Server`: uvicorn with read deadlines, a
 connection cap, TLS, plain HTTP on loopback only unless forced), with the live market's request
-handling (:mod:`marketsched.live.api`: body limit, strict JSON, paging, JSON errors).
+handling (:mod:`marketsched.platform.http`: body limit, strict JSON, paging, JSON errors).
 
 Who is calling
 --------------
@@ -21,7 +21,7 @@ none. The operator's ``marketsched exchange join`` and ``node`` remain, and are 
 the CPU rule (the operator may share CPUs on purpose).
 
 The market information page reads a party's own orders with the live market's signed reads
-(``Authorization: MarketSig ...``, GET only; :mod:`marketsched.live.api`), so it does not send
+(``Authorization: MarketSig ...``, GET only; :mod:`marketsched.platform.http`), so it does not send
 the token to refresh; it sends the token itself (``Bearer``) only with an order or
 cancellation the party submits on the page, as the command line does.
 
@@ -93,25 +93,31 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from marketsched.live.api import (
+from marketsched.platform.http import (
+    BEFORE,
     BUSY_WAIT,
+    INT,
+    LIMIT,
     MAX_PAGE,
+    NUM,
+    STR,
     Busy,
     Gate,
     Route,
-    _authenticate,
-    _before,
-    _endpoint,
-    _json,
-    _limit,
-    _query,
+    authenticate_caller,
     error_response,
     is_busy,
     json_errors,
+    json_response,
+    page_before,
     page_endpoint,
+    page_limit,
+    query_params,
+    route_endpoint,
 )
-from marketsched.live.broker import MAX_ID, MarketError, _number, _show, _whole, hash_token, page_key_id
-from marketsched.live.server import Limits, MarketServer
+from marketsched.platform.server import Limits, Server
+from marketsched.platform.tokens import hash_token, page_key_id
+from marketsched.platform.validation import MAX_ID, MarketError, number, show, whole
 
 from .core import Exchange
 from .info import market_info, open_book
@@ -151,7 +157,7 @@ class ExchangeService:
     A busy database (another process, ``exchange run`` committing a clearing or an operator's
     command, holds the write lock): each call tries for ``BUSY_POLL`` seconds, then lets the
     other calls have the connection for as long, and so on for at most ``busy_wait`` seconds
-    (default :data:`marketsched.live.api.BUSY_WAIT`); then :class:`~marketsched.live.api.Busy`,
+    (default :data:`marketsched.platform.http.BUSY_WAIT`); then :class:`~marketsched.platform.http.Busy`,
     answered 503 with ``Retry-After``. So a waiting write never holds up reads (the write-ahead
     log lets them read meanwhile) for more than one try. ``store``'s connection is the
     service's own (``exchange serve`` opens it): its busy timeout becomes ``BUSY_POLL``."""
@@ -181,8 +187,8 @@ class ExchangeService:
 
     def page_user(self, key_id: str) -> tuple[str, str, str] | None:
         """``(role, name, token hash)`` of the party whose web-page key id is ``key_id``
-        (:func:`marketsched.live.broker.page_key_id`), or None: the live market's signed reads
-        (``MarketSig``, GET only) are checked by its own code (:mod:`marketsched.live.api`)."""
+        (:func:`marketsched.platform.tokens.page_key_id`), or None: the live market's signed reads
+        (``MarketSig``, GET only) are checked by the platform (:mod:`marketsched.platform.http`)."""
         with self._tokens_lock:
             rows = self._tokens.execute("SELECT role, name, token_hash FROM ex_parties").fetchall()
         for role, name, token_hash in rows:  # few parties: the key ids are not stored
@@ -229,7 +235,7 @@ class ExchangeService:
         return self.order(who, oid)
 
     def order(self, who, order_id) -> dict:
-        oid = _whole(order_id, "order id", 1, MAX_ID)
+        oid = whole(order_id, "order id", 1, MAX_ID)
         o = self._locked(self.store.order, oid)
         if o is None or o["owner"] != who[1] or o["side"] != _SIDE[who[0]]:
             raise MarketError(f"no order {oid} of yours", 404)
@@ -287,7 +293,7 @@ class ExchangeService:
 
     # ------------------------------------------------------------------ contracts
     def contract(self, who, contract_id) -> dict:
-        cid = _whole(contract_id, "contract id", 1, MAX_ID)
+        cid = whole(contract_id, "contract id", 1, MAX_ID)
         try:
             c = self._locked(self.store.contract, cid)
         except KeyError:
@@ -348,7 +354,7 @@ def _states(text: str | None, known) -> list[str] | None:
     states = [s for s in (text or "").split(",") if s]
     bad = [s for s in states if s not in known]
     if bad:
-        raise MarketError(f"state must be among {', '.join(known)}, got {_show(bad[0])}")
+        raise MarketError(f"state must be among {', '.join(known)}, got {show(bad[0])}")
     return states or None
 
 
@@ -379,17 +385,14 @@ def _bound(q: dict, name: str, lo: float, hi: float) -> float | None:
     try:
         x = float(q[name])
     except ValueError:
-        raise MarketError(f"{name} must be a number, got {_show(q[name])}") from None
-    x = _number(x, name)
+        raise MarketError(f"{name} must be a number, got {show(q[name])}") from None
+    x = number(x, name)
     if not lo <= x <= hi:
         raise MarketError(f"{name} must be a number from {lo:g} to {hi:g}, got {x!r}")
     return x
 
 
 # ---------------------------------------------------------------------------- routes
-NUM, INT, STR = {"type": "number"}, {"type": "integer"}, {"type": "string"}
-LIMIT = ({"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "at most this many (the newest)")
-BEFORE = ({"type": "integer", "minimum": 1}, "only ids below this one (the next page back)")
 STATE = (STR, "comma-separated states")
 
 
@@ -422,7 +425,7 @@ ROUTES = [
           body={"node": STR, "reserve": {**NUM, "description": "reserve price per CPU unit per slot"},
                 "first_slot": INT, "last_slot": INT}),
     Route("GET", "/api/orders", lambda s, who, q, body: _paged(
-        s.orders(who, q.get("state"), _limit(q, MAX_PAGE), _before(q)), _limit(q, MAX_PAGE)),
+        s.orders(who, q.get("state"), page_limit(q, MAX_PAGE), page_before(q)), page_limit(q, MAX_PAGE)),
           "own orders, oldest first", paged=True, query={"state": STATE, "limit": LIMIT, "before": BEFORE}),
     Route("GET", "/api/orders/{order_id}", lambda s, who, q, body, order_id: s.order(who, order_id), "one own order"),
     Route("POST", "/api/orders/{order_id}/cancel", lambda s, who, q, body, order_id: s.cancel(who, order_id),
@@ -430,14 +433,14 @@ ROUTES = [
     Route("DELETE", "/api/orders/{order_id}", lambda s, who, q, body, order_id: s.cancel(who, order_id),
           "withdraw an own open order"),
     Route("GET", "/api/contracts", lambda s, who, q, body: _paged(
-        s.contracts(who, q.get("state"), _limit(q, MAX_PAGE), _before(q)), _limit(q, MAX_PAGE)),
+        s.contracts(who, q.get("state"), page_limit(q, MAX_PAGE), page_before(q)), page_limit(q, MAX_PAGE)),
           "own contracts, oldest first", paged=True, query={"state": STATE, "limit": LIMIT, "before": BEFORE}),
     Route("GET", "/api/contracts/{contract_id}", lambda s, who, q, body, contract_id: s.contract(who, contract_id),
           "one own contract"),
     Route("GET", "/api/market", lambda s, who, q, body: s.market(), "now: settings, last clearing, open book",
           auth=False),
     Route("GET", "/api/market/history", lambda s, who, q, body: s.history(
-        _whole(q["after"], "after", 0, MAX_ID) if "after" in q else None, _limit(q, MAX_PAGE)),
+        whole(q["after"], "after", 0, MAX_ID) if "after" in q else None, page_limit(q, MAX_PAGE)),
           "per period: volume, price per CPU class, open interest", auth=False,
           query={"after": ({"type": "integer", "minimum": 0}, "only periods after this one (the oldest first)"),
                  "limit": LIMIT}),
@@ -512,16 +515,16 @@ def _alerts_endpoint(service: ExchangeService, hub: AlertHub, pool: ThreadPoolEx
     async def alerts(request: Request) -> Response:
         loop = asyncio.get_running_loop()
         try:
-            q = _query(request, route)
+            q = query_params(request, route)
             header = request.headers.get("authorization", "")
             who = await loop.run_in_executor(pool, service.authenticate,
                                              header[7:].strip() if header.startswith("Bearer ") else None)
             below, above = _bound(q, "below", 0, MAX_PRICE), _bound(q, "above", 0, MAX_PRICE)
             if below is None and above is None:
                 raise MarketError("give the alert's condition: below=PRICE, above=PRICE or both")
-            cpu = _whole(q["cpu"], "cpu", 1, MAX_CPU) if "cpu" in q else None
+            cpu = whole(q["cpu"], "cpu", 1, MAX_CPU) if "cpu" in q else None
             resume = q.get("after", request.headers.get("last-event-id"))
-            after = _whole(resume, "after", 0, MAX_ID) if resume is not None else None
+            after = whole(resume, "after", 0, MAX_ID) if resume is not None else None
             latest = (await loop.run_in_executor(pool, service.history, None, 1) or [{"period": 0}])[-1]["period"]
             stream = hub.open(who, latest)
         except MarketError as exc:
@@ -582,13 +585,13 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_
     home = page_endpoint(PAGE, CSP)
 
     async def health(request: Request) -> Response:
-        return _json(200, {"ok": True, **stats()})
+        return json_response(200, {"ok": True, **stats()})
 
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     alerts, alerts_route = _alerts_endpoint(service, hub, pool)
     for r in ROUTES:
-        app.add_api_route(r.path, _endpoint(service, r, gate, pool, _authenticate), methods=[r.method],
+        app.add_api_route(r.path, route_endpoint(service, r, gate, pool, authenticate_caller), methods=[r.method],
                           summary=r.summary, openapi_extra=r.openapi(), response_class=Response)
     app.add_api_route("/api/alerts", alerts, methods=["GET"], summary=alerts_route.summary,
                       openapi_extra=alerts_route.openapi(), response_class=Response)
@@ -596,7 +599,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_
     return app
 
 
-class ExchangeServer(MarketServer):
+class ExchangeServer(Server):
     """The exchange's API on ``host:port`` (loopback by default; TLS with ``tls_cert`` and
     ``tls_key``), on the live market's server; :meth:`serve_in_thread` until :meth:`shutdown`."""
 

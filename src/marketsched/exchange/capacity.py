@@ -54,7 +54,7 @@ def parse_partitions(text: str) -> dict[str, Partition]:
 
 def slurm_partitions() -> dict[str, Partition]:
     """Slurm's partitions now (``scontrol -o show partition``); ValueError when Slurm does not answer."""
-    from marketsched.live.slurm import SlurmError, run
+    from marketsched.platform.slurm import SlurmError, run
 
     try:
         return parse_partitions(run(["scontrol", "-o", "show", "partition"], timeout=10))
@@ -97,7 +97,7 @@ def partition_cpus_up(partition: str | None) -> int:
     """CPUs of a Slurm partition (None: the default one) on nodes that are up now: allocated plus
     idle (``sinfo -o %C``; "other" CPUs are down, drained or failing). 0 when Slurm does not answer:
     what cannot be seen is not sold."""
-    from marketsched.live.slurm import SlurmError, run
+    from marketsched.platform.slurm import SlurmError, run
 
     args = ["sinfo", "-h", "-o", "%C"] + ([] if partition is None else ["-p", partition])
     try:

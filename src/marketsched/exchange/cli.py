@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from marketsched.live.cli import server_check_options, tls_options
+from marketsched.platform.client import server_check_options, tls_options
 
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
@@ -38,7 +38,7 @@ def _store(data: Path) -> ExchangeStore:
 
 def _open(data: Path, backends=None):
     """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
-    from marketsched.live.clock import WallClock
+    from marketsched.platform.clock import WallClock
 
     from .core import Exchange
 
@@ -265,7 +265,7 @@ def token_cmd(data, name, role):
 def unix_cmd(data, user, account):
     """Run USER's contract jobs as Unix account ACCOUNT (when the exchange runs as root;
     docs/exchange.md). Once any user is mapped, a root exchange runs no unmapped user's job."""
-    from marketsched.live.executor import RunAs
+    from marketsched.platform.executor import RunAs
 
     from .orders import check_name
 
@@ -353,7 +353,7 @@ def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
     the budget bidding agent: CONFIG is {"budget", "margin"?, "window"?, "lead"?, "jobs": [...]},
     jobs as for `exchange agents`. With a provider's token, the offer agent: CONFIG is
     {"costs": {node: cost}, "markup"?, "horizon"?, "renew"?, "load_weight"?}."""
-    from marketsched.live.cli import Client, ClientError
+    from marketsched.platform.client import Client, ClientError
 
     from .access import ApiAccess, ProviderApiAccess
     from .agents import agents_from_config

@@ -58,7 +58,7 @@ import math
 import os
 from collections.abc import Callable
 
-from marketsched.live.executor import RunAs
+from marketsched.platform.executor import RunAs
 
 from . import capacity
 from .book import ClearingBook

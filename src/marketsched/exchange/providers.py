@@ -1,13 +1,13 @@
 """What runs a provider's contracts: a backend per provider, and who is at fault when a job ends.
 
 * ``local`` providers: :class:`LocalBackend` runs each contract's command with the live
-  market's :class:`~marketsched.live.executor.LocalExecutor` (a process tree in its own
+  market's :class:`~marketsched.platform.executor.LocalExecutor` (a process tree in its own
   session), so a job keeps running through a kill -9 of the exchange and is re-attached by the
   restarted exchange. **Contained** through the live market's launcher and cgroups, one per
   contract: cpuset = the node's CPUs, CPU quota = the contract's share of them, memory limit =
   the contracted memory, at most :data:`JOB_PROCESSES` tasks (:meth:`Contracted.limits`).
 * ``slurm`` providers: :class:`SlurmBackend` submits each contract's command to the provider's
-  Slurm partition with the live market's :class:`~marketsched.live.slurm.SlurmExecutor` (one
+  Slurm partition with the live market's :class:`~marketsched.platform.slurm.SlurmExecutor` (one
   batch job per contract with ``--cpus-per-task`` and ``--mem`` of the contract, as the user's
   account, cancelled with ``scancel`` when its window ends).
 
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from marketsched.live.cgroups import Layout, parse_cpu_list
-from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, market_cgroup_name, warn
+from marketsched.platform.cgroups import Layout, parse_cpu_list
+from marketsched.platform.executor import JobLimits, LocalExecutor, RunAs, market_cgroup_name, warn
 
 from .orders import PROVIDER_KINDS
 
@@ -301,7 +301,7 @@ class SlurmBackend(_ExecutorBackend):
     their folders under ``root``."""
 
     def __init__(self, root: Path, partition: str | None = None):
-        from marketsched.live.slurm import SlurmError, SlurmExecutor  # only for Slurm providers
+        from marketsched.platform.slurm import SlurmError, SlurmExecutor  # only for Slurm providers
 
         try:
             self.executor = SlurmExecutor(Path(root), partition=partition)
@@ -319,7 +319,7 @@ class SlurmBackend(_ExecutorBackend):
 
     def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None,
               user: RunAs | None = None, contracted: Contracted | None = None) -> None:
-        from marketsched.live.slurm import SlurmError
+        from marketsched.platform.slurm import SlurmError
 
         try:
             n, mem = 1, None
@@ -349,7 +349,7 @@ class SlurmBackend(_ExecutorBackend):
         """Ended jobs, each once Slurm's accounting has its final state (``sacct`` lags the end
         by a moment); after :data:`ACCOUNTING_WAIT` s without one, with the state Slurm's
         controller reported (a cancel's author unknown then)."""
-        from marketsched.live.slurm import ACTIVE
+        from marketsched.platform.slurm import ACTIVE
 
         now = time.monotonic()
         for key, code in self.executor.exits():
@@ -372,7 +372,7 @@ class SlurmBackend(_ExecutorBackend):
         """The job's accounting (``sacct``): ``state`` (e.g. "CANCELLED by 0"), ``cpus``
         (AllocCPUS), ``memory`` (ReqMem, bytes), ``cpu_seconds`` (TotalCPU), ``peak_memory``
         (the largest MaxRSS of its steps); None if Slurm has no record (yet)."""
-        from marketsched.live.slurm import SlurmError
+        from marketsched.platform.slurm import SlurmError
 
         rec = self.executor.recorded(contract_id)
         if rec is None:

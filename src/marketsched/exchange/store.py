@@ -2,7 +2,7 @@
 
 One SQLite file in WAL mode (``synchronous=FULL``: a committed order or contract survives a
 kill -9 of the exchange and a crash of the machine). The double-entry ledger (``accounts``,
-``entries``, ``meta``) is the live market's :class:`marketsched.live.ledger.Store` on the same
+``entries``, ``meta``) is the live market's :class:`marketsched.platform.ledger.Store` on the same
 file, amounts in integer micro-units; that store's other tables (``users``, ``jobs``, ...)
 stay empty here. The exchange's own tables are prefixed ``ex_``.
 
@@ -16,7 +16,7 @@ with ``deposits`` set takes a request only if the user's deposited balance cover
 trade on credit. Providers' balances may go below zero (a penalty they cannot cover).
 
 Schema version: the exchange's tables have their own (``meta`` key ``exchange.schema_version``;
-the ledger's tables have the live market's, :mod:`marketsched.live.ledger`). A database made
+the ledger's tables have the live market's, :mod:`marketsched.platform.ledger`). A database made
 before versions were recorded is version 1. Opening one applies the missing upgrades in order,
 in the opening transaction; a database newer than this code is refused, never half-understood.
 Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``.
@@ -33,8 +33,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from marketsched.live.files import data_folder
-from marketsched.live.ledger import DEPOSITS, MICRO, Store, command_digest, upgrade_schema
+from marketsched.platform.files import data_folder
+from marketsched.platform.ledger import DEPOSITS, MICRO, Store, command_digest, upgrade_schema
 
 CLEARING = "exchange:clearing"
 RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)

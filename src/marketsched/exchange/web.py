@@ -15,19 +15,13 @@ memory (a reload asks for it again; never in ``localStorage``, ``sessionStorage`
 the address). The party's own orders are refreshed with signed reads (``MarketSig``, as the
 live market's page: the token is not sent), and the token itself goes only with an order or
 cancellation the party submits. An order the exchange refuses shows its error, which names the
-field. ``CSP``: only its own inline script and style, requests to its own origin only.
+field. ``CSP``: only its own inline script and style, requests to its own origin only. The document's
+frame, look and script helpers are the platform's (:mod:`marketsched.platform.web`).
 """
 
-from marketsched.live.web import STYLE, csp
+from marketsched.platform.web import csp, page
 
-PAGE = r"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>marketsched grid exchange</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-""" + STYLE + r"""  #legend span { margin-right: 14px; }
+PAGE = page("marketsched grid exchange", r"""  #legend span { margin-right: 14px; }
   svg { width: 100%; height: 240px; }
   #trade label { display: inline-block; margin: 2px 10px 2px 0; }
   #trade input.num { width: 80px; }
@@ -35,10 +29,7 @@ PAGE = r"""<!doctype html>
   #token { width: 300px; }
   #order-error { color: #a50e0e; }
   #order-ok { color: #137333; }
-</style>
-</head>
-<body>
-<header>
+""", r"""<header>
   <h1>marketsched grid exchange</h1>
   <span>last price <span id="price" class="big">-</span> <span class="muted">per CPU unit per slot</span></span>
   <span id="mech"></span>
@@ -92,12 +83,7 @@ PAGE = r"""<!doctype html>
     <tbody id="periods"></tbody></table>
   </section>
 </main>
-<script>
-"use strict";
-const $ = (id) => document.getElementById(id);
-const COLOURS = ["#1a73e8", "#e8710a", "#188038", "#a142f4", "#d93025", "#12b5cb", "#9aa0a6"];
-const fmt = (x, d = 3) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
-function esc(s) { return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c])); }
+""", r"""const COLOURS = ["#1a73e8", "#e8710a", "#188038", "#a142f4", "#d93025", "#12b5cb", "#9aa0a6"];
 function rows(el, items, cells, span) {
   el.innerHTML = items.length ? items.map((it) => "<tr>" + cells(it).map((c) => "<td>" + esc(c) + "</td>").join("") + "</tr>").join("")
     : "<tr><td class='muted' colspan='" + span + "'>none</td></tr>";
@@ -139,14 +125,9 @@ function chart(history, now) {
   }));
 }
 // ---- the party's own orders: the token only in memory, reads signed, the token sent only with a submission
-const enc = new TextEncoder();
-const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
 let party = null;  // {token, key, keyId, role, name}: this page's memory only
-if (location.hash) history.replaceState(null, "", location.pathname);  // tokens in the address are not read
 async function signedGet(path) {
-  const t = Date.now();
-  const sig = hex(await crypto.subtle.sign("HMAC", party.key, enc.encode("marketsched-page-v1\nGET\n" + path + "\n" + t)));
-  const r = await fetch(path, {headers: {"Authorization": "MarketSig kid=" + party.keyId + ", t=" + t + ", sig=" + sig},
+  const r = await fetch(path, {headers: {"Authorization": await signature(party, path)},
                                credentials: "omit", cache: "no-store", redirect: "error"});
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.status);
@@ -166,10 +147,7 @@ async function login() {
   delete document.body.dataset.party;
   if (!tok) return;
   if (!window.crypto || !crypto.subtle) { $("order-error").textContent = "this page needs https, or http on 127.0.0.1 or localhost (the browser's Web Crypto)"; return; }
-  const h = hex(await crypto.subtle.digest("SHA-256", enc.encode(tok)));
-  const keyId = hex(await crypto.subtle.digest("SHA-256", enc.encode("marketsched-kid:" + h))).slice(0, 32);
-  const key = await crypto.subtle.importKey("raw", enc.encode(h), {name: "HMAC", hash: "SHA-256"}, false, ["sign"]);
-  party = {token: tok, key: key, keyId: keyId};
+  party = {token: tok, ...(await pageKey(tok))};
   try {
     const me = await signedGet("/api/me");
     party.role = me.role; party.name = me.name;
@@ -216,16 +194,7 @@ $("mine").addEventListener("click", async (e) => {
 // one read of the party's orders at a time, so an older response never renders after a newer
 // one: a call while one is in flight (a submission, a cancellation, the login) makes one more
 // read after it, which sees what the call followed
-let minePending = null, mineAgain = false;
-async function mine() {
-  if (minePending) { mineAgain = true; return minePending; }
-  minePending = (async () => {
-    try {
-      do { mineAgain = false; await readMine(); } while (mineAgain);
-    } finally { minePending = null; }
-  })();
-  return minePending;
-}
+const mine = serialized(readMine);
 async function readMine() {
   const p = party;
   if (!p) return;
@@ -244,12 +213,10 @@ async function readMine() {
   } catch (e) { if (party === p) $("order-error").textContent = String(e.message || e); }
 }
 // the market's own reads likewise one at a time: a tick while one is in flight is skipped
-let marketReading = false;
-async function refresh() {
-  if (!minePending) mine();  // (a tick while the orders are being read adds no read after it)
-  if (marketReading) return;
-  marketReading = true;
-  try { await readMarket(); } finally { marketReading = false; }
+const market = serialized(readMarket);
+function refresh() {
+  if (!mine.busy()) mine();  // (a tick while the orders are being read adds no read after it)
+  if (!market.busy()) market();
 }
 async function readMarket() {
   try {
@@ -271,9 +238,6 @@ async function readMarket() {
 }
 refresh();
 setInterval(refresh, 2000);
-</script>
-</body>
-</html>
-"""
+""")
 
 CSP = csp(PAGE)

@@ -138,7 +138,7 @@ class Cell:
                 f"{self.behaviour} beta={self.beta:g} seed={self.seed}")
 
 
-def _norm_key(values) -> tuple:
+def norm_key(values) -> tuple:
     """A cell key with floats rounded, so keys read back from Parquet compare equal."""
     return tuple(round(float(v), 12) if isinstance(v, (float, np.floating)) else
                  (bool(v) if isinstance(v, (bool, np.bool_)) else (int(v) if isinstance(v, (int, np.integer)) else v))
@@ -241,7 +241,7 @@ class Grid:
 def _dedupe(cells: Iterable[Cell]) -> list[Cell]:
     seen, out = set(), []
     for c in cells:
-        k = _norm_key(c.key())
+        k = norm_key(c.key())
         if k not in seen:
             seen.add(k)
             out.append(c)
@@ -505,7 +505,7 @@ def finished_cells(out_dir) -> set:
     df = load_results(out_dir)
     if df.empty:
         return set()
-    return {_norm_key(k) for k in df[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None)}
+    return {norm_key(k) for k in df[list(CELL_COLUMNS)].drop_duplicates().itertuples(index=False, name=None)}
 
 
 def _write_part(out_dir: Path, rows, meta: dict) -> Path:
@@ -631,7 +631,7 @@ def run_grid(grid, out_dir, executor="process", workers: int | None = None, max_
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = cells_of(grid)
     done = finished_cells(out_dir)
-    todo = [c for c in cells if _norm_key(c.key()) not in done]
+    todo = [c for c in cells if norm_key(c.key()) not in done]
     from marketsched.experiments.inputs import check_cells
 
     check_cells(todo)  # one message for every missing trace or unknown mechanism or parameter, before any cell

@@ -11,7 +11,7 @@ Who is calling
   ``Authorization: Bearer TOKEN``, or, from the web page, a signed read (below).
 
 Requests and answers are JSON; an error answers ``{"error": "..."}`` with the status of the
-:class:`~marketsched.live.broker.MarketError` (400 bad input, 401 missing or wrong token, 402
+:class:`~marketsched.platform.validation.MarketError` (400 bad input, 401 missing or wrong token, 402
 balance too low, 403 administrator only, 404 unknown user or job, 405 wrong method, 409
 conflict, 413 body or command too large, 429 too many active jobs, or too many requests or
 connections of the caller's at once: :class:`Gate`, 503 the database busy: :class:`Busy`, with
@@ -59,7 +59,7 @@ that process's answers to the page's requests ever get it. The page asks for the
 
     Authorization: MarketSig kid=KID, t=MILLISECONDS, sig=HMAC-SHA256(H, "marketsched-page-v1\\nGET\\nPATH?QUERY\\nMILLISECONDS")
 
-with ``KID = SHA-256("marketsched-kid:" + H)[:32]`` (:func:`marketsched.live.broker.page_key_id`). The broker accepts such a signature for
+with ``KID = SHA-256("marketsched-kid:" + H)[:32]`` (:func:`marketsched.platform.tokens.page_key_id`). The broker accepts such a signature for
 ``GET`` only, within ``PAGE_SIG_WINDOW`` seconds of its clock. What an impostor can do with
 what the page sends it: replay those reads of ``/api/market`` for a few minutes. It can neither
 learn the token nor change anything (deposits, users, jobs need the token itself). Since the
@@ -67,240 +67,59 @@ key is what the database stores, whoever reads the database can also sign reads,
 nothing the database does not.
 """
 
+
 from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import hmac
-import json
-import logging
-import re
-import sqlite3
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 
-from marketsched.live.broker import MAX_ID, Broker, MarketError, _number, _show, _utf8, _whole
-from marketsched.live.ledger import ACTIVE_STATES, BUSY_TIMEOUT, FINAL_STATES
-from marketsched.live.server import CONN_STATE, PEER_STATE, MarketServer  # noqa: F401 - MarketServer lived here
-
-log = logging.getLogger("marketsched.live.api")
-
-MAX_BODY = 1 << 20
-MAX_PAGE = 1000  # the most items one list request returns
-PAGE_SIG_WINDOW = 300.0  # seconds a web-page signature is valid either side of the broker's clock
-BUSY_WAIT = 2.0  # seconds an API write waits for the database's write lock before answering 503
-RETRY_AFTER = 1  # seconds: the Retry-After of a 503 for a busy database
-_PAGE_AUTH = re.compile(r"MarketSig kid=([0-9a-f]{32}), t=([0-9]{1,15}), sig=([0-9a-f]{64})")
-
-
-# ---------------------------------------------------------------------------- a busy database
-class Busy(MarketError):
-    """The database's write lock was held by another connection (another process's
-    transaction: a clearing being committed, an operator's command) for longer than the API
-    waits for it, ``BUSY_WAIT`` seconds: answered 503 with ``Retry-After: RETRY_AFTER``, never
-    500. Nothing of the request was done (the write failed when its transaction began)."""
-
-    status = 503
-
-    def __init__(self, what: str = "database"):
-        super().__init__(f"the {what} is busy (another writer has held its lock for more than {BUSY_WAIT:g} s): "
-                         f"nothing was done; try again in {RETRY_AFTER} s")
+from marketsched.live.broker import Broker
+from marketsched.platform.http import (
+    BEFORE,
+    BUSY_WAIT,
+    INT,
+    LIMIT,
+    MAX_PAGE,
+    NUM,
+    STR,
+    Busy,
+    Gate,
+    Route,
+    busy_wait,
+    json_errors,
+    json_response,
+    page_before,
+    page_endpoint,
+    page_limit,
+    route_endpoint,
+    timed,
+)
+from marketsched.platform.ledger import ACTIVE_STATES, BUSY_TIMEOUT, FINAL_STATES
+from marketsched.platform.validation import MarketError, number, show
 
 
-def is_busy(exc: BaseException) -> bool:
-    """True for SQLite's busy and locked errors (its busy timeout passed), which a retry may
-    cure; other database errors (a damaged file, a full disk) are not."""
-    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(
-        ("database is locked", "database table is locked", "database is busy"))
-
-
-@contextmanager
-def busy_wait(conn, seconds: float, restore: float):
-    """SQLite connection ``conn`` waits at most ``seconds`` for a lock (its busy timeout) inside
-    the block, ``restore`` seconds after it. The caller holds whatever lock serializes the
-    connection's users."""
-    conn.execute(f"PRAGMA busy_timeout = {round(seconds * 1000)}")
-    try:
-        yield
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {round(restore * 1000)}")
-
-
-def error_response(exc: MarketError, unread: bool = False) -> Response:
-    """``{"error": ...}`` with the error's status; a busy database's 503 carries ``Retry-After``
-    (and ``retry_after`` in the body, for clients that read only the body)."""
-    headers = {"connection": "close"} if unread else {}
-    body: dict = {"error": str(exc)}
-    if isinstance(exc, Busy):
-        headers["retry-after"] = str(RETRY_AFTER)
-        body["retry_after"] = RETRY_AFTER
-    return _json(exc.status, body, headers or None)
-
-
-# ---------------------------------------------------------------------------- web page signatures
-def page_signature(token_hash: str, method: str, target: str, t_ms: int) -> str:
-    msg = f"marketsched-page-v1\n{method}\n{target}\n{t_ms}".encode()
-    return hmac.new(token_hash.encode(), msg, hashlib.sha256).hexdigest()
-
-
-def _authenticate(b: Broker, peer, header: str, method: str, target: str) -> tuple[str, bool]:
-    """Who is calling (see the module docstring); from the broker's in-memory user index, so
-    it runs on the server's own thread, without the broker's lock."""
-    if peer is not None:
-        return b.authenticate_unix(peer[0])
-    if header.startswith("Bearer "):
-        return b.authenticate(header[7:].strip())
-    if header.startswith("MarketSig "):
-        m = _PAGE_AUTH.fullmatch(header)
-        if m is None:
-            raise MarketError("malformed MarketSig authorization (kid=32 hex, t=milliseconds, sig=64 hex)", 401)
-        if method != "GET":
-            raise MarketError("the web page's signed requests only read (GET); send the token (Bearer) to change "
-                              "anything", 403)
-        kid, t_ms, sig = m.group(1), int(m.group(2)), m.group(3)
-        skew = t_ms / 1000 - time.time()
-        if abs(skew) > PAGE_SIG_WINDOW:
-            raise MarketError(f"signed request's time is {skew:+.0f} s from the broker's clock (at most "
-                              f"{PAGE_SIG_WINDOW:g} s): check the clock", 401)
-        found = b.page_user(kid)
-        if found is None or not hmac.compare_digest(page_signature(found[2], method, target, t_ms), sig):
-            raise MarketError("wrong token: no user has this token", 401)
-        return found[0], found[1]
-    return b.authenticate(None)
-
-
-# ---------------------------------------------------------------------------- request parsing
-def parse_body(raw: bytes, fields: dict, noun: str) -> dict:
-    """The request body as a JSON object with only ``fields`` (see the module docstring)."""
-    if not raw.strip():
-        return {}
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MarketError(f"request body is not UTF-8 text (byte {exc.start})") from None
-    try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicates)
-    except RecursionError:
-        raise MarketError("request body is nested too deeply (a job's fields are numbers, strings and a list "
-                          "of strings)") from None
-    except ValueError as exc:  # also an integer of more than 4,300 digits
-        raise MarketError(f"request body is not valid JSON: {_show(str(exc), 200)}") from None
-    if not isinstance(obj, dict):
-        raise MarketError("request body must be a JSON object")
-    unknown = set(obj) - set(fields)
-    if unknown:
-        shown = ", ".join(_show(k) for k in sorted(unknown))
-        raise MarketError(f"unknown field(s) [{shown}]: {noun} has {', '.join(fields)}")
-    for k, v in obj.items():
-        _check_value(v, k, 0)
-    return obj
-
-
-def _no_duplicates(pairs):
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise ValueError(f"field {_show(dup)} is given twice")
-    return dict(pairs)
-
-
-def _check_value(v, where: str, depth: int) -> None:
-    if isinstance(v, str):
-        _utf8(v, where)
-    elif isinstance(v, dict):
-        raise MarketError(f"{where} must not be a JSON object")
-    elif isinstance(v, list):
-        if depth >= 1:
-            raise MarketError(f"{where} is nested too deeply (a list inside a list)")
-        for i, x in enumerate(v):
-            _check_value(x, f"{where}[{i}]", depth + 1)
-
-
-async def _read_body(request: Request) -> bytes:
-    """The body, refused (413) as soon as it passes ``MAX_BODY`` bytes: by its declared length
-    before reading anything, else counted as it streams in."""
-    headers = request.headers
-    if "transfer-encoding" in headers and "content-length" in headers:
-        raise MarketError("request has both Transfer-Encoding and Content-Length: give one")
-    declared = headers.get("content-length")
-    if declared is not None and (len(declared) > 12 or int(declared) > MAX_BODY):
-        raise MarketError(f"request body too large ({_show(int(declared))} bytes, at most {MAX_BODY})", 413)
-    chunks, n = [], 0
-    async for chunk in request.stream():
-        n += len(chunk)
-        if n > MAX_BODY:
-            raise MarketError(f"request body too large (more than {MAX_BODY} bytes)", 413)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _limit(q, default: int, most: int = MAX_PAGE) -> int:
-    return _whole(q["limit"], "limit", 1, most) if "limit" in q else default
-
-
-def _before(q):
-    return _whole(q["before"], "before", 1, MAX_ID) if "before" in q else None
-
-
+# ---------------------------------------------------------------------------- query parameters
 def _since(q):
     if "since" not in q:
         return None
     try:
         x = float(q["since"])
     except ValueError:
-        raise MarketError(f"since must be a number of market seconds, got {_show(q['since'])}") from None
-    x = _number(x, "since")
+        raise MarketError(f"since must be a number of market seconds, got {show(q['since'])}") from None
+    x = number(x, "since")
     if abs(x) > 1e12:
         raise MarketError(f"since must be a number of market seconds of at most 1e12, got {x!r}")
     return x
 
 
 # ---------------------------------------------------------------------------- routes
-@dataclass
-class Route:
-    method: str
-    path: str
-    handler: Callable[..., Any]
-    summary: str
-    auth: bool = True
-    body: dict | None = None  # field -> JSON schema; None: the route reads no body
-    noun: str = ""  # "a job": for "unknown field(s) ...: a job has ..."
-    required: tuple = ()
-    query: dict = field(default_factory=dict)  # name -> (JSON schema, description)
-    paged: bool = False  # returns (items, next "before" or None): a Link header for the next page
-
-    def openapi(self) -> dict:
-        params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-                  for n in re.findall(r"{(\w+)}", self.path)]
-        params += [{"name": n, "in": "query", "required": False, "schema": s, "description": d}
-                   for n, (s, d) in self.query.items()]
-        extra: dict = {"parameters": params,
-                       "responses": {"400": {"description": "bad input: {\"error\": \"...\"} names the problem"}}}
-        if self.body is not None:
-            extra["requestBody"] = {"required": bool(self.required), "content": {"application/json": {"schema": {
-                "type": "object", "properties": self.body, "required": list(self.required),
-                "additionalProperties": False}}}}
-        if self.auth:
-            extra["security"] = [{"bearer": []}, {"unixPeer": []}, {"pageSignature": []}]
-        return extra
-
-
 ROUTES: list[Route] = []
-NUM, INT, STR = {"type": "number"}, {"type": "integer"}, {"type": "string"}
-LIMIT = ({"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "at most this many (the newest)")
-BEFORE = ({"type": "integer", "minimum": 1}, "only ids below this one (the next page back)")
 SINCE = (NUM, "market seconds: only entries from then on")
 
 
@@ -352,8 +171,8 @@ def submit(b, who, q, body):
        query={"state": (STR, "comma-separated states"), "limit": LIMIT, "before": BEFORE})
 def list_jobs(b, who, q, body):
     states = [s for s in q.get("state", "").split(",") if s] or None
-    limit = _limit(q, MAX_PAGE)
-    jobs = b.jobs(who[0], who[1], states, limit, _before(q))
+    limit = page_limit(q, MAX_PAGE)
+    jobs = b.jobs(who[0], who[1], states, limit, page_before(q))
     return jobs, (jobs[0]["id"] if len(jobs) == limit and jobs[0]["id"] > 1 else None)
 
 
@@ -387,7 +206,7 @@ def price(b, who, q, body):
 
 @route("GET", "/api/price/history", "the price history", query={"since": SINCE, "limit": LIMIT})
 def price_history(b, who, q, body):
-    return b.price_history(_since(q), _limit(q, MAX_PAGE))
+    return b.price_history(_since(q), page_limit(q, MAX_PAGE))
 
 
 @route("GET", "/api/balance", "own balance (administrator: all, revenue, deposits)")
@@ -398,7 +217,7 @@ def balance(b, who, q, body):
 @route("GET", "/api/statement", "own ledger entries (administrator: any user's)",
        query={"user": (STR, "administrator: whose"), "limit": LIMIT, "before": BEFORE})
 def statement(b, who, q, body):
-    return b.statement(who[0], who[1], q.get("user"), _limit(q, 200), _before(q))
+    return b.statement(who[0], who[1], q.get("user"), page_limit(q, 200), page_before(q))
 
 
 @route("GET", "/api/market", "everything the web page shows", query={"since": SINCE, "limit": LIMIT})
@@ -409,7 +228,7 @@ def market(b, who, q, body):
             "price": b.price(),
             "history": b.price_history(_since(q), 500),
             "balance": b.balances(who[0], who[1]),
-            "active": b.jobs(who[0], who[1], ACTIVE_STATES, _limit(q, 500)),
+            "active": b.jobs(who[0], who[1], ACTIVE_STATES, page_limit(q, 500)),
             "active_total": b.count_active(who[0], who[1]),
             "recent": b.jobs(who[0], who[1], FINAL_STATES, 20),
         }
@@ -439,149 +258,11 @@ def show_reservations(b, who, q, body):
 
 
 # ---------------------------------------------------------------------------- the application
-def _json(status: int, obj, headers: dict | None = None) -> Response:
-    return Response(json.dumps(obj, allow_nan=False, default=str), status_code=status, media_type="application/json",
-                    headers={"cache-control": "no-store", **(headers or {})})
-
-
-def _query(request: Request, r: Route) -> dict:
-    q: dict[str, str] = {}
-    for k, v in request.query_params.multi_items():
-        if k not in r.query:
-            known = ", ".join(r.query) or "none"
-            raise MarketError(f"unknown query parameter {_show(k)} (this path takes: {known})")
-        if k in q:
-            raise MarketError(f"query parameter {k} is given twice")
-        q[k] = v
-    return q
-
-
-def _timed(resp: Response, request: Request, t0: float) -> Response:
-    """``Server-Timing``: ``wait``, from the request's last bytes arriving to its handler
-    starting (the server's own queueing); ``app``, the handler (ms)."""
-    conn = (request.scope.get("state") or {}).get(CONN_STATE)
-    wait = t0 - conn.received_at if conn is not None else 0.0
-    app = asyncio.get_running_loop().time() - t0
-    resp.headers["server-timing"] = f"wait;dur={1000 * max(wait, 0.0):.3f}, app;dur={1000 * app:.3f}"
-    return resp
-
-
-class Gate:
-    """Who may take a request slot: at most ``max_in_flight`` requests are handled at once
-    (their bodies read in full: a body is read before its request takes a slot, within the
-    server's body deadline), and one party has at most ``per_party`` requests in progress,
-    waiting for their bodies included; one more is answered 429 at once. Used on the event
-    loop's thread only."""
-
-    def __init__(self, max_in_flight: int = 64, per_party: int = 16):
-        self.slots = asyncio.Semaphore(max_in_flight)
-        self.per_party = per_party
-        self.active: dict[object, int] = {}
-
-    def enter(self, party) -> None:
-        n = self.active.get(party, 0)
-        if n >= self.per_party:
-            raise MarketError(f"too many requests at once from {_party_name(party)} (at most {self.per_party} in progress): "
-                              "wait for an answer before sending more", 429)
-        self.active[party] = n + 1
-
-    def leave(self, party) -> None:
-        n = self.active.pop(party) - 1
-        if n:
-            self.active[party] = n
-
-
-def _party_name(who) -> str:
-    """A caller for a message: ``alice`` (the market), ``user alice`` (the exchange)."""
-    return " ".join(str(x) for x in who if isinstance(x, str))
-
-
-def _endpoint(b, r: Route, gate: Gate, pool: ThreadPoolExecutor, authenticate=_authenticate, call=None):
-    """The ASGI endpoint of route ``r`` on ``b`` (the broker, or another service with the same
-    kind of routes: the grid exchange's API); ``authenticate(b, peer, header, method, target)``
-    names the caller; ``call(fn, write)``, if given, runs the handler ``fn()`` (``write``: not a
-    GET), e.g. bounding how long it waits for the database (:func:`bounded_write`).
-
-    Steps: check the query; name the caller from the headers (no body read yet); count the
-    connection and the request as that party's (429 past the party's limits, :class:`Gate`,
-    :class:`marketsched.live.server.Registry`); read the body (the server cuts it at its
-    deadline; while waiting the connection may be evicted to make room); only then take a
-    request slot and run the handler on a worker thread. A database busy past the handler's
-    wait answers 503 with ``Retry-After`` (:class:`Busy`), logged in one line; any other
-    unexpected error is a bug, answered 500 and logged with its traceback."""
-
-    async def endpoint(request: Request) -> Response:
-        t0 = asyncio.get_running_loop().time()
-        state = request.scope.get("state") or {}
-        conn = state.get(CONN_STATE)
-        unread = r.body is not None
-        party = None
-        try:
-            q = _query(request, r)
-            who = None
-            if r.auth:
-                target = request.scope["raw_path"].decode("latin-1")
-                if request.scope["query_string"]:
-                    target += "?" + request.scope["query_string"].decode("latin-1")
-                who = authenticate(b, state.get(PEER_STATE), request.headers.get("authorization", ""),
-                                   request.method, target)
-                if conn is not None and not conn.claim(who):
-                    raise MarketError(f"too many connections from {_party_name(who)}, each with a request in progress: "
-                                      "wait for an answer before opening more", 429)
-                gate.enter(who)
-                party = who
-            body = {}
-            if r.body is not None:
-                if conn is not None:
-                    conn.waiting_body = True
-                try:
-                    raw = await _read_body(request)
-                finally:
-                    if conn is not None:
-                        conn.waiting_body = False
-                unread = False
-                body = parse_body(raw, r.body, r.noun)
-            handler = functools.partial(r.handler, b, who, q, body, **request.path_params)
-            if call is not None:
-                handler = functools.partial(call, handler, r.method != "GET")
-            async with gate.slots:
-                # the broker's calls block (its lock, the database): on a worker thread
-                result = await asyncio.get_running_loop().run_in_executor(pool, handler)
-            headers = {}
-            if r.paged:
-                result, nxt = result
-                if nxt is not None:
-                    link = urlencode({**q, "before": nxt})
-                    headers["link"] = f'<{request.url.path}?{link}>; rel="next"'
-            resp = _json(200, result, headers)
-        except MarketError as exc:
-            if isinstance(exc, Busy):
-                log.warning("%s %s: %s", request.method, request.url.path, exc)
-            resp = error_response(exc, unread)
-        except ClientDisconnect:
-            return Response(status_code=400)  # nobody is listening
-        except Exception as exc:  # a bug: answer 500 with the message rather than hang up
-            if is_busy(exc):  # not a bug: another writer held the database past the wait
-                busy = Busy()
-                log.warning("%s %s: %s (%s)", request.method, request.url.path, busy, exc)
-                resp = error_response(busy, unread)
-            else:
-                log.exception("internal error on %s %s", request.method, request.url.path)
-                resp = _json(500, {"error": f"internal error: {exc!r}"})
-        finally:
-            if party is not None:
-                gate.leave(party)
-        return _timed(resp, request, t0)
-
-    endpoint.__name__ = r.handler.__name__
-    return endpoint
-
-
 def bounded_write(broker: Broker, fn, write: bool):
     """Run API handler ``fn()``; a write on a SQLite market waits at most ``BUSY_WAIT`` seconds
     in all, for the broker's lock (held by its loop or another call) and then for the
     database's: the broker's connection otherwise waits up to its store's busy timeout,
-    :data:`marketsched.live.ledger.BUSY_TIMEOUT`, which suits the market's loop but not a
+    :data:`marketsched.platform.ledger.BUSY_TIMEOUT`, which suits the market's loop but not a
     caller waiting for an answer. Past it: :class:`Busy`, or SQLite's ``database is locked``,
     which the endpoint answers 503 alike. The broker is its market's only writer, so only
     another process holding ``market.db``'s lock (an operator's ``sqlite3`` shell, a backup)
@@ -596,29 +277,6 @@ def bounded_write(broker: Broker, fn, write: bool):
             return fn()
     finally:
         broker.lock.release()
-
-
-def page_endpoint(page: str, csp: str):
-    """An endpoint serving the self-contained web ``page`` under its Content-Security-Policy."""
-    body = page.encode()
-
-    async def home(request: Request) -> Response:
-        return Response(body, media_type="text/html; charset=utf-8", headers={
-            "cache-control": "no-store", "content-security-policy": csp, "x-content-type-options": "nosniff",
-            "referrer-policy": "no-referrer", "x-frame-options": "DENY"})
-
-    return home
-
-
-def json_errors(app: FastAPI) -> None:
-    """Starlette's own errors (no such path, method not allowed) answered as ``{"error": ...}``."""
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        path = _show(request.url.path, 200)
-        msg = {404: f"no such path: {path}", 405: f"{request.method} is not allowed on {path}"}.get(
-            exc.status_code, str(exc.detail))
-        return _json(exc.status_code, {"error": msg}, dict(exc.headers or {}))
 
 
 def make_app(broker: Broker, stats=dict, max_in_flight: int = 64, per_party: int = 16) -> FastAPI:
@@ -637,12 +295,12 @@ def make_app(broker: Broker, stats=dict, max_in_flight: int = 64, per_party: int
 
     async def health(request: Request) -> Response:
         """Answered on the server's own thread (no broker lock, no worker thread)."""
-        return _timed(_json(200, {"ok": True, **stats()}), request, asyncio.get_running_loop().time())
+        return timed(json_response(200, {"ok": True, **stats()}), request, asyncio.get_running_loop().time())
 
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     for r in ROUTES:
-        app.add_api_route(r.path, _endpoint(broker, r, gate, pool, call=functools.partial(bounded_write, broker)),
+        app.add_api_route(r.path, route_endpoint(broker, r, gate, pool, call=functools.partial(bounded_write, broker)),
                           methods=[r.method], summary=r.summary,
                           openapi_extra=r.openapi(), response_class=Response)
 

@@ -4,12 +4,12 @@ It joins four parts, all driven under one lock:
 
 * the **mechanism**: a :class:`~marketsched.mechanisms.online.priority.PriorityScheduler` with a
   payment scheme, the very objects the simulator uses, inside a
-  :class:`~marketsched.live.engine.LiveEngine` on wall-clock time (HB with k-th price by
+  :class:`~marketsched.platform.engine.LiveEngine` on wall-clock time (HB with k-th price by
   default; NPHB, WSEPT (and WSPT, see below) and first price selectable);
-* the **executor** (:class:`~marketsched.live.executor.LocalExecutor`): ``slots`` jobs run at
+* the **executor** (:class:`~marketsched.platform.executor.LocalExecutor`): ``slots`` jobs run at
   once, each as its owner's Unix account in its own cgroup; the engine's start / preempt
   decisions become launch or thaw / freeze;
-* the **ledger** (:class:`~marketsched.live.ledger.Store`): users, deposits, per-second charges
+* the **ledger** (:class:`~marketsched.platform.ledger.Store`): users, deposits, per-second charges
   as double entries, jobs, events and the price history;
 * a **market thread** that waits for process exits (pidfds), charges running jobs every
   ``charge_interval`` seconds and suspends users who run out of money.
@@ -73,11 +73,9 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import pwd
-import re
 import secrets
 import shlex
 import threading
@@ -89,12 +87,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from marketsched.live.clock import WallClock
-from marketsched.live.engine import LiveEngine
-from marketsched.live.executor import JobLimits, LocalExecutor, RunAs, warn
-from marketsched.live.files import data_folder, tighten, write_private
-from marketsched.live.jobfiles import JobFileError
-from marketsched.live.ledger import (
+from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
+from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
+from marketsched.platform import validation
+from marketsched.platform.clock import WallClock
+from marketsched.platform.engine import LiveEngine
+from marketsched.platform.executor import JobLimits, LocalExecutor, RunAs, warn
+from marketsched.platform.files import data_folder, tighten, write_private
+from marketsched.platform.jobfiles import JobFileError
+from marketsched.platform.ledger import (
     ACTIVE_STATES,
     DEPOSITS,
     FINAL_STATES,
@@ -104,8 +105,8 @@ from marketsched.live.ledger import (
     Store,
     user_account,
 )
-from marketsched.mechanisms.online.pricing import RESERVATION_PRICE
-from marketsched.mechanisms.online.priority import PriorityScheduler, priority_key
+from marketsched.platform.tokens import hash_token, page_key_id
+from marketsched.platform.validation import MarketError, show, to_micro
 
 if TYPE_CHECKING:
     from marketsched.live.dayahead import DayAhead
@@ -113,36 +114,11 @@ if TYPE_CHECKING:
 LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
 EXECUTORS = ("local", "slurm")
-NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
-# Bounds of every number a user gives (a value outside is refused with 400, naming the field).
-MAX_BID = 1e9  # per second of running time
-MAX_DEPOSIT = 1e9  # one deposit (the ledger's own bound, MAX_BALANCE, caps the total)
+# Bounds of the numbers a user gives besides those of marketsched.platform.validation.
 MIN_ESTIMATE, MAX_ESTIMATE = 1e-3, 1e9  # seconds (WSEPT divides by it)
-MAX_ID = 2**63 - 1  # ids are 64-bit integers in the database
 LIST_COMMAND_CHARS = 240  # list views show at most this much of a command (the job's own view: all)
 JOB_EVENTS = 200  # a job's view shows its newest events, at most this many
-
-
-class MarketError(Exception):
-    """A request the market refuses; ``status`` is the HTTP status the API answers with."""
-
-    status = 400
-
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        if status is not None:
-            self.status = status
-
-
-def hash_token(token: str) -> str:
-    """Tokens are 256-bit random strings, so one SHA-256 is enough to store them safely (a slow
-    password hash protects guessable secrets; these are not guessable)."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def to_micro(amount: float) -> int:
-    return int(round(amount * MICRO))
 
 
 @dataclass
@@ -152,15 +128,15 @@ class MarketConfig:
     pricing: str = "kth"
     charge_interval: float = 1.0
     admission_seconds: float = 1.0
-    sync: str = "full"  # SQLite: "full" (fsync per commit) or "normal" (see marketsched.live.ledger)
-    executor: str = "local"  # "local" (this machine, cgroups) or "slurm" (marketsched.live.slurm)
+    sync: str = "full"  # SQLite: "full" (fsync per commit) or "normal" (see marketsched.platform.ledger)
+    executor: str = "local"  # "local" (this machine, cgroups) or "slurm" (marketsched.platform.slurm)
     partition: str | None = None  # Slurm partition for the "slurm" executor (None: Slurm's default)
     # Whose Unix account runs a job (see "Users are Unix users" in the module docstring):
     # False = each job as its owner's mapped Unix account (needs root); True = every job as the
     # broker's own account (one person, a demo); None = True unless the broker runs as root.
     single_user: bool | None = None
     # True: jobs are started, frozen and killed by a separate privileged launcher process
-    # (marketsched.live.launcherd), so the broker itself needs no root (serve --service-user)
+    # (marketsched.platform.launcherd), so the broker itself needs no root (serve --service-user)
     launcher: bool = False
     job_cpus: float = 1.0  # CPU limit per job (CPUs' worth of time; 0: no limit)
     job_memory: int | None = None  # memory limit per job in bytes (None: the machine's memory / slots; 0: no limit)
@@ -271,7 +247,7 @@ class Broker:
         self._draining = False
         self.unix: dict[str, str | None] = {}  # market user -> Unix account (None: not mapped)
         self._accounts: dict[str, RunAs] = {}  # Unix account -> its last lookup
-        self.data = data_folder(data)  # 0711, its files 0600: see marketsched.live.files
+        self.data = data_folder(data)  # 0711, its files 0600: see marketsched.platform.files
         tighten(self.data / "admin.token")
         self.store = Store(db_url or self.data, sync=self.config.sync)
         self.lock = threading.RLock()
@@ -287,7 +263,7 @@ class Broker:
         self.wall = clock or WallClock(self.epoch)
         self._t = float(self.wall())
         # The executor carries the mechanism's decisions out: local cgroups by default,
-        # Slurm jobs with config.executor == "slurm" (marketsched.live.slurm), or any object with
+        # Slurm jobs with config.executor == "slurm" (marketsched.platform.slurm), or any object with
         # the same interface passed in. Optional hooks: ``arrange(queue)`` after every decision
         # (the mechanism's waiting jobs, best first) and ``outcome(job_id)`` -> (final state,
         # note) when a job ends (e.g. "failed" for a job Slurm killed).
@@ -452,11 +428,11 @@ class Broker:
         this user); returns ``{"name", "token", "balance", "unix"}``."""
         if not admin:
             raise MarketError("only the administrator creates users", 403)
-        if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= NAME_CHARS:
-            raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {_show(name)}")
-        amount = _amount(deposit, "deposit", allow_zero=True)
+        if not isinstance(name, str) or not name or len(name) > 64 or not set(name) <= validation.NAME_CHARS:
+            raise MarketError(f"user name must be 1-64 letters, digits, '_', '.' or '-', got {show(name)}")
+        amount = validation.amount(deposit, "deposit", allow_zero=True)
         if unix is not None:
-            _unix_account(unix)
+            validation.unix_account(unix)
         with self.lock:
             if name in dict(self.store.users()):
                 raise MarketError(f"user {name!r} already exists", 409)
@@ -484,7 +460,7 @@ class Broker:
             raise MarketError("only the administrator issues tokens for other users", 403)
         with self.lock:
             if not isinstance(name, str) or name not in dict(self.store.users()):
-                raise MarketError(f"unknown user {_show(name)}", 404)
+                raise MarketError(f"unknown user {show(name)}", 404)
             token = secrets.token_urlsafe(32)
             with self._transaction():
                 self.store.set_token_hash(name, hash_token(token))
@@ -498,10 +474,10 @@ class Broker:
         """Add money to a user's account; their held jobs re-enter the market if they can pay."""
         if not admin:
             raise MarketError("only the administrator makes deposits", 403)
-        micros = _amount(amount, "deposit")
+        micros = validation.amount(amount, "deposit")
         with self.lock:
             if name not in self.balance:
-                raise MarketError(f"unknown user {_show(name)}", 404)
+                raise MarketError(f"unknown user {show(name)}", 404)
             self._now()
             with self._transaction():
                 self._check_deposit_total(micros)
@@ -526,7 +502,7 @@ class Broker:
     # ================================================================== jobs
     def submit(self, user: str, admin: bool, bid, command, estimate=None, procs=1) -> dict:
         """Accept a job (committed before this returns) and let the mechanism decide at once."""
-        bid = _bid(bid)
+        bid = validation.bid(bid)
         if isinstance(command, list):
             if not all(isinstance(c, str) for c in command):
                 raise MarketError("command must be a string or a list of strings")
@@ -535,12 +511,12 @@ class Broker:
             raise MarketError("command is empty: give the command line to run")
         if "\x00" in command:
             raise MarketError("command contains a NUL character")
-        size = len(_utf8(command, "command"))
+        size = len(validation.utf8(command, "command"))
         if size > self.config.max_command_bytes:
             raise MarketError(f"command is {size} bytes long, more than the {self.config.max_command_bytes} this "
                               "market accepts (put a long script in a file and run the file)", 413)
         if estimate is not None:
-            estimate = _number(estimate, "runtime estimate")
+            estimate = validation.number(estimate, "runtime estimate")
             if not MIN_ESTIMATE <= estimate <= MAX_ESTIMATE:
                 raise MarketError(f"runtime estimate must be a finite positive number of seconds from {MIN_ESTIMATE:g} "
                                   f"to {MAX_ESTIMATE:g}, got {estimate!r}")
@@ -616,7 +592,7 @@ class Broker:
         """Change the bid of an active job of the user's (the administrator: any job); the
         mechanism decides at once (:meth:`PriorityScheduler.rebid`: HB may preempt)."""
         job_id = _job_id(job_id)
-        bid = _bid(bid)
+        bid = validation.bid(bid)
         with self.lock:
             row, job = self._own_active(user, admin, job_id)
             if bid == job.bid:
@@ -755,7 +731,7 @@ class Broker:
         who = name if (admin and name) else user
         with self.lock:
             if who not in self.balance:
-                raise MarketError(f"unknown user {_show(who)}", 404)
+                raise MarketError(f"unknown user {show(who)}", 404)
             acct = user_account(who)
             entries = self.store.entries(acct, limit=limit, before=before)
             return {
@@ -1175,11 +1151,6 @@ class Broker:
         self._after()
 
 
-def page_key_id(token_hash: str) -> str:
-    """The web page's key id for a user (see :mod:`marketsched.live.api`): not the hash itself."""
-    return hashlib.sha256(("marketsched-kid:" + token_hash).encode()).hexdigest()[:32]
-
-
 @dataclass(frozen=True)
 class _UserIndex:
     """Users by token hash, web-page key id and Unix account, read without the broker's lock:
@@ -1203,87 +1174,15 @@ class _UserIndex:
 def make_executor(config: MarketConfig, root: Path):
     """The executor ``config.executor`` names, for the jobs' folders under ``root``."""
     if config.executor == "slurm":
-        from marketsched.live.slurm import SlurmExecutor
+        from marketsched.platform.slurm import SlurmExecutor
 
         return SlurmExecutor(root, partition=config.partition, slots=config.slots)
     if config.launcher:  # the launcher's parent is this (root) process: for a broker that stays root
-        from marketsched.live.launcherd import LauncherExecutor, spawn
+        from marketsched.platform.launcherd import LauncherExecutor, spawn
 
         return LauncherExecutor(root, spawn(root, os.geteuid(), config.limits(), root.parent / "market.db"))
     return LocalExecutor(root, limits=config.limits())
 
 
-def _show(x, width: int = 60) -> str:
-    """``repr(x)`` cut to ``width`` characters (an error message never echoes a huge value)."""
-    r = repr(x) if not isinstance(x, int) or abs(x) < 10**width else f"a {len(str(abs(x)))}-digit integer"
-    return r if len(r) <= width else f"{r[:width]}... ({len(r)} characters)"
-
-
-def _number(x, what: str) -> float:
-    """A finite number (int or float, not bool) whose magnitude a float holds exactly enough;
-    MarketError naming ``what`` otherwise."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise MarketError(f"{what} must be a number, got {_show(x)}")
-    if isinstance(x, int) and abs(x) > 2**63:
-        raise MarketError(f"{what} must be a finite number, got {_show(x)}")
-    x = float(x)
-    if not math.isfinite(x):
-        raise MarketError(f"{what} must be a finite number, got {x!r}")
-    return x
-
-
-def _bid(x) -> float:
-    bid = _number(x, "bid")
-    if not 0 < bid <= MAX_BID:
-        raise MarketError(f"bid must be a finite positive number (per second of running time) of at most "
-                          f"{MAX_BID:g}, got {bid!r}")
-    return bid
-
-
-def _amount(x, what: str, allow_zero: bool = False) -> int:
-    x = _number(x, what)
-    if x < 0 or (x == 0 and not allow_zero):
-        raise MarketError(f"{what} must be a positive amount, got {x!r}")
-    if x > MAX_DEPOSIT:
-        raise MarketError(f"{what} of {x!r} is larger than the market accepts ({MAX_DEPOSIT:g})")
-    return to_micro(x)
-
-
-def _whole(x, what: str, lo: int = 1, hi: int = MAX_ID) -> int:
-    """A whole number from ``lo`` to ``hi``, given as an int or as its decimal digits (a path
-    or query parameter); MarketError naming ``what`` otherwise."""
-    if isinstance(x, str):
-        t = x.strip()
-        if not re.fullmatch(r"-?[0-9]{1,40}", t):
-            raise MarketError(f"{what} must be a whole number from {lo} to {hi}, got {_show(x)}")
-        x = int(t)
-    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
-        raise MarketError(f"{what} must be a whole number from {lo} to {hi}, got {_show(x)}")
-    return x
-
-
 def _job_id(x) -> int:
-    return _whole(x, "job id")
-
-
-def _utf8(text: str, what: str) -> bytes:
-    """``text`` as UTF-8; a lone surrogate (JSON lets one through as ``\\udXXX``) is refused."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise MarketError(f"{what} contains {text[exc.start]!r} at character {exc.start}, a lone surrogate, "
-                          "which is not text") from None
-
-
-def _unix_account(unix) -> RunAs:
-    """The Unix account a market user may be mapped to: it exists here, and is neither root nor
-    the broker's own account (jobs run as it)."""
-    if not isinstance(unix, str) or not unix or len(unix) > 32 or not set(unix) <= NAME_CHARS:
-        raise MarketError(f"unix must be a Unix account name (1-32 letters, digits, '_', '.' or '-'), got {_show(unix)}")
-    try:
-        account = RunAs.lookup(unix)
-    except ValueError as exc:
-        raise MarketError(f"unix: {exc}") from None
-    if account.uid == os.geteuid():
-        raise MarketError(f"unix: {unix!r} is the broker's own account; a market user's jobs must not run as it")
-    return account
+    return validation.whole(x, "job id")

@@ -10,211 +10,27 @@ account, no token needed. Otherwise it uses HTTP at ``--url`` (``$MARKETSCHED_UR
 this host, the one whose socket ``DATA/server.id`` names (``--data``); over ``https``, one
 presenting the certificate pinned with ``--server-cert`` (or ``DATA/server-cert.pem``), else
 one the system's certificate authorities vouch for (``$SSL_CERT_FILE``). Otherwise it refuses,
-sending nothing (:mod:`marketsched.live.identity`).
+sending nothing (:mod:`marketsched.platform.identity`).
 """
 
 from __future__ import annotations
 
 import functools
-import http.client
 import json
 import os
 import signal
-import socket
 import ssl
 import stat
 import sys
 import threading
-import urllib.parse
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 import click
 
-from marketsched.live.files import short_socket_path
+from marketsched.platform.client import DEFAULT_URL, Client, ClientError, server_check_options, tls_options
 
-DEFAULT_URL = "http://127.0.0.1:8765"
 SOCKET_NAME = "market.sock"
-
-
-# ---------------------------------------------------------------------------- client
-class Client:
-    """A minimal JSON client of the market's API (standard library; no dependency): over HTTP
-    at ``url`` with ``token``, or over the broker's Unix socket at ``socket_path`` (no token).
-
-    With ``check_server`` (the command line's clients), the token is sent over TCP only to a
-    server shown to be the market's (:mod:`marketsched.live.identity`): over ``https``, one
-    presenting the certificate pinned in ``server_cert`` (default: ``server_dir``'s
-    ``server-cert.pem``, if there), else one the system's certificate authorities vouch for,
-    under the URL's host name; over plain ``http``, on this host only, the socket listening on
-    the port must be the one ``server_dir``'s ``server.id`` names, checked before connecting
-    and again before sending. Otherwise :class:`ClientError`, and nothing is sent."""
-
-    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, timeout: float = 30.0, socket_path=None,
-                 *, check_server: bool = False, server_dir=None, server_cert=None):
-        self.url = url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-        self.socket_path = Path(socket_path) if socket_path is not None else None
-        self.check_server = check_server
-        self.server_dir = Path(server_dir) if server_dir is not None else None
-        self.server_cert = Path(server_cert) if server_cert is not None else None
-
-    def request(self, method: str, path: str, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.socket_path is not None:
-            status, reason, raw = self._unix(self.socket_path, method, path, data, headers)
-        else:
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            status, reason, raw = self._http(method, path, data, headers)
-        if status >= 400:
-            try:
-                msg = json.loads(raw).get("error", reason)
-            except (ValueError, AttributeError):
-                msg = reason
-            if status == 503 and "try again" not in str(msg):  # busy (the server's own 503 says so)
-                msg = f"the server is busy, try again in a moment: {msg}"
-            raise ClientError(msg, status)
-        return json.loads(raw or b"null")
-
-    def _connection(self, verify: bool) -> tuple[http.client.HTTPConnection, Callable[[], None] | None]:
-        """A connection to ``url``, not yet open, and the check to make once it is (or None)."""
-        from marketsched.live.identity import (
-            CERT_NAME,
-            NotTheServer,
-            check_listener,
-            listeners,
-            pinned_context,
-            read_identity,
-        )
-
-        u = urllib.parse.urlsplit(self.url)
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise ClientError(f"the market's address must be http://HOST:PORT or https://HOST:PORT, got {self.url!r}", 0)
-        port = u.port or (443 if u.scheme == "https" else 80)
-        if u.scheme == "https":
-            pin = self.server_cert
-            if pin is None and self.server_dir is not None and (self.server_dir / CERT_NAME).exists():
-                pin = self.server_dir / CERT_NAME
-            if verify and pin is not None:
-                try:
-                    ctx, ders = pinned_context(pin)
-                except NotTheServer as exc:
-                    raise ClientError(f"{exc}; your token was not sent", 0) from None
-                tls = http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout, context=ctx)
-
-                def pinned() -> None:
-                    if tls.sock is None or tls.sock.getpeercert(binary_form=True) not in ders:
-                        raise NotTheServer(f"the server at {self.url} does not present the certificate pinned in {pin}")
-                return tls, pinned
-            return http.client.HTTPSConnection(u.hostname, port, timeout=self.timeout), None
-        conn = http.client.HTTPConnection(u.hostname, port, timeout=self.timeout)
-        if not verify:
-            return conn, None
-        from marketsched.live.server import is_loopback
-
-        if not is_loopback(u.hostname):
-            raise ClientError(f"refusing to send your token over plain HTTP to {self.url}, beyond this host: nothing "
-                              "proves who answers there, and the token would cross the network in clear. Use https "
-                              "(pin the server's certificate with --server-cert)", 0)
-        if self.server_dir is None:
-            raise ClientError(f"refusing to send your token over plain HTTP to {self.url} without checking who listens "
-                              "there (a process that took the port while the server was down would get it): give the "
-                              "server's data folder (--data), whose server.id names its socket, or use https with "
-                              "--server-cert", 0)
-        try:
-            ident = read_identity(self.server_dir)
-        except NotTheServer as exc:
-            if not listeners(port):  # the server is down (a clean stop removes its identity)
-                raise ConnectionRefusedError(f"nothing listens on port {port}") from None
-            raise ClientError(f"{exc}; your token was not sent", 0) from None
-
-        def listener() -> None:
-            check_listener(ident, port, self.url)
-
-        listener()  # before connecting (ConnectionRefusedError: nothing listens)
-        return conn, listener  # and again once connected, before sending
-
-    def _http(self, method, path, data, headers):
-        from marketsched.live.identity import NotTheServer
-
-        verify = self.check_server and "Authorization" in headers
-        prefix = urllib.parse.urlsplit(self.url).path
-        try:
-            conn, check = self._connection(verify)
-            try:
-                conn.connect()
-                if check is not None:
-                    check()
-                conn.request(method, prefix + path, body=data, headers=headers)
-                r = conn.getresponse()
-                return r.status, r.reason, r.read()
-            finally:
-                conn.close()
-        except NotTheServer as exc:
-            raise ClientError(f"{exc}; your token was not sent", 0) from None
-        except ssl.SSLCertVerificationError as exc:
-            raise ClientError(f"the server at {self.url} is not shown to be the market: {exc.verify_message}; "
-                              "your token was not sent", 0) from None
-        except (OSError, http.client.HTTPException) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise ClientError(f"cannot reach the market at {self.url}: {why} (is `marketsched market serve` running?)",
-                              0) from None
-
-    def _unix(self, socket_path: Path, method, path, data, headers):
-        conn = _UnixConnection(socket_path, self.timeout)
-        try:
-            conn.request(method, path, body=data, headers=headers)
-            r = conn.getresponse()
-            return r.status, r.reason, r.read()
-        except OSError as exc:
-            raise ClientError(f"cannot reach the market at {socket_path}: {exc.strerror or exc} "
-                              "(is `marketsched market serve` running?)", 0) from None
-        finally:
-            conn.close()
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def post(self, path, body=None):
-        return self.request("POST", path, body if body is not None else {})
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        try:
-            with short_socket_path(self.unix_path) as p:
-                s.connect(p)
-        except OSError:
-            s.close()
-            raise
-        self.sock = s
-
-
-class ClientError(click.ClickException):
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.status = status
-
-
-def tls_options(f):
-    """``--tls-cert``, ``--tls-key``, ``--insecure-http``: how a server's TCP address is served
-    (the market's broker, the grid exchange's API)."""
-    f = click.option("--insecure-http", is_flag=True,
-                     help="Serve plain HTTP on an address that is not loopback (tokens cross the network in clear).")(f)
-    f = click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="The certificate's private key (PEM).")(f)
-    return click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                        help="TLS certificate (PEM) for HTTPS; with --tls-key.")(f)
 
 
 def client_options(body):
@@ -238,15 +54,6 @@ def client_options(body):
                      type=click.Path(dir_okay=False, path_type=Path),
                      help="The broker's Unix socket: you are your Unix account, no token [$MARKETSCHED_SOCKET].")(f)
     return f
-
-
-def server_check_options(f):
-    """``--server-cert``: the certificate a client pins for an https server (the market's, the
-    exchange's) before sending it a token."""
-    return click.option("--server-cert", default=None, envvar="MARKETSCHED_SERVER_CERT",
-                        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                        help="The server's TLS certificate (PEM; a copy of DATA/server-cert.pem): over https, send the "
-                             "token only to a server presenting exactly it [$MARKETSCHED_SERVER_CERT].")(f)
 
 
 def _client(url, token, token_file, socket_path=None, data_dir=None, server_cert=None) -> Client:
@@ -312,7 +119,7 @@ def _preload() -> None:
 def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead):
     """For ``serve --service-user``: start the privileged launcher (root), drop this process to
     the service account for good, and return the executor that sends jobs to the launcher."""
-    from marketsched.live.launcherd import LauncherExecutor, drop_privileges, prepare_data, service_account, spawn
+    from marketsched.platform.launcherd import LauncherExecutor, drop_privileges, prepare_data, service_account, spawn
 
     if os.geteuid() != 0:
         raise ValueError("--service-user: start the broker as root (it drops to the service account itself)")
@@ -410,7 +217,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     After a crash (kill -9), the same happens at restart.
     """
     from marketsched.live.broker import Broker, MarketConfig
-    from marketsched.live.server import Limits, MarketServer, check_plain_http, raise_fd_limit
+    from marketsched.live.server import MarketServer
+    from marketsched.platform.server import Limits, check_plain_http, raise_fd_limit
 
     _remove_ready(data, stale_only=True)  # a broker killed with -9 left its own: `market wait` waits for this one
     memory = _bytes(job_memory, "--job-memory")
@@ -569,7 +377,7 @@ def wait(data_dir, job_id, token, timeout) -> None:
     no fixed sleep is long enough."""
     import time
 
-    from marketsched.live.ledger import FINAL_STATES
+    from marketsched.platform.ledger import FINAL_STATES
 
     deadline = time.monotonic() + timeout
     while (info := _ready(data_dir)) is None:

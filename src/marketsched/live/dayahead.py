@@ -72,9 +72,10 @@ from datetime import datetime
 
 import numpy as np
 
-from marketsched.live.ledger import MICRO, REVENUE, user_account
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
+from marketsched.platform.ledger import MICRO, REVENUE, user_account
+from marketsched.platform.validation import MarketError, amount, number, show, utf8
 
 ESCROW = "escrow:dayahead"
 MECHANISMS = ("dpgva", "relaxed")
@@ -175,7 +176,7 @@ class DayAhead:
                              f"(Slurm time limits are minutes), got {config.granularity:g} s")
         self.root = broker.data / "dayahead"
         if not self.slurm:
-            from marketsched.live.executor import LocalExecutor
+            from marketsched.platform.executor import LocalExecutor
 
             # the spot market's launcher and cgroups (its own cgroup folder, named after
             # DATA/dayahead: keys are bid ids)
@@ -185,7 +186,7 @@ class DayAhead:
             kept = [k for k in running if self.local.adopt(k) is not None]
             self.local.reap(kept)
         else:
-            from marketsched.live import jobfiles
+            from marketsched.platform import jobfiles
 
             self.root_fd = jobfiles.open_root(self.root)
         self._thread: threading.Thread | None = None
@@ -214,12 +215,11 @@ class DayAhead:
     # ------------------------------------------------------------------ placebid
     def place_bid(self, user: str, length, deadline, value, nodes=None, command=None) -> dict:
         """A sealed bid (thesis ``placebid``): its maximum price goes to escrow until clearing."""
-        from marketsched.live.broker import MarketError, _amount, _number, _show, _utf8
 
         c = self.config
-        length = _number(length, "length")
-        deadline = _number(deadline, "deadline")
-        value = _number(value, "maximum price")
+        length = number(length, "length")
+        deadline = number(deadline, "deadline")
+        value = number(value, "maximum price")
         if not length > 0:
             raise MarketError(f"length must be a positive number of seconds, got {length!r}")
         if deadline < length:
@@ -230,21 +230,21 @@ class DayAhead:
         if math.ceil(length / c.granularity - 1e-9) > math.floor(deadline / c.granularity + 1e-9):
             raise MarketError(f"length {length:g} s rounded up to the granularity ({c.granularity:g} s) does not fit "
                               f"before the deadline {deadline:g} s rounded down")
-        micros = _amount(value, "maximum price")
+        micros = amount(value, "maximum price")
         if nodes is None:
             nodes = 1 if c.mechanism == "relaxed" else c.capacity
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-            raise MarketError(f"nodes must be a whole number >= 1, got {_show(nodes)}")
+            raise MarketError(f"nodes must be a whole number >= 1, got {show(nodes)}")
         if c.mechanism == "dpgva" and nodes != c.capacity:
             raise MarketError(f"the DPGVA auction sells the whole machine ({c.capacity} node(s)); "
-                              f"use the relaxed auction for nodes {_show(nodes)}")
+                              f"use the relaxed auction for nodes {show(nodes)}")
         if nodes > c.capacity:
-            raise MarketError(f"nodes {_show(nodes)} is more than the {c.capacity} the auction sells")
+            raise MarketError(f"nodes {show(nodes)} is more than the {c.capacity} the auction sells")
         b = self.broker
         if command is not None:
             if not isinstance(command, str) or not command.strip() or "\x00" in command:
                 raise MarketError("command must be a non-empty shell command line")
-            size = len(_utf8(command, "command"))
+            size = len(utf8(command, "command"))
             if size > b.config.max_command_bytes:
                 raise MarketError(f"command is {size} bytes long, more than the {b.config.max_command_bytes} this "
                                   "market accepts", 413)
@@ -406,7 +406,7 @@ class DayAhead:
         name = self.res_name(x["id"])
         if not self.slurm:
             return f"local:{name}", None
-        from marketsched.live.slurm import run
+        from marketsched.platform.slurm import run
 
         ex = self.broker.executor
         now = self.broker._t
@@ -425,8 +425,8 @@ class DayAhead:
              f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
         job_ref = None
         if x["command"]:
-            from marketsched.live import jobfiles
-            from marketsched.live.slurm import BATCH, _shq, export_option, run_as_options
+            from marketsched.platform import jobfiles
+            from marketsched.platform.slurm import BATCH, export_option, run_as_options, shell_quote
 
             wd = self.root / f"job-{x['id']}"
             uid, gid = (user.uid, user.gid) if user is not None else (None, None)
@@ -443,7 +443,7 @@ class DayAhead:
                     "-n", str(x["nodes"] if self.config.mechanism == "relaxed" else 1)] + run_as_options(user)
             if ex.partition:
                 args += ["-p", ex.partition]
-            script = BATCH.format(key=f"day-ahead bid {x['id']}", workdir=_shq(str(wd)))
+            script = BATCH.format(key=f"day-ahead bid {x['id']}", workdir=shell_quote(str(wd)))
             job_ref = "slurm:" + run(args, input=script).strip().split(";")[0]
         return name, job_ref
 
@@ -453,7 +453,7 @@ class DayAhead:
             for key in list(self.local.procs):
                 self.local.kill(key)
             return
-        from marketsched.live.slurm import SlurmError, run
+        from marketsched.platform.slurm import SlurmError, run
 
         for x in self.bids():
             if x["job_ref"] and x["job_ref"].startswith("slurm:"):
@@ -495,7 +495,6 @@ class DayAhead:
                              (state, code, note, x["id"]))
 
     def _drive_local(self, x: dict, t: float) -> None:
-        from marketsched.live.broker import MarketError
 
         key = x["id"]
         if x["job_state"] == "scheduled" and t >= x["start_t"] and t < x["end_t"]:
@@ -523,7 +522,7 @@ class DayAhead:
                 self._set_job(x, "killed", note=_noted(x, "reservation ended"))
 
     def _watch_slurm(self, x: dict) -> None:
-        from marketsched.live.slurm import SlurmError, SlurmExecutor, read_exit_code, run
+        from marketsched.platform.slurm import SlurmError, SlurmExecutor, read_exit_code, run
 
         sid = int(x["job_ref"][6:])
         info = SlurmExecutor.show(self.broker.executor, sid)

@@ -1,8 +1,8 @@
 """Replays between the simulator and the live engine (one rule, one implementation: both run the
 same policy objects).
 
-:func:`replay_live` feeds a workload to a :class:`~marketsched.live.engine.LiveEngine` on a
-:class:`~marketsched.live.clock.FakeClock`, playing the part of the executor: it knows each
+:func:`replay_live` feeds a workload to a :class:`~marketsched.platform.engine.LiveEngine` on a
+:class:`~marketsched.platform.clock.FakeClock`, playing the part of the executor: it knows each
 job's run time, starts a timer when the engine starts a job and keeps the remaining work when
 it is preempted, and reports the process "exit" when the work is done. The batches are formed
 exactly as the simulator forms them (all events of one timestamp: completions, then arrivals),
@@ -22,9 +22,9 @@ import numpy as np
 
 from marketsched.engine.records import FinalState, Records
 from marketsched.engine.simulator import Simulator
-from marketsched.live.clock import FakeClock
-from marketsched.live.engine import LiveEngine
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism, priority_key
+from marketsched.platform.clock import FakeClock
+from marketsched.platform.engine import LiveEngine
 from marketsched.workloads.workload import Workload
 
 

@@ -13,8 +13,8 @@ Hosts and enforcement
 ---------------------
 A *host* here is one CPU of this machine: its jobs are pinned to it (``sched_setaffinity``).
 Each user runs one job per host (by default a CPU-bound shell loop), started by the live
-market's executor (:class:`~marketsched.live.executor.LocalExecutor`: the launcher, one cgroup
-per job from :mod:`marketsched.live.cgroups`, frozen until its share is set), so Tycoon mode has
+market's executor (:class:`~marketsched.platform.executor.LocalExecutor`: the launcher, one cgroup
+per job from :mod:`marketsched.platform.cgroups`, frozen until its share is set), so Tycoon mode has
 no process or cgroup code of its own. The share is enforced by the kernel's proportional-share
 scheduler, through the first of these that works:
 
@@ -91,9 +91,9 @@ from pathlib import Path
 
 import numpy as np
 
-from marketsched.live.cgroups import Layout, detect_enforcement, find_cgroup1_cpu, find_cgroup2_cpu  # noqa: F401
-from marketsched.live.executor import JobLimits, LocalExecutor, proc_cpu_seconds
 from marketsched.mechanisms.games.best_response import best_response
+from marketsched.platform.cgroups import Layout, detect_enforcement, find_cgroup1_cpu, find_cgroup2_cpu  # noqa: F401
+from marketsched.platform.executor import JobLimits, LocalExecutor, proc_cpu_seconds
 
 BUSY = "while :; do :; done"
 
@@ -191,7 +191,7 @@ class TycoonMarket:
         the initial bids; start the stride threads (if that is the enforcement) and the agents
         thread, which calls :meth:`resplit` every ``interval`` seconds until :meth:`stop`.
 
-        The jobs are started like the live market's (:class:`~marketsched.live.executor.LocalExecutor`:
+        The jobs are started like the live market's (:class:`~marketsched.platform.executor.LocalExecutor`:
         the launcher, a cgroup per job where the machine has one), pinned to their host's CPU and
         frozen until their share is set; with cgroup enforcement each job's cgroup gets the CPU
         weight its bid gives. A Ctrl-C or SIGTERM arriving meanwhile takes effect when every job

@@ -7,51 +7,23 @@ It is a Python string rather than a data file so that it ships with every kind o
 The token is pasted into the page's form and kept only in the page's memory, as a
 non-extractable Web Crypto key derived from it: never in ``localStorage``, ``sessionStorage``,
 a cookie or the address, and never sent. Each refresh is a read signed with that key
-(``MarketSig``, see :mod:`marketsched.live.api`), so a process that takes the broker's port
+(``MarketSig``, see :mod:`marketsched.platform.http`), so a process that takes the broker's port
 while the broker is down neither receives the token from an open page nor finds it in the
 browser when it serves its own page at that address. A reload asks for the token again.
 ``CSP`` is the page's Content-Security-Policy: only its own inline script and style (by hash),
-requests to its own origin only.
+requests to its own origin only. The document's frame, look and script helpers are the
+platform's (:mod:`marketsched.platform.web`).
 """
 
-import base64
-import hashlib
-import re
+from marketsched.platform.web import csp, page
 
-# the look both web pages share (this one and the grid exchange's): header, cards, tables
-STYLE = """\
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1d2330; background: #f5f6f8; }
-  header { background: #1d2330; color: #fff; padding: 10px 18px; display: flex; gap: 24px; align-items: baseline; flex-wrap: wrap; }
-  header h1 { font-size: 18px; margin: 0; }
-  header .big { font-size: 22px; font-weight: 600; }
-  main { padding: 12px 18px; display: grid; grid-template-columns: minmax(380px, 1fr) minmax(380px, 1fr); gap: 14px; }
-  section { background: #fff; border-radius: 6px; padding: 10px 14px; box-shadow: 0 1px 2px rgba(0,0,0,.08); }
-  section.wide { grid-column: 1 / -1; }
-  h2 { font-size: 15px; margin: 2px 0 8px; }
-  table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: left; padding: 3px 6px; border-bottom: 1px solid #eceef2; font-variant-numeric: tabular-nums; }
-  th { font-weight: 600; color: #566; white-space: nowrap; }
-  .muted { color: #778; }
-  #error { color: #a50e0e; }
-"""
-
-PAGE = r"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>marketsched live market</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-""" + STYLE + r"""  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+PAGE = page("marketsched live market", r"""  td.cmd { font-family: ui-monospace, monospace; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   .state-running { color: #137333; font-weight: 600; }
   .state-preempted { color: #b06000; }
   .state-held { color: #a50e0e; }
   #login input { width: 360px; }
   svg { width: 100%; height: 200px; }
-</style>
-</head>
-<body>
-<header>
+""", r"""<header>
   <h1>marketsched live market</h1>
   <span>price <span id="price" class="big">-</span> <span class="muted">per second</span></span>
   <span id="mech"></span>
@@ -92,28 +64,18 @@ PAGE = r"""<!doctype html>
     <tbody id="recent"></tbody></table>
   </section>
 </main>
-<script>
-"use strict";
-const $ = (id) => document.getElementById(id);
-const enc = new TextEncoder();
-const hex = (buf) => Array.from(new Uint8Array(buf), (b) => b.toString(16).padStart(2, "0")).join("");
-let key = null, keyId = null;  // the signing key (not extractable) and its id; the token itself is not kept
-if (location.hash) history.replaceState(null, "", location.pathname);  // tokens in the address are not read
+""", r"""let key = null;  // {key, keyId}: the signing key (not extractable) and its id; the token itself is not kept
 async function useToken(tok) {
-  key = keyId = null;
+  key = null;
   if (!tok) return;
   if (!window.crypto || !crypto.subtle) {
     $("error").textContent = "this page needs https, or http on 127.0.0.1 or localhost (the browser's Web Crypto)";
     return;
   }
-  const h = hex(await crypto.subtle.digest("SHA-256", enc.encode(tok)));
-  keyId = hex(await crypto.subtle.digest("SHA-256", enc.encode("marketsched-kid:" + h))).slice(0, 32);
-  key = await crypto.subtle.importKey("raw", enc.encode(h), {name: "HMAC", hash: "SHA-256"}, false, ["sign"]);
+  key = await pageKey(tok);
 }
 async function signedGet(path) {
-  const t = Date.now();
-  const sig = hex(await crypto.subtle.sign("HMAC", key, enc.encode("marketsched-page-v1\nGET\n" + path + "\n" + t)));
-  return fetch(path, {headers: {"Authorization": "MarketSig kid=" + keyId + ", t=" + t + ", sig=" + sig},
+  return fetch(path, {headers: {"Authorization": await signature(key, path)},
                       credentials: "omit", cache: "no-store", redirect: "error"});
 }
 async function login() {
@@ -124,8 +86,6 @@ async function login() {
 }
 $("save").onclick = login;
 $("token").onkeydown = (e) => { if (e.key === "Enter") login(); };
-const fmt = (x, d = 3) => (x === null || x === undefined) ? "-" : Number(x).toFixed(d);
-function esc(s) { return String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c])); }
 function rows(el, items, cells) {
   el.innerHTML = items.length ? items.map((it) => "<tr data-job='" + (it.id ?? "") + "'>" + cells(it).map((c) => "<td" + (c.cls ? " class='" + c.cls + "'" : "") + ">" + esc(c.v ?? c) + "</td>").join("") + "</tr>").join("")
     : "<tr><td class='muted' colspan='7'>none</td></tr>";
@@ -144,16 +104,7 @@ function chart(history, now) {
   svg.innerHTML = ticks + "<path id='price-line' d='" + d + "' fill='none' stroke='#1a73e8' stroke-width='2'/>"
     + "<text x='790' y='198' font-size='11' fill='#778' text-anchor='end'>market time " + t1.toFixed(0) + " s</text>";
 }
-// one read at a time, so an older response never renders after a newer one (a read can take longer
-// than the interval on a busy machine): a call while one is in flight makes one more read after it
-let reading = false, readAgain = false;
-async function refresh() {
-  if (reading) { readAgain = true; return; }
-  reading = true;
-  try {
-    do { readAgain = false; await readMarket(); } while (readAgain);
-  } finally { reading = false; }
-}
+const refresh = serialized(readMarket);  // one read at a time (see marketsched.platform.web)
 async function readMarket() {
   if (!key) { $("login").hidden = false; return; }
   const used = key;
@@ -163,7 +114,7 @@ async function readMarket() {
     if (used !== key) return;  // the token changed meanwhile: the next read uses the new one
     if (!r.ok) {
       $("error").textContent = m.error;
-      if (r.status === 401) { key = keyId = null; $("login").hidden = false; }
+      if (r.status === 401) { key = null; $("login").hidden = false; }
       return;
     }
     $("error").textContent = ""; $("login").hidden = true;
@@ -191,26 +142,7 @@ async function readMarket() {
   }
 }
 refresh();
-setInterval(() => { if (!reading) refresh(); }, 1000);  // a tick while a read is in flight is skipped
-</script>
-</body>
-</html>
-"""
-
-
-def csp(page: str) -> str:
-    """The Content-Security-Policy of a self-contained ``page``: its one inline script and style
-    by hash, requests to its own origin only."""
-
-    def sha256(pattern: str) -> str:
-        m = re.search(pattern, page, re.S)
-        if m is None:
-            raise RuntimeError(f"the page has no {pattern!r}")
-        return "'sha256-" + base64.b64encode(hashlib.sha256(m.group(1).encode()).digest()).decode() + "'"
-
-    return (f"default-src 'none'; script-src {sha256(r'<script>(.*?)</script>')}; "
-            f"style-src {sha256(r'<style>(.*?)</style>')}; connect-src 'self'; img-src 'self'; base-uri 'none'; "
-            "form-action 'none'; frame-ancestors 'none'")
-
+setInterval(() => { if (!refresh.busy()) refresh(); }, 1000);  // a tick while a read is in flight is skipped
+""")
 
 CSP = csp(PAGE)

@@ -139,7 +139,7 @@ class _Aranges(dict):
 _ARANGE = _Aranges()
 
 
-class _SlotState:
+class SlotState:
     """Capacity left per (slot, node), nodes in ranking order (reserve ascending, index)."""
 
     def __init__(self, book: OrderBook, node_reserve=None):
@@ -153,9 +153,9 @@ class _SlotState:
         self.cpu = np.where(avail, book.node_cpu[self.order][None, :], -np.inf)
         self.mem = np.where(avail, book.node_mem[self.order][None, :], -np.inf)
 
-    def copy(self) -> _SlotState:
+    def copy(self) -> SlotState:
         """An independent copy of the capacity arrays (ranking shared)."""
-        twin = object.__new__(_SlotState)
+        twin = object.__new__(SlotState)
         twin.order, twin.reserve = self.order, self.reserve
         twin.cpu, twin.mem = self.cpu.copy(), self.mem.copy()
         return twin
@@ -205,7 +205,7 @@ def greedy_allocation(book: OrderBook, order=None) -> Allocation:
     step 1 (value descending, ties to the lower index). The randomized heuristic of
     chapter 4 passes its random order here.
     """
-    state = _SlotState(book)
+    state = SlotState(book)
     assign = np.full((book.n_jobs, book.horizon), -1, dtype=np.int64)
     order = job_ranking(book.job_value) if order is None else np.asarray(order, dtype=np.int64)
     r_, e_, c_, m_ = (book.job_release.tolist(), book.job_end.tolist(), book.job_cpu.tolist(),
@@ -291,7 +291,7 @@ def _scan_compiled(book, allocation, ranking, jobs, fork_at, is_winner, phi) -> 
     kernel = compiled.kernel("marketsched.mechanisms.clearing._greedex_kernel")
     if kernel is None:
         return False
-    state = _SlotState(book)
+    state = SlotState(book)
     pos_of_node = np.empty(book.n_nodes, dtype=np.int64)
     pos_of_node[state.order] = np.arange(book.n_nodes)
     assign = np.full(allocation.assign.shape, -1, dtype=np.int64)
@@ -310,7 +310,7 @@ def _scan_compiled(book, allocation, ranking, jobs, fork_at, is_winner, phi) -> 
 
 def _scan_batch(book, allocation, ranking, jobs, fork_at, is_winner) -> np.ndarray:
     """Run the scans of ``jobs`` (sorted by fork rank) in lockstep; see critical_values."""
-    full = _SlotState(book)  # the full run's state, advanced by replaying its placements
+    full = SlotState(book)  # the full run's state, advanced by replaying its placements
     pos_of_node = np.empty(book.n_nodes, dtype=np.int64)
     pos_of_node[full.order] = np.arange(book.n_nodes)
     T, N = full.cpu.shape

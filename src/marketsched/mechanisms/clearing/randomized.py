@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .greedex import Allocation, Payments, _SlotState, critical_value_pricing, greedy_allocation, k_pricing
+from .greedex import Allocation, Payments, SlotState, critical_value_pricing, greedy_allocation, k_pricing
 from .orderbook import OrderBook
 
 __all__ = ["random_order", "randomized_allocation", "allocation_tree", "pay_as_bid",
@@ -96,7 +96,7 @@ def allocation_tree(book: OrderBook, alpha: float, max_jobs: int = 9):
         raise ValueError(f"allocation_tree enumerates every sequence; {J} jobs exceed max_jobs={max_jobs}")
     weight = book.job_value ** alpha
     pi = np.zeros((J, max(J, 1)))
-    state = _SlotState(book)
+    state = SlotState(book)
     K = state.affordable(book.job_value)
 
     def feasible(st, j):
@@ -138,7 +138,7 @@ def greedy_batch(book: OrderBook, orders: np.ndarray, job_value: np.ndarray | No
     vals = np.broadcast_to(book.job_value, (R, J)) if job_value is None else np.asarray(job_value, np.float64)
     if vals.shape != (R, J):
         raise ValueError(f"job_value must have shape {(R, J)}, got {vals.shape}")
-    base = _SlotState(book)
+    base = SlotState(book)
     N = base.reserve.shape[0]
     cpu = np.broadcast_to(base.cpu, (R, T, N)).copy()
     mem = np.broadcast_to(base.mem, (R, T, N)).copy()

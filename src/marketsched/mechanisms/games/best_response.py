@@ -37,7 +37,7 @@ import numpy as np
 # ----------------------------------------------------------------------------------------
 
 
-def _br_one(w: np.ndarray, y: np.ndarray, budget: float) -> np.ndarray:
+def br_one(w: np.ndarray, y: np.ndarray, budget: float) -> np.ndarray:
     """Section 4.1 for one user, no input checks; y > 0 wherever w > 0."""
     ratio = np.divide(w, y, out=np.zeros_like(w), where=w > 0)
     order = np.argsort(ratio)[::-1]                               # step 1 (descending)
@@ -61,7 +61,7 @@ def _br_one(w: np.ndarray, y: np.ndarray, budget: float) -> np.ndarray:
     return x
 
 
-def _br_rows(w: np.ndarray, y: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+def br_rows(w: np.ndarray, y: np.ndarray, budgets: np.ndarray) -> np.ndarray:
     """Section 4.1 for every row of (w, y) at once (vectorised sort and prefix, no checks).
 
     Large batches are cut into row blocks run on a few threads (NumPy releases the GIL in
@@ -98,7 +98,7 @@ def _br_block(w: np.ndarray, y: np.ndarray, budgets: np.ndarray) -> np.ndarray:
     rows = np.arange(m)
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = scale[rows, k] / cs[rows, k]
-        x = s * factor[:, None]                                   # step 3 (see _br_one)
+        x = s * factor[:, None]                                   # step 3 (see br_one)
     x -= y
     np.maximum(x, 0.0, out=x)
     none = ~ok.any(axis=1)                                        # all weights zero
@@ -144,8 +144,8 @@ def best_response(weights, others, budget, reserve: float = 0.0) -> np.ndarray:
     """
     w, ye, b = _check_inputs(weights, others, budget, reserve)
     if w.ndim == 1:
-        return _br_one(w, ye, float(b[0]))
-    return _br_rows(w, ye, b)
+        return br_one(w, ye, float(b[0]))
+    return br_rows(w, ye, b)
 
 
 def response_utility(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -222,17 +222,17 @@ def _swap_values(A: np.ndarray, outside: np.ndarray, w: np.ndarray, y: np.ndarra
     return _sorted_values(idx, w, y, s, budget)[0]
 
 
-def _local_search_one(w: np.ndarray, y: np.ndarray, budget: float, k: int,
+def local_search_one(w: np.ndarray, y: np.ndarray, budget: float, k: int,
                       rel_tol: float = 1e-9, max_swaps: int = 1000) -> tuple[np.ndarray, int]:
     """Section 4.2 for one user, no checks; y > 0 wherever w > 0. Returns (bids, swaps made)."""
     n = w.shape[0]
     if k >= n:
-        return _br_one(w, y, budget), 0
+        return br_one(w, y, budget), 0
     ratio = np.divide(w, y, out=np.zeros_like(w), where=w > 0)
     s = np.sqrt(w * y)
     order = np.argsort(-ratio, kind="stable")
     A = order[:k].copy()                                          # step 1 (held in w/y order)
-    xa = _br_one(w[A], y[A], budget)                              # step 2
+    xa = br_one(w[A], y[A], budget)                              # step 2
     ua = float(response_utility(w[A], xa, y[A]))
     swaps = 0
     inside = np.zeros(n, dtype=bool)
@@ -271,7 +271,7 @@ def _local_search_one(w: np.ndarray, y: np.ndarray, budget: float, k: int,
         ua = new_u
         swaps += 1
     x = np.zeros(n)
-    x[A] = _br_one(w[A], y[A], budget)                            # step 6
+    x[A] = br_one(w[A], y[A], budget)                            # step 6
     return x, swaps
 
 
@@ -296,7 +296,7 @@ def local_search(weights, others, budget, k: int, reserve: float = 0.0,
         raise ValueError(f"local_search takes one user's 1-D weights, got shape {w.shape}")
     if int(k) != k or k < 1:
         raise ValueError(f"parallelism bound k must be an integer >= 1, got {k}")
-    return _local_search_one(w, ye, float(b[0]), int(k), rel_tol)
+    return local_search_one(w, ye, float(b[0]), int(k), rel_tol)
 
 
 # ----------------------------------------------------------------------------------------

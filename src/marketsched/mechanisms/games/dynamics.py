@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from marketsched.mechanisms.games.best_response import (
-    _br_one,
-    _br_rows,
-    _local_search_one,
+    br_one,
+    br_rows,
+    local_search_one,
     response_utility,
 )
 from marketsched.mechanisms.games.best_response import (
@@ -141,10 +141,10 @@ def run_dynamics(game: FixedBudgetGame, method: str = "best_response", order: st
             u = None if utility is None else (lambda r, i=i: utility(i, r))
             return _greedy_step(w[i], xi, y, greedy_step * budgets[i], u, marginal_tol)
         if k is not None:
-            new, s = _local_search_one(w[i], y, budgets[i], int(k[i]))
+            new, s = local_search_one(w[i], y, budgets[i], int(k[i]))
             swaps.append(s)
             return new, 0.0
-        new = _br_one(w[i], y, budgets[i])
+        new = br_one(w[i], y, budgets[i])
         return (new if damping == 0 else damping * xi + (1 - damping) * new), 0.0
 
     u, eff, uni, env = _measure(game, x, optimum)
@@ -164,7 +164,7 @@ def run_dynamics(game: FixedBudgetGame, method: str = "best_response", order: st
             ys = np.vstack([_others(Y, x[i], w[i], reserve, total, i) for i in range(m)]) if reserve == 0 \
                 else np.maximum(Y[None, :] - x, reserve)
             if method == "best_response" and k is None:
-                x = _br_rows(w, ys, budgets) if damping == 0 else damping * x + (1 - damping) * _br_rows(w, ys, budgets)
+                x = br_rows(w, ys, budgets) if damping == 0 else damping * x + (1 - damping) * br_rows(w, ys, budgets)
             else:
                 pairs = [respond(i, ys[i], x[i]) for i in range(m)]
                 x = np.vstack([p[0] for p in pairs])
@@ -209,10 +209,10 @@ def regrets(game: FixedBudgetGame, bids) -> np.ndarray:
         top_k_sums(w * np.where(x > 0, x / (x + ys), 0.0), game.parallelism)
     if game.finite:
         best = np.array([
-            response_utility(w[i], _local_search_one(w[i], ys[i], game.budgets[i], int(game.bounds[i]))[0], ys[i])
+            response_utility(w[i], local_search_one(w[i], ys[i], game.budgets[i], int(game.bounds[i]))[0], ys[i])
             for i in range(game.m)])
     else:
-        best = response_utility(w, _br_rows(w, ys, game.budgets), ys)
+        best = response_utility(w, br_rows(w, ys, game.budgets), ys)
     return best - current
 
 

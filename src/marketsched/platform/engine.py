@@ -17,7 +17,7 @@ workload's rows and completions come from a heap of run times; here rows are app
 submit (:meth:`LiveEngine.batch`), and a job completes when its real process exits (the broker
 reports it). The engine keeps no processes: each action a policy takes is appended to
 :attr:`LiveEngine.effects` as ``(kind, row, t)``, and the broker carries the effects out (launch,
-SIGCONT, SIGSTOP, kill) after each decision. With a :class:`~marketsched.live.clock.FakeClock`
+SIGCONT, SIGSTOP, kill) after each decision. With a :class:`~marketsched.platform.clock.FakeClock`
 and a scripted sequence of arrivals and completions, the live engine makes exactly the decisions
 and payments the simulator makes (``tests/test_live_engine.py``).
 

@@ -4,7 +4,7 @@ The broker (:mod:`marketsched.live.broker`) keeps deciding *who runs* with the s
 mechanism (Highest-Bid of Shudler et al. 2010 and friends, through the live engine); this
 executor carries the decisions out on Slurm 22.05 through its command-line tools (measured:
 PySlurm has no release for 22.05, every control answers in about 5 ms). It has the interface
-the broker uses of :class:`~marketsched.live.executor.LocalExecutor` (``launch``, ``stop``,
+the broker uses of :class:`~marketsched.platform.executor.LocalExecutor` (``launch``, ``stop``,
 ``cont``, ``kill``, ``adopt``, ``exits``, ``wait``, ``wake``, ``workdir``, ``procs``,
 ``shutdown``) plus two hooks the broker calls when present (``arrange`` after every decision,
 ``outcome`` when a job ends).
@@ -119,8 +119,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marketsched.live import jobfiles
-from marketsched.live.executor import JobFolders, RunAs, WakePipe, job_environment, read_exit_code
+from marketsched.platform import jobfiles
+from marketsched.platform.executor import JobFolders, RunAs, WakePipe, job_environment, read_exit_code
 
 PRIORITY_SCALE = 1000.0
 MAX_PRIORITY = 2**31 - 1  # uint32 in Slurm; 0 = held and the top values are reserved
@@ -135,7 +135,7 @@ USABLE_NODE_STATES = {"idle", "mix", "alloc", "mixed", "allocated", "comp", "com
 COMPLETION_STATES = {"COMPLETED", "FAILED"}  # the command ran and exited (0 / non-zero)
 
 BATCH = """#!/bin/sh
-# marketsched job {key} (written by marketsched.live.slurm)
+# marketsched job {key} (written by marketsched.platform.slurm)
 cd {workdir} || exit 97
 /bin/sh ./command.sh; c=$?
 echo "$c" > exit_code.tmp && mv exit_code.tmp exit_code
@@ -294,7 +294,7 @@ class SlurmExecutor(JobFolders):
         if self.partition:
             args += ["-p", self.partition]
         # the script goes on sbatch's stdin: no file anyone but the broker could change
-        out = self._run(args, input=BATCH.format(key=key, workdir=_shq(str(wd)))).strip()
+        out = self._run(args, input=BATCH.format(key=key, workdir=shell_quote(str(wd)))).strip()
         try:
             slurm_id = int(out.split(";")[0])
         except ValueError:
@@ -773,7 +773,7 @@ class SlurmExecutor(JobFolders):
 
 
 def export_option(user: RunAs | None, env: dict | None) -> str:
-    """sbatch's ``--export`` for a job: exactly :func:`~marketsched.live.executor.job_environment`
+    """sbatch's ``--export`` for a job: exactly :func:`~marketsched.platform.executor.job_environment`
     (a clean environment, never the broker's; Slurm adds its ``SLURM_*`` variables)."""
     items = job_environment(user, env)
     bad = [k for k, v in items.items() if "," in k or "," in v or "=" in k]
@@ -794,5 +794,6 @@ def _gone(msg: str) -> bool:
     return "already complet" in m or "already finished" in m or "invalid job id" in m
 
 
-def _shq(s: str) -> str:
+def shell_quote(s: str) -> str:
+    """``s`` quoted for a POSIX shell (single quotes; an inner quote closed, escaped, reopened)."""
     return "'" + s.replace("'", "'\"'\"'") + "'"

@@ -2,7 +2,7 @@
 
 One implementation for every mode that runs processes on this machine: the spot market's local
 executor, the day-ahead service's local reservations and Tycoon mode all start their jobs
-through :class:`marketsched.live.executor.LocalExecutor`, which puts each job in the cgroups
+through :class:`marketsched.platform.executor.LocalExecutor`, which puts each job in the cgroups
 described here.
 
 What a job's cgroups do

@@ -76,7 +76,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import psycopg
 
-from marketsched.live.files import private_file, tighten
+from marketsched.platform.files import private_file, tighten
 
 MICRO = 1_000_000
 MAX_BALANCE = 10**12 * MICRO  # micro-units; any account, in absolute value (< 2**63)

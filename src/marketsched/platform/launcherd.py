@@ -6,9 +6,9 @@ database, the administrator's token, the API and the jobs' state files. The laun
 root for exactly what needs it, as Slurm's ``slurmstepd`` does for ``slurmd``:
 
 * making a job's folder (``ROOT/job-KEY``, owned by the job's user, mode 0700), its
-  ``command.sh``, ``stdout`` and ``stderr`` (never through a link: :mod:`marketsched.live.jobfiles`);
+  ``command.sh``, ``stdout`` and ``stderr`` (never through a link: :mod:`marketsched.platform.jobfiles`);
 * making the job's cgroups with the market's limits, starting the job's launcher process in
-  them (:mod:`marketsched.live.launcher`: ``sh`` waiting for the go, ``setpriv``, ``env -i``),
+  them (:mod:`marketsched.platform.launcher`: ``sh`` waiting for the go, ``setpriv``, ``env -i``),
   and giving the go once the broker has written its state file;
 * freezing, thawing and killing the job's cgroups, and removing them;
 * reading a job's ``stdout``, ``stderr`` and ``exit_code`` for the broker (the folder is the
@@ -25,7 +25,7 @@ itself; it trusts nothing the broker says beyond the request set (:data:`REQUEST
   ``stdout``, ``stderr``, ``exit_code``; files are opened through the folder's descriptor
   without following links, and the process waiting for the go must be in the very folder
   that was filled (the service account owns ``ROOT``, so it could swap a job's folder
-  between the two: :meth:`marketsched.live.executor.LocalExecutor.start` checks);
+  between the two: :meth:`marketsched.platform.executor.LocalExecutor.start` checks);
 * a job runs as an account named in the request, which must exist, must not be root nor the
   service account, must be an ordinary account (uid from ``UID_MIN`` to ``UID_MAX`` of
   ``/etc/login.defs``, 1000 to 60000 by default: system accounts such as ``daemon`` or
@@ -34,7 +34,7 @@ itself; it trusts nothing the broker says beyond the request set (:data:`REQUEST
   account planted cannot make root open another file); uid, gid, groups and home come from
   the system's user database, never from the broker;
 * the job's limits are the launcher's own (fixed at its start), and its environment is
-  :func:`marketsched.live.executor.job_environment` plus ``MARKETSCHED_*`` variables only.
+  :func:`marketsched.platform.executor.job_environment` plus ``MARKETSCHED_*`` variables only.
 
 What a compromised service account can still do: run any command as any account mapped in
 the database (it owns the database, so it can add a mapping: the floor at ``UID_MIN`` keeps
@@ -44,7 +44,7 @@ folders, or change a job's limits.
 
 The launcher ignores SIGINT and SIGTERM (the broker stops first and freezes its jobs through
 it) and exits when the broker's end of the socket closes; a job started but not yet given the
-go then reads end of file and exits without running (:data:`marketsched.live.launcher.NO_GO`).
+go then reads end of file and exits without running (:data:`marketsched.platform.launcher.NO_GO`).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from marketsched.live.cgroups import JobCgroup, Layout
-from marketsched.live.executor import (
+from marketsched.platform.cgroups import JobCgroup, Layout
+from marketsched.platform.executor import (
     CLEAN_PATH,
     JobLimits,
     LocalExecutor,
@@ -74,7 +74,7 @@ from marketsched.live.executor import (
     market_cgroup_name,
     proc_start_ticks,
 )
-from marketsched.live.jobfiles import JobFileError
+from marketsched.platform.jobfiles import JobFileError
 
 MAX_MESSAGE = 4 << 20  # bytes of one request or answer (a command is at most 1 MiB)
 MAX_KEY = 2**63 - 1
@@ -426,7 +426,7 @@ def spawn(root: Path, owner: int, limits: JobLimits, db: Path) -> LauncherClient
     config = {"root": str(Path(root).resolve()), "owner": owner, "db": str(Path(db).resolve()),
               "limits": asdict(limits)}
     try:
-        p = subprocess.Popen([sys.executable, "-I", "-m", "marketsched.live.launcherd", str(theirs.fileno()),
+        p = subprocess.Popen([sys.executable, "-I", "-m", "marketsched.platform.launcherd", str(theirs.fileno()),
                               json.dumps(config)], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                              cwd="/", env={"PATH": CLEAN_PATH, "LANG": "C.UTF-8"}, start_new_session=True)
     finally:
@@ -511,7 +511,7 @@ class LauncherExecutor(LocalExecutor):
 
     def _abort(self, proc: Proc) -> None:
         self.client.call("kill", key=int(proc.key), timeout=5.0)
-        from marketsched.live import jobfiles
+        from marketsched.platform import jobfiles
 
         jobfiles.remove_state(self.root, proc.key)
 

@@ -1,7 +1,7 @@
 """The job launcher: the small privileged step between the broker and a job's command.
 
 :func:`launcher_argv` builds the command line the local executor
-(:class:`marketsched.live.executor.LocalExecutor`) starts for a job, as a child of the broker,
+(:class:`marketsched.platform.executor.LocalExecutor`) starts for a job, as a child of the broker,
 in a new session, in the job's folder (entered while still privileged, so it works even when the
 market's data folder is closed to the job's user), with the job's ``stdout`` / ``stderr`` files
 (opened by the broker without following links) as fds 1 and 2 and a pipe as stdin:

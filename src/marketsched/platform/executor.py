@@ -5,15 +5,15 @@
   records the command's exit status in ``exit_code`` (written to a temporary name, then renamed)
   before it exits, so an exit that happens while the broker is down is still known after a
   restart; stdout and stderr are appended to ``stdout`` and ``stderr`` there. The wrapper is
-  started by the **launcher** (:mod:`marketsched.live.launcher`) in a new session: a root
+  started by the **launcher** (:mod:`marketsched.platform.launcher`) in a new session: a root
   ``/bin/sh`` that waits for the go while the broker puts it in the job's cgroups (and pins its
   CPUs) and writes its pid and start time, and the job's cgroups, to its **state file**
-  ``ROOT/job-ID.proc`` (:mod:`marketsched.live.jobfiles`); after the go ``setpriv`` drops to
+  ``ROOT/job-ID.proc`` (:mod:`marketsched.platform.jobfiles`); after the go ``setpriv`` drops to
   the job's Unix account (``user``: groups, gid, uid) and ``env -i`` gives the wrapper a clean
   environment (:func:`job_environment`: ``PATH``, ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``,
   ``LANG`` and the market's variables; never the broker's). So no code of a job runs before it
   is in its cgroups and recorded.
-* **Containment** (:mod:`marketsched.live.cgroups`): every process of the job, including
+* **Containment** (:mod:`marketsched.platform.cgroups`): every process of the job, including
   children that leave the process group (``setsid``, double fork), is in the job's cgroup.
   **Preempt / resume** freeze and thaw the cgroup; **cancel** kills every process in it; after a
   normal exit whatever the job left behind is killed the same way. CPU time is limited to
@@ -53,10 +53,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from marketsched.live import jobfiles
-from marketsched.live.cgroups import JobCgroup, Layout
-from marketsched.live.jobfiles import read_exit_code  # noqa: F401 - the executors' exit-code reader
-from marketsched.live.launcher import launcher_argv
+from marketsched.platform import jobfiles
+from marketsched.platform.cgroups import JobCgroup, Layout
+from marketsched.platform.jobfiles import read_exit_code  # noqa: F401 - the executors' exit-code reader
+from marketsched.platform.launcher import launcher_argv
 
 WRAPPER = (
     '/bin/sh ./command.sh; c=$?; echo "$c" > exit_code.tmp && mv exit_code.tmp exit_code; exit "$c"'
@@ -239,7 +239,7 @@ class JobFolders:
 
     def read_file(self, key, name: str, size: int) -> str:
         """The last ``size`` bytes of job ``key``'s file ``name`` (never through a link;
-        :func:`marketsched.live.jobfiles.read_tail`)."""
+        :func:`marketsched.platform.jobfiles.read_tail`)."""
         return jobfiles.read_tail(self.root, f"job-{key}", name, size)
 
     def exit_code(self, key) -> int | None:
@@ -252,15 +252,15 @@ class LocalExecutor(JobFolders):
 
     ``root``: the jobs' folder (owned by the broker, mode 0711); ``containment``: "auto"
     (cgroups where writable, else process groups with a warning), "none" (process groups), or
-    a :class:`~marketsched.live.cgroups.Layout`; ``limits``: default per-job limits; ``name``:
+    a :class:`~marketsched.platform.cgroups.Layout`; ``limits``: default per-job limits; ``name``:
     the market's cgroup folder name (default: derived from ``root``, so it is stable across
     restarts); ``owner``: the uid the jobs' folder must belong to (default: this process's;
-    the privileged launcher's is the broker's service account, :mod:`marketsched.live.launcherd`).
+    the privileged launcher's is the broker's service account, :mod:`marketsched.platform.launcherd`).
 
     Everything that needs privileges in a multi-user market (making a job's folder for its
     user, its cgroups, the process; freezing, thawing, killing) goes through :meth:`start`,
     :meth:`go` and the ``_cg_*`` methods, which
-    :class:`marketsched.live.launcherd.LauncherExecutor` sends to the privileged launcher."""
+    :class:`marketsched.platform.launcherd.LauncherExecutor` sends to the privileged launcher."""
 
     def __init__(self, root: Path, containment="auto", limits: JobLimits | None = None, name: str | None = None,
                  owner: int | None = None):
@@ -563,7 +563,7 @@ class LocalExecutor(JobFolders):
     def usage(self, key) -> dict:
         """What job ``key`` has used and been given so far: ``cpu_seconds``, ``peak_memory``
         (bytes; None if unknown) and ``limits`` (its cgroups' limits as the kernel reports them,
-        :meth:`~marketsched.live.cgroups.JobCgroup.limits`; None without cgroups). After the
+        :meth:`~marketsched.platform.cgroups.JobCgroup.limits`; None without cgroups). After the
         job ended: what was read at its end (with ``keep_usage``)."""
         if key in self.ended_usage:
             return self.ended_usage[key]
