@@ -265,7 +265,7 @@ def cells_of(*grids) -> list[Cell]:
 
 # ------------------------------------------------------------------------------------ one batch
 @lru_cache(maxsize=4)
-def _build_workload(trace: str, capacity: float, split: bool, jobs: int, estimates: str = "trace", seed: int = 0):
+def build_workload(trace: str, capacity: float, split: bool, jobs: int, estimates: str = "trace", seed: int = 0):
     from marketsched.scenario import WorkloadSpec
 
     if trace.startswith("synthetic"):
@@ -435,7 +435,7 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     if any(c.batch_key() != first.batch_key() for c in cells):
         raise ValueError("evaluate_batch: cells of one batch must share workload, seed, value model and SRG split")
     try:
-        w, _ = _build_workload(*first.workload_key())
+        w, _ = build_workload(*first.workload_key())
         v = true_values(w, first.values, first.seed)
         deadline = draw("deadlines", first.deadlines, w, first.seed)
         reliability = draw("reliability", first.reliability, w, first.seed)

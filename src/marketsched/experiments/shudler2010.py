@@ -466,7 +466,7 @@ def first_price_saturation(seeds=SATURATION_SEEDS, setting: Setting = SETTINGS[0
     from marketsched.behaviour.bidding import draw_shading, make_bids
     from marketsched.engine.records import FinalState
     from marketsched.engine.simulator import Simulator
-    from marketsched.experiments.runner import Cell, _build_workload
+    from marketsched.experiments.runner import Cell, build_workload
     from marketsched.mechanisms.online.pricing import FirstPrice
     from marketsched.mechanisms.online.priority import make_priority_mechanism
     from marketsched.scenario import true_values
@@ -489,7 +489,7 @@ def first_price_saturation(seeds=SATURATION_SEEDS, setting: Setting = SETTINGS[0
     for seed in seeds:
         cell = Cell(setting.trace, setting.capacity, setting.split, seed=seed, values=setting.values,
                     srg_split=setting.srg_split)
-        w, _ = _build_workload(*cell.workload_key())
+        w, _ = build_workload(*cell.workload_key())
         v = true_values(w, cell.values, seed)
         draws = draw_shading(w, seed, split=cell.srg_split)
         for beta in PAPER_BETAS:
