@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from exchange_helpers import make_exchange, one_contract
 from live_helpers import wait_for
-from marketsched.exchange import providers
+from marketsched.exchange import capacity, providers
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.providers import Contracted, provider_backends, slurm_fault
 from marketsched.exchange.store import ExchangeStore
@@ -157,9 +157,11 @@ def test_a_node_whose_cpus_are_offline_is_the_providers_failure(real, monkeypatc
     ex.join("p2")
     ex.add_node("p2", "n0", 2, 100, cpus=[7])
     ex.submit_offer("p2", "n0", 0.5, 1, 50)  # cheaper: it wins
-    monkeypatch.setattr(providers, "online_cpus", lambda: {0, 1})
+    monkeypatch.setattr(capacity, "cpus_here", lambda: {0, 1, 7})  # CPU 7 is here when the clearing sells it
     rid = ex.submit_request("u1", 5.0, 1, 10, 1, 3, "true")
     ex.tick()
+    monkeypatch.setattr(providers, "online_cpus", lambda: {0, 1})  # and offline before the job starts
+    monkeypatch.setattr(capacity, "cpus_here", lambda: {0, 1})
     clock.set(10)
     ex.tick()
     (c,) = [c for c in ex.store.contracts() if c["request_id"] == rid]

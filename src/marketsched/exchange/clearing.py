@@ -122,9 +122,10 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: 
     on it; no database. ``mechanism``: the one to use (a replay's recorded one; default: the
     exchange's, with the fallback of the exact clearing, :mod:`.book`)."""
     _wait_for_gate(snap)
+    why: dict[int, str] = {}
     if caps is None:
-        caps = capacity.capacity_now(snap.providers, snap.nodes, {o["node_id"] for o in snap.offers})
-    cb = build_book(snap.requests, snap.offers, snap.nodes, snap.sold, snap.base_slot, caps)
+        caps, why = capacity.capacity_now(snap.providers, snap.nodes, {o["node_id"] for o in snap.offers})
+    cb = build_book(snap.requests, snap.offers, snap.nodes, snap.sold, snap.base_slot, caps, why)
     t0 = time.perf_counter()
     legs: list[dict] = []
     welfare = 0.0

@@ -121,16 +121,20 @@ def join_cmd(data, provider, kind, partition):
 @DATA
 @click.argument("provider")
 @click.argument("name")
-@click.option("--cpu", required=True, type=int, help="CPU units the node sells per slot.")
+@click.option("--cpu", required=True, type=int,
+              help="CPU units the node sells per slot: at most one per CPU backing it (local: the CPUs of --cpus; "
+                   "slurm: the partition's).")
 @click.option("--mem", required=True, type=int, help="Memory units the node sells per slot.")
-@click.option("--cpus", default=None, help="CPUs of this machine backing the node, e.g. 0,1 (local providers).")
+@click.option("--cpus", default=None,
+              help="CPUs of this machine backing the node, e.g. 0,1 (local providers; default: all of them now).")
 def node_cmd(data, provider, name, cpu, mem, cpus):
     """Add a node to a provider."""
     try:
         cpu_list = [int(c) for c in cpus.split(",")] if cpus else None
     except ValueError:
         raise click.BadParameter(f"a comma-separated list of CPU numbers, got {cpus!r}", param_hint="--cpus") from None
-    node_id = _do(_open(data).add_node, provider, name, cpu, mem, cpu_list)
+    ex = _open(data)
+    node_id = _do(lambda: ex.add_node(provider, name, cpu, mem, cpu_list, checked=True))
     click.echo(f"node {node_id}: {provider}/{name}")
 
 

@@ -165,16 +165,23 @@ class Exchange:
             self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
-                 by_party: bool = False) -> int:
+                 by_party: bool = False, checked: bool = False) -> int:
         """Add a node to ``provider`` (at most ``MAX_NODES_PER_PROVIDER`` nodes that have not left).
         ``by_party``: the provider registers it itself (the HTTP API), not the operator; then a
         local provider's node names the CPUs of this machine backing it, none of them backing
-        another provider's node, and a Slurm provider's names none (Slurm places its jobs)."""
+        another provider's node, and a Slurm provider's names none (Slurm places its jobs).
+        ``checked``: the operator's command line; the node is bound by the CPU-unit rules
+        (:func:`.capacity.check_operator_node`: a local node at most one unit per CPU it names,
+        none named: this machine's CPUs now; a Slurm provider's nodes at most its partition's
+        CPUs), but may share CPUs or a partition with another provider's."""
         node = check_node(provider, name, cpu, mem, cpus)
         joined = self.store.provider(provider)
-        parts = capacity.slurm_partitions() if by_party and joined and joined["kind"] == "slurm" else {}
+        parts = capacity.slurm_partitions() if (by_party or checked) and joined and joined["kind"] == "slurm" else {}
+        here = capacity.cpus_here() if checked and not by_party and joined and joined["kind"] == "local" else set()
         with self.store.transaction():
             p = self.store.provider(provider)
+            if checked and not by_party and p is not None:
+                node = capacity.check_operator_node(p, node, self.store.nodes().values(), here, lambda: parts)
             if by_party and p is not None:
                 busy = {c["node_id"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
                 nodes = self.store.nodes().values()
