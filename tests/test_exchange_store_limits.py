@@ -82,6 +82,7 @@ def _previous_schema(path) -> None:
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE ex_orders DROP COLUMN command_sha256")
     conn.execute("ALTER TABLE ex_orders DROP COLUMN command_bytes")
+    conn.execute("DROP TABLE ex_moves")
     conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_KEY,))
     conn.commit()
     conn.close()
@@ -91,7 +92,8 @@ def test_an_old_database_is_upgraded_and_a_newer_one_refused(tmp_path):
     path = tmp_path / "x.db"
     _previous_schema(path)
     store = ExchangeStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 2
+    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.moves() == []  # version 3: the moves table
     (o,) = store.orders()
     assert (o["command"], o["command_sha256"], o["command_bytes"]) == ("echo old", None, None)
     with store.transaction():

@@ -19,7 +19,9 @@ Schema version: the exchange's tables have their own (``meta`` key ``exchange.sc
 the ledger's tables have the live market's, :mod:`marketsched.live.ledger`). A database made
 before versions were recorded is version 1. Opening one applies the missing upgrades in order,
 in the opening transaction; a database newer than this code is refused, never half-understood.
-Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``.
+Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``; version 3 the
+table ``ex_moves`` (contracts moved off lost capacity, :meth:`ExchangeStore.move_contract`), which
+a replay needs, so an older marketsched refuses such a database rather than replay it wrongly.
 
 Retention: a request that is cancelled or expires keeps only its command's SHA-256 and length in
 bytes (``command`` becomes empty; :meth:`ExchangeStore.close_order`), as the live market does
@@ -125,6 +127,15 @@ CREATE INDEX IF NOT EXISTS ex_orders_owner ON ex_orders(owner, side);
 CREATE INDEX IF NOT EXISTS ex_contracts_user ON ex_contracts(user);
 CREATE INDEX IF NOT EXISTS ex_contracts_provider ON ex_contracts(provider);
 CREATE INDEX IF NOT EXISTS ex_contracts_request ON ex_contracts(request_id);
+CREATE TABLE IF NOT EXISTS ex_moves (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    contract_id INTEGER NOT NULL REFERENCES ex_contracts(id),
+    from_node INTEGER NOT NULL REFERENCES ex_nodes(id),
+    to_node INTEGER NOT NULL REFERENCES ex_nodes(id),
+    after_period INTEGER NOT NULL,
+    t REAL NOT NULL,
+    why TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ex_parties (
     role TEXT NOT NULL CHECK (role IN ('user', 'provider')),
     name TEXT NOT NULL,
@@ -146,9 +157,10 @@ CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider"
 PERIOD_COLUMNS = ("id", "t", "base_slot", "last_order", "mechanism", "k", "seed", "book", "requests", "offers",
                   "welfare", "latency")
 NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
+MOVE_COLUMNS = ("id", "contract_id", "from_node", "to_node", "after_period", "t", "why")
 # columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_KEY = "exchange.schema_version"
 RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
 OPEN_CONTRACT_STATES = ("pending", "starting", "running")
@@ -457,6 +469,23 @@ class ExchangeStore:
             raise KeyError(f"no contract {contract_id}")
         return rows[0]
 
+    def move_contract(self, contract_id: int, to_node: int, t: float, why: str) -> None:
+        """Contract ``contract_id`` runs on node ``to_node`` from now on (inside a transaction):
+        its node changes, and the move is recorded with the last clearing before it, so that a
+        replay moves it at the same point (:mod:`.replay`)."""
+        c = self.contract(contract_id)
+        after = int(self.rows("SELECT COALESCE(MAX(id), 0) FROM ex_periods")[0][0])
+        self.conn.execute("INSERT INTO ex_moves (contract_id, from_node, to_node, after_period, t, why) "
+                          "VALUES (?, ?, ?, ?, ?, ?)", (contract_id, c["node_id"], to_node, after, t, why))
+        self.update_contract(contract_id, node_id=to_node)
+
+    def moves(self) -> list[dict]:
+        """Every move of a contract between nodes, in order."""
+        return self.dicts(MOVE_COLUMNS, f"SELECT {', '.join(MOVE_COLUMNS)} FROM ex_moves ORDER BY id")
+
+    def move_count(self) -> int:
+        return int(self.rows("SELECT COUNT(*) FROM ex_moves")[0][0])
+
     def update_contract(self, contract_id: int, **fields) -> None:
         bad = set(fields) - set(CONTRACT_COLUMNS)
         if bad:
@@ -537,4 +566,9 @@ def _v2_command_digest(store: ExchangeStore) -> None:
     store._add_column("ex_orders", "command_bytes", "INTEGER")
 
 
-_UPGRADES = {2: _v2_command_digest}
+def _v3_moves(store: ExchangeStore) -> None:
+    """Version 3: the table ``ex_moves`` (made by the schema itself, ``CREATE TABLE IF NOT
+    EXISTS``; nothing to convert)."""
+
+
+_UPGRADES = {2: _v2_command_digest, 3: _v3_moves}
