@@ -406,6 +406,8 @@ def status_cmd(data, as_json):
     store = ex.store
     states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
     orders = dict(store.rows("SELECT side || ':' || state, COUNT(*) FROM ex_orders GROUP BY side, state"))
+    for (_, side), got in store.retired().items():  # cancelled orders retired to a count
+        orders[f"{side}:cancelled"] = orders.get(f"{side}:cancelled", 0) + got["orders"]
     books = store.check_books()
     balances = {k: v / MICRO for k, v in sorted(store.balances().items())}
     out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,
