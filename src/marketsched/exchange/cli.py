@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from marketsched.live.cli import server_check_options, tls_options
+from marketsched.live.cli import party_limit_options, server_check_options, tls_options
 
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
@@ -285,16 +285,19 @@ def unix_cmd(data, user, account):
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8766, show_default=True, type=click.IntRange(0, 65535))
 @tls_options
+@party_limit_options
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
-def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration):
+def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration, party_limits):
     """Serve the HTTP API and the market information page (docs/exchange.md); the exchange
     itself runs separately (marketsched exchange run)."""
+    from marketsched.live.server import Limits
+
     from .api import ExchangeServer, ExchangeService
 
     ex = _open(data)
     try:
         srv = ExchangeServer(ExchangeService(ex.store, ex.clock), host, port, tls_cert=tls_cert, tls_key=tls_key,
-                             insecure_http=insecure_http)
+                             insecure_http=insecure_http, limits=Limits(**party_limits))
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     stop = []

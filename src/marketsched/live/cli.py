@@ -217,6 +217,27 @@ def tls_options(f):
                         help="TLS certificate (PEM) for HTTPS; with --tls-key.")(f)
 
 
+def party_limit_options(f):
+    """``--max-party-requests``, ``--max-party-connections``: the server's limits per party (the
+    market's broker, the grid exchange's API; :class:`marketsched.live.server.Limits`, whose
+    defaults apply when an option is left out). The command gets them as ``party_limits``, a
+    dict of the given ones."""
+
+    @functools.wraps(f)
+    def command(*args, max_party_requests, max_party_connections, **kwargs):
+        given = {"max_party_requests": max_party_requests, "max_party_connections": max_party_connections}
+        return f(*args, party_limits={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    command = click.option(
+        "--max-party-connections", default=None, type=click.IntRange(1, 1_000_000),
+        help="Connections one party may hold once its requests name it; one more takes the place of its own idle "
+             "one, else HTTP 429 [default: 64].")(command)
+    return click.option(
+        "--max-party-requests", default=None, type=click.IntRange(1, 1_000_000),
+        help="Requests one party may have in progress at once, reading their bodies included; more: HTTP 429 "
+             "[default: 16].")(command)
+
+
 def client_options(body):
     """The options that say how to reach the broker; the command gets ``client``, a Client."""
 
@@ -389,6 +410,7 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 @click.option("--socket", "socket_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help=f"The Unix socket local users reach the broker on, as their Unix account [default: DATA/{SOCKET_NAME}].")
 @tls_options
+@party_limit_options
 @click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Open connections at most (also capped by the open-file limit); when full, a new one takes the "
                    "place of the longest-idle one.")
@@ -401,7 +423,7 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
           executor, partition, single_user, service_user, job_cpus, job_memory, job_processes, dayahead, da_clear_at, da_lead, da_horizon,
           da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
-          header_timeout, max_jobs_per_user, max_command_bytes) -> None:
+          header_timeout, max_jobs_per_user, max_command_bytes, party_limits) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
 
     Once it listens it writes DATA/ready (`marketsched market wait` returns then). On
@@ -454,7 +476,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     try:
         server = MarketServer(broker, host, port, socket_path=sock, tls_cert=tls_cert, tls_key=tls_key,
                               insecure_http=insecure_http,
-                              limits=Limits(max_connections=max_connections, header_timeout=header_timeout))
+                              limits=Limits(max_connections=max_connections, header_timeout=header_timeout,
+                                            **party_limits))
     except (OSError, ValueError, ssl.SSLError) as exc:
         broker.stop()
         raise click.ClickException(f"cannot listen on {host}:{port} and {sock}: {exc}") from None
