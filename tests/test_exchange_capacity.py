@@ -10,6 +10,7 @@ from exchange_helpers import SCONTROL_PARTITIONS as SCONTROL
 from exchange_helpers import fake_slurm_partitions, make_exchange
 from marketsched.exchange import capacity
 from marketsched.exchange.capacity import CPU_UNIT, canonical_partition, parse_partitions
+from marketsched.exchange.store import ExchangeStore
 
 
 @pytest.fixture
@@ -108,4 +109,86 @@ def test_a_node_going_down_lowers_what_the_next_clearing_sells_and_the_replay_ag
     ex.clear()
     assert not [c for c in ex.store.contracts() if c["period"] == ex.store.periods()[-1]["id"]]
     up["gpu"] = 4  # the replay uses the capacity recorded with each period, not today's
+    assert replay_session(ex.store) == contract_terms(ex.store)
+
+
+# ---------------------------------------------------------------------------- the operator's nodes
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    return CliRunner().invoke(main, ["exchange", *map(str, args)])
+
+
+def test_the_operators_nodes_are_bound_by_the_cpus_that_back_them(tmp_path, monkeypatch, slurm):
+    """``exchange node`` (the operator's command line) may not claim more CPU units than the CPUs
+    it names, or, naming none, than this machine has; a Slurm provider's nodes no more than its
+    partition has. The operator may still share CPUs or a partition between providers."""
+    monkeypatch.setattr(capacity, "cpus_here", lambda: {0, 1})
+    data = tmp_path / "ex"
+    assert _cli("init", data).exit_code == 0
+    for p in ("p1", "p2"):
+        assert _cli("join", data, p).exit_code == 0
+    refused = {
+        ("--cpu", 1_000_000, "--cpus", "0"): "node p1/n0: node field 'cpu': 1000000 CPU units, but the node's 1 CPU(s) "
+                                               "[0] back at most 1",
+        ("--cpu", 3): "node p1/n0: node field 'cpu': 3 CPU units, but the node's 2 CPU(s) [0, 1] back at most 2",
+        ("--cpu", 1, "--cpus", "5"): "node p1/n0 names CPU(s) [5], which this machine does not have online",
+    }
+    for args, message in refused.items():
+        res = _cli("node", data, "p1", "n0", "--mem", 10, *args)
+        assert res.exit_code != 0 and message in res.output, (args, res.output)
+    store = ExchangeStore(data)
+    assert store.nodes() == {}
+    assert _cli("node", data, "p1", "n0", "--cpu", 2, "--mem", 10).exit_code == 0  # this machine's CPUs, recorded
+    assert _cli("node", data, "p2", "m0", "--cpu", 1, "--mem", 10, "--cpus", "0").exit_code == 0  # shared on purpose
+    assert sorted((n["name"], n["cpu"], n["cpus"]) for n in store.nodes().values()) == [("m0", 1, [0]),
+                                                                                          ("n0", 2, [0, 1])]
+    assert _cli("join", data, "s1", "--kind", "slurm", "--partition", "gpu").exit_code == 0
+    assert _cli("node", data, "s1", "a", "--cpu", 3, "--mem", 10).exit_code == 0
+    res = _cli("node", data, "s1", "b", "--cpu", 2, "--mem", 10)
+    assert res.exit_code != 0 and "node s1/b: node field 'cpu': provider 's1' would sell 5 CPU units in Slurm " \
+                                  "partition 'gpu', which has 4 CPU(s)" in res.output
+    res = _cli("node", data, "s1", "b", "--cpu", 1, "--mem", 10, "--cpus", "0")
+    assert res.exit_code != 0 and "slurm provider's: Slurm places its jobs" in res.output
+    store.close()
+
+
+# ---------------------------------------------------------------------------- local CPUs at every clearing
+def test_a_local_node_whose_cpus_fell_sells_only_what_exists_and_the_period_says_why(tmp_path, monkeypatch):
+    """A CPU of a local node goes offline (or leaves the exchange's cpuset: an injected counter):
+    the next clearing sells only the units the node's remaining CPUs back, and the period's book
+    records why; the replay clears with the recorded capacity."""
+    from marketsched.exchange.core import recorded_book
+    from marketsched.exchange.replay import contract_terms, replay_session
+
+    here = {0, 1}
+    monkeypatch.setattr(capacity, "cpus_here", lambda: set(here))
+    ex, clock, _ = make_exchange(tmp_path / "x.db", mechanism="k-pricing")
+    ex.join("p1")
+    node = ex.add_node("p1", "n0", 2 * CPU_UNIT, 100, cpus=[0, 1], checked=True)
+    s = ex.slot()
+    ex.submit_offer("p1", "n0", 1.0, s + 1, s + 50)
+
+    def clear_demand(n):  # n requests of one CPU for one slot, more than the node has
+        first = ex.slot() + 2
+        for i in range(n):
+            ex.submit_request(f"u{i}", 5.0, CPU_UNIT, 1, first, first, "true")
+        period = ex.clear()
+        return [c for c in ex.store.contracts() if c["period"] == period], recorded_book(ex.store, period)
+
+    sold, book = clear_demand(3)
+    assert len(sold) == 2 and book.why == {}
+    here.discard(1)  # CPU 1 is unplugged
+    clock.advance(ex.settings["period_seconds"])
+    sold, book = clear_demand(3)
+    assert len(sold) == 1 and book.caps[node] == CPU_UNIT
+    assert book.why[node] == ("node p1/n0: CPU(s) [1] not here (offline or out of the exchange's CPU set): sells 1 "
+                              "of its 2 CPU units")
+    here.clear()
+    clock.advance(ex.settings["period_seconds"])
+    sold, book = clear_demand(1)
+    assert sold == [] and book.caps[node] == 0
+    here.update({0, 1})  # the replay uses the capacity recorded with each period, not today's
     assert replay_session(ex.store) == contract_terms(ex.store)

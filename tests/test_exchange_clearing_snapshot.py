@@ -194,3 +194,20 @@ def test_a_database_error_is_a_message_not_a_traceback(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["exchange", "status", str(data)])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "the exchange's database: database is locked (try again" in result.output
+
+
+def test_a_contract_moved_during_a_clearing_makes_it_stale(tmp_path):
+    """A contract moved off lost capacity between the snapshot and the commit changes the
+    capacity sold: the result is stale and the clearing is computed again."""
+    ex, clock, _ = _market(tmp_path)
+    _requests(ex)
+    snap = snapshot(ex.store, clock(), ex.slot() + 1)
+    out = compute(snap, ex.settings)
+    c = ex.store.contracts(("pending",))[0]
+    ex.join("p9")
+    spare = ex.add_node("p9", "n", 8, 64)
+    with ex.store.transaction():  # a move (its node is another provider's only to keep the test short)
+        ex.store.move_contract(c["id"], spare, clock(), "test")
+    assert commit(ex.store, snap, out, ex.settings) is None
+    ex.clear()
+    assert replay_session(ex.store) == contract_terms(ex.store)

@@ -28,9 +28,9 @@ def test_the_exchange_commands(tmp_path):
     res = runner.invoke(main, ["exchange", "init", str(data)])
     assert res.exit_code != 0 and "already set up" in res.output
     _ok(runner, "join", data, "p1")
-    _ok(runner, "node", data, "p1", "n0", "--cpu", 4, "--mem", 100, "--cpus", "0")
+    _ok(runner, "node", data, "p1", "n0", "--cpu", 1, "--mem", 100, "--cpus", "0")
     assert "offer 1" in _ok(runner, "offer", data, "p1", "n0", "--reserve", 5, "--first-slot", 2, "--last-slot", 9)
-    assert "request 2" in _ok(runner, "request", data, "alice", "--value", 9, "--cpu", 2, "--mem", 10,
+    assert "request 2" in _ok(runner, "request", data, "alice", "--value", 9, "--cpu", 1, "--mem", 10,
                               "--first-slot", 3, "--last-slot", 4, "--command", "true")
     bad = runner.invoke(main, ["exchange", "request", str(data), "bob", "--value", "-1", "--cpu", "2",
                                "--first-slot", "3", "--last-slot", "4", "--command", "true"])
@@ -53,11 +53,11 @@ def test_the_exchange_commands(tmp_path):
 
     status = json.loads(_ok(runner, "status", data, "--json"))
     assert status["contracts"] == {"delivered": 1}
-    assert status["balances"]["user:alice"] == -28.0 and status["balances"]["provider:p1"] == 28.0  # (9 - 0.5 * 4) * 2 * 2
-    assert "alice p1 n0 3-4 28.000000" in _ok(runner, "contracts", data)
+    assert status["balances"]["user:alice"] == -14.0 and status["balances"]["provider:p1"] == 14.0  # (9 - 0.5 * 4) * 1 * 2
+    assert "alice p1 n0 3-4 14.000000" in _ok(runner, "contracts", data)
     (period,) = json.loads(_ok(runner, "info", data, "--json"))
-    assert (period["contracts"], period["cpu_slots"], period["volume"], period["price"]) == (1, 4, 28.0, 7.0)
-    assert period["classes"] == {"2": {"cpu_slots": 4, "price": 7.0}}
+    assert (period["contracts"], period["cpu_slots"], period["volume"], period["price"]) == (1, 2, 14.0, 7.0)
+    assert period["classes"] == {"1": {"cpu_slots": 2, "price": 7.0}}
     assert period["open_interest"] == 1  # the offer stays open (carol's request was cancelled)
     assert "the same 1 contracts over 1 periods" in _ok(runner, "replay", data)
 
@@ -67,7 +67,7 @@ def test_agents_from_a_config_file(tmp_path):
     data = tmp_path / "ex"
     _ok(runner, "init", data, "--slot-seconds", 1000, "--period-seconds", 1000)
     _ok(runner, "join", data, "p1")
-    _ok(runner, "node", data, "p1", "n0", "--cpu", 4, "--mem", 100)
+    _ok(runner, "node", data, "p1", "n0", "--cpu", 1, "--mem", 100)
     config = tmp_path / "agents.json"
     config.write_text(json.dumps({
         "providers": [{"provider": "p1", "costs": {"n0": 5}, "markup": 1.5, "horizon": 10, "renew": 2}],

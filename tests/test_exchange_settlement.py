@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from exchange_helpers import make_exchange, one_contract
 from live_helpers import wait_for
-from marketsched.exchange import providers
+from marketsched.exchange import capacity, providers
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.providers import Contracted, provider_backends, slurm_fault
 from marketsched.exchange.store import ExchangeStore
@@ -157,16 +157,68 @@ def test_a_node_whose_cpus_are_offline_is_the_providers_failure(real, monkeypatc
     ex.join("p2")
     ex.add_node("p2", "n0", 2, 100, cpus=[7])
     ex.submit_offer("p2", "n0", 0.5, 1, 50)  # cheaper: it wins
-    monkeypatch.setattr(providers, "online_cpus", lambda: {0, 1})
+    monkeypatch.setattr(capacity, "cpus_here", lambda: {0, 1, 7})  # CPU 7 is here when the clearing sells it
     rid = ex.submit_request("u1", 5.0, 1, 10, 1, 3, "true")
     ex.tick()
+    monkeypatch.setattr(providers, "online_cpus", lambda: {0, 1})  # and offline before the job starts
+    monkeypatch.setattr(capacity, "cpus_here", lambda: {0, 1})
     clock.set(10)
     ex.tick()
     (c,) = [c for c in ex.store.contracts() if c["request_id"] == rid]
     c = ex.store.contract(c["id"])
     assert c["provider"] == "p2" and c["state"] == "failed"
-    assert "could not start the job: the node's CPU(s) [7] are not online" in c["note"]
+    assert c["note"] == ("the provider could not start the job: the node's CPU(s) [7] are not here (offline or out "
+                         "of the exchange's CPU set), and no other node of the provider has its CPU and memory free "
+                         "in its window")
     assert _entries(ex, c["id"]) == _penalised(c)
+
+
+def test_a_contract_on_lost_cpus_moves_to_free_capacity_of_its_provider_and_the_replay_agrees(tmp_path, monkeypatch):
+    """CPU 0 of node n0 is unplugged (an injected CPU counter) after two 1-unit contracts were
+    made on n0: the first moves to the provider's node n1, which has the room, keeps its prices,
+    starts there and is delivered; the second has nowhere to go and fails when its window
+    begins, at the provider's cost. A clearing meanwhile sees n1 full; the replay agrees."""
+    from marketsched.exchange.replay import contract_terms, replay_session
+
+    here = {0, 1, 2}
+    monkeypatch.setattr(capacity, "cpus_here", lambda: set(here))
+    ex, clock, machines = make_exchange(tmp_path / "x.db", mechanism="k-pricing")
+    ex.join("p1")
+    n0 = ex.add_node("p1", "n0", 2, 100, cpus=[0, 1], checked=True)
+    n1 = ex.add_node("p1", "n1", 1, 100, cpus=[2], checked=True)
+    ex.submit_offer("p1", "n0", 1.0, 1, 50)  # n1 is not offered: the provider's spare node
+    first, second = (ex.submit_request(u, 5.0, 1, 10, 2, 3, "true") for u in ("u1", "u2"))
+    ex.clear()
+    made = {c["request_id"]: c for c in ex.store.contracts()}
+    assert {c["node_id"] for c in made.values()} == {n0}
+    here.discard(0)
+    ex.tick()  # before the windows (slot 2 begins at 20 s): the move
+    a, b = ex.store.contract(made[first]["id"]), ex.store.contract(made[second]["id"])
+    assert (a["node_id"], a["state"], b["node_id"], b["state"]) == (n1, "pending", n0, "pending")
+    assert {k: a[k] for k in ("user_price", "provider_price", "penalty")} == \
+        {k: made[first][k] for k in ("user_price", "provider_price", "penalty")}
+    (move,) = ex.store.moves()
+    assert (move["contract_id"], move["from_node"], move["to_node"], move["after_period"]) == (a["id"], n0, n1, 1)
+    assert move["why"] == ("the node's CPU(s) [0] are not here (offline or out of the exchange's CPU set): moved "
+                           "from node n0 to node n1")
+    ex.submit_offer("p1", "n1", 0.1, 1, 50)  # n1's slots 2-3 are taken by the moved contract
+    third = ex.submit_request("u3", 9.0, 1, 10, 2, 3, "true")
+    clock.set(15)
+    ex.clear()
+    assert not [c for c in ex.store.contracts() if c["request_id"] == third]
+    clock.set(20)
+    ex.tick()
+    a, b = ex.store.contract(a["id"]), ex.store.contract(b["id"])
+    assert [s[0] for s in machines.by_name["p1"].started] == [a["id"]]
+    assert machines.by_name["p1"].started[0][2] == (2,)  # on n1's CPU
+    assert b["state"] == "failed" and "no other node of the provider has its CPU and memory free" in b["note"]
+    assert _entries(ex, b["id"]) == _penalised(b)
+    clock.set(40)
+    ex.tick()
+    assert ex.store.contract(a["id"])["state"] == "delivered"
+    ex.store.check_books()
+    here.add(0)  # the replay moves the contract after the clearing that preceded the move
+    assert replay_session(ex.store) == contract_terms(ex.store)
 
 
 # ---------------------------------------------------------------------------- the provider's side

@@ -16,7 +16,8 @@ Decisions the thesis leaves to the exchange:
   between nodes from slot to slot in the thesis's model, so these pieces behave exactly as one
   node whose capacity varies over time. Pieces with no CPU left are left out. A node's
   capacity is first lowered to what can be sold now (``caps``, :mod:`.capacity`: a Slurm
-  partition's CPUs that are up), so a clearing never sells more than is up.
+  partition's CPUs that are up, a local node's CPUs still here), so a clearing never sells
+  more than exists; the book records why (``why``).
 * **Contracts.** An allocated job becomes one contract per run of consecutive slots on one
   node (usually one contract; more when the mechanism moved the job between nodes).
 * **Exact clearing.** ``exact`` allocates with the welfare-maximising MIP (:func:`solve_exact`,
@@ -62,6 +63,7 @@ class ClearingBook:
     piece_offer: list[int]  # book node -> offer order id
     piece_node: list[int]  # book node -> exchange node id
     caps: dict[int, int] = field(default_factory=dict)  # node id -> CPU units it could sell (checked now)
+    why: dict[int, str] = field(default_factory=dict)  # node id -> why it sold below its registered units
 
     def to_json(self) -> str:
         b = self.book
@@ -69,20 +71,24 @@ class ClearingBook:
         nodes = np.column_stack([b.node_reserve, b.node_cpu, b.node_mem, b.node_start, b.node_end]).tolist()
         return json.dumps({"jobs": jobs, "nodes": nodes, "base_slot": self.base_slot, "request_ids": self.request_ids,
                            "piece_offer": self.piece_offer, "piece_node": self.piece_node,
-                           "caps": {str(k): v for k, v in self.caps.items()}})
+                           "caps": {str(k): v for k, v in self.caps.items()},
+                           "why": {str(k): v for k, v in self.why.items()}})
 
     @classmethod
     def from_json(cls, text: str) -> ClearingBook:
         d = json.loads(text)
         return cls(OrderBook.from_rows(d["jobs"], d["nodes"]), d["base_slot"], d["request_ids"], d["piece_offer"],
-                   d["piece_node"], {int(k): v for k, v in d.get("caps", {}).items()})
+                   d["piece_node"], {int(k): v for k, v in d.get("caps", {}).items()},
+                   {int(k): v for k, v in d.get("why", {}).items()})
 
 
 def build_book(requests: list[dict], offers: list[dict], nodes: dict[int, dict], sold: list[dict],
-               base_slot: int, caps: dict[int, int] | None = None) -> ClearingBook:
+               base_slot: int, caps: dict[int, int] | None = None, why: dict[int, str] | None = None
+               ) -> ClearingBook:
     """The book of the open ``requests`` and ``offers`` (rows of the orders table, in id
     order) with slots from ``base_slot`` on; ``sold``: contracts already made (capacity taken);
-    ``caps``: CPU units a node can sell now, below its registered capacity (a Slurm node down)."""
+    ``caps``: CPU units a node can sell now, below its registered capacity (a Slurm node down,
+    a local node's CPU gone), and ``why`` (recorded with the book)."""
     caps = caps or {}
     jobs = [(r["value"], r["cpu"], r["mem"], r["first_slot"] - base_slot, r["last_slot"] - base_slot)
             for r in requests]
@@ -113,7 +119,7 @@ def build_book(requests: list[dict], offers: list[dict], nodes: dict[int, dict],
                     piece_node.append(o["node_id"])
                 start = i
     return ClearingBook(OrderBook.from_rows(jobs, rows), base_slot, [r["id"] for r in requests], piece_offer,
-                        piece_node, dict(caps))
+                        piece_node, dict(caps), dict(why or {}))
 
 
 EXACT_MAX_ORDERS = 60

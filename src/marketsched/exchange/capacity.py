@@ -9,17 +9,24 @@
   nothing sell the same partition, and the second is refused, in either order
   (:func:`canonical_partition`). A partition Slurm does not know is refused.
 
-These rules bind the parties joining through the HTTP API; the operator's own commands
-(``marketsched exchange join``/``node``) are trusted, as for sharing a partition on purpose.
+The CPU-unit rules bind the operator's command line too (``marketsched exchange node``,
+:func:`check_operator_node`): a local node has at most one unit per CPU it names (none named:
+this machine's CPUs now, recorded as the node's), and a Slurm provider's nodes at most its
+partition's CPUs. Only the rules that a CPU or a partition is sold *once* are the parties'
+alone: the operator may share CPUs or a partition between providers on purpose. The library's
+:class:`~marketsched.exchange.core.Exchange` called without ``checked`` (simulations, tests
+of the mechanisms) is not bound.
 
-* **At every clearing** a Slurm provider's offered nodes sell at most its partition's CPUs
-  that are up (:func:`capacity_now`): a node that goes down lowers what the next clearing
-  sells. Contracts already made stand; a job the provider then cannot run is the provider's
-  failure (it pays the penalty).
+* **At every clearing** (:func:`capacity_now`) a Slurm provider's offered nodes sell at most
+  its partition's CPUs that are up, and a local node whose CPUs are not all here any more
+  (offline, or out of the exchange's cpuset: :func:`cpus_here`) sells at most the units its
+  remaining CPUs back. Each lowered capacity is recorded with the period, with the reason.
+  What happens to contracts already made on lost capacity: :meth:`.core.Exchange.move_lost`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -76,6 +83,48 @@ def canonical_partition(partition: str | None, partitions: dict[str, Partition])
     return partitions[partition]
 
 
+def cpus_here() -> set[int]:
+    """The CPUs local jobs can run on now: this machine's online CPUs
+    (``/sys/devices/system/cpu/online``) that are in the exchange's own CPU set (its affinity,
+    which its cpuset bounds). Tests inject another counter in place of this one."""
+    from .providers import online_cpus
+
+    try:
+        mine = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mine = set(range(os.cpu_count() or 1))
+    return online_cpus() & mine
+
+
+def check_operator_node(provider: dict, node: dict, nodes, here: set[int],
+                        partitions: Callable[[], dict[str, Partition]] | None = None) -> dict:
+    """The operator's node ``node`` (:func:`.orders.check_node`'s dict) of ``provider`` (a row
+    of the providers table), bound by the CPU-unit rules (module docstring); ``nodes``: rows of
+    the nodes table; ``here``: :func:`cpus_here`. Returns the node, a local one with its CPUs
+    (none named: ``here``, recorded); ValueError naming the node and the numbers."""
+    where = f"node {node['provider']}/{node['name']}"
+    if provider["kind"] == "local":
+        cpus = node.get("cpus") or sorted(here)
+        missing = sorted(set(cpus) - here)
+        if missing:
+            raise ValueError(f"node field 'cpus': {where} names CPU(s) {missing}, which this machine does not have "
+                             f"online for the exchange (it has {sorted(here)})")
+        try:
+            check_local_units(node["cpu"], cpus)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        return {**node, "cpus": cpus}
+    if node.get("cpus") is not None:
+        raise ValueError(f"node field 'cpus': {where} is a slurm provider's: Slurm places its jobs")
+    part = canonical_partition(provider["partition"], (partitions or slurm_partitions)())
+    sold = sum(n["cpu"] for n in nodes if n["provider"] == provider["name"] and n["left_t"] is None)
+    try:
+        check_slurm_units(provider["name"], node["cpu"], part, sold)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return node
+
+
 def check_local_units(cpu: int, cpus: list[int]) -> None:
     """A local node sells at most the CPUs that back it."""
     most = len(cpus) * CPU_UNIT
@@ -117,24 +166,59 @@ def partition_cpus_up(partition: str | None) -> int:
     return allocated + idle
 
 
+def local_units_now(node: dict, here: set[int]) -> tuple[int, str]:
+    """The CPU units a local node can sell now and, when below its registered ones, why: all its
+    CPUs here, its units; else at most one unit per CPU of it still here (``here``:
+    :func:`cpus_here`). A node naming no CPUs (the library's, unchecked) is this machine's."""
+    named = set(node.get("cpus") or ())
+    lost = sorted(named - here)
+    if not lost:
+        return node["cpu"], ""
+    units = min(node["cpu"], len(named & here) * CPU_UNIT)
+    if units >= node["cpu"]:
+        return units, ""
+    return units, (f"node {node['provider']}/{node['name']}: CPU(s) {lost} not here (offline or out of the "
+                   f"exchange's CPU set): sells {units} of its {node['cpu']} CPU units")
+
+
 def capacity_now(providers: list[dict], nodes: dict[int, dict], offered: set[int],
-                 cpus_up: Callable[[str | None], int] | None = None) -> dict[int, int]:
-    """The CPU units each offered node of a Slurm provider can sell now (node id -> units),
-    rechecked at every clearing: a provider's nodes, in id order, share its partition's CPUs that
-    are up (``cpus_up``, default :func:`partition_cpus_up`), so a node going down lowers what is
-    sold and nothing is sold beyond what is up. Local nodes are absent (their CPUs are checked
-    when they register)."""
+                 cpus_up: Callable[[str | None], int] | None = None,
+                 here: Callable[[], set[int]] | None = None) -> tuple[dict[int, int], dict[int, str]]:
+    """The CPU units each offered node can sell now (node id -> units) and, for each node sold
+    below its registered units, why (node id -> text), rechecked at every clearing:
+
+    1. a Slurm provider's nodes, in id order, share its partition's CPUs that are up
+       (``cpus_up``, default :func:`partition_cpus_up`), so a node going down lowers what is
+       sold and nothing is sold beyond what is up;
+    2. a local node sells at most what its CPUs here now back (:func:`local_units_now`;
+       ``here``, default :func:`cpus_here`, is read once per clearing, only when a local node
+       is offered).
+
+    Nodes selling their registered units are absent from the reasons."""
     cpus_up = cpus_up or partition_cpus_up
-    slurm = {p["name"]: p for p in providers if p["kind"] == "slurm"}
+    kinds = {p["name"]: p for p in providers}
     left: dict[str, int] = {}
     out: dict[int, int] = {}
+    why: dict[int, str] = {}
+    now: set[int] | None = None
     for node_id in sorted(offered):
         node = nodes[node_id]
-        p = slurm.get(node["provider"])
+        p = kinds.get(node["provider"])
         if p is None:
+            continue
+        if p["kind"] == "local":
+            if now is None:
+                now = (here or cpus_here)()
+            out[node_id], reason = local_units_now(node, now)
+            if reason:
+                why[node_id] = reason
             continue
         if p["name"] not in left:
             left[p["name"]] = cpus_up(p["partition"]) * CPU_UNIT
         out[node_id] = min(node["cpu"], left[p["name"]])
         left[p["name"]] -= out[node_id]
-    return out
+        if out[node_id] < node["cpu"]:
+            shown = "Slurm's default partition" if p["partition"] is None else f"Slurm partition {p['partition']!r}"
+            why[node_id] = (f"node {node['provider']}/{node['name']}: {shown} has too few CPUs up now: sells "
+                            f"{out[node_id]} of its {node['cpu']} CPU units")
+    return out, why

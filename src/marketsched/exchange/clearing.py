@@ -13,7 +13,8 @@
 
 **Orders during a clearing.** An order submitted after the snapshot has an id above ``upto``: it
 is not in this clearing and waits for the next one. An order cancelled between the snapshot and
-the commit (a node leaving cancels its offers) makes the result *stale*: it is discarded and the
+the commit (a node leaving cancels its offers), or a contract moved off lost capacity
+(:meth:`.core.Exchange.move_lost`), makes the result *stale*: it is discarded and the
 clearing computed again from a new snapshot, which no longer holds the order. So a cancellation
 that returned before a clearing committed always took effect before it, exactly as a replay
 assumes (:mod:`.replay` cancels an order before the first clearing after its cancellation), and
@@ -63,6 +64,7 @@ class Snapshot:
     nodes: dict[int, dict]
     sold: list[dict]  # contracts already made on the offered nodes
     providers: list[dict]
+    moves: int = 0  # contracts moved between nodes so far (a move since makes the result stale)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def snapshot(store: ExchangeStore, t: float, base_slot: int, last_order: int | N
         nodes = store.nodes()
         sold = store.contracts(ending_from=base_slot)
         providers = store.providers()
+        moves = store.move_count()
     expire = [o["id"] for o in open_orders
               if (o["side"] == "request" and o["first_slot"] < base_slot) or o["last_slot"] < base_slot]
     gone = set(expire)
@@ -112,7 +115,7 @@ def snapshot(store: ExchangeStore, t: float, base_slot: int, last_order: int | N
     touched = {o["node_id"] for o in offers}
     return Snapshot(period, t, base_slot, upto, tuple(o["id"] for o in open_orders), tuple(expire),
                     {o["id"]: o["owner"] for o in requests + offers}, requests, offers, nodes,
-                    [c for c in sold if c["node_id"] in touched], providers)
+                    [c for c in sold if c["node_id"] in touched], providers, moves)
 
 
 def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: dict[int, int] | None = None
@@ -122,9 +125,10 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: 
     on it; no database. ``mechanism``: the one to use (a replay's recorded one; default: the
     exchange's, with the fallback of the exact clearing, :mod:`.book`)."""
     _wait_for_gate(snap)
+    why: dict[int, str] = {}
     if caps is None:
-        caps = capacity.capacity_now(snap.providers, snap.nodes, {o["node_id"] for o in snap.offers})
-    cb = build_book(snap.requests, snap.offers, snap.nodes, snap.sold, snap.base_slot, caps)
+        caps, why = capacity.capacity_now(snap.providers, snap.nodes, {o["node_id"] for o in snap.offers})
+    cb = build_book(snap.requests, snap.offers, snap.nodes, snap.sold, snap.base_slot, caps, why)
     t0 = time.perf_counter()
     legs: list[dict] = []
     welfare = 0.0
@@ -147,13 +151,14 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: 
 
 def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -> int | None:
     """Step 3: record the clearing in one write transaction; the period number, or None when
-    the snapshot no longer holds (another clearing committed, or an order it saw open was
-    cancelled): then nothing is written."""
+    the snapshot no longer holds (another clearing committed, an order it saw open was
+    cancelled, or a contract moved between nodes, which changes the capacity sold): then
+    nothing is written."""
     with store.transaction():
         last = int(store.rows("SELECT COALESCE(MAX(id), 0) FROM ex_periods")[0][0])
         still_open = tuple(r[0] for r in store.rows(
             "SELECT id FROM ex_orders WHERE state = 'open' AND id <= ? ORDER BY id", (snap.upto,)))
-        if last != snap.period - 1 or still_open != snap.open_ids:
+        if last != snap.period - 1 or still_open != snap.open_ids or store.move_count() != snap.moves:
             return None
         for oid in snap.expire:
             store.close_order(oid, "expired", snap.t)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from marketsched.platform.client import server_check_options, tls_options
+from marketsched.platform.client import party_limit_options, server_check_options, tls_options
 
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
@@ -121,16 +121,20 @@ def join_cmd(data, provider, kind, partition):
 @DATA
 @click.argument("provider")
 @click.argument("name")
-@click.option("--cpu", required=True, type=int, help="CPU units the node sells per slot.")
+@click.option("--cpu", required=True, type=int,
+              help="CPU units the node sells per slot: at most one per CPU backing it (local: the CPUs of --cpus; "
+                   "slurm: the partition's).")
 @click.option("--mem", required=True, type=int, help="Memory units the node sells per slot.")
-@click.option("--cpus", default=None, help="CPUs of this machine backing the node, e.g. 0,1 (local providers).")
+@click.option("--cpus", default=None,
+              help="CPUs of this machine backing the node, e.g. 0,1 (local providers; default: all of them now).")
 def node_cmd(data, provider, name, cpu, mem, cpus):
     """Add a node to a provider."""
     try:
         cpu_list = [int(c) for c in cpus.split(",")] if cpus else None
     except ValueError:
         raise click.BadParameter(f"a comma-separated list of CPU numbers, got {cpus!r}", param_hint="--cpus") from None
-    node_id = _do(_open(data).add_node, provider, name, cpu, mem, cpu_list)
+    ex = _open(data)
+    node_id = _do(lambda: ex.add_node(provider, name, cpu, mem, cpu_list, checked=True))
     click.echo(f"node {node_id}: {provider}/{name}")
 
 
@@ -281,16 +285,19 @@ def unix_cmd(data, user, account):
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8766, show_default=True, type=click.IntRange(0, 65535))
 @tls_options
+@party_limit_options
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
-def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration):
+def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration, party_limits):
     """Serve the HTTP API and the market information page (docs/exchange.md); the exchange
     itself runs separately (marketsched exchange run)."""
+    from marketsched.platform.server import Limits
+
     from .api import ExchangeServer, ExchangeService
 
     ex = _open(data)
     try:
         srv = ExchangeServer(ExchangeService(ex.store, ex.clock), host, port, tls_cert=tls_cert, tls_key=tls_key,
-                             insecure_http=insecure_http)
+                             insecure_http=insecure_http, limits=Limits(**party_limits))
     except (OSError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     stop = []
@@ -402,6 +409,8 @@ def status_cmd(data, as_json):
     store = ex.store
     states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
     orders = dict(store.rows("SELECT side || ':' || state, COUNT(*) FROM ex_orders GROUP BY side, state"))
+    for (_, side), got in store.retired().items():  # cancelled orders retired to a count
+        orders[f"{side}:cancelled"] = orders.get(f"{side}:cancelled", 0) + got["orders"]
     books = store.check_books()
     balances = {k: v / MICRO for k, v in sorted(store.balances().items())}
     out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,

@@ -18,8 +18,9 @@ Each call of :meth:`Exchange.tick`:
    from a snapshot, the mechanism runs outside any transaction and the result is committed in
    one short transaction (:mod:`.clearing`); ``exchange run`` computes it in a worker thread
    while the next steps go on, and commits it at a later tick.
-2. **Execution**: a pending contract whose window has begun is started on its provider's
-   backend, contained to what it bought (:mod:`.providers`: a cgroup with the node's CPUs, the
+2. **Execution**: a pending contract on a local node whose CPUs are lost moves to free
+   capacity of the same provider, if there is some (:meth:`Exchange.move_lost`); a pending
+   contract whose window has begun is started on its provider's backend, contained to what it bought (:mod:`.providers`: a cgroup with the node's CPUs, the
    contract's share of them, its memory, a process limit; Slurm: ``--cpus-per-task``, ``--mem``).
 3. **SLA monitoring and billing** (:meth:`Exchange.settle`), one transaction per contract,
    exactly once, by the rules of docs/exchange.md, "Who is at fault" (the evidence:
@@ -165,16 +166,23 @@ class Exchange:
             self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
-                 by_party: bool = False) -> int:
+                 by_party: bool = False, checked: bool = False) -> int:
         """Add a node to ``provider`` (at most ``MAX_NODES_PER_PROVIDER`` nodes that have not left).
         ``by_party``: the provider registers it itself (the HTTP API), not the operator; then a
         local provider's node names the CPUs of this machine backing it, none of them backing
-        another provider's node, and a Slurm provider's names none (Slurm places its jobs)."""
+        another provider's node, and a Slurm provider's names none (Slurm places its jobs).
+        ``checked``: the operator's command line; the node is bound by the CPU-unit rules
+        (:func:`.capacity.check_operator_node`: a local node at most one unit per CPU it names,
+        none named: this machine's CPUs now; a Slurm provider's nodes at most its partition's
+        CPUs), but may share CPUs or a partition with another provider's."""
         node = check_node(provider, name, cpu, mem, cpus)
         joined = self.store.provider(provider)
-        parts = capacity.slurm_partitions() if by_party and joined and joined["kind"] == "slurm" else {}
+        parts = capacity.slurm_partitions() if (by_party or checked) and joined and joined["kind"] == "slurm" else {}
+        here = capacity.cpus_here() if checked and not by_party and joined and joined["kind"] == "local" else set()
         with self.store.transaction():
             p = self.store.provider(provider)
+            if checked and not by_party and p is not None:
+                node = capacity.check_operator_node(p, node, self.store.nodes().values(), here, lambda: parts)
             if by_party and p is not None:
                 busy = {c["node_id"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
                 nodes = self.store.nodes().values()
@@ -353,12 +361,91 @@ class Exchange:
                 else:
                     self.settle(c["id"], "delivered", now, used=used, note="served its whole window")
         now = self.clock()
-        for c in self.store.contracts(("pending",)):
+        pending = self.store.contracts(("pending",))
+        lost: dict[int, str] = {}
+        if pending:  # contracts on lost capacity move first, if they can (move_lost)
+            moves = self.store.move_count()
+            lost = self.move_lost(pending, now)
+            if self.store.move_count() != moves:
+                pending = self.store.contracts(("pending",))
+                nodes = None
+        for c in pending:
             if now >= c["end_t"]:
                 self.settle(c["id"], "lapsed", now, note="the window passed before the exchange started the job")
             elif now >= c["start_t"]:
+                if c["id"] in lost:
+                    self.settle(c["id"], "failed", now, note=f"the provider could not start the job: {lost[c['id']]}")
+                    continue
                 nodes = nodes or self.store.nodes()
                 self.start(c, nodes[c["node_id"]], now)
+
+    def move_lost(self, pending: list[dict], now: float) -> dict[int, str]:
+        """Move the contracts not yet started (``pending``) off capacity that is lost: a local
+        node whose CPUs are not all here any more (:func:`.capacity.cpus_here`). Returns, for
+        each contract that stays on lost capacity, why (it fails, at its provider's cost, when
+        its window begins, unless the CPUs come back or room appears first).
+
+        The rule (the exchange's; Stößer 2009 does not treat lost capacity after the clearing):
+
+        1. A pending contract on a local node that names CPUs, one or more of them not here,
+           is at risk. Contracts of Slurm providers are not moved (Slurm places their jobs in
+           the partition; what it ends is read from its accounting).
+        2. It moves to the provider's first node, in id order, that has not left, has all its
+           CPUs here, and has the contract's CPU units and memory free in every slot of the
+           contract's window (its registered capacity less every contract on it, in any
+           state, as the clearing counts sold capacity). The provider sold the capacity and
+           still has it: the contract keeps its prices and penalty, and nobody pays more.
+        3. The move is recorded (``ex_moves``, with the last clearing before it), so that a
+           clearing computed meanwhile is stale and the replay moves it at the same point.
+        4. A contract with nowhere to go stays; if its CPUs are still lost when its window
+           begins, it fails: the provider pays the penalty (docs/exchange.md, "Who is at fault").
+        """
+        kinds = {p["name"]: p["kind"] for p in self.store.providers()}
+        nodes = self.store.nodes()
+        here: set[int] | None = None
+        out: dict[int, str] = {}
+        for c in pending:
+            node = nodes[c["node_id"]]
+            if kinds.get(c["provider"]) != "local" or not node["cpus"] or now >= c["end_t"]:
+                continue
+            if here is None:
+                here = capacity.cpus_here()
+            gone = sorted(set(node["cpus"]) - here)
+            if not gone:
+                continue
+            why = f"the node's CPU(s) {gone} are not here (offline or out of the exchange's CPU set)"
+            target = self._room_for(c, nodes, here)
+            if target is None:
+                out[c["id"]] = f"{why}, and no other node of the provider has its CPU and memory free in its window"
+                continue
+            with self.store.transaction():
+                if self.store.contract(c["id"])["state"] != "pending":
+                    continue
+                self.store.move_contract(c["id"], target["id"], now,
+                                         f"{why}: moved from node {node['name']} to node {target['name']}")
+            nodes = self.store.nodes()
+        return out
+
+    def _room_for(self, c: dict, nodes: dict[int, dict], here: set[int]) -> dict | None:
+        """The provider's first node (id order) other than ``c``'s that has not left, has all
+        its CPUs here, and has ``c``'s CPU units and memory free in each slot of ``c``'s window."""
+        first, last = c["first_slot"], c["last_slot"]
+        for node_id in sorted(nodes):
+            n = nodes[node_id]
+            if (n["provider"] != c["provider"] or node_id == c["node_id"] or n["left_t"] is not None
+                    or not set(n["cpus"] or ()) <= here):
+                continue
+            cpu = [n["cpu"]] * (last - first + 1)
+            mem = [n["mem"]] * (last - first + 1)
+            for o_cpu, o_mem, lo, hi in self.store.rows(
+                    "SELECT cpu, mem, first_slot, last_slot FROM ex_contracts WHERE node_id = ? AND last_slot >= ? "
+                    "AND first_slot <= ?", (node_id, first, last)):
+                for s in range(max(lo, first), min(hi, last) + 1):
+                    cpu[s - first] -= o_cpu
+                    mem[s - first] -= o_mem
+            if min(cpu) >= c["cpu"] and min(mem) >= c["mem"]:
+                return n
+        return None
 
     def start(self, c: dict, node: dict, now: float) -> None:
         """Start contract ``c``'s job on ``node`` now, as its user's account (:meth:`run_as`).

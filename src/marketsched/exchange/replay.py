@@ -6,8 +6,9 @@ and the last order id it saw. :func:`replay_session` builds a fresh
 exchange from these alone, submits the orders in id order, clears at the recorded moments with
 the same settings (and so the same random numbers) and the capacity each node could sell then,
 and returns the contracts it makes; for a faithful record they are the recorded contracts, field
-for field. Execution outcomes do not
-enter: a contract's slots stay sold whatever became of it.
+for field. A contract the exchange moved off lost capacity (``ex_moves``) is moved in the replay
+right after the clearing that preceded the move, so the later clearings see the same capacity
+sold. Execution outcomes do not enter: a contract's slots stay sold whatever became of it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
             for o in orders:
                 if o["state"] == "cancelled":
                     cancels.setdefault(o["closed_after"], []).append(o)
+            moved: dict[int, list[dict]] = {}
+            for m in recorded.moves():
+                moved.setdefault(m["after_period"], []).append(m)
             pos = 0
             for period in recorded.periods():
                 while pos < len(orders) and orders[pos]["id"] <= period["last_order"]:
@@ -57,6 +61,22 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
                         fresh.close_order(o["id"], "cancelled", o["closed_t"])
                 clear_period(fresh, settings, period["t"], period["base_slot"], period["last_order"],
                              period["mechanism"], ClearingBook.from_json(period["book"]).caps)
+                _move(recorded, fresh, moved.get(period["id"], []))
             return contract_terms(fresh)
         finally:
             fresh.close()
+
+
+def _move(recorded: ExchangeStore, fresh: ExchangeStore, moves: list[dict]) -> None:
+    """Move the replay's contracts as the recorded ``moves`` (made after one clearing, before the
+    next) moved the recorded ones; a contract is found by its terms, not its id."""
+    with fresh.transaction():
+        for m in moves:
+            c = recorded.contract(m["contract_id"])
+            rows = fresh.rows("SELECT id FROM ex_contracts WHERE period = ? AND request_id = ? AND offer_id = ? "
+                              "AND first_slot = ? AND node_id = ?",
+                              (c["period"], c["request_id"], c["offer_id"], c["first_slot"], m["from_node"]))
+            if len(rows) != 1:
+                raise ValueError(f"the record moved contract {m['contract_id']} from node {m['from_node']}, which the "
+                                 "replay did not make there: the record and the replay disagree")
+            fresh.move_contract(rows[0][0], m["to_node"], m["t"], m["why"])

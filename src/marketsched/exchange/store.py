@@ -19,13 +19,19 @@ Schema version: the exchange's tables have their own (``meta`` key ``exchange.sc
 the ledger's tables have the live market's, :mod:`marketsched.platform.ledger`). A database made
 before versions were recorded is version 1. Opening one applies the missing upgrades in order,
 in the opening transaction; a database newer than this code is refused, never half-understood.
-Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``.
+Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``; version 3 the
+table ``ex_moves`` (contracts moved off lost capacity, :meth:`ExchangeStore.move_contract`), which
+a replay needs, so an older marketsched refuses such a database rather than replay it wrongly,
+and the retention of cancelled orders (``ex_orders.retire``, ``ex_retired``).
 
 Retention: a request that is cancelled or expires keeps only its command's SHA-256 and length in
 bytes (``command`` becomes empty; :meth:`ExchangeStore.close_order`), as the live market does
 for a cancelled job. No contract ever runs it, the replay re-clears from values, sizes and
 windows alone, and the order's row stays; but submitting and cancelling large commands cannot
 grow the database without limit. A filled request keeps its command (its contract runs it).
+A cancelled order that no clearing saw is, beyond its owner's newest ``KEPT_CANCELLED``, deleted
+and counted per owner (:meth:`ExchangeStore._retire`), so submit-and-cancel cycles grow the
+database by a bounded amount however many there are.
 """
 
 from __future__ import annotations
@@ -125,6 +131,23 @@ CREATE INDEX IF NOT EXISTS ex_orders_owner ON ex_orders(owner, side);
 CREATE INDEX IF NOT EXISTS ex_contracts_user ON ex_contracts(user);
 CREATE INDEX IF NOT EXISTS ex_contracts_provider ON ex_contracts(provider);
 CREATE INDEX IF NOT EXISTS ex_contracts_request ON ex_contracts(request_id);
+CREATE TABLE IF NOT EXISTS ex_moves (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    contract_id INTEGER NOT NULL REFERENCES ex_contracts(id),
+    from_node INTEGER NOT NULL REFERENCES ex_nodes(id),
+    to_node INTEGER NOT NULL REFERENCES ex_nodes(id),
+    after_period INTEGER NOT NULL,
+    t REAL NOT NULL,
+    why TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ex_retired (
+    owner TEXT NOT NULL,
+    side TEXT NOT NULL,
+    orders INTEGER NOT NULL,
+    command_bytes INTEGER NOT NULL,
+    last_id INTEGER NOT NULL,
+    PRIMARY KEY (owner, side)
+);
 CREATE TABLE IF NOT EXISTS ex_parties (
     role TEXT NOT NULL CHECK (role IN ('user', 'provider')),
     name TEXT NOT NULL,
@@ -146,11 +169,13 @@ CONTRACT_COLUMNS = ("id", "period", "request_id", "offer_id", "user", "provider"
 PERIOD_COLUMNS = ("id", "t", "base_slot", "last_order", "mechanism", "k", "seed", "book", "requests", "offers",
                   "welfare", "latency")
 NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
+MOVE_COLUMNS = ("id", "contract_id", "from_node", "to_node", "after_period", "t", "why")
 # columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_KEY = "exchange.schema_version"
 RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
+KEPT_CANCELLED = 100  # cancelled orders no clearing saw, kept as rows per owner and side (ExchangeStore._retire)
 OPEN_CONTRACT_STATES = ("pending", "starting", "running")
 FINAL_CONTRACT_STATES = ("delivered", "failed", "lapsed")
 
@@ -172,6 +197,8 @@ class ExchangeStore:
             for table, column, kind in _ADDED_COLUMNS:
                 self._add_column(table, column, kind)
             self._upgrade()
+            self.conn.execute("CREATE INDEX IF NOT EXISTS ex_orders_retire ON ex_orders(owner, side, id) "
+                              "WHERE retire = 1")
             self.ensure_account(CLEARING)
             self.ensure_account(DEPOSITS)
 
@@ -416,6 +443,46 @@ class ExchangeStore:
                 digest, size = command_digest(rows[0][0])
                 self.conn.execute("UPDATE ex_orders SET command = '', command_sha256 = ?, command_bytes = ? "
                                   "WHERE id = ?", (digest, size, order_id))
+        if state == "cancelled":
+            self._retire(order_id)
+
+    def _retire(self, order_id: int) -> None:
+        """Retention of cancelled orders that no clearing saw (inside :meth:`close_order`).
+
+        1. The order just cancelled is *unseen* when its id is above the last order id the
+           last committed clearing saw: no committed clearing had it in its book, and none will
+           (a clearing computed meanwhile finds it cancelled and is stale, :mod:`.clearing`).
+           Such an order is marked retirable. (Orders of ids a clearing covered are kept,
+           even if cancelled before it: the rule stays one comparison.)
+        2. Its owner keeps its newest ``KEPT_CANCELLED`` retirable orders of that side as rows
+           (so a party still sees what it just cancelled). An older one is deleted and counted
+           in ``ex_retired`` (per owner and side: orders, command bytes, the last id), one row
+           per owner and side.
+
+        A replay needs none of them (it cancels an order before the first clearing after its
+        cancellation: an unseen one never enters a book), no contract or ledger entry refers to
+        them, and SQLite's ``AUTOINCREMENT`` never gives their ids again. So submitting and
+        cancelling grows the database by a bounded amount, however many times."""
+        seen = self.rows("SELECT last_order FROM ex_periods ORDER BY id DESC LIMIT 1")
+        if order_id <= (seen[0][0] if seen else 0):
+            return
+        self.conn.execute("UPDATE ex_orders SET retire = 1 WHERE id = ?", (order_id,))
+        owner, side = self.rows("SELECT owner, side FROM ex_orders WHERE id = ?", (order_id,))[0]
+        for oid, size in self.rows(
+                "SELECT id, COALESCE(command_bytes, LENGTH(CAST(command AS BLOB))) FROM ex_orders WHERE owner = ? "
+                "AND side = ? AND retire = 1 ORDER BY id DESC LIMIT -1 OFFSET ?", (owner, side, KEPT_CANCELLED)):
+            self.conn.execute("DELETE FROM ex_orders WHERE id = ?", (oid,))
+            self.conn.execute(
+                "INSERT INTO ex_retired (owner, side, orders, command_bytes, last_id) VALUES (?, ?, 1, ?, ?) "
+                "ON CONFLICT (owner, side) DO UPDATE SET orders = orders + 1, "
+                "command_bytes = command_bytes + excluded.command_bytes, last_id = MAX(last_id, excluded.last_id)",
+                (owner, side, size, oid))
+
+    def retired(self) -> dict[tuple[str, str], dict]:
+        """The cancelled orders retired to a count (:meth:`_retire`): (owner, side) -> ``orders``,
+        ``command_bytes``, ``last_id``."""
+        return {(o, s): {"orders": n, "command_bytes": b, "last_id": last}
+                for o, s, n, b, last in self.rows("SELECT owner, side, orders, command_bytes, last_id FROM ex_retired")}
 
     # ------------------------------------------------------------------ periods and contracts
     def periods(self) -> list[dict]:
@@ -456,6 +523,23 @@ class ExchangeStore:
         if not rows:
             raise KeyError(f"no contract {contract_id}")
         return rows[0]
+
+    def move_contract(self, contract_id: int, to_node: int, t: float, why: str) -> None:
+        """Contract ``contract_id`` runs on node ``to_node`` from now on (inside a transaction):
+        its node changes, and the move is recorded with the last clearing before it, so that a
+        replay moves it at the same point (:mod:`.replay`)."""
+        c = self.contract(contract_id)
+        after = int(self.rows("SELECT COALESCE(MAX(id), 0) FROM ex_periods")[0][0])
+        self.conn.execute("INSERT INTO ex_moves (contract_id, from_node, to_node, after_period, t, why) "
+                          "VALUES (?, ?, ?, ?, ?, ?)", (contract_id, c["node_id"], to_node, after, t, why))
+        self.update_contract(contract_id, node_id=to_node)
+
+    def moves(self) -> list[dict]:
+        """Every move of a contract between nodes, in order."""
+        return self.dicts(MOVE_COLUMNS, f"SELECT {', '.join(MOVE_COLUMNS)} FROM ex_moves ORDER BY id")
+
+    def move_count(self) -> int:
+        return int(self.rows("SELECT COUNT(*) FROM ex_moves")[0][0])
 
     def update_contract(self, contract_id: int, **fields) -> None:
         bad = set(fields) - set(CONTRACT_COLUMNS)
@@ -537,4 +621,11 @@ def _v2_command_digest(store: ExchangeStore) -> None:
     store._add_column("ex_orders", "command_bytes", "INTEGER")
 
 
-_UPGRADES = {2: _v2_command_digest}
+def _v3_moves(store: ExchangeStore) -> None:
+    """Version 3: the tables ``ex_moves`` and ``ex_retired`` (made by the schema itself,
+    ``CREATE TABLE IF NOT EXISTS``) and ``ex_orders.retire`` (1: a cancelled order no clearing
+    saw, which retention may retire)."""
+    store._add_column("ex_orders", "retire", "INTEGER")
+
+
+_UPGRADES = {2: _v2_command_digest, 3: _v3_moves}

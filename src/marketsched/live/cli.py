@@ -28,7 +28,14 @@ from pathlib import Path
 
 import click
 
-from marketsched.platform.client import DEFAULT_URL, Client, ClientError, server_check_options, tls_options
+from marketsched.platform.client import (
+    DEFAULT_URL,
+    Client,
+    ClientError,
+    party_limit_options,
+    server_check_options,
+    tls_options,
+)
 
 SOCKET_NAME = "market.sock"
 
@@ -196,6 +203,7 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 @click.option("--socket", "socket_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help=f"The Unix socket local users reach the broker on, as their Unix account [default: DATA/{SOCKET_NAME}].")
 @tls_options
+@party_limit_options
 @click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Open connections at most (also capped by the open-file limit); when full, a new one takes the "
                    "place of the longest-idle one.")
@@ -208,7 +216,7 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
           executor, partition, single_user, service_user, job_cpus, job_memory, job_processes, dayahead, da_clear_at, da_lead, da_horizon,
           da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
-          header_timeout, max_jobs_per_user, max_command_bytes) -> None:
+          header_timeout, max_jobs_per_user, max_command_bytes, party_limits) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
 
     Once it listens it writes DATA/ready (`marketsched market wait` returns then). On
@@ -262,7 +270,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     try:
         server = MarketServer(broker, host, port, socket_path=sock, tls_cert=tls_cert, tls_key=tls_key,
                               insecure_http=insecure_http,
-                              limits=Limits(max_connections=max_connections, header_timeout=header_timeout))
+                              limits=Limits(max_connections=max_connections, header_timeout=header_timeout,
+                                            **party_limits))
     except (OSError, ValueError, ssl.SSLError) as exc:
         broker.stop()
         raise click.ClickException(f"cannot listen on {host}:{port} and {sock}: {exc}") from None

@@ -9,6 +9,7 @@ sending nothing.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
@@ -211,3 +212,22 @@ def server_check_options(f):
                              "token only to a server presenting exactly it [$MARKETSCHED_SERVER_CERT].")(f)
 
 
+def party_limit_options(f):
+    """``--max-party-requests``, ``--max-party-connections``: the server's limits per party (the
+    market's broker, the grid exchange's API; :class:`marketsched.platform.server.Limits`, whose
+    defaults apply when an option is left out). The command gets them as ``party_limits``, a
+    dict of the given ones."""
+
+    @functools.wraps(f)
+    def command(*args, max_party_requests, max_party_connections, **kwargs):
+        given = {"max_party_requests": max_party_requests, "max_party_connections": max_party_connections}
+        return f(*args, party_limits={k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    command = click.option(
+        "--max-party-connections", default=None, type=click.IntRange(1, 1_000_000),
+        help="Connections one party may hold once its requests name it; one more takes the place of its own idle "
+             "one, else HTTP 429 [default: 64].")(command)
+    return click.option(
+        "--max-party-requests", default=None, type=click.IntRange(1, 1_000_000),
+        help="Requests one party may have in progress at once, reading their bodies included; more: HTTP 429 "
+             "[default: 16].")(command)
