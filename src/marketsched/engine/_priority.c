@@ -304,7 +304,7 @@ static PyObject *run(PyObject *self, PyObject *args)
         /* K gets at most one leaf per batch with time passing (the advance before it), and a batch has
          * an arrival or a completion: 2 n + 1 at most */
         if (st_init(&p.K, 2 * (int64_t)n + 2) < 0) goto nomem;
-        p.kmark = calloc(m, sizeof(KthMark));
+        p.kmark = big_alloc(m * sizeof(KthMark)); /* set at each start before any read */
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
         if (!p.kmark || !p.k_mark_t || !p.capped) goto nomem;

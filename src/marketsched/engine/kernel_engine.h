@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_alloc.h"
+
 #define ST_PENDING 0
 #define ST_COMPLETED 1
 #define ST_KILLED 4
@@ -270,7 +272,7 @@ static int eng_init(Engine *e, int64_t capacity, Py_buffer *submit, Py_buffer *r
     e->payment = records[3]->buf;
     e->state = records[4]->buf;
     size_t m = n ? (size_t)n : 1;
-    e->remaining = malloc(m * sizeof(double));
+    e->remaining = big_alloc(m * sizeof(double));
     e->at = calloc(m, sizeof(uint32_t));
     if (!e->remaining || !e->at) {
         PyErr_NoMemory();
