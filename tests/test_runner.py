@@ -111,6 +111,38 @@ def test_rows_sum_to_the_direct_simulation(tmp_path):
     assert df.loc[df.runtime_group == "C", "sum_bsd"].sum() == pytest.approx(c["bounded_slowdown"].sum())
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cell_rows_equal_rows_grouped_on_the_string_labels(seed):
+    """cell_rows groups on categorical labels made once per batch; the rows (values, order,
+    dtypes) are those of the plain way: the labels as strings in every cell's frame. Random
+    values on a coarse grid (ties at the band edges 60 and 120), random states and payments."""
+    from marketsched.analysis.metrics import runtime_group, value_band
+    from marketsched.engine.records import empty_records
+    from marketsched.experiments.runner import GROUP_COLUMNS, SUM_COLUMNS, _groups_static, cell_rows
+
+    rng = np.random.default_rng(seed)
+    w = WorkloadSpec(trace=None, synthetic_jobs=300, synthetic_nodes=8).build()
+    n = len(w)
+    v = rng.choice([0.0, 30.0, 60.0, 90.0, 120.0, 150.0, 200.0], n)
+    draws = draw_shading(w, seed)
+    bid = make_bids("srg", v, draws, 0.5)
+    rec = empty_records(n)
+    rec.state[:] = rng.choice([1, 4], n)  # completed or killed
+    rec.first_start[:] = w.submit_time + rng.integers(0, 50, n)
+    rec.end_time[:] = rec.first_start + w.runtime
+    rec.payment[:] = rng.integers(0, 5, n) * 0.1
+    cell = Cell(trace=TRACE, seed=seed)
+    rows = cell_rows(cell, w, v, bid, rec, _groups_static(w, v, draws, 10.0))
+    plain = {"value_bin": np.minimum(np.floor(np.maximum(v, 0) / 10.0) * 10.0, 180.0), "value_band": value_band(v),
+             "runtime_group": runtime_group(w.runtime),
+             "bidder": np.where(draws.aggressive, "aggressive", "conservative")}
+    reference = cell_rows(cell, w, v, bid, rec, plain)  # strings in the frame: the way before
+    assert isinstance(_groups_static(w, v, draws, 10.0)["bidder"], pd.Categorical)
+    pd.testing.assert_frame_equal(rows, reference)
+    assert list(rows.columns[-len(SUM_COLUMNS) - 1:-1]) == list(SUM_COLUMNS)
+    assert all(rows[c].dtype == reference[c].dtype for c in GROUP_COLUMNS)
+
+
 def test_resume_skips_finished_cells_and_gives_the_same_table(tmp_path):
     full = small_grid(mechanisms=["hb"])
     first = run_grid(small_grid(seeds=[1], mechanisms=["hb"]), tmp_path / "a", executor="serial", progress=False)

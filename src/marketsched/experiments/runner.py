@@ -286,15 +286,22 @@ def _build_workload(trace: str, capacity: float, split: bool, jobs: int, estimat
 
 
 def _groups_static(w, true_value, draws, bin_width: float):
+    """The group columns of every job, the same for all cells of a batch. The labels are
+    categoricals, made once here: a data frame of a cell would otherwise convert the batch's
+    string columns anew for every cell (pandas' string dtype, for hundreds of thousands of jobs:
+    as long as the simulation itself), and grouping on their codes is faster too.
+    :func:`cell_rows` turns them back into strings on its few rows."""
+    import pandas as pd
+
     from marketsched.analysis.metrics import runtime_group, value_band
 
     top = BIN_TOP
     vbin = np.minimum(np.floor(np.maximum(true_value, 0) / bin_width) * bin_width, top)
     return {
         "value_bin": vbin,
-        "value_band": value_band(true_value),
-        "runtime_group": runtime_group(w.runtime),
-        "bidder": np.where(draws.aggressive, "aggressive", "conservative"),
+        "value_band": pd.Categorical(value_band(true_value)),
+        "runtime_group": pd.Categorical(runtime_group(w.runtime)),
+        "bidder": pd.Categorical(np.where(draws.aggressive, "aggressive", "conservative")),
     }
 
 
@@ -325,7 +332,11 @@ def cell_rows(cell: Cell, w, true_value, bid, records, static: dict):
         "sum_utility": np.where(done, -true_value * flow - records.payment, 0.0),
         "preemptions": records.preemptions.astype(np.int64),
     })
+    # categories are sorted, so the groups come in the order of their labels, as strings would
     rows = df.groupby(list(GROUP_COLUMNS), sort=True, observed=True)[list(SUM_COLUMNS)].sum().reset_index()
+    for c in GROUP_COLUMNS:
+        if isinstance(rows[c].dtype, pd.CategoricalDtype):
+            rows[c] = rows[c].astype(str)
     for c in reversed(CELL_COLUMNS):
         rows.insert(0, c, getattr(cell, c))
     rows["nodes"] = int(w.capacity)
