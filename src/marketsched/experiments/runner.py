@@ -459,28 +459,38 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     for c in cells:
         k = (c.mechanism, c.params, c.behaviour, c.beta) if share_schedule else (c.key(),)
         units.setdefault(k, []).append(c)
-    for group in units.values():
-        t0, c0_cpu = time.perf_counter(), time.process_time()
-        try:
-            c0 = group[0]
-            bid = make_bids(c0.behaviour, v, draws, c0.beta)
-            jobs = Jobs(w, v, bid, deadline=deadline, min_reliability=reliability, seed=c0.seed,
-                        models={"values": c0.values, "deadlines": c0.deadlines, "reliability": c0.reliability})
-            other = {k: x for k, x in c0.mechanism_params().items() if k != "pricing"}
-            recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group], jobs, other)
+    # The collections after each simulation (below) look only at what the batch's simulations
+    # made: everything alive before (modules, the batch's workload) is set aside (gc.freeze)
+    # meanwhile; a full collection in a worker that has imported pandas and matplotlib costs ~50 ms.
+    big = len(w) >= 20_000  # small workloads: not worth a collection
+    if big:
+        gc.freeze()
+    try:
+        for group in units.values():
+            t0, c0_cpu = time.perf_counter(), time.process_time()
+            try:
+                c0 = group[0]
+                bid = make_bids(c0.behaviour, v, draws, c0.beta)
+                jobs = Jobs(w, v, bid, deadline=deadline, min_reliability=reliability, seed=c0.seed,
+                            models={"values": c0.values, "deadlines": c0.deadlines, "reliability": c0.reliability})
+                other = {k: x for k, x in c0.mechanism_params().items() if k != "pricing"}
+                recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group], jobs, other)
+                for c in group:
+                    parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
+            except Exception as exc:
+                failures += [_failure(c, exc) for c in group]
+            # The simulator, policy and payment scheme reference each other (cycles), so a finished
+            # simulation is only freed by the cyclic GC, which big float lists never trigger:
+            # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
+            recs = {}
+            if big:
+                gc.collect()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
             for c in group:
-                parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
-        except Exception as exc:
-            failures += [_failure(c, exc) for c in group]
-        # The simulator, policy and payment scheme reference each other (cycles), so a finished
-        # simulation is only freed by the cyclic GC, which big float lists never trigger:
-        # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
-        recs = {}
-        if len(w) >= 20_000:  # small workloads: not worth the collection time
-            gc.collect()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
-        for c in group:
-            seconds[c.key()] = (wall / len(group), cpu / len(group))
+                seconds[c.key()] = (wall / len(group), cpu / len(group))
+    finally:
+        if big:
+            gc.unfreeze()
     rows = pd.concat(parts, ignore_index=True) if parts else None
     if rows is not None:
         from marketsched.results import engine_path
