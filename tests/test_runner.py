@@ -113,10 +113,11 @@ def test_rows_sum_to_the_direct_simulation(tmp_path):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cell_rows_equal_rows_grouped_on_the_string_labels(seed):
-    """cell_rows groups on categorical labels made once per batch; the rows (values, order,
-    dtypes) are those of the plain way: the labels as strings in every cell's frame. Random
-    values on a coarse grid (ties at the band edges 60 and 120), random states and payments."""
-    from marketsched.analysis.metrics import runtime_group, value_band
+    """cell_rows sums by the batch's group numbers (found once per batch); the rows (labels,
+    sums to the bit, order, dtypes) are those of the plain way: group every cell's jobs on the
+    four label columns. Random values on a coarse grid (ties at the band edges 60 and 120),
+    random states and payments."""
+    from marketsched.analysis.metrics import BSD_FLOOR, SSJ_THRESHOLD, runtime_group, value_band
     from marketsched.engine.records import empty_records
     from marketsched.experiments.runner import GROUP_COLUMNS, SUM_COLUMNS, _groups_static, cell_rows
 
@@ -133,14 +134,23 @@ def test_cell_rows_equal_rows_grouped_on_the_string_labels(seed):
     rec.payment[:] = rng.integers(0, 5, n) * 0.1
     cell = Cell(trace=TRACE, seed=seed)
     rows = cell_rows(cell, w, v, bid, rec, _groups_static(w, v, draws, 10.0))
-    plain = {"value_bin": np.minimum(np.floor(np.maximum(v, 0) / 10.0) * 10.0, 180.0), "value_band": value_band(v),
-             "runtime_group": runtime_group(w.runtime),
-             "bidder": np.where(draws.aggressive, "aggressive", "conservative")}
-    reference = cell_rows(cell, w, v, bid, rec, plain)  # strings in the frame: the way before
-    assert isinstance(_groups_static(w, v, draws, 10.0)["bidder"], pd.Categorical)
-    pd.testing.assert_frame_equal(rows, reference)
-    assert list(rows.columns[-len(SUM_COLUMNS) - 1:-1]) == list(SUM_COLUMNS)
-    assert all(rows[c].dtype == reference[c].dtype for c in GROUP_COLUMNS)
+
+    done = rec.state == 1
+    flow = np.where(done, rec.end_time - w.submit_time, 0.0)
+    bsd = flow / np.maximum(w.runtime, BSD_FLOOR)
+    plain = pd.DataFrame({
+        "value_bin": np.minimum(np.floor(np.maximum(v, 0) / 10.0) * 10.0, 180.0), "value_band": value_band(v),
+        "runtime_group": runtime_group(w.runtime), "bidder": np.where(draws.aggressive, "aggressive", "conservative"),
+        "jobs_in_group": 1, "completed": done.astype(np.int64), "sum_value": v, "sum_bid": bid,
+        "sum_runtime": w.runtime, "sum_flow": flow, "sum_wait": np.where(done, rec.first_start - w.submit_time, 0.0),
+        "sum_bsd": bsd, "ssj": (done & (bsd >= SSJ_THRESHOLD)).astype(np.int64), "sum_payment": rec.payment,
+        "sum_wflow": np.where(done, v * flow, 0.0), "sum_utility": np.where(done, -v * flow - rec.payment, 0.0),
+        "preemptions": rec.preemptions,
+    }).groupby(list(GROUP_COLUMNS), sort=True, observed=True)[list(SUM_COLUMNS)].sum().reset_index()
+    for c in reversed(CELL_COLUMNS):
+        plain.insert(0, c, getattr(cell, c))
+    plain["nodes"] = int(w.capacity)
+    pd.testing.assert_frame_equal(rows, plain, check_exact=True)
 
 
 def test_resume_skips_finished_cells_and_gives_the_same_table(tmp_path):
