@@ -22,6 +22,7 @@
 typedef struct {
     TimeSum E;
     int64_t K;
+    double cost; /* the job's cost (read with the marks) */
 } KthMark;
 
 typedef struct {
@@ -114,7 +115,7 @@ static inline void kth_settle(Prio *p, int64_t j)
     } else {
         const KthMark *mk = &p->kmark[j];
         double k = st_since(&p->K, mk->K);
-        p->kth_payment[j] += p->cost[j] * k + 1.0 * ts_since(&p->E, mk->E.hi, mk->E.lo);
+        p->kth_payment[j] += mk->cost * k + 1.0 * ts_since(&p->E, mk->E.hi, mk->E.lo);
     }
 }
 
@@ -304,10 +305,11 @@ static PyObject *run(PyObject *self, PyObject *args)
         /* K gets at most one leaf per batch with time passing (the advance before it), and a batch has
          * an arrival or a completion: 2 n + 1 at most */
         if (st_init(&p.K, 2 * (int64_t)n + 2) < 0) goto nomem;
-        p.kmark = big_alloc(m * sizeof(KthMark)); /* set at each start before any read */
+        p.kmark = big_alloc(m * sizeof(KthMark)); /* marks set at each start before any read */
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
         if (!p.kmark || !p.k_mark_t || !p.capped) goto nomem;
+        for (Py_ssize_t j = 0; j < n; j++) p.kmark[j].cost = p.cost[j];
         p.track_caps = !preemptive;
         p.b0 = INFINITY;
         p.b1 = 0;
