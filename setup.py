@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 ENGINE = "src/marketsched/engine"
 FLAGS = ["-ffp-contract=off"]
 HEADERS = [f"{ENGINE}/kernel_engine.h", f"{ENGINE}/kernel_sorted.h", f"{ENGINE}/kernel_rankset.h",
-           f"{ENGINE}/kernel_sumtree.h"]
+           f"{ENGINE}/kernel_sumtree.h", f"{ENGINE}/kernel_alloc.h"]
 
 setup(
     ext_modules=[

@@ -111,6 +111,48 @@ def test_rows_sum_to_the_direct_simulation(tmp_path):
     assert df.loc[df.runtime_group == "C", "sum_bsd"].sum() == pytest.approx(c["bounded_slowdown"].sum())
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cell_rows_equal_rows_grouped_on_the_string_labels(seed):
+    """cell_rows sums by the batch's group numbers (found once per batch); the rows (labels,
+    sums to the bit, order, dtypes) are those of the plain way: group every cell's jobs on the
+    four label columns. Random values on a coarse grid (ties at the band edges 60 and 120),
+    random states and payments."""
+    from marketsched.analysis.metrics import BSD_FLOOR, SSJ_THRESHOLD, runtime_group, value_band
+    from marketsched.engine.records import empty_records
+    from marketsched.experiments.runner import GROUP_COLUMNS, SUM_COLUMNS, _groups_static, cell_rows
+
+    rng = np.random.default_rng(seed)
+    w = WorkloadSpec(trace=None, synthetic_jobs=300, synthetic_nodes=8).build()
+    n = len(w)
+    v = rng.choice([0.0, 30.0, 60.0, 90.0, 120.0, 150.0, 200.0], n)
+    draws = draw_shading(w, seed)
+    bid = make_bids("srg", v, draws, 0.5)
+    rec = empty_records(n)
+    rec.state[:] = rng.choice([1, 4], n)  # completed or killed
+    rec.first_start[:] = w.submit_time + rng.integers(0, 50, n)
+    rec.end_time[:] = rec.first_start + w.runtime
+    rec.payment[:] = rng.integers(0, 5, n) * 0.1
+    cell = Cell(trace=TRACE, seed=seed)
+    rows = cell_rows(cell, w, v, bid, rec, _groups_static(w, v, draws, 10.0))
+
+    done = rec.state == 1
+    flow = np.where(done, rec.end_time - w.submit_time, 0.0)
+    bsd = flow / np.maximum(w.runtime, BSD_FLOOR)
+    plain = pd.DataFrame({
+        "value_bin": np.minimum(np.floor(np.maximum(v, 0) / 10.0) * 10.0, 180.0), "value_band": value_band(v),
+        "runtime_group": runtime_group(w.runtime), "bidder": np.where(draws.aggressive, "aggressive", "conservative"),
+        "jobs_in_group": 1, "completed": done.astype(np.int64), "sum_value": v, "sum_bid": bid,
+        "sum_runtime": w.runtime, "sum_flow": flow, "sum_wait": np.where(done, rec.first_start - w.submit_time, 0.0),
+        "sum_bsd": bsd, "ssj": (done & (bsd >= SSJ_THRESHOLD)).astype(np.int64), "sum_payment": rec.payment,
+        "sum_wflow": np.where(done, v * flow, 0.0), "sum_utility": np.where(done, -v * flow - rec.payment, 0.0),
+        "preemptions": rec.preemptions,
+    }).groupby(list(GROUP_COLUMNS), sort=True, observed=True)[list(SUM_COLUMNS)].sum().reset_index()
+    for c in reversed(CELL_COLUMNS):
+        plain.insert(0, c, getattr(cell, c))
+    plain["nodes"] = int(w.capacity)
+    pd.testing.assert_frame_equal(rows, plain, check_exact=True)
+
+
 def test_resume_skips_finished_cells_and_gives_the_same_table(tmp_path):
     full = small_grid(mechanisms=["hb"])
     first = run_grid(small_grid(seeds=[1], mechanisms=["hb"]), tmp_path / "a", executor="serial", progress=False)

@@ -18,14 +18,23 @@
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
 
+/* KthPrice's marks of one job: the leaf count of K and the reading of E when it last started */
+typedef struct {
+    TimeSum E;
+    int64_t K;
+    double cost; /* the job's cost (read with the marks) */
+} KthMark;
+
 typedef struct {
     Engine e;
     const double *bid, *key, *cost;
     int preemptive;
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
     double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
-    /* rank[j]: place of row j in the order (-key, row); order[r]: the row of rank r */
+    /* rank[j]: place of row j in the order (-key, row); order[r]: the row of rank r; key_of[r]:
+     * its key (the queue's best key is read at every batch: one read by rank, not two) */
     uint32_t *rank, *order;
+    double *key_of;
     RankSet waiting; /* the queue's ranks */
     Py_ssize_t nwaiting;
     RankSet rset; /* HB: the running jobs' ranks */
@@ -43,8 +52,7 @@ typedef struct {
     double b0; /* boundary (b0, b1): (-key, row) of the best queued job, (inf, 0) when none */
     int64_t b1;
     int track_caps;
-    int64_t *mark_K;
-    TimeSum *mark_E;
+    KthMark *kmark; /* per job, the readings of K and E side by side (read together) */
     double *k_mark_t;
     char *capped;
     SortedPairs rprios; /* (-key, row) of the running jobs, sorted (non-preemptive) */
@@ -62,15 +70,16 @@ static inline void waiting_push(Prio *p, int64_t j)
     p->nwaiting++;
 }
 
-/* the best queued job (the queue is not empty) */
-static inline int64_t waiting_top(const Prio *p) { return p->order[rs_min(&p->waiting)]; }
+/* the rank of the best queued job (the queue is not empty) */
+static inline uint64_t waiting_top(const Prio *p) { return rs_min(&p->waiting); }
 
-static inline int64_t waiting_pop(Prio *p)
+/* take the best queued job out of the queue: its rank */
+static inline uint64_t waiting_pop(Prio *p)
 {
     uint64_t r = rs_min(&p->waiting);
     rs_erase(&p->waiting, r);
     p->nwaiting--;
-    return p->order[r];
+    return r;
 }
 
 /* ------------------------------------------------------------------ payment schemes */
@@ -93,19 +102,20 @@ static void advance(Prio *p, double t)
 
 static inline void kth_mark(Prio *p, int64_t j)
 {
-    p->mark_K[j] = st_mark(&p->K);
-    p->mark_E[j] = p->E;
+    p->kmark[j].K = st_mark(&p->K);
+    p->kmark[j].E = p->E;
     if (p->track_caps) p->k_mark_t[j] = p->k_last; /* read only for a capped job: none under HB */
 }
 
 /* KthPrice._settle (and _open) */
 static inline void kth_settle(Prio *p, int64_t j)
 {
-    if (p->capped[j]) {
+    if (p->track_caps && p->capped[j]) { /* no job is capped where caps are not tracked (HB) */
         p->kth_payment[j] += p->bid[j] * (p->k_last - p->k_mark_t[j]);
     } else {
-        double k = st_since(&p->K, p->mark_K[j]);
-        p->kth_payment[j] += p->cost[j] * k + 1.0 * ts_since(&p->E, p->mark_E[j].hi, p->mark_E[j].lo);
+        const KthMark *mk = &p->kmark[j];
+        double k = st_since(&p->K, mk->K);
+        p->kth_payment[j] += mk->cost * k + 1.0 * ts_since(&p->E, mk->E.hi, mk->E.lo);
     }
 }
 
@@ -153,9 +163,9 @@ static void update(Prio *p)
             n0 = INFINITY;
             n1 = 0;
         } else {
-            int64_t top = waiting_top(p);
-            n0 = -p->key[top];
-            n1 = top;
+            uint64_t top = waiting_top(p);
+            n0 = -p->key_of[top];
+            n1 = p->track_caps ? p->order[top] : 0; /* read only where caps are tracked */
             p->has_kstar = 1;
             p->kstar = -n0;
         }
@@ -191,10 +201,11 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
     for (Py_ssize_t j = first; j < last; j++) waiting_push(p, j);
     int64_t free = e->capacity - e->used;
     while (free && p->nwaiting) {
-        int64_t j = waiting_pop(p);
+        uint64_t r = waiting_pop(p);
+        int64_t j = p->order[r];
         if (eng_start(e, j) < 0) return -1;
         if (on_start(p, j) < 0) return -1;
-        if (p->preemptive) rs_insert(&p->rset, p->rank[j]);
+        if (p->preemptive) rs_insert(&p->rset, r);
         free--;
     }
     if (p->preemptive) {
@@ -206,11 +217,13 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
             rs_erase(&p->rset, out_rank);
             eng_preempt(e, out);
             on_stop(p, out);
-            int64_t in = waiting_pop(p);
+            uint64_t in_rank = waiting_pop(p);
+            int64_t in = p->order[in_rank];
             if (eng_start(e, in) < 0) return -1;
             if (on_start(p, in) < 0) return -1;
-            rs_insert(&p->rset, p->rank[in]);
-            waiting_push(p, out);
+            rs_insert(&p->rset, in_rank);
+            rs_insert(&p->waiting, out_rank); /* waiting_push(out) */
+            p->nwaiting++;
         }
     }
     update(p);
@@ -230,13 +243,13 @@ static void prio_free(Prio *p)
     eng_free(&p->e);
     free(p->rank);
     free(p->order);
+    free(p->key_of);
     rs_free(&p->waiting);
     rs_free(&p->rset);
     free(p->mark_S);
     free(p->mark_U);
     st_free(&p->K);
-    free(p->mark_K);
-    free(p->mark_E);
+    free(p->kmark);
     free(p->k_mark_t);
     free(p->capped);
     sp_free(&p->rprios);
@@ -280,7 +293,8 @@ static PyObject *run(PyObject *self, PyObject *args)
     }
     p.rank = malloc(m * sizeof(uint32_t));
     p.order = malloc(m * sizeof(uint32_t));
-    if (!p.rank || !p.order || rank_rows(p.key, -1.0, n, p.order, p.rank) < 0) goto nomem;
+    p.key_of = malloc(m * sizeof(double));
+    if (!p.rank || !p.order || !p.key_of || rank_rows(p.key, -1.0, n, p.order, p.rank, p.key_of) < 0) goto nomem;
     if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
     if (schemes & SCHEME_FIRST) {
         p.mark_S = calloc(m, sizeof(TimeSum));
@@ -291,11 +305,11 @@ static PyObject *run(PyObject *self, PyObject *args)
         /* K gets at most one leaf per batch with time passing (the advance before it), and a batch has
          * an arrival or a completion: 2 n + 1 at most */
         if (st_init(&p.K, 2 * (int64_t)n + 2) < 0) goto nomem;
-        p.mark_K = calloc(m, sizeof(int64_t));
-        p.mark_E = calloc(m, sizeof(TimeSum));
+        p.kmark = big_alloc(m * sizeof(KthMark)); /* marks set at each start before any read */
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
-        if (!p.mark_K || !p.mark_E || !p.k_mark_t || !p.capped) goto nomem;
+        if (!p.kmark || !p.k_mark_t || !p.capped) goto nomem;
+        for (Py_ssize_t j = 0; j < n; j++) p.kmark[j].cost = p.cost[j];
         p.track_caps = !preemptive;
         p.b0 = INFINITY;
         p.b1 = 0;
@@ -304,7 +318,7 @@ static PyObject *run(PyObject *self, PyObject *args)
     /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
     advance(&p, e->now);
     for (Py_ssize_t j = 0; j < n; j++)
-        if (e->running[j]) on_stop(&p, j);
+        if (eng_running(e, j)) on_stop(&p, j);
     if (p.K.full) goto nomem;
     eng_kill_pending(e);
     result = Py_BuildValue("(dL)", e->now, (long long)e->batches);

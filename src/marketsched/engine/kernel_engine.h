@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_alloc.h"
+
 #define ST_PENDING 0
 #define ST_COMPLETED 1
 #define ST_KILLED 4
@@ -31,15 +33,18 @@ typedef struct {
     double now;
     const double *submit;
     const int64_t *procs;  /* NULL: every job needs 1 processor */
-    double *remaining, *finish_at;
-    char *running;
+    double *remaining;
     /* the records (the caller's NumPy columns) */
     double *first_start, *end_time, *payment;
     int64_t *preemptions;
     int8_t *state;
-    /* completions: a binary min-heap of (f, j); stale entries (preempted jobs) are skipped */
+    /* completions: a binary min-heap of (f, j), f = the time the job's work ends, over the running
+     * jobs only: at[j] is job j's place in it plus 1, 0 when j is not running (eng_running). A
+     * preempted job's entry is taken out at once; the Python engine's finish_at[j] is the entry's
+     * f. One small array per job where there were three (running, finish_at and the heap's). */
     Completion *comps;
     Py_ssize_t ncomps, capcomps;
+    uint32_t *at;
     /* the completions of the current batch, in job order */
     int64_t *completed;
     Py_ssize_t ncompleted, capcompleted;
@@ -52,6 +57,38 @@ static inline int comp_lt(const Completion *a, const Completion *b)
     return a->f < b->f || (a->f == b->f && a->j < b->j);
 }
 
+/* put x at place k of the heap, moving it up while it beats its parent (sift up) */
+static inline void comps_up(Engine *e, Py_ssize_t k, Completion x)
+{
+    Completion *h = e->comps;
+    while (k > 0) {
+        Py_ssize_t p = (k - 1) / 2;
+        if (!comp_lt(&x, &h[p])) break;
+        h[k] = h[p];
+        e->at[h[k].j] = (uint32_t)(k + 1);
+        k = p;
+    }
+    h[k] = x;
+    e->at[x.j] = (uint32_t)(k + 1);
+}
+
+/* put x at place k of the heap of m entries, moving it down while a child beats it (sift down) */
+static inline void comps_down(Engine *e, Py_ssize_t k, Py_ssize_t m, Completion x)
+{
+    Completion *h = e->comps;
+    for (;;) {
+        Py_ssize_t c = 2 * k + 1;
+        if (c >= m) break;
+        if (c + 1 < m && comp_lt(&h[c + 1], &h[c])) c++;
+        if (!comp_lt(&h[c], &x)) break;
+        h[k] = h[c];
+        e->at[h[k].j] = (uint32_t)(k + 1);
+        k = c;
+    }
+    h[k] = x;
+    e->at[x.j] = (uint32_t)(k + 1);
+}
+
 static int comps_push(Engine *e, double f, int64_t j)
 {
     if (e->ncomps == e->capcomps) {
@@ -61,36 +98,24 @@ static int comps_push(Engine *e, double f, int64_t j)
         e->comps = c;
         e->capcomps = cap;
     }
-    Completion *h = e->comps;
-    Py_ssize_t k = e->ncomps++;
     Completion x = {f, j};
-    while (k > 0) {
-        Py_ssize_t p = (k - 1) / 2;
-        if (!comp_lt(&x, &h[p])) break;
-        h[k] = h[p];
-        k = p;
-    }
-    h[k] = x;
+    comps_up(e, e->ncomps++, x);
     return 0;
 }
 
-static void comps_pop(Engine *e)
+/* take out the entry at place k (its job's at[] becomes 0) */
+static void comps_remove(Engine *e, Py_ssize_t k)
 {
     Completion *h = e->comps;
+    e->at[h[k].j] = 0;
     Py_ssize_t m = --e->ncomps;
-    if (m == 0) return;
-    Completion x = h[m];
-    Py_ssize_t k = 0;
-    for (;;) {
-        Py_ssize_t c = 2 * k + 1;
-        if (c >= m) break;
-        if (c + 1 < m && comp_lt(&h[c + 1], &h[c])) c++;
-        if (!comp_lt(&h[c], &x)) break;
-        h[k] = h[c];
-        k = c;
-    }
-    h[k] = x;
+    if (k == m) return;
+    Completion x = h[m]; /* the last entry fills the hole, then moves up or down */
+    if (k > 0 && comp_lt(&x, &h[(k - 1) / 2])) comps_up(e, k, x);
+    else comps_down(e, k, m, x);
 }
+
+static inline int eng_running(const Engine *e, int64_t j) { return e->at[j] != 0; }
 
 static inline int64_t eng_procs(const Engine *e, int64_t j)
 {
@@ -101,20 +126,20 @@ static inline int64_t eng_procs(const Engine *e, int64_t j)
 static int eng_start(Engine *e, int64_t j)
 {
     e->used += eng_procs(e, j);
-    e->running[j] = 1;
     if (e->first_start[j] != e->first_start[j]) e->first_start[j] = e->now;
-    double f = e->now + e->remaining[j];
-    e->finish_at[j] = f;
-    return comps_push(e, f, j);
+    return comps_push(e, e->now + e->remaining[j], j); /* finish_at[j] */
 }
 
 /* ClusterState.preempt + Simulator._stopped */
 static void eng_preempt(Engine *e, int64_t j)
 {
-    e->running[j] = 0;
     e->used -= eng_procs(e, j);
-    if (e->finish_at[j] != INFINITY) e->remaining[j] = e->finish_at[j] - e->now;
-    e->finish_at[j] = INFINITY;
+    if (e->at[j]) { /* running: finish_at[j] is its entry's f */
+        Py_ssize_t k = (Py_ssize_t)e->at[j] - 1;
+        double f = e->comps[k].f;
+        comps_remove(e, k);
+        if (f != INFINITY) e->remaining[j] = f - e->now;
+    }
     e->preemptions[j] += 1;
 }
 
@@ -124,14 +149,9 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The time of the next batch (INFINITY: none), after dropping stale completions. */
-static double eng_next_time(Engine *e)
+/* The time of the next batch (INFINITY: none). */
+static double eng_next_time(const Engine *e)
 {
-    while (e->ncomps) {
-        Completion *c = &e->comps[0];
-        if (e->running[c->j] && e->finish_at[c->j] == c->f) break;
-        comps_pop(e);
-    }
     double t = e->next_arrival < e->n ? e->submit[e->next_arrival] : INFINITY;
     if (e->ncomps && e->comps[0].f < t) t = e->comps[0].f;
     return t;
@@ -142,25 +162,20 @@ static int eng_complete_due(Engine *e, double t)
 {
     e->ncompleted = 0;
     while (e->ncomps && e->comps[0].f <= t) {
-        Completion c = e->comps[0];
-        comps_pop(e);
-        int64_t j = c.j;
-        if (e->running[j] && e->finish_at[j] == c.f) {
-            e->running[j] = 0;
-            e->finish_at[j] = INFINITY;
-            e->used -= eng_procs(e, j);
-            e->remaining[j] = 0.0;
-            e->state[j] = ST_COMPLETED;
-            e->end_time[j] = t;
-            if (e->ncompleted == e->capcompleted) {
-                Py_ssize_t cap = e->capcompleted ? 2 * e->capcompleted : 64;
-                int64_t *p = realloc(e->completed, (size_t)cap * sizeof(int64_t));
-                if (!p) return -1;
-                e->completed = p;
-                e->capcompleted = cap;
-            }
-            e->completed[e->ncompleted++] = j;
+        int64_t j = e->comps[0].j; /* a running job: the heap holds no other */
+        comps_remove(e, 0);
+        e->used -= eng_procs(e, j);
+        e->remaining[j] = 0.0;
+        e->state[j] = ST_COMPLETED;
+        e->end_time[j] = t;
+        if (e->ncompleted == e->capcompleted) {
+            Py_ssize_t cap = e->capcompleted ? 2 * e->capcompleted : 64;
+            int64_t *p = realloc(e->completed, (size_t)cap * sizeof(int64_t));
+            if (!p) return -1;
+            e->completed = p;
+            e->capcompleted = cap;
         }
+        e->completed[e->ncompleted++] = j;
     }
     if (e->ncompleted > 1) qsort(e->completed, (size_t)e->ncompleted, sizeof(int64_t), cmp_i64);
     return 0;
@@ -205,8 +220,8 @@ static void eng_kill_pending(Engine *e)
 {
     for (Py_ssize_t j = 0; j < e->n; j++) {
         if (e->state[j] == ST_PENDING) {
-            if (e->running[j]) {
-                e->running[j] = 0;
+            if (eng_running(e, j)) {
+                e->at[j] = 0;
                 e->used -= eng_procs(e, j);
             }
             e->state[j] = ST_KILLED;
@@ -243,6 +258,10 @@ static int eng_init(Engine *e, int64_t capacity, Py_buffer *submit, Py_buffer *r
         PyErr_Format(PyExc_ValueError, "compiled kernel: capacity %lld", (long long)capacity);
         return -1;
     }
+    if ((uint64_t)n >= UINT32_MAX) { /* places in the completions' heap, plus 1, are 32 bits */
+        PyErr_Format(PyExc_ValueError, "compiled kernel: %zd jobs, at most %u", n, UINT32_MAX - 1);
+        return -1;
+    }
     e->n = n;
     e->capacity = capacity;
     e->submit = submit->buf;
@@ -253,23 +272,20 @@ static int eng_init(Engine *e, int64_t capacity, Py_buffer *submit, Py_buffer *r
     e->payment = records[3]->buf;
     e->state = records[4]->buf;
     size_t m = n ? (size_t)n : 1;
-    e->remaining = malloc(m * sizeof(double));
-    e->finish_at = malloc(m * sizeof(double));
-    e->running = calloc(m, 1);
-    if (!e->remaining || !e->finish_at || !e->running) {
+    e->remaining = big_alloc(m * sizeof(double));
+    e->at = calloc(m, sizeof(uint32_t));
+    if (!e->remaining || !e->at) {
         PyErr_NoMemory();
         return -1;
     }
     memcpy(e->remaining, runtime->buf, (size_t)n * sizeof(double));
-    for (Py_ssize_t j = 0; j < n; j++) e->finish_at[j] = INFINITY;
     return 0;
 }
 
 static void eng_free(Engine *e)
 {
     free(e->remaining);
-    free(e->finish_at);
-    free(e->running);
+    free(e->at);
     free(e->comps);
     free(e->completed);
 }

@@ -96,28 +96,33 @@ static inline uint64_t ordered_bits(double x)
 #define RS_PASSES ((64 + RS_DIGIT - 1) / RS_DIGIT)    /* 6 */
 #define RS_BUCKETS (1 << RS_DIGIT)
 
-/* order[r]: the row of rank r, and rank[j]: the rank of row j, in the order of (x[j], j) where
- * x[j] = sign * key[j]: an LSD radix sort on the keys' ordered bits, RS_DIGIT bits per pass
- * (passes where every key has the same digit are skipped). -1 when out of memory. */
-static int rank_rows(const double *key, double sign, Py_ssize_t n, uint32_t *order, uint32_t *rank)
+/* order[r]: the row of rank r, rank[j]: the rank of row j, in the order of (x[j], j) where
+ * x[j] = sign * key[j], and (when not NULL) key_of_rank[r] = key[order[r]], the keys in rank
+ * order, moved along with the rows (no pass reads them at random): an LSD radix sort on the
+ * ordered bits of x, RS_DIGIT bits per pass (passes where every key has the same digit are
+ * skipped). -1 when out of memory. */
+static int rank_rows(const double *key, double sign, Py_ssize_t n, uint32_t *order, uint32_t *rank,
+                     double *key_of_rank)
 {
     size_t m = (size_t)(n ? n : 1);
-    uint64_t *k0 = malloc(m * sizeof(uint64_t));
-    uint64_t *k1 = malloc(m * sizeof(uint64_t));
+    double *k0 = malloc(m * sizeof(double));
+    double *k1 = malloc(m * sizeof(double));
     uint32_t *r1 = malloc(m * sizeof(uint32_t));
     Py_ssize_t(*count)[RS_BUCKETS] = calloc(RS_PASSES, sizeof(*count));
     int failed = !k0 || !k1 || !r1 || !count;
     if (!failed) {
         for (Py_ssize_t j = 0; j < n; j++) {
-            k0[j] = ordered_bits(sign * key[j]);
+            uint64_t u = ordered_bits(sign * key[j]);
+            k0[j] = key[j];
             order[j] = (uint32_t)j;
-            for (int b = 0; b < RS_PASSES; b++) count[b][(k0[j] >> (RS_DIGIT * b)) & (RS_BUCKETS - 1)]++;
+            for (int b = 0; b < RS_PASSES; b++) count[b][(u >> (RS_DIGIT * b)) & (RS_BUCKETS - 1)]++;
         }
-        uint64_t *ks = k0, *kd = k1;
+        double *ks = k0, *kd = k1;
         uint32_t *rs = order, *rd = r1;
         for (int b = 0; b < RS_PASSES; b++) {
             int shift = RS_DIGIT * b;
-            if (n == 0 || count[b][(ks[0] >> shift) & (RS_BUCKETS - 1)] == n) continue; /* one digit: nothing moves */
+            if (n == 0 || count[b][(ordered_bits(sign * ks[0]) >> shift) & (RS_BUCKETS - 1)] == n)
+                continue; /* one digit: nothing moves */
             Py_ssize_t *start = count[b], sum = 0; /* the counts become each digit's first position */
             for (int v = 0; v < RS_BUCKETS; v++) {
                 Py_ssize_t c = start[v];
@@ -125,11 +130,11 @@ static int rank_rows(const double *key, double sign, Py_ssize_t n, uint32_t *ord
                 sum += c;
             }
             for (Py_ssize_t i = 0; i < n; i++) {
-                Py_ssize_t at = start[(ks[i] >> shift) & (RS_BUCKETS - 1)]++;
+                Py_ssize_t at = start[(ordered_bits(sign * ks[i]) >> shift) & (RS_BUCKETS - 1)]++;
                 kd[at] = ks[i];
                 rd[at] = rs[i];
             }
-            uint64_t *kt = ks;
+            double *kt = ks;
             ks = kd;
             kd = kt;
             uint32_t *rt = rs;
@@ -137,6 +142,7 @@ static int rank_rows(const double *key, double sign, Py_ssize_t n, uint32_t *ord
             rd = rt;
         }
         if (rs != order) memcpy(order, rs, (size_t)n * sizeof(uint32_t));
+        if (key_of_rank) memcpy(key_of_rank, ks, (size_t)n * sizeof(double));
         for (Py_ssize_t r = 0; r < n; r++) rank[order[r]] = (uint32_t)r;
     }
     free(k0);

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernel_alloc.h"
+
 #define ST_LEVELS 64
 
 /* Node i of level h sits at ST_AT(h, i) = i 2^(h+1) + 2^h - 1 (in-order: a parent between its
@@ -35,7 +37,9 @@ static int st_init(SumTree *s, int64_t leaves)
     memset(s, 0, sizeof(*s));
     if (leaves < 1) leaves = 1;
     s->cap = leaves;
-    s->buf = malloc(2 * (size_t)leaves * sizeof(double)); /* ST_AT(h, i) < 2 leaves for i < leaves >> h */
+    /* ST_AT(h, i) < 2 leaves for i < leaves >> h; a long queue fills a leaf at almost every
+     * batch, and a large tree is touched page after page (big_alloc: huge pages) */
+    s->buf = big_alloc(2 * (size_t)leaves * sizeof(double));
     return s->buf ? 0 : -1;
 }
 

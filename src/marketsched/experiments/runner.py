@@ -286,21 +286,32 @@ def build_workload(trace: str, capacity: float, split: bool, jobs: int, estimate
     return w, tuple(spec.notes)
 
 
-def _groups_static(w, true_value, draws, bin_width: float):
+def _groups_static(w, true_value, draws, bin_width: float) -> dict:
+    """Each job's group, the same for all cells of a batch, so found once here: ``group`` numbers
+    the groups in the order of their labels (value bin, value band, run-time group, bidder,
+    sorted), ``keys`` lists each number's labels. A cell then sums by one integer column instead
+    of grouping its hundreds of thousands of jobs on four label columns, two thirds of them
+    strings converted anew for every cell: the same rows, in the same order, with the same sums
+    (each group's jobs are added in the same order)."""
+    import pandas as pd
+
     from marketsched.analysis.metrics import runtime_group, value_band
 
     top = BIN_TOP
     vbin = np.minimum(np.floor(np.maximum(true_value, 0) / bin_width) * bin_width, top)
-    return {
+    labels = pd.DataFrame({
         "value_bin": vbin,
         "value_band": value_band(true_value),
         "runtime_group": runtime_group(w.runtime),
         "bidder": np.where(draws.aggressive, "aggressive", "conservative"),
-    }
+    })
+    grouped = labels.groupby(list(GROUP_COLUMNS), sort=True, observed=True)
+    return {"group": grouped.ngroup().to_numpy(np.int64), "keys": grouped.size().reset_index()[list(GROUP_COLUMNS)]}
 
 
 def cell_rows(cell: Cell, w, true_value, bid, records, static: dict):
-    """The tidy rows of one simulated cell: sums and counts per group (see module docstring)."""
+    """The tidy rows of one simulated cell: sums and counts per group (see module docstring);
+    ``static``: the batch's groups (:func:`_groups_static`)."""
     import pandas as pd
 
     from marketsched.analysis.metrics import BSD_FLOOR, SSJ_THRESHOLD
@@ -311,7 +322,7 @@ def cell_rows(cell: Cell, w, true_value, bid, records, static: dict):
     bsd = flow / np.maximum(w.runtime, BSD_FLOOR)
     wait = np.where(done, records.first_start - w.submit_time, 0.0)
     df = pd.DataFrame({
-        **static,
+        "group": static["group"],
         "jobs_in_group": 1,
         "completed": done.astype(np.int64),
         "sum_value": true_value,
@@ -326,7 +337,8 @@ def cell_rows(cell: Cell, w, true_value, bid, records, static: dict):
         "sum_utility": np.where(done, -true_value * flow - records.payment, 0.0),
         "preemptions": records.preemptions.astype(np.int64),
     })
-    rows = df.groupby(list(GROUP_COLUMNS), sort=True, observed=True)[list(SUM_COLUMNS)].sum().reset_index()
+    sums = df.groupby("group", sort=True)[list(SUM_COLUMNS)].sum()
+    rows = pd.concat([static["keys"].iloc[sums.index].reset_index(drop=True), sums.reset_index(drop=True)], axis=1)
     for c in reversed(CELL_COLUMNS):
         rows.insert(0, c, getattr(cell, c))
     rows["nodes"] = int(w.capacity)
@@ -449,28 +461,38 @@ def evaluate_batch(cells: Sequence[Cell], bin_width: float = BIN_WIDTH, share_sc
     for c in cells:
         k = (c.mechanism, c.params, c.behaviour, c.beta) if share_schedule else (c.key(),)
         units.setdefault(k, []).append(c)
-    for group in units.values():
-        t0, c0_cpu = time.perf_counter(), time.process_time()
-        try:
-            c0 = group[0]
-            bid = make_bids(c0.behaviour, v, draws, c0.beta)
-            jobs = Jobs(w, v, bid, deadline=deadline, min_reliability=reliability, seed=c0.seed,
-                        models={"values": c0.values, "deadlines": c0.deadlines, "reliability": c0.reliability})
-            other = {k: x for k, x in c0.mechanism_params().items() if k != "pricing"}
-            recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group], jobs, other)
+    # The collections after each simulation (below) look only at what the batch's simulations
+    # made: everything alive before (modules, the batch's workload) is set aside (gc.freeze)
+    # meanwhile; a full collection in a worker that has imported pandas and matplotlib costs ~50 ms.
+    big = len(w) >= 20_000  # small workloads: not worth a collection
+    if big:
+        gc.freeze()
+    try:
+        for group in units.values():
+            t0, c0_cpu = time.perf_counter(), time.process_time()
+            try:
+                c0 = group[0]
+                bid = make_bids(c0.behaviour, v, draws, c0.beta)
+                jobs = Jobs(w, v, bid, deadline=deadline, min_reliability=reliability, seed=c0.seed,
+                            models={"values": c0.values, "deadlines": c0.deadlines, "reliability": c0.reliability})
+                other = {k: x for k, x in c0.mechanism_params().items() if k != "pricing"}
+                recs = simulate_pricings(w, c0.mechanism, bid, [c.pricing for c in group], jobs, other)
+                for c in group:
+                    parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
+            except Exception as exc:
+                failures += [_failure(c, exc) for c in group]
+            # The simulator, policy and payment scheme reference each other (cycles), so a finished
+            # simulation is only freed by the cyclic GC, which big float lists never trigger:
+            # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
+            recs = {}
+            if big:
+                gc.collect()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
             for c in group:
-                parts.append(cell_rows(c, w, v, bid, recs[c.pricing], static))
-        except Exception as exc:
-            failures += [_failure(c, exc) for c in group]
-        # The simulator, policy and payment scheme reference each other (cycles), so a finished
-        # simulation is only freed by the cyclic GC, which big float lists never trigger:
-        # without this, a worker's memory grew by ~125 MB per LPC simulation (7.5 GB on SDSC-SP2).
-        recs = {}
-        if len(w) >= 20_000:  # small workloads: not worth the collection time
-            gc.collect()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0_cpu
-        for c in group:
-            seconds[c.key()] = (wall / len(group), cpu / len(group))
+                seconds[c.key()] = (wall / len(group), cpu / len(group))
+    finally:
+        if big:
+            gc.unfreeze()
     rows = pd.concat(parts, ignore_index=True) if parts else None
     if rows is not None:
         from marketsched.results import engine_path

@@ -454,7 +454,7 @@ static int arrive(K *k, int32_t j, double t) {
     }
     if (run >= 0 && k->preemptive && !run_ahead_n) {
         k->credit[run] += d;
-        if (k->e.running[run]) { /* the engine's preempt: it keeps its remaining work */
+        if (eng_running(&k->e, run)) { /* the engine's preempt: it keeps its remaining work */
             eng_preempt(&k->e, run);
             k->preemption_count++;
         }
@@ -499,7 +499,7 @@ static int step(void *policy, double t, Py_ssize_t first, Py_ssize_t last) {
         int node = k->to_start[x];
         k->to_start_flag[node] = 0;
         int32_t j = k->run_job[node];
-        if (j >= 0 && !e->running[j] && eng_start(e, j)) return -1;
+        if (j >= 0 && !eng_running(e, j) && eng_start(e, j)) return -1;
     }
     k->nto = 0;
     return 0;

@@ -446,8 +446,18 @@ class RelaxedEES(EES):
             if rt:
                 base._check_request("greedy_starts", max(nd), max(rt))
                 base._check_request("greedy_starts", min(nd), min(rt))
-            with_list = self.schedule(*profile_lists(base), self.capacity, rt, nd)
-            without_list = self.schedule(*profile_lists(base), self.capacity, rt[1:], nd[1:]) if len(rt) > 1 else []
+            # the compiled greedy reads the lists without changing them; greedy_starts_lists changes
+            # the lists it gets, so it gets a copy for each schedule
+            times: list
+            used: list
+            if self.kernel is not None and isinstance(base, ListProfile):
+                times, used, shared = base.times, base.used, True
+            else:
+                (times, used), shared = profile_lists(base), False
+            with_list = self.schedule(times, used, self.capacity, rt, nd)
+            if len(rt) > 1 and not shared:
+                times, used = profile_lists(base)
+            without_list = self.schedule(times, used, self.capacity, rt[1:], nd[1:]) if len(rt) > 1 else []
             return np.subtract(with_list[1:], without_list, dtype=np.float64), float(with_list[0])
         with_i = greedy_starts(queue.runtime, queue.nodes, self.capacity, base, fast=False)
         without_i = greedy_starts(queue.runtime[1:], queue.nodes[1:], self.capacity, base, fast=False)

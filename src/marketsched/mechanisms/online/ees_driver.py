@@ -368,10 +368,11 @@ class RelaxedEESPolicy(_EESDriver):
         self.planned_start: dict[int, float] = {}
         self.passes = 0
         self.moved_up = 0  # moves of commitments to an earlier start (compression)
+        self._runtime_list = self.runtime.tolist()  # the same numbers, read per job without NumPy scalars
 
     def _profile(self, t: float) -> AvailabilityProfile | ListProfile:
         procs = self.sim.procs
-        r = self.runtime
+        r = self._runtime_list
         rows = list(self.started_at) + list(self.committed)
         starts = [t] * len(self.started_at) + list(self.committed.values())
         ends = [s + r[j] for j, s in self.started_at.items()] + [s + r[j] for j, s in self.committed.items()]
@@ -388,17 +389,17 @@ class RelaxedEESPolicy(_EESDriver):
         later: a moved job's interval only shrinks its overlap with any later slot, and
         running jobs only end earlier than planned, so each old slot stays free.
         """
-        procs, r = self.sim.procs, self.runtime
+        procs, r = self.sim.procs, self._runtime_list
         rows = list(self.started_at)
         running = ([t] * len(rows), [s + r[j] for j, s in self.started_at.items()], [procs[j] for j in rows])
         order = sorted((s, j) for j, s in self.committed.items())
         if self.fast:  # the same placements on lists (profile.greedy_starts_lists)
             lists = ListProfile.of_intervals(self.sim.capacity, t, *running, kernel=self.mechanism.kernel)
-            placed = self.mechanism.schedule(lists.times, lists.used, lists.capacity, [float(r[j]) for _, j in order],
-                                             [int(procs[j]) for _, j in order])
+            placed = self.mechanism.schedule(lists.times, lists.used, lists.capacity, [r[j] for _, j in order],
+                                             [procs[j] for _, j in order])
         else:
             prof = profile_of(self.sim.capacity, t, *running)
-            placed = [prof.place(int(procs[j]), float(r[j])) for _, j in order]
+            placed = [prof.place(procs[j], r[j]) for _, j in order]
         for (s, j), s2 in zip(order, placed):
             assert s2 is not None, "a placement without a deadline always finds a window"
             if s2 < s:

@@ -118,7 +118,7 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     if runtime is None:
         runtime = np.zeros((B, K))
     runtime = np.asarray(runtime, dtype=np.float64)
-    if runtime.shape != (B, K) or np.any(~np.isfinite(runtime)) or np.any(runtime < 0):
+    if runtime.shape != (B, K) or not ((runtime >= 0) & (runtime < np.inf)).all():  # NaN fails both
         raise ValueError(f"clear: runtime must be finite, >= 0 and of shape ({B}, {K})")
     if eligible is None:
         eligible = np.ones((B, K), dtype=bool)
@@ -182,7 +182,7 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         np.subtract(Vs[:, None, :], P, out=S, where=np.arange(h)[None, None, :] > f[:, :, None])
         bi = np.arange(n)[:, None]
         inside = (f >= 0) & (f < h)
-        fi = np.clip(f, 0, h - 1)
+        fi = np.minimum(np.maximum(f, 0), h - 1)  # integers: np.clip's result, without its wrapper
         S[bi, kk, fi] = np.where(inside, vx - P[bi, kk, fi], S[bi, kk, fi])  # -inf - inf = -inf, never NaN
         hb = S.argmax(axis=2)  # eq. 3: first maximum = earliest column
         sb = S[bi, kk, hb]

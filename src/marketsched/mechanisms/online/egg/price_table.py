@@ -160,6 +160,8 @@ class PriceBook:
             self.prices[...] = p
         # upper edges for lookups: (K, n) per dim
         self._upper = [e[:, 1:] for e in self.edges]
+        # per dim: every provider has the same edges (one binary search serves them all)
+        self._shared_edges = [bool(np.all(up == up[:1])) for up in self._upper]
         self.updates = 0
         self.rejected = 0
 
@@ -340,14 +342,14 @@ class PriceBook:
         L = len(self.edges)
         if Q.shape[-1] != L or Q.shape[-2] != self.n_providers:
             raise ValueError(f"PriceBook.bucket_index: Q must have shape (..., {self.n_providers}, {L}), got {Q.shape}")
-        if np.isnan(Q).any() or (Q < 0).any():
+        if not (Q >= 0).all():  # NaN fails the comparison too
             raise ValueError("PriceBook.bucket_index: resource estimates must be numbers >= 0")
         flat = np.zeros(Q.shape[:-1], dtype=np.int64)
         offered = np.ones(Q.shape[:-1], dtype=bool)
         for d in range(L):
             up = self._upper[d]  # (K, n)
             q = Q[..., d]
-            if np.all(up == up[:1]):  # edges shared by every provider: one binary search
+            if self._shared_edges[d]:  # edges shared by every provider: one binary search
                 idx = np.searchsorted(up[0], q, side="right")
             else:
                 idx = np.empty(q.shape, dtype=np.int64)
