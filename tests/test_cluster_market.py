@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from live_helpers import free_port, start_broker, wait_for, work
+from live_helpers import free_port, slurm_broker, wait_for, work
+from live_helpers import slurm_cancel_and_wait as cancel_and_wait
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.replay import simulate_recorded
 from marketsched.live.slurm import SlurmExecutor, run
@@ -26,30 +27,11 @@ from marketsched.live.slurm import SlurmExecutor, run
 STEP = 0.2
 HANG = 300.0  # waits end when their condition holds; this only guards against a hang
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "cluster-up.sh"
-ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
 
 
 def cluster_up(*args: str) -> None:
     p = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-
-
-def market_jobs(prefix: str) -> dict[str, tuple[int, str]]:
-    """This market's jobs in Slurm: {job name: (slurm id, state)}."""
-    jobs = {}
-    for line in run(["squeue", "-h", "-a", "-o", "%i|%j|%T"]).splitlines():
-        i, name, st = line.split("|")
-        if name.startswith(prefix):
-            jobs[name] = (int(i), st)
-    return jobs
-
-
-def cancel_and_wait(prefix: str) -> None:
-    """Tests leave no Slurm job behind."""
-    for _, (i, st) in market_jobs(prefix).items():
-        if st in ACTIVE:
-            subprocess.run(["scancel", str(i)], capture_output=True)
-    assert wait_for(lambda: all(st not in ACTIVE for _, st in market_jobs(prefix).values()), HANG)
 
 
 @pytest.fixture
@@ -219,11 +201,6 @@ def test_a_node_that_dies_mid_job_ends_its_jobs_and_is_used_again_when_it_return
     order = ids + again
     jobs = [b.job("admin", True, j) for j in order]
     books_exact(b, jobs, [2.0 + i for i in range(n)] + [20.0, 20.0], n)
-
-
-def slurm_broker(data: Path, port: int, log, slots: int):
-    return start_broker(data, port, log, "--slots", slots, "--charge-interval", "0.2", "--executor", "slurm",
-                        "--sync", "normal", "--single-user")
 
 
 def test_kill_9_of_the_broker_with_jobs_on_every_node_reattaches_each_once(multinode, tmp_path):
