@@ -41,9 +41,9 @@ def job_state(slurm_id: int) -> str:
     return run(["squeue", "-h", "-j", str(slurm_id), "-o", "%T"]).strip()
 
 
-def market(d: str) -> Broker:
+def market(d: str, jobs: int) -> Broker:
     b = Broker(Path(d) / "m", MarketConfig(executor="slurm", sync="normal", single_user=True, charge_interval=0.5,
-                                            slots=NODES * CPUS)).start()
+                                            slots=NODES * CPUS, max_jobs_per_user=jobs)).start()
     b.ensure_admin()
     b.add_user(True, "u", 1e9)
     return b
@@ -51,7 +51,7 @@ def market(d: str) -> Broker:
 
 def bench_decision_to_running(queued: int, samples: int, rng) -> None:
     with tempfile.TemporaryDirectory() as d:
-        b = market(d)
+        b = market(d, queued + NODES * CPUS)
         prefix = b.executor.job_name(0)[:-1]
         try:
             fill = [b.submit("u", False, 100.0, "sleep 600")["id"] for _ in range(b.config.slots)]
@@ -94,7 +94,7 @@ def bench_live_vs_simulated(arrivals: int, rng) -> None:
         os.chmod(d, 0o755)
         starts = Path(d) / "starts"
         starts.mkdir()
-        b = market(d)
+        b = market(d, arrivals)
         prefix = b.executor.job_name(0)[:-1]
         try:
             ids, submit_wall = [], []

@@ -34,6 +34,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/slurm-conf-common.sh"  # slurm_conf_daemons, slurm_conf_scheduling
 ETC=/etc/slurm-cluster
 CONF=$ETC/slurm.conf
 RUN=/run/slurm-cluster
@@ -206,14 +207,7 @@ NEWCONF=$(cat <<EOF
 # Written by marketsched's scripts/cluster-up.sh ($N nodes in namespaces on one machine)
 ClusterName=msc
 SlurmctldHost=localhost($HOSTIP)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=cred_expire=10
-MpiDefault=none
-MailProg=/bin/true
-ReturnToService=2
+$(slurm_conf_daemons)
 SlurmctldPidFile=$RUN/slurmctld.pid
 SlurmdPidFile=$SPOOL/node/slurmd.pid
 SlurmctldPort=$CTLPORT
@@ -224,20 +218,7 @@ SlurmctldLogFile=$LOGS/slurmctld.log
 SlurmdLogFile=$LOGS/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-PreemptType=preempt/none
-PriorityType=priority/multifactor
-PriorityWeightAge=0
-PriorityWeightFairshare=0
-PriorityWeightJobSize=0
-PriorityWeightPartition=0
-PriorityWeightQOS=0
+$(slurm_conf_scheduling)
 $ACCT
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30

@@ -28,6 +28,7 @@ CPUS="${SLURM_CPUS:-8}"
 ACCOUNTING="${SLURM_ACCOUNTING:-dbd}"
 CLEAN="${SLURM_CLEAN:-0}"
 CONF=/etc/slurm/slurm.conf
+. "$(dirname "$0")/slurm-conf-common.sh"  # slurm_conf_daemons, slurm_conf_scheduling
 DBDCONF=/etc/slurm/slurmdbd.conf
 T0=$(date +%s.%N)
 
@@ -117,15 +118,7 @@ NEWCONF=$(cat <<EOF
 # Written by marketsched's scripts/slurm-up.sh (one-host cluster for tests)
 ClusterName=ci
 SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-# step-credential lifetime; also the delay before a requeued job may restart (default 120 s)
-AuthInfo=cred_expire=10
-MpiDefault=none
-MailProg=/bin/true
-ReturnToService=2
+$(slurm_conf_daemons)
 SlurmctldPidFile=/run/slurm/slurmctld.pid
 SlurmdPidFile=/run/slurm/slurmd.pid
 SlurmctldPort=6817
@@ -136,21 +129,7 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-PreemptType=preempt/none
-# admin-set priorities (scontrol update priority=) decide the order
-PriorityType=priority/multifactor
-PriorityWeightAge=0
-PriorityWeightFairshare=0
-PriorityWeightJobSize=0
-PriorityWeightPartition=0
-PriorityWeightQOS=0
+$(slurm_conf_scheduling)
 $ACCT
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
