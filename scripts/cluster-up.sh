@@ -34,7 +34,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
-. "$HERE/slurm-conf-common.sh"  # slurm_conf_daemons, slurm_conf_scheduling
+. "$HERE/slurm-common.sh"  # alive, wait_for, slurm_conf_daemons, slurm_conf_scheduling
 ETC=/etc/slurm-cluster
 CONF=$ETC/slurm.conf
 RUN=/run/slurm-cluster
@@ -54,16 +54,6 @@ T0=$(date +%s.%N)
 say() { echo "cluster-up: $*" >&2; }
 die() { echo "cluster-up: FAILED: $*" >&2; exit 1; }
 elapsed() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$T0" 2>/dev/null || echo "?"; }
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-wait_for() {  # wait_for SECONDS WHAT COMMAND...: retry COMMAND every 0.1 s
-    local secs=$1 what=$2; shift 2
-    local end=$(( $(date +%s) + secs ))
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || return 1
-        sleep 0.1
-    done
-    say "$what ($(elapsed) s)"
-}
 need_root() { [ "$(id -u)" -eq 0 ] || die "run as root (namespaces, links and the daemons need it)"; }
 node_index() {  # node_index NAME -> I for nodeI, or die
     [[ "$1" =~ ^node([1-9][0-9]*)$ ]] || die "no node named '$1' (nodes are node1 ... nodeN)"

@@ -28,7 +28,7 @@ CPUS="${SLURM_CPUS:-8}"
 ACCOUNTING="${SLURM_ACCOUNTING:-dbd}"
 CLEAN="${SLURM_CLEAN:-0}"
 CONF=/etc/slurm/slurm.conf
-. "$(dirname "$0")/slurm-conf-common.sh"  # slurm_conf_daemons, slurm_conf_scheduling
+. "$(dirname "$0")/slurm-common.sh"  # alive, wait_for, slurm_conf_daemons, slurm_conf_scheduling
 DBDCONF=/etc/slurm/slurmdbd.conf
 T0=$(date +%s.%N)
 
@@ -37,20 +37,6 @@ die() { echo "slurm-up: FAILED: $*" >&2; exit 1; }
 elapsed() { python3 - "$T0" <<'EOF' 2>/dev/null || echo "?"
 import sys, time; print(f"{time.time() - float(sys.argv[1]):.1f}")
 EOF
-}
-
-alive() {  # alive PIDFILE: the pid in the file is a live process
-    [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
-}
-
-wait_for() {  # wait_for SECONDS WHAT COMMAND...: retry COMMAND every 0.1 s
-    local secs=$1 what=$2; shift 2
-    local end=$(( $(date +%s) + secs ))
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || return 1
-        sleep 0.1
-    done
-    say "$what ($(elapsed) s)"
 }
 
 stop_all() {
