@@ -619,8 +619,10 @@ class SlurmExecutor(JobFolders):
             args += ["-p", self.partition]
         free = {}
         for line in self._run(args).splitlines():
-            name, _, cpus = line.partition(" ")
-            free[name] = int(cpus.split("/")[1])
+            parts = line.split()
+            if len(parts) != 2 or len(parts[1].split("/")) != 4:
+                raise SlurmError(f"`{' '.join(args)}` printed {line!r}, not a node and its CPU counts A/I/O/T")
+            free[parts[0]] = int(parts[1].split("/")[1])
         return free
 
     def running_cpus(self) -> int:
