@@ -262,9 +262,9 @@ fi
 
 # ---------------------------------------------------------------- 5. smoke test: a job on every node
 if [ -n "$(squeue -h -t R,S -o %i)" ]; then  # jobs kept from before (a controller restart): no room to test
-    say "ready (jobs are running: no smoke test); $(sinfo -h -o '%P %D %C %t'); SLURM_CONF=$CONF ($(elapsed) s)"
+    say "ready (jobs are running: no smoke test); $(sinfo -h -o '%P %D %C %t' | paste -sd, -); SLURM_CONF=$CONF ($(elapsed) s)"
     exit 0
 fi
 out=$(timeout 30 srun -t 1 -N "$N" -J cluster-up-check hostname 2>&1 | sort | tr '\n' ' ') \
     || die "srun -N $N hostname: $out (see $LOGS/slurmctld.log)"
-say "ready: srun -N $N hostname -> $out; $(sinfo -h -o '%P %D %C %t'); SLURM_CONF=$CONF ($(elapsed) s)"
+say "ready: srun -N $N hostname -> $out; $(sinfo -h -o '%P %D %C %t' | paste -sd, -); SLURM_CONF=$CONF ($(elapsed) s)"
