@@ -114,12 +114,11 @@ CLUSTER_CPUS = 2  # per node: 8 CPUs in all, as the one-host cluster
 
 
 @pytest.fixture(scope="session")
-def multinode():
+def multinode_cluster():
     """The multi-node Slurm cluster (``scripts/cluster-up.sh 4``, 4 nodes x 2 CPUs, each node a
-    slurmd in its own namespaces), brought up (idempotent) once per session; the Slurm commands
-    of the session then address it (``SLURM_CONF``, restored at the end). Yields the node
-    names. Cannot be made here (not root, no Slurm installation, namespaces refused): skip, or
-    fail when ``MARKETSCHED_CLUSTER=1`` (CI sets it, so these tests never skip silently there)."""
+    slurmd in its own namespaces), brought up (idempotent) once per session; its node names.
+    Cannot be made here (not root, no Slurm installation, namespaces refused): skip, or fail
+    when ``MARKETSCHED_CLUSTER=1`` (CI sets it, so these tests never skip silently there)."""
     script = Path(__file__).resolve().parent.parent / "scripts" / "cluster-up.sh"
     required = os.environ.get("MARKETSCHED_CLUSTER") == "1"
 
@@ -136,10 +135,18 @@ def multinode():
     p = subprocess.run(["bash", str(script), str(CLUSTER_NODES)], capture_output=True, text=True, env=env)
     if p.returncode != 0:
         unavailable(f"`bash scripts/cluster-up.sh {CLUSTER_NODES}` failed:\n{p.stderr[-3000:]}")
+    return [f"node{i}" for i in range(1, CLUSTER_NODES + 1)]
+
+
+@pytest.fixture(scope="module")
+def multinode(multinode_cluster):
+    """The multi-node cluster's node names; the module's Slurm commands address it
+    (``SLURM_CONF``, restored after the module, so that tests of the one-host cluster in the
+    same run never reach it)."""
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = "/etc/slurm-cluster/slurm.conf"
     try:
-        yield [f"node{i}" for i in range(1, CLUSTER_NODES + 1)]
+        yield multinode_cluster
     finally:
         if old is None:
             os.environ.pop("SLURM_CONF", None)
