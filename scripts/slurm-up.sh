@@ -28,6 +28,7 @@ CPUS="${SLURM_CPUS:-8}"
 ACCOUNTING="${SLURM_ACCOUNTING:-dbd}"
 CLEAN="${SLURM_CLEAN:-0}"
 CONF=/etc/slurm/slurm.conf
+. "$(dirname "$0")/slurm-common.sh"  # alive, wait_for, slurm_conf_daemons, slurm_conf_scheduling
 DBDCONF=/etc/slurm/slurmdbd.conf
 T0=$(date +%s.%N)
 
@@ -36,20 +37,6 @@ die() { echo "slurm-up: FAILED: $*" >&2; exit 1; }
 elapsed() { python3 - "$T0" <<'EOF' 2>/dev/null || echo "?"
 import sys, time; print(f"{time.time() - float(sys.argv[1]):.1f}")
 EOF
-}
-
-alive() {  # alive PIDFILE: the pid in the file is a live process
-    [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
-}
-
-wait_for() {  # wait_for SECONDS WHAT COMMAND...: retry COMMAND every 0.1 s
-    local secs=$1 what=$2; shift 2
-    local end=$(( $(date +%s) + secs ))
-    while ! "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || return 1
-        sleep 0.1
-    done
-    say "$what ($(elapsed) s)"
 }
 
 stop_all() {
@@ -117,15 +104,7 @@ NEWCONF=$(cat <<EOF
 # Written by marketsched's scripts/slurm-up.sh (one-host cluster for tests)
 ClusterName=ci
 SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-# step-credential lifetime; also the delay before a requeued job may restart (default 120 s)
-AuthInfo=cred_expire=10
-MpiDefault=none
-MailProg=/bin/true
-ReturnToService=2
+$(slurm_conf_daemons)
 SlurmctldPidFile=/run/slurm/slurmctld.pid
 SlurmdPidFile=/run/slurm/slurmd.pid
 SlurmctldPort=6817
@@ -136,21 +115,7 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-PreemptType=preempt/none
-# admin-set priorities (scontrol update priority=) decide the order
-PriorityType=priority/multifactor
-PriorityWeightAge=0
-PriorityWeightFairshare=0
-PriorityWeightJobSize=0
-PriorityWeightPartition=0
-PriorityWeightQOS=0
+$(slurm_conf_scheduling)
 $ACCT
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30

@@ -5,6 +5,10 @@ Markers (declared in pyproject.toml): ``live`` marks every test of the live mark
 ``test_dayahead*``, ``test_tycoon_live``); ``slurm`` marks tests that use the ``cluster``
 fixture. ``pytest -m "not live"`` is the library alone (CI runs it on the other interpreters).
 
+``cluster`` marks every test of ``test_cluster_*`` files: the multi-node Slurm cluster of
+``scripts/cluster-up.sh`` (the ``multinode`` fixture); deselected by default, not ``live``
+(``.ci/run`` runs them in a stage of their own, ``pytest -m cluster -n 0``).
+
 ``accounts``: two fresh Unix accounts for the multi-user market's tests (``useradd``, removed
 at the end; needs root: skipped for a normal user, a failure as root or in CI). ``open_dir``: a
 folder every account may traverse, for a market whose jobs run as those accounts.
@@ -54,6 +58,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # files of tests on real processes and services: marked `live` (deselected by default)
 LIVE_FILES = ("test_live_", "test_slurm_", "test_dayahead", "test_tycoon_live", "test_exchange_api", "test_exchange_web",
               "test_exchange_live", "test_exchange_slurm", "test_executors_ray", "test_executors_slurm")
+CLUSTER_FILES = ("test_cluster_",)  # marked `cluster` (the multi-node cluster), not `live`
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -69,6 +74,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name.startswith(LIVE_FILES):
             item.add_marker(pytest.mark.live)
+        if item.path.name.startswith(CLUSTER_FILES):
+            item.add_marker(pytest.mark.cluster)
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
             item.add_marker(pytest.mark.live)
@@ -100,6 +107,51 @@ def cluster():
             pytest.fail("MARKETSCHED_SLURM=1 but Slurm does not answer (sinfo): run `bash scripts/slurm-up.sh`")
         pytest.skip("no Slurm cluster (run `bash scripts/slurm-up.sh`; MARKETSCHED_SLURM=1 makes this a failure)")
     return True
+
+
+CLUSTER_NODES = 4
+CLUSTER_CPUS = 2  # per node: 8 CPUs in all, as the one-host cluster
+
+
+@pytest.fixture(scope="session")
+def multinode_cluster():
+    """The multi-node Slurm cluster (``scripts/cluster-up.sh 4``, 4 nodes x 2 CPUs, each node a
+    slurmd in its own namespaces), brought up (idempotent) once per session; its node names.
+    Cannot be made here (not root, no Slurm installation, namespaces refused): skip, or fail
+    when ``MARKETSCHED_CLUSTER=1`` (CI sets it, so these tests never skip silently there)."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "cluster-up.sh"
+    required = os.environ.get("MARKETSCHED_CLUSTER") == "1"
+
+    def unavailable(why):
+        if required:
+            pytest.fail(f"MARKETSCHED_CLUSTER=1 but {why}")
+        pytest.skip(f"{why} (MARKETSCHED_CLUSTER=1 makes this a failure)")
+
+    if os.geteuid() != 0:
+        unavailable("the multi-node cluster needs root (network namespaces, a bridge, the daemons)")
+    if shutil.which("slurmd") is None or shutil.which("ip") is None or shutil.which("unshare") is None:
+        unavailable("slurmd, ip or unshare is missing (run `bash scripts/slurm-up.sh` to install Slurm)")
+    env = {**os.environ, "CLUSTER_CPUS": str(CLUSTER_CPUS)}
+    p = subprocess.run(["bash", str(script), str(CLUSTER_NODES)], capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        unavailable(f"`bash scripts/cluster-up.sh {CLUSTER_NODES}` failed:\n{p.stderr[-3000:]}")
+    return [f"node{i}" for i in range(1, CLUSTER_NODES + 1)]
+
+
+@pytest.fixture(scope="module")
+def multinode(multinode_cluster):
+    """The multi-node cluster's node names; the module's Slurm commands address it
+    (``SLURM_CONF``, restored after the module, so that tests of the one-host cluster in the
+    same run never reach it)."""
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = "/etc/slurm-cluster/slurm.conf"
+    try:
+        yield multinode_cluster
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
 
 
 # ---------------------------------------------------------------------------- Unix accounts

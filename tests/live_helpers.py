@@ -281,3 +281,35 @@ def flood_and_call(srv, slow_head: bytes, others, per_party: int):
     finally:
         for s in socks:
             s.close()
+
+
+# ---------------------------------------------------------------------------- Slurm
+SLURM_ACTIVE = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
+
+
+def slurm_market_jobs(prefix: str) -> dict[str, tuple[int, str]]:
+    """A market's jobs in Slurm (names starting with ``prefix``): {job name: (slurm id, state)}."""
+    from marketsched.platform.slurm import run
+
+    jobs = {}
+    for line in run(["squeue", "-h", "-a", "-o", "%i|%j|%T"]).splitlines():
+        i, name, st = line.split("|")
+        if name.startswith(prefix):
+            jobs[name] = (int(i), st)
+    return jobs
+
+
+def slurm_cancel_and_wait(prefix: str, timeout: float = 300.0) -> None:
+    """Tests leave no Slurm job behind: cancel a market's jobs and wait until Slurm forgets
+    them as running (COMPLETING ends within KillWait)."""
+    for _, (i, st) in slurm_market_jobs(prefix).items():
+        if st in SLURM_ACTIVE:
+            subprocess.run(["scancel", str(i)], capture_output=True)
+    assert wait_for(lambda: all(st not in SLURM_ACTIVE for _, st in slurm_market_jobs(prefix).values()), timeout), \
+        slurm_market_jobs(prefix)
+
+
+def slurm_broker(data: Path, port: int, log, slots: int) -> subprocess.Popen:
+    """A single-user broker on the Slurm executor (:func:`start_broker`)."""
+    return start_broker(data, port, log, "--slots", slots, "--charge-interval", "0.2", "--executor", "slurm",
+                        "--sync", "normal", "--single-user")

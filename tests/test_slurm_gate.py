@@ -20,6 +20,8 @@ class FakeSlurm:
         self.states: dict[int, str] = {}  # slurm id -> its state in squeue (default RUNNING)
         self.unlaunched: set[int] = set()  # RUNNING in Slurm, tasks not started on the node yet
         self.launch_after: dict[int, int] = {}  # slurm id -> sstat calls that find it unlaunched
+        self.idle: dict[str, int] | None = None  # node -> idle CPUs (None: one node, all CPUs idle)
+        self.node_of: dict[int, str] = {}  # slurm id -> its node (scontrol show job NodeList)
 
     def __call__(self, args, timeout=30.0, input=None):
         self.cmds.append(args)
@@ -28,8 +30,14 @@ class FakeSlurm:
             raise slurm.SlurmError(f"`{' '.join(args)}` failed (exit 1): {self.refuse[jid]} for job {jid}")
         if args[0] == "sbatch":
             assert input is not None and input.startswith("#!/bin/sh"), "sbatch gets its script on stdin"
+        if args[0] == "sinfo" and "-N" in args:
+            idle = self.idle if self.idle is not None else {"localhost": self.cpus}
+            return "".join(f"{n} {self.cpus - i}/{i}/0/{self.cpus}\n" for n, i in idle.items())
         if args[0] == "sinfo":
             return f"0/{self.cpus}/0/{self.cpus}\n"
+        if args[:4] == ["scontrol", "-o", "show", "job"]:
+            jid = int(args[4])
+            return f"JobId={jid} JobState={self.states.get(jid, 'SUSPENDED')} NodeList={self.node_of.get(jid, '')}\n"
         if args[0] == "sbatch":
             self.next_id += 1
             return f"{self.next_id}\n"
@@ -254,3 +262,39 @@ def test_slurm_is_up_while_its_node_finishes_a_cancelled_job(monkeypatch, states
     monkeypatch.setattr(slurm.shutil, "which", lambda name: "/usr/bin/" + name)
     monkeypatch.setattr(slurm, "run", lambda args, timeout=30.0, input=None: states)
     assert slurm.slurm_up() is up
+
+
+def test_on_several_nodes_a_job_resumes_only_when_its_own_node_has_an_idle_cpu(fake, tmp_path):
+    """Slurm resumes a suspended job on its own node, with no capacity check: on a partition of
+    several nodes the executor resumes it only when that node has an idle CPU (sinfo -N); a
+    free CPU on another node does not count."""
+    fake.idle = {"node1": 0, "node2": 0}
+    ex = slurm.SlurmExecutor(tmp_path, slots=4)
+    job = ex.launch(1, "true", priority_key=2.0)
+    fake.node_of[job.pid] = "node1"
+    ex.stop(1)
+    ex.flush()
+    ex.cont(1)
+    ex.procs[1].suspended_at = time.monotonic() - 3  # past the 2 s rule
+    fake.running = 3  # a CPU free in the partition ...
+    fake.idle = {"node1": 0, "node2": 1}  # ... but on node2
+    fake.cmds.clear()
+    ex.flush()
+    assert "resume" not in [o[0] for o in fake.ops()] and 1 in ex._resume
+    fake.idle = {"node1": 1, "node2": 1}  # its node frees a CPU
+    ex.flush()
+    assert [o[0] for o in fake.ops()] == ["resume"] and 1 not in ex._resume
+    # one idle CPU on the node serves one resume only
+    fake.idle = {"node1": 1, "node2": 0}
+    fake.running = 0
+    two = [ex.launch(k, "true", priority_key=2.0) for k in (2, 3)]
+    for k, j in zip((2, 3), two):
+        fake.node_of[j.pid] = "node1"
+        ex.stop(k)
+    ex.flush()
+    for k in (2, 3):
+        ex.cont(k)
+        ex.procs[k].suspended_at = time.monotonic() - 3
+    fake.cmds.clear()
+    ex.flush()
+    assert [o[0] for o in fake.ops()] == ["resume"] and len(ex._resume) == 1

@@ -8,14 +8,12 @@ where a missing cluster fails the tests.
 
 import pwd
 import signal
-import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from live_helpers import free_port, start_broker, wait_for, work
+from live_helpers import free_port, slurm_broker, slurm_cancel_and_wait, wait_for, work
 from marketsched.live.broker import Broker, MarketConfig, MarketError
 from marketsched.live.replay import simulate_recorded
 from marketsched.platform.slurm import SlurmExecutor, parse_scontrol, priority_of, run
@@ -30,25 +28,8 @@ HANG = 300.0  # waits end when their condition holds; this only guards against a
 
 
 
-def market_jobs(prefix: str) -> dict[str, tuple[int, str]]:
-    """This market's jobs in Slurm: {job name: (slurm id, state)}."""
-    out = run(["squeue", "-h", "-a", "-o", "%i|%j|%T"])
-    jobs = {}
-    for line in out.splitlines():
-        i, name, st = line.split("|")
-        if name.startswith(prefix):
-            jobs[name] = (int(i), st)
-    return jobs
-
-
 def cancel_and_wait(prefix: str) -> None:
-    """Tests leave no Slurm job behind: cancel this market's jobs and wait until Slurm forgets
-    them as running (COMPLETING ends within KillWait)."""
-    for _, (i, st) in market_jobs(prefix).items():
-        if st in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING"):
-            subprocess.run(["scancel", str(i)], capture_output=True)
-    assert wait_for(lambda: all(st not in ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING")
-                                for _, st in market_jobs(prefix).values()), HANG), market_jobs(prefix)
+    slurm_cancel_and_wait(prefix, HANG)
 
 
 @pytest.fixture
@@ -225,12 +206,6 @@ def test_jobs_slurm_kills_are_reported_failed_and_exit_codes_kept(market):
     assert j["exit_code"] == 3 and "FAILED" in j["note"]
     books = b.books()
     assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
-
-
-def slurm_broker(data: Path, port: int, log, slots: int):
-    """A single-user broker on the Slurm executor (:func:`live_helpers.start_broker`)."""
-    return start_broker(data, port, log, "--slots", slots, "--charge-interval", "0.2", "--executor", "slurm",
-                        "--sync", "normal", "--single-user")
 
 
 def test_kill_9_of_the_broker_and_restart_lose_nothing(cluster, tmp_path):

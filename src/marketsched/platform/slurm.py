@@ -48,6 +48,14 @@ How the market's decisions map onto Slurm
     oversubscribes a node). A resume is carried out only when Slurm's running jobs leave a free
     CPU (``squeue`` count of the partition's running CPUs below its CPUs); otherwise it is
     deferred and retried at every poll.
+  - *A job resumes on its own node* (Slurm cannot move a suspended job). On a partition of
+    several nodes a resume is carried out only when the job's node has an idle CPU (``sinfo
+    -N``); a free CPU on another node does not count. The simulator's model resumes a preempted
+    job on any free processor (as MOSIX, which migrates processes, can), so
+    on a cluster the job may wait for its node while a CPU elsewhere idles (jobs ranked below it
+    stay gated, so none takes that CPU). The charges follow the mechanism's decisions, as for
+    every deferred resume: the job is charged from the mechanism's resume, also while it waits
+    for its node (docs/slurm_and_dayahead.md, "On a cluster").
   - *2 s rule*: slurmd delays a resume that comes less than 2 s after the suspend (seen with Slurm 22.05). The
     executor defers such a resume itself until ``suspend + RESUME_GAP``. The market charges
     the job from the moment its mechanism resumed it (at most ``RESUME_GAP`` s early; only when
@@ -567,6 +575,7 @@ class SlurmExecutor(JobFolders):
     def _do_resumes(self) -> None:
         now = time.monotonic()
         running_cpus = None
+        free: dict[str, int] | None = None
         for k in sorted(self._resume, key=lambda k: self._resume[k]):
             job = self.procs.get(k) or self.queued.get(k)
             if job is None:
@@ -584,6 +593,13 @@ class SlurmExecutor(JobFolders):
                 running_cpus = self.running_cpus()
             if running_cpus + 1 > self.cpus:  # Slurm would oversubscribe: wait for a free CPU
                 continue
+            if free is None:
+                free = self.idle_cpus_per_node()
+            node = None
+            if len(free) > 1:  # several nodes: the job resumes on its own node, which needs the free CPU
+                node = (self.show(job.pid) or {}).get("NodeList")
+                if node in free and free[node] < 1:
+                    continue
             try:
                 self._run(["scontrol", "resume", str(job.pid)])
             except SlurmError as exc:
@@ -591,7 +607,23 @@ class SlurmExecutor(JobFolders):
                     raise
             job.suspended_at = None
             running_cpus += 1
+            if node in free:
+                free[node] -= 1
             del self._resume[k]
+
+    def idle_cpus_per_node(self) -> dict[str, int]:
+        """Idle CPUs of each node of the partition, as Slurm sees them now (``sinfo -N``, %C is
+        allocated/idle/other/total; a suspended job's CPUs are idle: Slurm frees them)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N %C"]
+        if self.partition:
+            args += ["-p", self.partition]
+        free = {}
+        for line in self._run(args).splitlines():
+            parts = line.split()
+            if len(parts) != 2 or len(parts[1].split("/")) != 4:
+                raise SlurmError(f"`{' '.join(args)}` printed {line!r}, not a node and its CPU counts A/I/O/T")
+            free[parts[0]] = int(parts[1].split("/")[1])
+        return free
 
     def running_cpus(self) -> int:
         """CPUs held by running jobs in the partition, as Slurm sees them now."""

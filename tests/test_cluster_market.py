@@ -1,0 +1,290 @@
+"""The live market on a multi-node Slurm cluster (scripts/cluster-up.sh: 4 nodes x 2 CPUs, each
+node a slurmd with its own hostname and address in its own namespaces): every CPU of every node
+used, preemption of the lowest bid wherever it runs, a suspended job resumed only where its node
+has room, a node that dies mid-job and comes back, the broker killed -9 with jobs on every node,
+the controller restarted mid-run.
+
+Marked ``cluster`` (tests/conftest.py): run with ``pytest -m cluster -n 0``; skipped without the
+cluster, except with ``MARKETSCHED_CLUSTER=1`` (CI), where that is a failure.
+"""
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from live_helpers import free_port, slurm_broker, wait_for, work
+from live_helpers import slurm_cancel_and_wait as cancel_and_wait
+from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.replay import simulate_recorded
+from marketsched.platform.slurm import SlurmExecutor, run
+
+STEP = 0.2
+HANG = 300.0  # waits end when their condition holds; this only guards against a hang
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "cluster-up.sh"
+
+
+def cluster_up(*args: str) -> None:
+    p = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.fixture
+def market(multinode, tmp_path):
+    brokers = []
+
+    def make(**cfg):
+        cfg.setdefault("executor", "slurm")
+        cfg.setdefault("charge_interval", 0.2)
+        cfg.setdefault("slots", SlurmExecutor(tmp_path / "probe").cpus)
+        b = Broker(tmp_path / "market", MarketConfig(**{"single_user": True, **cfg})).start()
+        b.ensure_admin()
+        brokers.append(b)
+        return b
+
+    yield make
+    for b in brokers:
+        if not b._stopping:
+            b.stop(kill_jobs=True)
+        cancel_and_wait(b.executor.job_name(0)[:-1])
+
+
+def info(b, job_id) -> dict:
+    return b.executor.show(b.executor.recorded(job_id)[0]) or {}
+
+
+def node_of(b, job_id) -> str:
+    return info(b, job_id).get("NodeList", "")
+
+
+def state(b, job_id) -> str:
+    return b.job("admin", True, job_id)["state"]
+
+
+def running_per_node() -> Counter:
+    """Slurm's running jobs per node (a serial job's NodeList is one node)."""
+    return Counter(run(["squeue", "-h", "-t", "R", "-o", "%N"]).split())
+
+
+def books_exact(b, jobs, bids, slots):
+    """The ledger is the mechanism's rule on the recorded sequence; double entry holds."""
+    rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, slots)
+    np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
+    books = b.books()
+    assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
+    assert books["revenue"] == pytest.approx(sum(j["charged"] for j in jobs), abs=1e-6)
+    return rec
+
+
+def test_the_cluster_is_four_nodes_in_their_own_namespaces(multinode):
+    nodes = run(["sinfo", "-h", "-N", "-o", "%N %c %t"]).split("\n")
+    assert sorted(line.split()[0] for line in nodes if line) == multinode
+    # one job step per node: each answers with its own hostname (UTS namespace) and address
+    out = run(["srun", "-N", str(len(multinode)), "-t", "1", "sh", "-c",
+               "echo $(hostname) $(ip -4 -o addr show eth0 | awk '{print $4}')"])
+    got = sorted(out.split("\n")[:-1])
+    assert got == [f"node{i} 10.231.0.{10 + i}/24" for i in range(1, len(multinode) + 1)]
+
+
+def test_the_market_uses_every_cpu_of_every_node(market, multinode, tmp_path):
+    b = market()
+    n = b.config.slots
+    assert n == 2 * len(multinode)
+    b.add_user(True, "alice", 10_000)
+    release = tmp_path / "release"
+    ids = [b.submit("alice", False, 2.0 + i, "hostname; " + work(0.4, f"j{i}", step=STEP, until=release))["id"]
+           for i in range(n)]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in ids), HANG)
+    nodes = {j: node_of(b, j) for j in ids}
+    assert Counter(nodes.values()) == {name: 2 for name in multinode}  # every CPU of every node
+    release.touch()
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in ids), HANG)
+    for j in ids:  # each ran where Slurm says: its node's own hostname
+        assert b.job("admin", True, j)["stdout"].split("\n")[0] == nodes[j]
+    jobs = [b.job("admin", True, j) for j in ids]
+    books_exact(b, jobs, [2.0 + i for i in range(n)], n)
+
+
+def test_preemption_picks_the_lowest_bid_cluster_wide_and_resumes_it_on_its_node(market, tmp_path):
+    """Eight jobs with bids in a shuffled order fill the four nodes; a higher bid preempts the
+    lowest bid wherever it runs, starts on that node's freed CPU. Then a CPU frees on another node:
+    the mechanism resumes the victim (its model: resume on any processor), but Slurm can resume it
+    only on its own node, which is full: the market waits (it never oversubscribes a node) and
+    resumes it when the preemptor ends."""
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    bids = [5.0, 3.0, 8.0, 1.5, 6.0, 7.0, 2.5, 4.0]
+    rel = {i: tmp_path / f"release{i}" for i in range(n)}
+    low = [b.submit("alice", False, bid, work(0.6, f"low{i}", step=STEP, until=rel[i]))["id"]
+           for i, bid in enumerate(bids)]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in low), HANG)
+    time.sleep(0.5)
+    victim_i = int(np.argmin(bids))
+    victim = low[victim_i]
+    vnode = node_of(b, victim)
+    high_release = tmp_path / "high-release"
+    high = b.submit("bob", False, 10.0, work(1.0, "high", step=STEP, until=high_release))["id"]
+    st = {j["id"]: j["state"] for j in b.jobs("admin", True)}
+    assert st[victim] == "preempted" and st[high] == "running"
+    assert all(st[j] == "running" for j in low if j != victim)
+    assert wait_for(lambda: info(b, victim).get("JobState") == "SUSPENDED", HANG)
+    assert wait_for(lambda: info(b, high).get("JobState") == "RUNNING", HANG)
+    assert node_of(b, high) == vnode  # the only free CPU was the victim's
+    # a job on another node ends: the mechanism resumes the victim at once ...
+    other_i = next(i for i, j in enumerate(low) if i != victim_i and node_of(b, j) != vnode)
+    rel[other_i].touch()
+    assert wait_for(lambda: state(b, low[other_i]) == "completed", HANG)
+    assert state(b, victim) == "running"
+    # ... but Slurm keeps it suspended on its full node for several of the executor's polls
+    for _ in range(10):
+        time.sleep(b.executor.poll)
+        assert info(b, victim).get("JobState") == "SUSPENDED"
+        assert all(c <= 2 for c in running_per_node().values()), running_per_node()
+    high_release.touch()
+    assert wait_for(lambda: info(b, victim).get("JobState") == "RUNNING", HANG)
+    assert node_of(b, victim) == vnode
+    for p in rel.values():
+        p.touch()
+    ids = low + [high]
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in ids), HANG)
+    jobs = [b.job("admin", True, j) for j in ids]
+    assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
+    v = b.job("admin", True, victim)
+    assert v["preemptions"] == 1 and [e["kind"] for e in v["events"]].count("resume") == 1
+    books_exact(b, jobs, bids + [10.0], n)
+
+
+def test_a_node_that_dies_mid_job_ends_its_jobs_and_is_used_again_when_it_returns(market, multinode, tmp_path):
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    release = tmp_path / "release"
+    runs = tmp_path / "runs.log"
+    runs.touch()
+    ids = [b.submit("alice", False, 2.0 + i, f"echo start >> {runs}; " + work(0.4, f"j{i}", step=STEP, until=release))["id"]
+           for i in range(n)]
+    # the node dies once every job's command runs (not while slurmd is still setting a job up: a
+    # login shell killed there can leave its start-up files' locks behind, as pyenv's)
+    assert wait_for(lambda: runs.read_text().count("start") == n, HANG)
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in ids), HANG)
+    nodes = {j: node_of(b, j) for j in ids}
+    dead = nodes[ids[0]]
+    lost = [j for j in ids if nodes[j] == dead]
+    kept = [j for j in ids if nodes[j] != dead]
+    assert len(lost) == 2
+    try:
+        cluster_up("node-down", dead)
+        assert wait_for(lambda: all(state(b, j) == "failed" for j in lost), HANG)
+        for j in lost:  # the job ends as Slurm reports it
+            rec = b.job("admin", True, j)
+            assert "slurm: NODE_FAIL" in rec["note"], rec["note"]
+            assert info(b, j).get("JobState") == "NODE_FAIL"
+        charged = {j: b.job("admin", True, j)["charged"] for j in lost}
+        assert all(state(b, j) == "running" for j in kept)
+        time.sleep(5 * b.config.charge_interval)
+        assert {j: b.job("admin", True, j)["charged"] for j in lost} == charged  # nothing after its end
+    finally:
+        cluster_up("node-up", dead)
+    # the node is back: the next two jobs can only go there (every other CPU is taken)
+    again = [b.submit("alice", False, 20.0, work(0.4, f"again{i}", step=STEP, until=release))["id"] for i in range(2)]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in again), HANG)
+    assert {node_of(b, j) for j in again} == {dead}
+    release.touch()
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in kept + again), HANG)
+    order = ids + again
+    jobs = [b.job("admin", True, j) for j in order]
+    books_exact(b, jobs, [2.0 + i for i in range(n)] + [20.0, 20.0], n)
+
+
+def test_kill_9_of_the_broker_with_jobs_on_every_node_reattaches_each_once(multinode, tmp_path):
+    from marketsched.live.cli import Client
+    from marketsched.platform.ledger import Store
+
+    data = tmp_path / "market"
+    runs = tmp_path / "runs.log"
+    runs.touch()
+    slots = SlurmExecutor(tmp_path / "probe").cpus
+    probe = SlurmExecutor(data / "jobs")
+    prefix = probe.job_name(0)[:-1]
+    port = free_port()
+    log = open(tmp_path / "broker.log", "ab")
+    procs = []
+    release = tmp_path / "release"
+
+    def cmd(i):  # runs until the test releases it, after the restart
+        return (f'echo "start $MARKETSCHED_JOB_ID $(hostname)" >> {runs}; while [ ! -e {release} ]; '
+                f'do sleep {STEP}; done; echo "end $MARKETSCHED_JOB_ID" >> {runs}')
+
+    try:
+        procs.append(slurm_broker(data, port, log, slots))
+        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
+        a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 10_000})["token"])
+        ids = [a.post("/api/jobs", {"bid": 2.0 + i, "command": cmd(i)})["id"] for i in range(slots + 2)]
+        assert wait_for(lambda: runs.read_text().count("start") >= slots, HANG)
+        started = {line.split()[1]: line.split()[2] for line in runs.read_text().splitlines()}
+        assert sorted(Counter(started.values())) == multinode  # jobs on every node
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait()
+        procs.append(slurm_broker(data, port, log, slots))
+        release.touch()
+        assert wait_for(lambda: all(j["state"] == "completed" for j in admin.get("/api/jobs")), HANG), \
+            admin.get("/api/jobs")
+        jobs = admin.get("/api/jobs")
+        assert sorted(j["id"] for j in jobs) == sorted(ids)
+        text = runs.read_text().split("\n")
+        for i in ids:  # each ran exactly once (Slurm kept the processes across the crash)
+            assert sum(line.startswith(f"start {i} ") for line in text) == 1, (i, text)
+            assert text.count(f"end {i}") == 1, (i, text)
+        procs[-1].send_signal(signal.SIGTERM)
+        procs[-1].wait(timeout=HANG)
+        store = Store(data)
+        books = store.check_books()
+        assert books["users"] + books["revenue"] == books["deposits"] == 10_000 * 1_000_000
+        reattached = Counter(e["job_id"] for e in store.events() if e["kind"] == "reattach")
+        # every job running at the crash, on every node, re-attached exactly once
+        assert {int(k) for k in started} <= set(reattached) and set(reattached.values()) == {1}, reattached
+        store.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+        cancel_and_wait(prefix)
+
+
+def test_a_controller_restarted_mid_run_is_reconciled(market, tmp_path):
+    """slurmctld stopped while the market's jobs run on every node, started again from its saved
+    state: the market keeps running through the outage (Slurm commands fail meanwhile), then
+    finds its jobs where they were; each runs once, books exact."""
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    release = tmp_path / "release"
+    runs = tmp_path / "runs.log"
+    ids = [b.submit("alice", False, 2.0 + i, f"echo start >> {runs}; " + work(0.4, f"j{i}", step=STEP, until=release))["id"]
+           for i in range(n)]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in ids), HANG)
+    # stopped (SIGTERM: it saves its state; after a kill -9 it would lose the jobs of the last
+    # seconds, whose state it had not saved yet, and purge them from their nodes at the restart)
+    pid = int(Path("/run/slurm-cluster/slurmctld.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    assert wait_for(lambda: not Path(f"/proc/{pid}").exists(), HANG)
+    time.sleep(2.0)  # the market polls meanwhile: every Slurm command fails
+    assert subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0
+    cluster_up("4")  # the same configuration: slurmctld recovers its jobs
+    assert [state(b, j) for j in ids] == ["running"] * n, [b.job("admin", True, j)["note"] for j in ids]
+    assert [info(b, j).get("JobState") for j in ids] == ["RUNNING"] * n
+    release.touch()
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in ids), HANG)
+    jobs = [b.job("admin", True, j) for j in ids]
+    assert [j["exit_code"] for j in jobs] == [0] * n
+    assert runs.read_text().count("start") == n
+    books_exact(b, jobs, [2.0 + i for i in range(n)], n)
