@@ -13,7 +13,7 @@ from marketsched.mechanisms.clearing.distributed import (
     participant_runs,
     run_seeds,
 )
-from marketsched.mechanisms.clearing.greedex import greedy_allocation
+from marketsched.mechanisms.clearing.greedex import Allocation, greedy_allocation
 from marketsched.mechanisms.clearing.orderbook import generate_order_book
 from marketsched.mechanisms.clearing.randomized import distributed_randomized
 from test_greedex import books
@@ -105,3 +105,26 @@ def test_an_oversold_node_is_rejected():
         a[j, book.job_release[j]:book.job_end[j] + 1] = 0
     with pytest.raises(ValueError, match="run 4: "):
         check_run(book, 4, a)
+
+
+@settings(max_examples=200, deadline=None)
+@given(books(), st.integers(0, 2**32 - 1), st.floats(0.0, 0.6))
+def test_the_auctioneers_check_is_check_feasible(book, seed, noise):
+    """The vectorised check raises exactly when :meth:`Allocation.check_feasible` (the
+    definition, job by job) does, with its message: on runs of the heuristic with a share
+    ``noise`` of the slots changed to random nodes or to none."""
+    rng = np.random.default_rng(seed)
+    a = local_step(book, 1.0, {0: np.random.SeedSequence(seed)})[0].copy()
+    flip = rng.random(a.shape) < noise
+    a[flip] = rng.integers(-1, book.n_nodes, size=int(flip.sum()))
+    try:
+        Allocation(book, a).check_feasible()
+        want = None
+    except ValueError as exc:
+        want = f"run 3: {exc}"
+    if want is None:
+        assert np.array_equal(check_run(book, 3, a), a)
+    else:
+        with pytest.raises(ValueError) as got:
+            check_run(book, 3, a)
+        assert str(got.value) == want

@@ -94,11 +94,39 @@ def check_run(book: OrderBook, run: int, assign) -> np.ndarray:
     a = a.astype(np.int64)
     if a.size and ((a < -1) | (a >= book.n_nodes)).any():
         raise ValueError(f"run {run}: the allocation names a node outside 0..{book.n_nodes - 1} (or -1 for none)")
-    try:
-        Allocation(book, a).check_feasible()
-    except ValueError as exc:
-        raise ValueError(f"run {run}: {exc}") from None
+    why = _infeasible(book, a)
+    if why:
+        raise ValueError(f"run {run}: {why}")
     return a
+
+
+def _infeasible(book: OrderBook, a: np.ndarray) -> str | None:
+    """:meth:`Allocation.check_feasible`'s first complaint (same checks, same order, same words),
+    vectorised over jobs: the auctioneer checks |J| + |N| allocations per clearing."""
+    b = book
+    t = np.arange(a.shape[1])
+    inside = (t >= b.job_release[:, None]) & (t <= b.job_end[:, None])
+    used = a >= 0
+    outside: np.ndarray = (used & ~inside).any(axis=1)
+    n_used = (used & inside).sum(axis=1)
+    partial: np.ndarray = (n_used > 0) & (n_used < inside.sum(axis=1))
+    jj, tt = np.nonzero(used & inside)
+    nn = a[jj, tt]
+    dear = np.zeros(b.n_jobs, dtype=bool)
+    dear[jj[b.node_reserve[nn] > b.job_value[jj]]] = True
+    bad = np.flatnonzero(outside | partial | dear)
+    if bad.size:
+        j = int(bad[0])
+        if outside[j]:
+            return f"job {j} is assigned outside its window [r_j, e_j]"
+        if partial[j]:
+            return f"job {j} is assigned in some but not all of its slots (eq. 3.6)"
+        return f"job {j} is on a node whose reserve exceeds its value (eq. 3.2)"
+    try:
+        Allocation(b, a).check_capacity()
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def combine_and_price(book: OrderBook, runs: Mapping[int, np.ndarray], n_runs: int | None = None
