@@ -107,9 +107,9 @@ def _infeasible(book: OrderBook, a: np.ndarray) -> str | None:
     t = np.arange(a.shape[1])
     inside = (t >= b.job_release[:, None]) & (t <= b.job_end[:, None])
     used = a >= 0
-    outside: np.ndarray = (used & ~inside).any(axis=1)
+    outside = np.any(used & ~inside, axis=1)
     n_used = (used & inside).sum(axis=1)
-    partial: np.ndarray = (n_used > 0) & (n_used < inside.sum(axis=1))
+    partial = (n_used > 0) & (n_used < inside.sum(axis=1))
     jj, tt = np.nonzero(used & inside)
     nn = a[jj, tt]
     dear = np.zeros(b.n_jobs, dtype=bool)
