@@ -140,3 +140,30 @@ def test_node_owners_must_match_the_book():
     book = generate_order_book(2, 3, np.random.default_rng(0))
     with pytest.raises(ValueError, match="names 1 providers for the book's 2 nodes"):
         clear_distributed(book, ["a"], 2.0, np.random.default_rng(0))
+
+
+def test_exchange_init_takes_the_distributed_mode(tmp_path):
+    """``exchange init --mechanism randomized-distributed``: the exchange made clears that way,
+    and an unknown mechanism is refused by name."""
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+    from marketsched.exchange.core import Exchange
+    from marketsched.exchange.store import ExchangeStore
+    from marketsched.platform.clock import FakeClock
+
+    runner = CliRunner()
+    res = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex"), "--mechanism", MECHANISM, "--alpha", "4"])
+    assert res.exit_code == 0 and MECHANISM in res.output, res.output
+    store = ExchangeStore(tmp_path / "ex")
+    assert store.settings()["mechanism"] == MECHANISM and store.settings()["alpha"] == 4.0
+    ex = Exchange(store, FakeClock(store.settings()["epoch"]))
+    ex.join("p1")
+    ex.add_node("p1", "n", 4, 100)
+    s = ex.slot()
+    ex.submit_offer("p1", "n", 1, s + 2, s + 9)
+    ex.submit_request("u1", 5, 2, 10, s + 3, s + 4, "true")
+    ex.clear()
+    assert [p["mechanism"] for p in store.periods()] == [MECHANISM] and len(store.contracts()) == 1
+    bad = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex2"), "--mechanism", "randomised"])
+    assert bad.exit_code != 0 and "randomized-distributed" in bad.output
