@@ -167,3 +167,25 @@ def test_exchange_init_takes_the_distributed_mode(tmp_path):
     assert [p["mechanism"] for p in store.periods()] == [MECHANISM] and len(store.contracts()) == 1
     bad = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex2"), "--mechanism", "randomised"])
     assert bad.exit_code != 0 and "randomized-distributed" in bad.output
+
+
+def test_a_provider_that_does_not_answer_is_left_out():
+    """An ``ask`` that times out (as a provider agent over the API would): that provider's runs
+    are left out, named, and the clearing is the combination of the others' answers."""
+    book = generate_order_book(4, 10, np.random.default_rng(6))
+    owner = ["a", "b", "c", "a"]
+
+    def ask(provider, request):
+        if provider == "b":
+            raise TimeoutError("no answer within the period")
+        return answer(request)
+
+    out, msgs = clear_distributed(book, owner, 2.0, np.random.default_rng(2), ask)
+    runs = assign_runs(book, owner)
+    assert msgs.calls == 3 and msgs.dropped == ["provider 'b' did not answer: no answer within the period"]
+    seeds = run_seeds(np.random.default_rng(2), book.n_jobs + book.n_nodes)
+    others = local_step(book, 2.0, {r: seeds[r] for r in runs["a"] + runs["c"]})
+    want = combine_and_price(book, others)
+    assert np.array_equal(out.allocation.assign, want.allocation.assign)
+    assert np.array_equal(out.payments.job, want.payments.job)
+    assert np.isnan(out.run_welfare[runs["b"]]).all()

@@ -15,7 +15,8 @@ One clearing:
    allocation of each of its runs.
 5. The exchange keeps the runs it asked that provider for whose allocation is feasible on the
    book (:func:`~marketsched.mechanisms.clearing.distributed.check_run`), drops the others
-   (recorded in :class:`Messages`), runs the deterministic greedy itself, and enforces the best
+   (recorded in :class:`Messages`; so are the runs of a provider whose ``ask`` raised
+   ``OSError`` or ``TimeoutError``), runs the deterministic greedy itself, and enforces the best
    by its own welfare computation (:func:`~marketsched.mechanisms.clearing.distributed.combine_and_price`).
 
 Requests and answers are JSON text, so that a provider agent over the exchange's API can answer
@@ -130,9 +131,13 @@ def clear_distributed(book: OrderBook, node_owner: list[str], alpha: float, rng:
     got: dict[int, np.ndarray] = {}
     for provider, runs in assign_runs(book, node_owner).items():
         request = request_text(shared, alpha, {r: seeds[r] for r in runs})
-        reply = ask(provider, request)
         msgs.calls += 1
         msgs.bytes_sent += len(request.encode())
+        try:
+            reply = ask(provider, request)
+        except (OSError, TimeoutError) as exc:  # an agent unreachable or too late: its runs are left out
+            msgs.dropped.append(f"provider {provider!r} did not answer: {exc}")
+            continue
         msgs.bytes_received += len(reply.encode())
         got.update(_accept(book, provider, set(runs), reply, msgs))
     return combine_and_price(book, got, n_runs), msgs
