@@ -75,7 +75,7 @@ def test_a_contract_caught_starting_is_started_once(tmp_path):
     assert [s[0] for s in machines.by_name["p1"].started] == [c["id"]]
 
 
-@pytest.mark.parametrize("mechanism", ["critical-value", "k-pricing", "pay-as-bid", "exact"])
+@pytest.mark.parametrize("mechanism", ["critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact"])
 def test_replay_of_a_recorded_session_gives_the_same_contracts(tmp_path, mechanism):
     ex, clock, machines = make_exchange(tmp_path / "x.db", mechanism=mechanism, k=0.3)
     _populate(ex, clock, np.random.default_rng(5), periods=8)

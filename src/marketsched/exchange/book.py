@@ -53,6 +53,13 @@ from marketsched.mechanisms.clearing.randomized import pay_as_bid, randomized_al
 from .store import to_micro
 
 
+def book_rows(b: OrderBook) -> tuple[list, list]:
+    """The book's job rows ``(v_j, c_j, m_j, r_j, e_j)`` and node rows ``(v_n, C_n, M_n, R_n, E_n)``."""
+    jobs = np.column_stack([b.job_value, b.job_cpu, b.job_mem, b.job_release, b.job_end]).tolist()
+    nodes = np.column_stack([b.node_reserve, b.node_cpu, b.node_mem, b.node_start, b.node_end]).tolist()
+    return jobs, nodes
+
+
 @dataclass(frozen=True)
 class ClearingBook:
     """The order book of one period and what its rows stand for."""
@@ -66,9 +73,7 @@ class ClearingBook:
     why: dict[int, str] = field(default_factory=dict)  # node id -> why it sold below its registered units
 
     def to_json(self) -> str:
-        b = self.book
-        jobs = np.column_stack([b.job_value, b.job_cpu, b.job_mem, b.job_release, b.job_end]).tolist()
-        nodes = np.column_stack([b.node_reserve, b.node_cpu, b.node_mem, b.node_start, b.node_end]).tolist()
+        jobs, nodes = book_rows(self.book)
         return json.dumps({"jobs": jobs, "nodes": nodes, "base_slot": self.base_slot, "request_ids": self.request_ids,
                            "piece_offer": self.piece_offer, "piece_node": self.piece_node,
                            "caps": {str(k): v for k, v in self.caps.items()},

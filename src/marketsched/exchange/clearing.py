@@ -40,7 +40,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import capacity
+from marketsched.mechanisms.clearing.greedex import Allocation, Payments
+
+from . import capacity, distributed
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
 from .store import ExchangeStore
 
@@ -137,8 +139,13 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: 
     if mechanism == "exact" and not replayed and cb.book.n_jobs + cb.book.n_nodes > EXACT_MAX_ORDERS:
         mechanism = "k-pricing"
     if cb.book.n_jobs and cb.book.n_nodes:
-        out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"],
-                            period_rng(settings["seed"], snap.period))
+        rng = period_rng(settings["seed"], snap.period)
+        if mechanism == distributed.MECHANISM:  # each provider computes its runs (fig. 4.4)
+            res, _ = distributed.clear_distributed(cb.book, [snap.owners[o] for o in cb.piece_offer],
+                                                   settings["alpha"], rng)
+            out: tuple[Allocation, Payments] | None = (res.allocation, res.payments)
+        else:
+            out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"], rng)
         if out is None and not replayed:  # the exact clearing proved no optimum in time
             mechanism = "k-pricing"
             out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"], None)

@@ -82,12 +82,13 @@ def exchange() -> None:
 @click.option("--period-seconds", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Time between clearings.")
 @click.option("--mechanism", default="critical-value", show_default=True, type=click.Choice(MECHANISMS),
-              help="GREEDEX with critical-value or k-pricing, the randomized pay-as-bid heuristic, or the exact "
+              help="GREEDEX with critical-value or k-pricing, the randomized pay-as-bid heuristic, the distributed "
+                   "randomized mechanism (each provider computes randomized runs, best run enforced), or the exact "
                    "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing).")
 @click.option("--k", default=0.5, show_default=True, type=click.FloatRange(0, 1),
               help="k-pricing: the user's share of each local surplus.")
 @click.option("--alpha", default=10.0, show_default=True, type=click.FloatRange(min=1),
-              help="pay-as-bid: exponent of the randomized draw (eq. 4.1).")
+              help="pay-as-bid, randomized-distributed: exponent of the randomized draw (eq. 4.1).")
 @click.option("--penalty", default=1.0, show_default=True, type=click.FloatRange(min=0),
               help="A failed contract's penalty, times its price.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the randomized mechanism.")

@@ -100,6 +100,13 @@ class Allocation:
             nodes = row[inside][used]
             if nodes.size and (b.node_reserve[nodes] > b.job_value[j]).any():
                 raise ValueError(f"job {j} is on a node whose reserve exceeds its value (eq. 3.2)")
+        self.check_capacity()
+
+    def check_capacity(self) -> None:
+        """Raise ValueError if a node is used outside its window or above its capacity (eqs. 3.2-3.5)."""
+        b = self.book
+        a = self.assign
+        T = a.shape[1]
         jj, tt = np.nonzero(a >= 0)
         nn = a[jj, tt]
         if ((tt < b.node_start[nn]) | (tt > b.node_end[nn])).any():
