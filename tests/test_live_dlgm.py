@@ -225,3 +225,37 @@ def test_named_node_and_paying_with_money_you_do_not_have(tmp_path):
     m.store.check_books()
     with pytest.raises(MarketError, match="unknown user"):
         m.submit("mallory", 1.0, 1.0, "true")
+
+
+def test_real_processes_preempted_resumed_and_stopped_at_the_reported_time(tmp_path):
+    """The local executor carries the P-DLGM market's decisions out on real processes: the
+    preempted job's processes are suspended, resumed when the preemptor's process exits, and
+    killed at the job's reported run time (market time is the injected clock)."""
+    from live_helpers import proc_state, wait_for
+    from marketsched.platform.executor import LocalExecutor
+
+    ex = LocalExecutor(tmp_path / "jobs")
+    try:
+        m, clock = make(tmp_path, 1, preemptive=True, executor=ex)
+        a = m.submit("alice", 1.0, 10.0, "sleep 300")["id"]
+        pid = ex.procs[a].pid
+        clock.set(2)
+        go = tmp_path / "go"
+        b = m.submit("bob", 5.0, 2.0, f"while [ ! -e {go} ]; do sleep 0.05; done")["id"]
+        assert m.state[a] == "preempted" and b in ex.procs
+        assert wait_for(lambda: ex.frozen(a) if ex.contained else proc_state(pid) == "T")
+        go.touch()
+        assert wait_for(lambda: any(k == b for k, _ in ex.exits()))
+        clock.set(3)
+        m.exited(b)
+        assert m.state[a] == "running" and m.state[b] == "completed"
+        assert wait_for(lambda: not ex.frozen(a) if ex.contained else proc_state(pid) != "T")
+        clock.set(m.next_stop())
+        assert m.next_stop() == 11.0  # 3 + the 8 s A had left
+        assert m.tick() == [a]
+        assert m.state[a] == "stopped" and a not in ex.procs
+        assert wait_for(lambda: proc_state(pid) in (None, "Z", "X"))
+        m.store.check_books()
+    finally:
+        for key in list(ex.procs):
+            ex.kill(key)

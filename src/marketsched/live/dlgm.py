@@ -24,8 +24,8 @@ optionally a node):
    resume) by the executor, if one is given.
 
 **Overrun rule** (a decision; the thesis's model runs every job exactly its reported time): a
-job is *stopped at its reported run time*. The market asks the engine for a timer at the moment
-a running job's reported time is used up (:meth:`DLGMMarket.tick`); it is then killed and
+job is *stopped at its reported run time*. At the moment a running job's reported time is used
+up (:meth:`DLGMMarket.next_stop`, then :meth:`DLGMMarket.tick`) it is killed and
 reported to the mechanism as completed (state ``stopped``), so its node is free at exactly the
 time the mechanism announced and nobody behind it waits longer than their tentative completion
 time. A job whose process ends earlier completes then (state ``completed``): its node frees
@@ -66,6 +66,7 @@ class DLGMEngine(LiveEngine):
         self.remaining: list[float] = []
         self.finish_at: list[float] = []
         self.progressed: list[bool] = []  # the row has run for a positive time
+        self.on_nodes: set[int] = set()  # running rows (at most one per node)
         super().__init__(policy, capacity, clock)
 
     def preempt(self, j: int) -> None:
@@ -100,9 +101,10 @@ class DLGMEngine(LiveEngine):
 
     def _started(self, j: int) -> None:
         self.finish_at[j] = self.now + self.remaining[j]
-        self.wake_at(self.finish_at[j])
+        self.on_nodes.add(j)
 
     def _stopped(self, j: int) -> None:
+        self.on_nodes.discard(j)
         if self.now > self.run_start[j]:
             self.progressed[j] = True
         if self.finish_at[j] != INF:
@@ -115,7 +117,11 @@ class DLGMEngine(LiveEngine):
 
     def overrun(self, t: float) -> list[int]:
         """Running rows whose reported run time is used up at ``t`` (the overrun rule)."""
-        return [j for j, f in enumerate(self.finish_at) if f <= t and self.running[j]]
+        return sorted(j for j in self.on_nodes if self.finish_at[j] <= t)
+
+    def next_end(self) -> float:
+        """When the first running row's reported run time is used up (``inf``: none runs)."""
+        return min((self.finish_at[j] for j in self.on_nodes), default=INF)
 
 
 class DLGMMarket:
@@ -236,9 +242,9 @@ class DLGMMarket:
     def tick(self) -> list[int]:
         """Stop the jobs whose reported run time is used up (the overrun rule); returns their ids."""
         t = self._tick()
-        if self.engine.next_timer() > t:
+        rows = self.engine.overrun(t)
+        if not rows:
             return []
-        rows = self.engine.overrun(t)  # due timers of preempted or ended jobs only fire (no row)
         with self.store.transaction():
             self.engine.batch(completed=rows)
             for j in rows:
@@ -294,4 +300,4 @@ class DLGMMarket:
 
     def next_stop(self) -> float:
         """When the next running job's reported run time is used up (``inf``: none runs)."""
-        return self.engine.next_timer()
+        return self.engine.next_end()
