@@ -223,8 +223,18 @@ def test_named_node_and_paying_with_money_you_do_not_have(tmp_path):
     assert m.balance("rich") == 0 and m.balance("alice") == 10 * MICRO
     assert m.store.balance(user_account("bob")) == 0
     m.store.check_books()
-    with pytest.raises(MarketError, match="unknown user"):
+    with pytest.raises(MarketError, match="unknown user") as exc:
         m.submit("mallory", 1.0, 1.0, "true")
+    assert exc.value.status == 404
+    for command, status in (("", 400), ("a\x00b", 400), (["ls"], 400), ("x" * 65537, 413)):
+        with pytest.raises(MarketError, match="command") as exc:
+            m.submit("rich", 1.0, 1.0, command)
+        assert exc.value.status == status
+    for weight in (0, -1, 2e9, math.nan, "1"):
+        with pytest.raises(MarketError, match="bid"):
+            m.submit("rich", weight, 1.0, "true")
+    assert m.engine.n_jobs == 3 and len(m.store.jobs()) == 3
+    m.store.check_books()
 
 
 def test_real_processes_preempted_resumed_and_stopped_at_the_reported_time(tmp_path):
@@ -259,3 +269,20 @@ def test_real_processes_preempted_resumed_and_stopped_at_the_reported_time(tmp_p
     finally:
         for key in list(ex.procs):
             ex.kill(key)
+
+
+@pytest.mark.parametrize("preemptive", [False, True])
+def test_the_simulator_tests_hand_example_replays_equal(tmp_path, preemptive):
+    """The hand-worked example of the simulator's tests (two nodes, arrivals sharing release
+    times; tests/test_dlgm.py) run live gives the simulator's nodes, times and money."""
+    script = [(0.0, "alice", 1.0, 4.0), (0.0, "bob", 3.0, 2.0), (1.0, "carol", 3.0, 3.0), (1.0, "alice", 2.0, 1.0),
+              (2.0, "bob", 1.0, 2.0)]
+    m, clock = make(tmp_path, 2, preemptive)
+    play(m, clock, script)
+    rec, pol = simulated(script, 2, preemptive)
+    e = m.engine
+    assert pol.node.tolist() == m.mechanism.node.tolist()
+    assert rec.first_start.tolist() == e.first_start and rec.end_time.tolist() == e.end_time
+    assert rec.preemptions.tolist() == e.preemptions and rec.payment.tolist() == e.payment
+    assert net_micros(m, script) == expected_net(script, rec)
+    m.store.check_books()

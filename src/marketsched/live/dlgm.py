@@ -53,6 +53,7 @@ from marketsched.platform.validation import MarketError
 
 INF = math.inf
 MIN_RUNTIME, MAX_RUNTIME = 1e-3, 1e9  # reported run time, seconds (a ratio divides by it)
+MAX_COMMAND_BYTES = 65536  # a command line, UTF-8
 PAYMENT_REQUIRED = 402
 
 
@@ -190,10 +191,15 @@ class DLGMMarket:
     def submit(self, user: str, weight, runtime, command: str, node=None) -> dict:
         """Accept a job and decide at once (see the module's steps)."""
         w, d, forced = self._fields(weight, runtime, node)
-        if not isinstance(command, str) or not command.strip():
-            raise MarketError("command must be a non-empty string")
-        if (user, False) not in self.store.users():
-            raise MarketError(f"unknown user {validation.show(user)}", 404)
+        if not isinstance(command, str) or not command.strip() or "\x00" in command:
+            raise MarketError("command must be a non-empty string without NUL characters: the command line to run")
+        size = len(validation.utf8(command, "command"))
+        if size > MAX_COMMAND_BYTES:
+            raise MarketError(f"command is {size} bytes long, more than the {MAX_COMMAND_BYTES} this market accepts", 413)
+        try:
+            self.balance(user)
+        except KeyError:
+            raise MarketError(f"unknown user {validation.show(user)}", 404) from None
         self.tick()  # jobs whose reported time is up leave first
         t = self._tick()
         e, p, cost = self.mechanism.quote(w, d, t)
