@@ -182,6 +182,8 @@ def test_a_job_is_stopped_at_its_reported_run_time(tmp_path):
     assert m.state[b] == "completed" and m.state[c] == "running" and m.engine.first_start[2] == 4.0
     assert ("kill", b) not in rec.calls
     assert [e["kind"] for e in m.store.events(a)][-1] == "stopped"
+    m.exited(a)  # its process ended as the market stopped it: nothing changes
+    assert m.state[a] == "stopped" and m.engine.state[0] == 1 and m.engine.end_time[0] == 3.0
 
 
 @pytest.mark.parametrize("runtime", [-1.0, 0.0, 1e-4, 2e9, math.inf, math.nan, "5", True, None])

@@ -259,8 +259,12 @@ class DLGMMarket:
         return [self.row_job[j] for j in rows]
 
     def exited(self, job_id: int) -> None:
-        """The process of ``job_id`` ended before its reported run time: it completes now."""
+        """The process of ``job_id`` ended before its reported run time: it completes now. A job
+        that is not running (stopped at its reported time as its process ended, or whose process
+        was taken back by an ``unstart``) is left as it is."""
         self._tick()
+        if self.state.get(job_id) != "running":
+            return
         j = self.job_row[job_id]
         with self.store.transaction():
             self.engine.batch(completed=[j])

@@ -431,7 +431,7 @@ class DLGM:
         for col, x in ((self.node_of, -1), (self.bucket_of, -1), (self.work, 0.0), (self.base, 0.0),
                        (self.base_lo, 0.0), (self.credit_work, 0.0), (self._tent_e, math.nan),
                        (self._tent_p, math.nan), (self._received, 0.0)):
-            col += [x] * n  # type: ignore[operator]
+            col += [x] * n
         if self.record_offers:
             self.offers_completion += [None] * n
             self.offers_payment += [None] * n
