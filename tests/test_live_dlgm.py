@@ -60,10 +60,10 @@ def play(m, clock, script):
     return ids
 
 
-def simulated(script, nodes, preemptive):
+def simulated(script, nodes, preemptive, **kw):
     t, _, w, d = zip(*script)
     wl = Workload.from_columns(submit_time=list(t), runtime=list(d), procs=None, capacity=nodes)
-    return run_dlgm(wl, list(w), preemptive)
+    return run_dlgm(wl, list(w), preemptive, **kw)
 
 
 def net_micros(m, script, deposit=100):
@@ -288,3 +288,26 @@ def test_the_simulator_tests_hand_example_replays_equal(tmp_path, preemptive):
     assert rec.preemptions.tolist() == e.preemptions and rec.payment.tolist() == e.payment
     assert net_micros(m, script) == expected_net(script, rec)
     m.store.check_books()
+
+
+@pytest.mark.parametrize("preemptive", [False, True])
+def test_quotes_equal_the_offers_the_simulator_records(tmp_path, preemptive):
+    """The quote a job sees just before its submission (every node's tentative completion time
+    and payment) equals the offers the simulator records for that job (``record_offers``), on
+    random arrivals with ties and distinct release times."""
+    rng = np.random.default_rng(11 + preemptive)
+    t = np.sort(rng.choice(np.arange(0, 20, 0.5), 30, replace=False))
+    script = [(float(t[i]), ["alice", "bob"][i % 2], float(rng.integers(1, 6)) / 2, float(rng.integers(1, 9)) / 2)
+              for i in range(30)]
+    m, clock = make(tmp_path, 3, preemptive, users=("alice", "bob"), deposit=1000.0)
+    quotes = []
+    for tt, owner, w, d in script:
+        until(m, clock, tt)
+        q = sorted(m.quote(w, d), key=lambda r: r["node"])
+        quotes.append(([r["completion"] for r in q], [r["payment"] for r in q]))
+        m.submit(owner, w, d, "true")
+    _, pol = simulated(script, 3, preemptive, record_offers=True)
+    for j, (e, p) in enumerate(quotes):
+        assert e == pol.offers_completion[j].tolist() and p == pol.offers_payment[j].tolist(), j
+    assert any(any(p) for _, p in quotes)
+
