@@ -80,8 +80,9 @@ DLGM_CLAIMS = (
     Claim("with a true weight, reporting the true release time is dominant", "dominant", ("delay",),
           "Stößer (2009), Appendix C (after Heydenreich, Müller & Uetz (2006))"),
 )
-_DLGM_LIVE = ("no: a job's node and payment are fixed at arrival from its reported run time (taken as the actual "
-              "one), which a live job does not know; the live executor does not pin jobs to nodes either")
+_DLGM_LIVE = ("in Python, not yet served: marketsched.live.dlgm.DLGMMarket runs the same policy object on the local "
+              "executor (jobs report weight and run time, compensations are ledger transfers between owners, a job "
+              "is stopped at its reported run time; docs/dlgm.md); `market serve` does not offer it yet")
 register(Mechanism("dlgm", "Decentralized Local Greedy Mechanism", "compensation market",
                    "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), DLGM_PARAMS,
                    ("bids", "serial"), ("node-choice",), summary="each job picks the node with the best tentative utility; "

@@ -397,6 +397,62 @@ class DLGM:
         self._to_start: list[int] = []  # nodes whose running job the engine starts at the end of the batch
         self._idle_queued: set[int] = set()  # start_rule "after-arrivals": idle nodes with waiting jobs
 
+    def add_jobs(self, bid, key, cost) -> range:
+        """Append jobs that arrive while the policy runs (the live engine's interface: ``bid``
+        the reported weights ``v~``, ``key`` the reported run times ``d~``, ``cost`` unused);
+        returns their rows.
+
+        Only a policy bound with no jobs takes new ones: it has a single ratio bucket whose
+        lowest ratio is 0, which holds every ratio ``v~/d~ >= 0``, so the buckets never need to
+        be cut again (results do not depend on the buckets, see ``max_buckets``). Jobs choose
+        their node with their reported weight (a live market cannot know a true one). Checks
+        come before anything is appended."""
+        bid = np.atleast_1d(np.asarray(bid, dtype=np.float64))
+        run = np.atleast_1d(np.asarray(key, dtype=np.float64))
+        if bid.ndim != 1 or bid.shape != run.shape:
+            raise ValueError(f"{self.name}: reported weights and run times must be 1-d and of one length")
+        if self.nb != 1 or self.lo[0] != 0.0 or self.choice_array is not self.bid_array:
+            raise ValueError(f"{self.name}: only a policy bound with no jobs and no true weights takes new jobs")
+        first = len(self.v)
+        for what, arr in (("reported weight", bid), ("reported run time", run)):
+            bad = ~np.isfinite(arr) | (arr < 0)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"{self.name}: {what} of job row {first + i} is {arr[i]!r}; must be finite and >= 0")
+        n = bid.shape[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio0 = np.where(run > 0, bid / np.where(run > 0, run, 1.0), np.inf)
+        self.bid_array = self.choice_array = np.concatenate((self.bid_array, bid))
+        self.runtime_array = np.concatenate((self.runtime_array, run))
+        self.v += bid.tolist()  # self.w_choice is this list too (no true weights)
+        self.d += run.tolist()
+        self.ratio += ratio0.tolist()
+        self.bucket0 += [0] * n
+        for col, x in ((self.node_of, -1), (self.bucket_of, -1), (self.work, 0.0), (self.base, 0.0),
+                       (self.base_lo, 0.0), (self.credit_work, 0.0), (self._tent_e, math.nan),
+                       (self._tent_p, math.nan), (self._received, 0.0)):
+            col += [x] * n
+        if self.record_offers:
+            self.offers_completion += [None] * n
+            self.offers_payment += [None] * n
+        self.all_positive = bool((self.bid_array > 0).all())
+        return range(first, first + n)
+
+    def quote(self, weight: float, runtime: float, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every node's tentative completion time and payment ``(e^(n), p^(n))`` for a job that
+        would arrive now (time ``t``) with reported weight and run time ``(weight, runtime)``,
+        without adding it (step 2 of the module's steps, as :meth:`_offers` computes it for an
+        arrival: a newcomer comes after every job, so equal ratios are ahead of it), and the
+        cost the job's node choice minimises (step 3, as :meth:`_arrive` computes it:
+        ``cost.argmin()`` is the node it takes)."""
+        if runtime == 0:
+            return np.full(self.m, t), np.zeros(self.m), np.zeros(self.m)
+        rho = _ratio(weight, runtime)
+        i = bisect_right(self.asc_lo, rho) - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            A, B, _ = self._offers_for(rho, self.nb - 1 - max(i, 0), t)
+        return t + runtime + A, runtime * B, weight * A + runtime * B
+
     def step(self, t: float, arrived: range, completed: list[int]) -> None:
         self._cache = None
         for c in completed:
@@ -626,7 +682,10 @@ class DLGM:
         once (exact where that sum is a float, e.g. dyadic weights; within 2^-106 of the largest
         number it ever held otherwise), so that truthful payments sum to exactly 0 and exact ties
         stay ties where the inputs are exact."""
-        rho, b = self.ratio[j], self.bucket0[j]
+        return self._offers_for(self.ratio[j], self.bucket0[j], t)
+
+    def _offers_for(self, rho: float, b: int, t: float):
+        """:meth:`_offers` for a job of ratio ``rho`` in bucket ``b`` arriving after every job."""
         m = self.m
         whole = rho == self.lo[b]  # j is the lowest ratio of its bucket: the whole bucket is ahead
         p = b + 1 if whole else b

@@ -1,0 +1,313 @@
+"""DLGM and P-DLGM as a running market: nodes with their own WSPT queues, compensations as
+ledger transfers between the jobs' owners.
+
+The mechanism is the simulator's own policy object,
+:class:`~marketsched.mechanisms.online.dlgm.DLGM` (Heydenreich, Müller & Uetz 2006, as Stößer
+2009, sections 5.3 and 5.4, state it), driven by :class:`DLGMEngine`, the live engine with the
+one column DLGM reads that a priority market never knows: each job's reported run time still to
+do. The market's slots are DLGM's nodes (node ``n`` is slot ``n``).
+
+Steps of a submission (weight ``w`` = bid per second of waiting, reported run time ``d``,
+optionally a node):
+
+1. the fields are checked (:mod:`marketsched.platform.validation`; a node that does not exist
+   is refused with 400 naming it);
+2. the policy's tentative feedback of every node for the job (:meth:`DLGM.quote`); the node is
+   the job's myopic best response (largest ``-w e^(n) - p^(n)``, lowest node on ties: the
+   registry default) or the one it names;
+3. the compensations are the policy's: ``w~_k * d`` to the owner of every job ``k`` the job
+   overtakes on its node (the waiting jobs of a lower ratio and, under P-DLGM, the running job
+   it preempts). Each transfer is rounded once to micro-units. The owner must hold their sum,
+   or the job is refused (402) and nothing is recorded;
+4. one engine batch (the policy decides, on the forced node so that the decision is the one
+   priced), the transfers posted, then the engine's effects carried out (start, preempt,
+   resume) by the executor, if one is given.
+
+**Overrun rule** (a decision; the thesis's model runs every job exactly its reported time): a
+job is *stopped at its reported run time*. At the moment a running job's reported time is used
+up (:meth:`DLGMMarket.next_stop`, then :meth:`DLGMMarket.tick`) it is killed and
+reported to the mechanism as completed (state ``stopped``), so its node is free at exactly the
+time the mechanism announced and nobody behind it waits longer than their tentative completion
+time. A job whose process ends earlier completes then (state ``completed``): its node frees
+early, which only helps the jobs behind it; what was paid at arrival stands (DLGM fixes
+payments at arrival from the reports). A recorded run whose jobs all ran their reported times
+replays through the simulator to the same nodes, starts, preemptions and payments; a job that
+ended early makes the replay differ from its end on (the simulator runs reported times).
+
+Money: the mechanism's payments are transfers between jobs (nodes get none), so each arrival
+moves money from its owner to the owners it overtakes and the market keeps nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+from marketsched.engine.records import FinalState
+from marketsched.mechanisms.online.dlgm import DLGM
+from marketsched.platform import validation
+from marketsched.platform.engine import LiveEngine
+from marketsched.platform.ledger import DEPOSITS, Store, user_account
+from marketsched.platform.tokens import hash_token
+from marketsched.platform.validation import MarketError
+
+INF = math.inf
+MIN_RUNTIME, MAX_RUNTIME = 1e-3, 1e9  # reported run time, seconds (a ratio divides by it)
+MAX_COMMAND_BYTES = 65536  # a command line, UTF-8
+PAYMENT_REQUIRED = 402
+
+
+class DLGMEngine(LiveEngine):
+    """The live engine with each job's reported run time still to do (``remaining``), kept as
+    the simulator keeps it: set at arrival, and at a stop ``finish_at - now`` where
+    ``finish_at = start + remaining`` (:class:`~marketsched.engine.simulator.Simulator`), so a
+    preempted job's remaining time and ratio are the simulator's to the bit."""
+
+    def __init__(self, policy, capacity: int, clock):
+        self.remaining: list[float] = []
+        self.finish_at: list[float] = []
+        self.progressed: list[bool] = []  # the row has run for a positive time
+        self.on_nodes: set[int] = set()  # running rows (at most one per node)
+        super().__init__(policy, capacity, clock)
+
+    def preempt(self, j: int) -> None:
+        """Stop running row ``j``. A row that started at this very instant (by an earlier batch
+        of the same clock time: each live submission, exit and stop is a batch of its own) has
+        made no progress: as in the simulator, where the same events form one batch and the job
+        is displaced before the batch's starts, it did not run and is not preempted (Stößer
+        2009, section 5.4: a preemption interrupts positive progress; the effect ``unstart``:
+        the market takes its process back)."""
+        if self.run_start[j] == self.now and self.running[j]:
+            self._stop(j)
+            if not self.progressed[j]:
+                self.first_start[j] = math.nan
+            self._effect("unstart", j)
+            return
+        super().preempt(j)
+
+    def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = int(FinalState.KILLED),
+              rebids=()) -> range:
+        """:meth:`LiveEngine.batch`; an arrival's ``key`` is its reported run time."""
+        for a in arrivals:
+            self.remaining.append(float(a[1]))
+            self.finish_at.append(INF)
+            self.progressed.append(False)
+        try:
+            return super().batch(arrivals, completed, withdrawn, withdrawn_state, rebids)
+        except Exception:
+            del self.remaining[self.n_jobs:]  # the rows the engine did not keep
+            del self.finish_at[self.n_jobs:]
+            del self.progressed[self.n_jobs:]
+            raise
+
+    def _started(self, j: int) -> None:
+        self.finish_at[j] = self.now + self.remaining[j]
+        self.on_nodes.add(j)
+
+    def _stopped(self, j: int) -> None:
+        self.on_nodes.discard(j)
+        if self.now > self.run_start[j]:
+            self.progressed[j] = True
+        if self.finish_at[j] != INF:
+            self.remaining[j] = self.finish_at[j] - self.now
+        self.finish_at[j] = INF
+
+    def finish(self, j: int) -> None:
+        super().finish(j)
+        self.remaining[j] = 0.0
+
+    def overrun(self, t: float) -> list[int]:
+        """Running rows whose reported run time is used up at ``t`` (the overrun rule)."""
+        return sorted(j for j in self.on_nodes if self.finish_at[j] <= t)
+
+    def next_end(self) -> float:
+        """When the first running row's reported run time is used up (``inf``: none runs)."""
+        return min((self.finish_at[j] for j in self.on_nodes), default=INF)
+
+
+class DLGMMarket:
+    """A DLGM (``preemptive=False``) or P-DLGM market on ``nodes`` slots, its money in ``store``.
+
+    ``clock`` returns market seconds; ``executor`` (optional) carries out the decisions on real
+    processes: ``launch(key, command, env=...)``, ``stop(key)``, ``cont(key)``, ``kill(key)``.
+    """
+
+    def __init__(self, store: Store, nodes: int, preemptive: bool = False, clock=None, executor=None):
+        validation.whole(nodes, "nodes")
+        self.store = store
+        self.preemptive = bool(preemptive)
+        self.mechanism = DLGM([], [], preemptive=self.preemptive)
+        self.clock = clock
+        self.engine = DLGMEngine(self.mechanism, nodes, clock)
+        self.executor = executor
+        self.nodes = int(nodes)
+        self.row_job: list[int] = []  # engine row -> job id
+        self.job_row: dict[int, int] = {}
+        self.owner: list[str] = []  # engine row -> owner
+        self.state: dict[int, str] = {}  # job id -> queued, running, preempted, completed, stopped
+        self.commands: dict[int, str] = {}
+
+    # ------------------------------------------------------------------ users and money
+    def add_user(self, name: str, deposit: float = 0.0) -> str:
+        """A new user with ``deposit`` on their account; returns their token."""
+        t = self._tick()
+        token = secrets.token_urlsafe(32)
+        with self.store.transaction():
+            self.store.add_user(name, hash_token(token), False, t)
+            micros = validation.amount(deposit, "deposit", allow_zero=True)
+            if micros:
+                self.store.post(t, "deposit", DEPOSITS, user_account(name), micros, memo="deposit")
+        return token
+
+    def balance(self, name: str) -> int:
+        return self.store.balance(user_account(name))
+
+    # ------------------------------------------------------------------ the bid language
+    def _fields(self, weight, runtime, node=None) -> tuple[float, float, int | None]:
+        w = validation.bid(weight)
+        d = validation.number(runtime, "runtime")
+        if not MIN_RUNTIME <= d <= MAX_RUNTIME:
+            raise MarketError(f"runtime (the reported run time) must be a number of seconds from {MIN_RUNTIME:g} "
+                              f"to {MAX_RUNTIME:g}, got {d!r}")
+        if node is not None:
+            n = validation.whole(node, "node", lo=0)
+            if not 0 <= n < self.nodes:
+                raise MarketError(f"node {n} does not exist: this market's nodes are 0 to {self.nodes - 1}")
+            node = n
+        return w, d, node
+
+    def quote(self, weight, runtime) -> list[dict]:
+        """Every node's tentative completion time, payment and utility ``-w e^ - p^`` for a job
+        of reported ``(weight, runtime)`` submitted now (step 2 of DLGM), best node first."""
+        w, d, _ = self._fields(weight, runtime)
+        self.tick()
+        t = self._tick()
+        e, p, _ = self.mechanism.quote(w, d, t)
+        rows = [{"node": n, "completion": float(e[n]), "payment": float(p[n]),
+                 "utility": float(-w * e[n] - p[n])} for n in range(self.nodes)]
+        return sorted(rows, key=lambda r: (-r["utility"], r["node"]))
+
+    # ------------------------------------------------------------------ jobs
+    def submit(self, user: str, weight, runtime, command: str, node=None) -> dict:
+        """Accept a job and decide at once (see the module's steps)."""
+        w, d, forced = self._fields(weight, runtime, node)
+        if not isinstance(command, str) or not command.strip() or "\x00" in command:
+            raise MarketError("command must be a non-empty string without NUL characters: the command line to run")
+        size = len(validation.utf8(command, "command"))
+        if size > MAX_COMMAND_BYTES:
+            raise MarketError(f"command is {size} bytes long, more than the {MAX_COMMAND_BYTES} this market accepts", 413)
+        try:
+            self.balance(user)
+        except KeyError:
+            raise MarketError(f"unknown user {validation.show(user)}", 404) from None
+        self.tick()  # jobs whose reported time is up leave first
+        t = self._tick()
+        e, p, cost = self.mechanism.quote(w, d, t)
+        if forced is None:
+            forced = int(cost.argmin())  # the policy's own choice: its first best node
+        row = self.engine.n_jobs
+        transfers = self._compensations(w, d, forced, t)
+        need = sum(m for _, m in transfers)
+        have = self.balance(user)
+        if need > have:
+            raise MarketError(f"the compensations on node {forced} come to {need / 1e6:.6f} but {user} holds "
+                              f"{have / 1e6:.6f}", PAYMENT_REQUIRED)
+        with self.store.transaction():
+            job_id = self.store.insert_job(user, w, 1, d, command, t)
+            self.mechanism.force_node[row] = forced
+            self.engine.batch(arrivals=[(w, d, 0.0, 1)])
+            self.row_job.append(job_id)
+            self.job_row[job_id] = row
+            self.owner.append(user)
+            self.state[job_id] = "queued"
+            self.commands[job_id] = command
+            for k, micros in transfers:
+                self.store.post(t, "compensation", user_account(user), user_account(self.owner[k]), micros,
+                                job_id=job_id, memo=f"overtakes job {self.row_job[k]} on node {forced}")
+            self.store.add_event(job_id, t, "node", str(forced))
+            self._apply()
+        return {"id": job_id, "node": forced, "completion": float(e[forced]), "payment": float(p[forced]),
+                "transfers": [(self.row_job[k], m) for k, m in transfers]}
+
+    def _compensations(self, w: float, d: float, n: int, t: float) -> list[tuple[int, int]]:
+        """The policy's transfers for a newcomer (ratio ``w/d``) on node ``n`` at ``t``:
+        ``v~_k * d`` micro-units to each job ``k`` it overtakes there (step 3 of the module's
+        steps): the waiting jobs of a lower ratio and, under P-DLGM, the running job whose
+        ratio on its remaining time is lower."""
+        mech = self.mechanism
+        rho = w / d
+        out = [(k, mech.v[k] * d) for _, k in mech.queue[n] if mech.ratio[k] < rho]
+        k = mech.run_job[n]
+        if self.preemptive and k >= 0:
+            rem = mech.run_fin[n] - t
+            if not mech.v[k] / rem >= rho:
+                out.append((k, mech.v[k] * d))
+        out.sort()
+        return [(k, validation.to_micro(x)) for k, x in out if validation.to_micro(x) > 0]
+
+    def tick(self) -> list[int]:
+        """Stop the jobs whose reported run time is used up (the overrun rule); returns their ids."""
+        t = self._tick()
+        rows = self.engine.overrun(t)
+        if not rows:
+            return []
+        with self.store.transaction():
+            self.engine.batch(completed=rows)
+            for j in rows:
+                self._end(self.row_job[j], "stopped")
+            self._apply()
+        return [self.row_job[j] for j in rows]
+
+    def exited(self, job_id: int) -> None:
+        """The process of ``job_id`` ended before its reported run time: it completes now. A job
+        that is not running (stopped at its reported time as its process ended, or whose process
+        was taken back by an ``unstart``) is left as it is."""
+        self._tick()
+        if self.state.get(job_id) != "running":
+            return
+        j = self.job_row[job_id]
+        with self.store.transaction():
+            self.engine.batch(completed=[j])
+            self._end(job_id, "completed")
+            self._apply()
+
+    def _end(self, job_id: int, state: str) -> None:
+        self.state[job_id] = state
+        self.store.update_job(job_id, state=state)
+        self.store.add_event(job_id, self.engine.now, state)
+        if self.executor is not None and state == "stopped":
+            self.executor.kill(job_id)
+
+    def _apply(self) -> None:
+        for kind, row, t in self.engine.drain():
+            job_id = self.row_job[row]
+            if kind == "start":
+                resumed = self.state[job_id] == "preempted"
+                self.state[job_id] = "running"
+                self.store.add_event(job_id, t, "resume" if resumed else "start")
+                self.store.update_job(job_id, state="running")
+                if self.executor is not None:
+                    if resumed:
+                        self.executor.cont(job_id)
+                    else:
+                        self.executor.launch(job_id, self.commands[job_id],
+                                             env={"MARKETSCHED_JOB_ID": str(job_id)})
+            elif kind == "unstart" and not self.engine.progressed[row]:  # never ran: back in the queue
+                self.state[job_id] = "queued"
+                self.store.add_event(job_id, t, "unstart")
+                self.store.update_job(job_id, state="queued")
+                if self.executor is not None:
+                    self.executor.kill(job_id)
+            elif kind in ("preempt", "unstart"):
+                self.state[job_id] = "preempted"
+                self.store.add_event(job_id, t, "preempt")
+                self.store.update_job(job_id, state="preempted")
+                if self.executor is not None:
+                    self.executor.stop(job_id)
+
+    def _tick(self) -> float:
+        return float(self.clock())
+
+    def next_stop(self) -> float:
+        """When the next running job's reported run time is used up (``inf``: none runs)."""
+        return self.engine.next_end()
