@@ -217,16 +217,16 @@ def _share(rule: str):
     return build
 
 
-_SHARE_LIVE = ("no: the market re-divides the machine every second among all active jobs (time slices); the live "
-               "executors run whole jobs on whole slots (the live Tycoon market, `marketsched market tycoon`, is "
-               "the proportional-share market of Feldman, Lai & Zhang (2005))")
+_SHARE_LIVE = ("yes: `marketsched market share --rule {name}` divides one CPU among CPU-bound jobs every period "
+               "with the simulator's rule (cgroup CPU weights, Tycoon mode's machinery); fixed bids or the ZIC "
+               "bidder, pay-as-bid; the recorded bids replay through the simulator to the same shares and payments")
 register(Mechanism("ps", "Proportional Share", "share market", "Stößer (2009), sections 6.2.2 and 6.4.1",
                    _share("ps"), SHARE_PARAMS, ("whole-seconds", "values>=1"),
-                   summary="each job gets bid / sum of bids of the CPUs, pays its bid", live=_SHARE_LIVE,
+                   summary="each job gets bid / sum of bids of the CPUs, pays its bid", live=_SHARE_LIVE.format(name="ps"),
                    utility=share_utility))
 register(Mechanism("sh", "Sanghavi-Hajek", "share market", "Stößer (2009), section 6.2.3 (Sanghavi & Hajek (2004))",
                    _share("sh"), SHARE_PARAMS, ("whole-seconds", "values>=1"),
-                   summary="shares by the Sanghavi-Hajek integral, pay as bid", live=_SHARE_LIVE,
+                   summary="shares by the Sanghavi-Hajek integral, pay as bid", live=_SHARE_LIVE.format(name="sh"),
                    utility=share_utility))
 
 
