@@ -12,13 +12,16 @@ shares and payments.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from live_helpers import wait_for
+from live_helpers import end_and_clean_up, tagged_processes, wait_for
 from marketsched.behaviour.learning import ZIC
 from marketsched.live.cli import market
 from marketsched.live.share import FixedBids, RecordedBids, ShareMarket, replay_through_simulator
@@ -46,8 +49,8 @@ def reference_shares(rule, bids):
     return sh_shares_rational(bids)
 
 
-def our_cgroups():
-    pid = os.getpid()
+def our_cgroups(pid=None):
+    pid = os.getpid() if pid is None else pid
     return [p for root in (find_cgroup1_cpu(), find_cgroup2_cpu()) if root is not None
             for p in root.glob(f"marketsched-share-{pid}-*")]
 
@@ -198,3 +201,25 @@ def test_cli_refuses_malformed_options(args, message):
     res = CliRunner().invoke(market, ["share", *args, "--duration", "1"])
     assert res.exit_code == 2, res.output
     assert message in res.output, res.output
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_cli_interrupted_leaves_nothing(sig):
+    """Ctrl-C or a kill once the market has started: every job and cgroup is removed (the jobs
+    inherit ``MARKETSCHED_TEST_TAG``, so an orphan would be found)."""
+    tag = f"share-{os.getpid()}-{sig}"
+    proc = subprocess.Popen([sys.executable, "-m", "marketsched.live.cli", "share", "--rule", "sh", "--bidder", "zic",
+                             "--values", "5,9", "--duration", "60", "--every", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MARKETSCHED_TEST_TAG": tag})
+    try:
+        assert "enforcement" in proc.stdout.readline()  # printed once start() has returned
+        assert tagged_processes(tag), "no job running"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=HANG)
+    finally:
+        left = end_and_clean_up(proc, tag)
+    assert proc.returncode == 1 and "interrupted: stopping the jobs" in err, err
+    assert "stopped" not in out
+    assert left == []
+    assert our_cgroups(proc.pid) == []

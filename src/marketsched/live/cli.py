@@ -820,6 +820,7 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
     from marketsched.live.share import FixedBids, ShareMarket
 
     cpu = min(os.sched_getaffinity(0)) if host is None else host
+    agent: FixedBids | ZIC
     if bidder == "fixed":
         if bids is None:
             raise click.UsageError("--bidder fixed needs --bids (one bid per job)")
