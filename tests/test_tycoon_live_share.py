@@ -121,6 +121,11 @@ def test_measured_cgroup_shares_follow_the_rule(rule, request):
         np.testing.assert_array_equal(p.bids, BIDS)
         np.testing.assert_allclose(p.shares, share, rtol=1e-12)
     np.testing.assert_array_equal(m.paid, np.array(BIDS) * len(m.history))
+    received, paid = replay_through_simulator(rule, [p.bids for p in m.history])  # the recorded run, replayed
+    np.testing.assert_allclose(received, share * len(m.history), rtol=1e-12)
+    np.testing.assert_array_equal(np.round(paid * 1e6), np.round(m.paid * 1e6))
+    with pytest.raises(RuntimeError, match="starts once"):
+        m.start()
     err = np.abs(measured - share).max()
     request.node.user_properties += [("enforcement", m.enforcement), ("max_share_error", float(err))]
     assert err <= TOL, f"{rule} {m.enforcement}: rule\n{share}\nmeasured\n{measured}\ncpu s\n{cpu_s}"

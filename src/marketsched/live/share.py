@@ -153,6 +153,8 @@ class ShareMarket(CpuShareHosts):
     def start(self, commands=None):
         """Bid round 0, then start the jobs (with round 0's shares) and the periodic thread."""
         with self._lock:
+            if self.history or self._stop.is_set():
+                raise RuntimeError("a ShareMarket starts once")
             self._round()
         return super().start(commands)
 
