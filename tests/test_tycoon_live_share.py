@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from live_helpers import end_and_clean_up, tagged_processes, wait_for
-from marketsched.behaviour.learning import ZIC
+from marketsched.behaviour.learning import ZIC, make_bidder
 from marketsched.live.cli import market
 from marketsched.live.share import FixedBids, RecordedBids, ShareMarket, replay_through_simulator
 from marketsched.live.tycoon import find_cgroup1_cpu, find_cgroup2_cpu
@@ -148,28 +148,49 @@ def test_measured_cgroup_shares_over_a_minute_follow_the_rule(rule):
     assert err <= TOL
 
 
+def simulator_run(rule, bidder, values, rounds, seed):
+    """The simulator's share market with its own bidder: every job released at 0 for ``rounds``
+    seconds on one CPU; returns ``(CPU-seconds received, payments)``."""
+    n = len(values)
+    w = Workload.from_columns(submit_time=np.zeros(n), runtime=np.full(n, float(rounds)), capacity=1)
+    records, policy = run_on_engine(w, values, rule, make_bidder(bidder, values), capacity=1.0, rng=seed)
+    return policy.received, np.asarray(records.payment)
+
+
+@pytest.mark.parametrize("bidder", ["zic", "q-learning"])
 @pytest.mark.parametrize("rule", ["ps", "sh"])
-def test_live_zic_run_replays_through_the_simulator(rule):
-    """The simulator's ZIC bidder as a live agent: the recorded bids are the simulator's own ZIC
-    bids for the same seed, and replayed through the simulator's share market they give the same
-    shares (CPU-seconds received) and the same payments, to the micro-unit."""
+def test_live_bidder_run_replays_through_the_simulator(rule, bidder):
+    """The simulator's ZIC and Q-learning bidders as live agents: replayed through the
+    simulator's share market, the recorded bids give the same shares (CPU-seconds received) and
+    the same payments, to the micro-unit; and the simulator with its own bidder and the same
+    seed gives the same payments (the live agents bid what the simulated ones bid)."""
     values = np.array([4.0, 9.0, 9.0, 20.0])
-    m = ShareMarket(cpu(), rule, ZIC(), values, interval=0.1, seed=11)
+    m = ShareMarket(cpu(), rule, make_bidder(bidder, values), values, interval=0.1, seed=11)
     try:
         m.start()
         assert wait_for(lambda: len(m.history) >= 5, timeout=HANG)
     finally:
         m.stop()
     bids = np.array([p.bids for p in m.history])
-    k, n = bids.shape
     received, paid = replay_through_simulator(rule, bids)
     np.testing.assert_allclose(received, np.sum([p.shares for p in m.history], axis=0), rtol=1e-12)
     np.testing.assert_array_equal(np.round(paid * 1e6), np.round(m.paid * 1e6))
-    # the same run in the simulator with its own ZIC bidder and the same seed: the same payments
-    w = Workload.from_columns(submit_time=np.zeros(n), runtime=np.full(n, float(k)), capacity=1)
-    records, policy = run_on_engine(w, values, rule, ZIC(), capacity=1.0, rng=11)
-    np.testing.assert_array_equal(np.round(np.asarray(records.payment) * 1e6), np.round(m.paid * 1e6))
-    np.testing.assert_allclose(policy.received, received, rtol=1e-12)
+    sim_received, sim_paid = simulator_run(rule, bidder, values, len(bids), 11)
+    np.testing.assert_array_equal(np.round(sim_paid * 1e6), np.round(m.paid * 1e6))
+    np.testing.assert_allclose(sim_received, received, rtol=1e-12)
+
+
+@pytest.mark.parametrize("rule", ["ps", "sh"])
+def test_learning_agent_over_many_periods_bids_as_in_the_simulator(rule):
+    """Q-learning learns from the shares it gets: over 300 periods (process-free: the periods
+    without enforcement) its bids, and so the payments, stay those of the simulator's run."""
+    values = np.array([12.0, 40.0, 75.0, 150.0, 150.0])
+    m = ShareMarket(cpu(), rule, make_bidder("q-learning", values), values, seed=5, enforcement="stride")
+    for _ in range(300):
+        m._round()
+    received, paid = simulator_run(rule, "q-learning", values, 300, 5)
+    np.testing.assert_array_equal(np.round(paid * 1e6), np.round(m.paid * 1e6))
+    np.testing.assert_allclose(received, np.sum([p.shares for p in m.history], axis=0), rtol=1e-12)
 
 
 def test_cli_runs_sh_and_leaves_nothing():
@@ -198,6 +219,8 @@ def test_cli_runs_sh_and_leaves_nothing():
     (["--rule", "ps", "--bids", "1,-2"], "finite and >= 0"),
     (["--rule", "ps", "--bids", "0,0"], "at least one bid must be positive"),
     (["--rule", "sh", "--bidder", "zic"], "needs --values"),
+    (["--rule", "sh", "--bidder", "q-learning", "--values", "5,x"], "'x' is not a number"),
+    (["--rule", "sh", "--bidder", "zic", "--values", "5,9", "--bids", "1,2"], "--bids is for --bidder fixed"),
     (["--rule", "sh", "--bidder", "zic", "--values", "0.5,3"], "values must be >= 1"),
     (["--rule", "sh", "--host", "10000", "--bids", "1"], "not available"),
     (["--rule", "xx", "--bids", "1"], "'xx' is not one of"),

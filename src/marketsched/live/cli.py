@@ -797,10 +797,11 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
 @click.option("--bids", default=None, metavar="B",
               help="Fixed bids per period, one per job, comma-separated (>= 0, one > 0), e.g. \"3,2,1\".")
 @click.option("--values", default=None, metavar="V",
-              help="The jobs' values per CPU-second, comma-separated (>= 1): with --bidder zic each job bids "
-                   "uniformly on {1..v} every period.")
-@click.option("--bidder", default="fixed", show_default=True, type=click.Choice(["fixed", "zic"]),
-              help="fixed: the --bids every period; zic: the simulator's ZIC bidder on the --values.")
+              help="The jobs' values per CPU-second, comma-separated (>= 1), for --bidder zic (each job bids "
+                   "uniformly on {1..v} every period) or q-learning.")
+@click.option("--bidder", default="fixed", show_default=True, type=click.Choice(["fixed", "zic", "q-learning"]),
+              help="fixed: the --bids every period; zic, q-learning: the simulator's ZIC or Q-learning bidder "
+                   "(Stößer 2009, section 6.4.1) on the --values.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bidders' draws.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds per period (the thesis's round is one second).")
@@ -809,18 +810,18 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
     """Proportional Share or Sanghavi-Hajek (Stößer 2009, ch. 6) as a running market on one CPU.
 
     One CPU-bound job per bid (or value); every --interval each job bids (fixed bids, or the
-    simulator's ZIC bidder), the simulator's rule turns the bids into shares of the CPU, enforced
+    simulator's ZIC or Q-learning bidder), the simulator's rule turns the bids into shares of the CPU, enforced
     with cgroup CPU weights, and each job pays its bid (pay-as-bid). Every --every seconds a table
     shows each job's last bid and share, its mean share over the table's periods, the measured
     fraction of the CPU time its cgroup used, and what it has paid so far.
     """
     import numpy as np
 
-    from marketsched.behaviour.learning import ZIC
+    from marketsched.behaviour.learning import ZIC, QLearning, make_bidder
     from marketsched.live.share import FixedBids, ShareMarket
 
     cpu = min(os.sched_getaffinity(0)) if host is None else host
-    agent: FixedBids | ZIC
+    agent: FixedBids | ZIC | QLearning
     if bidder == "fixed":
         if bids is None:
             raise click.UsageError("--bidder fixed needs --bids (one bid per job)")
@@ -832,11 +833,14 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
             raise click.BadParameter(str(exc), param_hint="--bids") from None
     else:
         if values is None:
-            raise click.UsageError("--bidder zic needs --values (one value per job)")
+            raise click.UsageError(f"--bidder {bidder} needs --values (one value per job)")
         if bids is not None:
-            raise click.UsageError("--bids is for --bidder fixed; --bidder zic draws the bids from --values")
+            raise click.UsageError(f"--bids is for --bidder fixed; --bidder {bidder} bids from --values")
         vals = _number_list(values, "--values")
-        agent = ZIC()
+        try:
+            agent = make_bidder(bidder, vals)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--values") from None
     try:
         mk = ShareMarket(cpu, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement)
     except ValueError as exc:

@@ -6,8 +6,8 @@ every second each active request bids, receives ``x_j = min(c_j, tau_j C)`` CPUs
 bid ``b_j c_j``). The rule is the simulator's own :func:`marketsched.mechanisms.online.share.market_round`
 (which calls :func:`~marketsched.mechanisms.online.share.shares`); the bidders are objects with
 the simulator's bidder interface (``reset``, ``begin``, ``bid``, ``observe``, ``end``, as
-:class:`marketsched.behaviour.learning.ZIC`), so the simulator's ZIC bidder runs here as a live
-agent unchanged.
+:class:`marketsched.behaviour.learning.ZIC`), so the simulator's ZIC and Q-learning bidders
+(:func:`~marketsched.behaviour.learning.make_bidder`) run here as live agents unchanged.
 
 Steps of one period (:meth:`ShareMarket.resplit`, every ``interval`` seconds on the periodic
 thread of :class:`~marketsched.live.tycoon.CpuShareHosts`, the machinery Tycoon mode runs on):
