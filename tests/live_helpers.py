@@ -1,7 +1,9 @@
 """Helpers shared by the live-market tests (local processes and Slurm)."""
 
 import json
+import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -313,3 +315,34 @@ def slurm_broker(data: Path, port: int, log, slots: int) -> subprocess.Popen:
     """A single-user broker on the Slurm executor (:func:`start_broker`)."""
     return start_broker(data, port, log, "--slots", slots, "--charge-interval", "0.2", "--executor", "slurm",
                         "--sync", "normal", "--single-user")
+
+
+def tagged_processes(tag):
+    """Processes (pids) whose environment holds ``MARKETSCHED_TEST_TAG=tag``: the CLI's jobs
+    inherit it, so this finds a job even if it was orphaned before the CLI recorded it."""
+    needle = f"MARKETSCHED_TEST_TAG={tag}".encode()
+    found = []
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                found.append(int(d.name))
+        except OSError:
+            continue
+    return found
+
+
+def end_and_clean_up(proc, tag):
+    """Kill ``proc`` if it still runs, then the processes tagged ``tag`` (see
+    :func:`tagged_processes`) so a failing test leaves nothing running; returns the tagged pids
+    that were still there (the test asserts there were none)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    left = tagged_processes(tag)
+    for pid in left:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGCONT)
+        except OSError:
+            pass
+    return left

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from live_helpers import wait_for
+from live_helpers import end_and_clean_up, wait_for
 from marketsched.live.cli import market
 from marketsched.live.tycoon import (
     BUSY,
@@ -264,20 +264,6 @@ def test_cli_refuses_malformed_options(args, message):
     assert busy_children() == []
 
 
-def tagged_processes(tag):
-    """Processes (pids) whose environment holds ``MARKETSCHED_TEST_TAG=tag``: the CLI's jobs
-    inherit it, so this finds a job even if it was orphaned before the CLI recorded it."""
-    needle = f"MARKETSCHED_TEST_TAG={tag}".encode()
-    found = []
-    for d in Path("/proc").glob("[0-9]*"):
-        try:
-            if needle in (d / "environ").read_bytes().split(b"\0"):
-                found.append(int(d.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("when", ["while-starting", "started"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_cli_interrupted_leaves_nothing(sig, when):
@@ -297,16 +283,7 @@ def test_cli_interrupted_leaves_nothing(sig, when):
         proc.send_signal(sig)  # Ctrl-C, or a kill
         out, err = proc.communicate(timeout=HANG)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        left = tagged_processes(tag)
-        for pid in left:  # do not leave them running if the test fails
-            try:
-                os.killpg(pid, signal.SIGKILL)
-                os.killpg(pid, signal.SIGCONT)
-            except OSError:
-                pass
+        left = end_and_clean_up(proc, tag)
     assert proc.returncode == 1 and "interrupted: stopping the jobs" in err, err
     assert "stopped" not in out  # interrupted before its end
     assert left == []

@@ -324,3 +324,20 @@ class QLearning:
             rows = q[rd]
             self.vmax[rd] = rows.max(axis=1)
             self.amax[rd] = rows.argmax(axis=1)
+
+
+BIDDERS = ("zic", "q-learning")
+
+
+def make_bidder(name: str, values) -> ZIC | QLearning:
+    """The share markets' bidder ``name`` ("zic" or "q-learning") for requests with ``values``:
+    ZIC, or Q-learning with the chosen parameters (:data:`CHOSEN`) on the value range
+    ``floor(min v) .. ceil(max v)`` (Stößer (2009), section 6.4.1); used by the simulated and
+    the live share markets alike."""
+    if name == "zic":
+        return ZIC()
+    if name == "q-learning":
+        v = np.asarray(values, dtype=np.float64)
+        return QLearning(alpha=CHOSEN["alpha"], gamma=CHOSEN["gamma"], epsilon=CHOSEN["epsilon"],
+                         low=int(np.floor(v.min())), high=int(np.ceil(v.max())))
+    raise ValueError(f"unknown bidder {name!r}; use one of {', '.join(BIDDERS)}")

@@ -674,6 +674,62 @@ def _number_list(text: str, param: str, kind=float) -> list:
     return out
 
 
+def _cpu_market_options(f):
+    """The options ``market tycoon`` and ``market share`` share: --duration, --every, --enforcement."""
+    for opt in reversed([
+        click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+                     help="Seconds to run."),
+        click.option("--every", default=5.0, show_default=True, type=click.FloatRange(min=0),
+                     help="Seconds between tables (0: one table, at the end)."),
+        click.option("--enforcement", default="auto", show_default=True,
+                     type=click.Choice(["auto", "cgroup2", "cgroup1", "stride"]),
+                     help="How shares are enforced: cgroup v2 cpu.weight, cgroup v1 cpu.shares, or user-space "
+                          "stride scheduling (auto: the first that works, in that order)."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _run_cpu_market(mk, what: str, banner, table, duration: float, every: float) -> None:
+    """Run a live proportional-share market (:class:`~marketsched.live.tycoon.CpuShareHosts`) from
+    the command line: start it, print ``banner()``, call ``table(t, period, cpu, measured)`` every
+    ``every`` seconds (0: once, at the end) for ``duration`` seconds, then stop it. Its jobs and
+    cgroups are removed at the end, on Ctrl-C and on SIGTERM (a second one does not cut the
+    cleanup short)."""
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _term) if main_thread else None
+    try:
+        try:
+            mk.start()
+        except (RuntimeError, OSError) as exc:
+            raise click.ClickException(f"cannot start {what}: {exc}") from None
+        click.echo(banner())
+        t = 0.0
+        while t < duration - 1e-9:
+            period = min(every or duration, duration - t)
+            cpu, measured = mk.measure(period)
+            t += period
+            table(t, period, cpu, measured)
+    except KeyboardInterrupt:
+        click.echo("interrupted: stopping the jobs", err=True)
+        raise click.Abort() from None
+    finally:
+        if main_thread:  # a second Ctrl-C or SIGTERM must not cut the cleanup short
+            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            mk.stop()
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, old_int)
+                signal.signal(signal.SIGTERM, old_term)
+    click.echo(f"stopped: {len(mk.jobs)} jobs killed" + (", cgroups removed" if mk.root is not None else ""))
+
+
 @market.command("tycoon")
 @click.option("--hosts", default=None, metavar="CPUS",
               help="Comma-separated CPU numbers, one host each (default: the first two CPUs this process may "
@@ -684,14 +740,7 @@ def _number_list(text: str, param: str, kind=float) -> list:
                    "\"0.7,0.3;0.2,0.8;0.5,0.5\"). Default: that example for 3 users on 2 hosts, else equal weights.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds between the agents' re-splits.")
-@click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Seconds to run.")
-@click.option("--every", default=5.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds between tables (0: one table, at the end).")
-@click.option("--enforcement", default="auto", show_default=True,
-              type=click.Choice(["auto", "cgroup2", "cgroup1", "stride"]),
-              help="How shares are enforced: cgroup v2 cpu.weight, cgroup v1 cpu.shares, or user-space stride "
-                   "scheduling (auto: the first that works, in that order).")
+@_cpu_market_options
 def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> None:
     """Tycoon mode (Feldman, Lai & Zhang 2005): a proportional-share market over this machine's CPUs.
 
@@ -734,38 +783,88 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
                            f"{measured[i, j]:>8.4f} {cpu[i, j]:>6.2f}")
         click.echo(f"max |measured - share|: {np.abs(measured - share).max():.4f}")
 
-    def _term(signum, frame):
-        raise KeyboardInterrupt
+    _run_cpu_market(tm, "the Tycoon market",
+                    lambda: f"tycoon: {m} users on hosts (CPUs) {','.join(map(str, cpus))}; enforcement "
+                            f"{tm.enforcement}; agents re-split every {interval:g} s for {duration:g} s",
+                    table, duration, every)
 
-    main_thread = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _term) if main_thread else None
+
+@market.command("share")
+@click.option("--rule", required=True, type=click.Choice(["ps", "sh"]),
+              help="Allocation rule: ps (Proportional Share) or sh (Sanghavi-Hajek).")
+@click.option("--host", default=None, type=int, metavar="CPU",
+              help="The CPU the jobs share (default: the first CPU this process may use).")
+@click.option("--bids", default=None, metavar="B",
+              help="Fixed bids per period, one per job, comma-separated (>= 0, one > 0), e.g. \"3,2,1\".")
+@click.option("--values", default=None, metavar="V",
+              help="The jobs' values per CPU-second, comma-separated (>= 1), for --bidder zic (each job bids "
+                   "uniformly on {1..v} every period) or q-learning.")
+@click.option("--bidder", default="fixed", show_default=True, type=click.Choice(["fixed", "zic", "q-learning"]),
+              help="fixed: the --bids every period; zic, q-learning: the simulator's ZIC or Q-learning bidder "
+                   "(Stößer 2009, section 6.4.1) on the --values.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bidders' draws.")
+@click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per period (the thesis's round is one second).")
+@_cpu_market_options
+def share(rule, host, bids, values, bidder, seed, interval, duration, every, enforcement) -> None:
+    """Proportional Share or Sanghavi-Hajek (Stößer 2009, ch. 6) as a running market on one CPU.
+
+    One CPU-bound job per bid (or value); every --interval each job bids (fixed bids, or the
+    simulator's ZIC or Q-learning bidder), the simulator's rule turns the bids into shares of the CPU, enforced
+    with cgroup CPU weights, and each job pays its bid (pay-as-bid). Every --every seconds a table
+    shows each job's last bid and share, its mean share over the table's periods, the measured
+    fraction of the CPU time its cgroup used, and what it has paid so far.
+    """
+    import numpy as np
+
+    from marketsched.behaviour.learning import ZIC, QLearning, make_bidder
+    from marketsched.live.share import FixedBids, ShareMarket
+
+    cpu = min(os.sched_getaffinity(0)) if host is None else host
+    agent: FixedBids | ZIC | QLearning
+    if bidder == "fixed":
+        if bids is None:
+            raise click.UsageError("--bidder fixed needs --bids (one bid per job)")
+        bid_list = _number_list(bids, "--bids")
+        vals = bid_list if values is None else _number_list(values, "--values")
+        try:
+            agent = FixedBids(bid_list)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--bids") from None
+    else:
+        if values is None:
+            raise click.UsageError(f"--bidder {bidder} needs --values (one value per job)")
+        if bids is not None:
+            raise click.UsageError(f"--bids is for --bidder fixed; --bidder {bidder} bids from --values")
+        vals = _number_list(values, "--values")
+        try:
+            agent = make_bidder(bidder, vals)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--values") from None
     try:
-        try:
-            tm.start()
-        except (RuntimeError, OSError) as exc:
-            raise click.ClickException(f"cannot start the Tycoon market: {exc}") from None
-        click.echo(f"tycoon: {m} users on hosts (CPUs) {','.join(map(str, cpus))}; enforcement {tm.enforcement}; "
-                   f"agents re-split every {interval:g} s for {duration:g} s")
-        t = 0.0
-        while t < duration - 1e-9:
-            period = min(every or duration, duration - t)
-            cpu, measured = tm.measure(period)
-            t += period
-            table(t, period, cpu, measured)
-    except KeyboardInterrupt:
-        click.echo("interrupted: stopping the jobs", err=True)
-        raise click.Abort() from None
-    finally:
-        if main_thread:  # a second Ctrl-C or SIGTERM must not cut the cleanup short
-            old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            tm.stop()
-        finally:
-            if main_thread:
-                signal.signal(signal.SIGINT, old_int)
-                signal.signal(signal.SIGTERM, old_term)
-    click.echo(f"stopped: {len(tm.jobs)} jobs killed" + (", cgroups removed" if tm.root is not None else ""))
+        mk = ShareMarket(cpu, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    n = len(vals)
+    seen = [0]  # rounds already shown
+
+    def table(t: float, period: float, cpu_s, measured) -> None:
+        _, last_bids, last_shares = mk.snapshot()
+        rounds, mean, paid = mk.since(seen[0])
+        seen[0] = rounds
+        click.echo(f"t={t:.1f} s, period {rounds}; rule = mean share over the table's periods, measured = "
+                   f"fraction of the CPU time over the last {period:.1f} s")
+        click.echo(f"{'job':>4} {'bid':>8} {'share':>7} {'rule':>7} {'measured':>8} {'cpu s':>6} {'paid':>10}")
+        for i in range(n):
+            click.echo(f"{i:>4} {last_bids[i]:>8g} {last_shares[i]:>7.4f} {mean[i]:>7.4f} {measured[i, 0]:>8.4f} "
+                       f"{cpu_s[i, 0]:>6.2f} {paid[i]:>10.6f}")
+        click.echo(f"max |measured - rule|: {np.abs(measured[:, 0] - mean).max():.4f}")
+
+    names = {"ps": "Proportional Share", "sh": "Sanghavi-Hajek"}
+    _run_cpu_market(mk, f"the {names[rule]} market",
+                    lambda: f"share: {names[rule]}, {n} jobs on CPU {cpu}; enforcement {mk.enforcement}; "
+                            f"{bidder} bidders rebid every {interval:g} s for {duration:g} s",
+                    table, duration, every)
 
 
 def main() -> None:  # pragma: no cover - `python -m marketsched.live.cli`

@@ -59,6 +59,13 @@ the default test measures until every host's jobs have used a few CPU-seconds (t
 time), ``pytest -m measure`` over 60 s of wall time. :meth:`TycoonMarket.stride_quantum` is
 checked quantum by quantum against stride scheduling's bound.
 
+Machinery
+---------
+The jobs, their cgroups, the enforcement and the periodic thread are :class:`CpuShareHosts`;
+:class:`TycoonMarket` adds the budgets, the weights and the agents' best responses. The share
+market of Stößer (2009), chapter 6 (:mod:`marketsched.live.share`, ``marketsched market share``)
+runs on the same machinery.
+
 Decisions
 ---------
 * Agents re-split sequentially in user order each interval (each sees the bids already updated
@@ -134,44 +141,42 @@ class TycoonJob:
     extra: dict = field(default_factory=dict)
 
 
-class TycoonMarket:
-    """Tycoon's proportional share (Feldman, Lai & Zhang 2005, ACM EC) over ``hosts``
-    (distinct CPU numbers) for users with ``budgets`` (m,) and private ``weights`` (m, n);
-    ``interval``: seconds between the agents' re-splits; ``enforcement``: "auto" (see
-    :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride"; ``quantum``: the stride
-    scheduler's time slice (s)."""
+class CpuShareHosts:
+    """The machinery every live proportional-share market runs on: one job per (user, host)
+    (``hosts``: distinct CPU numbers; ``users``: how many), started by the live market's
+    executor, each host's CPU divided among its jobs in proportion to :meth:`tickets` (cgroup
+    CPU weights, or stride scheduling: see the module docstring), and a periodic thread that
+    calls :meth:`resplit` every ``interval`` seconds. Tycoon mode (:class:`TycoonMarket`) and the
+    share market of Stößer (2009), chapter 6 (:class:`marketsched.live.share.ShareMarket`) are
+    its subclasses: they set ``bids`` and define :meth:`resplit` (one period of their market).
 
-    def __init__(self, hosts, budgets, weights, interval: float = 1.0, reserve: float = 1e-3,
-                 enforcement: str = "auto", quantum: float = 0.02, name: str | None = None):
+    ``enforcement``: "auto" (see :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride";
+    ``quantum``: the stride scheduler's time slice (s); ``kind`` names the threads and the
+    market's cgroup folder (``marketsched-<kind>-<pid>-...``)."""
+
+    kind = "share"
+
+    def __init__(self, hosts, users: int, interval: float = 1.0, enforcement: str = "auto",
+                 quantum: float = 0.02, name: str | None = None):
         self.hosts = [int(h) for h in hosts]
-        self.budgets = np.asarray(budgets, dtype=float)
-        self.weights = np.asarray(weights, dtype=float)
-        m, n = len(self.budgets), len(self.hosts)
-        if self.weights.shape != (m, n):
-            raise ValueError(f"weights must be (users, hosts) = ({m}, {n}), got {self.weights.shape}")
-        if np.any(self.budgets <= 0) or not np.all(np.isfinite(self.budgets)):
-            raise ValueError("budgets must be positive and finite")
-        if np.any(self.weights < 0) or not np.all(np.isfinite(self.weights)):
-            raise ValueError("weights must be finite and >= 0")
+        self.users = int(users)
+        m, n = self.users, len(self.hosts)
         cpus = os.sched_getaffinity(0)
         bad = [h for h in self.hosts if h not in cpus]
         if bad:
             raise ValueError(f"host CPU(s) {bad} are not available to this process (CPUs {sorted(cpus)})")
         if len(set(self.hosts)) != n:
             raise ValueError(f"hosts must be distinct CPUs, got {self.hosts}")
-        if not interval > 0 or not reserve > 0 or not quantum > 0:
-            raise ValueError("interval, reserve and quantum must be positive")
-        self.interval, self.reserve, self.quantum = float(interval), float(reserve), float(quantum)
+        if not interval > 0 or not quantum > 0:
+            raise ValueError("interval and quantum must be positive")
+        self.interval, self.quantum = float(interval), float(quantum)
         self.enforcement = detect_enforcement() if enforcement == "auto" else enforcement
         if self.enforcement not in ("cgroup2", "cgroup1", "stride"):
             raise ValueError(f"unknown enforcement {enforcement!r}")
-        self.name = name or f"marketsched-tycoon-{os.getpid()}-{id(self) & 0xffff:x}"
-        # initial bids: proportional to the weights (each user spends its whole budget)
-        w = self.weights
-        tot = w.sum(axis=1, keepdims=True)
-        self.bids = np.where(tot > 0, w / np.where(tot > 0, tot, 1), 1.0 / n) * self.budgets[:, None]
+        self.name = name or f"marketsched-{self.kind}-{os.getpid()}-{id(self) & 0xffff:x}"
+        self.bids = np.zeros((m, n))  # set by the subclass: its market's bids (users x hosts)
         self.jobs: dict[tuple[int, int], TycoonJob] = {}
-        self.history: list[np.ndarray] = [self.bids.copy()]
+        self.history: list = []  # one entry per period, the subclass's record
         self.root: Path | None = None  # the market's cgroup folder, if jobs are in cgroups
         self.executor: LocalExecutor | None = None
         self._workdir: Path | None = None
@@ -185,8 +190,18 @@ class TycoonMarket:
         self._stride_away: list[dict[int, tuple[float, float]]] = [{} for _ in range(n)]
         self.last_error: str | None = None  # the last exception of the agents thread, if any
 
+    def tickets(self) -> np.ndarray:
+        """What each host's CPU is divided in proportion to (users x hosts, >= 0; 0: the job is
+        stopped): the bids by default (Tycoon's and Proportional Share's rule)."""
+        return self.bids
+
+    def resplit(self):
+        """One period of the market, called by the periodic thread every ``interval`` seconds;
+        subclasses define it (holding ``_lock`` while they change the bids and call :meth:`apply`)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ processes and cgroups
-    def start(self, commands=None) -> TycoonMarket:
+    def start(self, commands=None):
         """Start one job per (user, host): ``commands[i][j]`` (shell) or a CPU-bound loop; apply
         the initial bids; start the stride threads (if that is the enforcement) and the agents
         thread, which calls :meth:`resplit` every ``interval`` seconds until :meth:`stop`.
@@ -197,7 +212,7 @@ class TycoonMarket:
         weight its bid gives. A Ctrl-C or SIGTERM arriving meanwhile takes effect when every job
         is recorded (so :meth:`stop` finds them all)."""
         if self.jobs or self._stop.is_set():
-            raise RuntimeError("a TycoonMarket starts once")
+            raise RuntimeError(f"a {type(self).__name__} starts once")
         with _interrupts_held():
             self._start(commands)
         return self
@@ -217,7 +232,7 @@ class TycoonMarket:
             dirs = layout.dirs()
             self.root = (layout.cpu[1] if layout.cpu is not None else dirs[0]) if dirs else None
             for j, cpu in enumerate(self.hosts):
-                for i in range(len(self.budgets)):
+                for i in range(self.users):
                     cmd = BUSY if commands is None else commands[i][j]
                     key = f"u{i}-h{j}"
                     proc = self.executor.launch(key, cmd, affinity={cpu}, frozen=True, record_exit=False)
@@ -226,23 +241,24 @@ class TycoonMarket:
         except BaseException:
             self.stop()
             raise
-        targets = [(self._stride, (j,), f"tycoon-stride-{j}") for j in range(len(self.hosts))
+        targets = [(self._stride, (j,), f"{self.kind}-stride-{j}") for j in range(len(self.hosts))
                    if self.enforcement == "stride"]
-        for target, args, tname in targets + [(self._agents, (), "tycoon-agents")]:
+        for target, args, tname in targets + [(self._agents, (), f"{self.kind}-agents")]:
             t = threading.Thread(target=target, args=args, daemon=True, name=tname)
             t.start()
             self._threads.append(t)
 
     def apply(self) -> None:
-        """Make the current bids the hosts' shares (cgroup weights, or the stride scheduler's
-        strides); a zero bid stops (freezes) that job."""
+        """Make the current :meth:`tickets` the hosts' shares (cgroup weights, or the stride
+        scheduler's strides); a zero ticket stops (freezes) that job."""
         if self.enforcement == "stride":
-            return  # the stride threads read self.bids every quantum
+            return  # the stride threads read the tickets every quantum
         with self._lock:
+            tickets = self.tickets()
             for j in range(len(self.hosts)):
-                col = self.bids[:, j]
+                col = tickets[:, j]
                 top = col.max()
-                for i in range(len(self.budgets)):
+                for i in range(self.users):
                     job = self.jobs[(i, j)]
                     x = col[i]
                     if x <= 0:
@@ -284,20 +300,21 @@ class TycoonMarket:
         or take 1 + k r."""
         with self._lock:
             last, away = self._stride_last[j], self._stride_away[j]
-            cands = [i for i in range(len(self.budgets)) if self.bids[i, j] > 0]
+            tickets = self.tickets()
+            cands = [i for i in range(self.users) if tickets[i, j] > 0]
             # distances are to the smallest pass of the jobs active at the last quantum (0 if none)
             floor = min((self.jobs[(i, j)].pass_ for i in last), default=0.0)
             for i in list(last):
                 if i not in cands:  # left: keep its distance to the smallest pass, and its bid
                     away[i] = (self.jobs[(i, j)].pass_ - floor, last[i])
             for i in cands:
-                jb, bid = self.jobs[(i, j)], self.bids[i, j]
+                jb, bid = self.jobs[(i, j)], tickets[i, j]
                 if i not in last:
                     dist, old = away.pop(i, (0.0, bid))
                     jb.pass_ = floor + max(dist, 0.0) * old / bid
                 elif last[i] != bid:
                     jb.pass_ = floor + (jb.pass_ - floor) * last[i] / bid
-            self._stride_last[j] = {i: self.bids[i, j] for i in cands}
+            self._stride_last[j] = {i: tickets[i, j] for i in cands}
             job = min((self.jobs[(i, j)] for i in cands), key=lambda jb: (jb.pass_, jb.user), default=None)
             current = self._stride_current[j]
             if current is not None and current is not job:
@@ -305,24 +322,12 @@ class TycoonMarket:
             if job is not None:
                 if job.stopped:
                     self._signal(job, signal.SIGCONT)
-                job.pass_ += 1.0 / self.bids[job.user, j]
+                job.pass_ += 1.0 / tickets[job.user, j]
                 job.quanta += 1
             self._stride_current[j] = job
             return job
 
-    # ------------------------------------------------------------------ agents
-    def resplit(self) -> np.ndarray:
-        """One interval of the agents: each user in turn best-responds to the others' bids
-        (Feldman, Lai & Zhang 2005, section 4.1; the library's closed form), the round's bids join ``history``
-        and the shares follow; returns the new bids. The agents thread calls this."""
-        with self._lock:
-            for i in range(len(self.budgets)):
-                others = self.bids.sum(axis=0) - self.bids[i]
-                self.bids[i] = best_response(self.weights[i], others, self.budgets[i], reserve=self.reserve)
-            self.history.append(self.bids.copy())
-            self.apply()
-            return self.bids.copy()
-
+    # ------------------------------------------------------------------ the periodic thread
     def _agents(self) -> None:
         """The agents thread: round k at start + k * interval until :meth:`stop`; a round more
         than an interval late puts the clock back to one interval after it (no burst of rounds)."""
@@ -337,15 +342,6 @@ class TycoonMarket:
             now = time.monotonic()
             if due < now:
                 due = now + self.interval
-
-    def snapshot(self) -> tuple[int, np.ndarray, np.ndarray]:
-        """``(rounds played, bids, shares)`` taken together: the shares are the ones the bids
-        give, r_ij = x_ij / sum_k x_kj (users x hosts)."""
-        with self._lock:
-            bids = self.bids.copy()
-            rounds = len(self.history) - 1
-        tot = bids.sum(axis=0)
-        return rounds, bids, np.divide(bids, tot, out=np.zeros_like(bids), where=tot > 0)
 
     def cpu_seconds(self) -> np.ndarray:
         """CPU seconds each job has used so far (users x hosts)."""
@@ -381,3 +377,57 @@ class TycoonMarket:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class TycoonMarket(CpuShareHosts):
+    """Tycoon's proportional share (Feldman, Lai & Zhang 2005, ACM EC) over ``hosts``
+    (distinct CPU numbers) for users with ``budgets`` (m,) and private ``weights`` (m, n);
+    ``interval``: seconds between the agents' re-splits; ``enforcement``: "auto" (see
+    :func:`detect_enforcement`), "cgroup2", "cgroup1" or "stride"; ``quantum``: the stride
+    scheduler's time slice (s). ``history[k]``: the bids of round k (``history[0]`` the initial
+    bids)."""
+
+    kind = "tycoon"
+
+    def __init__(self, hosts, budgets, weights, interval: float = 1.0, reserve: float = 1e-3,
+                 enforcement: str = "auto", quantum: float = 0.02, name: str | None = None):
+        self.budgets = np.asarray(budgets, dtype=float)
+        self.weights = np.asarray(weights, dtype=float)
+        hosts = list(hosts)
+        m, n = len(self.budgets), len(hosts)
+        if self.weights.shape != (m, n):
+            raise ValueError(f"weights must be (users, hosts) = ({m}, {n}), got {self.weights.shape}")
+        if np.any(self.budgets <= 0) or not np.all(np.isfinite(self.budgets)):
+            raise ValueError("budgets must be positive and finite")
+        if np.any(self.weights < 0) or not np.all(np.isfinite(self.weights)):
+            raise ValueError("weights must be finite and >= 0")
+        if not reserve > 0:
+            raise ValueError("reserve must be positive")
+        super().__init__(hosts, m, interval=interval, enforcement=enforcement, quantum=quantum, name=name)
+        self.reserve = float(reserve)
+        # initial bids: proportional to the weights (each user spends its whole budget)
+        w = self.weights
+        tot = w.sum(axis=1, keepdims=True)
+        self.bids = np.where(tot > 0, w / np.where(tot > 0, tot, 1), 1.0 / n) * self.budgets[:, None]
+        self.history.append(self.bids.copy())
+
+    def resplit(self) -> np.ndarray:
+        """One interval of the agents: each user in turn best-responds to the others' bids
+        (Feldman, Lai & Zhang 2005, section 4.1; the library's closed form), the round's bids join ``history``
+        and the shares follow; returns the new bids. The agents thread calls this."""
+        with self._lock:
+            for i in range(len(self.budgets)):
+                others = self.bids.sum(axis=0) - self.bids[i]
+                self.bids[i] = best_response(self.weights[i], others, self.budgets[i], reserve=self.reserve)
+            self.history.append(self.bids.copy())
+            self.apply()
+            return self.bids.copy()
+
+    def snapshot(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(rounds played, bids, shares)`` taken together: the shares are the ones the bids
+        give, r_ij = x_ij / sum_k x_kj (users x hosts)."""
+        with self._lock:
+            bids = self.bids.copy()
+            rounds = len(self.history) - 1
+        tot = bids.sum(axis=0)
+        return rounds, bids, np.divide(bids, tot, out=np.zeros_like(bids), where=tot > 0)

@@ -199,17 +199,11 @@ def share_utility(jobs, run):
 
 def _share(rule: str):
     def build(jobs, bidder, pool, basis):
-        from marketsched.behaviour.learning import CHOSEN, ZIC, QLearning
+        from marketsched.behaviour.learning import make_bidder
         from marketsched.mechanisms.online.share import ShareMarketPolicy
 
         v = jobs.true_value
-        agent: ZIC | QLearning
-        if bidder == "zic":
-            agent = ZIC()
-        else:
-            agent = QLearning(alpha=CHOSEN["alpha"], gamma=CHOSEN["gamma"], epsilon=CHOSEN["epsilon"],
-                              low=int(np.floor(v.min())), high=int(np.ceil(v.max())))
-        policy = ShareMarketPolicy(rule, agent, v, capacity=pool or float(jobs.workload.capacity),
+        policy = ShareMarketPolicy(rule, make_bidder(bidder, v), v, capacity=pool or float(jobs.workload.capacity),
                                    rng=int(jobs.seed), basis=basis)
         # the engine's processors are virtual slots: every active request runs (share.run_on_engine)
         policy.engine_capacity = max(1, int(jobs.workload.procs.sum()))
@@ -218,16 +212,16 @@ def _share(rule: str):
     return build
 
 
-_SHARE_LIVE = ("no: the market re-divides the machine every second among all active jobs (time slices); the live "
-               "executors run whole jobs on whole slots (the live Tycoon market, `marketsched market tycoon`, is "
-               "the proportional-share market of Feldman, Lai & Zhang (2005))")
+_SHARE_LIVE = ("yes: `marketsched market share --rule {name}` divides one CPU among CPU-bound jobs every period "
+               "with the simulator's rule (cgroup CPU weights, Tycoon mode's machinery); fixed bids or the ZIC "
+               "or Q-learning bidder, pay-as-bid; the recorded bids replay through the simulator to the same shares and payments")
 register(Mechanism("ps", "Proportional Share", "share market", "Stößer (2009), sections 6.2.2 and 6.4.1",
                    _share("ps"), SHARE_PARAMS, ("whole-seconds", "values>=1"),
-                   summary="each job gets bid / sum of bids of the CPUs, pays its bid", live=_SHARE_LIVE,
+                   summary="each job gets bid / sum of bids of the CPUs, pays its bid", live=_SHARE_LIVE.format(name="ps"),
                    utility=share_utility))
 register(Mechanism("sh", "Sanghavi-Hajek", "share market", "Stößer (2009), section 6.2.3 (Sanghavi & Hajek (2004))",
                    _share("sh"), SHARE_PARAMS, ("whole-seconds", "values>=1"),
-                   summary="shares by the Sanghavi-Hajek integral, pay as bid", live=_SHARE_LIVE,
+                   summary="shares by the Sanghavi-Hajek integral, pay as bid", live=_SHARE_LIVE.format(name="sh"),
                    utility=share_utility))
 
 

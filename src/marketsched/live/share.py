@@ -1,0 +1,212 @@
+"""Proportional Share and Sanghavi-Hajek as a running market on one CPU of this machine.
+
+Source: Stößer (2009), chapter 6: section 6.2.2 (Proportional Share), section 6.2.3 (the
+Sanghavi-Hajek rule of Sanghavi & Hajek (2004)) and section 6.4.1 (the multi-request market:
+every second each active request bids, receives ``x_j = min(c_j, tau_j C)`` CPUs and pays its
+bid ``b_j c_j``). The rule is the simulator's own :func:`marketsched.mechanisms.online.share.market_round`
+(which calls :func:`~marketsched.mechanisms.online.share.shares`); the bidders are objects with
+the simulator's bidder interface (``reset``, ``begin``, ``bid``, ``observe``, ``end``, as
+:class:`marketsched.behaviour.learning.ZIC`), so the simulator's ZIC and Q-learning bidders
+(:func:`~marketsched.behaviour.learning.make_bidder`) run here as live agents unchanged.
+
+Steps of one period (:meth:`ShareMarket.resplit`, every ``interval`` seconds on the periodic
+thread of :class:`~marketsched.live.tycoon.CpuShareHosts`, the machinery Tycoon mode runs on):
+
+1. draw one uniform per job from the market's seeded generator (in job order, as the
+   simulator's policy draws them) and ask the bidder for this period's bids;
+2. shares and payments by ``market_round(rule, bids, cpus, capacity)``;
+3. enforce the shares: each job's cgroup CPU weight is its share scaled so the largest share
+   maps to the cgroup's largest weight (or the stride fallback: tickets = shares);
+4. record the period (bids, shares, payments) in ``history``; the bidder observes the shares.
+
+Decisions
+---------
+* **The machine**: one CPU (``host``) shared by ``n`` jobs, each asking for one CPU (``c_j = 1``,
+  pool ``C = 1``), so ``x_j = tau_j``: the job's share of the CPU's time. Several CPUs (jobs with
+  ``c_j > 1``, the pool of section 6.4.1) are not done live.
+* **A period is the thesis's second**: with ``interval`` 1 s (the default) a period is exactly
+  the market's round of section 6.4.1; with another interval a bid is the payment for one
+  period. Payments are pay-as-bid per period (``b_j c_j``), for Proportional Share and for
+  Sanghavi-Hajek alike, as the simulator's :class:`~marketsched.mechanisms.online.share.ShareMarketPolicy`
+  charges them (the sum of the bids times ``c_j``, charged when the job ends).
+* **Money**: like Tycoon mode, the share market does not book the live market's ledger; the
+  payments are recorded per period in ``history`` and totalled in :attr:`ShareMarket.paid`
+  (exact to the micro-unit of what the simulator computes for the same bids:
+  :func:`replay_through_simulator`).
+* **The first period** is bid and enforced when the jobs start (round 0), the next one interval
+  later; a run of ``k`` rounds is ``k`` periods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from marketsched.live.tycoon import CpuShareHosts
+from marketsched.mechanisms.online.share import RULES, market_round
+
+
+class FixedBids:
+    """A bidder that bids the same amounts every period (bids given by hand), with the
+    simulator's bidder interface (see :class:`marketsched.behaviour.learning.ZIC`)."""
+
+    stateful = False
+
+    def __init__(self, bids) -> None:
+        b = np.asarray(bids, dtype=np.float64)
+        if b.ndim != 1 or not len(b):
+            raise ValueError(f"fixed bids: need a list of bids, got {bids!r}")
+        if not np.all(np.isfinite(b)) or np.any(b < 0):
+            raise ValueError(f"fixed bids must be finite and >= 0, first bad one at index {int(np.argmax(~(b >= 0) | ~np.isfinite(b)))}")
+        if not b.max() > 0:
+            raise ValueError("fixed bids: at least one bid must be positive")
+        self.fixed = b
+
+    def reset(self, values, cpus) -> None:
+        if np.shape(values)[-1] != len(self.fixed):
+            raise ValueError(f"fixed bids: {len(self.fixed)} bids for {np.shape(values)[-1]} jobs")
+
+    def begin(self, rows) -> None:
+        self.v = self.fixed[np.asarray(rows)]
+
+    def bid(self, u) -> np.ndarray:
+        return np.broadcast_to(self.v, np.shape(u)).copy()
+
+    def observe(self, x, bids) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+class RecordedBids(FixedBids):
+    """Replays recorded bids, one period per call of :meth:`bid` (``rounds x jobs``)."""
+
+    stateful = True  # one call per second: the simulator's policy must not bid in chunks
+
+    def __init__(self, rounds) -> None:
+        r = np.asarray(rounds, dtype=np.float64)
+        if r.ndim != 2 or not r.shape[0]:
+            raise ValueError(f"recorded bids: need a (rounds x jobs) table, got shape {r.shape}")
+        super().__init__(r[0])
+        self.rounds, self.k = r, 0
+
+    def begin(self, rows) -> None:
+        self.rows = np.asarray(rows)
+
+    def bid(self, u) -> np.ndarray:
+        if self.k >= len(self.rounds):
+            raise ValueError(f"recorded bids: asked for round {self.k}, only {len(self.rounds)} recorded")
+        b = self.rounds[self.k, self.rows]
+        self.k += 1
+        return np.broadcast_to(b, np.shape(u)).copy()
+
+
+@dataclass(frozen=True)
+class Period:
+    """One period of a live share market: its bids, the rule's shares and the payments (per job)."""
+
+    round: int
+    bids: np.ndarray
+    shares: np.ndarray
+    payments: np.ndarray
+
+
+class ShareMarket(CpuShareHosts):
+    """Proportional Share (``rule="ps"``) or Sanghavi-Hajek (``"sh"``) on CPU ``host`` among
+    ``len(values)`` jobs (Stößer 2009, chapter 6; see the module docstring for the steps).
+
+    ``bidder``: an object with the simulator's bidder interface (:class:`FixedBids`,
+    :class:`~marketsched.behaviour.learning.ZIC`, ...); ``values``: the jobs' true values per
+    CPU-second (the bidder's input; ZIC bids on ``{1..v}``); ``seed``: the generator of the
+    bidders' uniforms; ``interval``, ``enforcement``, ``quantum``: as for
+    :class:`~marketsched.live.tycoon.CpuShareHosts`."""
+
+    kind = "share"
+
+    def __init__(self, host: int, rule: str, bidder, values, *, interval: float = 1.0, seed: int = 0,
+                 enforcement: str = "auto", quantum: float = 0.02, name: str | None = None):
+        if str(rule).lower() not in RULES:
+            raise ValueError(f"unknown rule {rule!r}: use 'ps' (Proportional Share) or 'sh' (Sanghavi-Hajek)")
+        self.values = np.asarray(values, dtype=np.float64)
+        if self.values.ndim != 1 or len(self.values) < 1 or not np.all(np.isfinite(self.values)):
+            raise ValueError(f"values must be a non-empty list of finite numbers, got {values!r}")
+        super().__init__([host], len(self.values), interval=interval, enforcement=enforcement, quantum=quantum,
+                         name=name)
+        self.rule = str(rule).lower()
+        self.capacity = 1.0  # one CPU (module docstring, "The machine")
+        self.cpus = np.ones(self.users)
+        self.bidder = bidder
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(self.seed)
+        bidder.reset(self.values[None, :], self.cpus)
+        bidder.begin(np.arange(self.users))
+        self.shares = np.zeros(self.users)
+        self.paid = np.zeros(self.users)  # pay-as-bid payments so far, per job
+        self.history: list[Period] = []
+
+    def tickets(self) -> np.ndarray:
+        """The rule's shares: each job's CPU weight is proportional to its share."""
+        return self.shares[:, None]
+
+    def start(self, commands=None):
+        """Bid round 0, then start the jobs (with round 0's shares) and the periodic thread."""
+        with self._lock:
+            if self.history or self._stop.is_set():
+                raise RuntimeError("a ShareMarket starts once")
+            self._round()
+        return super().start(commands)
+
+    def resplit(self) -> Period:
+        """One period: new bids, the rule's shares enforced, payments recorded; returns it."""
+        with self._lock:
+            period = self._round()
+            self.apply()
+            return period
+
+    def _round(self) -> Period:
+        u = self.rng.random((1, self.users))
+        b = np.asarray(self.bidder.bid(u), dtype=np.float64)[0]
+        x, pay = market_round(self.rule, b, self.cpus, self.capacity)
+        self.bidder.observe(x[None, :], b[None, :])
+        self.bids[:, 0] = b
+        self.shares = x
+        self.paid += pay
+        period = Period(len(self.history), b.copy(), x.copy(), pay.copy())
+        self.history.append(period)
+        return period
+
+    def snapshot(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(rounds played, bids, shares)`` of the last period, taken together (per job)."""
+        with self._lock:
+            return len(self.history), self.bids[:, 0].copy(), self.shares.copy()
+
+    def cpu_seconds(self) -> np.ndarray:
+        """CPU seconds each job's cgroup has used so far (jobs x 1; the process's without a cgroup)."""
+        assert self.executor is not None, "the market has not started"
+        return np.array([[self.executor.cpu_seconds(self.jobs[(i, 0)].key)] for i in range(self.users)])
+
+    def since(self, k: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(rounds played, mean share per job over rounds k.. (the last one if none), paid so far)``."""
+        with self._lock:
+            periods = self.history[k:] or self.history[-1:]
+            return len(self.history), np.mean([p.shares for p in periods], axis=0), self.paid.copy()
+
+
+def replay_through_simulator(rule: str, bids) -> tuple[np.ndarray, np.ndarray]:
+    """Recorded bids (``rounds x jobs``, one row per period) replayed through the simulator's
+    share market: :func:`~marketsched.mechanisms.online.share.run_on_engine` on a workload of
+    the same jobs (released at 0, one CPU each, running for the recorded number of rounds) on a
+    pool of one CPU, with a bidder that bids the recorded rows. Returns ``(CPU-seconds received,
+    payments)`` per job, as the simulator computes them (its policy's ``received`` and the
+    engine's charged payments)."""
+    from marketsched.mechanisms.online.share import run_on_engine
+    from marketsched.workloads.workload import Workload
+
+    b = np.asarray(bids, dtype=np.float64)
+    rounds, n = b.shape
+    w = Workload.from_columns(submit_time=np.zeros(n), runtime=np.full(n, float(rounds)), capacity=1,
+                              name="live share market replay")
+    records, policy = run_on_engine(w, np.ones(n), rule, RecordedBids(b), capacity=1.0)
+    return policy.received.copy(), np.asarray(records.payment, dtype=np.float64)
