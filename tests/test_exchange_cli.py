@@ -154,3 +154,50 @@ def test_a_party_asking_the_api_for_anothers_statement_is_refused(tmp_path):
     finally:
         service.close()
         store.close()
+
+
+#: What the live market's and the exchange's command lines both name (docs/architecture.md, "One
+#: command line"): the same name does the same thing in both.
+SHARED = {"serve", "user", "token", "deposit", "cancel", "balance", "statement", "status"}
+
+
+def test_the_market_and_the_exchange_share_their_command_names():
+    from marketsched.exchange.cli import exchange
+    from marketsched.live.cli import market
+
+    assert SHARED <= set(market.commands) & set(exchange.commands)
+    assert {"add", "token"} <= set(market.commands["user"].commands) & set(exchange.commands["user"].commands)
+    # the market's new names are its commands under a second name: the same options
+    assert market.commands["token"] is market.commands["user"].commands["token"]
+    assert market.commands["status"] is market.commands["price"]
+    # both groups' balance and statement print --json; both statements name whose with --user
+    for group in (market, exchange):
+        opts = {name: {o for p in group.commands[name].params for o in p.opts} for name in ("balance", "statement")}
+        assert "--json" in opts["balance"] and {"--json", "--user", "--limit"} <= opts["statement"], group.name
+
+
+def test_exchange_user_add_and_token_as_the_markets(tmp_path):
+    import hashlib
+
+    runner = CliRunner()
+    data = tmp_path / "ex"
+    _ok(runner, "init", data)
+    res = runner.invoke(main, ["exchange", "user", "add", str(data), "alice", "--deposit", "7"])
+    assert res.exit_code == 0, res.output
+    token = res.stdout.strip()
+    assert "user alice created with balance 7" in res.stderr and token in res.stdout
+    store = ExchangeStore(data)
+    assert store.party(hashlib.sha256(token.encode()).hexdigest()) == ("user", "alice")
+    assert store.available("alice")["balance"] == 7_000_000
+    again = runner.invoke(main, ["exchange", "user", "add", str(data), "alice"])
+    assert again.exit_code != 0 and "has a token already" in again.output
+    for args, why in ((["bob", "--deposit", "-1"], "deposit field 'amount'"),
+                      (["bob", "--unix", "no-such-account-here"], "no-such-account-here"),
+                      (["bad name"], "name")):
+        bad = runner.invoke(main, ["exchange", "user", "add", str(data), *args])
+        assert bad.exit_code != 0 and why in bad.output, (args, bad.output)
+    assert store.rows("SELECT COUNT(*) FROM ex_parties")[0][0] == 1  # a refused add issues nothing
+    new = runner.invoke(main, ["exchange", "user", "token", str(data), "alice"]).stdout.strip()
+    assert new != token and store.party(hashlib.sha256(new.encode()).hexdigest()) == ("user", "alice")
+    assert store.party(hashlib.sha256(token.encode()).hexdigest()) is None
+    store.close()

@@ -599,3 +599,51 @@ def statement_cmd(data, whose, client, limit, as_json):
         click.echo(json.dumps(s, indent=2))
     else:
         echo_statement(s, "contract")
+
+
+# ---------------------------------------------------------------------------- the market's names
+@exchange.group("user", cls=_Group)
+def user_group() -> None:
+    """Users, as the live market's `market user` commands: add one, renew its token."""
+
+
+@user_group.command("add")
+@DATA
+@click.argument("name")
+@click.option("--deposit", default=0.0, type=float, show_default=True, help="Initial deposit.")
+@click.option("--unix", "unix", default=None, metavar="ACCOUNT",
+              help="Run NAME's contract jobs as Unix account ACCOUNT (as `exchange unix`).")
+def user_add_cmd(data, name, deposit, unix):
+    """Create user NAME: its token for the HTTP API, printed on stdout (give it to them), with
+    `exchange token --user`, `deposit` and `unix` in one. A user that has a token already is
+    refused (renew it with `exchange user token`)."""
+    from marketsched.platform.executor import RunAs
+
+    from .api import issue_token
+    from .orders import check_name
+
+    ex = _open(data)
+    _do(check_name, "user", "name", name)
+    if ex.store.rows("SELECT 1 FROM ex_parties WHERE role = 'user' AND name = ?", (name,)):
+        raise click.ClickException(f"user {name!r} has a token already (a new one: marketsched exchange user token "
+                                   f"{data} {name})")
+    if unix is not None:
+        _do(RunAs.lookup, unix)
+    if deposit:
+        _do(ex.deposit, name, deposit)
+    token = _do(issue_token, ex.store, "user", name, ex.clock())
+    if unix is not None:
+        _do(ex.store.set_unix, name, unix)
+    money = ex.store.available(name)["balance"] / MICRO
+    click.echo(f"user {name} created with balance {money:g}" + (f", Unix account {unix}" if unix else ""), err=True)
+    click.echo(token)
+
+
+@user_group.command("token")
+@DATA
+@click.argument("name")
+@click.pass_context
+def user_token_cmd(ctx, data, name):
+    """Issue user NAME a new token (as `exchange token --user`): printed once; the old one
+    stops working."""
+    ctx.invoke(token_cmd, data=data, name=name, role="user")

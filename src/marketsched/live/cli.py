@@ -763,6 +763,11 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
     click.echo(f"stopped: {len(tm.jobs)} jobs killed" + (", cgroups removed" if tm.root is not None else ""))
 
 
+# the exchange's names for the same commands (one command line for both: docs/architecture.md)
+market.add_command(user_token, "token")  # exchange token
+market.add_command(price, "status")  # exchange status
+
+
 def main() -> None:  # pragma: no cover - `python -m marketsched.live.cli`
     market(prog_name=os.path.basename(sys.argv[0]))
 
