@@ -572,3 +572,8 @@ def test_a_party_reads_its_own_balance_and_statement_and_no_one_elses(market):
         assert "deposit" not in got.output and "balance 5" not in got.output
     status, body = raw(srv, "GET", "/api/statement?user=alice", token=tokens["bob"])
     assert status == 403 and b"only its own statement" in body and b"deposit" not in body
+    for query, named in (("limit=0", b"limit"), ("limit=9223372036854775808", b"limit"), ("before=0", b"before"),
+                         ("user=alice&provider=p1", b"not both"), ("whose=bob", b"whose")):
+        status, body = raw(srv, "GET", f"/api/statement?{query}", token=tokens["alice"])
+        assert status == 400 and named in body and b"deposit" not in body, (query, body)
+    assert raw(srv, "GET", "/api/statement")[0] == 401
