@@ -96,8 +96,6 @@ def _t(x) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-
-
 # ---------------------------------------------------------------------------- commands
 @click.group("market")
 def market() -> None:
