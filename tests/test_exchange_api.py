@@ -545,3 +545,35 @@ def test_deposits_over_the_api(tmp_path):
         srv.shutdown()
         service.store.close()
         ex.store.close()
+
+
+def test_a_party_reads_its_own_balance_and_statement_and_no_one_elses(market):
+    """`exchange balance|statement` with a party's token ask the API as that party; naming
+    another party is refused (403), over the command line and the raw route."""
+    ex, clock, srv, c, tokens = market
+    ex.deposit("alice", 5)
+
+    def cli(*args, token):
+        return CliRunner().invoke(main, ["exchange", *args, str(srv.identity_dir), "--url", srv.url,
+                                         "--token", token])
+
+    got = cli("statement", "--json", token=tokens["alice"])
+    assert got.exit_code == 0, got.output
+    s = json.loads(got.output)
+    assert (s["name"], s["balance"], [(e["kind"], e["signed"]) for e in s["entries"]]) == ("alice", 5.0,
+                                                                                            [("deposit", 5.0)])
+    assert cli("balance", token=tokens["alice"]).output == "alice: 5 (committed 0, available 5)\n"
+    assert cli("balance", token=tokens["p1"]).output == "p1: 0\n"
+    assert cli("statement", "--provider", "p1", token=tokens["p1"]).output == "balance 0\n"
+    for args, token in ((("statement", "--user", "bob"), "alice"), (("statement", "--provider", "p1"), "alice"),
+                        (("statement", "--user", "alice"), "p1"), (("balance", "--user", "bob"), "alice")):
+        got = cli(*args, token=tokens[token])
+        assert got.exit_code != 0 and "a party sees only its own" in got.output, (args, got.output)
+        assert "deposit" not in got.output and "balance 5" not in got.output
+    status, body = raw(srv, "GET", "/api/statement?user=alice", token=tokens["bob"])
+    assert status == 403 and b"only its own statement" in body and b"deposit" not in body
+    for query, named in (("limit=0", b"limit"), ("limit=9223372036854775808", b"limit"), ("before=0", b"before"),
+                         ("user=alice&provider=p1", b"not both"), ("whose=bob", b"whose")):
+        status, body = raw(srv, "GET", f"/api/statement?{query}", token=tokens["alice"])
+        assert status == 400 and named in body and b"deposit" not in body, (query, body)
+    assert raw(srv, "GET", "/api/statement")[0] == 401

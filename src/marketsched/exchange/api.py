@@ -50,6 +50,7 @@ POST    ``/api/leave``                  provider: leave with every node
 POST    ``/api/requests``               user: ``{"value", "cpu", "mem"?, "first_slot", "last_slot", "command"}``
 POST    ``/api/offers``                 provider: ``{"node", "reserve", "first_slot", "last_slot"}``
 GET     ``/api/balance``                user: ``{"balance", "committed", "available", "deposits_required"}``
+GET     ``/api/statement``              own ledger entries and balance; ``?limit=N&before=ID``
 GET     ``/api/orders``                 own orders; ``?state=open,filled&limit=N&before=ID``
 GET     ``/api/orders/ID``              one own order
 POST    ``/api/orders/ID/cancel``       withdraw an own open order (also ``DELETE /api/orders/ID``)
@@ -122,7 +123,7 @@ from marketsched.platform.validation import MAX_ID, MarketError, number, show, w
 from .core import Exchange
 from .info import market_info, open_book
 from .orders import MAX_CPU, MAX_PRICE, PROVIDER_KINDS, check_name
-from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore
+from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore, provider_account, user_account
 
 MAX_STREAMS = 256  # alert streams the server holds at once
 MAX_STREAMS_PER_PARTY = 4
@@ -283,6 +284,20 @@ class ExchangeService:
         money = self._locked(self.store.available, who[1])
         return {**{k: v / MICRO for k, v in money.items()}, "deposits_required": bool(self.exchange.settings["deposits"])}
 
+    def statement(self, who, q: dict) -> dict:
+        """The caller's ledger entries and balance (:meth:`.store.ExchangeStore.statement`), a
+        user's or a provider's. ``?user=NAME`` or ``?provider=NAME`` may name the caller, as the
+        market's ``/api/statement?user=`` does for its administrator; naming another party is
+        refused (403): a party sees only its own money."""
+        named = [(role, q[role]) for role in ROLES if role in q]
+        if len(named) > 1:
+            raise MarketError("give user or provider, not both")
+        if named and named[0] != tuple(who):
+            raise MarketError(f"a party sees only its own statement; this token is {who[0]} {who[1]!r}'s", 403)
+        account = (user_account if who[0] == "user" else provider_account)(who[1])
+        out = self._locked(self.store.statement, account, page_limit(q, 200), page_before(q))
+        return {"role": who[0], "name": who[1], **out}
+
     def me(self, who) -> dict:
         """Who the caller is; a provider's kind, partition and when it joined and left."""
         out = {"role": who[0], "name": who[1]}
@@ -409,6 +424,10 @@ ROUTES = [
           "provider: leave with every node (open offers cancelled; contracts stand)", noun="a leaving", body={}),
     Route("GET", "/api/balance", lambda s, who, q, body: s.balance(who),
           "user: deposited balance, committed, available"),
+    Route("GET", "/api/statement", lambda s, who, q, body: s.statement(who, q),
+          "own ledger entries and balance (a user's or a provider's)",
+          query={"user": (STR, "must be the caller"), "provider": (STR, "must be the caller"), "limit": LIMIT,
+                 "before": BEFORE}),
     Route("GET", "/api/nodes", lambda s, who, q, body: s.nodes(who), "provider: own nodes"),
     Route("POST", "/api/nodes", lambda s, who, q, body: s.add_node(who, body), "provider: register a node",
           noun="a node", required=("name", "cpu", "mem"),

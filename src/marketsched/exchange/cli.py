@@ -8,10 +8,12 @@ clearing; SQLite's write-ahead log lets both work at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
 
 import click
@@ -472,3 +474,177 @@ def replay_cmd(data):
         raise click.ClickException(f"the replay differs from the record at contract {diff + 1} "
                                    f"({len(recorded)} recorded, {len(again)} replayed)")
     click.echo(f"replay: the same {len(recorded)} contracts over {len(store.periods())} periods")
+
+
+# ---------------------------------------------------------------------------- a party's money
+def _party_options(body):
+    """The options of ``balance`` and ``statement``, the market's shape: ``--user NAME`` or
+    ``--provider NAME`` (whose), and a party's way to the API (``--url``, ``--token``,
+    ``--token-file``, ``--server-cert``). With a token the command asks the API as that party,
+    which answers only for itself (DATA, if given, is the folder whose ``server.id`` a plain-HTTP
+    server must match, as for ``bid``); without one it is the operator's, on DATA's database.
+    The command gets ``whose`` (``(role, name)`` or None) and ``client`` (a Client, or None)."""
+
+    @functools.wraps(body)
+    def command(*args, data, user, provider, url, token, token_file, server_cert, **kwargs):
+        from marketsched.platform.client import Client
+
+        if user is not None and provider is not None:
+            raise click.UsageError("give --user or --provider, not both")
+        whose = ("user", user) if user is not None else ("provider", provider) if provider is not None else None
+        if token_file is not None:
+            try:
+                token = token_file.read_text().strip()
+            except OSError as exc:
+                raise click.ClickException(f"cannot read the token file {token_file}: {exc.strerror}") from None
+        if not token and data is None:
+            raise click.UsageError("give DATA (the operator, on the exchange's database) or a party's token "
+                                   "(--token, --token-file, $MARKETSCHED_TOKEN)")
+        client = Client(url, token, check_server=True, server_dir=data, server_cert=server_cert) if token else None
+        return body(*args, data=data, whose=whose, client=client, **kwargs)
+
+    f = server_check_options(command)
+    f = click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="File holding a party's token.")(f)
+    f = click.option("--token", envvar="MARKETSCHED_TOKEN", default=None,
+                     help="A party's token: ask the API as that party [$MARKETSCHED_TOKEN].")(f)
+    f = click.option("--url", envvar="MARKETSCHED_EXCHANGE_URL", default="http://127.0.0.1:8766", show_default=True,
+                     help="The exchange's API, with a token [$MARKETSCHED_EXCHANGE_URL].")(f)
+    f = click.option("--provider", default=None, metavar="NAME", help="Provider NAME's (a party: only its own).")(f)
+    f = click.option("--user", default=None, metavar="NAME", help="User NAME's (a party: only its own).")(f)
+    return click.argument("data", required=False, type=click.Path(file_okay=False, path_type=Path))(f)
+
+
+def _ask(client, path: str):
+    from marketsched.platform.client import ClientError
+
+    try:
+        return client.get(path)
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _whose_query(whose) -> str:
+    return "" if whose is None else f"&{whose[0]}={urllib.parse.quote(whose[1])}"
+
+
+def _account(store: ExchangeStore, data: Path, whose) -> str:
+    """The ledger account of party ``whose`` (ClickException naming DATA if the exchange knows
+    no such party: no account, token, order, nor, for a provider, joining)."""
+    from .store import provider_account, user_account
+
+    role, name = whose
+    account = (user_account if role == "user" else provider_account)(name)
+    side = "request" if role == "user" else "offer"
+    if not (store.rows("SELECT 1 FROM accounts WHERE name = ?", (account,))
+            or store.rows("SELECT 1 FROM ex_parties WHERE role = ? AND name = ?", (role, name))
+            or store.rows("SELECT 1 FROM ex_orders WHERE side = ? AND owner = ? LIMIT 1", (side, name))
+            or (role == "provider" and store.provider(name) is not None)):
+        raise click.ClickException(f"the exchange at {data} has no {role} {name!r}")
+    return account
+
+
+@exchange.command("balance")
+@_party_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def balance_cmd(data, whose, client, as_json):
+    """A party's balance (a user's also what its open requests and contracts commit, and what is
+    available). The operator on DATA: a party's with --user/--provider, else every account's."""
+    from marketsched.platform.statement import echo_balance_rows, money
+
+    if client is not None:
+        me = _ask(client, "/api/me")
+        if whose is not None and whose != (me["role"], me["name"]):
+            raise click.ClickException(f"a party sees only its own balance; this token is {me['role']} "
+                                       f"{me['name']!r}'s")
+        whose = (me["role"], me["name"])
+        b = (_ask(client, "/api/balance") if me["role"] == "user"
+             else {"balance": _ask(client, "/api/statement?limit=1")["balance"]})
+    else:
+        store = _open(data).store
+        if whose is None:
+            b = {"accounts": {k: v / MICRO for k, v in sorted(store.balances().items())}}
+        else:
+            account = _account(store, data, whose)
+            b = ({k: v / MICRO for k, v in store.available(whose[1]).items()} if whose[0] == "user"
+                 else {"balance": store.statement(account, 1)["balance"]})
+    if whose is not None:
+        b = {"role": whose[0], "name": whose[1], **b}
+    if as_json:
+        click.echo(json.dumps(b, indent=2))
+    elif whose is None:
+        echo_balance_rows([(k, v, "") for k, v in b["accounts"].items()])
+    else:
+        more = f" (committed {money(b['committed'])}, available {money(b['available'])})" if "committed" in b else ""
+        click.echo(f"{whose[1]}: {money(b['balance'])}{more}")
+
+
+@exchange.command("statement")
+@_party_options
+@click.option("--limit", default=200, type=click.IntRange(1, 1000), show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def statement_cmd(data, whose, client, limit, as_json):
+    """A party's ledger entries: deposits and payments in (+), charges and penalties out (-), each
+    with its contract; then the balance. A party sees only its own; the operator on DATA names
+    whose with --user or --provider."""
+    from marketsched.platform.statement import echo_statement
+
+    if client is not None:
+        s = _ask(client, f"/api/statement?limit={limit}{_whose_query(whose)}")
+    elif whose is None:
+        raise click.UsageError("whose statement? give --user NAME or --provider NAME (or a party's --token)")
+    else:
+        store = _open(data).store
+        s = {"role": whose[0], "name": whose[1], **store.statement(_account(store, data, whose), limit)}
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+    else:
+        echo_statement(s, "contract")
+
+
+# ---------------------------------------------------------------------------- the market's names
+@exchange.group("user", cls=_Group)
+def user_group() -> None:
+    """Users, as the live market's `market user` commands: add one, renew its token."""
+
+
+@user_group.command("add")
+@DATA
+@click.argument("name")
+@click.option("--deposit", default=0.0, type=float, show_default=True, help="Initial deposit.")
+@click.option("--unix", "unix", default=None, metavar="ACCOUNT",
+              help="Run NAME's contract jobs as Unix account ACCOUNT (as `exchange unix`).")
+def user_add_cmd(data, name, deposit, unix):
+    """Create user NAME: its token for the HTTP API, printed on stdout (give it to them), with
+    `exchange token --user`, `deposit` and `unix` in one. A user that has a token already is
+    refused (renew it with `exchange user token`)."""
+    from marketsched.platform.executor import RunAs
+
+    from .api import issue_token
+    from .orders import check_name
+
+    ex = _open(data)
+    _do(check_name, "user", "name", name)
+    if ex.store.rows("SELECT 1 FROM ex_parties WHERE role = 'user' AND name = ?", (name,)):
+        raise click.ClickException(f"user {name!r} has a token already (a new one: marketsched exchange user token "
+                                   f"{data} {name})")
+    if unix is not None:
+        _do(RunAs.lookup, unix)
+    if deposit:
+        _do(ex.deposit, name, deposit)
+    token = _do(issue_token, ex.store, "user", name, ex.clock())
+    if unix is not None:
+        _do(ex.store.set_unix, name, unix)
+    money = ex.store.available(name)["balance"] / MICRO
+    click.echo(f"user {name} created with balance {money:g}" + (f", Unix account {unix}" if unix else ""), err=True)
+    click.echo(token)
+
+
+@user_group.command("token")
+@DATA
+@click.argument("name")
+@click.pass_context
+def user_token_cmd(ctx, data, name):
+    """Issue user NAME a new token (as `exchange token --user`): printed once; the old one
+    stops working."""
+    ctx.invoke(token_cmd, data=data, name=name, role="user")

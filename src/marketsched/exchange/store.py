@@ -41,6 +41,7 @@ from pathlib import Path
 
 from marketsched.platform.files import data_folder
 from marketsched.platform.ledger import DEPOSITS, MICRO, Store, command_digest, upgrade_schema
+from marketsched.platform.statement import signed_entries
 
 CLEARING = "exchange:clearing"
 RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)
@@ -267,6 +268,15 @@ class ExchangeStore:
         with self.transaction():
             self.ensure_account(user_account(user))
             self.post(t, "deposit", DEPOSITS, user_account(user), amount, None, "deposit")
+
+    def statement(self, account: str, limit: int | None = 200, before: int | None = None) -> dict:
+        """Ledger account ``account``'s statement, in currency units: ``balance`` (0 for an account
+        with no entry yet) and ``entries`` (:func:`marketsched.platform.statement.signed_entries`:
+        oldest first, the newest ``limit``; a contract's entries carry its id in ``job_id``). A read
+        takes no write lock: an entry committed between the two reads may show in one only."""
+        rows = self.rows("SELECT balance FROM accounts WHERE name = ?", (account,))
+        entries = signed_entries(self.ledger, account, limit, before)
+        return {"balance": (int(rows[0][0]) if rows else 0) / MICRO, "entries": entries}
 
     def available(self, user: str) -> dict[str, int]:
         """User ``user``'s money in micro-units: ``balance``, ``committed`` (what its open

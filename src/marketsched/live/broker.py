@@ -105,6 +105,7 @@ from marketsched.platform.ledger import (
     Store,
     user_account,
 )
+from marketsched.platform.statement import signed_entries
 from marketsched.platform.tokens import hash_token, page_key_id
 from marketsched.platform.validation import MarketError, show, to_micro
 
@@ -732,14 +733,10 @@ class Broker:
         with self.lock:
             if who not in self.balance:
                 raise MarketError(f"unknown user {show(who)}", 404)
-            acct = user_account(who)
-            entries = self.store.entries(acct, limit=limit, before=before)
             return {
                 "user": who,
                 "balance": self.balance.get(who, 0) / MICRO,
-                "entries": [{**e, "amount": e["amount"] / MICRO,
-                             "signed": (e["amount"] if e["to_account"] == acct else -e["amount"]) / MICRO}
-                            for e in entries],
+                "entries": signed_entries(self.store, user_account(who), limit, before),
             }
 
     def books(self) -> dict:

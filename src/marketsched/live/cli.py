@@ -36,6 +36,8 @@ from marketsched.platform.client import (
     server_check_options,
     tls_options,
 )
+from marketsched.platform.statement import echo_balance_rows, echo_statement
+from marketsched.platform.statement import money as _money
 
 SOCKET_NAME = "market.sock"
 
@@ -92,10 +94,6 @@ def _client(url, token, token_file, socket_path=None, data_dir=None, server_cert
 
 def _t(x) -> str:
     return "-" if x is None else f"{x:.1f}"
-
-
-def _money(x) -> str:
-    return "-" if x is None else f"{x:.6f}".rstrip("0").rstrip(".") if x else "0"
 
 
 # ---------------------------------------------------------------------------- commands
@@ -569,10 +567,8 @@ def balance(as_json, client) -> None:
     if as_json:
         click.echo(json.dumps(b, indent=2))
     elif "users" in b:
-        for u, v in b["users"].items():
-            click.echo(f"{u:<16} {_money(v['balance']):>14}  (accruing {_money(v['accruing'])})")
-        click.echo(f"{'revenue':<16} {_money(b['revenue']):>14}")
-        click.echo(f"{'deposits':<16} {_money(b['deposits']):>14}")
+        echo_balance_rows([*((u, v["balance"], f"accruing {_money(v['accruing'])}") for u, v in b["users"].items()),
+                           ("revenue", b["revenue"], ""), ("deposits", b["deposits"], "")])
     else:
         click.echo(f"{b['user']}: {_money(b['balance'])} (accruing {_money(b['accruing'])})")
 
@@ -589,10 +585,7 @@ def statement(name, limit, as_json, client) -> None:
     if as_json:
         click.echo(json.dumps(s, indent=2))
         return
-    for e in s["entries"]:
-        job = "" if e["job_id"] is None else f"job {e['job_id']}"
-        click.echo(f"{e['id']:>6} {e['t']:>10.2f} {e['kind']:<8} {e['signed']:>+14.6f}  {job}")
-    click.echo(f"balance {_money(s['balance'])}")
+    echo_statement(s, "job")
 
 
 @market.command("placebid", context_settings={"ignore_unknown_options": True})
@@ -865,6 +858,11 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
                     lambda: f"share: {names[rule]}, {n} jobs on CPU {cpu}; enforcement {mk.enforcement}; "
                             f"{bidder} bidders rebid every {interval:g} s for {duration:g} s",
                     table, duration, every)
+
+
+# the exchange's names for the same commands (one command line for both: docs/architecture.md)
+market.add_command(user_token, "token")  # exchange token
+market.add_command(price, "status")  # exchange status
 
 
 def main() -> None:  # pragma: no cover - `python -m marketsched.live.cli`
