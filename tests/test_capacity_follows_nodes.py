@@ -140,3 +140,22 @@ def test_node_down_stops_the_lowest_bids_uncharged_and_node_up_starts_them_again
     np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
     books = b.books()
     assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
+
+
+def test_a_market_started_while_a_node_is_down_runs_on_the_nodes_that_are_up(monkeypatch, tmp_path):
+    fake = NodesSlurm(cpus=4)
+    fake.other = 2
+    monkeypatch.setattr(slurm, "run", fake)
+    (tmp_path / "m" / "jobs").mkdir(parents=True)
+    ex = slurm.SlurmExecutor(tmp_path / "m" / "jobs", slots=4, poll=0.0)  # 4 slots: the CPUs, down ones included
+    assert (ex.cpus, ex.usable, ex.capacity) == (4, 2, 2)
+    b = Broker(tmp_path / "m", MarketConfig(executor="slurm", slots=4, single_user=True), clock=FakeClock(0.0),
+               executor=ex)
+    try:
+        b.ensure_admin()
+        b.add_user(True, "a", 10_000)
+        ids = [b.submit("a", False, x, "true")["id"] for x in (1.0, 3.0, 2.0)]
+        assert [states(b)[j] for j in ids] == ["preempted", "running", "running"]  # HB on 2 processors
+        assert capacity_changes(b.store) == [[0.0, 2]]
+    finally:
+        b.stop(kill_jobs=True)

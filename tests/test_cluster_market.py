@@ -194,7 +194,10 @@ def test_a_node_that_dies_mid_job_ends_its_jobs_and_is_used_again_when_it_return
         assert {j: b.job("admin", True, j)["charged"] for j in lost} == charged  # nothing after its end
     finally:
         cluster_up("node-up", dead)
-    # the node is back: the next two jobs can only go there (every other CPU is taken)
+    # the node is back in Slurm's service, and so the market's capacity is its slots again
+    # (before, a high bid would preempt the lowest running ones instead, as on six CPUs)
+    assert wait_for(lambda: b.engine.capacity == n, HANG)
+    # the next two jobs can only go there (every other CPU is taken)
     again = [b.submit("alice", False, 20.0, work(0.4, f"again{i}", step=STEP, until=release))["id"] for i in range(2)]
     assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in again), HANG)
     assert {node_of(b, j) for j in again} == {dead}

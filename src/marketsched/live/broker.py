@@ -298,6 +298,9 @@ class Broker:
         self._last_price: tuple[float, int, int] | None = None
         with self.lock, self._transaction():
             self._now()
+            capacity = self._capacity()  # a node down at the start: the mechanism decides with the nodes up
+            if capacity is not None:
+                self.engine.batch(capacity=capacity)
             self._recover()
 
     @contextmanager

@@ -122,7 +122,9 @@ Open decisions (documented here, where they are taken)
   lag seen under load was 1.6 s). A job still not started then runs on while the broker is
   down, and the restarted broker re-attaches it as running.
 * The market runs serial jobs (one CPU each, ``-n 1 -c 1``); the partition's CPU count should
-  equal the market's ``--slots`` (checked at start: more slots than CPUs is refused).
+  equal the market's ``--slots`` (checked at start: more slots than CPUs is refused; the CPUs of
+  nodes that are down count, so a broker starts while a node is down, with the capacity of the
+  nodes that are up).
 """
 
 from __future__ import annotations
@@ -258,8 +260,8 @@ class SlurmExecutor(JobFolders):
         self._last_poll = 0.0
         self._waker = WakePipe()
         self.calls = 0  # Slurm commands issued (for benchmarks)
-        self.cpus = self.partition_cpus()
-        self.usable = self.cpus  # CPUs Slurm can run on now (re-read at every poll: nodes go down)
+        self.usable = self.partition_cpus()  # CPUs Slurm can run on now (re-read at every poll)
+        self.cpus = self._cpu_counts()[1]  # the partition's CPUs, those of nodes down included
         self.slots = self.cpus if slots is None else int(slots)
         if slots is not None and slots > self.cpus:
             raise ValueError(f"the market has {slots} slots but Slurm partition "
@@ -288,6 +290,10 @@ class SlurmExecutor(JobFolders):
         "other" (``sinfo %C`` is allocated/idle/other/total; "other" are the CPUs of nodes that
         are down, drained or failing). A node stops counting when Slurm declares it down (its jobs
         end ``NODE_FAIL`` at that moment), not while it merely misses pings (``idle*``)."""
+        return self._cpu_counts()[0]
+
+    def _cpu_counts(self) -> tuple[int, int]:
+        """``(usable, total)`` CPUs of the partition (``sinfo %C``, see :meth:`usable_cpus`)."""
         args = ["sinfo", "-h", "-o", "%C"]
         if self.partition:
             args += ["-p", self.partition]
@@ -295,7 +301,8 @@ class SlurmExecutor(JobFolders):
         if not out:
             raise SlurmError(f"Slurm partition {self.partition or '(default)'} not found (sinfo printed nothing)")
         try:
-            return sum(int(x.split("/")[3]) - int(x.split("/")[2]) for x in out)
+            counts = [[int(c) for c in x.split("/")] for x in out]
+            return sum(c[3] - c[2] for c in counts), sum(c[3] for c in counts)
         except (IndexError, ValueError):
             raise SlurmError(f"`{' '.join(args)}` printed {out!r}, not CPU counts A/I/O/T") from None
 
@@ -618,7 +625,7 @@ class SlurmExecutor(JobFolders):
                 continue  # 2 s rule: retried at the next poll
             if running_cpus is None:
                 running_cpus = self.running_cpus()
-            if running_cpus + 1 > self.cpus:  # Slurm would oversubscribe: wait for a free CPU
+            if running_cpus + 1 > self.usable:  # Slurm would oversubscribe: wait for a free CPU
                 continue
             if free is None:
                 free = self.idle_cpus_per_node()

@@ -254,7 +254,7 @@ class PriorityScheduler:
         running = sim.running
         if self.preemptive:
             heap = self.running_heap
-            victims = []
+            victims: list[int] = []
             while len(victims) < n and heap:
                 k, neg = heapq.heappop(heap)
                 if running[-neg]:
