@@ -20,7 +20,7 @@ import pytest
 
 from live_helpers import free_port, slurm_broker, wait_for, work
 from live_helpers import slurm_cancel_and_wait as cancel_and_wait
-from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.broker import Broker, MarketConfig, capacity_changes
 from marketsched.live.replay import simulate_recorded
 from marketsched.platform.slurm import SlurmExecutor, run
 
@@ -72,8 +72,10 @@ def running_per_node() -> Counter:
 
 
 def books_exact(b, jobs, bids, slots):
-    """The ledger is the mechanism's rule on the recorded sequence; double entry holds."""
-    rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, slots)
+    """The ledger is the mechanism's rule on the recorded sequence (with the market's recorded
+    capacity changes: nodes down and back); double entry holds."""
+    rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, slots,
+                            capacity_changes=capacity_changes(b.store))
     np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
     books = b.books()
     assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
@@ -192,7 +194,10 @@ def test_a_node_that_dies_mid_job_ends_its_jobs_and_is_used_again_when_it_return
         assert {j: b.job("admin", True, j)["charged"] for j in lost} == charged  # nothing after its end
     finally:
         cluster_up("node-up", dead)
-    # the node is back: the next two jobs can only go there (every other CPU is taken)
+    # the node is back in Slurm's service, and so the market's capacity is its slots again
+    # (before, a high bid would preempt the lowest running ones instead, as on six CPUs)
+    assert wait_for(lambda: b.engine.capacity == n, HANG)
+    # the next two jobs can only go there (every other CPU is taken)
     again = [b.submit("alice", False, 20.0, work(0.4, f"again{i}", step=STEP, until=release))["id"] for i in range(2)]
     assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in again), HANG)
     assert {node_of(b, j) for j in again} == {dead}
@@ -288,3 +293,63 @@ def test_a_controller_restarted_mid_run_is_reconciled(market, tmp_path):
     assert [j["exit_code"] for j in jobs] == [0] * n
     assert runs.read_text().count("start") == n
     books_exact(b, jobs, [2.0 + i for i in range(n)], n)
+
+
+def test_a_node_down_shrinks_the_market_lowest_bids_stop_unpaid_and_it_grows_back(market, multinode, tmp_path):
+    """Eight jobs fill the cluster; a node dies (its two jobs fail): the market's capacity is the
+    six CPUs Slurm can still run on. Two more jobs arrive, one bid above every running one, one
+    below: HB preempts exactly the lowest running bid for the first, the second waits; every job
+    the market shows running is one Slurm runs, and no job is charged while Slurm would hold it
+    pending. The node comes back: the capacity is eight again and the waiting job starts there."""
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    bids = [5.0, 3.0, 8.0, 1.5, 6.0, 7.0, 2.5, 4.0]
+    rel = {i: tmp_path / f"release{i}" for i in range(n + 2)}
+    runs = tmp_path / "runs.log"
+    runs.touch()
+    ids = [b.submit("alice", False, bid, f"echo start >> {runs}; " + work(0.4, f"j{i}", step=STEP, until=rel[i]))["id"]
+           for i, bid in enumerate(bids)]
+    assert wait_for(lambda: runs.read_text().count("start") == n, HANG)
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in ids), HANG)
+    nodes = {j: node_of(b, j) for j in ids}
+    victim_i = min((i for i in range(n) if nodes[ids[i]] != nodes[ids[2]]), key=lambda i: bids[i])
+    dead = nodes[ids[2]]  # the node of the highest bid: the lowest survives it
+    lost = [j for j in ids if nodes[j] == dead]
+    try:
+        cluster_up("node-down", dead)
+        assert wait_for(lambda: all(state(b, j) == "failed" for j in lost), HANG)
+        assert b.engine.capacity == n - 2  # in the batch of the failures (same poll)
+        high = b.submit("alice", False, 9.0, work(0.4, "high", step=STEP, until=rel[n]))["id"]
+        low = b.submit("alice", False, 1.0, work(0.4, "low", step=STEP, until=rel[n + 1]))["id"]
+        st = {j["id"]: j["state"] for j in b.jobs("admin", True)}
+        # exactly the lowest bids are stopped: the lowest running one preempted, the new low one waits
+        assert st[ids[victim_i]] == "preempted" and st[low] == "queued" and st[high] == "running"
+        assert sorted(j for j, s in st.items() if s == "running") == sorted(
+            [j for j in ids if j not in lost and j != ids[victim_i]] + [high])
+        assert wait_for(lambda: info(b, high).get("JobState") == "RUNNING", HANG)
+        assert wait_for(lambda: info(b, ids[victim_i]).get("JobState") == "SUSPENDED", HANG)
+        for _ in range(5):  # a job the market shows running is one Slurm runs; no charge while waiting
+            time.sleep(b.config.charge_interval)
+            for j in b.jobs("admin", True):
+                if j["state"] == "running":
+                    assert info(b, j["id"]).get("JobState") == "RUNNING", j
+            assert b.job("admin", True, low)["charged"] == 0
+            assert all(c <= 2 for c in running_per_node().values()), running_per_node()
+        rel[n].touch()  # the preemptor ends: the victim resumes on its own node (a CPU frees there)
+        assert wait_for(lambda: info(b, ids[victim_i]).get("JobState") == "RUNNING", HANG)
+        assert state(b, low) == "queued" and b.job("admin", True, low)["charged"] == 0
+    finally:
+        cluster_up("node-up", dead)
+    # the node is back: the capacity grows to eight and the waiting job starts, on that node
+    assert wait_for(lambda: b.engine.capacity == n and state(b, low) == "running", HANG)
+    assert wait_for(lambda: info(b, low).get("JobState") == "RUNNING", HANG)
+    assert node_of(b, low) == dead
+    assert [c for _, c in capacity_changes(b.store)] == [n - 2, n]
+    for p in rel.values():
+        p.touch()
+    kept = [j for j in ids if j not in lost]
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in kept + [high, low]), HANG)
+    order = ids + [high, low]
+    jobs = [b.job("admin", True, j) for j in order]
+    books_exact(b, jobs, bids + [9.0, 1.0], n)

@@ -16,6 +16,7 @@ class FakeSlurm:
         self.next_id = 100
         self.cpus = cpus
         self.running = running
+        self.other = 0  # CPUs of nodes that are down (sinfo's "other")
         self.refuse: dict[int, str] = {}  # slurm id -> the error an update of it gets
         self.states: dict[int, str] = {}  # slurm id -> its state in squeue (default RUNNING)
         self.unlaunched: set[int] = set()  # RUNNING in Slurm, tasks not started on the node yet
@@ -34,7 +35,7 @@ class FakeSlurm:
             idle = self.idle if self.idle is not None else {"localhost": self.cpus}
             return "".join(f"{n} {self.cpus - i}/{i}/0/{self.cpus}\n" for n, i in idle.items())
         if args[0] == "sinfo":
-            return f"0/{self.cpus}/0/{self.cpus}\n"
+            return f"0/{self.cpus - self.other}/{self.other}/{self.cpus}\n"
         if args[:4] == ["scontrol", "-o", "show", "job"]:
             jid = int(args[4])
             return f"JobId={jid} JobState={self.states.get(jid, 'SUSPENDED')} NodeList={self.node_of.get(jid, '')}\n"

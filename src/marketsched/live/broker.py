@@ -73,6 +73,7 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pwd
@@ -298,6 +299,9 @@ class Broker:
         self._last_price: tuple[float, int, int] | None = None
         with self.lock, self._transaction():
             self._now()
+            capacity = self._capacity()  # a node down at the start: the mechanism decides with the nodes up
+            if capacity is not None:
+                self.engine.batch(capacity=capacity)
             self._recover()
 
     @contextmanager
@@ -892,19 +896,38 @@ class Broker:
         job.row = None
         self._defer(lambda key=job.id: self.executor.forget(key))
 
-    def _on_exits(self, exits) -> None:
+    def _capacity(self) -> int | None:
+        """The executor's capacity now if it differs from the engine's (None otherwise, and for
+        an executor without the ``capacity`` hook). Decision: the capacity enters the engine as a
+        number in the batch of the exits found in the same poll (a dead node's jobs end in the
+        batch its CPUs leave in), and the mechanism's own step decides who stops (lowest key
+        first); each change is recorded in the database (meta ``capacity``: ``[[t, slots], ...]``)
+        for a replay."""
+        cap = getattr(self.executor, "capacity", None)
+        if cap is None or cap == self.engine.capacity:
+            return None
+        changes = capacity_changes(self.store)
+        changes.append([self._t, int(cap)])
+        self.store.set_meta("capacity", json.dumps(changes))
+        return int(cap)
+
+    def _on_exits(self, exits, capacity: int | None = None) -> None:
         """Processes found ended in one scan: their jobs complete together, in *one* batch of
         the mechanism, and only then does it decide. (One batch per exit let the first exit
         resume a preempted job whose own exit was later in the same scan, and its process,
-        already gone, was launched a second time.)"""
+        already gone, was launched a second time.) ``capacity``: the market's new capacity
+        (see :meth:`_capacity`), set in the same batch."""
         ended = [(self.active[j], code) for j, code in exits if j in self.active]
         if not ended:
+            if capacity is not None:
+                self.engine.batch(capacity=capacity)
+                self._apply()
             return
         t = self._t
         rows = sorted(job.engine_row for job, _ in ended if job.row is not None)
         notes = {job.id: "ended while held" if job.state == "held" else "" for job, _ in ended}
-        if rows:
-            self.engine.batch(completed=rows)
+        if rows or capacity is not None:
+            self.engine.batch(completed=rows, capacity=capacity)
         outcome = getattr(self.executor, "outcome", None)
         for job, code in ended:
             self._stopped_running(job, t)
@@ -1072,8 +1095,9 @@ class Broker:
         self._now()
         changed = False
         exits = self.executor.exits()
-        if exits:
-            self._on_exits(exits)
+        capacity = self._capacity()
+        if exits or capacity is not None:
+            self._on_exits(exits, capacity)
             changed = True
         if self.engine.poll():
             self._apply()
@@ -1179,6 +1203,12 @@ def make_executor(config: MarketConfig, root: Path):
 
         return LauncherExecutor(root, spawn(root, os.geteuid(), config.limits(), root.parent / "market.db"))
     return LocalExecutor(root, limits=config.limits())
+
+
+def capacity_changes(store: Store) -> list[list]:
+    """The market's recorded capacity changes, ``[[t, slots], ...]`` oldest first (empty when
+    its capacity never changed from its slots)."""
+    return json.loads(store.get_meta("capacity") or "[]")
 
 
 def _job_id(x) -> int:

@@ -36,14 +36,17 @@ class ReplayEngine(LiveEngine):
         self.applied_changes: list[tuple[float, int, float]] = []
 
 
-def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", changes=()) -> tuple[ReplayEngine, Records]:
+def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", changes=(),
+                capacity_changes=()) -> tuple[ReplayEngine, Records]:
     """Run ``rule`` x ``pricing`` over ``workload`` in the live engine on a fake clock.
 
     ``changes``: ``(t, row, new_bid)`` bid changes (the live market's rebid), applied in the
     batch at time ``t`` to a job submitted before ``t`` that is still in the market then (after
     that batch's completions); the others are skipped. Returns the engine and its results as
     :class:`Records` (same columns as the simulator's); ``engine.applied_changes`` lists the
-    changes that were applied.
+    changes that were applied. ``capacity_changes``: ``(t, capacity)``, the machine's processors
+    from ``t`` on (the live market on a cluster whose nodes go down and come back), set in the
+    batch at time ``t`` after its completions; the policy's step decides who stops.
     """
     bid = np.asarray(bid, dtype=np.float64)
     key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
@@ -56,13 +59,16 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", change
     n = len(workload)
     finish_at: dict[int, float] = {}
     changes = sorted(changes, key=lambda c: c[0])
-    i = c = 0
+    caps = sorted(capacity_changes, key=lambda c: c[0])
+    i = c = k = 0
     while True:
         t = submit[i] if i < n else math.inf
         if finish_at:
             t = min(t, min(finish_at.values()))
         if c < len(changes):
             t = min(t, changes[c][0])
+        if k < len(caps):
+            t = min(t, caps[k][0])
         if t == math.inf:
             break
         clock.set(t)
@@ -80,8 +86,12 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", change
             if j < i0 and j not in done and eng.state[j] == FinalState.PENDING:
                 rebids.append((j, float(b), float(b) / cost[j]))
                 eng.applied_changes.append((t, j, float(b)))
+        capacity = None
+        while k < len(caps) and caps[k][0] <= t:
+            capacity = int(caps[k][1])
+            k += 1
         eng.batch(arrivals=[(bid[j], key[j], cost[j], procs[j]) for j in range(i0, i)], completed=done,
-                  rebids=rebids)
+                  rebids=rebids, capacity=capacity)
         for kind, j, te in eng.drain():
             if kind == "start":
                 finish_at[j] = te + remaining[j]
@@ -101,9 +111,18 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", change
 
 
 def simulate_recorded(submit_time, runtime, bid, capacity: int, rule: str = "hb", pricing: str = "kth",
-                      runtime_estimate=None) -> Records:
+                      runtime_estimate=None, capacity_changes=()) -> Records:
     """Simulate a recorded live run: jobs submitted at ``submit_time`` (market seconds, in
-    submission order) with measured run times ``runtime``; returns the simulator's records."""
+    submission order) with measured run times ``runtime``; returns the simulator's records.
+
+    ``capacity_changes``: the market's recorded ``(t, capacity)`` changes (nodes of a cluster
+    down and up; the broker's :func:`~marketsched.live.broker.capacity_changes`). The
+    :class:`~marketsched.engine.simulator.Simulator` has a fixed machine, so a run with changes
+    is replayed through :func:`replay_live` instead: the same policy objects on the same events
+    (its decisions and payments are the simulator's, ``tests/test_live_engine.py``), with each
+    change set in the batch at its time."""
     w = Workload.from_columns(submit_time=submit_time, runtime=runtime, runtime_estimate=runtime_estimate,
                               capacity=capacity, sort=False)
+    if len(capacity_changes):
+        return replay_live(w, rule, bid, pricing, capacity_changes=capacity_changes)[1]
     return Simulator(w, make_priority_mechanism(rule, w, bid, pricing)).run()

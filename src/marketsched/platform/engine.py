@@ -37,6 +37,12 @@ Extra operations a real market needs and a trace never has (documented decisions
   key)`` after the completions and withdrawals and before the arrivals of the batch; rebids are
   checked first (a row must be in the market and not ending in the same batch), so a refused
   one changes nothing.
+* **capacity** (the processors the policy may use) changes within a batch when the machine
+  changes (the live market on Slurm: a node goes down or comes back): set after the completions,
+  withdrawals and bid changes and before the arrivals; it may fall below the processors in use,
+  and the policy's ``step`` then stops the jobs it would not run with fewer processors (for the
+  priority mechanisms: lowest key first). The engine only sets the number; the policy decides.
+  Each change is kept in :attr:`LiveEngine.capacity_changes` as ``(t, capacity)`` for a replay.
 * A re-entered job (after a restart, or after its owner paid again) is a *new row*: rows are
   the mechanism's view of a job's presence in the market; the broker maps rows to jobs.
 """
@@ -74,6 +80,8 @@ class LiveEngine(ClusterState):
         if int(capacity) != capacity or capacity < 1:
             raise ValueError(f"capacity must be a whole number of at least 1 slot, got {capacity!r}")
         self.capacity = int(capacity)
+        self.max_capacity = self.capacity  # a job may ask for at most this many (the configured size)
+        self.capacity_changes: list[tuple[float, int]] = []
         self.clock = clock
         self.policy = policy
         self.now = float(clock())
@@ -128,7 +136,8 @@ class LiveEngine(ClusterState):
             self._advance(t)
         return t
 
-    def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = _KILLED, rebids=()) -> range:
+    def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = _KILLED, rebids=(),
+              capacity: int | None = None) -> range:
         """One batch of events at the clock's current time, then one decision.
 
         ``arrivals``: sequence of ``(bid, key, cost, procs)`` for new jobs (rows are appended in
@@ -136,8 +145,12 @@ class LiveEngine(ClusterState):
         a race with a preemption, queued). ``withdrawn``: rows leaving the market without
         completing (cancelled, held); they end in ``withdrawn_state``. ``rebids``: ``(row, bid,
         key)`` of queued or running jobs whose owners changed their bid (the policy's
-        ``rebid``). Order within the batch: completions and withdrawals, bid changes, arrivals.
+        ``rebid``). ``capacity``: the processors usable from now (0 to the configured size; None:
+        unchanged). Order within the batch: completions and withdrawals, bid changes, capacity,
+        arrivals.
         """
+        if capacity is not None and (int(capacity) != capacity or not 0 <= capacity <= self.max_capacity):
+            raise ValueError(f"capacity must be a whole number from 0 to {self.max_capacity}, got {capacity!r}")
         ending = set(completed) | set(withdrawn)
         for j, _, _ in rebids:  # checked before anything changes
             if not 0 <= j < self.n_jobs or self.state[j] != _PENDING or j in ending:
@@ -158,11 +171,14 @@ class LiveEngine(ClusterState):
         stopped.sort()
         for j, bid, key in rebids:
             self.policy.rebid(j, bid, key)
+        if capacity is not None and int(capacity) != self.capacity:
+            self.capacity = int(capacity)
+            self.capacity_changes.append((t, self.capacity))
         first = self.n_jobs
         if arrivals:
             for a in arrivals:
-                if not 1 <= a[3] <= self.capacity:
-                    raise ValueError(f"a job needs {a[3]} processors but the market has {self.capacity}")
+                if not 1 <= a[3] <= self.max_capacity:
+                    raise ValueError(f"a job needs {a[3]} processors but the market has {self.max_capacity}")
             bids, keys, costs = [], [], []
             for bid, key, cost, procs in arrivals:
                 bids.append(bid)

@@ -79,6 +79,16 @@ How the market's decisions map onto Slurm
   started it ``UNSTARTED_GRACE`` s after Slurm did (a decision went another way), it is
   suspended until the market starts it. A gate that reaches Slurm after it started the job
   ("no longer pending") is left to that reconciliation.
+* **Capacity follows the nodes.** At every poll, before it reads the jobs, the executor reads
+  the CPUs Slurm can run on (:meth:`SlurmExecutor.usable_cpus`: ``sinfo %C``, less the CPUs of
+  nodes that are down, drained or failing); :attr:`SlurmExecutor.capacity` is that, capped at
+  the market's slots, and the broker sets it as the live engine's capacity in the batch of the
+  exits of the same poll (Slurm fails a dead node's jobs when it declares the node down, so
+  they end in the batch its CPUs leave in). The mechanism then stops the lowest keys when fewer
+  CPUs remain than jobs running, and starts the best waiting jobs when the node returns
+  (:meth:`~marketsched.mechanisms.online.priority.PriorityScheduler.step`; docs/slurm_and_dayahead.md,
+  "On a cluster"). Without this the market kept its slots and started, and charged, jobs that
+  Slurm held pending for lack of CPUs.
 * **Cancel** (``kill``): ``scancel`` (also of suspended and pending jobs).
 * **State** is read with ``squeue -h -o`` (9 ms; ``squeue --json`` costs 60-70 ms with 100
   jobs and ignores ``-j`` in 22.05, so it serves only :meth:`SlurmExecutor.squeue_json`), one
@@ -112,7 +122,9 @@ Open decisions (documented here, where they are taken)
   lag seen under load was 1.6 s). A job still not started then runs on while the broker is
   down, and the restarted broker re-attaches it as running.
 * The market runs serial jobs (one CPU each, ``-n 1 -c 1``); the partition's CPU count should
-  equal the market's ``--slots`` (checked at start: more slots than CPUs is refused).
+  equal the market's ``--slots`` (checked at start: more slots than CPUs is refused; the CPUs of
+  nodes that are down count, so a broker starts while a node is down, with the capacity of the
+  nodes that are up).
 """
 
 from __future__ import annotations
@@ -247,11 +259,13 @@ class SlurmExecutor(JobFolders):
         self._resume: dict[int, float] = {}  # key -> earliest monotonic time for the resume
         self._last_poll = 0.0
         self._waker = WakePipe()
-        self.cpus = self.partition_cpus()
+        self.calls = 0  # Slurm commands issued (for benchmarks)
+        self.usable = self.partition_cpus()  # CPUs Slurm can run on now (re-read at every poll)
+        self.cpus = self._cpu_counts()[1]  # the partition's CPUs, those of nodes down included
+        self.slots = self.cpus if slots is None else int(slots)
         if slots is not None and slots > self.cpus:
             raise ValueError(f"the market has {slots} slots but Slurm partition "
                              f"{self.partition or '(default)'} has only {self.cpus} CPUs")
-        self.calls = 0  # Slurm commands issued (for benchmarks)
         self._prio: dict[int, int] = {}
         self.early: dict[int, SlurmJob] = {}  # ran and ended in Slurm before the market started them
         self._ready: set[int] = set()  # such jobs the market has now started: exits to report
@@ -265,18 +279,38 @@ class SlurmExecutor(JobFolders):
         return run(args, timeout, input)
 
     def partition_cpus(self) -> int:
-        """CPUs of the partition's nodes that are up (``sinfo``)."""
+        """CPUs of the partition's nodes that are up (``sinfo``); an error if there are none."""
+        total = self.usable_cpus()
+        if total < 1:
+            raise SlurmError(f"Slurm partition {self.partition or '(default)'} has no usable CPU (sinfo)")
+        return total
+
+    def usable_cpus(self) -> int:
+        """CPUs Slurm can run jobs on now: the partition's CPUs less those Slurm counts as
+        "other" (``sinfo %C`` is allocated/idle/other/total; "other" are the CPUs of nodes that
+        are down, drained or failing). A node stops counting when Slurm declares it down (its jobs
+        end ``NODE_FAIL`` at that moment), not while it merely misses pings (``idle*``)."""
+        return self._cpu_counts()[0]
+
+    def _cpu_counts(self) -> tuple[int, int]:
+        """``(usable, total)`` CPUs of the partition (``sinfo %C``, see :meth:`usable_cpus`)."""
         args = ["sinfo", "-h", "-o", "%C"]
         if self.partition:
             args += ["-p", self.partition]
-        out = run(args, timeout=10).split()
+        out = self._run(args, timeout=10).split()
         if not out:
             raise SlurmError(f"Slurm partition {self.partition or '(default)'} not found (sinfo printed nothing)")
-        # %C is allocated/idle/other/total
-        total = sum(int(x.split("/")[3]) - int(x.split("/")[2]) for x in out)
-        if total < 1:
-            raise SlurmError(f"Slurm partition {self.partition or '(default)'} has no usable CPU ({out})")
-        return total
+        try:
+            counts = [[int(c) for c in x.split("/")] for x in out]
+            return sum(c[3] - c[2] for c in counts), sum(c[3] for c in counts)
+        except (IndexError, ValueError):
+            raise SlurmError(f"`{' '.join(args)}` printed {out!r}, not CPU counts A/I/O/T") from None
+
+    @property
+    def capacity(self) -> int:
+        """The market's capacity now: its slots, fewer while Slurm can run on fewer CPUs (the
+        broker's hook, read after every :meth:`exits`; see "Capacity follows the nodes")."""
+        return min(self.slots, self.usable)
 
     def job_name(self, key: int | str) -> str:
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
@@ -591,7 +625,7 @@ class SlurmExecutor(JobFolders):
                 continue  # 2 s rule: retried at the next poll
             if running_cpus is None:
                 running_cpus = self.running_cpus()
-            if running_cpus + 1 > self.cpus:  # Slurm would oversubscribe: wait for a free CPU
+            if running_cpus + 1 > self.usable:  # Slurm would oversubscribe: wait for a free CPU
                 continue
             if free is None:
                 free = self.idle_cpus_per_node()
@@ -720,6 +754,12 @@ class SlurmExecutor(JobFolders):
             self._do_suspends()
         if self._resume:
             self._do_resumes()
+        # the nodes before the jobs: Slurm fails a dead node's jobs when it declares the node
+        # down, so a capacity drop seen here comes with those exits in the same poll
+        try:
+            self.usable = self.usable_cpus()
+        except SlurmError:
+            pass  # controller unreachable: keep the last figure (the job poll below fails too)
         tracked = {**self.queued, **self.procs}
         if not tracked:
             return out

@@ -199,6 +199,9 @@ class PriorityScheduler:
         for j in arrived:
             push(waiting, prio[j])
         free = sim.free
+        if free < 0:
+            self._shed(-free)
+            free = 0
         if self.preemptive:
             running_heap = self.running_heap
             running = sim.running
@@ -234,6 +237,35 @@ class PriorityScheduler:
                 pricing.on_start(j)
                 free -= 1
         pricing.update()
+
+    def _shed(self, n: int) -> None:
+        """The engine's capacity fell below the processors in use (the live market: a node of
+        the cluster went down): stop the ``n`` worst running jobs, exactly those that would not
+        run with fewer processors. Shudler et al. (2010) have a fixed machine; decision: the
+        jobs stop in the order HB preempts (lowest key first, among equal keys the latest
+        submitted), under every rule, non-preemptive ones included (a job the machine cannot
+        hold cannot keep running); each is preempted (its payment settled, back in the queue
+        with its remaining work) and restarts as any preempted job when processors return.
+
+        Steps: 1. the running jobs ordered worst first (HB: the running heap, lazily cleaned;
+        other rules: one sort of the running rows, a rare event); 2. preempt the first ``n``.
+        """
+        sim = self._engine()
+        running = sim.running
+        if self.preemptive:
+            heap = self.running_heap
+            victims: list[int] = []
+            while len(victims) < n and heap:
+                k, neg = heapq.heappop(heap)
+                if running[-neg]:
+                    victims.append(-neg)
+        else:
+            key = self.key
+            victims = sorted((j for j, r in enumerate(running) if r), key=lambda j: (key[j], -j))[:n]
+        for j in victims:
+            sim.preempt(j)
+            self.pricing.on_stop(j)
+            heapq.heappush(self.waiting, self.prio[j])
 
     def close(self, t: float) -> None:
         running = self._engine().running
