@@ -311,3 +311,15 @@ def test_quotes_equal_the_offers_the_simulator_records(tmp_path, preemptive):
         assert e == pol.offers_completion[j].tolist() and p == pol.offers_payment[j].tolist(), j
     assert any(any(p) for _, p in quotes)
 
+
+
+def test_a_capacity_change_is_refused_dlgm_nodes_are_fixed(tmp_path):
+    """The live engine's capacity follows a cluster's nodes for the priority markets; DLGM's nodes
+    each keep their own queue, so its engine refuses a change rather than mis-schedule."""
+    from marketsched.live.dlgm import DLGMEngine
+    from marketsched.mechanisms.online.dlgm import DLGM
+
+    eng = DLGMEngine(DLGM([], [], preemptive=False), 2, lambda: 0.0)
+    with pytest.raises(ValueError, match="fixed at 2"):
+        eng.batch(capacity=1)
+    assert eng.batch(capacity=2) is not None

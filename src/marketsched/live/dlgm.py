@@ -86,8 +86,11 @@ class DLGMEngine(LiveEngine):
         super().preempt(j)
 
     def batch(self, arrivals=(), completed=(), withdrawn=(), withdrawn_state: int = int(FinalState.KILLED),
-              rebids=()) -> range:
-        """:meth:`LiveEngine.batch`; an arrival's ``key`` is its reported run time."""
+              rebids=(), capacity: int | None = None) -> range:
+        """:meth:`LiveEngine.batch`; an arrival's ``key`` is its reported run time. DLGM's nodes
+        are fixed (each keeps its own queue), so a change of capacity is refused."""
+        if capacity is not None and capacity != self.capacity:
+            raise ValueError(f"DLGM's nodes are fixed at {self.capacity}: a capacity change to {capacity} is not supported")
         for a in arrivals:
             self.remaining.append(float(a[1]))
             self.finish_at.append(INF)
