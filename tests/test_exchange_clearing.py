@@ -150,6 +150,7 @@ def test_split_is_exact_and_proportional():
     (lambda ex: ex.add_node("q", "m", 4, 10), "node field 'provider'"),
     (lambda ex: ex.add_node("p", "m", 0, 10), "node field 'cpu'"),
     (lambda ex: ex.join("p"), "already joined"),
+    (lambda ex: ex.join("revenue"), "provider name 'revenue' is reserved"),  # the ledger's revenue account
 ])
 def test_bad_input_names_the_field(tmp_path, call, message):
     ex, clock, _ = make_exchange(tmp_path / "x.db")

@@ -40,7 +40,7 @@ import json
 from pathlib import Path
 
 from marketsched.platform.files import data_folder
-from marketsched.platform.ledger import DEPOSITS, MICRO, Store, command_digest, upgrade_schema
+from marketsched.platform.ledger import DEPOSITS, MICRO, REVENUE, Store, command_digest, upgrade_schema
 from marketsched.platform.statement import signed_entries
 
 CLEARING = "exchange:clearing"
@@ -294,6 +294,9 @@ class ExchangeStore:
 
     # ------------------------------------------------------------------ providers and nodes
     def add_provider(self, name: str, kind: str, t: float, partition: str | None = None) -> None:
+        if provider_account(name) in (REVENUE, DEPOSITS):  # the ledger's own accounts
+            raise ValueError(f"provider name {name!r} is reserved: its account {provider_account(name)!r} "
+                             "is the ledger's own")
         with self.transaction():
             if self.rows("SELECT 1 FROM ex_providers WHERE name = ?", (name,)):
                 raise ValueError(f"provider {name!r} has already joined")

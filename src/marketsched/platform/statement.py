@@ -31,9 +31,10 @@ def signed_entries(store: Store, account: str, limit: int | None = 200, before: 
 def echo_statement(statement: dict, ref: str = "job") -> None:
     """Print a statement (``{"balance", "entries"}``): one line per entry (id, time, kind, signed
     amount, and the ``ref`` the entry is for: a job, a contract), then the balance."""
+    width = max([8, *(len(e["kind"]) for e in statement["entries"])])  # the exchange's kinds are longer
     for e in statement["entries"]:
         what = "" if e["job_id"] is None else f"{ref} {e['job_id']}"
-        click.echo(f"{e['id']:>6} {e['t']:>10.2f} {e['kind']:<8} {e['signed']:>+14.6f}  {what}")
+        click.echo(f"{e['id']:>6} {e['t']:>10.2f} {e['kind']:<{width}} {e['signed']:>+14.6f}  {what}")
     click.echo(f"balance {money(statement['balance'])}")
 
 
