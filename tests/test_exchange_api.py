@@ -424,7 +424,7 @@ def test_providers_join_register_nodes_and_leave_through_the_api(market, monkeyp
 def test_a_slurm_partition_is_sold_by_one_provider_joining_through_the_api(market, monkeypatch):
     # the Slurm counterpart of "a CPU is sold once": a provider joining by itself cannot sell
     # the partition another provider sells (Slurm's default one included), until that one left
-    # and its contracts are settled; the operator may still share a partition on purpose
+    # and its contracts are settled
     ex, clock, srv, c, tokens = market
     fake_slurm_partitions(monkeypatch)
     s = {name: Client(srv.url, issue_token(ex.store, "provider", name, 0.0)) for name in ("s1", "s2", "s3", "s4")}
@@ -435,7 +435,7 @@ def test_a_slurm_partition_is_sold_by_one_provider_joining_through_the_api(marke
     assert s["s2"].post("/api/join", {"kind": "slurm"})["partition"] is None  # Slurm's default: free
     with pytest.raises(ClientError, match="Slurm's default partition is sold by another provider"):
         s["s3"].post("/api/join", {"kind": "slurm"})
-    ex.join("op", kind="slurm", partition="debug")  # the operator's command is not bound
+    ex.join("op", kind="slurm", partition="debug")  # the library called directly is not bound
     # s2 sells a contract, then leaves: the default partition stays taken until it is settled
     s["s2"].post("/api/nodes", {"name": "main", "cpu": 1, "mem": 10})
     now = ex.slot()

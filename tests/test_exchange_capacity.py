@@ -4,12 +4,15 @@ and its own name are one partition). Slurm's partition table is injected."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from exchange_helpers import SCONTROL_PARTITIONS as SCONTROL
 from exchange_helpers import fake_slurm_partitions, make_exchange
 from marketsched.exchange import capacity
 from marketsched.exchange.capacity import CPU_UNIT, canonical_partition, parse_partitions
+from marketsched.exchange.core import Exchange
 from marketsched.exchange.store import ExchangeStore
 
 
@@ -192,3 +195,101 @@ def test_a_local_node_whose_cpus_fell_sells_only_what_exists_and_the_period_says
     assert sold == [] and book.caps[node] == 0
     here.update({0, 1})  # the replay uses the capacity recorded with each period, not today's
     assert replay_session(ex.store) == contract_terms(ex.store)
+
+
+# ---------------------------------------------------------------------------- each Slurm node sold once
+CLUSTER_PARTITIONS = (  # a 4-node cluster: the default partition has every node, pa and pb half each
+    "PartitionName=main Default=YES Nodes=node[1-4] State=UP TotalCPUs=8 TotalNodes=4\n"
+    "PartitionName=pa Default=NO Nodes=node[1-2] State=UP TotalCPUs=4 TotalNodes=2\n"
+    "PartitionName=pb Default=NO Nodes=node[3-4] State=UP TotalCPUs=4 TotalNodes=2\n"
+    "PartitionName=mid Default=NO Nodes=node2,node3 State=UP TotalCPUs=4 TotalNodes=2\n")
+
+
+def _compress(names: list[str]) -> str:
+    """A Slurm host list of ``names`` (prefix + zero-padded numbers), written as runs."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for n in names:
+        head = n.rstrip("0123456789")
+        digits = n[len(head):]
+        groups.setdefault((head, len(digits)), []).append(int(digits))
+    out = []
+    for (head, width), nums in groups.items():
+        nums = sorted(set(nums))
+        runs, lo = [], nums[0]
+        for a, b in zip(nums, nums[1:] + [None]):
+            if b != a + 1:
+                runs.append(f"{lo:0{width}d}" + ("" if a == lo else f"-{a:0{width}d}"))
+                lo = b
+        out.append(f"{head}[{','.join(runs)}]")
+    return ",".join(out)
+
+
+def test_slurm_host_lists_expand_to_their_nodes():
+    import random
+
+    assert capacity.expand_hostlist("node[1-2,4],gpu[08-10],login") == [
+        "node1", "node2", "node4", "gpu08", "gpu09", "gpu10", "login"]
+    assert capacity.expand_hostlist("r[1-2]n[1-2]") == ["r1n1", "r1n2", "r2n1", "r2n2"]
+    assert capacity.expand_hostlist("(null)") == [] and capacity.expand_hostlist("") == []
+    for bad in ("node[1-", "node[3-1]", "node[a]", "node]1["):
+        with pytest.raises(ValueError, match="Slurm host list"):
+            capacity.expand_hostlist(bad)
+    rng = random.Random(7)
+    for _ in range(200):  # against the plain list of names, through a writer of host lists
+        names = {f"{rng.choice(['n', 'gpu', 'x-'])}{rng.randrange(0, 40):0{w}d}"
+                 for w in (rng.choice([1, 2, 3]),) for _ in range(rng.randrange(1, 12))}
+        assert sorted(capacity.expand_hostlist(_compress(sorted(names)))) == sorted(names)
+    parts = parse_partitions(CLUSTER_PARTITIONS)
+    assert parts["mid"].nodes == {"node2", "node3"} and parts["main"].nodes == {f"node{i}" for i in range(1, 5)}
+
+
+@pytest.mark.parametrize("by", ["party", "operator"])
+def test_a_slurm_node_is_sold_by_one_provider_whatever_partition_names_it(tmp_path, monkeypatch, by):
+    """Two providers on disjoint partitions of one cluster (pa, pb) are accepted; a third whose
+    partition shares nodes with them (the default one, which has every node; one straddling
+    both) is refused, naming the provider that sells them and the shared nodes, whether it joins
+    through the API or by the operator's command line. Before, each was sold those nodes in full."""
+    fake_slurm_partitions(monkeypatch, CLUSTER_PARTITIONS)
+    data = tmp_path / "ex"
+    assert _cli("init", data).exit_code == 0
+
+    def join(name, partition):
+        if by == "operator":
+            res = _cli("join", data, name, "--kind", "slurm", *(["--partition", partition] if partition else []))
+            if res.exit_code != 0:
+                raise ValueError(res.output)
+            return
+        ex = Exchange(ExchangeStore(data), lambda: 0.0)
+        try:
+            ex.join(name, kind="slurm", partition=partition, by_party=True)
+        finally:
+            ex.store.close()
+
+    join("a", "pa")
+    join("b", "pb")
+    for name, partition, message in [
+            ("c", None, "Slurm's default partition shares node(s) node1, node2 with Slurm partition 'pa', which "
+                        "another provider, 'a', sells: each node is sold by one provider"),
+            ("c", "main", "Slurm partition 'main' shares node(s) node1, node2 with Slurm partition 'pa', which "
+                          "another provider, 'a', sells"),
+            ("c", "mid", "Slurm partition 'mid' shares node(s) node2 with Slurm partition 'pa', which another "
+                         "provider, 'a', sells"),
+            ("c", "pb", "Slurm partition 'pb' is sold by another provider 'b'")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            join(name, partition)
+    store = ExchangeStore(data)
+    assert [(p["name"], p["partition"]) for p in store.providers()] == [("a", "pa"), ("b", "pb")]
+    store.close()
+
+
+def test_the_default_partition_first_keeps_every_node(tmp_path, monkeypatch):
+    """In the other order: a provider selling the default partition (every node) leaves no node
+    for a provider of pa or pb."""
+    fake_slurm_partitions(monkeypatch, CLUSTER_PARTITIONS)
+    ex, _, _ = make_exchange(tmp_path / "x.db")
+    ex.join("all", kind="slurm", checked=True)
+    with pytest.raises(ValueError, match=re.escape("Slurm partition 'pb' shares node(s) node3, node4 with Slurm "
+                                                   "partition 'main', which another provider, 'all', sells")):
+        ex.join("b", kind="slurm", partition="pb", checked=True)
+    ex.leave("all")  # gone, no contract unsettled: its nodes are free again
+    ex.join("b", kind="slurm", partition="pb", checked=True)

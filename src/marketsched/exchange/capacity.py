@@ -7,15 +7,17 @@
 * **Slurm partitions** are known by their canonical name: "Slurm's default partition" (no
   name) is the partition Slurm marks ``Default=YES``, so a provider naming it and one naming
   nothing sell the same partition, and the second is refused, in either order
-  (:func:`canonical_partition`). A partition Slurm does not know is refused.
+  (:func:`canonical_partition`). A partition Slurm does not know is refused. **Each Slurm node
+  is sold by one provider**: a partition sharing a node with another provider's is refused,
+  naming that provider and the nodes (:func:`check_partition_free`).
 
 The CPU-unit rules bind the operator's command line too (``marketsched exchange node``,
 :func:`check_operator_node`): a local node has at most one unit per CPU it names (none named:
 this machine's CPUs now, recorded as the node's), and a Slurm provider's nodes at most its
-partition's CPUs. Only the rules that a CPU or a partition is sold *once* are the parties'
-alone: the operator may share CPUs or a partition between providers on purpose. The library's
-:class:`~marketsched.exchange.core.Exchange` called without ``checked`` (simulations, tests
-of the mechanisms) is not bound.
+partition's CPUs; the partition rule binds ``marketsched exchange join``. Only the rule that a
+local CPU is sold *once* is the parties' alone: the operator may share CPUs between local
+providers on purpose. The library's :class:`~marketsched.exchange.core.Exchange` called
+without ``checked`` (simulations, tests of the mechanisms) is not bound.
 
 * **At every clearing** (:func:`capacity_now`) a Slurm provider's offered nodes sell at most
   its partition's CPUs that are up, and a local node whose CPUs are not all here any more
@@ -27,7 +29,7 @@ of the mechanisms) is not bound.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 CPU_UNIT = 1  # CPU units per CPU
@@ -41,6 +43,48 @@ class Partition:
     default: bool
     cpus: int  # TotalCPUs
     up: bool  # State=UP
+    nodes: frozenset[str] = frozenset()  # Nodes, expanded (:func:`expand_hostlist`)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """The node names of a Slurm host list, e.g. ``node[1-2,4],gpu[08-10],login`` ->
+    node1, node2, node4, gpu08, gpu09, gpu10, login (zero padding kept; several bracket groups
+    in one name multiply out). ``(null)`` or empty: none. ValueError naming a malformed one."""
+    text = text.strip()
+    if text in ("", "(null)"):
+        return []
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):  # split at the commas outside brackets
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth not in (0, 1):
+            raise ValueError(f"Slurm host list {text!r}: unbalanced brackets")
+        if ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    out: list[str] = []
+    for item in items:
+        out.extend(_expand_one(item, text))
+    return out
+
+
+def _expand_one(item: str, whole: str) -> list[str]:
+    head, sep, rest = item.partition("[")
+    if not sep:
+        if not item or "]" in item:
+            raise ValueError(f"Slurm host list {whole!r}: bad name {item!r}")
+        return [item]
+    body, sep, tail = rest.partition("]")
+    if not sep:
+        raise ValueError(f"Slurm host list {whole!r}: unbalanced brackets")
+    names = []
+    for part in body.split(","):
+        lo, _, hi = part.partition("-")
+        hi = hi or lo
+        if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
+            raise ValueError(f"Slurm host list {whole!r}: bad range {part!r}")
+        names += [f"{head}{str(k).zfill(len(lo))}" for k in range(int(lo), int(hi) + 1)]
+    return [n + t for n in names for t in _expand_one(tail, whole)] if tail else names
 
 
 def parse_partitions(text: str) -> dict[str, Partition]:
@@ -55,7 +99,11 @@ def parse_partitions(text: str) -> dict[str, Partition]:
             cpus = int(fields.get("TotalCPUs", "0"))
         except ValueError:
             cpus = 0
-        out[name] = Partition(name, fields.get("Default") == "YES", cpus, fields.get("State", "UP") == "UP")
+        try:
+            nodes = frozenset(expand_hostlist(fields.get("Nodes", "")))
+        except ValueError:
+            nodes = frozenset()  # unreadable: the partition is compared by name only
+        out[name] = Partition(name, fields.get("Default") == "YES", cpus, fields.get("State", "UP") == "UP", nodes)
     return out
 
 
@@ -81,6 +129,41 @@ def canonical_partition(partition: str | None, partitions: dict[str, Partition])
         known = ", ".join(sorted(partitions)) or "none"
         raise ValueError(f"provider field 'partition': Slurm has no partition {partition!r} (it has: {known})")
     return partitions[partition]
+
+
+def check_partition_free(provider: str, partition: str | None, providers, parts: dict[str, Partition],
+                         busy: Collection[str] = ()) -> None:
+    """A Slurm partition is sold once, and so is each of its nodes: a provider may join with
+    partition ``partition`` (None: Slurm's default) only if no other Slurm provider (of
+    ``providers``, rows of the providers table) sells it, by any of its names, nor a partition
+    that shares a node with it (``parts``: :func:`slurm_partitions`). A provider that left frees
+    its partition once none of its contracts is unsettled (``busy``: names of providers with
+    pending, starting or running contracts, whose jobs still run there).
+
+    The rule (the exchange's; Stößer 2009 has each node sold by its own provider): two providers
+    whose partitions overlap would each be sold the shared nodes in full, so the second is
+    refused, naming the first and the nodes they share. A partition Slurm no longer knows is
+    compared by name only. ValueError naming the problem."""
+    mine = canonical_partition(partition, parts)
+    shown = "Slurm's default partition" if partition is None else f"Slurm partition {partition!r}"
+    for p in providers:
+        if p["name"] == provider or p["kind"] != "slurm" or (p["left_t"] is not None and p["name"] not in busy):
+            continue
+        try:
+            theirs = canonical_partition(p["partition"], parts)
+        except ValueError:
+            theirs = None
+        if p["partition"] == partition or (theirs is not None and theirs.name == mine.name):
+            alias = "" if p["partition"] == partition else (
+                f" (as {'the default partition' if p['partition'] is None else repr(p['partition'])}; "
+                f"Slurm calls it {mine.name!r})")
+            raise ValueError(f"provider field 'partition': {shown} is sold by another provider "
+                             f"{p['name']!r}{alias}")
+        shared = sorted(mine.nodes & theirs.nodes) if theirs is not None else []
+        if shared:
+            raise ValueError(f"provider field 'partition': {shown} shares node(s) {', '.join(shared)} with Slurm "
+                             f"partition {theirs.name!r}, which another provider, {p['name']!r}, sells: each node "
+                             "is sold by one provider")
 
 
 def cpus_here() -> set[int]:

@@ -116,7 +116,7 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
 @click.option("--partition", default=None, help="Slurm partition of a slurm provider (default: Slurm's default).")
 def join_cmd(data, provider, kind, partition):
     """A provider joins the exchange."""
-    _do(_open(data).join, provider, kind, partition)
+    _do(lambda: _open(data).join(provider, kind, partition, checked=True))
     click.echo(f"provider {provider} joined")
 
 

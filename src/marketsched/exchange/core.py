@@ -73,7 +73,6 @@ from .orders import (
     check_node,
     check_offer,
     check_party_cpus,
-    check_party_partition,
     check_request,
 )
 from .providers import Backend, Contracted
@@ -143,11 +142,14 @@ class Exchange:
         return slot * self.settings["slot_seconds"]
 
     # ------------------------------------------------------------------ participants and orders
-    def join(self, provider: str, kind: str = "local", partition: str | None = None, by_party: bool = False) -> None:
+    def join(self, provider: str, kind: str = "local", partition: str | None = None, by_party: bool = False,
+             checked: bool = False) -> None:
         """A provider joins: ``local`` (nodes on this machine's CPUs) or ``slurm`` (contracts
         run in Slurm partition ``partition``; None: Slurm's default). ``by_party``: the provider
-        joins by itself (the HTTP API), not the operator; then a Slurm provider's partition must
-        be one no other provider sells (the operator may share one on purpose)."""
+        joins by itself (the HTTP API); ``checked``: the operator's command line. Either way a
+        Slurm provider's partition must be one Slurm knows, and neither it nor any of its nodes
+        may be sold by another provider (:func:`.capacity.check_partition_free`). The library
+        called with neither (simulations, tests of the mechanisms) is not bound."""
         check_name("provider", "name", provider)
         if kind not in PROVIDER_KINDS:
             raise ValueError(f"provider field 'kind' must be one of {', '.join(PROVIDER_KINDS)}, got {kind!r}")
@@ -155,14 +157,14 @@ class Exchange:
             if kind != "slurm":
                 raise ValueError("provider field 'partition' is for slurm providers only")
             check_name("provider", "partition", partition)
-        parts = capacity.slurm_partitions() if by_party and kind == "slurm" else {}
-        if parts:
+        bound = (by_party or checked) and kind == "slurm"
+        parts = capacity.slurm_partitions() if bound else {}
+        if bound:
             capacity.canonical_partition(partition, parts)  # one Slurm knows
         with self.store.transaction():
-            if by_party and kind == "slurm":
+            if bound:
                 busy = {c["provider"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
-                check_party_partition(provider, partition, self.store.providers(), busy,
-                                      canonical=lambda name: _canonical_name(name, parts))
+                capacity.check_partition_free(provider, partition, self.store.providers(), parts, busy)
             self.store.add_provider(provider, kind, self.clock(), partition)
 
     def add_node(self, provider: str, name: str, cpu: int, mem: int, cpus: list[int] | None = None,
@@ -594,15 +596,6 @@ def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
     clearing, :mod:`.book`); ``caps``: the capacity the nodes could sell (a replay's recorded
     one; default: checked now, :mod:`.capacity`)."""
     return clear_now(store, settings, t, base_slot, last_order, mechanism, caps=caps)
-
-
-def _canonical_name(partition: str | None, parts: dict) -> str | None:
-    """The name Slurm gives the partition ``partition`` (None: the default), or the name as
-    given when Slurm does not know it (a partition the operator registered)."""
-    try:
-        return capacity.canonical_partition(partition, parts).name
-    except ValueError:
-        return partition
 
 
 def recorded_book(store: ExchangeStore, period: int) -> ClearingBook:

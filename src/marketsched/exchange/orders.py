@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact")
 PROVIDER_KINDS = ("local", "slurm")
@@ -111,26 +111,6 @@ def check_party_cpus(provider: dict, cpus: list[int] | None, nodes, busy: Collec
         if (n["left_t"] is None or n["id"] in busy) and set(n["cpus"] or ()) & set(cpus):
             whose = "of this provider" if n["provider"] == provider["name"] else "of another provider"
             raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus))} backs a node {whose}")
-
-
-def check_party_partition(provider: str, partition: str | None, providers, busy: Collection[str] = (),
-                          canonical: Callable[[str | None], str | None] = lambda name: name) -> None:
-    """The Slurm partition a provider names when it joins by itself (``None``: Slurm's default
-    partition): one that no other provider sells (of ``providers``, rows of the providers
-    table). As with a local provider's CPUs, a partition is sold once; a provider that left
-    frees its partition once none of its contracts is unsettled (``busy``: names of providers
-    with pending, starting or running contracts, whose jobs still run in it). Partitions are
-    compared by ``canonical`` name (:func:`.capacity.canonical_partition`: the default partition
-    and its own name are one partition)."""
-    mine = canonical(partition)
-    for p in providers:
-        if p["name"] != provider and p["kind"] == "slurm" and (p["left_t"] is None or p["name"] in busy) and (
-                p["partition"] == partition or canonical(p["partition"]) == mine):
-            shown = "Slurm's default partition" if partition is None else f"Slurm partition {partition!r}"
-            alias = "" if p["partition"] == partition else (
-                f" (as {'the default partition' if p['partition'] is None else repr(p['partition'])}; "
-                f"Slurm calls it {mine!r})")
-            raise ValueError(f"provider field 'partition': {shown} is sold by another provider{alias}")
 
 
 def check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot: int | None = None) -> dict:
