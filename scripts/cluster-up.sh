@@ -24,6 +24,9 @@
 #   bash scripts/cluster-up.sh node-up NAME     # the node boots again: link up, a fresh slurmd
 #   bash scripts/cluster-up.sh env          # print the export line for the client commands
 #
+# Partitions: main (the default) has every node; with N >= 2, pa has node1..node(N/2) and pb the
+# others (two providers of the exchange, each selling its own nodes).
+#
 # Environment:
 #   CLUSTER_CPUS=2            CPUs each node declares (jobs in tests are `sleep`s)
 #   CLUSTER_ACCOUNTING=auto   "dbd" (slurm-up.sh's slurmdbd, sacct works), "none", or "auto":
@@ -193,6 +196,14 @@ for i in $(seq "$N"); do
     NODES+="NodeName=node$i NodeAddr=$NET.$((10 + i)) NodeHostname=node$i CPUs=$CPUS RealMemory=8000 State=UNKNOWN
 "
 done
+# two more partitions, one per half of the nodes (pa: node1..node(N/2), pb: the rest), for tests
+# of two exchange providers that each sell their own nodes; main, the default, keeps every node
+HALVES=""
+if [ "$N" -ge 2 ]; then
+    H=$((N / 2))
+    HALVES="PartitionName=pa Nodes=node[1-$H] Default=NO MaxTime=INFINITE State=UP OverSubscribe=NO
+PartitionName=pb Nodes=node[$((H + 1))-$N] Default=NO MaxTime=INFINITE State=UP OverSubscribe=NO"
+fi
 NEWCONF=$(cat <<EOF
 # Written by marketsched's scripts/cluster-up.sh ($N nodes in namespaces on one machine)
 ClusterName=msc
@@ -223,6 +234,7 @@ SlurmdTimeout=$SLURMD_TIMEOUT
 Waittime=0
 SlurmdParameters=config_overrides
 ${NODES}PartitionName=main Nodes=node[1-$N] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+${HALVES}
 EOF
 )
 RESTART=0

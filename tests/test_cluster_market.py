@@ -84,7 +84,8 @@ def books_exact(b, jobs, bids, slots):
 
 
 def test_the_cluster_is_four_nodes_in_their_own_namespaces(multinode):
-    nodes = run(["sinfo", "-h", "-N", "-o", "%N %c %t"]).split("\n")
+    # the default partition, main, has every node (sinfo -N lists a node once per partition)
+    nodes = run(["sinfo", "-h", "-N", "-p", "main", "-o", "%N %c %t"]).split("\n")
     assert sorted(line.split()[0] for line in nodes if line) == multinode
     # one job step per node: each answers with its own hostname (UTS namespace) and address
     out = run(["srun", "-N", str(len(multinode)), "-t", "1", "sh", "-c",
