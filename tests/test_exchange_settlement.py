@@ -434,3 +434,30 @@ def test_exchange_run_says_whose_account_jobs_run_as(tmp_path):
         assert "single-user mode" in plain.output and "WARNING" not in single.output
         multi = runner.invoke(main, ["exchange", "run", str(data), "--for", "0", "--multi-user"])
         assert multi.exit_code != 0 and "needs root" in multi.output
+
+
+def test_a_slurm_contract_is_sized_on_the_partitions_cpus_even_with_a_node_down(tmp_path, monkeypatch):
+    """A Slurm provider's node sells units of its partition's CPUs (``TotalCPUs``); a contract's
+    job asks ``--cpus-per-task`` = its share of all of them, even when its provider's backend
+    starts while a node of the partition is down (before: the share of the CPUs up then, so a
+    contract for 2 of 4 units got 1 CPU and was judged on that)."""
+    from marketsched.platform import slurm
+
+    class Partition:  # a partition of 4 CPUs, 2 of them on a node that is down
+        cpus = 4
+
+        def __init__(self, root, partition=None):
+            self.launched = {}
+
+        def partition_cpus(self):
+            return 2
+
+        def launch(self, key, command, env=None, user=None, cpus=1, mem_mib=None):
+            self.launched[key] = cpus
+
+    monkeypatch.setattr(slurm, "SlurmExecutor", Partition)
+    backend = providers.SlurmBackend(tmp_path, "pa")
+    half = Contracted.of({"cpu": 2, "mem": 10}, {"cpu": 4, "cpus": None})
+    backend.start(1, "true", {}, None, contracted=half)
+    assert backend.executor.launched == {1: 2}
+    assert half.shortfall(backend._partition_cpus(), {"cpus": 1, "memory": None}) is not None  # 1 CPU is short

@@ -313,8 +313,11 @@ class SlurmBackend(_ExecutorBackend):
         self._cpus: int | None = None
 
     def _partition_cpus(self) -> int:
+        """The partition's CPUs, those of nodes down included (``TotalCPUs``, which bounds the
+        units its nodes sell): a contract's share is of these, whatever is up when its job
+        starts (a node down lowers what the next clearing sells, not what was sold)."""
         if self._cpus is None:
-            self._cpus = self.executor.partition_cpus()
+            self._cpus = self.executor.cpus
         return self._cpus
 
     def start(self, contract_id: int, command: str, env: dict, cpus: list[int] | None,
