@@ -160,7 +160,7 @@ def check_partition_free(provider: str, partition: str | None, providers, parts:
             raise ValueError(f"provider field 'partition': {shown} is sold by another provider "
                              f"{p['name']!r}{alias}")
         shared = sorted(mine.nodes & theirs.nodes) if theirs is not None else []
-        if shared:
+        if theirs is not None and shared:
             raise ValueError(f"provider field 'partition': {shown} shares node(s) {', '.join(shared)} with Slurm "
                              f"partition {theirs.name!r}, which another provider, {p['name']!r}, sells: each node "
                              "is sold by one provider")
