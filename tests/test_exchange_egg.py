@@ -259,3 +259,39 @@ def test_replay_through_the_library_gives_the_recorded_choices_and_payments(tmp_
 def table_wish(book, k, wish, t):
     """A provider's wish made admissible by the library's projection (as its provider agents do)."""
     return egg.table_json(book.project(k, wish, t))
+
+
+def test_price_agents_post_the_library_pricing_made_admissible(tmp_path):
+    """The library's static, capped and load-aware agents (as `exchange egg prices` runs them):
+    static = rate x (bucket's upper edge in hours + fee) in every column; capped closes buckets
+    that no longer fit the capacity beside the open contracts; the exchange takes each table."""
+    from marketsched.exchange.api import ExchangeService
+    from marketsched.exchange.egg_api import market
+    from marketsched.exchange.egg_cli import agent_table
+
+    cfg = egg.default_settings(patience_slots=2, horizon_slots=6, edges=[[0, 1800, 3600, 10800]])
+    ex, clock, _ = egg_exchange(tmp_path / "x.db", cfg=cfg, slot=HOUR, providers=("p1",), node=(1, 100))
+    service = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    ex.deposit("u1", 100)
+    info = market(service)
+    assert info["providers"][0]["posted"] is False
+    static = np.array(agent_table(info, "p1", "static", 1, [], rate=2.0, fee=0.5), float).reshape(3, 6)
+    assert np.array_equal(static, np.repeat([[2.0], [3.0], [7.0]], 6, axis=1))  # 2 x (0.5, 1, 3 h + 0.5)
+    act(ex, egg.post_prices, "p1", static.tolist())
+    got = bid(ex, "u1", description=[3000], value=10, deadline=2 * HOUR)  # 3000 s: bucket [1800, 3600)
+    assert (got["price"], got["tau"]) == (3.0, 3000.0)
+    info = market(service)
+    mine = [c for c in egg.contracts(ex.store)]
+    capped = agent_table(info, "p1", "capped", 1, mine, rate=2.0, fee=0.5)
+    table = np.array([np.inf if x is None else x for x in capped]).reshape(3, 6)
+    # 3000 s of the first hour are sold: free CPU-seconds by the end of hours 1-4 are 600, 4200,
+    # 7800, 11400, so a bucket closes where its upper edge (1800, 3600, 10800 s) does not fit
+    # (closing is a rise: admissible inside the patience window too)
+    closed = np.isinf(table[:, :4])
+    assert closed.tolist() == [[True, False, False, False], [True, False, False, False], [True, True, True, False]]
+    assert table[0, 1] == 2.0 and table[2, 3] == 7.0
+    act(ex, egg.post_prices, "p1", capped)
+    load = agent_table(market(service), "p1", "load", 1, mine, rate=2.0, fee=0.5, kappa=4.0)
+    act(ex, egg.post_prices, "p1", load)
+    assert ex.store.rows("SELECT COUNT(*) FROM ex_egg_events WHERE kind = 'prices'") == [(3,)]
+    service.store.close()

@@ -20,6 +20,7 @@ import click
 
 from marketsched.platform.client import party_limit_options, server_check_options, tls_options
 
+from .egg_cli import egg_group
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
 
@@ -85,8 +86,10 @@ def exchange() -> None:
               help="Time between clearings.")
 @click.option("--mechanism", default="critical-value", show_default=True, type=click.Choice(MECHANISMS),
               help="GREEDEX with critical-value or k-pricing, the randomized pay-as-bid heuristic, the distributed "
-                   "randomized mechanism (each provider computes randomized runs, best run enforced), or the exact "
-                   "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing).")
+                   "randomized mechanism (each provider computes randomized runs, best run enforced), the exact "
+                   "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing), or Egg (Kang & "
+                   "Parkes 2007: no clearing; a per-bid auctioneer over the providers' price tables, escrow until "
+                   "tau*; see `exchange egg`).")
 @click.option("--k", default=0.5, show_default=True, type=click.FloatRange(0, 1),
               help="k-pricing: the user's share of each local surplus.")
 @click.option("--alpha", default=10.0, show_default=True, type=click.FloatRange(min=1),
@@ -648,3 +651,6 @@ def user_token_cmd(ctx, data, name):
     """Issue user NAME a new token (as `exchange token --user`): printed once; the old one
     stops working."""
     ctx.invoke(token_cmd, data=data, name=name, role="user")
+
+
+exchange.add_command(egg_group)  # Egg mode's commands (.egg_cli)

@@ -456,10 +456,12 @@ def settle_escrow(eggm: EggMarket, clock: float) -> list[int]:
 
 
 def reliability(eggm: EggMarket, clock: float) -> list[dict]:
-    """Every provider's reliability as bidders see it (read at ``clock``), its record and table."""
+    """Every provider's reliability as bidders see it (read at ``clock``), its record, whether it
+    has posted a table, and its table (columns from the current slot; ``None``: not offered)."""
     market = eggm.sync()
     rel = market.ledger.reliability(clock)
-    return [{"provider": name, "index": k, "reliability": float(rel[k]),
+    posted = {r[0] for r in eggm.store.rows("SELECT DISTINCT provider FROM ex_egg_events WHERE kind = 'prices'")}
+    return [{"provider": name, "index": k, "reliability": float(rel[k]), "posted": k in posted,
              "completed": int(market.ledger.total_successes[k]), "settled": int(market.ledger.total_attempts[k]),
              "prices": table_json(market.book.prices[k])} for k, name in enumerate(eggm.providers)]
 

@@ -67,7 +67,8 @@ def bid(s, who, body: dict) -> dict:
 
 def market(s) -> dict:
     ex = s.exchange
-    out = _call(s, lambda eggm, now: {"t": now, "slot": ex.slot(now), "settings": eggm.cfg,
+    out = _call(s, lambda eggm, now: {"t": now, "slot": ex.slot(now), "slot_seconds": eggm.slot,
+                                       "settings": eggm.cfg,
                                        "providers": egg.reliability(eggm, now)})
     return out
 
