@@ -295,3 +295,67 @@ def test_price_agents_post_the_library_pricing_made_admissible(tmp_path):
     act(ex, egg.post_prices, "p1", load)
     assert ex.store.rows("SELECT COUNT(*) FROM ex_egg_events WHERE kind = 'prices'") == [(3,)]
     service.store.close()
+
+
+def test_an_audit_case_replayed_on_the_exchange_has_the_same_utility_change(tmp_path):
+    """Kang & Parkes (2007), Theorem 1, on the exchange: `marketsched audit`'s case of job 76
+    (a value shaded to half, a deadline halved) re-run on the exchange. For the truthful run
+    and each lie, the providers' tables the simulated job met at its arrival are posted on a
+    fresh exchange at that time, the job bids its (mis)report over the exchange's Egg path, its
+    job is delivered and its escrow settled at tau*; its true utility is its true value at tau*
+    less what the ledger took. The awards equal the simulator's and the gain has the audit's
+    sign (here: 0 for the shading, a loss for the halved deadline, which finds no provider)."""
+    from marketsched.analysis import audit as au
+    from marketsched.engine.simulator import Simulator
+    from marketsched.mechanisms.online.egg import Linear
+    from marketsched.mechanisms.online.egg.presets import DELTA, HORIZON, SLOT
+    from marketsched.mechanisms.registry import build
+    from marketsched.scenario import Scenario, WorkloadSpec, in_form
+
+    jobs = in_form(Scenario(WorkloadSpec(synthetic_jobs=200, synthetic_nodes=8, seed=0), seed=1).build(), "egg")[0]
+    devs = au.Deviation.parse("value:0.5") + au.Deviation.parse("deadline:0.5")
+    table = au.audit(jobs, "egg", {}, devs, job_ids=[76])
+    (rows,) = au.rows_of(jobs, [76])
+    row = int(rows[0])
+    a = float(jobs.workload.submit_time[row])
+    true = Linear(float(jobs.true_value[row] * (jobs.deadline[row] - a)), 0.0, a, float(jobs.deadline[row]))
+
+    def live_utility(js, where):
+        policy, _ = build("egg", js, {})
+        seen = {}
+        policy.probes = [(a, lambda pol, t: seen.setdefault("market", pol.market.copy()))]
+        Simulator(js.workload, policy, capacity=getattr(policy, "engine_capacity", None)).run()
+        market = seen["market"]
+        K = market.n_providers
+        ex, clock, machines = egg_exchange(where, cfg=egg.default_settings(int(DELTA / SLOT), HORIZON), slot=SLOT,
+                                           providers=[f"p{k}" for k in range(K)], node=(64, 1000))
+        clock.advance(a - clock())
+        ex.deposit("u", 1e8)
+        for k in range(K):
+            act(ex, egg.post_prices, f"p{k}", egg.table_json(market.book.prices[k]))
+        b = policy.bids.take(np.array([row]))
+        got = act(ex, egg.submit_bid, "u", {
+            "description": [float(b.description[0, 0])], "value": float(b.v_start[0]), "value_end": float(b.v_end[0]),
+            "deadline": float(b.t_deadline[0] - a), "min_reliability": float(b.min_reliability[0]), "command": "true"})
+        sim = (int(policy.provider[row]), float(policy.completion[row]), egg.to_micro(policy.price[row]))
+        if not got["scheduled"]:
+            assert sim[0] == -1
+            return 0.0
+        assert (int(got["provider"][1:]), got["tau"], egg.to_micro(got["price"])) == sim  # the simulator's award
+        ex.tick()
+        for backend in machines.by_name.values():
+            for cid in list(backend.live):
+                backend.exit(cid, 0)
+        clock.advance(got["tau"] - clock())
+        ex.tick()
+        (c,) = egg.contracts(ex.store)
+        assert c["escrow"] == "paid"
+        paid = (1e8 * MICRO - ex.store.balances()["user:u"]) / MICRO
+        return float(true.value_at(got["tau"])) - paid
+
+    u0 = live_utility(jobs, tmp_path / "truth.db")
+    for dev, (_, case) in zip(devs, table.iterrows()):
+        u1 = live_utility(au.deviate(jobs, rows, dev)[0], tmp_path / f"{dev.kind}.db")
+        assert np.sign(round(u1 - u0, 3)) == np.sign(round(case["gain"], 3)), (dev, u1 - u0, case["gain"])
+        assert u1 - u0 <= 1e-6  # no gain (Theorem 1)
+    assert list(np.sign(table["gain"])) == [0, -1]  # the check is not vacuous: one lie costs

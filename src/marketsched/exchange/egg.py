@@ -62,6 +62,7 @@ from marketsched.mechanisms.online.egg import (
     Bid,
     BidBatch,
     EstimatorStore,
+    Linear,
     LinearEstimator,
     Market,
     PriceBook,
@@ -200,8 +201,9 @@ def table_of(data, shape: tuple) -> np.ndarray:
 
 def check_bid(body: dict, n_attributes: int) -> dict:
     """A user's Egg bid, checked: ``description`` (one number >= 0 per resource axis), either
-    ``value`` and ``deadline`` (seconds after the arrival) or ``until`` and ``values`` (a step
-    schedule: ``values[i]`` until ``until[i]`` seconds after the arrival, not increasing), ``min_reliability`` in [0, 1],
+    ``value`` and ``deadline`` (seconds after the arrival; ``value_end``, default ``value``: the
+    value at the deadline, linear in between) or ``until`` and ``values`` (a step schedule:
+    ``values[i]`` until ``until[i]`` seconds after the arrival, not increasing), ``min_reliability`` in [0, 1],
     ``cpu`` and ``mem`` of the job's containment, ``command``. ValueError naming the field."""
     desc = body.get("description")
     if not isinstance(desc, list) or len(desc) != n_attributes or any(
@@ -209,8 +211,9 @@ def check_bid(body: dict, n_attributes: int) -> dict:
             for x in desc):
         raise ValueError(f"bid field 'description' must be a list of {n_attributes} number(s) from 0 to 1e12 (one "
                          f"per resource axis of the exchange's Egg settings), got {desc!r}"[:300])
+    linear = None
     if "until" in body or "values" in body:
-        if "value" in body or "deadline" in body:
+        if "value" in body or "deadline" in body or "value_end" in body:
             raise ValueError("bid fields: give either 'until' and 'values' or 'value' and 'deadline', not both")
         until, values = body.get("until"), body.get("values")
         if not isinstance(until, list) or not isinstance(values, list) or len(until) != len(values) or \
@@ -222,11 +225,15 @@ def check_bid(body: dict, n_attributes: int) -> dict:
             raise ValueError("bid fields 'value' and 'deadline' (seconds after the bid's arrival) are required "
                              "(or 'until' and 'values')")
         until, values = [body["deadline"]], [body["value"]]
+        linear = body.get("value_end", body["value"])
     for name, xs, hi in (("until", until, 1e9), ("values", values, MAX_PRICE)):
         for i, x in enumerate(xs):
             if isinstance(x, bool) or not isinstance(x, (int, float)) or not (math.isfinite(x) and 0 <= x <= hi):
                 raise ValueError(f"bid field {name!r} entry {i} must be a number from 0 to {hi:g}, got {x!r}")
     until, values = [float(x) for x in until], [float(x) for x in values]
+    if linear is not None and (isinstance(linear, bool) or not isinstance(linear, (int, float))
+                               or not (math.isfinite(linear) and 0 <= linear <= values[0])):
+        raise ValueError(f"bid field 'value_end' must be a number from 0 to the bid's 'value', got {linear!r}")
     if until[0] <= 0 or any(b <= a for a, b in zip(until, until[1:])):
         raise ValueError(f"bid field 'until' (or 'deadline'): the times must be > 0 and increase, got {until}")
     if any(b > a for a, b in zip(values, values[1:])):
@@ -240,14 +247,23 @@ def check_bid(body: dict, n_attributes: int) -> dict:
     command = body.get("command")
     if not isinstance(command, str) or not command.strip() or len(command.encode("utf-8", "replace")) > MAX_COMMAND_BYTES:
         raise ValueError(f"bid field 'command' must be a non-empty shell command of at most {MAX_COMMAND_BYTES} bytes")
-    return {"description": [float(x) for x in desc], "until": until, "values": values, "min_reliability": float(gamma),
-            "cpu": cpu, "mem": mem, "command": command}
+    out = {"description": [float(x) for x in desc], "until": until, "values": values, "min_reliability": float(gamma),
+           "cpu": cpu, "mem": mem, "command": command}
+    if linear is not None:
+        out["value_end"] = float(linear)
+    return out
 
 
 def library_bid(bid: dict, arrival: float) -> Bid:
-    """The library's :class:`Bid` of a checked bid arriving at ``arrival`` (steps on absolute time)."""
-    breaks = [arrival] + [arrival + u for u in bid["until"]]
-    return Bid(np.asarray(bid["description"]), Steps(breaks, bid["values"]), bid["min_reliability"])
+    """The library's :class:`Bid` of a checked bid arriving at ``arrival``, on absolute time: a
+    value and a deadline are the library's :class:`Linear` schedule from ``value`` at the arrival
+    to ``value_end`` at the deadline (``ConstantDeadline`` when equal: the value counts up to
+    and at the deadline); ``until`` and ``values`` its :class:`Steps` (half-open pieces)."""
+    if "value_end" in bid:
+        schedule = Linear(bid["values"][0], bid["value_end"], arrival, arrival + bid["until"][0])
+    else:
+        schedule = Steps([arrival] + [arrival + u for u in bid["until"]], bid["values"])
+    return Bid(np.asarray(bid["description"]), schedule, bid["min_reliability"])
 
 
 # ---------------------------------------------------------------------------- the market and its events
@@ -380,7 +396,8 @@ def submit_bid(eggm: EggMarket, user: str, body: dict, clock: float) -> dict:
         raise ValueError(f"bid field 'value': the bid may cost up to {need / MICRO:.6f} (its highest value), more "
                          f"than the {money['available'] / MICRO:.6f} {user!r} has available: deposit more or bid less")
     t = eggm.now(clock)
-    data = {"user": user, **{k: bid[k] for k in ("description", "until", "values", "min_reliability")}}
+    data = {"user": user, **{k: bid[k] for k in ("description", "until", "values", "value_end", "min_reliability")
+                             if k in bid}}
     eid = eggm.record(t, "bid", None, data)
     out, entry = apply_event(market, t, "bid", None, data)
     answer = {"event": eid, "t": t, "scheduled": bool(out.scheduled[0])}

@@ -88,6 +88,7 @@ ROUTES = [
     Route("POST", "/api/egg/bids", lambda s, who, q, body: bid(s, who, body), "Egg user: bid", noun="a bid",
           required=("description", "command"),
           body={"description": NUMBERS, "value": NUM, "deadline": {**NUM, "description": "seconds after arrival"},
+                "value_end": {**NUM, "description": "the value at the deadline (linear from 'value'; default equal)"},
                 "until": {**NUMBERS, "description": "step schedule: seconds after arrival"},
                 "values": {**NUMBERS, "description": "step schedule: value until until[i]"},
                 "min_reliability": NUM, "cpu": INT, "mem": INT, "command": STR}),
