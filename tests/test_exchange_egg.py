@@ -359,3 +359,31 @@ def test_an_audit_case_replayed_on_the_exchange_has_the_same_utility_change(tmp_
         assert np.sign(round(u1 - u0, 3)) == np.sign(round(case["gain"], 3)), (dev, u1 - u0, case["gain"])
         assert u1 - u0 <= 1e-6  # no gain (Theorem 1)
     assert list(np.sign(table["gain"])) == [0, -1]  # the check is not vacuous: one lie costs
+
+
+def test_a_restarted_exchange_reattaches_egg_jobs_and_a_tampered_record_fails_the_replay(tmp_path):
+    """kill -9 and start again: a running Egg job is re-attached (the machines outlive the
+    exchange), delivered and paid at tau*; the market is rebuilt from the events alone. A
+    contract whose recorded price is changed no longer matches the replay."""
+    ex, clock, machines = egg_exchange(tmp_path / "x.db")
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    cid = bid(ex, "u1", until=[2 * HOUR, 3 * HOUR], values=[19, 17])["contract"]
+    ex.tick()
+    ex.store.close()
+    ex = Exchange(ExchangeStore(tmp_path / "x.db"), clock, machines)
+    ex.single_user = True
+    ex.recover()
+    assert egg.contracts(ex.store)[0]["state"] == "running"
+    machines.by_name["p1"].exit(cid, 0)
+    clock.advance(2 * HOUR)
+    ex.tick()
+    c = egg.contracts(ex.store)[0]
+    assert (c["state"], c["escrow"]) == ("delivered", "paid")
+    assert egg.reliability(ex.egg, clock())[0]["completed"] == 1
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+    with ex.store.transaction():
+        ex.store.conn.execute("UPDATE ex_egg_contracts SET price = price - 1")
+    assert egg.replay(ex.store) != egg.recorded(ex.store)
+    with pytest.raises(AssertionError, match="egg-escrow posted 13000000, expected 12999999"):
+        ex.store.check_books()

@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from marketsched.platform.executor import RunAs
 
@@ -88,6 +89,9 @@ from .store import (
     to_micro,
     user_account,
 )
+
+if TYPE_CHECKING:
+    from .egg import EggMarket
 
 
 def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds: float, mechanism: str,
@@ -142,10 +146,10 @@ class Exchange:
         self.background = background
         self._clearing: Worker | None = None  # the clearing being computed (background)
         self._stale = 0  # stale background results in a row
-        self._egg = None  # Egg mode's market (:mod:`.egg`), made when first used
+        self._egg: EggMarket | None = None  # Egg mode's market (:mod:`.egg`), made when first used
 
     @property
-    def egg(self):
+    def egg(self) -> EggMarket:
         """Egg mode's market (:class:`.egg.EggMarket`); ValueError if the exchange clears periodically."""
         if self._egg is None:
             if self.settings["mechanism"] != "egg":

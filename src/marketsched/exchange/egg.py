@@ -169,7 +169,8 @@ def _geometry(cfg: dict, slot: float, k: int, start: float = 0.0) -> Market:
 # ---------------------------------------------------------------------------- JSON of tables and bids
 def table_json(table: np.ndarray) -> list:
     """A price table as JSON: ``null`` for a cell not offered (``+inf``)."""
-    return np.where(np.isinf(table), None, table).tolist()
+    return [None if np.isinf(x) else float(x) for x in np.asarray(table, float).reshape(-1)] if np.ndim(table) == 1 \
+        else [table_json(row) for row in table]
 
 
 def table_of(data, shape: tuple) -> np.ndarray:
@@ -259,10 +260,11 @@ def library_bid(bid: dict, arrival: float) -> Bid:
     value and a deadline are the library's :class:`Linear` schedule from ``value`` at the arrival
     to ``value_end`` at the deadline (``ConstantDeadline`` when equal: the value counts up to
     and at the deadline); ``until`` and ``values`` its :class:`Steps` (half-open pieces)."""
+    schedule: Linear | Steps
     if "value_end" in bid:
         schedule = Linear(bid["values"][0], bid["value_end"], arrival, arrival + bid["until"][0])
     else:
-        schedule = Steps([arrival] + [arrival + u for u in bid["until"]], bid["values"])
+        schedule = Steps(tuple([arrival] + [arrival + u for u in bid["until"]]), tuple(bid["values"]))
     return Bid(np.asarray(bid["description"]), schedule, bid["min_reliability"])
 
 
@@ -316,11 +318,17 @@ class EggMarket:
         return clock if last is None else max(clock, last)
 
     def record(self, t: float, kind: str, k: int | None, data: dict) -> int:
-        cur = self.store.conn.execute("INSERT INTO ex_egg_events (t, kind, provider, data) VALUES (?, ?, ?, ?) "
-                                      "RETURNING id", (t, kind, k, json.dumps(data)))
-        eid = int(cur.fetchone()[0])
+        eid = _inserted(self.store.conn.execute("INSERT INTO ex_egg_events (t, kind, provider, data) VALUES "
+                                                "(?, ?, ?, ?) RETURNING id", (t, kind, k, json.dumps(data))))
         self.seen = eid
         return eid
+
+
+def _inserted(cur) -> int:
+    """The id an ``INSERT ... RETURNING id`` made."""
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def first_table(book: PriceBook, k: int, table: np.ndarray) -> None:
@@ -341,6 +349,8 @@ def apply_event(market: Market, t: float, kind: str, k: int | None, data: dict):
     """One event on the library's market (the total order of ``Market``: advance, then the step)."""
     market.advance(t)
     if kind == "prices":
+        if k is None:
+            raise ValueError("a price-table event names no provider")
         table = table_of(data["prices"], market.book.prices.shape[1:])
         if data.get("first"):
             first_table(market.book, int(k), table)
@@ -372,7 +382,7 @@ def post_prices(eggm: EggMarket, provider: str, prices, clock: float) -> dict:
     market = eggm.sync()
     k = eggm.index(provider)
     t = eggm.now(clock)
-    data = {"prices": table_json(table_of(prices, market.book.prices.shape[1:]))}
+    data: dict = {"prices": table_json(table_of(prices, market.book.prices.shape[1:]))}
     if not store.rows("SELECT 1 FROM ex_egg_events WHERE kind = 'prices' AND provider = ? LIMIT 1", (k,)):
         data["first"] = True
     try:
@@ -412,9 +422,8 @@ def submit_bid(eggm: EggMarket, user: str, body: dict, clock: float) -> dict:
            "note": "" if node is not None else "no node of the provider had the bid's CPU and memory free",
            "escrow": "held"}
     cols = list(row)
-    cur = store.conn.execute(f"INSERT INTO ex_egg_contracts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
-                             "RETURNING id", [row[c] for c in cols])
-    cid = int(cur.fetchone()[0])
+    cid = _inserted(store.conn.execute(f"INSERT INTO ex_egg_contracts ({', '.join(cols)}) VALUES "
+                                       f"({', '.join('?' * len(cols))}) RETURNING id", [row[c] for c in cols]))
     store.ensure_account(ESCROW)
     store.ensure_account(user_account(user))
     store.post(t, "egg-escrow", user_account(user), ESCROW, price, cid, "Egg: price held in escrow until tau*")

@@ -57,7 +57,7 @@ def agent_table(info: dict, me: str, agent: str, capacity: int, open_contracts: 
     provider.reset(0)
     for c in open_contracts:
         provider.enqueue(int(c["id"]), float(c["tau"]), float(c["tau"]) - float(c["award_t"]))
-    wish = pricing.wish(provider, SimpleNamespace(book=book), now)
+    wish = pricing.wish(provider, SimpleNamespace(book=book), now)  # type: ignore[arg-type]  # reads .book only
     return np.asarray(table_json(book.project(0, wish, now)), dtype=object).reshape(-1).tolist()
 
 
