@@ -87,6 +87,9 @@ def test_the_auctioneer_picks_the_best_surplus_provider_and_prices_by_its_table(
     before = ex.store.balances()
     assert bid(ex, "u1", value=3, deadline=3 * HOUR)["scheduled"] is False
     assert ex.store.balances() == before
+    ex.leave("p2")  # a provider that left is asked no more, though its table stands
+    assert bid(ex, "u1", value=19, deadline=3 * HOUR)["provider"] == "p1"
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
 
 
 def test_escrow_is_released_to_the_provider_at_tau_after_delivery(tmp_path):
@@ -204,6 +207,11 @@ def test_hostile_input_is_refused_and_the_books_stay_exact(tmp_path):
             post(u1, "/api/egg/bids", {**body, **bad})
     assert egg.contracts(ex.store) == []
     assert ex.store.rows("SELECT kind FROM ex_egg_events") == [("prices",)]  # p2's table only
+    # a job larger than every node of p2 is not p2's to win (it could only fail there)
+    ex.deposit("u1", 10)
+    assert post(u1, "/api/egg/bids", {**body, "cpu": 5})["scheduled"] is False
+    assert post(u1, "/api/egg/bids", {**body, "mem": 101})["scheduled"] is False
+    assert egg.contracts(ex.store) == [] and ex.store.available("u1")["balance"] == 28 * MICRO
     assert egg.reliability(ex.egg, clock())[0]["prices"] == [[None] * 4] * 3  # p1's table untouched
     with pytest.raises(ValueError, match="runs Egg"):
         ex.submit_request("u1", 1, 1, 0, 1, 2, "true")

@@ -265,7 +265,8 @@ def library_bid(bid: dict, arrival: float) -> Bid:
         schedule = Linear(bid["values"][0], bid["value_end"], arrival, arrival + bid["until"][0])
     else:
         schedule = Steps(tuple([arrival] + [arrival + u for u in bid["until"]]), tuple(bid["values"]))
-    return Bid(np.asarray(bid["description"]), schedule, bid["min_reliability"])
+    view = tuple(bid["view"]) if "view" in bid else None
+    return Bid(np.asarray(bid["description"]), schedule, bid["min_reliability"], view)
 
 
 # ---------------------------------------------------------------------------- the market and its events
@@ -358,7 +359,7 @@ def apply_event(market: Market, t: float, kind: str, k: int | None, data: dict):
             market.update_prices(int(k), table)
         return None
     if kind == "bid":
-        out, entry = market.submit(BidBatch.from_bids([library_bid(data, t)], t))
+        out, entry = market.submit(BidBatch.from_bids([library_bid(data, t)], t, market.n_providers))
         return out, int(entry[0])
     if kind == "settle":
         e = int(data["entry"])
@@ -407,7 +408,7 @@ def submit_bid(eggm: EggMarket, user: str, body: dict, clock: float) -> dict:
                          f"than the {money['available'] / MICRO:.6f} {user!r} has available: deposit more or bid less")
     t = eggm.now(clock)
     data = {"user": user, **{k: bid[k] for k in ("description", "until", "values", "value_end", "min_reliability")
-                             if k in bid}}
+                             if k in bid}, "view": _able(eggm, bid["cpu"], bid["mem"])}
     eid = eggm.record(t, "bid", None, data)
     out, entry = apply_event(market, t, "bid", None, data)
     answer = {"event": eid, "t": t, "scheduled": bool(out.scheduled[0])}
@@ -429,6 +430,18 @@ def submit_bid(eggm: EggMarket, user: str, body: dict, clock: float) -> dict:
     store.post(t, "egg-escrow", user_account(user), ESCROW, price, cid, "Egg: price held in escrow until tau*")
     return {**answer, "contract": cid, "provider": provider, "tau": row["tau"], "slot": row["slot"],
             "price": price / MICRO, "value": row["value"]}
+
+
+def _able(eggm: EggMarket, cpu: int, mem: int) -> list[int]:
+    """The user's view of the grid (Kang & Parkes 2007, section 2.1: the providers the auctioneer
+    asks): the providers with a node, not left, of at least ``cpu`` units and ``mem``. Decision:
+    a job no node of a provider could ever hold is not that provider's to win, so a bid cannot
+    make a provider fail (and lose reliability) by asking for more than its machines have; a
+    provider that left has no node and is asked no more. Whether a node has room *now* is the
+    provider's business (its table; the capped and load-aware agents close what is full)."""
+    able = {r[0] for r in eggm.store.rows("SELECT DISTINCT provider FROM ex_nodes WHERE left_t IS NULL AND cpu >= ? "
+                                          "AND mem >= ?", (cpu, mem))}
+    return [k for k, name in enumerate(eggm.providers) if name in able]
 
 
 def _node_with_room(store: ExchangeStore, provider: str, cpu: int, mem: int) -> int | None:
