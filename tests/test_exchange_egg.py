@@ -395,3 +395,25 @@ def test_a_restarted_exchange_reattaches_egg_jobs_and_a_tampered_record_fails_th
     assert egg.replay(ex.store) != egg.recorded(ex.store)
     with pytest.raises(AssertionError, match="egg-escrow posted 13000000, expected 12999999"):
         ex.store.check_books()
+
+
+def test_init_with_the_egg_mechanism_takes_bids_not_orders(tmp_path):
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    data = tmp_path / "ex"
+    out = CliRunner().invoke(main, ["exchange", "init", str(data), "--mechanism", "egg", "--slot-seconds", "60"])
+    assert out.exit_code == 0, out.output
+    store = ExchangeStore(data)
+    assert store.settings()["deposits"] == 1  # Egg collects at the award
+    cfg = egg.settings_of(store)
+    assert (cfg["patience_slots"], cfg["horizon_slots"], cfg["runtime_dim"]) == (24, 50, 0)
+    store.close()
+    assert CliRunner().invoke(main, ["exchange", "join", str(data), "p1"]).exit_code == 0
+    assert CliRunner().invoke(main, ["exchange", "node", str(data), "p1", "n0", "--cpu", "1", "--mem", "10"]).exit_code == 0
+    out = CliRunner().invoke(main, ["exchange", "offer", str(data), "p1", "n0", "--reserve", "1", "--first-slot",
+                                    "999999999", "--last-slot", "999999999"])
+    assert out.exit_code != 0 and "runs Egg" in out.output
+    out = CliRunner().invoke(main, ["exchange", "egg", "status", str(data)])
+    assert out.exit_code == 0 and json.loads(out.output)["replay_equal"] is True

@@ -70,14 +70,13 @@ from marketsched.mechanisms.online.egg import (
 )
 from marketsched.mechanisms.online.egg.presets import RT_EDGES
 
-from .orders import MAX_CPU, MAX_MEM, MAX_PRICE, check_whole
+from .orders import MAX_COMMAND_BYTES, MAX_CPU, MAX_MEM, MAX_PRICE, check_whole
 from .store import MICRO, ExchangeStore, provider_account, to_micro, user_account
 
 ESCROW = "exchange:escrow"
 EGG_KEY = "exchange.egg"  # meta: the Egg settings (JSON)
 KINDS = ("egg-escrow", "egg-release", "egg-refund")  # the ledger entries of Egg mode
 MAX_STEPS = 16  # pieces of a bid's value schedule
-MAX_COMMAND_BYTES = 65536
 OPEN = ("pending", "starting", "running")
 FINAL = ("delivered", "failed", "lapsed")
 COLUMNS = ("id", "event", "user", "provider", "node_id", "cpu", "mem", "command", "value", "price", "entry",
