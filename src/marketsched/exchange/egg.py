@@ -8,12 +8,14 @@ exchange's providers, nodes, backends, fault table and ledger:
 
 1. **Price tables** (Kang & Parkes 2007, section 2.4): a provider posts its table with its token
    (``POST /api/egg/prices``); the library checks definition 6 and refuses an inadmissible
-   table naming every offending cell. Column 0 is the current slot.
-2. **Bids** (section 3, step 1): a user bids a value schedule (a value and a deadline, or steps),
-   a description (one number per resource axis of the exchange's Egg settings: by default the
-   run time in seconds) and a minimum reliability. The bid is stamped with the exchange's time.
-   The library's auctioneer (equations 3-5) picks the provider, the completion time ``tau*`` and
-   the price.
+   table naming every offending cell. Column 0 is the current slot. A provider's first table is
+   checked as the library checks a market's initial tables (:func:`first_table`).
+2. **Bids** (section 3, step 1): a user bids a value schedule (a value and a deadline, linear or
+   constant, or steps), a description (one number per resource axis of the exchange's Egg
+   settings: by default the run time in seconds) and a minimum reliability. The bid is stamped
+   with the exchange's time. The library's auctioneer (equations 3-5) asks the providers with a
+   node big enough for the job (:func:`_able`) and picks the provider, the completion time
+   ``tau*`` and the price.
 3. **Escrow** (step 1d): the price moves from the user's account to ``exchange:escrow`` at the
    award. A bid needs the user's available balance to cover its highest value (the most any award
    can cost), so a user with no money gets no award.
