@@ -373,13 +373,13 @@ def test_a_restarted_exchange_reattaches_egg_jobs_and_a_tampered_record_fails_th
     """kill -9 and start again: a running Egg job is re-attached (the machines outlive the
     exchange), delivered and paid at tau*; the market is rebuilt from the events alone. A
     contract whose recorded price is changed no longer matches the replay."""
-    ex, clock, machines = egg_exchange(tmp_path / "x.db")
+    ex, clock, machines = egg_exchange(tmp_path / "ex")
     ex.deposit("u1", 100)
     act(ex, egg.post_prices, "p1", EXAMPLE)
     cid = bid(ex, "u1", until=[2 * HOUR, 3 * HOUR], values=[19, 17])["contract"]
     ex.tick()
     ex.store.close()
-    ex = Exchange(ExchangeStore(tmp_path / "x.db"), clock, machines)
+    ex = Exchange(ExchangeStore(tmp_path / "ex"), clock, machines)
     ex.single_user = True
     ex.recover()
     assert egg.contracts(ex.store)[0]["state"] == "running"
@@ -393,6 +393,14 @@ def test_a_restarted_exchange_reattaches_egg_jobs_and_a_tampered_record_fails_th
     with ex.store.transaction():
         ex.store.conn.execute("UPDATE ex_egg_contracts SET price = price - 1")
     assert egg.replay(ex.store) != egg.recorded(ex.store)
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    ex.store.close()
+    out = CliRunner().invoke(main, ["exchange", "replay", str(tmp_path / "ex")])
+    assert out.exit_code != 0 and "differs from the record at contract 1" in out.output
+    ex = Exchange(ExchangeStore(tmp_path / "ex"), clock, machines)
     with pytest.raises(AssertionError, match="egg-escrow posted 13000000, expected 12999999"):
         ex.store.check_books()
 

@@ -467,11 +467,19 @@ def info_cmd(data, as_json):
 @exchange.command("replay")
 @DATA
 def replay_cmd(data):
-    """Re-clear the recorded session offline and compare its contracts with the recorded ones."""
+    """Re-clear the recorded session offline and compare its contracts with the recorded ones
+    (Egg mode: every bid's choice and payment, re-derived from the events by the library)."""
     from .replay import contract_terms, replay_session
 
-    store = _open(data).store
-    recorded, again = contract_terms(store), replay_session(store)
+    ex = _open(data)
+    store = ex.store
+    if ex.settings["mechanism"] == "egg":
+        from .egg import recorded as egg_recorded
+        from .egg import replay as egg_replay
+
+        recorded, again = egg_recorded(store), egg_replay(store)
+    else:
+        recorded, again = contract_terms(store), replay_session(store)
     if recorded != again:
         diff = next((i for i, (a, b) in enumerate(zip(recorded, again)) if a != b), min(len(recorded), len(again)))
         raise click.ClickException(f"the replay differs from the record at contract {diff + 1} "
