@@ -425,3 +425,10 @@ def test_init_with_the_egg_mechanism_takes_bids_not_orders(tmp_path):
     assert out.exit_code != 0 and "runs Egg" in out.output
     out = CliRunner().invoke(main, ["exchange", "egg", "status", str(data)])
     assert out.exit_code == 0 and json.loads(out.output)["replay_equal"] is True
+    out = CliRunner().invoke(main, ["exchange", "init", str(tmp_path / "e2"), "--mechanism", "egg", "--egg-patience", "6"])
+    assert out.exit_code == 0, out.output
+    store = ExchangeStore(tmp_path / "e2")
+    assert (egg.settings_of(store)["patience_slots"], egg.settings_of(store)["horizon_slots"]) == (6, 14)
+    store.close()
+    out = CliRunner().invoke(main, ["exchange", "init", str(tmp_path / "e3"), "--egg-patience", "6"])
+    assert out.exit_code != 0 and "is for --mechanism egg" in out.output

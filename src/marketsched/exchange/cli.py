@@ -100,13 +100,24 @@ def exchange() -> None:
 @click.option("--deposits", is_flag=True,
               help="Users pay from deposits (marketsched exchange deposit): a request its user's available "
                    "balance does not cover is refused. Without it, users trade on credit.")
-def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits):
+@click.option("--egg-patience", default=None, type=click.IntRange(1, 1000),
+              help="Egg: the patience bound Delta in slots (default 24); price tables have 2 Delta + 2 columns.")
+def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits, egg_patience):
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
+    if egg_patience is not None and mechanism != "egg":
+        raise click.ClickException("--egg-patience is for --mechanism egg")
     store = _store(data)
-    _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
-                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits))
+
+    def create():
+        from .egg import default_settings
+
+        egg = default_settings(egg_patience) if egg_patience is not None else None
+        create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism, k=k,
+                        alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits, egg=egg)
+
+    _do(create)
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
                f"{period_seconds:g} s")
 
