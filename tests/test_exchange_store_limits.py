@@ -108,6 +108,8 @@ def _previous_schema(path) -> None:
     conn.execute("DROP TABLE ex_retired")
     conn.execute("DROP INDEX ex_orders_retire")
     conn.execute("ALTER TABLE ex_orders DROP COLUMN retire")
+    conn.execute("DROP TABLE ex_egg_contracts")
+    conn.execute("DROP TABLE ex_egg_events")
     conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_KEY,))
     conn.commit()
     conn.close()
@@ -117,8 +119,9 @@ def test_an_old_database_is_upgraded_and_a_newer_one_refused(tmp_path):
     path = tmp_path / "x.db"
     _previous_schema(path)
     store = ExchangeStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 3
+    assert store.schema_version() == SCHEMA_VERSION == 4
     assert store.moves() == []  # version 3: the moves table
+    assert store.rows("SELECT COUNT(*) FROM ex_egg_events") == [(0,)]  # version 4: Egg mode's tables
     (o,) = store.orders()
     assert (o["command"], o["command_sha256"], o["command_bytes"]) == ("echo old", None, None)
     with store.transaction():

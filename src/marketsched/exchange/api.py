@@ -59,6 +59,8 @@ GET     ``/api/contracts/ID``           one own contract
 GET     ``/api/alerts``                 ``?below=X&above=Y&cpu=C&after=PERIOD``: price alerts, server-sent events
 ======  ==============================  ========================================================
 
+An exchange in Egg mode also answers the routes under ``/api/egg/`` (:mod:`.egg_api`).
+
 List views return the newest ``limit`` (at most ``MAX_PAGE``) items below ``before``, oldest
 first; the next page's address is in the ``Link`` header (``rel="next"``).
 
@@ -121,6 +123,7 @@ from marketsched.platform.tokens import hash_token, page_key_id
 from marketsched.platform.validation import MAX_ID, MarketError, number, show, whole
 
 from .core import Exchange
+from .egg_api import ROUTES as EGG_ROUTES
 from .info import market_info, open_book
 from .orders import MAX_CPU, MAX_PRICE, PROVIDER_KINDS, check_name
 from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore, provider_account, user_account
@@ -609,7 +612,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     alerts, alerts_route = _alerts_endpoint(service, hub, pool)
-    for r in ROUTES:
+    for r in ROUTES + EGG_ROUTES:
         app.add_api_route(r.path, route_endpoint(service, r, gate, pool, authenticate_caller), methods=[r.method],
                           summary=r.summary, openapi_extra=r.openapi(), response_class=Response)
     app.add_api_route("/api/alerts", alerts, methods=["GET"], summary=alerts_route.summary,

@@ -20,6 +20,7 @@ import click
 
 from marketsched.platform.client import party_limit_options, server_check_options, tls_options
 
+from .egg_cli import egg_group
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
 
@@ -85,8 +86,10 @@ def exchange() -> None:
               help="Time between clearings.")
 @click.option("--mechanism", default="critical-value", show_default=True, type=click.Choice(MECHANISMS),
               help="GREEDEX with critical-value or k-pricing, the randomized pay-as-bid heuristic, the distributed "
-                   "randomized mechanism (each provider computes randomized runs, best run enforced), or the exact "
-                   "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing).")
+                   "randomized mechanism (each provider computes randomized runs, best run enforced), the exact "
+                   "MIP with k-pricing (small books; larger ones fall back to GREEDEX with k-pricing), or Egg (Kang & "
+                   "Parkes 2007: no clearing; a per-bid auctioneer over the providers' price tables, escrow until "
+                   "tau*; see `exchange egg`).")
 @click.option("--k", default=0.5, show_default=True, type=click.FloatRange(0, 1),
               help="k-pricing: the user's share of each local surplus.")
 @click.option("--alpha", default=10.0, show_default=True, type=click.FloatRange(min=1),
@@ -97,13 +100,24 @@ def exchange() -> None:
 @click.option("--deposits", is_flag=True,
               help="Users pay from deposits (marketsched exchange deposit): a request its user's available "
                    "balance does not cover is refused. Without it, users trade on credit.")
-def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits):
+@click.option("--egg-patience", default=None, type=click.IntRange(1, 1000),
+              help="Egg: the patience bound Delta in slots (default 24); price tables have 2 Delta + 2 columns.")
+def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits, egg_patience):
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
+    if egg_patience is not None and mechanism != "egg":
+        raise click.ClickException("--egg-patience is for --mechanism egg")
     store = _store(data)
-    _do(lambda: create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism,
-                                k=k, alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits))
+
+    def create():
+        from .egg import default_settings
+
+        egg = default_settings(egg_patience) if egg_patience is not None else None
+        create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism, k=k,
+                        alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits, egg=egg)
+
+    _do(create)
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
                f"{period_seconds:g} s")
 
@@ -464,11 +478,19 @@ def info_cmd(data, as_json):
 @exchange.command("replay")
 @DATA
 def replay_cmd(data):
-    """Re-clear the recorded session offline and compare its contracts with the recorded ones."""
+    """Re-clear the recorded session offline and compare its contracts with the recorded ones
+    (Egg mode: every bid's choice and payment, re-derived from the events by the library)."""
     from .replay import contract_terms, replay_session
 
-    store = _open(data).store
-    recorded, again = contract_terms(store), replay_session(store)
+    ex = _open(data)
+    store = ex.store
+    if ex.settings["mechanism"] == "egg":
+        from .egg import recorded as egg_recorded
+        from .egg import replay as egg_replay
+
+        recorded, again = egg_recorded(store), egg_replay(store)
+    else:
+        recorded, again = contract_terms(store), replay_session(store)
     if recorded != again:
         diff = next((i for i, (a, b) in enumerate(zip(recorded, again)) if a != b), min(len(recorded), len(again)))
         raise click.ClickException(f"the replay differs from the record at contract {diff + 1} "
@@ -648,3 +670,6 @@ def user_token_cmd(ctx, data, name):
     """Issue user NAME a new token (as `exchange token --user`): printed once; the old one
     stops working."""
     ctx.invoke(token_cmd, data=data, name=name, role="user")
+
+
+exchange.add_command(egg_group)  # Egg mode's commands (.egg_cli)

@@ -58,6 +58,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from marketsched.platform.executor import RunAs
 
@@ -88,13 +89,17 @@ from .store import (
     user_account,
 )
 
+if TYPE_CHECKING:
+    from .egg import EggMarket
+
 
 def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds: float, mechanism: str,
                     k: float = 0.5, alpha: float = 10.0, penalty: float = 1.0, seed: int = 0,
-                    epoch: float = 0.0, deposits: bool = False) -> None:
+                    epoch: float = 0.0, deposits: bool = False, egg: dict | None = None) -> None:
     """Set an exchange's settings once, in a new database; ValueError naming a bad one.
     ``deposits``: a user's request must be covered by its deposited balance (else users trade
-    on credit)."""
+    on credit). ``egg``: Egg mode's settings (:func:`.egg.default_settings`; the default ones
+    when the mechanism is ``egg`` and this is None)."""
     for name, value in (("slot_seconds", slot_seconds), ("period_seconds", period_seconds)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ValueError(f"exchange setting {name!r} must be a number of seconds > 0, got {value!r}")
@@ -104,6 +109,14 @@ def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds
     if not (isinstance(penalty, (int, float)) and math.isfinite(penalty) and penalty >= 0):
         raise ValueError(f"exchange setting 'penalty' must be a number >= 0 (times the contract's price), "
                          f"got {penalty!r}")
+    if mechanism == "egg":
+        from .egg import default_settings, save_settings
+
+        with store.transaction():
+            save_settings(store, egg if egg is not None else default_settings())
+            deposits = True  # Egg collects the price at the award (Kang & Parkes 2007, step 1d)
+    elif egg is not None:
+        raise ValueError(f"Egg settings are for the mechanism 'egg', not {mechanism!r}")
     store.init_settings(slot_seconds=float(slot_seconds), period_seconds=float(period_seconds), mechanism=mechanism,
                         k=float(k), alpha=float(alpha), penalty=float(penalty), seed=int(seed), epoch=float(epoch),
                         deposits=int(bool(deposits)))
@@ -132,6 +145,23 @@ class Exchange:
         self.background = background
         self._clearing: Worker | None = None  # the clearing being computed (background)
         self._stale = 0  # stale background results in a row
+        self._egg: EggMarket | None = None  # Egg mode's market (:mod:`.egg`), made when first used
+
+    @property
+    def egg(self) -> EggMarket:
+        """Egg mode's market (:class:`.egg.EggMarket`); ValueError if the exchange clears periodically."""
+        if self._egg is None:
+            if self.settings["mechanism"] != "egg":
+                raise ValueError(f"this exchange clears with {self.settings['mechanism']!r}, not Egg")
+            from .egg import EggMarket
+
+            self._egg = EggMarket(self.store, self.settings)
+        return self._egg
+
+    def _periodic(self, what: str) -> None:
+        if self.settings["mechanism"] == "egg":
+            raise ValueError(f"this exchange runs Egg (Kang & Parkes 2007): {what} are not taken; users bid "
+                             "(POST /api/egg/bids) and providers post price tables (POST /api/egg/prices)")
 
     # ------------------------------------------------------------------ time
     def slot(self, t: float | None = None) -> int:
@@ -218,6 +248,7 @@ class Exchange:
     def submit_request(self, user: str, value: float, cpu: int, mem: int, first_slot: int, last_slot: int,
                        command: str) -> int:
         """A user's request (Stößer 2009, section 3.4.1); returns its order id."""
+        self._periodic("requests")
         order = check_request(user, value, cpu, mem, first_slot, last_slot, command, after_slot=self.slot())
         with self.store.transaction():
             self.check_runnable(user)
@@ -244,6 +275,7 @@ class Exchange:
     def submit_offer(self, provider: str, node: str, reserve: float, first_slot: int, last_slot: int) -> int:
         """A provider's offer of one of its nodes over ``[first_slot, last_slot]``; refused if
         an open offer of the same node overlaps it."""
+        self._periodic("offers")
         order = check_offer(provider, node, reserve, first_slot, last_slot, after_slot=self.slot())
         with self.store.transaction():
             node_id = self.store.node_id(provider, node)
@@ -319,6 +351,10 @@ class Exchange:
         command never ran (the exchange died before its go: :meth:`Backend.reattach` False) goes
         back to pending, so it is started inside its window or lapses unbilled: a crash of the
         exchange never makes its provider pay (docs/exchange.md, "Who is at fault")."""
+        if self.settings["mechanism"] == "egg":
+            from .egg_run import recover
+
+            return recover(self)
         now = self.clock()
         for c in self.store.contracts(("starting", "running")):
             got = self.backend(c["provider"]).reattach(c["id"])
@@ -333,7 +369,12 @@ class Exchange:
 
     def tick(self) -> None:
         """One step: clear if a period is due (in background mode: start or commit a clearing,
-        :meth:`step_clearing`), then start, monitor and settle contracts."""
+        :meth:`step_clearing`), then start, monitor and settle contracts. Egg mode has no
+        clearing: its step runs its contracts and settles their escrow (:mod:`.egg_run`)."""
+        if self.settings["mechanism"] == "egg":
+            from .egg_run import step
+
+            return step(self, self.egg)
         self.step_clearing()
         self.execute()
 

@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Collection
 
-MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact")
+MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact", "egg")
 PROVIDER_KINDS = ("local", "slurm")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_PRICE = 1e9  # per CPU unit per slot

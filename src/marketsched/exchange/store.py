@@ -22,7 +22,8 @@ in the opening transaction; a database newer than this code is refused, never ha
 Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``; version 3 the
 table ``ex_moves`` (contracts moved off lost capacity, :meth:`ExchangeStore.move_contract`), which
 a replay needs, so an older marketsched refuses such a database rather than replay it wrongly,
-and the retention of cancelled orders (``ex_orders.retire``, ``ex_retired``).
+and the retention of cancelled orders (``ex_orders.retire``, ``ex_retired``); version 4 the
+tables of Egg mode (``ex_egg_events``, ``ex_egg_contracts``, :mod:`.egg`).
 
 Retention: a request that is cancelled or expires keeps only its command's SHA-256 and length in
 bytes (``command`` becomes empty; :meth:`ExchangeStore.close_order`), as the live market does
@@ -173,7 +174,7 @@ NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
 MOVE_COLUMNS = ("id", "contract_id", "from_node", "to_node", "after_period", "t", "why")
 # columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA_KEY = "exchange.schema_version"
 RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
 KEPT_CANCELLED = 100  # cancelled orders no clearing saw, kept as rows per owner and side (ExchangeStore._retire)
@@ -576,6 +577,12 @@ class ExchangeStore:
             posted[(cid, kind)] = posted.get((cid, kind), 0) + amount
         if self.ledger.balance(DEPOSITS) != -deposits:
             raise AssertionError(f"the deposits account holds {self.ledger.balance(DEPOSITS)}, expected {-deposits}")
+        egg = {key: posted.pop(key) for key in [key for key in posted if key[1].startswith("egg-")]}
+        settings = self.settings()
+        if egg or (settings is not None and settings["mechanism"] == "egg"):
+            from .egg import check_books as check_egg
+
+            check_egg(self, egg)
         users = providers = penalties = 0
         seen = set()
         for c in self.contracts():
@@ -641,4 +648,11 @@ def _v3_moves(store: ExchangeStore) -> None:
     store._add_column("ex_orders", "retire", "INTEGER")
 
 
-_UPGRADES = {2: _v2_command_digest, 3: _v3_moves}
+def _v4_egg(store: ExchangeStore) -> None:
+    """Version 4: the tables of Egg mode, ``ex_egg_events`` and ``ex_egg_contracts`` (:mod:`.egg`)."""
+    from .egg import create_tables
+
+    create_tables(store)
+
+
+_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg}

@@ -324,8 +324,11 @@ register(Mechanism("egg", "Egg decentralized auction", "decentralized auction",
                    "Kang & Parkes (2007), sections 2-3 (equations 3-5, rules R1-R7)", _egg, EGG_PARAMS,
                    ("bids", "serial", "estimates", "deadlines"), ("reliability",),
                    summary="per-bid auctioneer over provider price tables, escrow, reliability",
-                   live="no: Egg is a market of several providers with their own schedulers and escrow; the live "
-                        "market is one machine behind one broker", utility=egg_utility,
+                   live="yes, on the grid exchange: `marketsched exchange init --mechanism egg` (providers post "
+                        "price tables with their tokens, users bid a value and a deadline, the simulator's auctioneer "
+                        "picks provider and price per bid, escrow until tau*, reliability from contract outcomes; the "
+                        "recorded events replay through the library to the same choices and payments; "
+                        "docs/exchange.md, Egg mode)", utility=egg_utility,
                    claims=(Claim("t-strategyproof: no gain from a false value (or deadline), a larger job or a "
                                  "later arrival", "dominant", ("value", "deadline", "estimate>=1", "delay"),
                                  "Kang & Parkes (2007), Theorem 1 (Definition 7); for users with threshold-"

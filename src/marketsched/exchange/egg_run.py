@@ -1,0 +1,114 @@
+"""Running Egg contracts: start, watch and judge their jobs, then settle their escrow at ``tau*``.
+
+One :func:`step` per exchange tick (:meth:`marketsched.exchange.core.Exchange.tick` in Egg mode),
+on the exchange's provider backends (:mod:`.providers`) and by its fault table (docs/exchange.md,
+"Who is at fault"; :mod:`.egg` for Egg's reading of it):
+
+1. each running contract whose job ended is judged: *failed* if the provider's side ended it
+   (:meth:`Backend.fault`) or it was given less than contracted as measured
+   (:meth:`Backend.usage`), else *delivered*; one still running at ``tau*`` is stopped then:
+   *failed* if the provider never ran it, or gave less than contracted; else *delivered*;
+2. each pending contract: *lapsed* once ``tau*`` has passed unstarted (the exchange was down) or
+   if the exchange cannot run it as its user's account; *failed* if the provider had no node with
+   room or could not start it; else started, contained to its CPU units and memory;
+3. the escrow of every judged contract whose ``tau*`` has come is paid or refunded and the
+   provider's reliability recorded (:func:`.egg.settle_escrow`).
+"""
+
+from __future__ import annotations
+
+from .egg import OPEN, EggMarket, contracts, settle_escrow
+from .providers import Contracted
+
+
+def _final(store, c: dict, state: str, now: float, note: str, code=None, used: dict | None = None) -> None:
+    """Record contract ``c``'s verdict once (money moves only at ``tau*``, :func:`.egg.settle_escrow`)."""
+    if used and used.get("peak_memory") is not None:
+        note = f"{note}; peak memory {used['peak_memory'] / 2**20:.1f} MiB"
+    with store.transaction():
+        store.conn.execute(
+            f"UPDATE ex_egg_contracts SET state = ?, ended_t = ?, exit_code = ?, cpu_seconds = ?, note = ? "
+            f"WHERE id = ? AND state IN ({', '.join('?' * len(OPEN))})",
+            (state, now, code, (used or {}).get("cpu_seconds"), note, c["id"], *OPEN))
+
+
+def _judge(exchange, c: dict, node: dict, now: float, ended: bool, code=None) -> None:
+    backend = exchange.backend(c["provider"])
+    store = exchange.store
+    used = backend.usage(c["id"], Contracted.of(c, node))
+    if ended:
+        why = backend.fault(c["id"])
+        if why is not None:
+            return _final(store, c, "failed", now, f"the provider ended the job: {why}", code, used)
+    else:
+        ran = backend.running(c["id"])
+        backend.stop(c["id"])
+        if not ran:
+            return _final(store, c, "failed", now, "the provider had not started the job by tau*", code, used)
+    if used and used.get("shortfall"):
+        return _final(store, c, "failed", now, f"contracted resources not delivered: {used['shortfall']}", code, used)
+    _final(store, c, "delivered", now, "the job exited by itself" if ended else "ran until tau*", code, used)
+
+
+def step(exchange, eggm: EggMarket) -> None:
+    """One tick of Egg mode on ``exchange`` (see the module docstring)."""
+    store = exchange.store
+    ended: dict[int, int | None] = {}
+    for backend in list(exchange._backends.values()):
+        ended.update(backend.ended())
+    now = exchange.clock()
+    nodes = store.nodes()
+    for c in contracts(store, ("running",)):
+        if c["id"] in ended:
+            _judge(exchange, c, nodes[c["node_id"]], now, True, ended[c["id"]])
+        elif now >= c["tau"]:
+            _judge(exchange, c, nodes[c["node_id"]], now, False)
+    for c in contracts(store, ("pending",)):
+        if now >= c["tau"]:
+            _final(store, c, "lapsed", now, "tau* passed before the exchange started the job")
+        elif c["node_id"] is None:
+            _final(store, c, "failed", now, f"the provider could not start the job: {c['note']}")
+        else:
+            start(exchange, c, nodes[c["node_id"]], now)
+    with store.transaction():
+        settle_escrow(eggm, exchange.clock())
+
+
+def start(exchange, c: dict, node: dict, now: float) -> None:
+    """Start contract ``c``'s job on ``node`` now, as its user's account (:meth:`Exchange.run_as`)."""
+    store = exchange.store
+    try:
+        user = exchange.run_as(c["user"])
+    except ValueError as exc:
+        return _final(store, c, "lapsed", now, f"the exchange could not run the job: {exc}")
+    with store.transaction():
+        store.conn.execute("UPDATE ex_egg_contracts SET state = 'starting', started_t = ? WHERE id = ?", (now, c["id"]))
+    env = {"MARKETSCHED_CONTRACT": c["id"], "MARKETSCHED_PROVIDER": c["provider"], "MARKETSCHED_NODE": node["name"],
+           "MARKETSCHED_WINDOW_END": c["tau"]}
+    try:
+        exchange.backend(c["provider"]).start(c["id"], c["command"], env, node["cpus"], user=user,
+                                              contracted=Contracted.of(c, node))
+    except OSError as exc:
+        return _final(store, c, "failed", now, f"the provider could not start the job: {exc}")
+    with store.transaction():
+        store.conn.execute("UPDATE ex_egg_contracts SET state = 'running' WHERE id = ? AND state = 'starting'",
+                           (c["id"],))
+
+
+def recover(exchange) -> None:
+    """After a (re)start: re-attach the Egg contracts that were starting or running
+    (:meth:`Exchange.recover`'s rule: one whose command never ran goes back to pending)."""
+    store = exchange.store
+    now = exchange.clock()
+    nodes = store.nodes()
+    for c in contracts(store, ("starting", "running")):
+        got = exchange.backend(c["provider"]).reattach(c["id"])
+        if got is True:
+            with store.transaction():
+                store.conn.execute("UPDATE ex_egg_contracts SET state = 'running' WHERE id = ?", (c["id"],))
+        elif got is False and c["state"] == "starting":
+            with store.transaction():
+                store.conn.execute("UPDATE ex_egg_contracts SET state = 'pending', started_t = NULL WHERE id = ?",
+                                   (c["id"],))
+        else:
+            _judge(exchange, c, nodes[c["node_id"]], now, True, None if got is False else got)
