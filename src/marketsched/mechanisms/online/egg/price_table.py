@@ -162,6 +162,9 @@ class PriceBook:
         self._upper = [e[:, 1:] for e in self.edges]
         # per dim: every provider has the same edges (one binary search serves them all)
         self._shared_edges = [bool(np.all(up == up[:1])) for up in self._upper]
+        # for the compiled auctioneer: every dimension's (K, n) upper edges in one flat array, the counts
+        self.upper_edges = np.concatenate([up.ravel() for up in self._upper])
+        self.bucket_counts = np.array(self.n_buckets, dtype=np.int64)
         self.updates = 0
         self.rejected = 0
 
