@@ -85,7 +85,7 @@ def tied_instances(draw, parallel: bool):
 
 
 @settings(max_examples=200, deadline=None)
-@given(tied_instances(parallel=False), st.sampled_from(RULES), st.sampled_from(["first", "kth"]))
+@given(tied_instances(parallel=False), st.sampled_from(RULES), st.sampled_from(["first", "kth", "kth-uncapped"]))
 def test_priority_kernel_equals_python(inst, rule, pricing):
     w, bid = inst
     py, c = both_ways(w, lambda: make_priority_mechanism(rule, w, bid, pricing))
@@ -139,7 +139,7 @@ def test_priority_kernel_on_trace_slices(trace, jobs, split, capacity, trace_pat
     w = _slice(trace, jobs, split, capacity)
     values = true_values(w, "bimodal", 1)
     for rule in RULES:
-        for pricing in ("first", "kth"):
+        for pricing in ("first", "kth", "kth-uncapped"):
             recs = []
             for mode in ("python", "compiled"):
                 with engine(mode):
