@@ -109,6 +109,26 @@ def test_priority_kernel_both_prices_equal_python(inst, rule):
     assert np.asarray(kth[0].kth_payment).tolist() == np.asarray(kth[1].kth_payment).tolist()
 
 
+@settings(max_examples=100, deadline=None)
+@given(tied_instances(parallel=False), st.sampled_from(RULES))
+def test_priority_kernel_saturation_times_equal_python(inst, rule):
+    # first price with each job's run time while the machine is full, and in all (the reproduction's
+    # first-price revenue decomposition)
+    from marketsched.mechanisms.online.pricing import FirstPriceSaturation
+
+    w, bid = inst
+    schemes = []
+
+    def policy():
+        schemes.append(FirstPriceSaturation())
+        return make_priority_mechanism(rule, w, bid, schemes[-1])
+
+    py, c = both_ways(w, policy)
+    assert_same(py, c)
+    for name in ("full", "ran"):
+        assert np.asarray(getattr(schemes[0], name)).tolist() == getattr(schemes[1], name).tolist(), name
+
+
 @settings(max_examples=200, deadline=None)
 @given(tied_instances(parallel=True), st.booleans())
 def test_backfilling_kernel_equals_python(inst, backfill):

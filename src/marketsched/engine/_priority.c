@@ -35,6 +35,7 @@ typedef struct {
     int preemptive;
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
     double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
+    double *full, *ran;  /* first price, optional: each job's run time while saturated, and in all */
     /* rank[j]: place of row j in the order (-key, row); order[r]: the row of rank r; key_of[r]:
      * its key (the queue's best key is read at every batch: one read by rank, not two) */
     uint32_t *rank, *order;
@@ -143,8 +144,12 @@ static int on_start(Prio *p, int64_t j)
 static void on_stop(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
-        p->e.payment[j] += p->bid[j] * ts_since(&p->S, p->mark_S[j].hi, p->mark_S[j].lo) +
-                           1.0 * ts_since(&p->U, p->mark_U[j].hi, p->mark_U[j].lo);
+        double s = ts_since(&p->S, p->mark_S[j].hi, p->mark_S[j].lo), u = ts_since(&p->U, p->mark_U[j].hi, p->mark_U[j].lo);
+        if (p->full) { /* FirstPriceSaturation.on_stop, before FirstPrice's */
+            p->full[j] += s;
+            p->ran[j] += s + u;
+        }
+        p->e.payment[j] += p->bid[j] * s + 1.0 * u;
     }
     if (p->schemes & SCHEME_KTH) {
         kth_settle(p, j);
@@ -261,15 +266,15 @@ static void prio_free(Prio *p)
 
 static PyObject *run(PyObject *self, PyObject *args)
 {
-    Py_buffer submit, runtime, bid, key, cost, first_start, end_time, preemptions, payment, state, kth_payment;
+    Py_buffer submit, runtime, bid, key, cost, first_start, end_time, preemptions, payment, state, kth_payment, full, ran;
     long long capacity;
     int preemptive, schemes;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Lpiw*w*w*w*w*w*", &submit, &runtime, &bid, &key, &cost, &capacity,
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Lpiw*w*w*w*w*w*w*w*", &submit, &runtime, &bid, &key, &cost, &capacity,
                           &preemptive, &schemes, &first_start, &end_time, &preemptions, &payment, &state,
-                          &kth_payment))
+                          &kth_payment, &full, &ran))
         return NULL;
     Py_buffer *bufs[] = {&submit, &runtime, &bid, &key, &cost, &first_start, &end_time, &preemptions, &payment,
-                         &state, &kth_payment};
+                         &state, &kth_payment, &full, &ran};
     PyObject *result = NULL;
     Prio p;
     memset(&p, 0, sizeof(p));
@@ -282,6 +287,15 @@ static PyObject *run(PyObject *self, PyObject *args)
     if (check_buffer(&bid, "bid", n, 8) || check_buffer(&key, "key", n, 8) || check_buffer(&cost, "cost", n, 8) ||
         (schemes == (SCHEME_FIRST | SCHEME_KTH) && check_buffer(&kth_payment, "kth_payment", n, 8)))
         goto done;
+    if (full.len || ran.len) { /* the saturation times: first price alone */
+        if (check_buffer(&full, "full", n, 8) || check_buffer(&ran, "ran", n, 8)) goto done;
+        if (schemes != SCHEME_FIRST || untracked) {
+            PyErr_SetString(PyExc_ValueError, "compiled priority kernel: saturation times with first price alone");
+            goto done;
+        }
+        p.full = full.buf;
+        p.ran = ran.buf;
+    }
     if (schemes < 1 || schemes > 3 || (untracked && schemes != SCHEME_KTH)) {
         PyErr_Format(PyExc_ValueError, "compiled priority kernel: schemes %d (1 first, 2 k-th, 3 both; 4 + 2: k-th "
                      "without caps)", schemes | (untracked ? SCHEME_UNTRACKED : 0));

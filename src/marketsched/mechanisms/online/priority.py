@@ -56,7 +56,13 @@ import numpy as np
 from marketsched.engine import compiled
 from marketsched.engine.records import Records, empty_records
 from marketsched.engine.state import ClusterState, require_serial
-from marketsched.mechanisms.online.pricing import FirstPrice, KthPrice, KthPriceUncapped, make_pricing
+from marketsched.mechanisms.online.pricing import (
+    FirstPrice,
+    FirstPriceSaturation,
+    KthPrice,
+    KthPriceUncapped,
+    make_pricing,
+)
 
 RULES = ("hb", "nphb", "wspt", "wsept")
 
@@ -174,12 +180,16 @@ class PriorityScheduler:
         require_serial(self.name, w.procs)
         records = empty_records(n)
         kth = np.zeros(n if schemes == 3 else 0, dtype=np.float64)
+        saturation = type(self.pricing) is FirstPriceSaturation
+        full, ran = np.zeros((2, n if saturation else 0), dtype=np.float64)
         sim.now, sim.batches = kernel.run(
             np.ascontiguousarray(w.submit_time, dtype=np.float64), np.ascontiguousarray(w.runtime, dtype=np.float64),
             bid, key, cost, sim.capacity, self.preemptive, schemes, records.first_start, records.end_time,
-            records.preemptions, records.payment, records.state, kth)
+            records.preemptions, records.payment, records.state, kth, full, ran)
         if schemes == 3:
             self.pricing.kth_payment = kth
+        if saturation:
+            self.pricing.full, self.pricing.ran = full, ran
         return records
 
     def _engine(self) -> ClusterState:
@@ -356,10 +366,10 @@ def _check_jobs(name: str, first: int, bid: np.ndarray, key: np.ndarray, cost: n
 
 def _kernel_schemes(pricing, policy) -> int:
     """The compiled kernel's code of a payment scheme: 1 first price, 2 k-th price, 3 both (the
-    experiments' ``BothPrices``), 6 k-th price without caps (``KthPriceUncapped`` where its
+    experiments' ``BothPrices``; first price with ``FirstPriceSaturation``'s times: 1), 6 k-th price without caps (``KthPriceUncapped`` where its
     ``bind`` tracks no caps: every rule but NPHB; under NPHB it is ``KthPrice``, 2), 0 for any
     other scheme (no kernel)."""
-    if type(pricing) is FirstPrice:
+    if type(pricing) in (FirstPrice, FirstPriceSaturation):
         return 1
     if type(pricing) is KthPrice:
         return 2
