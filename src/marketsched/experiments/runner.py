@@ -419,7 +419,7 @@ def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str], jobs=None
 
     pricings = list(pricings)
     jobs = Jobs.from_bids(w, bid) if jobs is None else jobs
-    out = {}
+    out: dict = {}  # pricing -> Records
     if {"first", "kth"} <= set(pricings) and mechanism in RULES and not params:
         gaps = missing(get(mechanism), jobs)
         if gaps:
