@@ -241,53 +241,10 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
 
 static void advance_cb(void *p, double t) { advance(p, t); }
 
-/* Ask for the cache lines the next batch is likely to touch at random rows (no effect on any
- * number): the job of the next completion (its engine columns, its k-th price marks and
- * payment) and the best queued job (its start). With long queues, jobs start and end in
- * priority order, far from their rows' neighbours, and these loads were the hot path's misses. */
-static void prefetch_next(Prio *p)
-{
-    Engine *e = &p->e;
-    if (e->ncomps) {
-        int64_t j = e->comps[0].j;
-        __builtin_prefetch(&e->remaining[j], 1);
-        __builtin_prefetch(&e->end_time[j], 1);
-        __builtin_prefetch(&e->state[j], 1);
-        __builtin_prefetch(&e->at[j], 1);
-        if (p->schemes & SCHEME_KTH) {
-            __builtin_prefetch(&p->kmark[j], 0);
-            __builtin_prefetch(&p->kth_payment[j], 1);
-        }
-        if (p->schemes & SCHEME_FIRST) __builtin_prefetch(&e->payment[j], 1);
-    }
-    if (p->nwaiting) {
-        uint64_t r = rs_min(&p->waiting);
-        int64_t j = p->order[r];
-        __builtin_prefetch(&p->key_of[r], 0);
-        __builtin_prefetch(&e->first_start[j], 1);
-        __builtin_prefetch(&e->remaining[j], 0);
-        __builtin_prefetch(&e->at[j], 1);
-        if (p->schemes & SCHEME_KTH) __builtin_prefetch(&p->kmark[j], 1);
-        if (p->preemptive && !rs_empty(&p->rset)) { /* HB: the job a better arrival would preempt */
-            int64_t out = p->order[rs_max(&p->rset)];
-            __builtin_prefetch(&e->at[out], 1);
-            __builtin_prefetch(&e->remaining[out], 1);
-            __builtin_prefetch(&e->preemptions[out], 1);
-            if (p->schemes & SCHEME_KTH) {
-                __builtin_prefetch(&p->kmark[out], 0);
-                __builtin_prefetch(&p->kth_payment[out], 1);
-            }
-            if (p->schemes & SCHEME_FIRST) __builtin_prefetch(&e->payment[out], 1);
-        }
-    }
-}
-
 static int step_cb(void *p, double t, Py_ssize_t first, Py_ssize_t last)
 {
     (void)t;
-    int r = step(p, first, last);
-    if (r == 0) prefetch_next(p);
-    return r;
+    return step(p, first, last);
 }
 
 static void prio_free(Prio *p)
@@ -398,9 +355,8 @@ done:
 static PyMethodDef methods[] = {
     {"run", run, METH_VARARGS,
      "run(submit, runtime, bid, key, cost, capacity, preemptive, schemes, first_start, end_time, preemptions, "
-     "payment, state, kth_payment, full, ran) -> (end time, batches): the whole simulation; schemes 1 first price, 2 k-th "
-     "price, 3 both (the k-th price's payments in kth_payment), 6 k-th price without caps; full and ran (empty: "
-     "not asked) the first price's run times while saturated and in all."},
+     "payment, state, kth_payment) -> (end time, batches): the whole simulation; schemes 1 first price, 2 k-th "
+     "price, 3 both (the k-th price's payments in kth_payment)."},
     {NULL, NULL, 0, NULL},
 };
 
