@@ -160,9 +160,9 @@ class PriorityScheduler:
 
     def compiled_run(self, sim) -> Records | None:
         """The whole run in the compiled kernel (:mod:`marketsched.engine.compiled`), or None when
-        it is not built or the payment scheme is not first price, k-th price (capped or not) or first and
-        k-th side by side (``BothPrices``, whose k-th payments it sets), or the policy is a subclass (it may change a
-        step the kernel does not know of)."""
+        it is not built or the payment scheme is not first price, k-th price (capped or not) or
+        first and k-th side by side (``BothPrices``, whose k-th payments it sets), or the policy is
+        a subclass (it may change a step the kernel does not know of)."""
         schemes = _kernel_schemes(self.pricing, self)
         if schemes == 0 or type(self) is not PriorityScheduler:
             return None
@@ -365,10 +365,10 @@ def _check_jobs(name: str, first: int, bid: np.ndarray, key: np.ndarray, cost: n
 
 
 def _kernel_schemes(pricing, policy) -> int:
-    """The compiled kernel's code of a payment scheme: 1 first price, 2 k-th price, 3 both (the
-    experiments' ``BothPrices``; first price with ``FirstPriceSaturation``'s times: 1), 6 k-th price without caps (``KthPriceUncapped`` where its
-    ``bind`` tracks no caps: every rule but NPHB; under NPHB it is ``KthPrice``, 2), 0 for any
-    other scheme (no kernel)."""
+    """The compiled kernel's code of a payment scheme: 1 first price (also ``FirstPriceSaturation``,
+    whose times the kernel fills), 2 k-th price, 3 both (the experiments' ``BothPrices``), 6 k-th
+    price without caps (``KthPriceUncapped`` on a non-preemptive rule other than NPHB; on the others
+    it tracks caps exactly as ``KthPrice``: 2), 0 for any other scheme (no kernel)."""
     if type(pricing) in (FirstPrice, FirstPriceSaturation):
         return 1
     if type(pricing) is KthPrice:

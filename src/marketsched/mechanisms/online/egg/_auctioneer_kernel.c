@@ -2,7 +2,10 @@
  *
  * Python reference: marketsched.mechanisms.online.egg.auctioneer.clear (read its docstring for the
  * rules and decisions); this is its loop for bids with linear value schedules, one bid at a time
- * instead of a (bids x providers x columns) array. Per bid b:
+ * instead of a (bids x providers x columns) array. First the reference's checks (run times finite
+ * and >= 0, estimates >= 0, no arrival before the book's clock; the same messages) and
+ * PriceBook.bucket_index (per resource, the upper edges <= the estimate; not offered past the top
+ * bucket). Then per bid b:
  *
  *   1. the usable columns: from the arrival's slot to the last usable one
  *      floor(max(min(a + Delta, d + slot), a) / slot), d the bid's deadline (-inf if its value is 0);
@@ -54,22 +57,22 @@ static PyObject *clear(PyObject *self, PyObject *args) {
     double slot, delta, now;
     int has_horizon;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*y*y*nnnLdddpw*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
-                          &b[6], &b[7], &b[8], &b[9], &b[15], &b[16], &K, &L, &H, &base, &slot, &delta, &now, &has_horizon,
-                          &b[10], &b[11], &b[12], &b[13], &b[14]))
+                          &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &K, &L, &H, &base, &slot, &delta, &now, &has_horizon,
+                          &b[12], &b[13], &b[14], &b[15], &b[16]))
         return NULL;
     PyObject *result = NULL;
     const double *arrival = b[0].buf, *vs = b[1].buf, *ve = b[2].buf, *t0 = b[3].buf, *td = b[4].buf,
                  *hor = b[5].buf, *runtime = b[6].buf, *Q = b[7].buf, *upper = b[8].buf, *prices = b[9].buf;
-    const int64_t *nb = b[15].buf;
-    const uint8_t *eligible = b[16].buf;
+    const int64_t *nb = b[10].buf;
+    const uint8_t *eligible = b[11].buf;
     /* outputs: provider, absolute slot, bucket row (int64); completion, price, value, run time; surplus */
-    int64_t *out_k = b[10].buf, *out_slot = b[11].buf;
-    double *out_d = b[12].buf; /* (4, n): completion, price, value, run time */
-    double *out_surplus = b[13].buf;
-    int64_t *out_row = b[14].buf;
+    int64_t *out_k = b[12].buf, *out_slot = b[13].buf;
+    double *out_d = b[14].buf; /* (4, n): completion, price, value, run time */
+    double *out_surplus = b[15].buf;
+    int64_t *out_row = b[16].buf;
     int64_t *rows = NULL;
     Py_ssize_t n = b[0].len / (Py_ssize_t)sizeof(double), R = 1, n_upper = 0;
-    if (check(&b[15], "buckets", L, 8)) goto done;
+    if (check(&b[10], "buckets", L, 8)) goto done;
     for (Py_ssize_t d = 0; d < L; d++) {
         R *= nb[d];
         n_upper += K * nb[d];
@@ -77,9 +80,9 @@ static PyObject *clear(PyObject *self, PyObject *args) {
     if (check(&b[1], "v_start", n, 8) || check(&b[2], "v_end", n, 8) || check(&b[3], "t0", n, 8) ||
         check(&b[4], "t_deadline", n, 8) || check(&b[5], "horizon", has_horizon ? n : 0, 8) ||
         check(&b[6], "runtime", n * K, 8) || check(&b[7], "Q", n * K * L, 8) || check(&b[8], "upper", n_upper, 8) ||
-        check(&b[9], "prices", K * R * H, 8) || check(&b[10], "provider", n, 8) || check(&b[11], "slot", n, 8) ||
-        check(&b[12], "numbers", 4 * n, 8) || check(&b[13], "surplus", n, 8) || check(&b[14], "row", n, 8) ||
-        check(&b[16], "eligible", n * K, 1))
+        check(&b[9], "prices", K * R * H, 8) || check(&b[12], "provider", n, 8) || check(&b[13], "slot", n, 8) ||
+        check(&b[14], "numbers", 4 * n, 8) || check(&b[15], "surplus", n, 8) || check(&b[16], "row", n, 8) ||
+        check(&b[11], "eligible", n * K, 1))
         goto done;
     rows = malloc(sizeof(int64_t) * (size_t)(n * K + 1));
     if (!rows) {
