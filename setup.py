@@ -29,5 +29,7 @@ setup(
                   extra_compile_args=FLAGS, optional=True),
         Extension("marketsched.mechanisms.online._profile_kernel", ["src/marketsched/mechanisms/online/_profile_kernel.c"],
                   extra_compile_args=FLAGS, optional=True),
+        Extension("marketsched.mechanisms.online.egg._auctioneer_kernel",
+                  ["src/marketsched/mechanisms/online/egg/_auctioneer_kernel.c"], extra_compile_args=FLAGS, optional=True),
     ]
 )

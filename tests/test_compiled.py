@@ -85,7 +85,7 @@ def tied_instances(draw, parallel: bool):
 
 
 @settings(max_examples=200, deadline=None)
-@given(tied_instances(parallel=False), st.sampled_from(RULES), st.sampled_from(["first", "kth"]))
+@given(tied_instances(parallel=False), st.sampled_from(RULES), st.sampled_from(["first", "kth", "kth-uncapped"]))
 def test_priority_kernel_equals_python(inst, rule, pricing):
     w, bid = inst
     py, c = both_ways(w, lambda: make_priority_mechanism(rule, w, bid, pricing))
@@ -107,6 +107,26 @@ def test_priority_kernel_both_prices_equal_python(inst, rule):
     py, c = both_ways(w, policy)
     assert_same(py, c)
     assert np.asarray(kth[0].kth_payment).tolist() == np.asarray(kth[1].kth_payment).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(tied_instances(parallel=False), st.sampled_from(RULES))
+def test_priority_kernel_saturation_times_equal_python(inst, rule):
+    # first price with each job's run time while the machine is full, and in all (the reproduction's
+    # first-price revenue decomposition)
+    from marketsched.mechanisms.online.pricing import FirstPriceSaturation
+
+    w, bid = inst
+    schemes = []
+
+    def policy():
+        schemes.append(FirstPriceSaturation())
+        return make_priority_mechanism(rule, w, bid, schemes[-1])
+
+    py, c = both_ways(w, policy)
+    assert_same(py, c)
+    for name in ("full", "ran"):
+        assert np.asarray(getattr(schemes[0], name)).tolist() == getattr(schemes[1], name).tolist(), name
 
 
 @settings(max_examples=200, deadline=None)
@@ -139,7 +159,7 @@ def test_priority_kernel_on_trace_slices(trace, jobs, split, capacity, trace_pat
     w = _slice(trace, jobs, split, capacity)
     values = true_values(w, "bimodal", 1)
     for rule in RULES:
-        for pricing in ("first", "kth"):
+        for pricing in ("first", "kth", "kth-uncapped"):
             recs = []
             for mode in ("python", "compiled"):
                 with engine(mode):

@@ -273,3 +273,98 @@ def test_relaxed_ees_takes_the_compiled_schedule_unless_told_otherwise(monkeypat
     assert RelaxedEES(prior, 4, fast=False).schedule is greedy_starts_lists
     monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
     assert RelaxedEES(prior, 4).schedule is greedy_starts_lists and RelaxedEES(prior, 4).kernel is None
+
+
+# --------------------------------------------------------------------------- Egg: the compiled auctioneer
+OUTCOME = ("provider", "slot", "completion", "price", "value", "surplus", "runtime", "row")
+SCHEDULED: dict[int, int] = {}  # bids scheduled per seed of the random instances below
+
+
+def random_linear_bids(rng, market, n):
+    """Linear bids on whole numbers (ties in values, prices and times), some constant, some truncated."""
+    from marketsched.mechanisms.online.egg import BidBatch
+
+    a = np.full(n, market.now)
+    desc = np.round(rng.uniform(0.0, 2.0, (n, market.estimators.n_attributes)))
+    v0 = rng.integers(0, 25, n).astype(float)
+    v1 = np.minimum(v0, rng.integers(0, 6, n))
+    td = a + rng.integers(0, int(market.delta) + 3, n)
+    t0 = np.where(rng.random(n) < 0.2, td, a)  # a zero span: the value is constant up to td
+    view = rng.random((n, market.n_providers)) < 0.8 if rng.random() < 0.3 else None
+    bids = BidBatch.linear(a, desc, v0, v1, td, min_reliability=rng.choice([0.0, 0.3, 0.9], n), t0=t0, view=view)
+    if rng.random() < 0.3:  # a truncated report: worth 0 from its horizon on
+        object.__setattr__(bids, "horizon", a + rng.integers(0, int(market.delta) + 2, n).astype(float))
+    return bids
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_compiled_egg_auctioneer_equals_the_array_reference(seed):
+    from marketsched.mechanisms.online.egg.auctioneer import auctioneer_kernel, clear
+    from marketsched.mechanisms.online.egg.instances import random_market
+
+    if auctioneer_kernel() is None:
+        pytest.skip("the auctioneer kernel is not built (or MARKETSCHED_ENGINE=python)")
+    rng = np.random.default_rng(seed)
+    market, _ = random_market(rng, n_providers=int(rng.integers(1, 5)), n_resources=int(rng.integers(1, 3)),
+                              delta=float(rng.choice([2.0, 4.0])), slot=float(rng.choice([0.5, 1.0])),
+                              start=float(rng.integers(0, 4)) + (0.25 if seed % 2 else 0.0))
+    market.book.prices[...] = np.round(market.book.prices)  # equal prices: ties within and across providers
+    if market.n_providers > 1 and seed % 3 == 0:
+        market.book.prices[1] = market.book.prices[0]
+    bids = random_linear_bids(rng, market, int(rng.integers(1, 30)))
+    Q = np.round(market.estimators.estimates(bids.description) * 2) / 2  # run times on half slots: ties
+    r = market.estimators.runtimes(Q)
+    el = market.eligibility(bids)
+    fast = clear(bids, market.book, Q, el, r)
+    SCHEDULED[seed] = int((fast.provider >= 0).sum())
+    ref = clear(bids, market.book, Q, el, r, fast=False)
+    for name in OUTCOME:
+        np.testing.assert_array_equal(getattr(fast, name), getattr(ref, name), err_msg=name)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_both_egg_auctioneers_refuse_bad_inputs_alike(fast):
+    from marketsched.mechanisms.online.egg.auctioneer import clear
+    from marketsched.mechanisms.online.egg.instances import random_market
+
+    rng = np.random.default_rng(3)
+    market, _ = random_market(rng, n_providers=2, n_resources=2, start=2.0)
+    bids = random_linear_bids(rng, market, 3)
+    Q = market.estimators.estimates(bids.description)
+    r = market.estimators.runtimes(Q)
+    bad_r, bad_q = r.copy(), Q.copy()
+    bad_r[1, 1] = -1.0
+    bad_q[2, 0, 1] = np.nan
+    with pytest.raises(ValueError, match=r"runtime must be finite, >= 0 and of shape \(3, 2\)"):
+        clear(bids, market.book, Q, None, bad_r, fast=fast)
+    with pytest.raises(ValueError, match="resource estimates must be numbers >= 0"):
+        clear(bids, market.book, bad_q, None, r, fast=fast)
+    early = bids.take([0, 1, 2])
+    early.arrival[1] = 1.5
+    with pytest.raises(ValueError, match="bid 1 arrives at 1.5, before the book's clock 2.0"):
+        clear(early, market.book, Q, None, r, fast=fast)
+
+
+def test_the_random_egg_instances_schedule_bids():
+    """The comparison above is not vacuous: most instances schedule some bids (run after it, or alone)."""
+    if len(SCHEDULED) < 200:
+        for seed in range(200):
+            test_compiled_egg_auctioneer_equals_the_array_reference(seed)
+    assert sum(n > 0 for n in SCHEDULED.values()) > 100
+
+
+@pytest.mark.parametrize("providers", ["mixed", "load-aware"])
+def test_egg_on_the_builtin_jobs_equals_the_python_auctioneer(monkeypatch, providers):
+    from marketsched.mechanisms.online.egg.auctioneer import auctioneer_kernel
+    from marketsched.scenario import Scenario, run
+
+    if auctioneer_kernel() is None:
+        pytest.skip("the auctioneer kernel is not built (or MARKETSCHED_ENGINE=python)")
+    jobs = Scenario.builtin(400, 16).build()
+    a = run(jobs, "egg", {"providers": providers})
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
+    b = run(jobs, "egg", {"providers": providers})
+    assert_same_records(a.records, b.records)
+    for name in ("provider", "price", "completion", "paid", "crashed", "dropped"):
+        np.testing.assert_array_equal(getattr(a.policy, name), getattr(b.policy, name), err_msg=name)
+    assert (a.policy.provider >= 0).sum() > 100

@@ -1,6 +1,7 @@
 /* Compiled kernel of marketsched.mechanisms.online.priority.PriorityScheduler (HB, NPHB, WSPT,
  * WSEPT on serial jobs) with the payment schemes of marketsched.mechanisms.online.pricing
- * (FirstPrice, KthPrice, and both side by side as marketsched.experiments.runner.BothPrices):
+ * (FirstPrice, KthPrice, KthPriceUncapped, and first and k-th side by side as
+ * marketsched.experiments.runner.BothPrices):
  * Shudler et al. (2010), Algorithm 1 and sections III.B, IV and V. The Python classes are the
  * reference; this file mirrors them step by step (the same heaps' orders, the same float
  * operations in the same order), and the tests compare both paths' records bit for bit.
@@ -17,6 +18,9 @@
 
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
+/* with SCHEME_KTH alone: caps not tracked, KthPriceUncapped under WSPT and WSEPT (its bind sets
+ * track_caps only for NPHB; everything else is KthPrice's) */
+#define SCHEME_UNTRACKED 4
 
 /* KthPrice's marks of one job: the leaf count of K and the reading of E when it last started */
 typedef struct {
@@ -31,6 +35,7 @@ typedef struct {
     int preemptive;
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
     double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
+    double *full, *ran;  /* first price, optional: each job's run time while saturated, and in all */
     /* rank[j]: place of row j in the order (-key, row); order[r]: the row of rank r; key_of[r]:
      * its key (the queue's best key is read at every batch: one read by rank, not two) */
     uint32_t *rank, *order;
@@ -139,8 +144,12 @@ static int on_start(Prio *p, int64_t j)
 static void on_stop(Prio *p, int64_t j)
 {
     if (p->schemes & SCHEME_FIRST) {
-        p->e.payment[j] += p->bid[j] * ts_since(&p->S, p->mark_S[j].hi, p->mark_S[j].lo) +
-                           1.0 * ts_since(&p->U, p->mark_U[j].hi, p->mark_U[j].lo);
+        double s = ts_since(&p->S, p->mark_S[j].hi, p->mark_S[j].lo), u = ts_since(&p->U, p->mark_U[j].hi, p->mark_U[j].lo);
+        if (p->full) { /* FirstPriceSaturation.on_stop, before FirstPrice's */
+            p->full[j] += s;
+            p->ran[j] += s + u;
+        }
+        p->e.payment[j] += p->bid[j] * s + 1.0 * u;
     }
     if (p->schemes & SCHEME_KTH) {
         kth_settle(p, j);
@@ -257,27 +266,39 @@ static void prio_free(Prio *p)
 
 static PyObject *run(PyObject *self, PyObject *args)
 {
-    Py_buffer submit, runtime, bid, key, cost, first_start, end_time, preemptions, payment, state, kth_payment;
+    Py_buffer submit, runtime, bid, key, cost, first_start, end_time, preemptions, payment, state, kth_payment, full, ran;
     long long capacity;
     int preemptive, schemes;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Lpiw*w*w*w*w*w*", &submit, &runtime, &bid, &key, &cost, &capacity,
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Lpiw*w*w*w*w*w*w*w*", &submit, &runtime, &bid, &key, &cost, &capacity,
                           &preemptive, &schemes, &first_start, &end_time, &preemptions, &payment, &state,
-                          &kth_payment))
+                          &kth_payment, &full, &ran))
         return NULL;
     Py_buffer *bufs[] = {&submit, &runtime, &bid, &key, &cost, &first_start, &end_time, &preemptions, &payment,
-                         &state, &kth_payment};
+                         &state, &kth_payment, &full, &ran};
     PyObject *result = NULL;
     Prio p;
     memset(&p, 0, sizeof(p));
     Py_buffer *records[5] = {&first_start, &end_time, &preemptions, &payment, &state};
+    int untracked = (schemes & SCHEME_UNTRACKED) != 0;
+    schemes &= ~SCHEME_UNTRACKED;
     if (eng_init(&p.e, (int64_t)capacity, &submit, &runtime, NULL, records) < 0) goto done;
     Engine *e = &p.e;
     Py_ssize_t n = e->n;
     if (check_buffer(&bid, "bid", n, 8) || check_buffer(&key, "key", n, 8) || check_buffer(&cost, "cost", n, 8) ||
         (schemes == (SCHEME_FIRST | SCHEME_KTH) && check_buffer(&kth_payment, "kth_payment", n, 8)))
         goto done;
-    if (schemes < 1 || schemes > 3) {
-        PyErr_Format(PyExc_ValueError, "compiled priority kernel: schemes %d (1 first, 2 k-th, 3 both)", schemes);
+    if (full.len || ran.len) { /* the saturation times: first price alone */
+        if (check_buffer(&full, "full", n, 8) || check_buffer(&ran, "ran", n, 8)) goto done;
+        if (schemes != SCHEME_FIRST || untracked) {
+            PyErr_SetString(PyExc_ValueError, "compiled priority kernel: saturation times with first price alone");
+            goto done;
+        }
+        p.full = full.buf;
+        p.ran = ran.buf;
+    }
+    if (schemes < 1 || schemes > 3 || (untracked && schemes != SCHEME_KTH)) {
+        PyErr_Format(PyExc_ValueError, "compiled priority kernel: schemes %d (1 first, 2 k-th, 3 both; 4 + 2: k-th "
+                     "without caps)", schemes | (untracked ? SCHEME_UNTRACKED : 0));
         goto done;
     }
     p.bid = bid.buf;
@@ -310,7 +331,7 @@ static PyObject *run(PyObject *self, PyObject *args)
         p.capped = calloc(m, 1);
         if (!p.kmark || !p.k_mark_t || !p.capped) goto nomem;
         for (Py_ssize_t j = 0; j < n; j++) p.kmark[j].cost = p.cost[j];
-        p.track_caps = !preemptive;
+        p.track_caps = !preemptive && !untracked;
         p.b0 = INFINITY;
         p.b1 = 0;
     }

@@ -406,8 +406,10 @@ class BothPrices:
 
 def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str], jobs=None, params: dict | None = None) -> dict:
     """Records per pricing of one mechanism and bid vector; for the priority rules (HB, NPHB,
-    WSPT, WSEPT) first + k-th share one simulation. ``jobs``: the scenario's jobs (default:
-    the bids as true values, no deadlines); ``params``: the mechanism's other parameters."""
+    WSPT, WSEPT) first + k-th share one simulation (the compiled kernel's, when built), also when
+    other pricings (``kth-uncapped``) are asked beside them, each of which runs on its own.
+    ``jobs``: the scenario's jobs (default: the bids as true values, no deadlines); ``params``:
+    the mechanism's other parameters."""
     from dataclasses import replace
 
     from marketsched.engine.simulator import Simulator
@@ -417,15 +419,17 @@ def simulate_pricings(w, mechanism: str, bid, pricings: Sequence[str], jobs=None
 
     pricings = list(pricings)
     jobs = Jobs.from_bids(w, bid) if jobs is None else jobs
-    if sorted(pricings) == ["first", "kth"] and mechanism in RULES and not params:
+    out: dict = {}  # pricing -> Records
+    if {"first", "kth"} <= set(pricings) and mechanism in RULES and not params:
         gaps = missing(get(mechanism), jobs)
         if gaps:
             raise Unfit("; ".join(gaps))
         both = BothPrices()
         rec = Simulator(w, make_priority_mechanism(mechanism, w, bid, both)).run()
-        return {"first": rec, "kth": replace(rec, payment=np.asarray(both.kth_payment, dtype=np.float64))}
-    out = {}
+        out = {"first": rec, "kth": replace(rec, payment=np.asarray(both.kth_payment, dtype=np.float64))}
     for p in pricings:
+        if p in out:
+            continue
         given = dict(params or {}, **({} if p == NO_PRICING else {"pricing": p}))
         out[p] = run(jobs, mechanism, given).records
     return out

@@ -467,23 +467,9 @@ def first_price_saturation(seeds=SATURATION_SEEDS, setting: Setting = SETTINGS[0
     from marketsched.engine.records import FinalState
     from marketsched.engine.simulator import Simulator
     from marketsched.experiments.runner import Cell, build_workload
-    from marketsched.mechanisms.online.pricing import FirstPrice
+    from marketsched.mechanisms.online.pricing import FirstPriceSaturation
     from marketsched.mechanisms.online.priority import make_priority_mechanism
     from marketsched.scenario import true_values
-
-    class FirstPriceSaturation(FirstPrice):
-        """First price that also keeps each job's run time while the machine is full (and in all)."""
-
-        def bind(self, policy, sim) -> None:
-            super().bind(policy, sim)
-            self.full = np.zeros(sim.n_jobs)
-            self.ran = np.zeros(sim.n_jobs)
-
-        def on_stop(self, j: int) -> None:
-            s, u = self.S.since(self.mark_S[j]), self.U.since(self.mark_U[j])
-            self.full[j] += s
-            self.ran[j] += s + u
-            super().on_stop(j)
 
     rows = []
     for seed in seeds:

@@ -239,6 +239,31 @@ class KthPrice:
         return paid
 
 
+class FirstPriceSaturation(FirstPrice):
+    """First price that also keeps each job's run time while the machine is full (``full``) and in
+    all (``ran``), per job: the decomposition of the first-price revenue ``sum(run time) +
+    sum((bid - 1) * S)`` of Shudler et al. (2010), section V, that the reproduction reports.
+
+    Steps: as :class:`FirstPrice`; when a job stops, the saturated time ``s`` and the unsaturated
+    time ``u`` since it started are added to ``full`` (``s``) and ``ran`` (``s + u``) before the
+    payment."""
+
+    name = "first"
+
+    def bind(self, policy, sim) -> None:
+        import numpy as np  # here: the module itself needs no NumPy
+
+        super().bind(policy, sim)
+        self.full = np.zeros(sim.n_jobs)
+        self.ran = np.zeros(sim.n_jobs)
+
+    def on_stop(self, j: int) -> None:
+        s, u = self.S.since(self.mark_S[j]), self.U.since(self.mark_U[j])
+        self.full[j] += s
+        self.ran[j] += s + u
+        super().on_stop(j)
+
+
 class KthPriceUncapped(KthPrice):
     """k-th price with WSPT's (and WSEPT's) adaptation read without the cap: an open choice of Shudler et al. (2010),
     section V, whose formula ``(w~_j / tau_j) * tau_i`` states no cap; :class:`KthPrice` caps it at the

@@ -56,7 +56,13 @@ import numpy as np
 from marketsched.engine import compiled
 from marketsched.engine.records import Records, empty_records
 from marketsched.engine.state import ClusterState, require_serial
-from marketsched.mechanisms.online.pricing import FirstPrice, KthPrice, make_pricing
+from marketsched.mechanisms.online.pricing import (
+    FirstPrice,
+    FirstPriceSaturation,
+    KthPrice,
+    KthPriceUncapped,
+    make_pricing,
+)
 
 RULES = ("hb", "nphb", "wspt", "wsept")
 
@@ -154,10 +160,10 @@ class PriorityScheduler:
 
     def compiled_run(self, sim) -> Records | None:
         """The whole run in the compiled kernel (:mod:`marketsched.engine.compiled`), or None when
-        it is not built or the payment scheme is not first price, k-th price or both side by side
-        (``BothPrices``, whose k-th payments it sets), or the policy is a subclass (it may change a
-        step the kernel does not know of)."""
-        schemes = _kernel_schemes(self.pricing)
+        it is not built or the payment scheme is not first price, k-th price (capped or not) or
+        first and k-th side by side (``BothPrices``, whose k-th payments it sets), or the policy is
+        a subclass (it may change a step the kernel does not know of)."""
+        schemes = _kernel_schemes(self.pricing, self)
         if schemes == 0 or type(self) is not PriorityScheduler:
             return None
         kernel = compiled.kernel("_priority")
@@ -174,12 +180,16 @@ class PriorityScheduler:
         require_serial(self.name, w.procs)
         records = empty_records(n)
         kth = np.zeros(n if schemes == 3 else 0, dtype=np.float64)
+        saturation = type(self.pricing) is FirstPriceSaturation
+        full, ran = np.zeros((2, n if saturation else 0), dtype=np.float64)
         sim.now, sim.batches = kernel.run(
             np.ascontiguousarray(w.submit_time, dtype=np.float64), np.ascontiguousarray(w.runtime, dtype=np.float64),
             bid, key, cost, sim.capacity, self.preemptive, schemes, records.first_start, records.end_time,
-            records.preemptions, records.payment, records.state, kth)
+            records.preemptions, records.payment, records.state, kth, full, ran)
         if schemes == 3:
             self.pricing.kth_payment = kth
+        if saturation:
+            self.pricing.full, self.pricing.ran = full, ran
         return records
 
     def _engine(self) -> ClusterState:
@@ -354,13 +364,17 @@ def _check_jobs(name: str, first: int, bid: np.ndarray, key: np.ndarray, cost: n
             raise ValueError(f"{name}: {what} of job row {first + i} is {'NaN' if math.isnan(x) else repr(x)}; {rule}")
 
 
-def _kernel_schemes(pricing) -> int:
-    """The compiled kernel's code of a payment scheme: 1 first price, 2 k-th price, 3 both (the
-    experiments' ``BothPrices``), 0 for any other scheme (no kernel)."""
-    if type(pricing) is FirstPrice:
+def _kernel_schemes(pricing, policy) -> int:
+    """The compiled kernel's code of a payment scheme: 1 first price (also ``FirstPriceSaturation``,
+    whose times the kernel fills), 2 k-th price, 3 both (the experiments' ``BothPrices``), 6 k-th
+    price without caps (``KthPriceUncapped`` on a non-preemptive rule other than NPHB; on the others
+    it tracks caps exactly as ``KthPrice``: 2), 0 for any other scheme (no kernel)."""
+    if type(pricing) in (FirstPrice, FirstPriceSaturation):
         return 1
     if type(pricing) is KthPrice:
         return 2
+    if type(pricing) is KthPriceUncapped:
+        return 2 if policy.name == "nphb" or policy.preemptive else 6
     if (getattr(pricing, "name", None) == "first+kth" and type(getattr(pricing, "first", None)) is FirstPrice
             and type(getattr(pricing, "kth", None)) is KthPrice):
         return 3

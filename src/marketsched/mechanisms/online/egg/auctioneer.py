@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from marketsched.mechanisms.online.egg.bids import BidBatch
+from marketsched.mechanisms.online.egg.bids import KIND_STEPS, BidBatch
 from marketsched.mechanisms.online.egg.price_table import PriceBook
 
 #: elements of the (bids x providers x columns) working array per chunk
@@ -85,9 +85,19 @@ class Outcome:
         return int(self.provider.shape[0])
 
 
+def auctioneer_kernel():
+    """The compiled twin of :func:`clear` for linear value schedules (``clear`` in
+    ``_auctioneer_kernel.c``: the same steps bid by bid, every number bit for bit), or None when
+    ``MARKETSCHED_ENGINE`` chooses Python or the module is not built
+    (:func:`marketsched.engine.compiled.kernel`)."""
+    from marketsched.engine.compiled import kernel
+
+    return kernel("marketsched.mechanisms.online.egg._auctioneer_kernel")
+
+
 def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray | None = None,
           runtime: np.ndarray | None = None, patience: float | None = None, menu: bool = False,
-          chunk_cells: int = CHUNK_CELLS) -> Outcome:
+          chunk_cells: int = CHUNK_CELLS, fast: bool = True) -> Outcome:
     """Run equations 3-5 for every bid against the book's current tables.
 
     Parameters
@@ -108,6 +118,9 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
         ``Delta`` (default ``book.delta``): completion must be before ``a + Delta``.
     menu:
         Also return every provider's best entry (for audits).
+    fast:
+        Clear bids with linear schedules in the compiled kernel (:func:`auctioneer_kernel`) when
+        it is built and no menu is asked for; ``False`` runs the array code below (the reference).
     """
     B = len(bids)
     K = book.n_providers
@@ -118,28 +131,43 @@ def clear(bids: BidBatch, book: PriceBook, Q: np.ndarray, eligible: np.ndarray |
     if runtime is None:
         runtime = np.zeros((B, K))
     runtime = np.asarray(runtime, dtype=np.float64)
-    if runtime.shape != (B, K) or not ((runtime >= 0) & (runtime < np.inf)).all():  # NaN fails both
-        raise ValueError(f"clear: runtime must be finite, >= 0 and of shape ({B}, {K})")
     if eligible is None:
         eligible = np.ones((B, K), dtype=bool)
     eligible = np.asarray(eligible, dtype=bool)
     if eligible.shape != (B, K):
         raise ValueError(f"clear: eligible must have shape ({B}, {K}), got {eligible.shape}")
     arrival = bids.arrival
+    delta = book.delta if patience is None else float(patience)
+    ints = np.full((3, B), -1, np.int64)
+    out_k, out_slot, out_row = ints  # rows of one array each: fewer allocations
+    nums = np.full((4, B), np.nan)
+    out_tau, out_price, out_value, out_r = nums
+    out_surplus = np.full(B, -np.inf)
+    kern = auctioneer_kernel() if fast and not menu and B else None
+    if (kern is not None and runtime.shape == (B, K) and Q.shape[2] == len(book.edges)
+            and (bids.step_breaks is None or not (bids.kind == KIND_STEPS).any())):
+        # the kernel checks what the array code below checks (run times, estimates, arrivals)
+        def f64(x):
+            return np.ascontiguousarray(x, dtype=np.float64)
+
+        hz = bids.horizon
+        kern.clear(f64(arrival), f64(bids.v_start), f64(bids.v_end), f64(bids.t0), f64(bids.t_deadline),
+                   b"" if hz is None else f64(hz), f64(runtime), f64(Q), book.upper_edges, f64(book.prices),
+                   book.bucket_counts, np.ascontiguousarray(eligible).view(np.uint8), K, Q.shape[2], H, book.base,
+                   book.slot, delta, book.now, hz is not None, out_k, out_slot, nums, out_surplus, out_row)
+        return Outcome(out_k, out_slot, out_tau, out_price, out_value, out_surplus, out_r, out_row)
+    if runtime.shape != (B, K) or not ((runtime >= 0) & (runtime < np.inf)).all():  # NaN fails both
+        raise ValueError(f"clear: runtime must be finite, >= 0 and of shape ({B}, {K})")
     if B and arrival.min() < book.now:
         i = int(np.argmin(arrival))
         raise ValueError(f"clear: bid {i} arrives at {arrival[i]}, before the book's clock {book.now} "
                          "(prices must be quoted at the arrival)")
-    delta = book.delta if patience is None else float(patience)
     rows = book.bucket_index(Q)
     fp = book.flat_prices()
     starts_all = book.slot_starts
     slot = book.slot
     base = book.base
 
-    out_k, out_slot, out_row = np.full((3, B), -1, np.int64)  # rows of one array each: fewer allocations
-    out_tau, out_price, out_value, out_r = np.full((4, B), np.nan)
-    out_surplus = np.full(B, -np.inf)
     if menu:
         m_tau = np.full((B, K), np.nan)
         m_price = np.full((B, K), np.nan)

@@ -90,12 +90,13 @@ class Escrow:
         provider = column(provider, np.int64, (m,))
         amount = column(amount, np.float64, (m,))
         due = column(due, np.float64, (m,))
-        if np.any(~np.isfinite(amount)) or np.any(amount < 0):
-            i = int(np.argmax(~np.isfinite(amount) | (amount < 0)))
+        bad = ~(np.isfinite(amount) & (amount >= 0))  # NaN fails both
+        if bad.any():
+            i = int(np.argmax(bad))
             raise EscrowError(f"Escrow.hold: amount for job {job[i]} is {amount[i]}, must be a finite number >= 0")
-        if np.any((provider < 0) | (provider >= self.n_providers)):
+        if ((provider < 0) | (provider >= self.n_providers)).any():
             raise EscrowError(f"Escrow.hold: provider outside 0..{self.n_providers - 1}")
-        if np.any(~np.isfinite(due)):
+        if not np.isfinite(due).all():
             raise EscrowError("Escrow.hold: due times must be finite")
         self._grow(m)
         ids = np.arange(self.n, self.n + m)
@@ -137,7 +138,7 @@ class Escrow:
         if np.unique(entries).size != entries.size:
             raise EscrowError("Escrow.settle: an entry appears twice in one settlement")
         st = self.state[entries]
-        if np.any(st != HELD):
+        if (st != HELD).any():
             i = int(entries[np.argmax(st != HELD)])
             raise EscrowError(f"Escrow.settle: entry {i} (job {self.job[i]}) is already "
                               f"{STATE_NAMES[int(self.state[i])]}: money can be paid or refunded once")

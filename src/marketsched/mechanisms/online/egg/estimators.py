@@ -54,7 +54,7 @@ def _check_x(x, n_attr: int, where: str) -> np.ndarray:
         x = x[None, :]
     if x.ndim != 2 or x.shape[1] != n_attr:
         raise ValueError(f"{where}: descriptions must have shape (n, {n_attr}), got {x.shape}")
-    if not np.all(np.isfinite(x)):
+    if not np.isfinite(x).all():
         raise ValueError(f"{where}: descriptions must be finite")
     return x
 
@@ -331,7 +331,7 @@ class EstimatorStore:
         if self._stack is False:
             return np.stack([m.estimate(x) for m in self.models], axis=1)
         attr, keys, b, W, ordered = self._stack
-        if np.any(x[:, ordered] < 0):
+        if (x[:, ordered] < 0).any():
             raise ValueError("EstimatorStore.estimates: ordered attributes must be >= 0")
         if attr is None:
             return b[None, :, 0] + np.einsum("kla,na->nkl", W[:, 0], x)

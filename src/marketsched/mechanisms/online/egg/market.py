@@ -126,7 +126,7 @@ class Market:
                     i = int(np.argmax(bad))
                     raise ValueError(f"Market: bid {i} is stamped {bids.arrival[i]}, outside the current slot "
                                      f"[{self.now}, {end})")
-            elif np.any(bids.arrival != self.now):
+            elif (bids.arrival != self.now).any():
                 i = int(np.argmax(bids.arrival != self.now))
                 raise ValueError(f"Market: bid {i} is stamped {bids.arrival[i]} but the market's clock is {self.now} "
                                  "(the infrastructure timestamps bids on receipt: advance the market first)")

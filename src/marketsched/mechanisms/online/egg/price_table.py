@@ -43,6 +43,7 @@ Representation (decisions; the paper leaves it open)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -162,6 +163,9 @@ class PriceBook:
         self._upper = [e[:, 1:] for e in self.edges]
         # per dim: every provider has the same edges (one binary search serves them all)
         self._shared_edges = [bool(np.all(up == up[:1])) for up in self._upper]
+        # for the compiled auctioneer: every dimension's (K, n) upper edges in one flat array, the counts
+        self.upper_edges = np.concatenate([up.ravel() for up in self._upper])
+        self.bucket_counts = np.array(self.n_buckets, dtype=np.int64)
         self.updates = 0
         self.rejected = 0
 
@@ -191,7 +195,7 @@ class PriceBook:
         if t < self.now:
             raise ValueError(f"PriceBook.roll: time {t} is before the book's clock {self.now}")
         self.now = t
-        new_base = int(self.slot_of(t))
+        new_base = math.floor(t / self.slot)  # slot_of(t) for one number, without the array round trip
         shift = new_base - self.base
         if shift <= 0:
             return
@@ -234,9 +238,9 @@ class PriceBook:
                     o = float("nan")
                 viol.append(Violation(k, rule, idx[:-1] + (base + idx[-1],), float(new[idx]), o, axis))
 
-        bad = np.isnan(new) | (new < 0)
-        add(RULE_VALUE, bad, None)
-        if total:
+        bad = ~(new >= 0)  # NaN or negative
+        if bad.any():
+            add(RULE_VALUE, bad, None)
             return viol, total
         for axis in range(new.ndim - 1):
             lo = [slice(None)] * new.ndim
@@ -249,9 +253,11 @@ class PriceBook:
                 mask[tuple(hi)] = dec
                 add(RULE_MONOTONE, mask, None, axis)
         if locked.any():
-            mask = np.zeros(new.shape, dtype=bool)
-            mask[..., locked] = new[..., locked] < cur[..., locked]
-            add(RULE_LOCKED, mask, None)
+            lower = new[..., locked] < cur[..., locked]
+            if lower.any():
+                mask = np.zeros(new.shape, dtype=bool)
+                mask[..., locked] = lower
+                add(RULE_LOCKED, mask, None)
         return viol, total
 
     def _table(self, k: int, new) -> np.ndarray:
