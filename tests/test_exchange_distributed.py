@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exchange_helpers import make_exchange, trade
-from marketsched.exchange.book import ClearingBook, contracts_of, period_rng
+from marketsched.exchange.book import ClearingBook, book_rows, contracts_of, period_rng
 from marketsched.exchange.distributed import MECHANISM, answer, assign_runs, clear_distributed, decode_run
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import to_micro
 from marketsched.mechanisms.clearing.distributed import combine_and_price, local_step, run_seeds
-from marketsched.mechanisms.clearing.orderbook import generate_order_book
+from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
 from marketsched.mechanisms.clearing.randomized import distributed_randomized
 from test_exchange_clearing import _session, offer_st, request_st
 
@@ -171,8 +171,9 @@ def test_exchange_init_takes_the_distributed_mode(tmp_path):
 
 def test_a_provider_that_does_not_answer_is_left_out():
     """An ``ask`` that times out (as a provider agent over the API would): that provider's runs
-    are left out, named, and the clearing is the combination of the others' answers."""
-    book = generate_order_book(4, 10, np.random.default_rng(6))
+    are left out, named, and so is its capacity: the clearing is the combination of the others'
+    answers that do not use its node, on the book without that node."""
+    book = generate_order_book(4, 10, np.random.default_rng(10))
     owner = ["a", "b", "c", "a"]
 
     def ask(provider, request):
@@ -182,10 +183,18 @@ def test_a_provider_that_does_not_answer_is_left_out():
 
     out, msgs = clear_distributed(book, owner, 2.0, np.random.default_rng(2), ask)
     runs = assign_runs(book, owner)
-    assert msgs.calls == 3 and msgs.dropped == ["provider 'b' did not answer: no answer within the period"]
+    assert msgs.calls == 3 and msgs.answers == 2 and msgs.left_out == [1]
+    assert msgs.dropped[0] == "provider 'b' did not answer: no answer within the period"
     seeds = run_seeds(np.random.default_rng(2), book.n_jobs + book.n_nodes)
     others = local_step(book, 2.0, {r: seeds[r] for r in runs["a"] + runs["c"]})
-    want = combine_and_price(book, others)
+    jobs, nodes = book_rows(book)
+    sub = OrderBook.from_rows(jobs, [nodes[0], nodes[2], nodes[3]])  # node 1 (b's) is not sold
+    renumber = {-1: -1, 0: 0, 2: 1, 3: 2}
+    kept = {r: np.vectorize(renumber.get)(a) for r, a in others.items() if not (a == 1).any()}
+    assert 0 < len(kept) < len(others)  # some runs used b's node and are dropped, named
+    assert len(msgs.dropped) == 1 + len(others) - len(kept)
+    want = combine_and_price(sub, kept, book.n_jobs + book.n_nodes)
+    assert out.allocation.book.n_nodes == 3
     assert np.array_equal(out.allocation.assign, want.allocation.assign)
     assert np.array_equal(out.payments.job, want.payments.job)
     assert np.isnan(out.run_welfare[runs["b"]]).all()

@@ -123,6 +123,7 @@ from marketsched.platform.validation import MAX_ID, MarketError, number, show, w
 from .core import Exchange
 from .info import market_info, open_book
 from .orders import MAX_CPU, MAX_PRICE, PROVIDER_KINDS, check_name
+from .provider_protocol import PROVIDER_ROUTES
 from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore, provider_account, user_account
 
 MAX_STREAMS = 256  # alert streams the server holds at once
@@ -609,7 +610,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     alerts, alerts_route = _alerts_endpoint(service, hub, pool)
-    for r in ROUTES:
+    for r in ROUTES + PROVIDER_ROUTES:  # the provider agents' routes: /api/provider/..., :mod:`.provider_protocol`
         app.add_api_route(r.path, route_endpoint(service, r, gate, pool, authenticate_caller), methods=[r.method],
                           summary=r.summary, openapi_extra=r.openapi(), response_class=Response)
     app.add_api_route("/api/alerts", alerts, methods=["GET"], summary=alerts_route.summary,

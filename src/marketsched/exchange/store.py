@@ -47,9 +47,9 @@ CLEARING = "exchange:clearing"
 RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)
 RUN_MODES = ("single-user", "multi-user")
 SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
-            "penalty": float, "seed": int, "epoch": float, "deposits": int}
+            "penalty": float, "seed": int, "epoch": float, "deposits": int, "answer_seconds": float}
 # settings added after the first version, and their value in an exchange made before them
-LATER_SETTINGS = {"deposits": 0}
+LATER_SETTINGS = {"deposits": 0, "answer_seconds": 0.0}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ex_providers (
@@ -159,6 +159,29 @@ CREATE TABLE IF NOT EXISTS ex_parties (
 CREATE TABLE IF NOT EXISTS ex_unix (
     user TEXT PRIMARY KEY,
     account TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS ex_asks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    period INTEGER NOT NULL,
+    provider TEXT NOT NULL,
+    request TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    posted_t REAL NOT NULL,
+    deadline_t REAL NOT NULL,
+    answer TEXT,
+    answered_t REAL,
+    closed_t REAL
+);
+CREATE INDEX IF NOT EXISTS ex_asks_open ON ex_asks(provider, closed_t);
+CREATE TABLE IF NOT EXISTS ex_period_messages (
+    period INTEGER PRIMARY KEY REFERENCES ex_periods(id),
+    calls INTEGER NOT NULL,
+    answers INTEGER NOT NULL,
+    bytes_sent INTEGER NOT NULL,
+    bytes_received INTEGER NOT NULL,
+    dropped TEXT NOT NULL,
+    left_out TEXT NOT NULL,
+    replies TEXT
 );
 """
 
