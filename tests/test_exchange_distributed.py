@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from exchange_helpers import make_exchange, trade
 from marketsched.exchange.book import ClearingBook, book_rows, contracts_of, period_rng
 from marketsched.exchange.distributed import MECHANISM, answer, assign_runs, clear_distributed, decode_run
+from marketsched.exchange.provider_protocol import period_messages
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import to_micro
 from marketsched.mechanisms.clearing.distributed import combine_and_price, local_step, run_seeds
@@ -47,10 +48,18 @@ def test_a_session_equals_the_central_mechanism_and_replays(tmp_path, seed):
         assert got == want
         made += len(got)
         kinds.add(central.randomized)
+        msgs = period_messages(ex.store, period["id"])  # the period record keeps the messages
+        asked = len(set(owners_of(ex, cb)))
+        assert (msgs["calls"], msgs["answers"], msgs["dropped"], msgs["replies"]) == (asked, asked, [], None)
+        assert msgs["bytes_sent"] > 0 and msgs["bytes_received"] > 0
     assert made > 0
     if seed == 1:  # both kinds of outcome occur: a randomized run is enforced in two periods
         assert kinds == {True, False}
     assert replay_session(ex.store) == contract_terms(ex.store)
+
+
+def owners_of(ex, cb: ClearingBook) -> list[str]:
+    return [ex.store.order(o)["owner"] for o in cb.piece_offer]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -167,6 +176,11 @@ def test_exchange_init_takes_the_distributed_mode(tmp_path):
     assert [p["mechanism"] for p in store.periods()] == [MECHANISM] and len(store.contracts()) == 1
     bad = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex2"), "--mechanism", "randomised"])
     assert bad.exit_code != 0 and "randomized-distributed" in bad.output
+    bad = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex3"), "--answer-seconds", "5"])
+    assert bad.exit_code != 0 and "'answer_seconds' is for the randomized-distributed mechanism" in bad.output
+    res = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex4"), "--mechanism", MECHANISM,
+                               "--answer-seconds", "5"])
+    assert res.exit_code == 0 and ExchangeStore(tmp_path / "ex4").settings()["answer_seconds"] == 5.0
 
 
 def test_a_provider_that_does_not_answer_is_left_out():
