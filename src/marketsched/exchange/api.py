@@ -57,6 +57,8 @@ POST    ``/api/orders/ID/cancel``       withdraw an own open order (also ``DELET
 GET     ``/api/contracts``              own contracts (a user's or a provider's); ``?state=&limit=&before=``
 GET     ``/api/contracts/ID``           one own contract
 GET     ``/api/alerts``                 ``?below=X&above=Y&cpu=C&after=PERIOD``: price alerts, server-sent events
+GET     ``/api/provider/ask``           provider agent: its open ask of a distributed clearing (:mod:`.provider_protocol`)
+POST    ``/api/provider/answer``        provider agent: ``{"ask", "answer"}``, one answer per ask before its deadline
 ======  ==============================  ========================================================
 
 List views return the newest ``limit`` (at most ``MAX_PAGE``) items below ``before``, oldest
