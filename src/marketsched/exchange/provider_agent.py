@@ -51,6 +51,7 @@ def run_agent(client: Client, poll: float, until: Callable[[], bool], log: Calla
     stats = AgentStats()
     done: set[int] = set()
     while not until():
+        ask = None
         try:
             stats.polls += 1
             got = client.get("/api/provider/ask")
@@ -67,9 +68,9 @@ def run_agent(client: Client, poll: float, until: Callable[[], bool], log: Calla
         except ClientError as exc:
             if exc.status in (401, 403):
                 raise
-            if exc.status == 409:
+            if exc.status == 409 and isinstance(ask, int):
                 stats.refused += 1
-                done.add(ask)  # type: ignore[arg-type]  # an ask refused is not answered again
+                done.add(ask)  # an ask whose answer was refused is not answered again
             else:
                 stats.errors += 1
             log(f"provider agent: {exc.message}")

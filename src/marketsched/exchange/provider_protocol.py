@@ -62,10 +62,13 @@ def publish(store: ExchangeStore, period: int, requests: dict[str, str], t: floa
     with store.transaction():
         store.conn.execute("UPDATE ex_asks SET closed_t = ?, request = '' WHERE period = ? AND closed_t IS NULL",
                            (t, period))
-        return {p: int(store.conn.execute(
-            "INSERT INTO ex_asks (period, provider, request, request_id, posted_t, deadline_t) "
-            "VALUES (?, ?, ?, ?, ?, ?) RETURNING id", (period, p, text, request_id(text), t, deadline)).fetchone()[0])
-            for p, text in requests.items()}
+        ids = {}
+        for p, text in requests.items():
+            (ask,) = store.rows("INSERT INTO ex_asks (period, provider, request, request_id, posted_t, deadline_t) "
+                                "VALUES (?, ?, ?, ?, ?, ?) RETURNING id", (period, p, text, request_id(text), t,
+                                                                          deadline))
+            ids[p] = int(ask[0])
+        return ids
 
 
 def answered(store: ExchangeStore, ids: dict[str, int]) -> int:
