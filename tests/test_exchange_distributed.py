@@ -212,3 +212,37 @@ def test_a_provider_that_does_not_answer_is_left_out():
     assert np.array_equal(out.allocation.assign, want.allocation.assign)
     assert np.array_equal(out.payments.job, want.payments.job)
     assert np.isnan(out.run_welfare[runs["b"]]).all()
+
+
+def test_the_clearing_inside_the_write_transaction_asks_no_agent(tmp_path):
+    """With provider agents, the clearing made inside the write transaction (after stale
+    results) publishes no ask (the API could not write the answers): every provider is named as
+    not asked, keeps its capacity, and the contracts are the deterministic greedy's with
+    critical values on the recorded book."""
+    from marketsched.exchange.clearing import clear_now
+    from marketsched.exchange.core import Exchange, create_exchange
+    from marketsched.exchange.store import ExchangeStore
+    from marketsched.mechanisms.clearing.greedex import critical_value_pricing, greedy_allocation
+    from marketsched.platform.clock import FakeClock
+
+    store = ExchangeStore(tmp_path / "ex")
+    create_exchange(store, slot_seconds=10.0, period_seconds=30.0, mechanism=MECHANISM, seed=1, answer_seconds=5.0)
+    ex = Exchange(store, FakeClock())
+    for i, p in enumerate(("p1", "p2")):
+        ex.join(p)
+        ex.add_node(p, "n0", 4, 64)
+        ex.submit_offer(p, "n0", 1.0 + i, 1, 50)
+    for u in range(5):
+        ex.submit_request(f"u{u}", 3.0 + u, 2, 8, 2, 3, "true")
+    assert ex.gathers is not None
+    period = clear_now(store, store.settings(), 0.0, 1, stale_retries=0, gathers=ex.gathers)
+    assert store.rows("SELECT COUNT(*) FROM ex_asks")[0][0] == 0
+    msgs = period_messages(store, period)
+    assert msgs["left_out"] == [] and msgs["answers"] == 0
+    assert msgs["dropped"] == [f"provider '{p}' was not asked: the clearing ran inside the write transaction"
+                               for p in ("p1", "p2")]
+    cb = ClearingBook.from_json(store.periods()[0]["book"])
+    assert cb.book.n_nodes == 2
+    det = greedy_allocation(cb.book)
+    want = sorted(tuple(leg[k] for k in TERMS) for leg in contracts_of(cb, det, critical_value_pricing(cb.book, det)))
+    assert want and sorted(tuple(c[k] for k in TERMS) for c in store.contracts()) == want

@@ -208,8 +208,9 @@ def clear_now(store: ExchangeStore, settings: dict, t: float, base_slot: int, la
     """Snapshot, compute and commit; a stale result is recomputed, and after ``stale_retries``
     stale results the last attempt runs inside the write transaction (it cannot be stale).
     Provider agents (``gathers`` of :mod:`.provider_protocol`) cannot be asked from inside the
-    write transaction (their answers are written by the API): the locked attempt asks none,
-    and clears as if no provider had answered."""
+    write transaction (their answers are written by the API): the locked attempt asks none
+    (:class:`.distributed.NotAsked`: their capacity stays), and enforces the exchange's own
+    deterministic run with critical values."""
     for attempt in range(stale_retries + 1):
         locked = attempt == stale_retries
         with store.transaction() if locked else nullcontext():
@@ -224,7 +225,7 @@ def clear_now(store: ExchangeStore, settings: dict, t: float, base_slot: int, la
 def _nobody(period: int) -> distributed.Gather:
     """A gather that reaches no provider (the locked clearing, :func:`clear_now`)."""
     def gather(requests: dict[str, str]) -> dict[str, str | Exception]:
-        return {p: TimeoutError("not asked: the clearing ran inside the write transaction") for p in requests}
+        return {p: distributed.NotAsked("the clearing ran inside the write transaction") for p in requests}
     return gather
 
 

@@ -58,8 +58,13 @@ MECHANISM = "randomized-distributed"
 
 Ask = Callable[[str, str], str]  # (provider, request text) -> answer text
 # {provider: request text} -> {provider: answer text, or the OSError / TimeoutError saying why
-# there is none}; a provider left out did not answer
+# there is none, or NotAsked}; a provider left out did not answer
 Gather = Callable[[dict[str, str]], dict[str, "str | Exception"]]
+
+
+class NotAsked(Exception):
+    """A gather's mark for a provider the exchange did not ask (so it is not absent): its runs
+    are left out, its capacity stays in the book."""
 
 
 @dataclass
@@ -188,6 +193,9 @@ def clear_distributed(book: OrderBook, node_owner: list[str], alpha: float, rng:
     silent = set()
     for provider, runs in runs_of.items():
         reply = replies.get(provider)
+        if isinstance(reply, NotAsked):
+            msgs.dropped.append(f"provider {provider!r} was not asked: {reply}")
+            continue
         if not isinstance(reply, str):  # an agent unreachable or too late: absent this period
             msgs.dropped.append(f"provider {provider!r} did not answer: {reply or 'no answer'}")
             silent.add(provider)
