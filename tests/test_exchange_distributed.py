@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exchange_helpers import make_exchange, trade
-from marketsched.exchange.book import ClearingBook, contracts_of, period_rng
+from marketsched.exchange.book import ClearingBook, book_rows, contracts_of, period_rng
 from marketsched.exchange.distributed import MECHANISM, answer, assign_runs, clear_distributed, decode_run
+from marketsched.exchange.provider_protocol import period_messages
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import to_micro
 from marketsched.mechanisms.clearing.distributed import combine_and_price, local_step, run_seeds
-from marketsched.mechanisms.clearing.orderbook import generate_order_book
+from marketsched.mechanisms.clearing.orderbook import OrderBook, generate_order_book
 from marketsched.mechanisms.clearing.randomized import distributed_randomized
 from test_exchange_clearing import _session, offer_st, request_st
 
@@ -47,10 +48,18 @@ def test_a_session_equals_the_central_mechanism_and_replays(tmp_path, seed):
         assert got == want
         made += len(got)
         kinds.add(central.randomized)
+        msgs = period_messages(ex.store, period["id"])  # the period record keeps the messages
+        asked = len(set(owners_of(ex, cb)))
+        assert (msgs["calls"], msgs["answers"], msgs["dropped"], msgs["replies"]) == (asked, asked, [], None)
+        assert msgs["bytes_sent"] > 0 and msgs["bytes_received"] > 0
     assert made > 0
     if seed == 1:  # both kinds of outcome occur: a randomized run is enforced in two periods
         assert kinds == {True, False}
     assert replay_session(ex.store) == contract_terms(ex.store)
+
+
+def owners_of(ex, cb: ClearingBook) -> list[str]:
+    return [ex.store.order(o)["owner"] for o in cb.piece_offer]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -167,12 +176,18 @@ def test_exchange_init_takes_the_distributed_mode(tmp_path):
     assert [p["mechanism"] for p in store.periods()] == [MECHANISM] and len(store.contracts()) == 1
     bad = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex2"), "--mechanism", "randomised"])
     assert bad.exit_code != 0 and "randomized-distributed" in bad.output
+    bad = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex3"), "--answer-seconds", "5"])
+    assert bad.exit_code != 0 and "'answer_seconds' is for the randomized-distributed mechanism" in bad.output
+    res = runner.invoke(main, ["exchange", "init", str(tmp_path / "ex4"), "--mechanism", MECHANISM,
+                               "--answer-seconds", "5"])
+    assert res.exit_code == 0 and ExchangeStore(tmp_path / "ex4").settings()["answer_seconds"] == 5.0
 
 
 def test_a_provider_that_does_not_answer_is_left_out():
     """An ``ask`` that times out (as a provider agent over the API would): that provider's runs
-    are left out, named, and the clearing is the combination of the others' answers."""
-    book = generate_order_book(4, 10, np.random.default_rng(6))
+    are left out, named, and so is its capacity: the clearing is the combination of the others'
+    answers that do not use its node, on the book without that node."""
+    book = generate_order_book(4, 10, np.random.default_rng(10))
     owner = ["a", "b", "c", "a"]
 
     def ask(provider, request):
@@ -182,10 +197,52 @@ def test_a_provider_that_does_not_answer_is_left_out():
 
     out, msgs = clear_distributed(book, owner, 2.0, np.random.default_rng(2), ask)
     runs = assign_runs(book, owner)
-    assert msgs.calls == 3 and msgs.dropped == ["provider 'b' did not answer: no answer within the period"]
+    assert msgs.calls == 3 and msgs.answers == 2 and msgs.left_out == [1]
+    assert msgs.dropped[0] == "provider 'b' did not answer: no answer within the period"
     seeds = run_seeds(np.random.default_rng(2), book.n_jobs + book.n_nodes)
     others = local_step(book, 2.0, {r: seeds[r] for r in runs["a"] + runs["c"]})
-    want = combine_and_price(book, others)
+    jobs, nodes = book_rows(book)
+    sub = OrderBook.from_rows(jobs, [nodes[0], nodes[2], nodes[3]])  # node 1 (b's) is not sold
+    renumber = {-1: -1, 0: 0, 2: 1, 3: 2}
+    kept = {r: np.vectorize(renumber.get)(a) for r, a in others.items() if not (a == 1).any()}
+    assert 0 < len(kept) < len(others)  # some runs used b's node and are dropped, named
+    assert len(msgs.dropped) == 1 + len(others) - len(kept)
+    want = combine_and_price(sub, kept, book.n_jobs + book.n_nodes)
+    assert out.allocation.book.n_nodes == 3
     assert np.array_equal(out.allocation.assign, want.allocation.assign)
     assert np.array_equal(out.payments.job, want.payments.job)
     assert np.isnan(out.run_welfare[runs["b"]]).all()
+
+
+def test_the_clearing_inside_the_write_transaction_asks_no_agent(tmp_path):
+    """With provider agents, the clearing made inside the write transaction (after stale
+    results) publishes no ask (the API could not write the answers): every provider is named as
+    not asked, keeps its capacity, and the contracts are the deterministic greedy's with
+    critical values on the recorded book."""
+    from marketsched.exchange.clearing import clear_now
+    from marketsched.exchange.core import Exchange, create_exchange
+    from marketsched.exchange.store import ExchangeStore
+    from marketsched.mechanisms.clearing.greedex import critical_value_pricing, greedy_allocation
+    from marketsched.platform.clock import FakeClock
+
+    store = ExchangeStore(tmp_path / "ex")
+    create_exchange(store, slot_seconds=10.0, period_seconds=30.0, mechanism=MECHANISM, seed=1, answer_seconds=5.0)
+    ex = Exchange(store, FakeClock())
+    for i, p in enumerate(("p1", "p2")):
+        ex.join(p)
+        ex.add_node(p, "n0", 4, 64)
+        ex.submit_offer(p, "n0", 1.0 + i, 1, 50)
+    for u in range(5):
+        ex.submit_request(f"u{u}", 3.0 + u, 2, 8, 2, 3, "true")
+    assert ex.gathers is not None
+    period = clear_now(store, store.settings(), 0.0, 1, stale_retries=0, gathers=ex.gathers)
+    assert store.rows("SELECT COUNT(*) FROM ex_asks")[0][0] == 0
+    msgs = period_messages(store, period)
+    assert msgs["left_out"] == [] and msgs["answers"] == 0
+    assert msgs["dropped"] == [f"provider '{p}' was not asked: the clearing ran inside the write transaction"
+                               for p in ("p1", "p2")]
+    cb = ClearingBook.from_json(store.periods()[0]["book"])
+    assert cb.book.n_nodes == 2
+    det = greedy_allocation(cb.book)
+    want = sorted(tuple(leg[k] for k in TERMS) for leg in contracts_of(cb, det, critical_value_pricing(cb.book, det)))
+    assert want and sorted(tuple(c[k] for k in TERMS) for c in store.contracts()) == want

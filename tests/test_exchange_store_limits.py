@@ -110,6 +110,8 @@ def _previous_schema(path) -> None:
     conn.execute("ALTER TABLE ex_orders DROP COLUMN retire")
     conn.execute("DROP TABLE ex_egg_contracts")
     conn.execute("DROP TABLE ex_egg_events")
+    conn.execute("DROP TABLE ex_asks")
+    conn.execute("DROP TABLE ex_period_messages")
     conn.execute("DELETE FROM meta WHERE key = ?", (SCHEMA_KEY,))
     conn.commit()
     conn.close()
@@ -119,9 +121,10 @@ def test_an_old_database_is_upgraded_and_a_newer_one_refused(tmp_path):
     path = tmp_path / "x.db"
     _previous_schema(path)
     store = ExchangeStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 4
+    assert store.schema_version() == SCHEMA_VERSION == 5
     assert store.moves() == []  # version 3: the moves table
     assert store.rows("SELECT COUNT(*) FROM ex_egg_events") == [(0,)]  # version 4: Egg mode's tables
+    assert store.rows("SELECT COUNT(*) FROM ex_asks") == [(0,)]  # version 5: the provider agents' tables
     (o,) = store.orders()
     assert (o["command"], o["command_sha256"], o["command_bytes"]) == ("echo old", None, None)
     with store.transaction():

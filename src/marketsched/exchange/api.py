@@ -57,6 +57,8 @@ POST    ``/api/orders/ID/cancel``       withdraw an own open order (also ``DELET
 GET     ``/api/contracts``              own contracts (a user's or a provider's); ``?state=&limit=&before=``
 GET     ``/api/contracts/ID``           one own contract
 GET     ``/api/alerts``                 ``?below=X&above=Y&cpu=C&after=PERIOD``: price alerts, server-sent events
+GET     ``/api/provider/ask``           provider agent: its open ask of a distributed clearing (:mod:`.provider_protocol`)
+POST    ``/api/provider/answer``        provider agent: ``{"ask", "answer"}``, one answer per ask before its deadline
 ======  ==============================  ========================================================
 
 An exchange in Egg mode also answers the routes under ``/api/egg/`` (:mod:`.egg_api`).
@@ -126,6 +128,7 @@ from .core import Exchange
 from .egg_api import ROUTES as EGG_ROUTES
 from .info import market_info, open_book
 from .orders import MAX_CPU, MAX_PRICE, PROVIDER_KINDS, check_name
+from .provider_protocol import PROVIDER_ROUTES
 from .store import CONTRACT_COLUMNS, MICRO, ORDER_COLUMNS, ExchangeStore, provider_account, user_account
 
 MAX_STREAMS = 256  # alert streams the server holds at once
@@ -612,7 +615,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     alerts, alerts_route = _alerts_endpoint(service, hub, pool)
-    for r in ROUTES + EGG_ROUTES:
+    for r in ROUTES + EGG_ROUTES + PROVIDER_ROUTES:  # Egg mode's (:mod:`.egg_api`) and the provider agents' (:mod:`.provider_protocol`)
         app.add_api_route(r.path, route_endpoint(service, r, gate, pool, authenticate_caller), methods=[r.method],
                           summary=r.summary, openapi_extra=r.openapi(), response_class=Response)
     app.add_api_route("/api/alerts", alerts, methods=["GET"], summary=alerts_route.summary,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +44,7 @@ from marketsched.mechanisms.clearing.greedex import Allocation, Payments
 
 from . import capacity, distributed
 from .book import EXACT_MAX_ORDERS, ClearingBook, build_book, contracts_of, period_rng, run_mechanism
+from .provider_protocol import AgentGathers, record_messages
 from .store import ExchangeStore
 
 STALE_RETRIES = 3
@@ -78,6 +79,12 @@ class Outcome:
     welfare: float
     latency: float  # wall seconds of the mechanism
     book: ClearingBook
+    messages: distributed.Messages | None = None  # the distributed mode's messages with the providers
+    agents: bool = False  # the providers answered over the API (their answers are recorded for the replay)
+
+
+# a period -> the gather that carries that period's requests to the providers (distributed mode)
+Gathers = Callable[[int], distributed.Gather]
 
 
 @contextmanager
@@ -120,12 +127,14 @@ def snapshot(store: ExchangeStore, t: float, base_slot: int, last_order: int | N
                     [c for c in sold if c["node_id"] in touched], providers, moves)
 
 
-def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: dict[int, int] | None = None
-            ) -> Outcome:
+def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: dict[int, int] | None = None,
+            gathers: Gathers | None = None) -> Outcome:
     """Step 2: the capacity each offered node can sell now (``caps``: a replay's recorded one;
     default: checked now, :func:`.capacity.capacity_now`), the book, and the library's mechanism
-    on it; no database. ``mechanism``: the one to use (a replay's recorded one; default: the
-    exchange's, with the fallback of the exact clearing, :mod:`.book`)."""
+    on it; no database of its own. ``mechanism``: the one to use (a replay's recorded one;
+    default: the exchange's, with the fallback of the exact clearing, :mod:`.book`).
+    ``gathers``: how the distributed mode reaches the providers (their agents over the API,
+    :mod:`.provider_protocol`, or a replay's recorded answers; default: in this process)."""
     _wait_for_gate(snap)
     why: dict[int, str] = {}
     if caps is None:
@@ -136,13 +145,16 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: 
     welfare = 0.0
     replayed = mechanism is not None
     mechanism = mechanism or settings["mechanism"]
+    msgs: distributed.Messages | None = None
     if mechanism == "exact" and not replayed and cb.book.n_jobs + cb.book.n_nodes > EXACT_MAX_ORDERS:
         mechanism = "k-pricing"
     if cb.book.n_jobs and cb.book.n_nodes:
         rng = period_rng(settings["seed"], snap.period)
         if mechanism == distributed.MECHANISM:  # each provider computes its runs (fig. 4.4)
-            res, _ = distributed.clear_distributed(cb.book, [snap.owners[o] for o in cb.piece_offer],
-                                                   settings["alpha"], rng)
+            res, msgs = distributed.clear_distributed(cb.book, [snap.owners[o] for o in cb.piece_offer],
+                                                      settings["alpha"], rng,
+                                                      gather=gathers(snap.period) if gathers else None)
+            cb = distributed.clearing_book_without(cb, msgs.left_out)  # capacity of the silent not sold
             out: tuple[Allocation, Payments] | None = (res.allocation, res.payments)
         else:
             out = run_mechanism(cb.book, mechanism, settings["k"], settings["alpha"], rng)
@@ -153,7 +165,7 @@ def compute(snap: Snapshot, settings: dict, mechanism: str | None = None, caps: 
             raise RuntimeError(f"the replay of period {snap.period} proved no optimum in time: it cannot be compared")
         alloc, pay = out
         legs, welfare = contracts_of(cb, alloc, pay), alloc.welfare()
-    return Outcome(mechanism, legs, welfare, time.perf_counter() - t0, cb)
+    return Outcome(mechanism, legs, welfare, time.perf_counter() - t0, cb, msgs, gathers is not None)
 
 
 def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -> int | None:
@@ -174,6 +186,8 @@ def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -
                              "mechanism": out.mechanism, "k": settings["k"], "seed": settings["seed"],
                              "book": cb.to_json(), "requests": cb.book.n_jobs, "offers": len(snap.offers),
                              "welfare": out.welfare, "latency": out.latency})
+        if out.messages is not None:
+            record_messages(store, snap.period, out.messages, out.agents)
         filled = set()
         slot_s = settings["slot_seconds"]
         for leg in out.legs:
@@ -189,26 +203,39 @@ def commit(store: ExchangeStore, snap: Snapshot, out: Outcome, settings: dict) -
 
 
 def clear_now(store: ExchangeStore, settings: dict, t: float, base_slot: int, last_order: int | None = None,
-              mechanism: str | None = None, stale_retries: int = STALE_RETRIES, caps: dict[int, int] | None = None
-              ) -> int:
+              mechanism: str | None = None, stale_retries: int = STALE_RETRIES, caps: dict[int, int] | None = None,
+              gathers: Gathers | None = None) -> int:
     """Snapshot, compute and commit; a stale result is recomputed, and after ``stale_retries``
-    stale results the last attempt runs inside the write transaction (it cannot be stale)."""
+    stale results the last attempt runs inside the write transaction (it cannot be stale).
+    Provider agents (``gathers`` of :mod:`.provider_protocol`) cannot be asked from inside the
+    write transaction (their answers are written by the API): the locked attempt asks none
+    (:class:`.distributed.NotAsked`: their capacity stays), and enforces the exchange's own
+    deterministic run with critical values."""
     for attempt in range(stale_retries + 1):
         locked = attempt == stale_retries
         with store.transaction() if locked else nullcontext():
             snap = snapshot(store, t, base_slot, last_order)
-            period = commit(store, snap, compute(snap, settings, mechanism, caps), settings)
+            asks = _nobody if locked and isinstance(gathers, AgentGathers) else gathers
+            period = commit(store, snap, compute(snap, settings, mechanism, caps, asks), settings)
         if period is not None:
             return period
     raise AssertionError("a clearing inside the write transaction cannot be stale")
+
+
+def _nobody(period: int) -> distributed.Gather:
+    """A gather that reaches no provider (the locked clearing, :func:`clear_now`)."""
+    def gather(requests: dict[str, str]) -> dict[str, str | Exception]:
+        return {p: distributed.NotAsked("the clearing ran inside the write transaction") for p in requests}
+    return gather
 
 
 class Worker:
     """:func:`compute` of one snapshot in a daemon thread (the mechanism releases the
     interpreter in its compiled parts and NumPy; the exchange's loop keeps running)."""
 
-    def __init__(self, snap: Snapshot, settings: dict):
+    def __init__(self, snap: Snapshot, settings: dict, gathers: Gathers | None = None):
         self.snap = snap
+        self._gathers = gathers
         self._out: Outcome | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(settings,), name=f"clearing-{snap.period}",
@@ -217,7 +244,7 @@ class Worker:
 
     def _run(self, settings: dict) -> None:
         try:
-            self._out = compute(self.snap, settings)
+            self._out = compute(self.snap, settings, gathers=self._gathers)
         except BaseException as exc:  # handed to the loop by result()
             self._error = exc
 

@@ -28,6 +28,13 @@ from .store import MICRO, ExchangeStore
 # `marketsched --help` stays light
 
 DATA = click.argument("data", type=click.Path(file_okay=False, path_type=Path))
+# a party's way to the API (``bid``, ``provider run``)
+API_URL = click.option("--url", envvar="MARKETSCHED_EXCHANGE_URL", default="http://127.0.0.1:8766", show_default=True,
+                       help="The exchange's API [$MARKETSCHED_EXCHANGE_URL].")
+API_DATA = click.option("--data", "data_dir", envvar="MARKETSCHED_EXCHANGE_DATA", default=None,
+                        type=click.Path(file_okay=False, path_type=Path),
+                        help="The exchange's data folder, on this host: over plain HTTP the token goes only to the "
+                             "server its server.id names [$MARKETSCHED_EXCHANGE_DATA].")
 
 
 def _store(data: Path) -> ExchangeStore:
@@ -102,7 +109,11 @@ def exchange() -> None:
                    "balance does not cover is refused. Without it, users trade on credit.")
 @click.option("--egg-patience", default=None, type=click.IntRange(1, 1000),
               help="Egg: the patience bound Delta in slots (default 24); price tables have 2 Delta + 2 columns.")
-def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits, egg_patience):
+@click.option("--answer-seconds", default=0.0, show_default=True, type=click.FloatRange(0, 3600),
+              help="randomized-distributed: the providers' agents (exchange provider run) answer over the API within "
+                   "this many seconds of a clearing's asks; 0: the providers are answered in the exchange's process.")
+def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, seed, deposits, egg_patience,
+             answer_seconds):
     """Create an exchange in DATA (its clock starts now)."""
     from .core import create_exchange
 
@@ -115,7 +126,8 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
 
         egg = default_settings(egg_patience) if egg_patience is not None else None
         create_exchange(store, slot_seconds=slot_seconds, period_seconds=period_seconds, mechanism=mechanism, k=k,
-                        alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits, egg=egg)
+                        alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits, egg=egg,
+                        answer_seconds=answer_seconds)
 
     _do(create)
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
@@ -360,14 +372,10 @@ def agents_cmd(data, config, step, duration):
 
 @exchange.command("bid")
 @click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--url", envvar="MARKETSCHED_EXCHANGE_URL", default="http://127.0.0.1:8766", show_default=True,
-              help="The exchange's API [$MARKETSCHED_EXCHANGE_URL].")
+@API_URL
 @click.option("--token", envvar="MARKETSCHED_TOKEN", required=True,
               help="Your user's or provider's token [$MARKETSCHED_TOKEN].")
-@click.option("--data", "data_dir", envvar="MARKETSCHED_EXCHANGE_DATA", default=None,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="The exchange's data folder, on this host: over plain HTTP the token goes only to the server its "
-                   "server.id names [$MARKETSCHED_EXCHANGE_DATA].")
+@API_DATA
 @server_check_options
 @click.option("--step", default=1.0, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between the agent's turns.")
@@ -673,3 +681,53 @@ def user_token_cmd(ctx, data, name):
 
 
 exchange.add_command(egg_group)  # Egg mode's commands (.egg_cli)
+
+
+# ---------------------------------------------------------------------------- a provider's agent
+@exchange.group("provider", cls=_Group)
+def provider_group() -> None:
+    """A provider's own processes (docs/exchange.md, "Provider agents")."""
+
+
+@provider_group.command("run")
+@API_URL
+@click.option("--token", envvar="MARKETSCHED_TOKEN", default=None, help="The provider's token [$MARKETSCHED_TOKEN].")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File holding the provider's token.")
+@API_DATA
+@server_check_options
+@click.option("--poll", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
+              help="Seconds between the agent's looks for an ask.")
+@click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
+def provider_run_cmd(url, token, token_file, data_dir, server_cert, poll, duration):
+    """Run a provider's agent: answer the exchange's asks of the distributed randomized clearing
+    over its API, with the provider's token (Ctrl-C or SIGTERM stops it)."""
+    from marketsched.platform.client import Client, ClientError
+
+    from .provider_agent import run_agent
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise click.ClickException(f"cannot read the token file {token_file}: {exc.strerror}") from None
+    if not token:
+        raise click.UsageError("give the provider's token (--token, --token-file, $MARKETSCHED_TOKEN)")
+    client = Client(url, token, check_server=True, server_dir=data_dir, server_cert=server_cert)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    end = None if duration is None else time.monotonic() + duration
+    try:
+        me = client.get("/api/me")
+        if me.get("role") != "provider":
+            raise click.ClickException(f"this token is {me.get('role')} {me.get('name')!r}'s: a provider agent needs a "
+                                       "provider's token (marketsched exchange token DATA NAME --provider)")
+        click.echo(f"provider agent of {me['name']!r} answering the exchange at {url}", err=True)
+        stats = run_agent(client, poll, lambda: bool(stop) or (end is not None and time.monotonic() >= end),
+                          lambda line: click.echo(line, err=True))
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        return
+    click.echo(json.dumps({"provider": me["name"], "requests": stats.polls, "answered": stats.answered,
+                           "refused": stats.refused, "errors": stats.errors}))

@@ -62,13 +62,14 @@ from typing import TYPE_CHECKING
 
 from marketsched.platform.executor import RunAs
 
-from . import capacity
+from . import capacity, distributed
 from .book import ClearingBook
-from .clearing import STALE_RETRIES, Worker, clear_now, commit, snapshot
+from .clearing import STALE_RETRIES, Gathers, Worker, clear_now, commit, snapshot
 from .orders import (
     MAX_NODES_PER_PROVIDER,
     MAX_PRICE,
     PROVIDER_KINDS,
+    check_answer_seconds,
     check_mechanism,
     check_name,
     check_node,
@@ -76,6 +77,7 @@ from .orders import (
     check_party_cpus,
     check_request,
 )
+from .provider_protocol import AgentGathers
 from .providers import Backend, Contracted
 from .store import (
     CLEARING,
@@ -95,11 +97,14 @@ if TYPE_CHECKING:
 
 def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds: float, mechanism: str,
                     k: float = 0.5, alpha: float = 10.0, penalty: float = 1.0, seed: int = 0,
-                    epoch: float = 0.0, deposits: bool = False, egg: dict | None = None) -> None:
+                    epoch: float = 0.0, deposits: bool = False, egg: dict | None = None,
+                    answer_seconds: float = 0.0) -> None:
     """Set an exchange's settings once, in a new database; ValueError naming a bad one.
     ``deposits``: a user's request must be covered by its deposited balance (else users trade
     on credit). ``egg``: Egg mode's settings (:func:`.egg.default_settings`; the default ones
-    when the mechanism is ``egg`` and this is None)."""
+    when the mechanism is ``egg`` and this is None). ``answer_seconds``: the distributed mode's
+    providers answer through their agents over the API within this many seconds
+    (:mod:`.provider_protocol`; 0: they are answered in the exchange's process)."""
     for name, value in (("slot_seconds", slot_seconds), ("period_seconds", period_seconds)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ValueError(f"exchange setting {name!r} must be a number of seconds > 0, got {value!r}")
@@ -109,6 +114,7 @@ def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds
     if not (isinstance(penalty, (int, float)) and math.isfinite(penalty) and penalty >= 0):
         raise ValueError(f"exchange setting 'penalty' must be a number >= 0 (times the contract's price), "
                          f"got {penalty!r}")
+    check_answer_seconds(answer_seconds, mechanism)
     if mechanism == "egg":
         from .egg import default_settings, save_settings
 
@@ -119,7 +125,7 @@ def create_exchange(store: ExchangeStore, *, slot_seconds: float, period_seconds
         raise ValueError(f"Egg settings are for the mechanism 'egg', not {mechanism!r}")
     store.init_settings(slot_seconds=float(slot_seconds), period_seconds=float(period_seconds), mechanism=mechanism,
                         k=float(k), alpha=float(alpha), penalty=float(penalty), seed=int(seed), epoch=float(epoch),
-                        deposits=int(bool(deposits)))
+                        deposits=int(bool(deposits)), answer_seconds=float(answer_seconds))
 
 
 class Exchange:
@@ -145,6 +151,9 @@ class Exchange:
         self.background = background
         self._clearing: Worker | None = None  # the clearing being computed (background)
         self._stale = 0  # stale background results in a row
+        # the distributed mode's providers answer through their agents (None: in this process)
+        self.gathers = AgentGathers(store.path, clock, settings["answer_seconds"]) \
+            if settings["mechanism"] == distributed.MECHANISM and settings["answer_seconds"] > 0 else None
         self._egg: EggMarket | None = None  # Egg mode's market (:mod:`.egg`), made when first used
 
     @property
@@ -306,7 +315,7 @@ class Exchange:
 
     def clear(self) -> int:
         """Clear the open book now (see the module docstring); returns the period number."""
-        return clear_period(self.store, self.settings, self.clock(), self.slot() + 1)
+        return clear_period(self.store, self.settings, self.clock(), self.slot() + 1, gathers=self.gathers)
 
     def clearing(self) -> bool:
         """Whether a background clearing is being computed."""
@@ -331,10 +340,11 @@ class Exchange:
             self._stale += 1
             if self._stale > STALE_RETRIES:
                 self._stale = 0
-                return clear_now(self.store, self.settings, self.clock(), self.slot() + 1, stale_retries=0)
+                return clear_now(self.store, self.settings, self.clock(), self.slot() + 1, stale_retries=0,
+                                 gathers=self.gathers)
         elif not self.due():
             return None
-        self._clearing = Worker(snapshot(self.store, self.clock(), self.slot() + 1), self.settings)
+        self._clearing = Worker(snapshot(self.store, self.clock(), self.slot() + 1), self.settings, self.gathers)
         return None
 
     # ------------------------------------------------------------------ execution
@@ -628,15 +638,16 @@ DONE_BEFORE = "the request's job had ended by itself"  # a later contract of tha
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,
                  last_order: int | None = None, mechanism: str | None = None,
-                 caps: dict[int, int] | None = None) -> int:
+                 caps: dict[int, int] | None = None, gathers: Gathers | None = None) -> int:
     """One clearing at time ``t`` of the orders up to id ``last_order`` (default: all
     committed) from slot ``base_slot`` on; returns the period number. The book is read from a
     snapshot, the mechanism runs outside any transaction, and the result is committed in one
     short transaction (:mod:`.clearing`: a stale result is recomputed). ``mechanism``: the one
     to use (a replay's recorded one; default: the exchange's, with the fallback of the exact
     clearing, :mod:`.book`); ``caps``: the capacity the nodes could sell (a replay's recorded
-    one; default: checked now, :mod:`.capacity`)."""
-    return clear_now(store, settings, t, base_slot, last_order, mechanism, caps=caps)
+    one; default: checked now, :mod:`.capacity`); ``gathers``: how the distributed mode reaches
+    the providers (:mod:`.provider_protocol`; default: in this process)."""
+    return clear_now(store, settings, t, base_slot, last_order, mechanism, caps=caps, gathers=gathers)
 
 
 def recorded_book(store: ExchangeStore, period: int) -> ClearingBook:

@@ -19,14 +19,29 @@ One clearing:
    ``OSError`` or ``TimeoutError``), runs the deterministic greedy itself, and enforces the best
    by its own welfare computation (:func:`~marketsched.mechanisms.clearing.distributed.combine_and_price`).
 
-Requests and answers are JSON text, so that a provider agent over the exchange's API can answer
-them; the providers are answered in this process for now (:func:`ask_in_process`). With honest
-providers the result is the library's :func:`distributed_randomized` on the same book and
-random numbers, and a replay (:mod:`.replay`) reproduces it from the record.
+Requests and answers are JSON text. An answer names the request it answers (``"request"``:
+:func:`request_id`, a digest of the request's text, which holds the period's seeds), so an
+answer to an earlier request, replayed, is dropped and named. Who carries them is a *gather*
+(:data:`Gather`): by default the providers are answered in this process, one after another
+(:func:`ask_each` of :func:`ask_in_process`); with provider agents the exchange publishes the
+requests over its API and collects the answers until a deadline (:mod:`.provider_protocol`).
+
+**A provider that did not answer** (no answer by the deadline, an unreachable agent) is taken as
+absent for this period, the exchange's decision (the thesis assumes every participant answers):
+its runs are left out, and so are its book nodes: its capacity is not sold this period (its
+offers stay open for the next). A returned run that places a job on such a node is dropped
+(named); the others are compared on the book without those nodes. A provider that answered
+something unusable (unreadable, runs not asked of it, infeasible) was there: only its runs are
+dropped, its capacity stays in the book.
+
+With honest providers that all answer, the result is the library's
+:func:`distributed_randomized` on the same book and random numbers, and a replay
+(:mod:`.replay`) reproduces it from the record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,21 +52,37 @@ from marketsched.mechanisms.clearing.distributed import check_run, combine_and_p
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 from marketsched.mechanisms.clearing.randomized import DistributedOutcome
 
-from .book import book_rows
+from .book import ClearingBook, book_rows
 
 MECHANISM = "randomized-distributed"
 
 Ask = Callable[[str, str], str]  # (provider, request text) -> answer text
+# {provider: request text} -> {provider: answer text, or the OSError / TimeoutError saying why
+# there is none, or NotAsked}; a provider left out did not answer
+Gather = Callable[[dict[str, str]], dict[str, "str | Exception"]]
+
+
+class NotAsked(Exception):
+    """A gather's mark for a provider the exchange did not ask (so it is not absent): its runs
+    are left out, its capacity stays in the book."""
 
 
 @dataclass
 class Messages:
     """What one distributed clearing exchanged with the providers."""
 
-    calls: int = 0
+    calls: int = 0  # requests sent (one per provider with a node in the book)
+    answers: int = 0  # answers received
     bytes_sent: int = 0
     bytes_received: int = 0
     dropped: list[str] = field(default_factory=list)  # why each answer not used was dropped
+    replies: dict[str, str] = field(default_factory=dict)  # provider -> its answer text, as received
+    left_out: list[int] = field(default_factory=list)  # book nodes of providers that did not answer
+
+    def record(self) -> dict:
+        """What the period record keeps of the messages (:mod:`.provider_protocol`)."""
+        return {"calls": self.calls, "answers": self.answers, "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received, "dropped": list(self.dropped), "left_out": list(self.left_out)}
 
 
 def book_text(book: OrderBook) -> str:
@@ -66,10 +97,17 @@ def request_text(book_json: str, alpha: float, seeds: dict[int, np.random.SeedSe
     return f'{{"book": {book_json}, "alpha": {json.dumps(float(alpha))}, "runs": {json.dumps(runs)}}}'
 
 
+def request_id(request: str) -> str:
+    """The name an answer gives the request it answers: the request text's SHA-256 (hex, first
+    32 digits). The request holds its period's seeds, so no two periods' requests share it."""
+    return hashlib.sha256(request.encode()).hexdigest()[:32]
+
+
 def answer(request: str) -> str:
     """The provider's side (fig. 4.4, step 3): the randomized heuristic for each run asked, from
-    the request text alone. Answer: ``{"runs": [{"run": r, "jobs": [[j, node, ...], ...]}]}``,
-    one row per allocated job: its index and its book node in each slot of its window."""
+    the request text alone. Answer: ``{"request": request_id, "runs": [{"run": r, "jobs":
+    [[j, node, ...], ...]}]}``, one row per allocated job: its index and its book node in each
+    slot of its window."""
     msg = json.loads(request)
     book = OrderBook.from_rows(msg["book"]["jobs"], msg["book"]["nodes"])
     seeds = {int(r["run"]): np.random.SeedSequence(r["entropy"], spawn_key=tuple(r["spawn_key"]))
@@ -79,12 +117,26 @@ def answer(request: str) -> str:
         rows = [[j, *assign[j, book.job_release[j]:book.job_end[j] + 1].tolist()]
                 for j in np.flatnonzero((assign >= 0).any(axis=1)).tolist()]
         out.append({"run": run, "jobs": rows})
-    return json.dumps({"runs": out})
+    return json.dumps({"request": request_id(request), "runs": out})
 
 
 def ask_in_process(provider: str, request: str) -> str:
-    """A provider answered in the exchange's process (no agent process yet)."""
+    """A provider answered in the exchange's process (no agent process)."""
     return answer(request)
+
+
+def ask_each(ask: Ask) -> Gather:
+    """The gather that calls ``ask`` for each provider in turn; an ``OSError`` or
+    ``TimeoutError`` it raises is that provider's missing answer."""
+    def gather(requests: dict[str, str]) -> dict[str, str | Exception]:
+        out: dict[str, str | Exception] = {}
+        for provider, request in requests.items():
+            try:
+                out[provider] = ask(provider, request)
+            except (OSError, TimeoutError) as exc:
+                out[provider] = exc
+        return out
+    return gather
 
 
 def decode_run(book: OrderBook, rows) -> np.ndarray:
@@ -117,9 +169,13 @@ def assign_runs(book: OrderBook, node_owner: list[str]) -> dict[str, list[int]]:
 
 
 def clear_distributed(book: OrderBook, node_owner: list[str], alpha: float, rng: np.random.Generator,
-                      ask: Ask = ask_in_process) -> tuple[DistributedOutcome, Messages]:
+                      ask: Ask = ask_in_process, gather: Gather | None = None
+                      ) -> tuple[DistributedOutcome, Messages]:
     """One distributed clearing of ``book`` (``node_owner[n]``: the provider of book node n);
-    the enforced outcome and the messages (steps 1-5 of the module docstring)."""
+    the enforced outcome and the messages (steps 1-5 of the module docstring). The requests
+    go out through ``gather`` (default: ``ask`` for each provider in turn). When a provider did
+    not answer, the outcome is on the book without its nodes (``Messages.left_out``, in
+    increasing order; :func:`without_nodes`)."""
     if len(node_owner) != book.n_nodes:
         raise ValueError(f"node_owner names {len(node_owner)} providers for the book's {book.n_nodes} nodes")
     if not node_owner:
@@ -128,29 +184,77 @@ def clear_distributed(book: OrderBook, node_owner: list[str], alpha: float, rng:
     seeds = run_seeds(rng, n_runs)
     shared = book_text(book)
     msgs = Messages()
+    runs_of = assign_runs(book, node_owner)
+    requests = {p: request_text(shared, alpha, {r: seeds[r] for r in runs}) for p, runs in runs_of.items()}
+    msgs.calls = len(requests)
+    msgs.bytes_sent = sum(len(r.encode()) for r in requests.values())
+    replies = (gather or ask_each(ask))(requests)
     got: dict[int, np.ndarray] = {}
-    for provider, runs in assign_runs(book, node_owner).items():
-        request = request_text(shared, alpha, {r: seeds[r] for r in runs})
-        msgs.calls += 1
-        msgs.bytes_sent += len(request.encode())
-        try:
-            reply = ask(provider, request)
-        except (OSError, TimeoutError) as exc:  # an agent unreachable or too late: its runs are left out
-            msgs.dropped.append(f"provider {provider!r} did not answer: {exc}")
+    silent = set()
+    for provider, runs in runs_of.items():
+        reply = replies.get(provider)
+        if isinstance(reply, NotAsked):
+            msgs.dropped.append(f"provider {provider!r} was not asked: {reply}")
             continue
+        if not isinstance(reply, str):  # an agent unreachable or too late: absent this period
+            msgs.dropped.append(f"provider {provider!r} did not answer: {reply or 'no answer'}")
+            silent.add(provider)
+            continue
+        msgs.answers += 1
+        msgs.replies[provider] = reply
         msgs.bytes_received += len(reply.encode())
-        got.update(_accept(book, provider, set(runs), reply, msgs))
-    return combine_and_price(book, got, n_runs), msgs
+        got.update(_accept(book, provider, set(runs), request_id(requests[provider]), reply, msgs))
+    if not silent:
+        return combine_and_price(book, got, n_runs), msgs
+    msgs.left_out = [n for n, owner in enumerate(node_owner) if owner in silent]
+    sub = without_nodes(book, msgs.left_out)
+    new_index = np.full(book.n_nodes + 1, -1, dtype=np.int64)  # old node -> new (index -1 -> -1)
+    kept = [n for n in range(book.n_nodes) if n not in set(msgs.left_out)]
+    new_index[kept] = np.arange(len(kept))
+    on_sub: dict[int, np.ndarray] = {}
+    for run, assign in sorted(got.items()):
+        if np.isin(assign, msgs.left_out).any():
+            msgs.dropped.append(f"run {run} places a job on a node of a provider that did not answer "
+                                f"({', '.join(sorted(silent))}): not sold this period")
+            continue
+        on_sub[run] = new_index[assign][:, :sub.horizon]
+    return combine_and_price(sub, on_sub, n_runs), msgs
 
 
-def _accept(book: OrderBook, provider: str, asked: set[int], reply: str, msgs: Messages) -> dict[int, np.ndarray]:
-    """The runs of ``reply`` that were asked of ``provider`` and are feasible; the rest dropped."""
+def without_nodes(book: OrderBook, nodes: list[int]) -> OrderBook:
+    """``book`` without the book nodes ``nodes`` (the jobs, and the other nodes in order, kept)."""
+    jobs, rows = book_rows(book)
+    gone = set(nodes)
+    return OrderBook.from_rows(jobs, [r for n, r in enumerate(rows) if n not in gone])
+
+
+def clearing_book_without(cb: ClearingBook, nodes: list[int]) -> ClearingBook:
+    """The exchange's book ``cb`` without the book nodes ``nodes`` (those of providers that did
+    not answer): the book a clearing that left them out cleared, and records."""
+    if not nodes:
+        return cb
+    gone = set(nodes)
+    keep = [n for n in range(cb.book.n_nodes) if n not in gone]
+    return ClearingBook(without_nodes(cb.book, nodes), cb.base_slot, cb.request_ids,
+                        [cb.piece_offer[n] for n in keep], [cb.piece_node[n] for n in keep], cb.caps, cb.why)
+
+
+def _accept(book: OrderBook, provider: str, asked: set[int], request: str, reply: str, msgs: Messages
+            ) -> dict[int, np.ndarray]:
+    """The runs of ``reply`` that were asked of ``provider`` in the request ``request`` (its
+    :func:`request_id`) and are feasible; the rest dropped."""
     try:
-        answered = json.loads(reply)["runs"]
+        msg = json.loads(reply)
+        answered = msg["runs"]
         if not isinstance(answered, list):
             raise ValueError("'runs' is not a list")
-    except (ValueError, KeyError, TypeError) as exc:
-        msgs.dropped.append(f"provider {provider!r} answered no readable runs: {exc}")
+        named = msg.get("request")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        msgs.dropped.append(f"provider {provider!r} answered no readable runs: {exc!r}")
+        return {}
+    if named != request:
+        msgs.dropped.append(f"provider {provider!r} answered another request ({named!r}, not this period's "
+                            f"{request!r}): an earlier answer replayed, or none named")
         return {}
     out: dict[int, np.ndarray] = {}
     for item in answered:

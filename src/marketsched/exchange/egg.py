@@ -72,61 +72,14 @@ from marketsched.mechanisms.online.egg import (
 )
 from marketsched.mechanisms.online.egg.presets import RT_EDGES
 
+from .egg_books import ESCROW, contracts
 from .orders import MAX_COMMAND_BYTES, MAX_CPU, MAX_MEM, MAX_PRICE, check_whole
 from .store import MICRO, ExchangeStore, provider_account, to_micro, user_account
 
-ESCROW = "exchange:escrow"
 EGG_KEY = "exchange.egg"  # meta: the Egg settings (JSON)
-KINDS = ("egg-escrow", "egg-release", "egg-refund")  # the ledger entries of Egg mode
 MAX_STEPS = 16  # pieces of a bid's value schedule
 OPEN = ("pending", "starting", "running")
 FINAL = ("delivered", "failed", "lapsed")
-COLUMNS = ("id", "event", "user", "provider", "node_id", "cpu", "mem", "command", "value", "price", "entry",
-           "award_t", "tau", "slot", "state", "started_t", "ended_t", "exit_code", "cpu_seconds", "note", "escrow",
-           "settled_t")
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS ex_egg_events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    t REAL NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('prices', 'bid', 'settle')),
-    provider INTEGER,
-    data TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ex_egg_contracts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    event INTEGER NOT NULL UNIQUE REFERENCES ex_egg_events(id),
-    user TEXT NOT NULL,
-    provider TEXT NOT NULL,
-    node_id INTEGER REFERENCES ex_nodes(id),
-    cpu INTEGER NOT NULL,
-    mem INTEGER NOT NULL,
-    command TEXT NOT NULL,
-    value REAL NOT NULL,
-    price BIGINT NOT NULL,
-    entry INTEGER NOT NULL,
-    award_t REAL NOT NULL,
-    tau REAL NOT NULL,
-    slot INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    started_t REAL,
-    ended_t REAL,
-    exit_code INTEGER,
-    cpu_seconds REAL,
-    note TEXT NOT NULL,
-    escrow TEXT NOT NULL,
-    settled_t REAL
-);
-CREATE INDEX IF NOT EXISTS ex_egg_contracts_state ON ex_egg_contracts(state);
-CREATE INDEX IF NOT EXISTS ex_egg_contracts_escrow ON ex_egg_contracts(escrow);
-"""
-
-
-def create_tables(store: ExchangeStore) -> None:
-    """The Egg tables (the exchange store's schema version 4)."""
-    for stmt in SCHEMA.split(";"):
-        if stmt.strip():
-            store.conn.execute(stmt)
 
 
 # ---------------------------------------------------------------------------- settings
@@ -459,16 +412,6 @@ def _node_with_room(store: ExchangeStore, provider: str, cpu: int, mem: int) -> 
     return None
 
 
-def contracts(store: ExchangeStore, states=None, where: str = "", params=()) -> list[dict]:
-    cond = [where] if where else []
-    args = list(params)
-    if states:
-        cond.append(f"state IN ({', '.join('?' * len(states))})")
-        args += list(states)
-    sql = f"SELECT {', '.join(COLUMNS)} FROM ex_egg_contracts" + (" WHERE " + " AND ".join(cond) if cond else "")
-    return store.dicts(COLUMNS, sql + " ORDER BY id", args)
-
-
 def settle_escrow(eggm: EggMarket, clock: float) -> list[int]:
     """Step 2 for every contract with a verdict whose ``tau*`` has come: pay or refund its escrow
     and record the provider's reliability (call inside a transaction). Returns the contracts
@@ -540,31 +483,3 @@ def recorded(store: ExchangeStore) -> list[dict]:
         out.append({"event": eid, "provider": c["provider"] if c else None, "tau": c["tau"] if c else None,
                     "slot": c["slot"] if c else None, "price": c["price"] if c else None})
     return out
-
-
-def check_books(store: ExchangeStore, posted: dict[tuple[int, str], int]) -> None:
-    """The Egg part of :meth:`ExchangeStore.check_books`: each contract's price was put in escrow
-    once, and paid out (delivered) or refunded (failed, lapsed) once its escrow was settled, and
-    the escrow account holds exactly the prices still held. AssertionError naming the first
-    contract that does not add up."""
-    held = 0
-    seen = set()
-    for c in contracts(store):
-        want = {"egg-escrow": c["price"]}
-        if c["escrow"] == "paid":
-            want["egg-release"] = c["price"]
-        elif c["escrow"] == "refunded":
-            want["egg-refund"] = c["price"]
-        else:
-            held += c["price"]
-        for kind in KINDS:
-            seen.add((c["id"], kind))
-            if posted.get((c["id"], kind), 0) != want.get(kind, 0):
-                raise AssertionError(f"Egg contract {c['id']} ({c['state']}, escrow {c['escrow']}): {kind} posted "
-                                     f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
-    stray = set(posted) - seen
-    if stray:
-        raise AssertionError(f"Egg ledger entries for no Egg contract: {sorted(stray)[:5]}")
-    balance = store.ledger.balance(ESCROW) if store.rows("SELECT 1 FROM accounts WHERE name = ?", (ESCROW,)) else 0
-    if balance != held:
-        raise AssertionError(f"the escrow account holds {balance}, expected {held} (the prices still held)")

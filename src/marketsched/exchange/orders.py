@@ -152,3 +152,19 @@ def check_mechanism(mechanism: str, k: float) -> tuple[str, float]:
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not (0.0 <= k <= 1.0):
         raise ValueError(f"k must be a number in [0, 1] (the user's share of each local surplus), got {k!r}")
     return mechanism, float(k)
+
+
+MAX_ANSWER_SECONDS = 3600.0
+
+
+def check_answer_seconds(answer_seconds: float, mechanism: str) -> float:
+    """The distributed mode's deadline for provider agents' answers (0: no agents, the
+    providers are answered in the exchange's process); only that mode asks providers."""
+    if isinstance(answer_seconds, bool) or not isinstance(answer_seconds, (int, float)) or not (
+            0 <= answer_seconds <= MAX_ANSWER_SECONDS):
+        raise ValueError(f"exchange setting 'answer_seconds' must be a number of seconds from 0 to "
+                         f"{MAX_ANSWER_SECONDS:g}, got {answer_seconds!r}")
+    if answer_seconds and mechanism != "randomized-distributed":
+        raise ValueError(f"exchange setting 'answer_seconds' is for the randomized-distributed mechanism (its "
+                         f"provider agents' deadline), not {mechanism!r}")
+    return float(answer_seconds)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .book import ClearingBook
 from .core import clear_period
+from .provider_protocol import recorded_gathers
 from .store import ExchangeStore
 
 CONTRACT_TERMS = ("period", "request_id", "offer_id", "user", "provider", "node_id", "cpu", "mem", "first_slot",
@@ -51,6 +52,7 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
             for m in recorded.moves():
                 moved.setdefault(m["after_period"], []).append(m)
             pos = 0
+            answers = recorded_gathers(recorded)  # the provider agents' recorded answers
             for period in recorded.periods():
                 while pos < len(orders) and orders[pos]["id"] <= period["last_order"]:
                     o = orders[pos]
@@ -60,7 +62,7 @@ def replay_session(recorded: ExchangeStore) -> list[dict]:
                     for o in cancels.get(period["id"] - 1, []):
                         fresh.close_order(o["id"], "cancelled", o["closed_t"])
                 clear_period(fresh, settings, period["t"], period["base_slot"], period["last_order"],
-                             period["mechanism"], ClearingBook.from_json(period["book"]).caps)
+                             period["mechanism"], ClearingBook.from_json(period["book"]).caps, gathers=answers)
                 _move(recorded, fresh, moved.get(period["id"], []))
             return contract_terms(fresh)
         finally:

@@ -44,13 +44,15 @@ from marketsched.platform.files import data_folder
 from marketsched.platform.ledger import DEPOSITS, MICRO, REVENUE, Store, command_digest, upgrade_schema
 from marketsched.platform.statement import signed_entries
 
+from .egg_books import check_books as check_egg
+
 CLEARING = "exchange:clearing"
 RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)
 RUN_MODES = ("single-user", "multi-user")
 SETTINGS = {"slot_seconds": float, "period_seconds": float, "mechanism": str, "k": float, "alpha": float,
-            "penalty": float, "seed": int, "epoch": float, "deposits": int}
+            "penalty": float, "seed": int, "epoch": float, "deposits": int, "answer_seconds": float}
 # settings added after the first version, and their value in an exchange made before them
-LATER_SETTINGS = {"deposits": 0}
+LATER_SETTINGS = {"deposits": 0, "answer_seconds": 0.0}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ex_providers (
@@ -161,6 +163,62 @@ CREATE TABLE IF NOT EXISTS ex_unix (
     user TEXT PRIMARY KEY,
     account TEXT NOT NULL UNIQUE
 );
+CREATE TABLE IF NOT EXISTS ex_egg_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('prices', 'bid', 'settle')),
+    provider INTEGER,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ex_egg_contracts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    event INTEGER NOT NULL UNIQUE REFERENCES ex_egg_events(id),
+    user TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    node_id INTEGER REFERENCES ex_nodes(id),
+    cpu INTEGER NOT NULL,
+    mem INTEGER NOT NULL,
+    command TEXT NOT NULL,
+    value REAL NOT NULL,
+    price BIGINT NOT NULL,
+    entry INTEGER NOT NULL,
+    award_t REAL NOT NULL,
+    tau REAL NOT NULL,
+    slot INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    started_t REAL,
+    ended_t REAL,
+    exit_code INTEGER,
+    cpu_seconds REAL,
+    note TEXT NOT NULL,
+    escrow TEXT NOT NULL,
+    settled_t REAL
+);
+CREATE INDEX IF NOT EXISTS ex_egg_contracts_state ON ex_egg_contracts(state);
+CREATE INDEX IF NOT EXISTS ex_egg_contracts_escrow ON ex_egg_contracts(escrow);
+CREATE TABLE IF NOT EXISTS ex_asks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    period INTEGER NOT NULL,
+    provider TEXT NOT NULL,
+    request TEXT NOT NULL,
+    request_id TEXT NOT NULL,
+    posted_t REAL NOT NULL,
+    deadline_t REAL NOT NULL,
+    answer TEXT,
+    answered_t REAL,
+    closed_t REAL
+);
+CREATE INDEX IF NOT EXISTS ex_asks_open ON ex_asks(provider, closed_t);
+CREATE TABLE IF NOT EXISTS ex_period_messages (
+    period INTEGER PRIMARY KEY REFERENCES ex_periods(id),
+    calls INTEGER NOT NULL,
+    answers INTEGER NOT NULL,
+    bytes_sent INTEGER NOT NULL,
+    bytes_received INTEGER NOT NULL,
+    dropped TEXT NOT NULL,
+    left_out TEXT NOT NULL,
+    replies TEXT
+);
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
@@ -174,7 +232,7 @@ NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
 MOVE_COLUMNS = ("id", "contract_id", "from_node", "to_node", "after_period", "t", "why")
 # columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA_KEY = "exchange.schema_version"
 RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
 KEPT_CANCELLED = 100  # cancelled orders no clearing saw, kept as rows per owner and side (ExchangeStore._retire)
@@ -580,8 +638,6 @@ class ExchangeStore:
         egg = {key: posted.pop(key) for key in [key for key in posted if key[1].startswith("egg-")]}
         settings = self.settings()
         if egg or (settings is not None and settings["mechanism"] == "egg"):
-            from .egg import check_books as check_egg
-
             check_egg(self, egg)
         users = providers = penalties = 0
         seen = set()
@@ -649,10 +705,15 @@ def _v3_moves(store: ExchangeStore) -> None:
 
 
 def _v4_egg(store: ExchangeStore) -> None:
-    """Version 4: the tables of Egg mode, ``ex_egg_events`` and ``ex_egg_contracts`` (:mod:`.egg`)."""
-    from .egg import create_tables
-
-    create_tables(store)
+    """Version 4: the tables of Egg mode, ``ex_egg_events`` and ``ex_egg_contracts`` (:mod:`.egg`;
+    made by the schema itself, ``CREATE TABLE IF NOT EXISTS``)."""
 
 
-_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg}
+def _v5_agents(store: ExchangeStore) -> None:
+    """Version 5: the provider agents' tables ``ex_asks`` and ``ex_period_messages`` (made by the
+    schema itself, ``CREATE TABLE IF NOT EXISTS``; :mod:`.provider_protocol`) and the setting
+    ``answer_seconds`` (0 when absent). An older marketsched refuses the database, since it
+    would replay agent periods in its own process."""
+
+
+_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg, 5: _v5_agents}

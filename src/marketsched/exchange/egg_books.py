@@ -1,0 +1,51 @@
+"""The books of Egg mode on the exchange: its contracts' columns, its ledger entries and escrow
+account, and the check that each contract's escrow moved exactly once
+(:meth:`.store.ExchangeStore.check_books` calls it; :mod:`.egg` runs the mode)."""
+
+from __future__ import annotations
+
+# ``store`` below is an :class:`.store.ExchangeStore`, not imported: the store calls this module.
+
+ESCROW = "exchange:escrow"
+KINDS = ("egg-escrow", "egg-release", "egg-refund")  # the ledger entries of Egg mode
+COLUMNS = ("id", "event", "user", "provider", "node_id", "cpu", "mem", "command", "value", "price", "entry",
+           "award_t", "tau", "slot", "state", "started_t", "ended_t", "exit_code", "cpu_seconds", "note", "escrow",
+           "settled_t")
+
+
+def contracts(store, states=None, where: str = "", params=()) -> list[dict]:
+    cond = [where] if where else []
+    args = list(params)
+    if states:
+        cond.append(f"state IN ({', '.join('?' * len(states))})")
+        args += list(states)
+    sql = f"SELECT {', '.join(COLUMNS)} FROM ex_egg_contracts" + (" WHERE " + " AND ".join(cond) if cond else "")
+    return store.dicts(COLUMNS, sql + " ORDER BY id", args)
+
+
+def check_books(store, posted: dict[tuple[int, str], int]) -> None:
+    """The Egg part of :meth:`ExchangeStore.check_books`: each contract's price was put in escrow
+    once, and paid out (delivered) or refunded (failed, lapsed) once its escrow was settled, and
+    the escrow account holds exactly the prices still held. AssertionError naming the first
+    contract that does not add up."""
+    held = 0
+    seen = set()
+    for c in contracts(store):
+        want = {"egg-escrow": c["price"]}
+        if c["escrow"] == "paid":
+            want["egg-release"] = c["price"]
+        elif c["escrow"] == "refunded":
+            want["egg-refund"] = c["price"]
+        else:
+            held += c["price"]
+        for kind in KINDS:
+            seen.add((c["id"], kind))
+            if posted.get((c["id"], kind), 0) != want.get(kind, 0):
+                raise AssertionError(f"Egg contract {c['id']} ({c['state']}, escrow {c['escrow']}): {kind} posted "
+                                     f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
+    stray = set(posted) - seen
+    if stray:
+        raise AssertionError(f"Egg ledger entries for no Egg contract: {sorted(stray)[:5]}")
+    balance = store.ledger.balance(ESCROW) if store.rows("SELECT 1 FROM accounts WHERE name = ?", (ESCROW,)) else 0
+    if balance != held:
+        raise AssertionError(f"the escrow account holds {balance}, expected {held} (the prices still held)")
