@@ -438,7 +438,10 @@ def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
 @DATA
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_cmd(data, as_json):
-    """Current slot, open orders, contracts by state, balances (and a check of the books)."""
+    """Current slot, open orders, contracts by state, balances (and a check of the books), and
+    which nodes the last clearing sold below their registered CPU units, and why."""
+    from .info import lowered_capacity
+
     ex = _open(data)
     store = ex.store
     states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
@@ -447,8 +450,9 @@ def status_cmd(data, as_json):
         orders[f"{side}:cancelled"] = orders.get(f"{side}:cancelled", 0) + got["orders"]
     books = store.check_books()
     balances = {k: v / MICRO for k, v in sorted(store.balances().items())}
+    capacity = lowered_capacity(store)
     out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,
-           "books": books}
+           "books": books, "capacity": capacity}
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
@@ -458,6 +462,10 @@ def status_cmd(data, as_json):
     for acct, bal in balances.items():
         click.echo(f"  {acct:30s} {bal:16.6f}")
     click.echo(f"books balance; clearing account holds {books['clearing']} micro-units")
+    if capacity is not None and capacity["nodes"]:
+        click.echo(f"capacity lowered at the last clearing (period {capacity['period']}):")
+        for n in capacity["nodes"]:
+            click.echo(f"  {n['why']}")
 
 
 @exchange.command("contracts")
