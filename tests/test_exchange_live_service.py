@@ -21,6 +21,7 @@ database); every wait is for an event, bounded generously.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import signal
@@ -49,16 +50,16 @@ def service():
     yield from make_service_account()
 
 
-def _setup(open_dir: Path, accounts, service: str) -> Path:
-    """An exchange in ``open_dir/ex`` (slots and periods of 1 s, pay-as-bid) with local provider
-    p1 offering node n0 (2 units, 256 MiB, CPU 0) for 600 slots, alice mapped to ``accounts[0]``,
-    handed over to ``service``; returns its folder."""
+def _setup(open_dir: Path, accounts, service: str, units: int = 2) -> Path:
+    """An exchange in ``open_dir/ex`` (slots and periods of 1 s, pay-as-bid, penalty 1x) with
+    local provider p1 offering node n0 (``units`` CPU units, 256 MiB, the first CPU) for 600
+    slots, alice mapped to ``accounts[0]``, handed over to ``service``; returns its folder."""
     data = open_dir / "ex"
     store = ExchangeStore(data)
-    create_exchange(store, slot_seconds=1, period_seconds=1, mechanism="pay-as-bid", epoch=time.time())
+    create_exchange(store, slot_seconds=1, period_seconds=1, mechanism="pay-as-bid", penalty=1.0, epoch=time.time())
     ex = Exchange(store, WallClock(store.settings()["epoch"]))
     ex.join("p1")
-    ex.add_node("p1", "n0", 2, 256, cpus=[min(online_cpus())])
+    ex.add_node("p1", "n0", units, 256, cpus=[min(online_cpus())])
     ex.submit_offer("p1", "n0", 1.0, ex.slot() + 1, ex.slot() + 600)
     store.set_unix("alice", accounts[0])
     store.close()
@@ -84,15 +85,17 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+PRELUDE = ("import sys, json; import marketsched.cli as c, marketsched.exchange.cli; "
+           "from marketsched.exchange.launcher import _preload; "
+           "from marketsched.platform.launcherd import drop_privileges; _preload(); ")
+
+
 def _as(service: str, *args: str) -> subprocess.CompletedProcess:
     """``marketsched exchange ARGS`` as the service account (how the operator feeds an exchange
     whose folder is the service account's): started as root, it imports what it needs and drops
     to the account (the interpreter may be installed where the account cannot read, as the
     exchange does itself)."""
-    code = ("import sys, json; import marketsched.cli as c, marketsched.exchange.cli; "
-            "from marketsched.exchange.launcher import _preload; "
-            "from marketsched.platform.launcherd import drop_privileges; _preload(); "
-            f"drop_privileges({service!r}); c.main(sys.argv[1:], prog_name='marketsched')")
+    code = PRELUDE + f"drop_privileges({service!r}); c.main(sys.argv[1:], prog_name='marketsched')"
     return subprocess.run([sys.executable, "-c", code, "exchange", *args], capture_output=True, text=True, cwd="/",
                           timeout=HANG)
 
@@ -175,8 +178,6 @@ def test_exchange_live_service_user_runs_jobs_as_their_users_and_holds_no_root(o
 def _slot(service: str, data: Path) -> int:
     got = _as(service, "status", str(data), "--json")
     assert got.returncode == 0, got.stderr
-    import json
-
     return int(json.loads(got.stdout)["slot"])
 
 
@@ -262,3 +263,81 @@ def test_exchange_live_service_user_refuses_what_it_cannot_do(open_dir, accounts
     got = _as(service, "join", str(data), "s1", "--kind", "slurm")
     assert got.returncode == 0, got.stderr
     assert "runs local providers only; Slurm provider(s) s1 joined" in run("--service-user", service)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL for one held at the pause point (it sleeps there until killed)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _run(data: Path, service: str, log, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "run", str(data), "--service-user",
+                             service, "--poll", "0.05"], stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+
+
+def test_exchange_live_service_user_kill_9_between_launch_and_go_makes_no_provider_pay(open_dir, accounts, service):
+    """kill -9 of ``exchange run --service-user`` at a job's launch/go point (the pause point
+    of ``tests/test_exchange_live_faults.py``), 5 times: the launcher goes with the exchange, the
+    job it was holding never runs, and the restarted exchange runs each contract once; no
+    provider pays a penalty, the books balance."""
+    cycles = 5
+    data = _setup(open_dir, accounts, service, units=cycles + 2)
+    ran, pauses = open_dir / "ran", open_dir / "pauses"
+    ran.touch()
+    ran.chmod(0o666)
+    pauses.mkdir()
+    chown_tree(pauses, service)
+    env = {"MARKETSCHED_EXCHANGE_PAUSE_BEFORE_GO": str(pauses)}
+    log = open(open_dir / "exchange.log", "ab")
+    procs = [_run(data, service, log, env)]
+    try:
+        assert wait_for(lambda: procs[0].poll() is not None or "exchange running" in (open_dir / "exchange.log")
+                        .read_text(), HANG)
+        # windows of 300 s from 15 s on, submitted as the service account in one go
+        code = PRELUDE + (
+            f"drop_privileges({service!r}); from marketsched.exchange.core import Exchange; "
+            "from marketsched.exchange.store import ExchangeStore; from marketsched.platform.clock import WallClock; "
+            f"st = ExchangeStore({str(data)!r}); ex = Exchange(st, WallClock(st.settings()['epoch'])); s = ex.slot(); "
+            f"print(json.dumps([ex.submit_request('alice', 5.0, 1, 0, s + 15, s + 314, "
+            f"'echo $MARKETSCHED_CONTRACT >> {ran}') for _ in range({cycles + 2})]))")
+        got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=HANG)
+        assert got.returncode == 0, got.stderr
+        reqs = json.loads(got.stdout)
+        assert wait_for(lambda: len(_contracts(data)) == len(reqs), HANG)  # cleared before the first start
+        for i in range(cycles):
+            assert wait_for(lambda i=i: len(list(pauses.iterdir())) > i, HANG), f"cycle {i}: no pause"
+            (launcher,) = _children(procs[-1].pid)
+            procs[-1].send_signal(signal.SIGKILL)  # kill -9 between the job's launch and its go
+            procs[-1].wait()
+            assert wait_for(lambda launcher=launcher: proc_start_ticks(launcher) is None, HANG)  # it went too
+            procs.append(_run(data, service, log, env))
+        assert wait_for(lambda: len(list(pauses.iterdir())) > cycles, HANG)
+        procs[-1].send_signal(signal.SIGKILL)
+        procs[-1].wait()
+        procs.append(_run(data, service, log))  # the last one pauses nowhere
+        final = ("delivered", "failed", "lapsed")
+        assert wait_for(lambda: all(c["state"] in final for c in _contracts(data)), HANG), _contracts(data)
+    finally:
+        for p in procs:
+            _stop(p)
+        log.close()
+    contracts = _contracts(data)
+    paused = sorted(int(p.name) for p in pauses.iterdir())
+    assert len(paused) == cycles + 1 and set(paused) <= {c["id"] for c in contracts}
+    runs = [int(x) for x in ran.read_text().split()]
+    for c in contracts:
+        assert c["state"] in ("delivered", "lapsed"), c  # never failed: no provider paid for a crash
+        assert runs.count(c["id"]) == (c["state"] == "delivered"), (c, runs)
+    assert sum(c["state"] == "delivered" for c in contracts) >= cycles  # the paused ones ran after their restart
+    chown_tree(data, "root")  # back to root, to read the books with the exchange's own check
+    store = ExchangeStore(data)
+    books = store.check_books()
+    assert books["penalties"] == 0 and sum(store.balances().values()) == 0
+    store.close()
