@@ -41,6 +41,7 @@ from marketsched.exchange.store import ExchangeStore
 from marketsched.platform.clock import WallClock
 from marketsched.platform.executor import JobLimits, proc_start_ticks
 from marketsched.platform.launcherd import LauncherError, spawn
+from test_exchange_live_faults import _stop  # SIGTERM, then SIGKILL for one held at the pause point
 
 HANG = 180.0  # a guard against a hang, not a timing claim
 
@@ -263,17 +264,6 @@ def test_exchange_live_service_user_refuses_what_it_cannot_do(open_dir, accounts
     got = _as(service, "join", str(data), "s1", "--kind", "slurm")
     assert got.returncode == 0, got.stderr
     assert "runs local providers only; Slurm provider(s) s1 joined" in run("--service-user", service)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL for one held at the pause point (it sleeps there until killed)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _run(data: Path, service: str, log, env=None) -> subprocess.Popen:
