@@ -100,8 +100,11 @@ class ExchangeLauncherService(LauncherService):
             return {"error": "the exchange's privileged launcher needs writable cgroups to contain contract jobs ("
                              + "; ".join(lay.notes) + ")"}
         lay.remove()  # only a probe: each provider's jobs have their own folders
-        return {"cpus": self.cpus, "limits": {"cpus": None, "memory": self.limits.memory,
-                                              "processes": self.limits.processes, "cpuset": None}}
+        return {"cpus": self.cpus, "limits": self.ceilings()}
+
+    def ceilings(self) -> dict:
+        """The limits fixed at the start, as the executors' default :class:`JobLimits`."""
+        return {"cpus": None, "memory": self.limits.memory, "processes": self.limits.processes, "cpuset": None}
 
     def provider_layout(self, name: str) -> Layout:
         try:
@@ -155,7 +158,7 @@ class ExchangeLauncherService(LauncherService):
             lay = self.provider_layout(f["provider"])
             return {"name": lay.name, "track": _where(lay.track), "cpu": _where(lay.cpu),
                     "memory": _where(lay.memory), "pids": _where(lay.pids), "cpuset": _where(lay.cpuset),
-                    "notes": lay.notes, "limits": self.hello()["limits"]}
+                    "notes": lay.notes, "limits": self.ceilings()}
         return super().handle(req)
 
     def cleanup(self, fields: dict) -> None:
@@ -183,10 +186,8 @@ class ProviderLauncherExecutor(LauncherExecutor):
     privileged step goes to the launcher, each start with the contract's limits and cpuset."""
 
     def __init__(self, root: Path, client: LauncherClient, provider: str):
-        from marketsched.platform.jobfiles import open_root
-
-        os.close(open_root(Path(root)))  # the provider's jobs' folder is the exchange's: made before the launcher looks
         pc = _ProviderClient(client, provider)
+        # makes the provider's jobs' folder (the exchange's own) before any start reaches the launcher
         super().__init__(root, pc)  # type: ignore[arg-type]  # the launcher's client, for one provider
         cpuset = pc.hello["cpuset"]
         self.layout = replace(self.layout, cpuset=None if cpuset is None else (cpuset[0], Path(cpuset[1])))
