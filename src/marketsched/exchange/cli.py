@@ -228,7 +228,11 @@ def cancel_cmd(data, owner, order_id):
               help="Single-user: every contract job runs as the exchange's own account (one person, a demo; the "
                    "default when not root). Multi-user: each job runs as its user's Unix account (`exchange unix`), "
                    "and a user with none gets no job run; needs root (the default as root).")
-def run_cmd(data, containment, poll, duration, single_user):
+@click.option("--service-user", default=None, metavar="ACCOUNT",
+              help="Started as root: run the exchange (database, clearing, settlement) as this unprivileged account, "
+                   "which must own DATA; a small privileged launcher keeps root to start and kill contract jobs as "
+                   "their users' accounts (multi-user mode, local providers; see docs/exchange.md).")
+def run_cmd(data, containment, poll, duration, single_user, service_user):
     """Run the exchange: clear every period, run contracts, settle them (Ctrl-C stops it;
     running jobs keep running and are re-attached by the next run)."""
     import os
@@ -238,7 +242,32 @@ def run_cmd(data, containment, poll, duration, single_user):
     if single_user is False and os.geteuid() != 0:
         raise click.ClickException("--multi-user runs each contract job as its user's Unix account, which needs "
                                    "root: run the exchange as root, or use --single-user")
-    ex = _open(data, provider_backends(data, containment))
+    launcher = None
+    if service_user is not None:
+        if single_user or containment != "auto":
+            raise click.ClickException("--service-user needs multi-user mode and cgroups (no --single-user, "
+                                       "--containment auto)")
+        from .launcher import start_launcher
+
+        try:
+            launcher = start_launcher(data, service_user)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+        single_user = False
+    try:
+        ex = _open(data, provider_backends(data, containment, launcher))
+        if launcher is not None:
+            slurm = sorted(p["name"] for p in ex.store.providers() if p["kind"] != "local" and p["left_t"] is None)
+            if slurm:
+                raise click.ClickException(f"--service-user runs local providers only; Slurm provider(s) "
+                                           f"{', '.join(slurm)} joined (run this exchange as root without it)")
+    except BaseException:
+        if launcher is not None:
+            launcher.close()
+        raise
+    if launcher is not None:
+        click.echo(f"exchange runs as {service_user} (uid {os.geteuid()}); contract jobs are started by the "
+                   "privileged launcher (root)", err=True)
     ex.background = True  # clearings computed in a worker thread: windows are enforced meanwhile
     ex.single_user = single_user if single_user is not None else os.geteuid() != 0
     if ex.single_user:
@@ -273,6 +302,8 @@ def run_cmd(data, containment, poll, duration, single_user):
         pass
     finally:
         ex.close()
+        if launcher is not None:
+            launcher.close()
 
 
 @exchange.command("token")
@@ -429,7 +460,10 @@ def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
 @DATA
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_cmd(data, as_json):
-    """Current slot, open orders, contracts by state, balances (and a check of the books)."""
+    """Current slot, open orders, contracts by state, balances (and a check of the books), and
+    which nodes the last clearing sold below their registered CPU units, and why."""
+    from .info import lowered_capacity
+
     ex = _open(data)
     store = ex.store
     states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
@@ -438,8 +472,9 @@ def status_cmd(data, as_json):
         orders[f"{side}:cancelled"] = orders.get(f"{side}:cancelled", 0) + got["orders"]
     books = store.check_books()
     balances = {k: v / MICRO for k, v in sorted(store.balances().items())}
+    capacity = lowered_capacity(store)
     out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,
-           "books": books}
+           "books": books, "capacity": capacity}
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
@@ -449,6 +484,10 @@ def status_cmd(data, as_json):
     for acct, bal in balances.items():
         click.echo(f"  {acct:30s} {bal:16.6f}")
     click.echo(f"books balance; clearing account holds {books['clearing']} micro-units")
+    if capacity is not None and capacity["nodes"]:
+        click.echo(f"capacity lowered at the last clearing (period {capacity['period']}):")
+        for n in capacity["nodes"]:
+            click.echo(f"  {n['why']}")
 
 
 @exchange.command("contracts")

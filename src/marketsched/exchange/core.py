@@ -529,13 +529,13 @@ class Exchange:
                "MARKETSCHED_NODE": node["name"], "MARKETSCHED_FIRST_SLOT": c["first_slot"],
                "MARKETSCHED_LAST_SLOT": c["last_slot"], "MARKETSCHED_WINDOW_END": c["end_t"]}
         try:
-            user = self.run_as(c["user"])
-        except ValueError as exc:
-            self.settle(c["id"], "lapsed", now, note=f"the exchange could not run the job: {exc}")
-            return
-        try:
-            self.backend(c["provider"]).start(c["id"], self._command(c), env, node["cpus"], user=user,
-                                              contracted=Contracted.of(c, node))
+            try:  # no account, or a provider this exchange does not run: the exchange's doing, no penalty
+                user = self.run_as(c["user"])
+                backend = self.backend(c["provider"])
+            except ValueError as exc:
+                self.settle(c["id"], "lapsed", now, note=f"the exchange could not run the job: {exc}")
+                return
+            backend.start(c["id"], self._command(c), env, node["cpus"], user=user, contracted=Contracted.of(c, node))
         except OSError as exc:
             self.settle(c["id"], "failed", now, note=f"the provider could not start the job: {exc}")
             return

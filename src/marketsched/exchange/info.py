@@ -64,3 +64,28 @@ def open_book(store: ExchangeStore) -> list[dict]:
     return store.dicts(("side", "cpu", "orders", "cpu_slots"),
                        "SELECT side, cpu, COUNT(*), SUM(cpu * (last_slot - first_slot + 1)) FROM ex_orders "
                        "WHERE state = 'open' GROUP BY side, cpu ORDER BY side DESC, cpu")
+
+
+def lowered_capacity(store: ExchangeStore) -> dict | None:
+    """What the last clearing could sell below the nodes' registered CPU units, and why, as its
+    book recorded it (:class:`.book.ClearingBook`'s ``caps`` and ``why``: a local node's CPUs
+    offline or outside the exchange's CPU set, a Slurm partition with fewer CPUs up):
+    ``{"period", "nodes": [{"node_id", "node", "registered", "sells", "why"}]}``, nodes in id
+    order (empty: every offered node sold its registered units); None before any clearing.
+    Steps: read the last period's book; for each node it gives a reason for, look its name up."""
+    import json
+
+    rows = store.rows("SELECT id, book FROM ex_periods ORDER BY id DESC LIMIT 1")
+    if not rows:
+        return None
+    period, text = rows[0]
+    book = json.loads(text)
+    why = {int(k): v for k, v in book.get("why", {}).items()}
+    caps = {int(k): v for k, v in book.get("caps", {}).items()}
+    nodes = store.nodes()
+    out = []
+    for node_id in sorted(why):
+        n = nodes.get(node_id)
+        out.append({"node_id": node_id, "node": f"{n['provider']}/{n['name']}" if n else str(node_id),
+                    "registered": n["cpu"] if n else None, "sells": caps.get(node_id), "why": why[node_id]})
+    return {"period": period, "nodes": out}

@@ -161,13 +161,15 @@ def online_cpus() -> set[int]:
 
 class LocalBackend(_ExecutorBackend):
     """A local provider: contracts run on this machine under ``root`` (one folder per contract),
-    each in its own cgroups (module docstring) where the machine has them."""
+    each in its own cgroups (module docstring) where the machine has them; ``executor``: one
+    made already for ``root`` (the privileged launcher's, :mod:`.launcher`)."""
 
-    def __init__(self, root: Path, containment="auto"):
+    def __init__(self, root: Path, containment="auto", executor: LocalExecutor | None = None):
         root = Path(root)
-        if containment == "auto":
+        if containment == "auto" and executor is None:
             containment = Layout.detect(market_cgroup_name(root), cpuset="auto")
-        self.executor = LocalExecutor(root, containment=containment, limits=JobLimits(cpus=None, memory=None))
+        self.executor = executor or LocalExecutor(root, containment=containment,
+                                                  limits=JobLimits(cpus=None, memory=None))
         self.executor.keep_usage = True
         self.confined = self.executor.layout.cpuset is not None
         if not self.confined and containment != "none":
@@ -440,11 +442,20 @@ def _uid_of(executor, contract_id: int) -> int | None:
     return None if uid == os.geteuid() else uid
 
 
-def provider_backends(data_dir: Path, containment="auto"):
-    """A backend factory: each provider's contracts under ``data_dir/providers/NAME``."""
+def provider_backends(data_dir: Path, containment="auto", launcher=None):
+    """A backend factory: each provider's contracts under ``data_dir/providers/NAME``;
+    ``launcher``: the privileged launcher's client (``exchange run --service-user``: local
+    providers only, :mod:`.launcher`)."""
 
     def make(provider: dict) -> Backend:
         root = Path(data_dir) / "providers" / provider["name"]
+        if launcher is not None:
+            if provider["kind"] != "local":
+                raise ValueError(f"provider {provider['name']!r} is a {provider['kind']} provider, which an exchange "
+                                 "run as a service account (--service-user) does not run")
+            from .launcher import ProviderLauncherExecutor
+
+            return LocalBackend(root, executor=ProviderLauncherExecutor(root, launcher, provider["name"]))
         if provider["kind"] == "slurm":
             return SlurmBackend(root, provider.get("partition"))
         if provider["kind"] == "local":

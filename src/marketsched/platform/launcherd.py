@@ -166,7 +166,14 @@ def acting_as(uid: int, gid: int):
 class LauncherService:
     """The launcher's state: the jobs' folder ``root`` (which must belong to ``owner``, the
     broker's account), the market's cgroups and per-job ``limits``, and the database ``db``
-    that maps market users to Unix accounts."""
+    that maps market users to Unix accounts (:attr:`mapping`).
+
+    The grid exchange's launcher (:mod:`marketsched.exchange.launcher`) extends it through
+    :attr:`requests`, :attr:`mapping`, :meth:`executor_of`, :meth:`start_options` and
+    :meth:`cleanup`."""
+
+    requests = REQUESTS  # the request set
+    mapping = "SELECT 1 FROM users WHERE unix_user = ?"  # a row if a market user is mapped to the account
 
     def __init__(self, root: Path, owner: int, limits: JobLimits, db: Path):
         self.root = Path(root)
@@ -211,9 +218,9 @@ class LauncherService:
         if not isinstance(req, dict):
             raise Refused("a request is a JSON object")
         op = req.get("op")
-        if not isinstance(op, str) or op not in REQUESTS:
-            raise Refused(f"unknown request {str(op)[:40]!r}; the requests are {', '.join(REQUESTS)}")
-        spec = REQUESTS[op]
+        if not isinstance(op, str) or op not in self.requests:
+            raise Refused(f"unknown request {str(op)[:40]!r}; the requests are {', '.join(self.requests)}")
+        spec = self.requests[op]
         fields = {k: v for k, v in req.items() if k != "op"}
         if set(fields) != set(spec):
             extra, missing = sorted(set(fields) - set(spec)), sorted(set(spec) - set(fields))
@@ -253,7 +260,7 @@ class LauncherService:
             try:
                 con = sqlite3.connect(uri, uri=True, timeout=30)
                 try:
-                    return con.execute("SELECT 1 FROM users WHERE unix_user = ?", (name,)).fetchone() is not None
+                    return con.execute(self.mapping, (name,)).fetchone() is not None
                 finally:
                     con.close()
             except sqlite3.Error as exc:
@@ -268,17 +275,34 @@ class LauncherService:
         return env
 
     # ------------------------------------------------------------------ requests
+    def executor_of(self, fields: dict) -> LocalExecutor:
+        """The executor a (checked) request is about."""
+        return self.executor
+
+    def start_options(self, fields: dict, executor: LocalExecutor) -> dict:
+        """More arguments of a start's :meth:`LocalExecutor.start` (the market: none, its
+        limits are the launcher's own); Refused for fields outside what the launcher allows."""
+        return {}
+
+    def cleanup(self, fields: dict) -> None:
+        """Remove the cgroup folders no job is left in."""
+        self.layout.remove()
+
     def handle(self, req) -> dict:
         op, f = self.check(req)
         key: int = f.get("key", 0)
+        if op == "cleanup":
+            self.cleanup(f)
+            return {}
+        ex = self.executor_of(f)
         if op == "start":
-            if key in self.pending or key in self.children or key in self.executor.launched:
+            if key in self.pending or key in self.children or key in ex.launched:
                 raise Refused(f"start: job {key} was already started by this launcher")
             if "\0" in f["command"] or len(f["command"].encode()) > 1 << 20:
                 raise Refused("start: command must be text of at most 1 MiB")
             user = self.account(f["user"])
-            proc = self.executor.start(key, f["command"], self.environment(f["env"]), user, frozen=f["frozen"],
-                                       record_exit=f["record_exit"])
+            proc = ex.start(key, f["command"], self.environment(f["env"]), user, frozen=f["frozen"],
+                            record_exit=f["record_exit"], **self.start_options(f, ex))
             self.pending[key] = proc
             cg = proc.cgroup
             assert cg is not None  # the launcher runs only with cgroups (hello)
@@ -288,18 +312,18 @@ class LauncherService:
             waiting = self.pending.pop(key, None)
             if waiting is None:
                 raise Refused(f"go: job {key} is not waiting for its go")
-            self.executor.go(waiting)
-            self.executor.launched.add(key)
+            ex.go(waiting)
+            ex.launched.add(key)
             assert waiting.popen is not None
             self.children[key] = waiting.popen
             return {}
         if op in ("freeze", "thaw"):
-            self.executor._cg_freeze(self.layout.job(key), op == "freeze")
+            ex._cg_freeze(ex.layout.job(key), op == "freeze")
             return {}
         if op == "kill":
-            cg = self.layout.job(key)
+            cg = ex.layout.job(key)
             killed = bool(cg.pids())
-            gone = self.executor._cg_kill(cg, min(max(float(f["timeout"]), 0.0), 30.0))
+            gone = ex._cg_kill(cg, min(max(float(f["timeout"]), 0.0), 30.0))
             pending = self.pending.pop(key, None)
             popen = self.children.pop(key, None) or (pending.popen if pending else None)
             if popen is not None:
@@ -323,10 +347,8 @@ class LauncherService:
                 raise Refused(f"read: name must be one of {', '.join(READABLE)}, got {f['name'][:40]!r}")
             if not 0 <= f["size"] <= 1 << 20:
                 raise Refused("read: size must be from 0 to 1 MiB")
-            return {"text": self.executor.read_file(key, f["name"], f["size"])}
-        assert op == "cleanup"
-        self.layout.remove()
-        return {}
+            return {"text": ex.read_file(key, f["name"], f["size"])}
+        raise Refused(f"{op}: not carried out by this launcher")
 
     def answer(self, frame: bytes) -> dict:
         try:
@@ -359,13 +381,15 @@ def serve_requests(sock: socket.socket, service: LauncherService) -> None:
         send(sock, service.answer(frame))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], service_class: type[LauncherService] = LauncherService) -> int:
+    """The launcher process: answer on the socket ``argv[0]`` with the configuration ``argv[1]``
+    (:func:`spawn`'s) as a ``service_class``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fd, config = int(argv[0]), json.loads(argv[1])
     sock = socket.socket(fileno=fd)
-    service = LauncherService(Path(config["root"]), int(config["owner"]), JobLimits(**config["limits"]),
-                              Path(config["db"]))
+    service = service_class(Path(config["root"]), int(config["owner"]), JobLimits(**config["limits"]),
+                            Path(config["db"]))
     serve_requests(sock, service)
     return 0
 
@@ -416,17 +440,19 @@ class LauncherClient:
                 pass
 
 
-def spawn(root: Path, owner: int, limits: JobLimits, db: Path) -> LauncherClient:
+def spawn(root: Path, owner: int, limits: JobLimits, db: Path,
+          module: str = "marketsched.platform.launcherd") -> LauncherClient:
     """Start the privileged launcher (as this process's account: root) for the jobs' folder
     ``root`` owned by uid ``owner``, with per-job ``limits`` and the database ``db``; returns
-    the client once the launcher has said hello. A fresh interpreter in isolated mode (no
+    the client once the launcher has said hello. ``module``: the launcher's module (one whose
+    ``main`` is :func:`main`'s). A fresh interpreter in isolated mode (no
     environment, no current folder on its path), in its own session (a Ctrl-C at the
     broker's terminal does not reach it), with only its end of the socket."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     config = {"root": str(Path(root).resolve()), "owner": owner, "db": str(Path(db).resolve()),
               "limits": asdict(limits)}
     try:
-        p = subprocess.Popen([sys.executable, "-I", "-m", "marketsched.platform.launcherd", str(theirs.fileno()),
+        p = subprocess.Popen([sys.executable, "-I", "-m", module, str(theirs.fileno()),
                               json.dumps(config)], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                              cwd="/", env={"PATH": CLEAN_PATH, "LANG": "C.UTF-8"}, start_new_session=True)
     finally:
