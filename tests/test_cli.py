@@ -110,7 +110,8 @@ def test_mechanisms_lists_all():
         assert f" {name} " in r.output
     assert "Shudler et al. (2010)" in r.output and "Kang & Parkes (2007)" in r.output
     r = runner.invoke(main, ["mechanisms", "egg"])
-    assert "deadlines" in r.output and "price_level" in r.output and "live market: no" in r.output
+    assert "deadlines" in r.output and "price_level" in r.output
+    assert "live market: yes, on the grid exchange" in r.output  # Egg mode (docs/exchange.md)
     for rule in ("ps", "sh"):  # the share markets run live (tests/test_tycoon_live_share.py)
         r = runner.invoke(main, ["mechanisms", rule])
         assert "live market: yes" in r.output and f"market share --rule {rule}" in r.output.replace("\n      ", " ")

@@ -46,7 +46,7 @@ def _store(data: Path) -> ExchangeStore:
         raise click.ClickException(str(exc)) from None
 
 
-def _open(data: Path, backends=None):
+def open_exchange(data: Path, backends=None):
     """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
     from marketsched.platform.clock import WallClock
 
@@ -61,7 +61,8 @@ def _open(data: Path, backends=None):
     return Exchange(store, WallClock(settings["epoch"]), backends)
 
 
-def _do(fn, *args):
+def click_errors(fn, *args):
+    """``fn(*args)``, a ValueError (the exchange's refusal, naming the problem) as a ClickException."""
     try:
         return fn(*args)
     except ValueError as exc:
@@ -129,7 +130,7 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
                         alpha=alpha, penalty=penalty, seed=seed, epoch=time.time(), deposits=deposits, egg=egg,
                         answer_seconds=answer_seconds)
 
-    _do(create)
+    click_errors(create)
     click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
                f"{period_seconds:g} s")
 
@@ -142,7 +143,7 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
 @click.option("--partition", default=None, help="Slurm partition of a slurm provider (default: Slurm's default).")
 def join_cmd(data, provider, kind, partition):
     """A provider joins the exchange."""
-    _do(lambda: _open(data).join(provider, kind, partition, checked=True))
+    click_errors(lambda: open_exchange(data).join(provider, kind, partition, checked=True))
     click.echo(f"provider {provider} joined")
 
 
@@ -162,8 +163,8 @@ def node_cmd(data, provider, name, cpu, mem, cpus):
         cpu_list = [int(c) for c in cpus.split(",")] if cpus else None
     except ValueError:
         raise click.BadParameter(f"a comma-separated list of CPU numbers, got {cpus!r}", param_hint="--cpus") from None
-    ex = _open(data)
-    node_id = _do(lambda: ex.add_node(provider, name, cpu, mem, cpu_list, checked=True))
+    ex = open_exchange(data)
+    node_id = click_errors(lambda: ex.add_node(provider, name, cpu, mem, cpu_list, checked=True))
     click.echo(f"node {node_id}: {provider}/{name}")
 
 
@@ -174,8 +175,8 @@ def node_cmd(data, provider, name, cpu, mem, cpus):
 def deposit_cmd(data, user, amount):
     """Deposit AMOUNT currency units into USER's account (an exchange made with --deposits takes
     a user's requests only as far as its available balance covers them)."""
-    ex = _open(data)
-    _do(ex.deposit, user, amount)
+    ex = open_exchange(data)
+    click_errors(ex.deposit, user, amount)
     money = ex.store.available(user)
     click.echo(f"{user}: balance {money['balance'] / MICRO:.6f}, available {money['available'] / MICRO:.6f}")
 
@@ -191,7 +192,7 @@ def deposit_cmd(data, user, amount):
 @click.option("--command", "command", required=True, help="Shell command the provider runs.")
 def request_cmd(data, user, value, cpu, mem, first_slot, last_slot, command):
     """A user's request (value, CPU, memory, window, command)."""
-    oid = _do(_open(data).submit_request, user, value, cpu, mem, first_slot, last_slot, command)
+    oid = click_errors(open_exchange(data).submit_request, user, value, cpu, mem, first_slot, last_slot, command)
     click.echo(f"request {oid}")
 
 
@@ -204,7 +205,7 @@ def request_cmd(data, user, value, cpu, mem, first_slot, last_slot, command):
 @click.option("--last-slot", required=True, type=int)
 def offer_cmd(data, provider, node, reserve, first_slot, last_slot):
     """A provider's offer of one of its nodes over a window of slots."""
-    oid = _do(_open(data).submit_offer, provider, node, reserve, first_slot, last_slot)
+    oid = click_errors(open_exchange(data).submit_offer, provider, node, reserve, first_slot, last_slot)
     click.echo(f"offer {oid}")
 
 
@@ -214,7 +215,7 @@ def offer_cmd(data, provider, node, reserve, first_slot, last_slot):
 @click.argument("order_id", type=int)
 def cancel_cmd(data, owner, order_id):
     """Withdraw an open order (its owner: the user or the provider)."""
-    _do(_open(data).cancel, owner, order_id)
+    click_errors(open_exchange(data).cancel, owner, order_id)
     click.echo(f"order {order_id} cancelled")
 
 
@@ -255,7 +256,7 @@ def run_cmd(data, containment, poll, duration, single_user, service_user):
             raise click.ClickException(str(exc)) from None
         single_user = False
     try:
-        ex = _open(data, provider_backends(data, containment, launcher))
+        ex = open_exchange(data, provider_backends(data, containment, launcher))
         if launcher is not None:
             slurm = sorted(p["name"] for p in ex.store.providers() if p["kind"] != "local" and p["left_t"] is None)
             if slurm:
@@ -318,8 +319,8 @@ def token_cmd(data, name, role):
 
     if role is None:
         raise click.UsageError("give --user or --provider")
-    ex = _open(data)
-    click.echo(_do(issue_token, ex.store, role, name, ex.clock()))
+    ex = open_exchange(data)
+    click.echo(click_errors(issue_token, ex.store, role, name, ex.clock()))
 
 
 @exchange.command("unix")
@@ -333,10 +334,10 @@ def unix_cmd(data, user, account):
 
     from .orders import check_name
 
-    ex = _open(data)
-    _do(check_name, "user", "name", user)
-    _do(RunAs.lookup, account)
-    _do(ex.store.set_unix, user, account)
+    ex = open_exchange(data)
+    click_errors(check_name, "user", "name", user)
+    click_errors(RunAs.lookup, account)
+    click_errors(ex.store.set_unix, user, account)
     click.echo(f"user {user!r}: contract jobs run as Unix account {account!r}")
 
 
@@ -354,7 +355,7 @@ def serve_cmd(data, host, port, tls_cert, tls_key, insecure_http, duration, part
 
     from .api import ExchangeServer, ExchangeService
 
-    ex = _open(data)
+    ex = open_exchange(data)
     try:
         srv = ExchangeServer(ExchangeService(ex.store, ex.clock), host, port, tls_cert=tls_cert, tls_key=tls_key,
                              insecure_http=insecure_http, limits=Limits(**party_limits))
@@ -385,16 +386,16 @@ def agents_cmd(data, config, step, duration):
     the exchange itself runs separately (marketsched exchange run)."""
     from .agents import agents_from_config
 
-    ex = _open(data)
+    ex = open_exchange(data)
     try:
         spec = json.loads(config.read_text())
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"{config}: not JSON ({exc})") from None
-    agents = _do(agents_from_config, spec, ex.slot())
+    agents = click_errors(agents_from_config, spec, ex.slot())
     end = None if duration is None else time.monotonic() + duration
     while True:
         for agent in agents:
-            _do(agent.act, ex)
+            click_errors(agent.act, ex)
         if end is not None and time.monotonic() >= end:
             break
         time.sleep(step)
@@ -439,10 +440,10 @@ def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
                                            "({node: cost per CPU unit per slot})")
             market = ProviderApiAccess(client)
             config_of = {"providers": [{**spec, "provider": me["name"]}]}
-        (agent,) = _do(agents_from_config, config_of, market.slot())
+        (agent,) = click_errors(agents_from_config, config_of, market.slot())
         end = None if duration is None else time.monotonic() + duration
         while True:
-            _do(agent.act, market)
+            click_errors(agent.act, market)
             if end is not None and time.monotonic() >= end:
                 break
             time.sleep(step)
@@ -464,7 +465,7 @@ def status_cmd(data, as_json):
     which nodes the last clearing sold below their registered CPU units, and why."""
     from .info import lowered_capacity
 
-    ex = _open(data)
+    ex = open_exchange(data)
     store = ex.store
     states = dict(store.rows("SELECT state, COUNT(*) FROM ex_contracts GROUP BY state"))
     orders = dict(store.rows("SELECT side || ':' || state, COUNT(*) FROM ex_orders GROUP BY side, state"))
@@ -494,7 +495,7 @@ def status_cmd(data, as_json):
 @DATA
 def contracts_cmd(data):
     """Every contract: parties, node, window, price, penalty, state."""
-    store = _open(data).store
+    store = open_exchange(data).store
     nodes = store.nodes()
     click.echo("id period user provider node slots price penalty state started note")
     for c in store.contracts():
@@ -511,7 +512,7 @@ def info_cmd(data, as_json):
     """Market information: volume, clearing price per CPU class, open interest, per period."""
     from .info import market_info
 
-    rows = market_info(_open(data).store)
+    rows = market_info(open_exchange(data).store)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -529,7 +530,7 @@ def replay_cmd(data):
     (Egg mode: every bid's choice and payment, re-derived from the events by the library)."""
     from .replay import contract_terms, replay_session
 
-    ex = _open(data)
+    ex = open_exchange(data)
     store = ex.store
     if ex.settings["mechanism"] == "egg":
         from .egg import recorded as egg_recorded
@@ -630,7 +631,7 @@ def balance_cmd(data, whose, client, as_json):
         b = (_ask(client, "/api/balance") if me["role"] == "user"
              else {"balance": _ask(client, "/api/statement?limit=1")["balance"]})
     else:
-        store = _open(data).store
+        store = open_exchange(data).store
         if whose is None:
             b = {"accounts": {k: v / MICRO for k, v in sorted(store.balances().items())}}
         else:
@@ -663,7 +664,7 @@ def statement_cmd(data, whose, client, limit, as_json):
     elif whose is None:
         raise click.UsageError("whose statement? give --user NAME or --provider NAME (or a party's --token)")
     else:
-        store = _open(data).store
+        store = open_exchange(data).store
         s = {"role": whose[0], "name": whose[1], **store.statement(_account(store, data, whose), limit)}
     if as_json:
         click.echo(json.dumps(s, indent=2))
@@ -692,18 +693,18 @@ def user_add_cmd(data, name, deposit, unix):
     from .api import issue_token
     from .orders import check_name
 
-    ex = _open(data)
-    _do(check_name, "user", "name", name)
+    ex = open_exchange(data)
+    click_errors(check_name, "user", "name", name)
     if ex.store.rows("SELECT 1 FROM ex_parties WHERE role = 'user' AND name = ?", (name,)):
         raise click.ClickException(f"user {name!r} has a token already (a new one: marketsched exchange user token "
                                    f"{data} {name})")
     if unix is not None:
-        _do(RunAs.lookup, unix)
+        click_errors(RunAs.lookup, unix)
     if deposit:
-        _do(ex.deposit, name, deposit)
-    token = _do(issue_token, ex.store, "user", name, ex.clock())
+        click_errors(ex.deposit, name, deposit)
+    token = click_errors(issue_token, ex.store, "user", name, ex.clock())
     if unix is not None:
-        _do(ex.store.set_unix, name, unix)
+        click_errors(ex.store.set_unix, name, unix)
     money = ex.store.available(name)["balance"] / MICRO
     click.echo(f"user {name} created with balance {money:g}" + (f", Unix account {unix}" if unix else ""), err=True)
     click.echo(token)

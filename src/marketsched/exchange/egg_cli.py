@@ -153,11 +153,11 @@ def bid_cmd(url, token, data_dir, server_cert, description, value, deadline, min
 @click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 def status_cmd(data):
     """Providers' reliability and records, contracts by state and escrow, books, replay (JSON)."""
-    from .cli import _do, _open
+    from .cli import click_errors, open_exchange
     from .egg import contracts, recorded, reliability, replay
 
-    ex = _open(data)
-    rel = _do(reliability, ex.egg, ex.clock())
+    ex = open_exchange(data)
+    rel = click_errors(reliability, ex.egg, ex.clock())
     got = contracts(ex.store)
     by: dict[str, int] = {}
     for c in got:
