@@ -308,7 +308,7 @@ def compiled_draws_spec(prior: TypePrior) -> tuple | None:
     float64 points, a :class:`Uniform` as ``low`` and ``high - low`` (what ``Generator.uniform`` computes);
     None when a parameter's prior is of another type (its draws stay NumPy's) or a uniform's range
     overflows (``Generator.uniform`` raises on it)."""
-    spec = []
+    spec: list[tuple[bytes | None, float, float]] = []
     for p in (prior.delay_cost, prior.value):
         if type(p) is EqualPoints:
             spec.append((p._points.tobytes(), 0.0, 0.0))
@@ -464,7 +464,9 @@ class RelaxedEES(EES):
        with i), and again without the front job i (schedule without i);
     3. delay_j(i) = start_j(with i) - start_j(without i) (not clamped; section 6.1.3 does not discuss clamping);
     4. run i iff v_i >= sum_j d_j delay_j(i)  (6.3); its planned start is its start in (2);
-    5. payments (6.4) as in EES with weights delay_j(i).
+    5. payments (6.4) as in EES with weights delay_j(i); with the compiled kernel, the ``"shared"``
+       estimator and a uniform or equal-points prior, computed by :func:`shared_payments_compiled`
+       (the same numbers as :func:`welfare_shared`, bit for bit).
     """
 
     def __init__(self, prior: TypePrior, capacity: int, n_draws: int = 1000, estimator: str = "cached",
