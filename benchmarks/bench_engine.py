@@ -33,6 +33,10 @@ The mechanisms with a compiled kernel (priority rules, FCFS, EASY) use it when i
     python benchmarks/bench_engine.py                   # every group
     python benchmarks/bench_engine.py rules process     # two groups
     python benchmarks/bench_engine.py easy-sdsc         # one case
+    python benchmarks/bench_engine.py hb-lpc-1.0 hb-lpc-0.1 hb-lpc-1.0 hb-lpc-0.1   # alternated runs
+
+The 10%/100% line on LPC-EGEE is printed whenever both cases ran (in the ``scaling`` group or
+named), from the medians over their runs, with the load average.
 """
 
 from __future__ import annotations
@@ -262,7 +266,9 @@ def _table(rows: list[dict]) -> None:
     sys.stdout.flush()
 
 
-def run_cases(names: list[str]) -> None:
+def run_cases(names: list[str]) -> list[dict]:
+    """Run each case in a fresh process (in the given order; a name given twice runs twice), print
+    their table and return the rows."""
     rows = []
     for name in names:
         out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True)
@@ -272,10 +278,26 @@ def run_cases(names: list[str]) -> None:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     if rows:
         _table(rows)
-    cost = {r["case"]: r["cpu_s"] / r["jobs"] for r in rows}
-    if "hb-lpc-1.0" in cost and "hb-lpc-0.1" in cost:  # the same jobs on a tenth of the nodes: longer queues
-        print(f"HB on LPC-EGEE, CPU per job at 10% of the nodes against 100%: "
-              f"{cost['hb-lpc-0.1'] / cost['hb-lpc-1.0']:.2f}x (target 1.3x; one run each: take medians of several)")
+    return rows
+
+
+def queue_cost_ratio(rows: list[dict]) -> str | None:
+    """The line comparing HB's CPU per job on LPC-EGEE at 10% of the nodes against 100% (the same jobs
+    on a tenth of the nodes: longer queues), from the median over every run of each case among
+    ``rows``; None when either case has not run."""
+    import statistics
+
+    cost: dict[str, list[float]] = {}
+    for r in rows:
+        cost.setdefault(r["case"], []).append(r["cpu_s"] / r["jobs"])
+    if "hb-lpc-1.0" not in cost or "hb-lpc-0.1" not in cost:
+        return None
+    low, full = cost["hb-lpc-0.1"], cost["hb-lpc-1.0"]
+    runs = (f"medians of {len(low)} and {len(full)} runs" if len(low) > 1 or len(full) > 1
+            else "one run each: name both cases several times, alternated, for medians")
+    return (f"HB on LPC-EGEE, CPU per job at 10% of the nodes against 100%: "
+            f"{statistics.median(low) / statistics.median(full):.2f}x (target 1.3x; {runs}; "
+            f"load average {os.getloadavg()[0]:.2f})")
 
 
 # ---------------------------------------------------------------------------- whole processes
@@ -379,16 +401,28 @@ def main(argv: list[str]) -> None:
     unknown = [n for n in wanted if n not in GROUPS and n not in CASES]
     if unknown:
         sys.exit(f"unknown group or case {', '.join(unknown)}; groups: {', '.join(GROUPS)}; cases: {', '.join(CASES)}")
-    for item in wanted:
-        if item == "process":
+    rows: list[dict] = []
+    singles: list[str] = []  # cases named on the command line: one table, in the given order
+    for item in wanted + [""]:
+        if singles and item not in CASES:
+            rows += run_cases(singles)
+            print()
+            singles = []
+        if item in CASES:
+            singles.append(item)
+        elif item == "process":
             run_process()
+            print()
         elif item == "load":
             run_load()
-        else:
-            names = GROUPS.get(item, [item])
-            print(f"{item}:" if item in GROUPS else "")
-            run_cases(names)
-        print()
+            print()
+        elif item:
+            print(f"{item}:")
+            rows += run_cases(GROUPS[item])
+            print()
+    line = queue_cost_ratio(rows)  # also when the two cases come from different groups or arguments
+    if line:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -368,3 +368,99 @@ def test_egg_on_the_builtin_jobs_equals_the_python_auctioneer(monkeypatch, provi
     for name in ("provider", "price", "completion", "paid", "crashed", "dropped"):
         np.testing.assert_array_equal(getattr(a.policy, name), getattr(b.policy, name), err_msg=name)
     assert (a.policy.provider >= 0).sum() > 100
+
+
+# --------------------------------------------------------------------------- relaxed EES: the shared payments in C
+def draw_priors(rng, k_value, k_delay):
+    """Priors the compiled draws cover: equally likely points on whole numbers (ties among the points), or
+    uniform when k is 0; k = 1 (no draw), 256 (bytes without rejection) and 300 (32-bit words) included."""
+    from marketsched.mechanisms.online.ees import EqualPoints
+
+    def one(k, scale):
+        if k == 0:
+            return Uniform(0.0, scale)
+        return EqualPoints(tuple(rng.integers(0, scale + 1, k).astype(float).tolist()), tuple([1.0 / k] * k))
+    return TypePrior(one(k_value, 40.0), one(k_delay, 3.0))
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_compiled_shared_payments_equal_the_numpy_estimator(seed):
+    from marketsched.mechanisms.online.ees import (
+        compiled_draws_spec,
+        expected_externality_payments,
+        shared_payments_compiled,
+    )
+    from marketsched.mechanisms.online.profile import profile_kernel
+
+    kernel = profile_kernel()
+    if kernel is None:
+        pytest.skip("the profile kernel is not built (or MARKETSCHED_ENGINE=python)")
+    rng = np.random.default_rng(seed)
+    ks = (0, 1, 2, 5, 64, 255, 256, 300)
+    prior = draw_priors(rng, int(rng.choice(ks)), int(rng.choice(ks)))
+    m = int(rng.integers(1, 40))
+    S = int(rng.choice([1, 7, 8, 9, 20, 100, 129, 300]))
+    d = rng.integers(0, 4, m).astype(float)            # ties among the reports and with the prior's points
+    w = rng.integers(-2, 6, m).astype(float) * 0.5      # delays: some negative, some zero
+    v0 = float(rng.integers(0, 30))
+    spec = compiled_draws_spec(prior)
+    assert spec is not None
+    g1, g2 = np.random.default_rng(seed + 7), np.random.default_rng(seed + 7)
+    g1.random(int(seed % 3))  # a 32-bit half-word left in PCG64's buffer on some seeds
+    g2.random(int(seed % 3))
+    if seed % 2:
+        g1.integers(0, 2**32, dtype=np.uint32)
+        g2.integers(0, 2**32, dtype=np.uint32)
+    got_pay, got_xi = shared_payments_compiled(kernel, spec, v0, d, w, S, g1)
+    want_pay, want_xi = expected_externality_payments(v0, d, w, prior, S, g2, "shared")
+    np.testing.assert_array_equal(got_xi, want_xi)
+    np.testing.assert_array_equal(got_pay, want_pay)
+    assert g1.bit_generator.state == g2.bit_generator.state  # the same draws consumed
+
+
+def test_compiled_shared_payments_only_for_the_priors_and_estimator_they_reproduce(monkeypatch):
+    from marketsched.mechanisms.online.ees import Discrete, RelaxedEES, compiled_draws_spec
+    from marketsched.mechanisms.online.profile import profile_kernel
+
+    built = profile_kernel() is not None
+    prior = draw_priors(np.random.default_rng(0), 3, 0)
+    assert (RelaxedEES(prior, 4, estimator="shared").draws_spec is not None) == built
+    assert RelaxedEES(prior, 4, estimator="cached").draws_spec is None
+    assert RelaxedEES(prior, 4, estimator="shared", fast=False).draws_spec is None
+    assert compiled_draws_spec(TypePrior(Discrete((0.0, 1.0), (0.5, 0.5)), Uniform(0.0, 1.0))) is None
+    assert compiled_draws_spec(TypePrior(Uniform(-1e308, 1e308), Uniform(0.0, 1.0))) is None  # numpy refuses it
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
+    assert RelaxedEES(prior, 4, estimator="shared").draws_spec is None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_relaxed_ees_shared_payments_compiled_equal_the_reference(seed):
+    rng = np.random.default_rng(seed)
+    w = random_parallel_workload(rng, 60, int(rng.integers(2, 9)))
+    v = rng.integers(1, 40, len(w)).astype(float)
+    d = rng.integers(0, 4, len(w)).astype(float)
+    prior = draw_priors(rng, int(rng.choice([0, 1, 16, 300])), int(rng.choice([0, 4, 256])))
+    runs = []
+    for fast in (True, False):
+        pol = RelaxedEESPolicy(v, d, prior, n_draws=20, seed=seed, time_unit=1.0, estimator="shared", fast=fast)
+        runs.append((Simulator(w, pol).run(), pol))
+    (a, pa), (b, pb) = runs
+    assert_same_records(a, b)
+    assert len(pa.ledger.rows) == len(pb.ledger.rows) and max(pa.queue_lengths) > 2
+    for (_, _, x), (_, _, y) in zip(pa.ledger.rows, pb.ledger.rows):
+        np.testing.assert_array_equal(x.payments, y.payments)
+        np.testing.assert_array_equal(x.welfare_of_others, y.welfare_of_others)
+
+
+def test_relaxed_ees_on_the_builtin_jobs_equals_the_python_path(monkeypatch):
+    from marketsched.scenario import Scenario, in_form, run
+
+    jobs, _ = in_form(Scenario.builtin(400, 16).build(), "relaxed-ees")
+    a = run(jobs, "relaxed-ees")
+    if a.policy.mechanism.draws_spec is None:
+        pytest.skip("the profile kernel is not built (or MARKETSCHED_ENGINE=python)")
+    monkeypatch.setenv("MARKETSCHED_ENGINE", "python")
+    b = run(jobs, "relaxed-ees")
+    assert b.policy.mechanism.draws_spec is None
+    assert_same_records(a.records, b.records)
+    assert np.count_nonzero(a.records.payment) > 100

@@ -76,6 +76,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
@@ -301,6 +302,45 @@ def welfare_shared(front_value: float, delay_cost: np.ndarray, weights: np.ndarr
     return xi
 
 
+def compiled_draws_spec(prior: TypePrior) -> tuple | None:
+    """The arguments of the compiled draws (``_profile_kernel.prior_draws``) for ``prior``: per parameter
+    (delay cost, then value) ``(points, low, range)``, an :class:`EqualPoints` prior as the bytes of its
+    float64 points, a :class:`Uniform` as ``low`` and ``high - low`` (what ``Generator.uniform`` computes);
+    None when a parameter's prior is of another type (its draws stay NumPy's) or a uniform's range
+    overflows (``Generator.uniform`` raises on it)."""
+    spec: list[tuple[bytes | None, float, float]] = []
+    for p in (prior.delay_cost, prior.value):
+        if type(p) is EqualPoints:
+            spec.append((p._points.tobytes(), 0.0, 0.0))
+        elif type(p) is Uniform and np.isfinite(float(p.high) - float(p.low)):
+            spec.append((None, float(p.low), float(p.high) - float(p.low)))
+        else:
+            return None
+    return tuple(spec)
+
+
+def shared_payments_compiled(kernel, spec: tuple, front_value: float, delay_cost: np.ndarray, weights: np.ndarray,
+                             n_draws: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`welfare_shared` and :func:`payments_from_welfare` with the draws and the arithmetic in C
+    (``kernel``: :func:`~marketsched.mechanisms.online.profile.profile_kernel`; ``spec``:
+    :func:`compiled_draws_spec`), bit for bit the same numbers: the draws from ``rng``'s bit generator as
+    ``Generator.integers``/``uniform`` make them (the generator's state advances alike), the externality of
+    every draw ``b = D @ weights`` by NumPy (the same BLAS product), every other operation in the reference's
+    order. Needs at least one waiting job. Returns ``(payments, xi)``."""
+    m = len(delay_cost)
+    D = np.empty((n_draws, m))
+    V = np.empty(n_draws)
+    (dp, dlow, drange), (vp, vlow, vrange) = spec
+    kernel.prior_draws(rng.bit_generator.capsule, n_draws, m, D, dp, dlow, drange, V, vp, vlow, vrange)
+    weights = np.ascontiguousarray(weights, dtype=np.float64)
+    b = D @ weights
+    xi = np.empty(m + 1)
+    pay = np.empty(m + 1)
+    kernel.shared_payments(front_value, n_draws, m, D, V, b, weights, np.ascontiguousarray(delay_cost, dtype=np.float64),
+                           xi, pay)
+    return pay, xi
+
+
 def welfare_exact(front_value: float, delay_cost: np.ndarray, weights: np.ndarray, prior: TypePrior,
                   max_profiles: int = 2_000_000) -> np.ndarray:
     """Exact xi_m(t_m) by enumerating every profile of the others (discrete priors only)."""
@@ -387,6 +427,8 @@ class EES:
         self.prior = prior
         self.n_draws = int(n_draws)
         self.estimator = estimator
+        self.kernel: ModuleType | None = None  # RelaxedEES: the compiled profiles, draws and payments (profile_kernel), when built
+        self.draws_spec: tuple | None = None  # with a kernel, the 'shared' payments in C (compiled_draws_spec)
 
     def externality_weights(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None,
                             now: float = 0.0) -> tuple[np.ndarray, float | None]:
@@ -401,7 +443,12 @@ class EES:
         weights, start = self.externality_weights(queue, profile, now)
         v0, d = float(queue.value[0]), queue.delay_cost[1:]
         runs, b = decide(v0, d, weights)
-        pay, xi = expected_externality_payments(v0, d, weights, self.prior, self.n_draws, rng, self.estimator)
+        if self.draws_spec is not None and isinstance(rng, np.random.Generator):
+            # the lone job (I = 1) pays 0 and draws nothing, as in welfare_shared and payments_from_welfare
+            pay, xi = (shared_payments_compiled(self.kernel, self.draws_spec, v0, d, weights, self.n_draws, rng)
+                       if len(d) else (np.zeros(1), np.zeros(1)))
+        else:
+            pay, xi = expected_externality_payments(v0, d, weights, self.prior, self.n_draws, rng, self.estimator)
         return Decision(job_ids=queue.job_id.copy(), runs=runs, value=v0, externality=b, weights=weights,
                         payments=pay, welfare_of_others=xi, start_time=start if runs else None)
 
@@ -417,7 +464,9 @@ class RelaxedEES(EES):
        with i), and again without the front job i (schedule without i);
     3. delay_j(i) = start_j(with i) - start_j(without i) (not clamped; section 6.1.3 does not discuss clamping);
     4. run i iff v_i >= sum_j d_j delay_j(i)  (6.3); its planned start is its start in (2);
-    5. payments (6.4) as in EES with weights delay_j(i).
+    5. payments (6.4) as in EES with weights delay_j(i); with the compiled kernel, the ``"shared"``
+       estimator and a uniform or equal-points prior, computed by :func:`shared_payments_compiled`
+       (the same numbers as :func:`welfare_shared`, bit for bit).
     """
 
     def __init__(self, prior: TypePrior, capacity: int, n_draws: int = 1000, estimator: str = "cached",
@@ -429,6 +478,8 @@ class RelaxedEES(EES):
         self.fast = bool(fast)  # the schedules of step 2 on Python lists (greedy_starts); False: the reference
         self.kernel = profile_kernel() if self.fast else None  # the lists' greedy and profiles in C, when built
         self.schedule = greedy_starts_lists if self.kernel is None else self.kernel.greedy_starts
+        if self.kernel is not None and estimator == "shared":
+            self.draws_spec = compiled_draws_spec(prior)
 
     def delays(self, queue: QueueSnapshot, profile: AvailabilityProfile | ListProfile | None = None, now: float = 0.0
                ) -> tuple[np.ndarray, float]:
