@@ -61,7 +61,7 @@ from marketsched.mechanisms.games.metrics import evaluate, social_optimum
 
 NAME = "feldman2005"
 TITLE = "Feldman, Lai & Zhang (2005): Tycoon fixed-budget proportional-share game (sections 3 and 5, figures 3-7)"
-QUICK_TIME = "~90 s"  # CPU time of --quick (user + system, all processes), measured
+QUICK_TIME = "~25 s"  # CPU time of --quick (user + system, all processes), measured
 
 N_MACHINES = 100
 PREFS = {"uniform": 0, "correlated": 1}

@@ -40,7 +40,7 @@ from marketsched.mechanisms.online.ees import EES, QueueSnapshot, RelaxedEES, Ty
 
 NAME = "mutz"
 TITLE = "Mutz (2008): EES, relaxed EES, DPGVA, relaxed DPGVA (incentives, budget, run time)"
-QUICK_TIME = "~60 s"  # CPU time of --quick (user + system, all processes), measured
+QUICK_TIME = "~25 s"  # CPU time of --quick (user + system, all processes), measured
 
 SEED = 2002
 # Chapter 4 (units: d per hour as in the fig 4.2 text, r in hours; the thesis's uniform priors have no stated ranges)

@@ -63,7 +63,7 @@ from marketsched.experiments.tasks import Task, atomic_write, run_tasks
 
 NAME = "stoesser-ch5"
 TITLE = "Stößer (2009), ch. 5: DLGM vs P-DLGM, weighted flow time and per-percentile utility/slowdown"
-QUICK_TIME = "~60 s"  # CPU time of --quick (user + system, all processes), measured
+QUICK_TIME = "~7 s"  # CPU time of --quick (user + system, all processes), measured
 
 # (label, thesis trace, registry name, capacity fraction); all are split into serial jobs
 TRACES = [

@@ -60,7 +60,7 @@ from marketsched.mechanisms.online import share as sm
 
 NAME = "stoesser-ch6"
 TITLE = "Stößer (2009) ch. 6: Proportional Share vs Sanghavi-Hajek, reservations, ZIC and Q-learning bidders"
-QUICK_TIME = "~40 s"  # CPU time of --quick (user + system, all processes), measured
+QUICK_TIME = "~10 s"  # CPU time of --quick (user + system, all processes), measured
 
 TRACE = "KTH-SP2-1996-2.1-cln"  # substitute for DAS2-fs0 (shared/data/traces/README.md)
 N_REQUESTS = 1000
