@@ -80,8 +80,9 @@ How the market's decisions map onto Slurm
   suspended until the market starts it. A gate that reaches Slurm after it started the job
   ("no longer pending") is left to that reconciliation.
 * **Capacity follows the nodes.** At every poll, before it reads the jobs, the executor reads
-  the CPUs Slurm can run on (:meth:`SlurmExecutor.usable_cpus`: ``sinfo %C``, less the CPUs of
-  nodes that are down, drained or failing); :attr:`SlurmExecutor.capacity` is that, capped at
+  the CPUs Slurm can run on (:meth:`SlurmExecutor.usable_cpus`: ``sinfo -N %C`` of the partition,
+  less the CPUs of nodes that are down, drained or failing, and the free CPUs of nodes that miss
+  pings); :attr:`SlurmExecutor.capacity` is that, capped at
   the market's slots, and the broker sets it as the live engine's capacity in the batch of the
   exits of the same poll (Slurm fails a dead node's jobs when it declares the node down, so
   they end in the batch its CPUs leave in). The mechanism then stops the lowest keys when fewer
@@ -89,6 +90,10 @@ How the market's decisions map onto Slurm
   (:meth:`~marketsched.mechanisms.online.priority.PriorityScheduler.step`; docs/slurm_and_dayahead.md,
   "On a cluster"). Without this the market kept its slots and started, and charged, jobs that
   Slurm held pending for lack of CPUs.
+* **A node that fails** ends its jobs ``NODE_FAIL`` when Slurm declares it down, some 17 s
+  after it died; :meth:`SlurmExecutor.failure_time` gives the broker the failure time (see
+  there: the earlier of the declared end less ``SlurmdTimeout`` and the first poll that saw the
+  node unreachable), up to which the broker charges the job.
 * **Cancel** (``kill``): ``scancel`` (also of suspended and pending jobs).
 * **State** is read with ``squeue -h -o`` (9 ms; ``squeue --json`` costs 60-70 ms with 100
   jobs and ignores ``-j`` in 22.05, so it serves only :meth:`SlurmExecutor.squeue_json`), one
@@ -136,6 +141,7 @@ import select
 import shutil
 import subprocess
 import time
+import time as wallclock  # Unix time of node failures (tests replace this module's `time` by a fake clock)
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,6 +266,10 @@ class SlurmExecutor(JobFolders):
         self._last_poll = 0.0
         self._waker = WakePipe()
         self.calls = 0  # Slurm commands issued (for benchmarks)
+        self._default_partition: str | None = None
+        self._slurmd_timeout: float | None = None
+        self.unreachable: dict[str, float] = {}  # node -> Unix time a poll first saw it unreachable ("*")
+        self.failures: dict[int, float] = {}  # key -> failure time of a job ended NODE_FAIL (failure_time)
         self.usable = self.partition_cpus()  # CPUs Slurm can run on now (re-read at every poll)
         self.cpus = self._cpu_counts()[1]  # the partition's CPUs, those of nodes down included
         self.slots = self.cpus if slots is None else int(slots)
@@ -286,25 +296,81 @@ class SlurmExecutor(JobFolders):
         return total
 
     def usable_cpus(self) -> int:
-        """CPUs Slurm can run jobs on now: the partition's CPUs less those Slurm counts as
-        "other" (``sinfo %C`` is allocated/idle/other/total; "other" are the CPUs of nodes that
-        are down, drained or failing). A node stops counting when Slurm declares it down (its jobs
-        end ``NODE_FAIL`` at that moment), not while it merely misses pings (``idle*``)."""
+        """CPUs Slurm can run jobs on now: per node of the partition (``sinfo -N -o '%N %C %t'
+        -p PARTITION``: a node is listed once per partition, so always one partition), its CPUs
+        less those Slurm counts as "other" (down, drained or failing). A node the controller
+        cannot reach (a ``*`` after its state: ``idle*``, ``mix*``; ``down*`` once declared down)
+        offers no free CPU from the first poll that sees it so, before Slurm declares it down
+        (Slurm starts nothing there): it counts only the CPUs its running jobs hold, until Slurm
+        decides their fate (they end ``NODE_FAIL`` when it declares the node down, and the
+        capacity drops in the batch of their ends; counting them until then keeps the mechanism
+        from stopping jobs elsewhere in their place). Notes when each node was first seen
+        unreachable (:attr:`unreachable`)."""
         return self._cpu_counts()[0]
 
-    def _cpu_counts(self) -> tuple[int, int]:
-        """``(usable, total)`` CPUs of the partition (``sinfo %C``, see :meth:`usable_cpus`)."""
-        args = ["sinfo", "-h", "-o", "%C"]
+    def _partition_name(self) -> str:
+        """The partition the market runs on: its own, else Slurm's default (``sinfo %P`` marks
+        it with ``*``); read once."""
         if self.partition:
-            args += ["-p", self.partition]
-        out = self._run(args, timeout=10).split()
+            return self.partition
+        if self._default_partition is None:
+            names = self._run(["sinfo", "-h", "-o", "%P"], timeout=10).split()
+            default = [x[:-1] for x in names if x.endswith("*")]
+            if not default:
+                raise SlurmError(f"Slurm has no default partition (sinfo %P printed {names!r}): pass a partition")
+            self._default_partition = default[0]
+        return self._default_partition
+
+    def _cpu_counts(self) -> tuple[int, int]:
+        """``(usable, total)`` CPUs of the partition (see :meth:`usable_cpus`)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N %C %t", "-p", self._partition_name()]
+        out = self._run(args, timeout=10).splitlines()
         if not out:
-            raise SlurmError(f"Slurm partition {self.partition or '(default)'} not found (sinfo printed nothing)")
-        try:
-            counts = [[int(c) for c in x.split("/")] for x in out]
-            return sum(c[3] - c[2] for c in counts), sum(c[3] for c in counts)
-        except (IndexError, ValueError):
-            raise SlurmError(f"`{' '.join(args)}` printed {out!r}, not CPU counts A/I/O/T") from None
+            raise SlurmError(f"Slurm partition {self._partition_name()} not found (sinfo printed nothing)")
+        nodes: dict[str, tuple[int, int]] = {}
+        now = wallclock.time()
+        for line in out:
+            parts = line.split()
+            try:
+                a, i, o, t = (int(c) for c in parts[1].split("/"))
+                state = parts[2]
+            except (IndexError, ValueError):
+                raise SlurmError(f"`{' '.join(args)}` printed {line!r}, not a node, its CPUs A/I/O/T and its state") from None
+            if state.endswith("*"):  # unreachable: no free CPU; its jobs' CPUs until Slurm ends them
+                self.unreachable.setdefault(parts[0], now)
+                held = a if state.rstrip("*~#").rstrip("-") in USABLE_NODE_STATES else 0
+                nodes[parts[0]] = (min(held, t - o), t)
+            else:
+                self.unreachable.pop(parts[0], None)
+                nodes[parts[0]] = (t - o, t)
+        return sum(u for u, _ in nodes.values()), sum(t for _, t in nodes.values())
+
+    def slurmd_timeout(self) -> float | None:
+        """Slurm's ``SlurmdTimeout`` (s; ``scontrol show config``), read once; None if unknown."""
+        if self._slurmd_timeout is None:
+            try:
+                out = self._run(["scontrol", "show", "config"], timeout=10)
+            except SlurmError:
+                return None
+            for line in out.splitlines():
+                k, _, v = line.partition("=")
+                if k.strip() == "SlurmdTimeout" and v.split() and v.split()[0].isdigit():
+                    self._slurmd_timeout = float(v.split()[0])
+        return self._slurmd_timeout
+
+    def failure_time(self, key: int) -> float | None:
+        """The time (Unix seconds) job ``key``'s node failed, for a job that ended
+        ``NODE_FAIL``; None otherwise (the broker's hook, read when the job ends).
+
+        Decision: Slurm records only when it *declared* the node down (the job's ``EndTime``,
+        to the second), about 15 s after the node died here, never when it died: a node is
+        declared down once it has not answered for ``SlurmdTimeout`` s. So it had not answered
+        since ``EndTime - SlurmdTimeout`` at the latest, and the failure time is the earlier of
+        that and the first poll of this executor that saw the node unreachable (``*``: a ping
+        failed, so it had died). The job is charged up to there, never after; the time between
+        the node's last answer and this point (a ping interval plus the ping's timeout, at most)
+        cannot be told apart from the node's failure with what Slurm reports."""
+        return self.failures.pop(key, None)
 
     @property
     def capacity(self) -> int:
@@ -648,9 +714,7 @@ class SlurmExecutor(JobFolders):
     def idle_cpus_per_node(self) -> dict[str, int]:
         """Idle CPUs of each node of the partition, as Slurm sees them now (``sinfo -N``, %C is
         allocated/idle/other/total; a suspended job's CPUs are idle: Slurm frees them)."""
-        args = ["sinfo", "-h", "-N", "-o", "%N %C"]
-        if self.partition:
-            args += ["-p", self.partition]
+        args = ["sinfo", "-h", "-N", "-o", "%N %C", "-p", self._partition_name()]
         free = {}
         for line in self._run(args).splitlines():
             parts = line.split()
@@ -814,9 +878,27 @@ class SlurmExecutor(JobFolders):
             code = int(rc) if sig == "0" else -int(sig)
         if slurm_state in COMPLETION_STATES:
             return code, "completed", "" if slurm_state == "COMPLETED" else "slurm: FAILED (non-zero exit)"
+        if slurm_state == "NODE_FAIL" and info is not None:
+            self._node_failed(job.key, info)
         what = slurm_state or "unknown to Slurm"
         note = f"slurm: {what}" + (f" ({reason})" if reason and reason != "None" else "")
         return code, "failed", note
+
+    def _node_failed(self, key: int, info: dict[str, str]) -> None:
+        """Note the failure time of job ``key`` that ended ``NODE_FAIL`` (see :meth:`failure_time`)."""
+        times = []
+        seen = self.unreachable.get(info.get("NodeList", ""))
+        if seen is not None:
+            times.append(seen)
+        timeout = self.slurmd_timeout()
+        try:
+            declared = wallclock.mktime(wallclock.strptime(info.get("EndTime", ""), "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            declared = None
+        if declared is not None and timeout is not None:
+            times.append(declared - timeout)
+        if times:
+            self.failures[key] = min(times)
 
     def outcome(self, key: int) -> tuple[str, str]:
         """The broker's hook when job ``key`` ended: ``(final state, note)`` (see the module
