@@ -21,9 +21,10 @@ How the market's decisions map onto Slurm
   steps and its output files as that account (slurmstepd drops privileges, as for a job the
   user submitted; checked on Slurm 22.05: the job's ``UserId`` is the account). The job's folder
   is created owned by that account (0700), the script goes to sbatch on stdin (no file the
-  user could change) and the environment is exactly the local executor's clean one
-  (``--export=PATH=...,HOME=...``: without ``ALL``, nothing of the broker's environment is
-  passed). Slurm enters the folder as the user, so every folder above the jobs' folder must be
+  user could change) and the environment is exactly the local executor's clean one: sbatch
+  runs in it and passes it whole (``--export=ALL``, :func:`submit_environment`), so nothing of
+  the broker's environment is passed and no login shell runs (with ``--export=VARS`` or
+  ``NONE`` slurmd would first run ``su - ACCOUNT`` to load the account's login environment). Slurm enters the folder as the user, so every folder above the jobs' folder must be
   traversable by other accounts (:meth:`SlurmExecutor.check_reachable`, checked at start).
 * **Order = priorities.** ``slurm-up.sh`` configures ``PriorityType=priority/multifactor`` with
   every weight 0, so a job's priority is exactly the value the market sets. A job's priority
@@ -173,12 +174,13 @@ class SlurmError(RuntimeError):
     """A Slurm command failed; the message names the command and quotes its error."""
 
 
-def run(args: list[str], timeout: float = 30.0, input: str | None = None) -> str:
-    """Run a Slurm command (``input``: its stdin, e.g. a batch script for sbatch); return stdout,
-    raise :class:`SlurmError` with its stderr if it fails."""
+def run(args: list[str], timeout: float = 30.0, input: str | None = None, env: dict[str, str] | None = None) -> str:
+    """Run a Slurm command (``input``: its stdin, e.g. a batch script for sbatch; ``env``: its
+    whole environment, None: ours); return stdout, raise :class:`SlurmError` with its stderr if
+    it fails."""
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input,
-                           stdin=None if input is not None else subprocess.DEVNULL)
+                           stdin=None if input is not None else subprocess.DEVNULL, env=env)
     except FileNotFoundError:
         raise SlurmError(f"{args[0]} not found: Slurm's client commands are not installed "
                          "(run `bash scripts/slurm-up.sh`)") from None
@@ -284,9 +286,10 @@ class SlurmExecutor(JobFolders):
         self.gate_all = slots is not None and slots < self.cpus
 
     # ------------------------------------------------------------------ Slurm plumbing
-    def _run(self, args: list[str], timeout: float = 30.0, input: str | None = None) -> str:
+    def _run(self, args: list[str], timeout: float = 30.0, input: str | None = None,
+             env: dict[str, str] | None = None) -> str:
         self.calls += 1
-        return run(args, timeout, input)
+        return run(args, timeout, input) if env is None else run(args, timeout, input, env)
 
     def partition_cpus(self) -> int:
         """CPUs of the partition's nodes that are up (``sinfo``); an error if there are none."""
@@ -394,7 +397,7 @@ class SlurmExecutor(JobFolders):
             os.close(dfd)
         args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", str(int(cpus)), "-D", str(wd),
                 "-o", str(wd / "stdout"), "-e", str(wd / "stderr"), "--open-mode=append", "--no-requeue",
-                f"--priority={priority}", export_option(user, env)] + run_as_options(user)
+                f"--priority={priority}", EXPORT] + run_as_options(user)
         if mem_mib is not None:
             args.append(f"--mem={int(mem_mib)}M")
         if gated:
@@ -402,7 +405,8 @@ class SlurmExecutor(JobFolders):
         if self.partition:
             args += ["-p", self.partition]
         # the script goes on sbatch's stdin: no file anyone but the broker could change
-        out = self._run(args, input=BATCH.format(key=key, workdir=shell_quote(str(wd)))).strip()
+        out = self._run(args, input=BATCH.format(key=key, workdir=shell_quote(str(wd))),
+                        env=submit_environment(user, env)).strip()
         try:
             slurm_id = int(out.split(";")[0])
         except ValueError:
@@ -926,14 +930,28 @@ class SlurmExecutor(JobFolders):
         os.close(self.root_fd)
 
 
-def export_option(user: RunAs | None, env: dict | None) -> str:
-    """sbatch's ``--export`` for a job: exactly :func:`~marketsched.platform.executor.job_environment`
-    (a clean environment, never the broker's; Slurm adds its ``SLURM_*`` variables)."""
+EXPORT = "--export=ALL"  # with submit_environment: the job's environment, and no login shell
+
+
+def submit_environment(user: RunAs | None, env: dict | None) -> dict[str, str]:
+    """The whole environment sbatch runs in, which ``--export=ALL`` passes to the job as it is:
+    exactly :func:`~marketsched.platform.executor.job_environment` (a documented minimal
+    ``PATH``, the account's ``HOME``, ``USER``, ``LOGNAME``, ``SHELL=/bin/sh``, ``LANG`` and the
+    market's variables; never the broker's), plus ``SLURM_CONF`` when the broker has it (sbatch
+    needs it to find the cluster); Slurm adds its own ``SLURM_*`` variables.
+
+    Why not ``--export=PATH=...,HOME=...`` (or ``NONE``): sbatch then sets ``SLURM_GET_USER_ENV``
+    (Slurm 22.05, ``sbatch.c``), and slurmd loads the account's login environment for every job
+    with ``su - ACCOUNT -c env`` before the job starts: a login shell that reads the account's
+    ``.profile`` (for root, e.g. ``pyenv rehash``; one killed there left a stale lock that made
+    every later job start wait 60 s), and whose variables the job then inherits."""
     items = job_environment(user, env)
-    bad = [k for k, v in items.items() if "," in k or "," in v or "=" in k]
+    bad = [k for k in items if not k or "=" in k or "\0" in k or "\0" in items[k]]
     if bad:
-        raise SlurmError(f"environment variable(s) {bad} contain ',' or '=': sbatch --export cannot pass them")
-    return "--export=" + ",".join(f"{k}={v}" for k, v in items.items())
+        raise SlurmError(f"environment variable(s) {bad} cannot be passed to a Slurm job")
+    if os.environ.get("SLURM_CONF"):
+        items["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    return items
 
 
 def run_as_options(user: RunAs | None) -> list[str]:
