@@ -5,6 +5,8 @@ broker on the Slurm executor with a fake Slurm (the pattern of tests/test_slurm_
 lowest bids stop, are not charged while stopped, the ledger is the replay's, and the capacity
 comes back with the node."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -73,8 +75,8 @@ class NodesSlurm(FakeSlurm):
         super().__init__(cpus=cpus)
         self.ended: set[int] = set()
 
-    def __call__(self, args, timeout=30.0, input=None):
-        out = super().__call__(args, timeout, input)
+    def __call__(self, args, timeout=30.0, input=None, env=None):
+        out = super().__call__(args, timeout, input, env)
         if args[:3] == ["squeue", "-h", "-a"]:
             return "".join(f"{j}|COMPLETED|None\n" if j in self.ended else f"{j}|RUNNING|None\n"
                            for j in range(101, self.next_id + 1))
@@ -159,3 +161,119 @@ def test_a_market_started_while_a_node_is_down_runs_on_the_nodes_that_are_up(mon
         assert capacity_changes(b.store) == [[0.0, 2]]
     finally:
         b.stop(kill_jobs=True)
+
+
+def test_a_node_that_misses_pings_offers_no_free_cpu_and_each_node_counts_once(monkeypatch, tmp_path):
+    """``sinfo -N`` lists a node once per partition: the executor reads one partition (Slurm's
+    default, main, here) node by node; a node the controller cannot reach (``*``) counts only
+    the CPUs its jobs hold, one declared down nothing."""
+    calls = []
+
+    def fake(args, timeout=30.0, input=None):
+        calls.append(args)
+        if args[:2] == ["sinfo", "-h"] and "%P" in args:
+            return "main*\npa\npb\n"
+        assert args[:5] == ["sinfo", "-h", "-N", "-o", "%N %C %t"] and args[5:] == ["-p", "main"], args
+        return "node1 0/2/0/2 idle\nnode2 1/1/0/2 mix*\nnode3 0/0/2/2 down*\nnode4 2/0/0/2 alloc\n"
+
+    monkeypatch.setattr(slurm, "run", fake)
+    ex = slurm.SlurmExecutor(tmp_path / "jobs")
+    assert (ex.usable, ex.cpus) == (2 + 1 + 0 + 2, 8)
+    assert set(ex.unreachable) == {"node2", "node3"}
+
+
+class FailingSlurm(NodesSlurm):
+    """Two nodes of 2 CPUs (node1, node2); ``nodes``: node -> (allocated CPUs, sinfo state);
+    jobs in ``node_fail`` ended NODE_FAIL at ``end_time`` (Unix seconds)."""
+
+    def __init__(self):
+        super().__init__(cpus=4)
+        self.nodes = {"node1": (0, "idle"), "node2": (0, "idle")}
+        self.node_fail: set[int] = set()
+        self.end_time = 0.0
+
+    def __call__(self, args, timeout=30.0, input=None, env=None):
+        if args[:2] == ["sinfo", "-h"] and "%N %C %t" in args:
+            return "".join(f"{n} {a}/{2 - a if not s.startswith('down') else 0}/{2 if s.startswith('down') else 0}/2 {s}\n"
+                           for n, (a, s) in self.nodes.items())
+        if args[:3] == ["scontrol", "show", "config"]:
+            return "SlurmdTimeout           = 6 sec\nTCPTimeout              = 2 sec\n"
+        out = super().__call__(args, timeout, input, env)
+        if args[:3] == ["squeue", "-h", "-a"]:
+            return "".join(f"{j}|{'NODE_FAIL' if int(j) in self.node_fail else st}|None\n"
+                           for j, st, _ in (line.split("|") for line in out.splitlines()))
+        if args[:4] == ["scontrol", "-o", "show", "job"] and int(args[4]) in self.node_fail:
+            end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.end_time))
+            return f"JobId={args[4]} JobState=NODE_FAIL Reason=NodeDown ExitCode=0:0 EndTime={end} NodeList=node2\n"
+        return out
+
+
+def test_a_job_on_a_node_that_dies_is_charged_up_to_the_failure_not_its_detection(monkeypatch, tmp_path):
+    """Three jobs run on two nodes; node2 dies: a poll sees it unreachable (``mix*``) at wall
+    time 1004, Slurm declares it down at 1016 (SlurmdTimeout 6 s: silent since 1010 at the
+    latest) and ends its job NODE_FAIL. The job is charged and metered up to 1004, the earlier
+    of the two; what was posted since is refunded; the capacity keeps the CPU the job held until
+    its end (no other job stops for it); the ledger is the replay's on the recorded run."""
+    wall = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+    fake = FailingSlurm()
+    monkeypatch.setattr(slurm, "run", fake)
+    (tmp_path / "m" / "jobs").mkdir(parents=True)
+    ex = slurm.SlurmExecutor(tmp_path / "m" / "jobs", slots=4, poll=0.0)
+    clock = FakeClock(0.0)
+    b = Broker(tmp_path / "m", MarketConfig(executor="slurm", slots=4, single_user=True, charge_interval=1.0),
+               clock=clock, executor=ex)
+    try:
+        b.ensure_admin()
+        b.add_user(True, "a", 10_000)
+        bids = [5.0, 3.0, 2.0]
+        ids = [b.submit("a", False, x, "true")["id"] for x in bids]
+        lost = ids[1]
+        fake.nodes = {"node1": (2, "alloc"), "node2": (1, "mix")}
+        for t in (4.0, 10.0):
+            clock.set(t)
+            wall[0] = 1000.0 + t
+            if t == 4.0:
+                fake.nodes["node2"] = (1, "mix*")  # misses pings: no free CPU, its job's CPU kept
+            b.step()
+        assert ex.unreachable == {"node2": 1004.0}
+        assert states(b) == {j: "running" for j in ids} and b.engine.capacity == 3
+        for t in (16.0,):  # Slurm declares node2 down and ends its job
+            clock.set(t)
+            wall[0] = 1000.0 + t
+            fake.nodes["node2"] = (0, "down*")
+            fake.node_fail.add(b.executor.recorded(lost)[0])
+            fake.end_time = 1016.0
+            b.step()
+        job = b.job("admin", True, lost)
+        assert job["state"] == "failed" and "NODE_FAIL" in job["note"] and job["end_t"] == 16.0
+        assert job["run_seconds"] == 4.0 and job["charged"] == pytest.approx(4.0 * 1.0, abs=1e-6)  # price 1: no queue
+        assert [e["t"] for e in job["events"] if e["kind"] == "node-failure"] == [4.0]
+        refunds = [e for e in b.store.entries() if e["kind"] == "refund"]
+        assert [(e["job_id"], e["amount"]) for e in refunds] == [(lost, 6_000_000)]  # posted up to 10, charged to 4
+        assert b.engine.capacity == 2 and capacity_changes(b.store) == [[4.0, 3], [16.0, 2]]
+        clock.set(30.0)
+        fake.ended |= {b.executor.recorded(j)[0] for j in (ids[0], ids[2])}
+        b.step()
+        jobs = [b.job("admin", True, j) for j in ids]
+        rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, 4,
+                                capacity_changes=capacity_changes(b.store))
+        np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
+        b.store.check_books()
+        assert b.store.charged_by_job()[lost] == 4_000_000
+    finally:
+        b.stop(kill_jobs=True)
+
+
+def test_the_failure_time_is_the_earlier_of_the_first_unreachable_poll_and_the_declared_end_less_the_timeout(
+        monkeypatch, tmp_path):
+    fake = FailingSlurm()
+    monkeypatch.setattr(slurm, "run", fake)
+    ex = slurm.SlurmExecutor(tmp_path / "jobs", slots=4)
+    end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(2000.0))
+    for seen, want in ((1997.0, 1994.0), (1990.0, 1990.0), (None, 1994.0)):
+        ex.unreachable = {} if seen is None else {"node2": seen}
+        ex._node_failed(7, {"NodeList": "node2", "EndTime": end})
+        assert ex.failure_time(7) == want and ex.failure_time(7) is None  # read once
+    ex._node_failed(7, {"NodeList": "node2", "EndTime": "Unknown"})
+    assert ex.failure_time(7) is None  # nothing Slurm reported: the market's own end time stands

@@ -183,12 +183,20 @@ def test_a_node_that_dies_mid_job_ends_its_jobs_and_is_used_again_when_it_return
     kept = [j for j in ids if nodes[j] != dead]
     assert len(lost) == 2
     try:
+        killed = b.wall()
         cluster_up("node-down", dead)
         assert wait_for(lambda: all(state(b, j) == "failed" for j in lost), HANG)
         for j in lost:  # the job ends as Slurm reports it
             rec = b.job("admin", True, j)
             assert "slurm: NODE_FAIL" in rec["note"], rec["note"]
             assert info(b, j).get("JobState") == "NODE_FAIL"
+            # charged and metered up to the node's failure as recorded, not up to Slurm's report:
+            # eight jobs on eight CPUs, no queue, so the k-th price is the reservation price 1
+            tf = [e["t"] for e in rec["events"] if e["kind"] == "node-failure"]
+            assert len(tf) == 1 and tf[0] < rec["end_t"], (tf, rec["end_t"])
+            assert rec["run_seconds"] == pytest.approx(tf[0] - rec["first_start"], abs=1e-9)
+            assert rec["charged"] == pytest.approx(1.0 * rec["run_seconds"], abs=1e-6)
+            print(f"job {j}: node killed at t={killed:.3f}, failure time {tf[0]:.3f}, Slurm's report {rec['end_t']:.3f}")
         charged = {j: b.job("admin", True, j)["charged"] for j in lost}
         assert all(state(b, j) == "running" for j in kept)
         time.sleep(5 * b.config.charge_interval)

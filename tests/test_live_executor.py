@@ -230,3 +230,35 @@ def test_a_job_folder_swapped_during_the_launch_is_refused(ex, monkeypatch):
     assert not (wd / "ran").exists() and not (wd.with_name("elsewhere") / "ran").exists()
     assert ex.procs == {} and jobfiles.read_state(ex.root, 1) is None
     assert ex.launch(2, "echo fine").pid and wait_exits(ex) == [(2, 0)]
+
+
+LOGIN_FILES = (".profile", ".bash_profile", ".bash_login", ".bashrc")
+
+
+def test_a_job_as_an_account_gets_the_documented_environment_and_no_login_shell(accounts, open_dir):
+    """As the account, with exactly job_environment (PATH, HOME, USER, LOGNAME, SHELL, LANG, the
+    market's variables) and no login shell: the account's start-up files, each of which writes a
+    marker, are never read (the Slurm executor's counterpart is in tests/test_slurm_market.py)."""
+    import pwd
+    from pathlib import Path
+
+    from marketsched.platform.executor import RunAs, job_environment
+
+    user = RunAs.lookup(accounts[0])
+    home = Path(pwd.getpwnam(user.name).pw_dir)
+    marker = home / "login-shell-ran"
+    for name in LOGIN_FILES:
+        (home / name).write_text(f"echo {name} >> {marker}\nexport FROM_LOGIN=1\n")
+    ex = LocalExecutor(open_dir / "jobs")
+    try:
+        p = ex.launch(5, "env", env={"MARKETSCHED_JOB_ID": "5"}, user=user)
+        assert wait_exits(ex) == [(5, 0)]
+        out = (p.workdir / "stdout").read_text()
+        env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        ours = {k: v for k, v in env.items() if k not in {"PWD", "OLDPWD", "SHLVL", "_"}}
+        assert ours == job_environment(user, {"MARKETSCHED_JOB_ID": "5"})
+        assert not marker.exists(), marker.read_text()
+    finally:
+        ex.shutdown(kill=True)
+        for name in LOGIN_FILES:
+            (home / name).unlink(missing_ok=True)

@@ -23,14 +23,21 @@ class FakeSlurm:
         self.launch_after: dict[int, int] = {}  # slurm id -> sstat calls that find it unlaunched
         self.idle: dict[str, int] | None = None  # node -> idle CPUs (None: one node, all CPUs idle)
         self.node_of: dict[int, str] = {}  # slurm id -> its node (scontrol show job NodeList)
+        self.envs: list[dict | None] = []  # the environment each command ran in (None: the caller's)
+        self.node_state = "idle"  # sinfo %t of the (one) node; "idle*": the controller cannot reach it
 
-    def __call__(self, args, timeout=30.0, input=None):
+    def __call__(self, args, timeout=30.0, input=None, env=None):
         self.cmds.append(args)
+        self.envs.append(env)
         if args[:2] == ["scontrol", "update"] and int(args[2].split("=")[1]) in self.refuse:
             jid = int(args[2].split("=")[1])
             raise slurm.SlurmError(f"`{' '.join(args)}` failed (exit 1): {self.refuse[jid]} for job {jid}")
         if args[0] == "sbatch":
             assert input is not None and input.startswith("#!/bin/sh"), "sbatch gets its script on stdin"
+        if args[0] == "sinfo" and "%P" in args:
+            return "main*\npa\n"
+        if args[0] == "sinfo" and "%N %C %t" in args:
+            return f"localhost 0/{self.cpus - self.other}/{self.other}/{self.cpus} {self.node_state}\n"
         if args[0] == "sinfo" and "-N" in args:
             idle = self.idle if self.idle is not None else {"localhost": self.cpus}
             return "".join(f"{n} {self.cpus - i}/{i}/0/{self.cpus}\n" for n, i in idle.items())

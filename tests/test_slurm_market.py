@@ -9,6 +9,7 @@ where a missing cluster fails the tests.
 import pwd
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -303,3 +304,40 @@ def test_jobs_are_submitted_as_their_owners_unix_accounts(cluster, accounts, ope
         prefix = b.executor.job_name(0)[:-1]
         b.stop(kill_jobs=True)
         cancel_and_wait(prefix)
+
+
+LOGIN_FILES = (".profile", ".bash_profile", ".bash_login", ".bashrc")
+# Slurm's own variables besides SLURM_* (measured on 22.05) and the shell's
+SLURM_ADDS = {"ENVIRONMENT", "HOSTNAME", "SLURMD_NODENAME", "TMPDIR", "PWD", "OLDPWD"}
+
+
+def test_a_job_starts_with_the_documented_environment_and_no_login_shell(cluster, accounts, open_dir):
+    """The job's environment is the executor's (job_environment: PATH, HOME, USER, LOGNAME, SHELL,
+    LANG, the market's variables) plus Slurm's own; no login shell runs for it (slurmd's
+    ``su - ACCOUNT``, which --export=VARS would cause): the account's start-up files, each of
+    which writes a marker, are never read."""
+    from marketsched.platform.executor import RunAs, job_environment
+
+    unix = accounts[0]
+    home = Path(pwd.getpwnam(unix).pw_dir)
+    marker = home / "login-shell-ran"
+    for name in LOGIN_FILES:
+        (home / name).write_text(f"echo {name} >> {marker}\nexport FROM_LOGIN=1\n")
+    b = Broker(open_dir / "market", MarketConfig(executor="slurm", single_user=False, slots=2,
+                                                 charge_interval=0.2)).start()
+    try:
+        b.ensure_admin()
+        b.add_user(True, "alice", 100, unix=unix)
+        j = b.submit("alice", False, 2.0, "env")["id"]
+        assert wait_for(lambda: b.job("admin", True, j)["state"] == "completed", 90), b.job("admin", True, j)
+        out = b.job("admin", True, j)["stdout"]
+        env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+        assert not marker.exists(), marker.read_text()
+        ours = {k: v for k, v in env.items() if not k.startswith("SLURM_") and k not in SLURM_ADDS}
+        assert ours == job_environment(RunAs.lookup(unix), {"MARKETSCHED_JOB_ID": str(j)})
+    finally:
+        prefix = b.executor.job_name(0)[:-1]
+        b.stop(kill_jobs=True)
+        cancel_and_wait(prefix)
+        for name in LOGIN_FILES:
+            (home / name).unlink(missing_ok=True)

@@ -876,9 +876,10 @@ class Broker:
         """Seconds the market has metered ``job`` up to now (its open interval included)."""
         return job.run_seconds + (self._t - job.run_since if job.run_since is not None else 0.0)
 
-    def _final(self, job: Active, state: str, t: float, exit_code=None, note: str = "") -> None:
+    def _final(self, job: Active, state: str, t: float, exit_code=None, note: str = "",
+               settle: float | None = None) -> None:
         if job.row is not None:
-            self._post(job)
+            self._post(job, settle)
         if self.active.pop(job.id, None) is not None:
             self.active_by_user[job.owner] -= 1
         job.state = state
@@ -926,17 +927,46 @@ class Broker:
         t = self._t
         rows = sorted(job.engine_row for job, _ in ended if job.row is not None)
         notes = {job.id: "ended while held" if job.state == "held" else "" for job, _ in ended}
+        failed = self._failures(ended)  # before the batch: the rows still run in the engine
         if rows or capacity is not None:
             self.engine.batch(completed=rows, capacity=capacity)
         outcome = getattr(self.executor, "outcome", None)
         for job, code in ended:
-            self._stopped_running(job, t)
+            tf, settle = failed.get(job.id, (t, None))
+            self._stopped_running(job, tf)
             state, note = "completed", notes[job.id]
             if outcome is not None:  # e.g. Slurm killed it: "failed", "slurm: NODE_FAIL"
                 state, why = outcome(job.id)
                 note = "; ".join(x for x in (note, why) if x)
-            self._final(job, state, t, exit_code=code, note=note)
+            if settle is not None:
+                self.store.add_event(job.id, tf, "node-failure",
+                                     f"charged and metered up to its node's failure (t={tf:.6f}), "
+                                     f"{t - tf:.3f} s before Slurm reported it")
+            self._final(job, state, t, exit_code=code, note=note, settle=settle)
         self._apply()
+
+    def _failures(self, ended) -> dict[int, tuple[float, float]]:
+        """Jobs of ``ended`` whose machine failed before the executor reported their end (the
+        executor's ``failure_time`` hook: a Slurm node that died): ``{job id: (failure time in
+        market seconds, the job's payment up to it)}``. Decision: the mechanism learns of the
+        failure when it is reported and decides then (the capacity change too); only the failed
+        job's charge and run time end at the failure time (``LiveEngine.accrued_at``), so it never
+        pays for time after it, and what was posted since is refunded; its recorded run time
+        ends there too, so a replay of the recorded run gives the same payments. A failure time
+        before the job's last start counts from that start."""
+        hook = getattr(self.executor, "failure_time", None)
+        out: dict[int, tuple[float, float]] = {}
+        if hook is None:
+            return out
+        epoch = getattr(self.wall, "epoch", None)
+        for job, _ in ended:
+            f = hook(job.id)
+            if f is None or job.row is None or job.run_since is None:
+                continue
+            tf = f - epoch if epoch is not None else self._t - max(0.0, time.time() - f)
+            tf = min(max(tf, job.run_since), self._t)
+            out[job.id] = (tf, self.engine.accrued_at(job.row, tf))
+        return out
 
     # ================================================================== money
     def _unposted(self, user: str) -> int:
@@ -950,12 +980,28 @@ class Broker:
                 total += max(0, to_micro(pricing.accrued(job.row)) - job.row_posted)
         return total
 
-    def _post(self, job: Active) -> bool:
+    def _post(self, job: Active, settle: float | None = None) -> bool:
         """Post what ``job`` accrued since its last posting, up to the owner's balance; a
-        shortfall is recorded as unpaid and marks the owner to be held. False if short."""
+        shortfall is recorded as unpaid and marks the owner to be held. False if short.
+        ``settle``: the row's whole payment instead of what it accrued up to now (a job whose
+        node failed earlier); what was posted beyond it is taken off what is unpaid first, then
+        refunded (an entry ``refund``, revenue to the owner)."""
         if job.row is None:
             return True
-        due = to_micro(self.engine.accrued(job.row)) - job.row_posted
+        due = to_micro(self.engine.accrued(job.row) if settle is None else settle) - job.row_posted
+        if due < 0:
+            over = -due
+            forgiven = min(over, job.unpaid)
+            back = over - forgiven
+            if back:
+                self.store.post(self._t, "refund", REVENUE, user_account(job.owner), back, job.id,
+                                memo=f"job {job.id}: posted after its node failed")
+                self.balance[job.owner] += back
+            job.row_posted += due
+            job.charged -= back
+            job.unpaid -= forgiven
+            self.store.update_job(job.id, charged=job.charged, unpaid=job.unpaid, run_seconds=self._ran(job))
+            return True
         if due <= 0:
             self.store.update_job(job.id, run_seconds=self._ran(job))
             return True

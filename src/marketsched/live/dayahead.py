@@ -426,7 +426,7 @@ class DayAhead:
         job_ref = None
         if x["command"]:
             from marketsched.platform import jobfiles
-            from marketsched.platform.slurm import BATCH, export_option, run_as_options, shell_quote
+            from marketsched.platform.slurm import BATCH, EXPORT, run_as_options, shell_quote, submit_environment
 
             wd = self.root / f"job-{x['id']}"
             uid, gid = (user.uid, user.gid) if user is not None else (None, None)
@@ -439,12 +439,13 @@ class DayAhead:
             args = ["sbatch", "--parsable", "-J", name, f"--reservation={name}", f"--begin={_iso(start_wall)}",
                     f"--time={secs // 60}:{secs % 60:02d}", "-D", str(wd), "-o", str(wd / "stdout"),
                     "-e", str(wd / "stderr"), "--no-requeue",
-                    export_option(user, {"MARKETSCHED_DAYAHEAD_BID": x["id"]}),
+                    EXPORT,
                     "-n", str(x["nodes"] if self.config.mechanism == "relaxed" else 1)] + run_as_options(user)
             if ex.partition:
                 args += ["-p", ex.partition]
             script = BATCH.format(key=f"day-ahead bid {x['id']}", workdir=shell_quote(str(wd)))
-            job_ref = "slurm:" + run(args, input=script).strip().split(";")[0]
+            env = submit_environment(user, {"MARKETSCHED_DAYAHEAD_BID": x["id"]})
+            job_ref = "slurm:" + run(args, input=script, env=env).strip().split(";")[0]
         return name, job_ref
 
     def cancel_reservations(self) -> None:

@@ -43,6 +43,15 @@ Extra operations a real market needs and a trace never has (documented decisions
   and the policy's ``step`` then stops the jobs it would not run with fewer processors (for the
   priority mechanisms: lowest key first). The engine only sets the number; the policy decides.
   Each change is kept in :attr:`LiveEngine.capacity_changes` as ``(t, capacity)`` for a replay.
+* **accrued_at** (a job's payment up to an earlier time): a job whose machine failed is known
+  to have stopped only when the failure is detected, later (the live market on Slurm: a node
+  declared down some 15 s after it died). Its payment is settled up to the failure time:
+  prices change only at events, so after every batch the engine keeps the pricing's regime
+  (:meth:`~marketsched.mechanisms.online.pricing.KthPrice.regime`: what every running job's
+  price depends on until the next event) with its time, for :data:`REGIME_HORIZON` seconds;
+  the payment up to ``t`` is the payment up to now less, for each interval since ``t``, the
+  job's price in that interval's regime times its length. O(1) per batch; a query costs the
+  batches since ``t``.
 * A re-entered job (after a restart, or after its owner paid again) is a *new row*: rows are
   the mechanism's view of a job's presence in the market; the broker maps rows to jobs.
 """
@@ -57,6 +66,7 @@ from marketsched.engine.records import FinalState
 from marketsched.engine.state import ClusterState, SchedulingError
 
 INF = math.inf
+REGIME_HORIZON = 3600.0  # s of price regimes kept for accrued_at (a failure is detected well within it)
 _PENDING = int(FinalState.PENDING)
 _COMPLETED = int(FinalState.COMPLETED)
 _KILLED = int(FinalState.KILLED)
@@ -99,6 +109,7 @@ class LiveEngine(ClusterState):
         self.effects: list[tuple[str, int, float]] = []
         self._timers: list[float] = []
         self.batches = 0
+        self.regimes: list[tuple[float, object]] = []  # (t, pricing regime from t on), see accrued_at
         policy.bind(self)
         self._advance = getattr(policy, "advance", None)
 
@@ -204,7 +215,44 @@ class LiveEngine(ClusterState):
             heapq.heappop(self._timers)
         self.policy.step(t, arrived, stopped)
         self.batches += 1
+        self._log_regime(t)
         return arrived
+
+    def _log_regime(self, t: float) -> None:
+        regime = getattr(self.policy.pricing, "regime", None)
+        if regime is None:
+            return
+        log = self.regimes
+        if log and log[-1][0] == t:
+            log[-1] = (t, regime())
+        else:
+            log.append((t, regime()))
+        if len(log) > 4096 and log[1][0] < t - REGIME_HORIZON:  # amortised O(1): drop the old ones at once
+            keep = next(i for i, (ti, _) in enumerate(log) if ti >= t - REGIME_HORIZON)
+            del log[:max(keep - 1, 0)]
+
+    def accrued_at(self, j: int, t: float) -> float:
+        """Payment of running row ``j`` up to the earlier time ``t`` (see the module docstring):
+        its payment up to now less its price in each regime since ``max(t, its start)`` times the
+        regime's length. ``t`` at or after now: the payment up to now. A row not running: its
+        settled payment. ``t`` older than the regimes kept: the oldest kept regime's time."""
+        acc = self.accrued(j)
+        if not self.running[j] or not self.regimes:
+            return acc
+        lo = max(float(t), self.run_start[j], self.regimes[0][0])
+        end = self.now
+        if lo >= end:
+            return acc
+        rate_in = self.policy.pricing.rate_in
+        refund = 0.0
+        for ti, regime in reversed(self.regimes):
+            start = max(ti, lo)
+            if start < end:
+                refund += rate_in(j, regime) * (end - start)
+            end = ti
+            if ti <= lo:
+                break
+        return acc - refund
 
     def _truncate(self, n: int) -> None:
         for col in (self.submit, self.procs, self.running, self.run_start, self.first_start, self.end_time,

@@ -363,8 +363,11 @@ class Store:
         return [dict(zip(keys, r)) for r in self._rows(sql, params)]
 
     def charged_by_job(self) -> dict[int, int]:
+        """Each job's charges less its refunds (a job whose node failed before the market learnt
+        it is refunded what was posted after the failure), micro-units."""
         return dict(self._rows(
-            "SELECT job_id, SUM(amount) FROM entries WHERE kind = 'charge' GROUP BY job_id"))
+            "SELECT job_id, SUM(CASE WHEN kind = 'refund' THEN -amount ELSE amount END) FROM entries "
+            "WHERE kind IN ('charge', 'refund') GROUP BY job_id"))
 
     def check_books(self) -> dict[str, int]:
         """Verify the double entry: balances sum to 0 and each equals its entries' net flow.

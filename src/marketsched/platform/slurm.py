@@ -21,9 +21,10 @@ How the market's decisions map onto Slurm
   steps and its output files as that account (slurmstepd drops privileges, as for a job the
   user submitted; checked on Slurm 22.05: the job's ``UserId`` is the account). The job's folder
   is created owned by that account (0700), the script goes to sbatch on stdin (no file the
-  user could change) and the environment is exactly the local executor's clean one
-  (``--export=PATH=...,HOME=...``: without ``ALL``, nothing of the broker's environment is
-  passed). Slurm enters the folder as the user, so every folder above the jobs' folder must be
+  user could change) and the environment is exactly the local executor's clean one: sbatch
+  runs in it and passes it whole (``--export=ALL``, :func:`submit_environment`), so nothing of
+  the broker's environment is passed and no login shell runs (with ``--export=VARS`` or
+  ``NONE`` slurmd would first run ``su - ACCOUNT`` to load the account's login environment). Slurm enters the folder as the user, so every folder above the jobs' folder must be
   traversable by other accounts (:meth:`SlurmExecutor.check_reachable`, checked at start).
 * **Order = priorities.** ``slurm-up.sh`` configures ``PriorityType=priority/multifactor`` with
   every weight 0, so a job's priority is exactly the value the market sets. A job's priority
@@ -80,8 +81,9 @@ How the market's decisions map onto Slurm
   suspended until the market starts it. A gate that reaches Slurm after it started the job
   ("no longer pending") is left to that reconciliation.
 * **Capacity follows the nodes.** At every poll, before it reads the jobs, the executor reads
-  the CPUs Slurm can run on (:meth:`SlurmExecutor.usable_cpus`: ``sinfo %C``, less the CPUs of
-  nodes that are down, drained or failing); :attr:`SlurmExecutor.capacity` is that, capped at
+  the CPUs Slurm can run on (:meth:`SlurmExecutor.usable_cpus`: ``sinfo -N %C`` of the partition,
+  less the CPUs of nodes that are down, drained or failing, and the free CPUs of nodes that miss
+  pings); :attr:`SlurmExecutor.capacity` is that, capped at
   the market's slots, and the broker sets it as the live engine's capacity in the batch of the
   exits of the same poll (Slurm fails a dead node's jobs when it declares the node down, so
   they end in the batch its CPUs leave in). The mechanism then stops the lowest keys when fewer
@@ -89,6 +91,10 @@ How the market's decisions map onto Slurm
   (:meth:`~marketsched.mechanisms.online.priority.PriorityScheduler.step`; docs/slurm_and_dayahead.md,
   "On a cluster"). Without this the market kept its slots and started, and charged, jobs that
   Slurm held pending for lack of CPUs.
+* **A node that fails** ends its jobs ``NODE_FAIL`` when Slurm declares it down, some 17 s
+  after it died; :meth:`SlurmExecutor.failure_time` gives the broker the failure time (see
+  there: the earlier of the declared end less ``SlurmdTimeout`` and the first poll that saw the
+  node unreachable), up to which the broker charges the job.
 * **Cancel** (``kill``): ``scancel`` (also of suspended and pending jobs).
 * **State** is read with ``squeue -h -o`` (9 ms; ``squeue --json`` costs 60-70 ms with 100
   jobs and ignores ``-j`` in 22.05, so it serves only :meth:`SlurmExecutor.squeue_json`), one
@@ -136,6 +142,7 @@ import select
 import shutil
 import subprocess
 import time
+import time as wallclock  # Unix time of node failures (tests replace this module's `time` by a fake clock)
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,12 +174,13 @@ class SlurmError(RuntimeError):
     """A Slurm command failed; the message names the command and quotes its error."""
 
 
-def run(args: list[str], timeout: float = 30.0, input: str | None = None) -> str:
-    """Run a Slurm command (``input``: its stdin, e.g. a batch script for sbatch); return stdout,
-    raise :class:`SlurmError` with its stderr if it fails."""
+def run(args: list[str], timeout: float = 30.0, input: str | None = None, env: dict[str, str] | None = None) -> str:
+    """Run a Slurm command (``input``: its stdin, e.g. a batch script for sbatch; ``env``: its
+    whole environment, None: ours); return stdout, raise :class:`SlurmError` with its stderr if
+    it fails."""
     try:
         p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, input=input,
-                           stdin=None if input is not None else subprocess.DEVNULL)
+                           stdin=None if input is not None else subprocess.DEVNULL, env=env)
     except FileNotFoundError:
         raise SlurmError(f"{args[0]} not found: Slurm's client commands are not installed "
                          "(run `bash scripts/slurm-up.sh`)") from None
@@ -260,6 +268,10 @@ class SlurmExecutor(JobFolders):
         self._last_poll = 0.0
         self._waker = WakePipe()
         self.calls = 0  # Slurm commands issued (for benchmarks)
+        self._default_partition: str | None = None
+        self._slurmd_timeout: float | None = None
+        self.unreachable: dict[str, float] = {}  # node -> Unix time a poll first saw it unreachable ("*")
+        self.failures: dict[int, float] = {}  # key -> failure time of a job ended NODE_FAIL (failure_time)
         self.usable = self.partition_cpus()  # CPUs Slurm can run on now (re-read at every poll)
         self.cpus = self._cpu_counts()[1]  # the partition's CPUs, those of nodes down included
         self.slots = self.cpus if slots is None else int(slots)
@@ -274,9 +286,10 @@ class SlurmExecutor(JobFolders):
         self.gate_all = slots is not None and slots < self.cpus
 
     # ------------------------------------------------------------------ Slurm plumbing
-    def _run(self, args: list[str], timeout: float = 30.0, input: str | None = None) -> str:
+    def _run(self, args: list[str], timeout: float = 30.0, input: str | None = None,
+             env: dict[str, str] | None = None) -> str:
         self.calls += 1
-        return run(args, timeout, input)
+        return run(args, timeout, input) if env is None else run(args, timeout, input, env)
 
     def partition_cpus(self) -> int:
         """CPUs of the partition's nodes that are up (``sinfo``); an error if there are none."""
@@ -286,25 +299,81 @@ class SlurmExecutor(JobFolders):
         return total
 
     def usable_cpus(self) -> int:
-        """CPUs Slurm can run jobs on now: the partition's CPUs less those Slurm counts as
-        "other" (``sinfo %C`` is allocated/idle/other/total; "other" are the CPUs of nodes that
-        are down, drained or failing). A node stops counting when Slurm declares it down (its jobs
-        end ``NODE_FAIL`` at that moment), not while it merely misses pings (``idle*``)."""
+        """CPUs Slurm can run jobs on now: per node of the partition (``sinfo -N -o '%N %C %t'
+        -p PARTITION``: a node is listed once per partition, so always one partition), its CPUs
+        less those Slurm counts as "other" (down, drained or failing). A node the controller
+        cannot reach (a ``*`` after its state: ``idle*``, ``mix*``; ``down*`` once declared down)
+        offers no free CPU from the first poll that sees it so, before Slurm declares it down
+        (Slurm starts nothing there): it counts only the CPUs its running jobs hold, until Slurm
+        decides their fate (they end ``NODE_FAIL`` when it declares the node down, and the
+        capacity drops in the batch of their ends; counting them until then keeps the mechanism
+        from stopping jobs elsewhere in their place). Notes when each node was first seen
+        unreachable (:attr:`unreachable`)."""
         return self._cpu_counts()[0]
 
-    def _cpu_counts(self) -> tuple[int, int]:
-        """``(usable, total)`` CPUs of the partition (``sinfo %C``, see :meth:`usable_cpus`)."""
-        args = ["sinfo", "-h", "-o", "%C"]
+    def _partition_name(self) -> str:
+        """The partition the market runs on: its own, else Slurm's default (``sinfo %P`` marks
+        it with ``*``); read once."""
         if self.partition:
-            args += ["-p", self.partition]
-        out = self._run(args, timeout=10).split()
+            return self.partition
+        if self._default_partition is None:
+            names = self._run(["sinfo", "-h", "-o", "%P"], timeout=10).split()
+            default = [x[:-1] for x in names if x.endswith("*")]
+            if not default:
+                raise SlurmError(f"Slurm has no default partition (sinfo %P printed {names!r}): pass a partition")
+            self._default_partition = default[0]
+        return self._default_partition
+
+    def _cpu_counts(self) -> tuple[int, int]:
+        """``(usable, total)`` CPUs of the partition (see :meth:`usable_cpus`)."""
+        args = ["sinfo", "-h", "-N", "-o", "%N %C %t", "-p", self._partition_name()]
+        out = self._run(args, timeout=10).splitlines()
         if not out:
-            raise SlurmError(f"Slurm partition {self.partition or '(default)'} not found (sinfo printed nothing)")
-        try:
-            counts = [[int(c) for c in x.split("/")] for x in out]
-            return sum(c[3] - c[2] for c in counts), sum(c[3] for c in counts)
-        except (IndexError, ValueError):
-            raise SlurmError(f"`{' '.join(args)}` printed {out!r}, not CPU counts A/I/O/T") from None
+            raise SlurmError(f"Slurm partition {self._partition_name()} not found (sinfo printed nothing)")
+        nodes: dict[str, tuple[int, int]] = {}
+        now = wallclock.time()
+        for line in out:
+            parts = line.split()
+            try:
+                a, i, o, t = (int(c) for c in parts[1].split("/"))
+                state = parts[2]
+            except (IndexError, ValueError):
+                raise SlurmError(f"`{' '.join(args)}` printed {line!r}, not a node, its CPUs A/I/O/T and its state") from None
+            if state.endswith("*"):  # unreachable: no free CPU; its jobs' CPUs until Slurm ends them
+                self.unreachable.setdefault(parts[0], now)
+                held = a if state.rstrip("*~#").rstrip("-") in USABLE_NODE_STATES else 0
+                nodes[parts[0]] = (min(held, t - o), t)
+            else:
+                self.unreachable.pop(parts[0], None)
+                nodes[parts[0]] = (t - o, t)
+        return sum(u for u, _ in nodes.values()), sum(t for _, t in nodes.values())
+
+    def slurmd_timeout(self) -> float | None:
+        """Slurm's ``SlurmdTimeout`` (s; ``scontrol show config``), read once; None if unknown."""
+        if self._slurmd_timeout is None:
+            try:
+                out = self._run(["scontrol", "show", "config"], timeout=10)
+            except SlurmError:
+                return None
+            for line in out.splitlines():
+                k, _, v = line.partition("=")
+                if k.strip() == "SlurmdTimeout" and v.split() and v.split()[0].isdigit():
+                    self._slurmd_timeout = float(v.split()[0])
+        return self._slurmd_timeout
+
+    def failure_time(self, key: int) -> float | None:
+        """The time (Unix seconds) job ``key``'s node failed, for a job that ended
+        ``NODE_FAIL``; None otherwise (the broker's hook, read when the job ends).
+
+        Decision: Slurm records only when it *declared* the node down (the job's ``EndTime``,
+        to the second), about 15 s after the node died here, never when it died: a node is
+        declared down once it has not answered for ``SlurmdTimeout`` s. So it had not answered
+        since ``EndTime - SlurmdTimeout`` at the latest, and the failure time is the earlier of
+        that and the first poll of this executor that saw the node unreachable (``*``: a ping
+        failed, so it had died). The job is charged up to there, never after; the time between
+        the node's last answer and this point (a ping interval plus the ping's timeout, at most)
+        cannot be told apart from the node's failure with what Slurm reports."""
+        return self.failures.pop(key, None)
 
     @property
     def capacity(self) -> int:
@@ -328,7 +397,7 @@ class SlurmExecutor(JobFolders):
             os.close(dfd)
         args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", str(int(cpus)), "-D", str(wd),
                 "-o", str(wd / "stdout"), "-e", str(wd / "stderr"), "--open-mode=append", "--no-requeue",
-                f"--priority={priority}", export_option(user, env)] + run_as_options(user)
+                f"--priority={priority}", EXPORT] + run_as_options(user)
         if mem_mib is not None:
             args.append(f"--mem={int(mem_mib)}M")
         if gated:
@@ -336,7 +405,8 @@ class SlurmExecutor(JobFolders):
         if self.partition:
             args += ["-p", self.partition]
         # the script goes on sbatch's stdin: no file anyone but the broker could change
-        out = self._run(args, input=BATCH.format(key=key, workdir=shell_quote(str(wd)))).strip()
+        out = self._run(args, input=BATCH.format(key=key, workdir=shell_quote(str(wd))),
+                        env=submit_environment(user, env)).strip()
         try:
             slurm_id = int(out.split(";")[0])
         except ValueError:
@@ -648,9 +718,7 @@ class SlurmExecutor(JobFolders):
     def idle_cpus_per_node(self) -> dict[str, int]:
         """Idle CPUs of each node of the partition, as Slurm sees them now (``sinfo -N``, %C is
         allocated/idle/other/total; a suspended job's CPUs are idle: Slurm frees them)."""
-        args = ["sinfo", "-h", "-N", "-o", "%N %C"]
-        if self.partition:
-            args += ["-p", self.partition]
+        args = ["sinfo", "-h", "-N", "-o", "%N %C", "-p", self._partition_name()]
         free = {}
         for line in self._run(args).splitlines():
             parts = line.split()
@@ -814,9 +882,27 @@ class SlurmExecutor(JobFolders):
             code = int(rc) if sig == "0" else -int(sig)
         if slurm_state in COMPLETION_STATES:
             return code, "completed", "" if slurm_state == "COMPLETED" else "slurm: FAILED (non-zero exit)"
+        if slurm_state == "NODE_FAIL" and info is not None:
+            self._node_failed(job.key, info)
         what = slurm_state or "unknown to Slurm"
         note = f"slurm: {what}" + (f" ({reason})" if reason and reason != "None" else "")
         return code, "failed", note
+
+    def _node_failed(self, key: int, info: dict[str, str]) -> None:
+        """Note the failure time of job ``key`` that ended ``NODE_FAIL`` (see :meth:`failure_time`)."""
+        times = []
+        seen = self.unreachable.get(info.get("NodeList", ""))
+        if seen is not None:
+            times.append(seen)
+        timeout = self.slurmd_timeout()
+        try:
+            declared = wallclock.mktime(wallclock.strptime(info.get("EndTime", ""), "%Y-%m-%dT%H:%M:%S"))
+        except ValueError:
+            declared = None
+        if declared is not None and timeout is not None:
+            times.append(declared - timeout)
+        if times:
+            self.failures[key] = min(times)
 
     def outcome(self, key: int) -> tuple[str, str]:
         """The broker's hook when job ``key`` ended: ``(final state, note)`` (see the module
@@ -844,14 +930,28 @@ class SlurmExecutor(JobFolders):
         os.close(self.root_fd)
 
 
-def export_option(user: RunAs | None, env: dict | None) -> str:
-    """sbatch's ``--export`` for a job: exactly :func:`~marketsched.platform.executor.job_environment`
-    (a clean environment, never the broker's; Slurm adds its ``SLURM_*`` variables)."""
+EXPORT = "--export=ALL"  # with submit_environment: the job's environment, and no login shell
+
+
+def submit_environment(user: RunAs | None, env: dict | None) -> dict[str, str]:
+    """The whole environment sbatch runs in, which ``--export=ALL`` passes to the job as it is:
+    exactly :func:`~marketsched.platform.executor.job_environment` (a documented minimal
+    ``PATH``, the account's ``HOME``, ``USER``, ``LOGNAME``, ``SHELL=/bin/sh``, ``LANG`` and the
+    market's variables; never the broker's), plus ``SLURM_CONF`` when the broker has it (sbatch
+    needs it to find the cluster); Slurm adds its own ``SLURM_*`` variables.
+
+    Why not ``--export=PATH=...,HOME=...`` (or ``NONE``): sbatch then sets ``SLURM_GET_USER_ENV``
+    (Slurm 22.05, ``sbatch.c``), and slurmd loads the account's login environment for every job
+    with ``su - ACCOUNT -c env`` before the job starts: a login shell that reads the account's
+    ``.profile`` (for root, e.g. ``pyenv rehash``; one killed there left a stale lock that made
+    every later job start wait 60 s), and whose variables the job then inherits."""
     items = job_environment(user, env)
-    bad = [k for k, v in items.items() if "," in k or "," in v or "=" in k]
+    bad = [k for k in items if not k or "=" in k or "\0" in k or "\0" in items[k]]
     if bad:
-        raise SlurmError(f"environment variable(s) {bad} contain ',' or '=': sbatch --export cannot pass them")
-    return "--export=" + ",".join(f"{k}={v}" for k, v in items.items())
+        raise SlurmError(f"environment variable(s) {bad} cannot be passed to a Slurm job")
+    if os.environ.get("SLURM_CONF"):
+        items["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    return items
 
 
 def run_as_options(user: RunAs | None) -> list[str]:

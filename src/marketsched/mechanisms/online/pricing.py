@@ -85,6 +85,16 @@ class FirstPrice:
             return 0.0
         return self.bid[j] if self.saturated else RESERVATION_PRICE
 
+    def regime(self):
+        """What the price of every running job depends on between two events (saturated or
+        not): with :meth:`rate_in`, the price a job paid at an earlier time (the live market's
+        settlement of a job whose node failed before the market learnt it)."""
+        return self.saturated
+
+    def rate_in(self, j: int, regime) -> float:
+        """Price per unit of time running job ``j`` pays under ``regime`` (from :meth:`regime`)."""
+        return self.bid[j] if regime else RESERVATION_PRICE
+
     def accrued(self, j: int) -> float:
         """Payment of job ``j`` so far: what is settled plus its open running interval up to the
         last :meth:`advance`; changes no state."""
@@ -229,6 +239,22 @@ class KthPrice:
         if self.kstar is None:
             return RESERVATION_PRICE
         return self.cost[j] * self.kstar if self.cost[j] else 0.0
+
+    def regime(self):
+        """What the price of every running job depends on between two events: the best queued
+        key and the boundary of the capped jobs (see :meth:`FirstPrice.regime`)."""
+        return self.kstar, self.boundary
+
+    def rate_in(self, j: int, regime) -> float:
+        """Price per unit of time running job ``j`` pays under ``regime`` (from :meth:`regime`),
+        as the integrals count it: capped, its bid; an empty queue, 1; else ``c_j k*``, nothing
+        while ``k*`` is infinite."""
+        kstar, boundary = regime
+        if self.track_caps and self.prio[j] > boundary:
+            return self.bid[j]
+        if kstar is None:
+            return RESERVATION_PRICE
+        return self.cost[j] * kstar if kstar != INF else 0.0
 
     def accrued(self, j: int) -> float:
         """Payment of job ``j`` so far: what is settled plus its open running interval up to the
