@@ -181,7 +181,7 @@ def test_a_database_error_is_a_message_not_a_traceback(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from marketsched.cli import main
-    from marketsched.exchange import cli as exchange_cli
+    from marketsched.exchange import cli_open
 
     (tmp_path / "ex").mkdir()
     make_exchange(tmp_path / "ex" / "exchange.db")
@@ -189,7 +189,7 @@ def test_a_database_error_is_a_message_not_a_traceback(tmp_path, monkeypatch):
     def locked(*args, **kw):
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(exchange_cli, "ExchangeStore", locked)
+    monkeypatch.setattr(cli_open, "ExchangeStore", locked)
     data = tmp_path / "ex"
     result = CliRunner().invoke(main, ["exchange", "status", str(data)])
     assert result.exit_code == 1 and "Traceback" not in result.output

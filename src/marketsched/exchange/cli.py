@@ -20,6 +20,7 @@ import click
 
 from marketsched.platform.client import party_limit_options, server_check_options, tls_options
 
+from .cli_open import click_errors, open_exchange, open_store
 from .egg_cli import egg_group
 from .orders import MECHANISMS, PROVIDER_KINDS
 from .store import MICRO, ExchangeStore
@@ -35,38 +36,6 @@ API_DATA = click.option("--data", "data_dir", envvar="MARKETSCHED_EXCHANGE_DATA"
                         type=click.Path(file_okay=False, path_type=Path),
                         help="The exchange's data folder, on this host: over plain HTTP the token goes only to the "
                              "server its server.id names [$MARKETSCHED_EXCHANGE_DATA].")
-
-
-def _store(data: Path) -> ExchangeStore:
-    """The exchange's database in ``data`` (ClickException if it cannot be opened: a newer
-    schema, a folder of another account's; SQLite's own errors are :class:`_Group`'s)."""
-    try:
-        return ExchangeStore(data)
-    except (RuntimeError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def open_exchange(data: Path, backends=None):
-    """The exchange in ``data`` on the wall clock (ClickException if there is none)."""
-    from marketsched.platform.clock import WallClock
-
-    from .core import Exchange
-
-    if not (data / "exchange.db").exists():
-        raise click.ClickException(f"no exchange at {data} (create one with: marketsched exchange init {data})")
-    store = _store(data)
-    settings = store.settings()
-    if settings is None:
-        raise click.ClickException(f"the exchange at {data} is not set up (marketsched exchange init {data})")
-    return Exchange(store, WallClock(settings["epoch"]), backends)
-
-
-def click_errors(fn, *args):
-    """``fn(*args)``, a ValueError (the exchange's refusal, naming the problem) as a ClickException."""
-    try:
-        return fn(*args)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 class _Group(click.Group):
@@ -120,7 +89,7 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
 
     if egg_patience is not None and mechanism != "egg":
         raise click.ClickException("--egg-patience is for --mechanism egg")
-    store = _store(data)
+    store = open_store(data)
 
     def create():
         from .egg import default_settings
@@ -248,7 +217,7 @@ def run_cmd(data, containment, poll, duration, single_user, service_user):
         if single_user or containment != "auto":
             raise click.ClickException("--service-user needs multi-user mode and cgroups (no --single-user, "
                                        "--containment auto)")
-        from .launcher import start_launcher
+        from .launcher import service_backends, start_launcher
 
         try:
             launcher = start_launcher(data, service_user)
@@ -256,7 +225,8 @@ def run_cmd(data, containment, poll, duration, single_user, service_user):
             raise click.ClickException(str(exc)) from None
         single_user = False
     try:
-        ex = open_exchange(data, provider_backends(data, containment, launcher))
+        ex = open_exchange(data, provider_backends(data, containment) if launcher is None
+                           else service_backends(data, launcher))
         if launcher is not None:
             slurm = sorted(p["name"] for p in ex.store.providers() if p["kind"] != "local" and p["left_t"] is None)
             if slurm:

@@ -153,7 +153,7 @@ def bid_cmd(url, token, data_dir, server_cert, description, value, deadline, min
 @click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 def status_cmd(data):
     """Providers' reliability and records, contracts by state and escrow, books, replay (JSON)."""
-    from .cli import click_errors, open_exchange
+    from .cli_open import click_errors, open_exchange
     from .egg import contracts, recorded, reliability, replay
 
     ex = open_exchange(data)

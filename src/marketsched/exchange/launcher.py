@@ -59,7 +59,7 @@ from marketsched.platform.launcherd import (
 )
 
 from .orders import check_name
-from .providers import JOB_PROCESSES, online_cpus
+from .providers import JOB_PROCESSES, Backend, LocalBackend, online_cpus
 
 # the live market's requests, each naming its provider; a start also carries the contract's
 # limits; "layout": where a provider's jobs' cgroups are (the executor reads their state)
@@ -263,3 +263,19 @@ def _preload() -> None:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], ExchangeLauncherService))
+
+
+def service_backends(data_dir: Path, launcher):
+    """The backend factory of an exchange run as a service account (``exchange run
+    --service-user``): each local provider's contracts under ``data_dir/providers/NAME``, started
+    by the privileged launcher (``launcher``, its client); other kinds are refused (ValueError:
+    the contract lapses, nobody pays)."""
+
+    def make(provider: dict) -> Backend:
+        if provider["kind"] != "local":
+            raise ValueError(f"provider {provider['name']!r} is a {provider['kind']} provider, which an exchange "
+                             "run as a service account (--service-user) does not run")
+        root = Path(data_dir) / "providers" / provider["name"]
+        return LocalBackend(root, executor=ProviderLauncherExecutor(root, launcher, provider["name"]))
+
+    return make

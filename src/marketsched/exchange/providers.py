@@ -442,20 +442,12 @@ def _uid_of(executor, contract_id: int) -> int | None:
     return None if uid == os.geteuid() else uid
 
 
-def provider_backends(data_dir: Path, containment="auto", launcher=None):
-    """A backend factory: each provider's contracts under ``data_dir/providers/NAME``;
-    ``launcher``: the privileged launcher's client (``exchange run --service-user``: local
-    providers only, :mod:`.launcher`)."""
+def provider_backends(data_dir: Path, containment="auto"):
+    """A backend factory: each provider's contracts under ``data_dir/providers/NAME`` (an
+    exchange run as a service account uses :func:`.launcher.service_backends` instead)."""
 
     def make(provider: dict) -> Backend:
         root = Path(data_dir) / "providers" / provider["name"]
-        if launcher is not None:
-            if provider["kind"] != "local":
-                raise ValueError(f"provider {provider['name']!r} is a {provider['kind']} provider, which an exchange "
-                                 "run as a service account (--service-user) does not run")
-            from .launcher import ProviderLauncherExecutor
-
-            return LocalBackend(root, executor=ProviderLauncherExecutor(root, launcher, provider["name"]))
         if provider["kind"] == "slurm":
             return SlurmBackend(root, provider.get("partition"))
         if provider["kind"] == "local":
