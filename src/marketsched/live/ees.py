@@ -198,6 +198,9 @@ class EESMarket:
                 store.set_meta("ees_config", config.to_json())
             elif EESConfig.from_json(stored) != config:
                 raise ValueError(f"this market's database was made for {stored}; it cannot run as {config.to_json()}")
+        batches = store._rows("SELECT t, detail FROM ees_batches ORDER BY id")
+        if batches:  # the engine starts at the first recorded time, for the replay (_recover)
+            self._t = batches[0][0]
         self.policy = config.policy()
         self.engine = LiveEngine(self.policy, config.cpus, lambda: self._t)
         self.row_job: list[int] = []  # engine row -> job id
@@ -207,7 +210,7 @@ class EESMarket:
         self.commands: dict[int, str] = {}
         self.running: set[int] = set()  # running rows
         self._replaying = False
-        self._recover()
+        self._recover(batches)
 
     # ------------------------------------------------------------------ users and money
     def add_user(self, name: str, deposit: float = 0.0) -> str:
@@ -477,10 +480,9 @@ class EESMarket:
         self._t = max(self._t, float(self.clock()))
         return self._t
 
-    def _recover(self) -> None:
+    def _recover(self, batches: list[tuple]) -> None:
         """Replay the recorded batches (the module docstring's Restart), check the decisions,
         then reconcile the running jobs with the executor."""
-        batches = self.store._rows("SELECT t, detail FROM ees_batches ORDER BY id")
         if not batches:
             return
         recorded = self.decisions()
@@ -500,7 +502,7 @@ class EESMarket:
             raise RuntimeError(f"the recorded decisions do not replay: {len(want)} recorded, {len(got)} replayed; "
                                "the database and this market's policy disagree")
         for r in self.store.jobs():
-            if r["id"] in self.state and self.state[r["id"]] != "ended":
+            if r["id"] in self.state:
                 self.state[r["id"]] = r["state"]
         self._t = max(self._t, batches[-1][0])
         ex = self.executor
