@@ -285,3 +285,23 @@ def test_real_processes_on_the_local_executor(tmp_path):
     finally:
         for key in list(ex.procs):
             ex.kill(key)
+
+
+def test_a_stop_noticed_late_happens_at_the_declared_run_time(tmp_path):
+    """The market wakes only at 50 (a busy machine): A's stop at 10, the decision it triggers and
+    C's stop at 15 still happen at their own market times, so the run replays equal."""
+    m, clock = make(tmp_path)
+    a = m.submit("alice", 50.0, 0.5, 10.0, "true")["id"]
+    clock.set(1.0)
+    b = m.submit("bob", 5.0, 0.1, 20.0, "true")["id"]
+    clock.set(2.0)
+    c = m.submit("carol", 40.0, 0.8, 5.0, "true")["id"]
+    clock.set(3.0)
+    d = m.submit("alice", 30.0, 0.4, 5.0, "true")["id"]
+    clock.set(50.0)
+    assert m.tick() == [a, c, d]  # stopped at 10, 15 and 20
+    e = m.engine
+    assert [e.end_time[m.job_row[j]] for j in (a, b)] == [10.0, 10.0] and m.state[b] == "discarded"
+    assert e.first_start[m.job_row[c]] == 10.0 and e.end_time[m.job_row[c]] == 15.0
+    assert e.end_time[m.job_row[d]] == 20.0
+    assert_replays_equal(m)

@@ -305,11 +305,23 @@ class EESMarket:
             with self.store.transaction():
                 after = self._batch(t, completed=ended, stopped=stops, codes=codes)
         self._carry_out(after)
-        return sorted(ended + stops)
+        return sorted(ended + stops + self._caught)
 
     def _due(self, t: float) -> tuple[list[int], list[int], dict]:
-        """Jobs whose processes ended (the executor's exits) and running jobs whose declared run
-        time is used up at ``t`` (the overrun rule), and the exit codes."""
+        """What goes into a batch at ``t``: first every stop and planned start due *before*
+        ``t`` is carried out in a batch of its own at its own time (market time is the plan's,
+        however late the market notices: a job stopped at its declared run time ran exactly that
+        long, as in the simulator); then the jobs whose processes ended (the executor's exits),
+        the running jobs whose declared run time is used up at ``t`` (the overrun rule), and the
+        exit codes."""
+        self._caught: list[int] = []
+        while (nxt := self.next_event()) < t:
+            stops = [self.row_job[j] for j in sorted(self.running) if self._deadline(j) <= nxt]
+            with self.store.transaction():
+                after = self._batch(nxt, stopped=stops)
+            self._carry_out(after)
+            self._caught += stops
+        self._t = t
         exits = dict(self.executor.exits()) if self.executor is not None and hasattr(self.executor, "exits") else {}
         ended = sorted(j for j in exits if self.state.get(j) == "running")
         stops = [self.row_job[j] for j in sorted(self.running) if self._deadline(j) <= t
