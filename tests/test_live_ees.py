@@ -114,16 +114,21 @@ def assert_replays_equal(m, stakes=True):
         assert again.payments.tolist() == d["payments"] and again.runs == d["runs"]
 
 
+def three_jobs(m, clock, commands=("true", "true", "true")):
+    """A (value 50, 10 s) at 0, B (value 5, 20 s) at 1, C (delay cost 0.8, 5 s) at 2."""
+    a = m.submit("alice", 50.0, 0.5, 10.0, commands[0])["id"]
+    clock.set(1.0)
+    b = m.submit("bob", 5.0, 0.1, 20.0, commands[1])["id"]
+    clock.set(2.0)
+    return a, b, m.submit("carol", 40.0, 0.8, 5.0, commands[2])["id"]
+
+
 def test_ees_discards_a_head_whose_value_is_below_the_delay_it_causes(tmp_path):
     """One CPU. A (value 50) runs from 0 for its declared 10 s; B (value 5, run time 20) and C
     (delay cost 0.8 per second) wait. At 10 the head B would delay C by 20 s, costing 0.8 x 20 =
     16 > 5: B is discarded and told so with the numbers; C (alone: I = 1) runs and pays 0."""
     m, clock = make(tmp_path)
-    a = m.submit("alice", 50.0, 0.5, 10.0, "true")["id"]
-    clock.set(1.0)
-    b = m.submit("bob", 5.0, 0.1, 20.0, "true")["id"]
-    clock.set(2.0)
-    c = m.submit("carol", 40.0, 0.8, 5.0, "true")["id"]
+    a, b, c = three_jobs(m, clock)
     st = m.status()
     assert [q["id"] for q in st["queue"]] == [b, c] and st["head_threshold"] == pytest.approx(16.0)
     assert st["running"] == [a]
@@ -291,11 +296,7 @@ def test_a_stop_noticed_late_happens_at_the_declared_run_time(tmp_path):
     """The market wakes only at 50 (a busy machine): A's stop at 10, the decision it triggers and
     C's stop at 15 still happen at their own market times, so the run replays equal."""
     m, clock = make(tmp_path)
-    a = m.submit("alice", 50.0, 0.5, 10.0, "true")["id"]
-    clock.set(1.0)
-    b = m.submit("bob", 5.0, 0.1, 20.0, "true")["id"]
-    clock.set(2.0)
-    c = m.submit("carol", 40.0, 0.8, 5.0, "true")["id"]
+    a, b, c = three_jobs(m, clock)
     clock.set(3.0)
     d = m.submit("alice", 30.0, 0.4, 5.0, "true")["id"]
     clock.set(50.0)
