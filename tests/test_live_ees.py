@@ -306,3 +306,33 @@ def test_a_stop_noticed_late_happens_at_the_declared_run_time(tmp_path):
     assert e.first_start[m.job_row[c]] == 10.0 and e.end_time[m.job_row[c]] == 15.0
     assert e.end_time[m.job_row[d]] == 20.0
     assert_replays_equal(m)
+
+
+def test_the_command_runs_a_file_of_submissions_and_replays_it(tmp_path):
+    """``marketsched market ees JOBS``: real processes on this machine, a hostile line refused
+    and reported, every decision printed, the run replayed equal through the simulator, and a
+    second run on the same folder restarts the market (its decisions replayed) first."""
+    import json
+
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    jobs = tmp_path / "jobs.jsonl"
+    lines = [{"at": 0, "user": "alice", "value": 50, "delay_cost": 0.5, "runtime": 5, "command": "sleep 0.2"},
+             {"at": 0.05, "user": "bob", "value": 1, "delay_cost": 0.1, "runtime": 20, "command": "true"},
+             {"at": 0.1, "user": "carol", "value": 40, "delay_cost": 0.8, "runtime": 2, "command": "true"},
+             {"at": 0.1, "user": "bob", "value": -3, "delay_cost": 0.8, "runtime": 2, "command": "true"}]
+    jobs.write_text("\n".join(map(json.dumps, lines)) + "\n")
+    args = ["market", "ees", str(jobs), "--data", str(tmp_path / "m"), "--cpus", "1", "--draws", "20"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "refused (400): bob's job at 0.1 s: value -3.0 is outside" in res.output
+    assert "job 1 runs: value 50 vs delay 0 (1 queued)" in res.output
+    assert "replay through the simulator: the same" in res.output
+    res2 = CliRunner().invoke(main, args)
+    assert res2.exit_code == 0, res2.output
+    assert res2.output.count("submitted") == 3 and "replay through the simulator: the same" in res2.output
+    store = Store(tmp_path / "m")
+    assert len(store.jobs()) == 6 and {j["state"] for j in store.jobs()} <= {"completed", "discarded", "stopped"}
+    store.check_books()

@@ -458,10 +458,10 @@ class EESMarket:
                 ex.kill(job_id)
 
     # ------------------------------------------------------------------ views
-    def decisions(self) -> list[dict]:
-        """Every recorded decision, oldest first (job ids, outcome, numbers, payments, the
-        generator's state before it)."""
-        rows = self.store._rows("SELECT id, batch, detail FROM ees_decisions ORDER BY id")
+    def decisions(self, after: int = 0) -> list[dict]:
+        """The recorded decisions with an id above ``after`` (0: all), oldest first (job ids,
+        outcome, numbers, payments, the generator's state before it)."""
+        rows = self.store._rows("SELECT id, batch, detail FROM ees_decisions WHERE id > ? ORDER BY id", (after,))
         return [dict(json.loads(d), id=i, batch=b) for i, b, d in rows]
 
     def view(self, job_id: int) -> dict:
