@@ -156,13 +156,16 @@ class EESConfig:
     def policy(self, live: bool = True, value=(), delay_cost=(), runtime=()):
         """The policy object: the live one (fed by submissions), or the simulator's with the
         given reports (:func:`simulate_recorded`)."""
-        kw = dict(n_draws=self.n_draws, estimator=self.estimator, seed=self.seed)
-        if self.relaxed:
-            kw["compress"] = self.compress
+        n, est, seed = self.n_draws, self.estimator, self.seed
+        if live and self.relaxed:
+            return LiveRelaxedEESPolicy(self.prior, n_draws=n, estimator=est, seed=seed, compress=self.compress)
         if live:
-            return (LiveRelaxedEESPolicy if self.relaxed else LiveEESPolicy)(self.prior, **kw)
-        cls = RelaxedEESPolicy if self.relaxed else EESPolicy
-        return cls(value, delay_cost, self.prior, time_unit=1.0, runtime=np.asarray(runtime, dtype=np.float64), **kw)
+            return LiveEESPolicy(self.prior, n_draws=n, estimator=est, seed=seed)
+        r = np.asarray(runtime, dtype=np.float64)
+        if self.relaxed:
+            return RelaxedEESPolicy(value, delay_cost, self.prior, n_draws=n, estimator=est, seed=seed, time_unit=1.0,
+                                    runtime=r, compress=self.compress)
+        return EESPolicy(value, delay_cost, self.prior, n_draws=n, estimator=est, seed=seed, time_unit=1.0, runtime=r)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -499,7 +502,8 @@ class EESMarket:
             return
         recorded = self.decisions()
         commands = {r["id"]: r["command"] for r in self.store.jobs()}
-        self._replaying, self._replayed = True, []
+        self._replaying = True
+        self._replayed: list[dict] = []
         try:
             for t, detail in batches:
                 b = json.loads(detail)

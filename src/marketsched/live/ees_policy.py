@@ -23,6 +23,7 @@ Units: the live market's delay costs are per second (``time_unit = 1``, as the r
 
 from __future__ import annotations
 
+from collections import deque
 from types import SimpleNamespace
 
 import numpy as np
@@ -38,7 +39,7 @@ class _Live:
     """The hooks of the live engine on the simulator's EES policies (module docstring)."""
 
     sim: object
-    queue: object
+    queue: deque[int]
     rng: np.random.Generator
     value: np.ndarray
     delay_cost: np.ndarray
@@ -93,8 +94,8 @@ class _Live:
         self._n = n1
 
     def withdraw(self, j: int) -> bool:
-        if j in self.queue:  # type: ignore[operator]
-            self.queue.remove(j)  # type: ignore[attr-defined]
+        if j in self.queue:
+            self.queue.remove(j)
             return True
         committed = getattr(self, "committed", None)
         if committed is not None and j in committed:
