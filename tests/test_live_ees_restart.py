@@ -1,4 +1,4 @@
-"""Books exact under kill -9 for the EES market: the market dies at a point where it posts a
+"""Books exact under kill -9 for the EES and relaxed-EES markets: the market dies at a point where it posts a
 payment, starts a job's process, has just started one, or stops one at its declared run time
 (a hook raises; the object is abandoned, as after kill -9, and an open transaction rolls back as
 SQLite does for a killed writer), then a new market starts on the same database and machine.
@@ -15,16 +15,17 @@ from marketsched.platform.ledger import MICRO, Store
 from test_live_ees import assert_replays_equal, until
 from test_live_exactly_once import Crash, FakeOS, ScriptedExecutor
 
-CONFIG = EESConfig(cpus=1, n_draws=50)
-# (t, owner, value, delay cost, declared run time): A runs; B and C queue; at 8 the head B
-# (value 6 < C's 0.9 x 5 + D's ...) is decided on a queue of three, with payments
+CONFIGS = {"ees": EESConfig(cpus=1, n_draws=50), "relaxed-ees": EESConfig("relaxed-ees", cpus=1, n_draws=50)}
+# (t, owner, value, delay cost, declared run time): A runs to 8; B, C and D queue (relaxed EES
+# on one CPU: B is planned for 8, C and D wait), so the decisions at 8 weigh queues of several
+# jobs, with payments
 SCRIPT = [(0.0, "alice", 50.0, 0.5, 8.0), (1.0, "bob", 6.0, 0.2, 5.0), (2.0, "carol", 40.0, 0.9, 4.0),
           (3.0, "bob", 30.0, 0.7, 3.0), (20.0, "alice", 20.0, 0.3, 2.0)]
 
 
-def open_market(tmp_path, clock, fake_os):
+def open_market(tmp_path, clock, fake_os, mechanism):
     ex = ScriptedExecutor(tmp_path / "jobs", os=fake_os)
-    return EESMarket(Store(tmp_path / "db"), CONFIG, clock, ex), ex
+    return EESMarket(Store(tmp_path / "db"), CONFIGS[mechanism], clock, ex), ex
 
 
 def arm(m, ex, point):
@@ -49,10 +50,11 @@ def arm(m, ex, point):
         ex.on_kill = lambda key: (_ for _ in ()).throw(Crash)
 
 
+@pytest.mark.parametrize("mechanism", ["ees", "relaxed-ees"])
 @pytest.mark.parametrize("point", ["payment", "before launch", "after launch", "before kill"])
-def test_kill_9_at_each_point_and_restart_keeps_the_books_exact(tmp_path, point):
+def test_kill_9_at_each_point_and_restart_keeps_the_books_exact(tmp_path, point, mechanism):
     clock, fake_os = FakeClock(0.0), FakeOS()
-    m, ex = open_market(tmp_path, clock, fake_os)
+    m, ex = open_market(tmp_path, clock, fake_os, mechanism)
     for u in ("alice", "bob", "carol"):
         m.add_user(u, 100.0)
     arm(m, ex, point)
@@ -69,7 +71,7 @@ def test_kill_9_at_each_point_and_restart_keeps_the_books_exact(tmp_path, point)
             crashed = True
             m.store.close()
             decisions_before = len(Store(tmp_path / "db").entries())
-            m, ex = open_market(tmp_path, clock, fake_os)
+            m, ex = open_market(tmp_path, clock, fake_os, mechanism)
             assert len(m.store.entries()) == decisions_before  # the restart replays; it posts nothing again
             if m.store.job(k + 1) is None:  # the submission was rolled back: the client sends it again
                 continue
