@@ -336,3 +336,37 @@ def test_the_command_runs_a_file_of_submissions_and_replays_it(tmp_path):
     store = Store(tmp_path / "m")
     assert len(store.jobs()) == 6 and {j["state"] for j in store.jobs()} <= {"completed", "discarded", "stopped"}
     store.check_books()
+
+
+def test_relaxed_ees_packs_real_processes(tmp_path):
+    """Relaxed EES on real processes, two CPUs: two 1-CPU jobs run side by side, a 2-CPU job is
+    planned behind them and starts when their processes exit; the run replays equal."""
+    from live_helpers import wait_for
+    from marketsched.platform.executor import LocalExecutor
+
+    ex = LocalExecutor(tmp_path / "jobs")
+    try:
+        m, clock = make(tmp_path / "db", executor=ex, mechanism="relaxed-ees", cpus=2)
+        go = tmp_path / "go"
+        wait = f"while [ ! -e {go} ]; do sleep 0.05; done"
+        a = m.submit("alice", 50.0, 0.5, 10.0, wait, cpus=1)["id"]
+        clock.set(1.0)
+        b = m.submit("bob", 50.0, 0.5, 10.0, wait, cpus=1)["id"]
+        clock.set(2.0)
+        c = m.submit("carol", 40.0, 0.8, 5.0, "true", cpus=2)["id"]
+        assert {a, b} <= set(ex.procs) and m.state[c] == "planned" and c not in ex.procs
+        go.touch()
+        clock.set(4.0)
+
+        def ended(*jobs):
+            m.tick()  # the exits the executor has found by now
+            return all(m.state[j] == "completed" for j in jobs)
+
+        assert wait_for(lambda: ended(a, b))
+        assert m.engine.first_start[m.job_row[c]] == 4.0  # compressed: its plan moved up to the exits
+        assert wait_for(lambda: ended(c))
+        assert_replays_equal(m, stakes=False)
+        m.store.check_books()
+    finally:
+        for key in list(ex.procs):
+            ex.kill(key)
