@@ -235,6 +235,12 @@ def test_no_money_unknown_users_and_bad_commands_are_refused(tmp_path):
     assert (m.store.balances(), m.store.jobs()) == before
     assert m.engine.n_jobs == 0 and m.decisions() == []
     assert m.submit("some", 3.0, 0.1, 1.0, "true")["state"] == "running"  # exactly the value: admitted
+    m2, _ = make(tmp_path / "cap", users=("alice",), max_jobs_per_user=2)
+    m2.submit("alice", 1.0, 0.1, 5.0, "true")
+    m2.submit("alice", 1.0, 0.1, 5.0, "true")
+    with pytest.raises(MarketError, match="2 jobs waiting or running") as exc:
+        m2.submit("alice", 1.0, 0.1, 5.0, "true")  # a queue one party fills is refused
+    assert exc.value.status == 429 and len(m2.store.jobs()) == 2
     with pytest.raises(MarketError) as exc:
         m.cancel("alice", 1)
     assert exc.value.status == 404

@@ -73,6 +73,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -127,6 +128,8 @@ class EESConfig:
     estimator: str = "cached"
     seed: int = 0
     compress: bool = True
+    max_jobs_per_user: int = 100  # a user's jobs waiting or running at once (429 beyond): each decision
+    # weighs the whole queue (O(I^2 S) for the cached estimator), so one party may not fill it
 
     def check(self) -> EESConfig:
         if self.mechanism not in MECHANISMS:
@@ -135,6 +138,9 @@ class EESConfig:
             raise ValueError(f"cpus must be a whole number from 1 to 10000, got {self.cpus!r}")
         if self.estimator not in ESTIMATORS or self.estimator == "exact":
             raise ValueError(f"estimator must be 'cached', 'shared' or 'naive', got {self.estimator!r}")
+        if isinstance(self.max_jobs_per_user, bool) or not isinstance(self.max_jobs_per_user, int) \
+                or not 1 <= self.max_jobs_per_user <= 10**6:
+            raise ValueError(f"max_jobs_per_user must be a whole number from 1 to 1000000, got {self.max_jobs_per_user!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}")
         if isinstance(self.n_draws, bool) or not isinstance(self.n_draws, int) or not 1 <= self.n_draws <= 10**6:
@@ -212,6 +218,7 @@ class EESMarket:
         self.state: dict[int, str] = {}  # job id -> queued, planned, running, completed, stopped, discarded, cancelled
         self.commands: dict[int, str] = {}
         self.running: set[int] = set()  # running rows
+        self.active_by_user: Counter = Counter()  # user -> jobs queued, planned or running
         self._replaying = False
         self._recover(batches)
 
@@ -266,6 +273,9 @@ class EESMarket:
             have = self.balance(user)
         except KeyError:
             raise MarketError(f"unknown user {validation.show(user)}", 404) from None
+        if self.active_by_user[user] >= self.config.max_jobs_per_user:
+            raise MarketError(f"{user} has {self.active_by_user[user]} jobs waiting or running, the most this market "
+                              f"allows one user ({self.config.max_jobs_per_user}): wait for some to end", 429)
         need = validation.to_micro(v)
         if have <= 0 or have < need:
             raise MarketError(f"balance too low: {user} holds {have / 1e6:.6f}, a job of value {v:g} needs at least "
@@ -357,7 +367,10 @@ class EESMarket:
             self.owner.append(a[1])
             self.commands[a[0]] = a[6]
             self.state[a[0]] = "queued"
+            self.active_by_user[a[1]] += 1
         after: list = []
+        for j in (*done_rows, *gone_rows):
+            self.active_by_user[self.owner[j]] -= 1
         for j in done_rows:
             self.running.discard(j)
         for j in gone_rows:
@@ -399,6 +412,7 @@ class EESMarket:
                     after.append(("launch", job_id))
             elif kind == "discard":
                 self.state[job_id] = "discarded"
+                self.active_by_user[self.owner[row]] -= 1
             elif kind not in ("finish",):
                 raise AssertionError(f"the EES policy took an unexpected action {kind} on job {job_id}")
         if not self._replaying and self.config.relaxed:
