@@ -62,10 +62,12 @@ submissions at one time may be decided in other groups.
 
 **Restart** (after kill -9): the market's state is a function of its recorded batches. A new
 market replays them through a fresh policy on the recorded times, checks that every recorded
-decision comes out again (the same head, outcome and payments, bit for bit), then reconciles the
-running jobs with the executor: a process still running is re-attached, one that ended while the
-market was down completes now (with its recorded exit code), and a start that was committed but
-never launched is launched now.
+decision comes out again (the same head, outcome and payments, bit for bit), carries out at their
+own market times the stops at declared run times and the planned starts that fell due while it
+was down, then reconciles the running jobs with the executor: a process still running is
+re-attached, one that ended while the market was down completes now (with its recorded exit
+code), a start that was committed but never launched is launched now, and whatever still runs
+for a job that has ended is killed.
 """
 
 from __future__ import annotations
@@ -539,9 +541,12 @@ class EESMarket:
         if ex is None:
             return
         t = self._now()
+        _, stops, _ = self._due(t)  # stops and planned starts due while the market was down, at their times
         ended, codes, launch = [], {}, []
         for row in sorted(self.running):
             job_id = self.row_job[row]
+            if job_id in stops:
+                continue
             if ex.adopt(job_id, None, None, ex.workdir(job_id)) is not None:
                 continue
             if ex.recorded(job_id) is None and ex.exit_code(job_id) is None:
@@ -549,11 +554,11 @@ class EESMarket:
                 continue
             ended.append(job_id)
             codes[job_id] = ex.exit_code(job_id)
-        ex.reap({self.row_job[r] for r in self.running})
+        ex.reap({self.row_job[r] for r in self.running} - set(stops))
         after = launch
-        if ended:
+        if ended or stops:
             with self.store.transaction():
-                after += self._batch(t, completed=ended, codes=codes)
+                after += self._batch(t, completed=ended, stopped=stops, codes=codes)
         self._carry_out(after)
 
 
