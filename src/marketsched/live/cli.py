@@ -28,6 +28,7 @@ from pathlib import Path
 
 import click
 
+from marketsched.live.ees_cli import ees as _ees_command
 from marketsched.platform.client import (
     DEFAULT_URL,
     Client,
@@ -859,6 +860,8 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
                             f"{bidder} bidders rebid every {interval:g} s for {duration:g} s",
                     table, duration, every)
 
+
+market.add_command(_ees_command)  # EES and relaxed EES (marketsched.live.ees_cli)
 
 # the exchange's names for the same commands (one command line for both: docs/architecture.md)
 market.add_command(user_token, "token")  # exchange token

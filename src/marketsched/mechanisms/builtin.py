@@ -164,14 +164,18 @@ def _whole_machine(jobs):
     return whole_machine(jobs), "whole machine"
 
 
-_EES_LIVE = ("no: EES decides on the whole queue's values and delay costs at each decision, the live market takes "
-             "a bid per second of running time (the live day-ahead service runs Mutz's DPGVA instead)")
+_EES_LIVE = ("yes: `marketsched market ees JOBS --mechanism {name}` (marketsched.live.ees.EESMarket) runs the "
+             "simulator's policy object on this machine's processes: jobs report a value, a delay cost per second "
+             "and a run time{cpus}, each decision's expected-externality payments go on the ledger, discarded jobs "
+             "are told why, the draws are seeded and recorded, and the run replays through the simulator to the "
+             "same decisions and payments; not in `market serve` (a per-second-price market; docs/live_market.md)")
 register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
                    summary="one job at a time holds the whole machine (the built-in workload gives each job the machine "
                            "for its processor-seconds / P; a trace's narrow jobs leave the rest idle and a long queue "
                            "discards most of them); the head runs if its value beats the delay it causes",
-                   live=_EES_LIVE, utility=ees_utility, form=_whole_machine,
+                   live=_EES_LIVE.format(name="ees", cpus=" (a job holds every CPU)"), utility=ees_utility,
+                   form=_whole_machine,
                    claims=(Claim("reporting the true value is a Bayes-Nash equilibrium", "bayes-nash",
                                  ("value", "deadline"),
                                  "Mutz (2008), section 4 (the expected externality mechanism of d'Aspremont & "
@@ -180,7 +184,7 @@ register(Mechanism("relaxed-ees", "Relaxed EES", "queue auction", "Mutz (2008), 
                    _ees(True), EES_PARAMS + (Param("compress", bool, True, "move committed starts up when jobs end "
                                                    "early (conservative-backfilling compression)"),),
                    ("bids", "deadlines"), ("estimates",), summary="EES with node counts and planned starts",
-                   live=_EES_LIVE, utility=ees_utility))
+                   live=_EES_LIVE.format(name="relaxed-ees", cpus=" and a CPU count (packed)"), utility=ees_utility))
 
 
 # ---------------------------------------------------------------------------- share markets

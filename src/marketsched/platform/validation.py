@@ -101,6 +101,17 @@ def utf8(text: str, what: str) -> bytes:
                           "which is not text") from None
 
 
+def command_line(command, max_bytes: int) -> str:
+    """A job's command line: a non-empty string without NUL characters (400), at most
+    ``max_bytes`` bytes of UTF-8 (413 beyond)."""
+    if not isinstance(command, str) or not command.strip() or "\x00" in command:
+        raise MarketError("command must be a non-empty string without NUL characters: the command line to run")
+    size = len(utf8(command, "command"))
+    if size > max_bytes:
+        raise MarketError(f"command is {size} bytes long, more than the {max_bytes} this market accepts", 413)
+    return command
+
+
 def unix_account(unix) -> RunAs:
     """The Unix account a market user may be mapped to: it exists here, and is neither root nor
     the market's own account (jobs run as it)."""
