@@ -1,0 +1,132 @@
+"""DLGM and P-DLGM served by the live market (``market serve --mechanism dlgm|pdlgm``): end to
+end through the HTTP API and the command line with real processes, the spot path refused, and
+the served session's record replayed through the simulator."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from live_helpers import wait_for
+from marketsched.cli import main
+from marketsched.live.broker import Broker, MarketConfig
+from marketsched.live.cli import Client, ClientError
+from marketsched.live.dlgm_service import DLGMService, replay_session
+from marketsched.live.server import MarketServer
+from marketsched.platform.ledger import MICRO
+
+
+def serve(tmp_path, preemptive, slots=2):
+    broker = Broker(tmp_path / "market", MarketConfig(slots=slots, single_user=True)).start()
+    broker.ensure_admin()
+    broker.dlgm = DLGMService(broker, preemptive).start()
+    srv = MarketServer(broker, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    return srv
+
+
+@pytest.fixture
+def pdlgm(tmp_path):
+    srv = serve(tmp_path, True)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    srv.broker.stop(kill_jobs=True)
+    srv.broker.dlgm.executor.shutdown(kill=True)
+
+
+def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdlgm, tmp_path):
+    """Two nodes. alice's A and bob's B (weight 1, reported 1000 s, each runs until the test
+    releases it) take nodes 0 and 1. The quote for a job of weight 4 and 1 s shows, on each node,
+    completion now + 1 and payment 1 * 1 (it would preempt the running job, whose ratio on its
+    remaining time is below 4); carol's job takes node 0 (lowest node on the tie), preempts A and
+    pays alice 1; it is stopped at its reported second and A resumes. The session's record
+    replays through the simulator to the same nodes, starts, preemptions and money; A and B,
+    released early, end earlier than the simulator's reported times, and the replay says so."""
+    srv = pdlgm
+    b = srv.broker
+    admin = Client(srv.url, b.admin_token)
+    tok = {u: admin.post("/api/users", {"name": u, "deposit": 10})["token"] for u in ("alice", "bob", "carol")}
+    alice, bob = Client(srv.url, tok["alice"]), Client(srv.url, tok["bob"])
+    release = tmp_path / "release"
+    gated = f"while [ ! -e {release} ]; do sleep 0.05; done"
+    # the spot market is closed on a DLGM market
+    with pytest.raises(ClientError, match="runs PDLGM") as exc:
+        alice.post("/api/jobs", {"bid": 1, "command": "true"})
+    assert exc.value.status == 409
+    a = alice.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1000, "command": gated})
+    bj = bob.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1000, "command": gated})
+    assert (a["node"], a["state"], bj["node"], bj["state"]) == (0, "running", 1, "running")
+
+    runner = CliRunner()
+    env = {"MARKETSCHED_URL": srv.url, "MARKETSCHED_TOKEN": tok["carol"], "MARKETSCHED_DATA": str(srv.identity_dir)}
+
+    def run(*args):
+        r = runner.invoke(main, ["market", *args], env=env)
+        assert r.exit_code == 0, r.output
+        return r.output
+
+    q = run("quote", "--bid", "4", "--runtime", "1", "--json")
+    import json
+
+    rows = json.loads(q)["nodes"]
+    assert [(r["node"], r["payment"]) for r in rows] == [(0, 1.0), (1, 1.0)]
+    assert all(r["completion"] == rows[0]["completion"] and r["utility"] == -4 * r["completion"] - 1 for r in rows)
+    assert "node" in run("quote", "--bid", "4", "--runtime", "1")
+    out = run("submit", "--bid", "4", "--runtime", "1", "--", "sleep 100")
+    assert out.startswith("job 3 running on node 0; compensations 1 to 1 job(s)"), out
+    status = run("status")
+    assert "node 0: job 3 (carol, weight 4)" in status and "queue: 1 (alice" in status, status
+    assert "node 1: job 2 (bob, weight 1)" in status, status
+    assert alice.get("/api/dlgm/jobs/1")["state"] == "preempted"
+    with pytest.raises(ClientError) as exc:  # one's own jobs only
+        alice.get("/api/dlgm/jobs/3")
+    assert exc.value.status == 404
+    page = Client(srv.url, tok["carol"]).get("/api/market")
+    assert [n["running"]["id"] if n["running"] else None for n in page["dlgm"]["nodes"]] in ([3, 2], [1, 2])
+
+    assert wait_for(lambda: admin.get("/api/dlgm/jobs/3")["state"] == "stopped")
+    assert wait_for(lambda: admin.get("/api/dlgm/jobs/1")["state"] == "running")
+    release.touch()
+    assert wait_for(lambda: {admin.get(f"/api/dlgm/jobs/{j}")["state"] for j in (1, 2)} == {"completed"})
+    assert b.books()["deposits"] == 30 and b.books()["revenue"] == 0
+    assert admin.get("/api/balance")["users"]["alice"]["balance"] == 11
+
+    r = replay_session(b.store)
+    live, sim = r["live"], r["simulated"]
+    assert live["node"] == sim["node"] == [0, 1, 0]
+    assert live["first_start"] == sim["first_start"]
+    assert live["preemptions"] == sim["preemptions"] == [1, 0, 0]
+    assert live["paid"] == sim["paid"] == {"alice": -MICRO, "bob": 0, "carol": MICRO}
+    assert live["end"][2] == sim["end"][2] == sim["first_start"][2] + 1  # stopped at its reported second
+    assert [(j, f) for j, f, *_ in r["differ"]] == [(1, "end"), (2, "end")]
+
+
+@pytest.mark.parametrize("preemptive", [False, True])
+def test_served_session_with_every_job_stopped_replays_equal(tmp_path, preemptive):
+    """Jobs that all outlive their reported run times (stopped then), on two nodes, submitted
+    through the API as fast as it answers: whatever the timing, the recorded session replays
+    through the simulator to the same nodes, starts, ends, preemptions and money, exactly."""
+    srv = serve(tmp_path, preemptive)
+    try:
+        admin = Client(srv.url, srv.broker.admin_token)
+        users = {u: Client(srv.url, admin.post("/api/users", {"name": u, "deposit": 50})["token"])
+                 for u in ("alice", "bob", "carol")}
+        script = [("alice", 1, 0.6), ("bob", 1, 0.5), ("carol", 3, 0.2), ("alice", 2, 0.3), ("bob", 5, 0.1)]
+        for u, w, d in script:
+            users[u].post("/api/dlgm/jobs", {"weight": w, "runtime": d, "command": "sleep 100"})
+        assert wait_for(lambda: {j["state"] for j in admin.get("/api/dlgm")["jobs"]} == {"stopped"})
+        r = replay_session(srv.broker.store)
+        assert r["live"] == r["simulated"] and r["differ"] == []
+        srv.broker.store.check_books()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.broker.stop(kill_jobs=True)
+        srv.broker.dlgm.executor.shutdown(kill=True)
+
+
+def test_mechanisms_say_how_dlgm_runs_live():
+    for name in ("dlgm", "pdlgm"):
+        out = " ".join(CliRunner().invoke(main, ["mechanisms", name]).output.split())
+        assert "market serve --mechanism dlgm" in out and "market quote" in out and "not yet" not in out
