@@ -191,3 +191,29 @@ def test_audit_and_live_agree_on_a_weight_misreport(tmp_path, mechanism, focal, 
     expected = {("dlgm", 3.0): 3.0, ("dlgm", 0.5): -1.5, ("pdlgm", 1.5): 1.5, ("pdlgm", 0.5): -2.5}[mechanism, factor]
     assert gain == pytest.approx(expected, abs=1e-9)
     assert live == pytest.approx(gain, abs=1e-6)
+
+
+def test_web_page_shows_each_nodes_queue(pdlgm, tmp_path, browser):
+    """The market's page, on a P-DLGM market: each node's running job and its queue."""
+    from selenium.webdriver.common.by import By
+
+    from browser_helpers import fresh, wait
+    from test_live_web import login
+
+    b = pdlgm.broker
+    for u in ("alice", "bob"):
+        b.add_user(True, u, 1000)
+    gated = f"while [ ! -e {tmp_path / 'never'} ]; do sleep 0.05; done"
+    b.dlgm.submit("alice", 1, 1000, gated)  # node 0
+    b.dlgm.submit("bob", 1, 1000, gated)  # node 1
+    b.dlgm.submit("alice", 2, 500, gated, node=1)  # ratio 1/250 > 1/1000: preempts bob's job
+    pdlgm_page = f"{pdlgm.url}/"
+    browser.get(pdlgm_page)
+    login(browser, b.admin_token)
+
+    def text(el_id):
+        return fresh(lambda: browser.find_element(By.ID, el_id).text)
+
+    assert wait(browser, lambda d: "0 1 (alice, weight 1.00)" in text("nodes"))
+    assert wait(browser, lambda d: "1 3 (alice, weight 2.00)" in text("nodes") and "2 (bob, 0.001)" in text("nodes"))
+    assert wait(browser, lambda d: "PDLGM / compensations" in text("mech"))
