@@ -13,7 +13,7 @@ import pytest
 from live_helpers import free_port, start_broker, wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client
-from marketsched.live.dlgm_service import DLGMService, replay_session
+from marketsched.live.dlgm_service import DLGMService, replay_recorded
 from marketsched.platform.clock import FakeClock
 from marketsched.platform.executor import kill_recorded_jobs
 from marketsched.platform.ledger import Store
@@ -49,7 +49,7 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
     """The market dies at the ``nth`` launch (before the process starts, or once it runs) or
     kill; a new market on the same database and machine carries on. Every job's process is
     launched at most once, none still runs at the end, the ledger balances to the micro-unit and
-    the whole session replays through the simulator exactly as if nothing had happened."""
+    the whole run replays through the simulator exactly as if nothing had happened."""
     clock = FakeClock(0.0)
     fos = FakeOS()
     b, dx = start(tmp_path, clock, fos, preemptive, first=True)
@@ -82,7 +82,7 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
     assert seen["crashed"]
     assert len(fos.launches) == len(set(fos.launches))  # no process launched twice
     assert fos.alive == {}  # every job's process was killed (stopped at its reported time) or ended
-    r = replay_session(b.store)
+    r = replay_recorded(b.store)
     assert r["live"] == r["simulated"] and r["differ"] == []
     books = b.store.check_books()
     assert books["users"] == books["deposits"] == 300_000_000 and books["revenue"] == 0

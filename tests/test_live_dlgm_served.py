@@ -1,6 +1,6 @@
 """DLGM and P-DLGM served by the live market (``market serve --mechanism dlgm|pdlgm``): end to
 end through the HTTP API and the command line with real processes, the spot path refused, and
-the served session's record replayed through the simulator."""
+the served run's record replayed through the simulator."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from live_helpers import wait_for
 from marketsched.cli import main
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client, ClientError
-from marketsched.live.dlgm_service import DLGMService, replay_session
+from marketsched.live.dlgm_service import DLGMService, replay_recorded
 from marketsched.live.server import MarketServer
 from marketsched.platform.ledger import MICRO
 
@@ -40,7 +40,7 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
     releases it) take nodes 0 and 1. The quote for a job of weight 4 and 1 s shows, on each node,
     completion now + 1 and payment 1 * 1 (it would preempt the running job, whose ratio on its
     remaining time is below 4); carol's job takes node 0 (lowest node on the tie), preempts A and
-    pays alice 1; it is stopped at its reported second and A resumes. The session's record
+    pays alice 1; it is stopped at its reported second and A resumes. The run's record
     replays through the simulator to the same nodes, starts, preemptions and money; A and B,
     released early, end earlier than the simulator's reported times, and the replay says so."""
     srv = pdlgm
@@ -92,7 +92,7 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
     assert b.books()["deposits"] == 30 and b.books()["revenue"] == 0
     assert admin.get("/api/balance")["users"]["alice"]["balance"] == 11
 
-    r = replay_session(b.store)
+    r = replay_recorded(b.store)
     live, sim = r["live"], r["simulated"]
     assert live["node"] == sim["node"] == [0, 1, 0]
     assert live["first_start"] == sim["first_start"]
@@ -103,9 +103,9 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
 
 
 @pytest.mark.parametrize("preemptive", [False, True])
-def test_served_session_with_every_job_stopped_replays_equal(tmp_path, preemptive):
+def test_served_run_with_every_job_stopped_replays_equal(tmp_path, preemptive):
     """Jobs that all outlive their reported run times (stopped then), on two nodes, submitted
-    through the API as fast as it answers: whatever the timing, the recorded session replays
+    through the API as fast as it answers: whatever the timing, the recorded run replays
     through the simulator to the same nodes, starts, ends, preemptions and money, exactly."""
     srv = serve(tmp_path, preemptive)
     try:
@@ -116,7 +116,7 @@ def test_served_session_with_every_job_stopped_replays_equal(tmp_path, preemptiv
         for u, w, d in script:
             users[u].post("/api/dlgm/jobs", {"weight": w, "runtime": d, "command": "sleep 100"})
         assert wait_for(lambda: {j["state"] for j in admin.get("/api/dlgm")["jobs"]} == {"stopped"})
-        r = replay_session(srv.broker.store)
+        r = replay_recorded(srv.broker.store)
         assert r["live"] == r["simulated"] and r["differ"] == []
         srv.broker.store.check_books()
     finally:
@@ -171,7 +171,7 @@ def live_utility(tmp_path, focal: int, factor: float, preemptive: bool) -> float
 @pytest.mark.parametrize("mechanism,focal,factor", [("dlgm", 3, 3.0), ("dlgm", 3, 0.5), ("pdlgm", 1, 1.5),
                                                     ("pdlgm", 1, 0.5)])
 def test_audit_and_live_agree_on_a_weight_misreport(tmp_path, mechanism, focal, factor):
-    """`marketsched audit` (paired simulations) and the served market (two sessions, truthful
+    """`marketsched audit` (paired simulations) and the served market (two runs, truthful
     and lying) give the focal job the same gain from misreporting its weight, to the
     micro-unit: a profitable lie (DLGM: job 3 overstating its weight 3x receives more from the
     job that overtakes it, +3; P-DLGM: job 1 overstating 1.5x, +1.5) and an unprofitable one
@@ -217,3 +217,46 @@ def test_web_page_shows_each_nodes_queue(pdlgm, tmp_path, browser):
     assert wait(browser, lambda d: "0 1 (alice, weight 1.00)" in text("nodes"))
     assert wait(browser, lambda d: "1 3 (alice, weight 2.00)" in text("nodes") and "2 (bob, 0.001)" in text("nodes"))
     assert wait(browser, lambda d: "PDLGM / compensations" in text("mech"))
+
+
+def test_attacks_on_the_dlgm_routes_change_nothing(pdlgm):
+    """Bad fields, unknown fields, a node that does not exist, compensations the owner cannot
+    pay, someone else's job, too many jobs, a bad quote: each refused with its status, naming
+    the problem; nothing recorded, no money moved."""
+    b = pdlgm.broker
+    admin = Client(pdlgm.url, b.admin_token)
+    eve = Client(pdlgm.url, admin.post("/api/users", {"name": "eve", "deposit": 1})["token"])
+    gated = "sleep 100"
+    cases = [({"weight": 1, "runtime": 1, "command": "true", "bid": 3}, 400, "bid"),
+             ({"weight": 1, "command": "true"}, 400, "runtime"),
+             ({"weight": "1", "runtime": 1, "command": "true"}, 400, "bid"),
+             ({"weight": 1, "runtime": 0, "command": "true"}, 400, "runtime"),
+             ({"weight": 1, "runtime": 1, "command": "true", "node": 2}, 400, "node 2 does not exist"),
+             ({"weight": 1, "runtime": 1, "command": ""}, 400, "command"),
+             ({"weight": 1, "runtime": 1, "command": "x" * 70000}, 413, "command")]
+    for body, status, words in cases:
+        with pytest.raises(ClientError, match=words) as exc:
+            eve.post("/api/dlgm/jobs", body)
+        assert exc.value.status == status, body
+    for q, words in (("weight=1", "runtime"), ("weight=x&runtime=1", "weight must be a number"),
+                     ("weight=1&runtime=-1", "runtime")):
+        with pytest.raises(ClientError, match=words) as exc:
+            eve.get("/api/dlgm/quote?" + q)
+        assert exc.value.status == 400
+    assert admin.get("/api/dlgm")["jobs"] == []
+    rich = Client(pdlgm.url, admin.post("/api/users", {"name": "rich", "deposit": 1000})["token"])
+    first = rich.post("/api/dlgm/jobs", {"weight": 1, "runtime": 100, "command": gated})["id"]
+    rich.post("/api/dlgm/jobs", {"weight": 1, "runtime": 100, "command": gated})
+    with pytest.raises(ClientError, match="compensations on node 0 come to 5.000000 but eve holds 1") as exc:
+        eve.post("/api/dlgm/jobs", {"weight": 10, "runtime": 5, "command": "true", "node": 0})
+    assert exc.value.status == 402
+    with pytest.raises(ClientError) as exc:
+        eve.get(f"/api/dlgm/jobs/{first}")
+    assert exc.value.status == 404
+    assert len(admin.get("/api/dlgm")["jobs"]) == 2
+    assert [e["kind"] for e in b.store.entries()] == ["deposit", "deposit"]  # no compensation moved
+    b.config.max_jobs_per_user = 2
+    with pytest.raises(ClientError, match="2 active DLGM jobs") as exc:
+        rich.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1, "command": "true"})
+    assert exc.value.status == 429
+    b.store.check_books()

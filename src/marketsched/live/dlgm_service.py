@@ -448,8 +448,8 @@ class DLGMService:
             m.tick()
 
 
-def replay_session(store) -> dict:
-    """A served DLGM session's record replayed through the simulator (:func:`run_dlgm` on the
+def replay_recorded(store) -> dict:
+    """A served DLGM run's record replayed through the simulator (:func:`run_dlgm` on the
     recorded submissions: times, weights, reported run times), compared with what the market
     recorded. Returns ``{"jobs": [ids], "live": {...}, "simulated": {...}, "differ": [...]}``
     where each side holds per-job lists ``node``, ``first_start``, ``end``, ``preemptions``,
