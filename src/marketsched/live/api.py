@@ -81,6 +81,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from marketsched.live.broker import Broker
+from marketsched.live.dlgm_api import ROUTES as DLGM_ROUTES
 from marketsched.platform.http import (
     BEFORE,
     BUSY_WAIT,
@@ -261,7 +262,7 @@ def show_reservations(b, who, q, body):
     return _dayahead(b).showres(who[0], who[1])
 
 
-import marketsched.live.dlgm_api  # noqa: E402, F401 - the DLGM market's routes (they use route above)
+ROUTES += DLGM_ROUTES  # a DLGM or P-DLGM market's routes (404 on a market that runs neither)
 
 
 # ---------------------------------------------------------------------------- the application

@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import Any
 
 from marketsched.engine.records import FinalState
 from marketsched.mechanisms.online.dlgm import DLGM
 from marketsched.platform import validation
 from marketsched.platform.engine import LiveEngine
-from marketsched.platform.ledger import DEPOSITS, Store, user_account
+from marketsched.platform.ledger import DEPOSITS, user_account
 from marketsched.platform.tokens import hash_token
 from marketsched.platform.validation import MarketError
 
@@ -129,13 +130,15 @@ class DLGMEngine(LiveEngine):
 
 
 class DLGMMarket:
-    """A DLGM (``preemptive=False``) or P-DLGM market on ``nodes`` slots, its money in ``store``.
+    """A DLGM (``preemptive=False``) or P-DLGM market on ``nodes`` slots, its money in ``store``
+    (a :class:`~marketsched.platform.ledger.Store`, or an object with the methods used here: the
+    served market's :class:`~marketsched.live.dlgm_service.DLGMTables`).
 
     ``clock`` returns market seconds; ``executor`` (optional) carries out the decisions on real
     processes: ``launch(key, command, env=...)``, ``stop(key)``, ``cont(key)``, ``kill(key)``.
     """
 
-    def __init__(self, store: Store, nodes: int, preemptive: bool = False, clock=None, executor=None):
+    def __init__(self, store: Any, nodes: int, preemptive: bool = False, clock=None, executor=None):
         validation.whole(nodes, "nodes")
         self.store = store
         self.preemptive = bool(preemptive)

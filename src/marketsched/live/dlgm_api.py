@@ -1,5 +1,5 @@
 """The HTTP routes of a DLGM or P-DLGM market (:mod:`marketsched.live.dlgm_service`), part of
-the live market's API (:mod:`marketsched.live.api`, which imports this module):
+the live market's API (:mod:`marketsched.live.api` serves :data:`ROUTES` beside its own):
 
 ======  ===========================  ===========================================================
 method  path                         what
@@ -13,9 +13,18 @@ GET     ``/api/dlgm/jobs/ID``        one job with its events
 
 from __future__ import annotations
 
-from marketsched.live.api import route
-from marketsched.platform.http import INT, NUM, STR
+from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MarketError, show
+
+ROUTES: list[Route] = []
+
+
+def route(method: str, path: str, summary: str, **kw):
+    def deco(f):
+        ROUTES.append(Route(method, path, f, summary, **kw))
+        return f
+
+    return deco
 
 
 def _dlgm(b):

@@ -48,6 +48,7 @@ import threading
 import traceback
 from collections import Counter
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 from marketsched.live.dlgm import DLGMMarket
 from marketsched.platform import validation
@@ -482,11 +483,11 @@ def replay_recorded(store) -> dict:
     def first(j, kinds):
         return next((e["t"] for e in events if e["job_id"] == j and e["kind"] in kinds), None)
 
-    live = {"node": [j["node"] for j in jobs], "first_start": [first(j, ("start",)) for j in ids],
+    live: dict[str, Any] = {"node": [j["node"] for j in jobs], "first_start": [first(j, ("start",)) for j in ids],
             "end": [first(j, ("stopped", "completed")) for j in ids],
             "preemptions": [sum(e["job_id"] == j and e["kind"] == "preempt" for e in events) for j in ids],
             "paid": live_paid}
-    simulated = {"node": pol.node.tolist(), "first_start": rec.first_start.tolist(), "end": rec.end_time.tolist(),
+    simulated: dict[str, Any] = {"node": pol.node.tolist(), "first_start": rec.first_start.tolist(), "end": rec.end_time.tolist(),
                  "preemptions": rec.preemptions.tolist(), "paid": sim_paid}
     differ = [(j["id"], "end", live["end"][i], simulated["end"][i], "its process ended before its reported run time")
               for i, j in enumerate(jobs) if j["state"] == "completed" and live["end"][i] != simulated["end"][i]]
