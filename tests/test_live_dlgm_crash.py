@@ -105,9 +105,10 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
         brokers.append(start_broker(data, port, log, *args))
         admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
         a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 100})["token"])
-        b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 100})["token"])
-        j1 = a.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1000, "command": gated})["id"]
-        j2 = b.post("/api/dlgm/jobs", {"weight": 50, "runtime": 50, "command": gated})["id"]  # preempts j1
+        b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 200})["token"])
+        # reported run times far beyond the test's length: both end when the test releases them
+        j1 = a.post("/api/dlgm/jobs", {"weight": 0.001, "runtime": 1e6, "command": gated})["id"]
+        j2 = b.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1e5, "command": gated})["id"]  # preempts j1, pays 100
         before = admin.get("/api/dlgm")
         assert {j["id"]: j["state"] for j in before["jobs"]} == {j1: "preempted", j2: "running"}
         assert wait_for(lambda: starts.exists() and sorted(starts.read_text().split()) == [str(j1), str(j2)])
@@ -123,7 +124,7 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
         assert wait_for(lambda: {j["state"] for j in admin.get("/api/dlgm")["jobs"]} == {"completed"}, 120)
         kinds = [e["kind"] for e in admin.get(f"/api/dlgm/jobs/{j1}")["events"]]
         assert kinds.count("start") == 1 and kinds.count("resume") == 1 and "reattach" in kinds
-        assert admin.get("/api/balance")["users"]["a"]["balance"] == 100 + 1 * 50
+        assert admin.get("/api/balance")["users"]["a"]["balance"] == 100 + 0.001 * 1e5
         assert sorted(starts.read_text().split()) == [str(j1), str(j2)]  # no process started twice
     finally:
         for p in brokers:
@@ -134,5 +135,5 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
         kill_recorded_jobs(data)
     store = Store(data)
     books = store.check_books()
-    assert books["users"] == books["deposits"] == 200_000_000 and books["revenue"] == 0
+    assert books["users"] == books["deposits"] == 300_000_000 and books["revenue"] == 0
     store.close()

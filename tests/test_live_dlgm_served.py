@@ -37,16 +37,17 @@ def pdlgm(tmp_path):
 
 def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdlgm, tmp_path):
     """Two nodes. alice's A and bob's B (weight 1, reported 1000 s, each runs until the test
-    releases it) take nodes 0 and 1. The quote for a job of weight 4 and 1 s shows, on each node,
-    completion now + 1 and payment 1 * 1 (it would preempt the running job, whose ratio on its
-    remaining time is below 4); carol's job takes node 0 (lowest node on the tie), preempts A and
-    pays alice 1; it is stopped at its reported second and A resumes. The run's record
-    replays through the simulator to the same nodes, starts, preemptions and money; A and B,
-    released early, end earlier than the simulator's reported times, and the replay says so."""
+    releases it) take nodes 0 and 1. The quote for a job of weight 4 and 500 s shows, on each
+    node, completion now + 500 and payment 1 * 500 (it would preempt the running job, whose ratio
+    on its remaining time is below 4/500); carol's job takes node 0 (lowest node on the tie),
+    preempts A and pays alice 500; when it ends, A resumes. The run's record replays through the
+    simulator to the same nodes, starts, preemptions and money; the jobs, released before their
+    reported times, end earlier than the simulator's, and the replay says so. (Every event's
+    order is the test's: no reported run time ends during the test.)"""
     srv = pdlgm
     b = srv.broker
     admin = Client(srv.url, b.admin_token)
-    tok = {u: admin.post("/api/users", {"name": u, "deposit": 10})["token"] for u in ("alice", "bob", "carol")}
+    tok = {u: admin.post("/api/users", {"name": u, "deposit": 1000})["token"] for u in ("alice", "bob", "carol")}
     alice, bob = Client(srv.url, tok["alice"]), Client(srv.url, tok["bob"])
     release = tmp_path / "release"
     gated = f"while [ ! -e {release} ]; do sleep 0.05; done"
@@ -66,15 +67,16 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
         assert r.exit_code == 0, r.output
         return r.output
 
-    q = run("quote", "--bid", "4", "--runtime", "1", "--json")
+    q = run("quote", "--bid", "4", "--runtime", "500", "--json")
     import json
 
     rows = json.loads(q)["nodes"]
-    assert [(r["node"], r["payment"]) for r in rows] == [(0, 1.0), (1, 1.0)]
-    assert all(r["completion"] == rows[0]["completion"] and r["utility"] == -4 * r["completion"] - 1 for r in rows)
-    assert "node" in run("quote", "--bid", "4", "--runtime", "1")
-    out = run("submit", "--bid", "4", "--runtime", "1", "--", "sleep 100")
-    assert out.startswith("job 3 running on node 0; compensations 1 to 1 job(s)"), out
+    assert [(r["node"], r["payment"]) for r in rows] == [(0, 500.0), (1, 500.0)]
+    assert all(r["completion"] == rows[0]["completion"] and r["utility"] == -4 * r["completion"] - 500 for r in rows)
+    assert "node" in run("quote", "--bid", "4", "--runtime", "500")
+    release_c = tmp_path / "release-c"
+    out = run("submit", "--bid", "4", "--runtime", "500", "--", f"while [ ! -e {release_c} ]; do sleep 0.05; done")
+    assert out.startswith("job 3 running on node 0; compensations 500 to 1 job(s)"), out
     status = run("status")
     assert "node 0: job 3 (carol, weight 4)" in status and "queue: 1 (alice" in status, status
     assert "node 1: job 2 (bob, weight 1)" in status, status
@@ -83,23 +85,24 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
         alice.get("/api/dlgm/jobs/3")
     assert exc.value.status == 404
     page = Client(srv.url, tok["carol"]).get("/api/market")
-    assert [n["running"]["id"] if n["running"] else None for n in page["dlgm"]["nodes"]] in ([3, 2], [1, 2])
+    assert [n["running"]["id"] for n in page["dlgm"]["nodes"]] == [3, 2]
 
-    assert wait_for(lambda: admin.get("/api/dlgm/jobs/3")["state"] == "stopped")
+    release_c.touch()
+    assert wait_for(lambda: admin.get("/api/dlgm/jobs/3")["state"] == "completed")
     assert wait_for(lambda: admin.get("/api/dlgm/jobs/1")["state"] == "running")
+    assert [e["kind"] for e in admin.get("/api/dlgm/jobs/1")["events"]] == ["node", "start", "preempt", "resume"]
     release.touch()
     assert wait_for(lambda: {admin.get(f"/api/dlgm/jobs/{j}")["state"] for j in (1, 2)} == {"completed"})
-    assert b.books()["deposits"] == 30 and b.books()["revenue"] == 0
-    assert admin.get("/api/balance")["users"]["alice"]["balance"] == 11
+    assert b.books()["deposits"] == 3000 and b.books()["revenue"] == 0
+    assert admin.get("/api/balance")["users"]["alice"]["balance"] == 1500
 
     r = replay_recorded(b.store)
     live, sim = r["live"], r["simulated"]
     assert live["node"] == sim["node"] == [0, 1, 0]
     assert live["first_start"] == sim["first_start"]
     assert live["preemptions"] == sim["preemptions"] == [1, 0, 0]
-    assert live["paid"] == sim["paid"] == {"alice": -MICRO, "bob": 0, "carol": MICRO}
-    assert live["end"][2] == sim["end"][2] == sim["first_start"][2] + 1  # stopped at its reported second
-    assert [(j, f) for j, f, *_ in r["differ"]] == [(1, "end"), (2, "end")]
+    assert live["paid"] == sim["paid"] == {"alice": -500 * MICRO, "bob": 0, "carol": 500 * MICRO}
+    assert [(j, f) for j, f, *_ in r["differ"]] == [(1, "end"), (2, "end"), (3, "end")]
 
 
 @pytest.mark.parametrize("preemptive", [False, True])
