@@ -88,6 +88,42 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
     assert books["users"] == books["deposits"] == 300_000_000 and books["revenue"] == 0
 
 
+def test_a_preempted_job_whose_process_vanished_while_down_starts_again_when_it_resumes(tmp_path):
+    """P-DLGM on one node: A runs, B preempts it; the market dies and A's frozen process is
+    killed meanwhile. At restart B is re-attached; when B is stopped at its reported time, A
+    resumes: its process is launched again (once), for the time it had left, and the run still
+    replays through the simulator exactly."""
+    clock = FakeClock(0.0)
+    fos = FakeOS()
+    ex = ScriptedExecutor(tmp_path / "jobs")
+    b = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True), clock=clock, executor=ex)
+    b.ensure_admin()
+    for u in ("alice", "bob"):
+        b.add_user(True, u, 100)
+    b.dlgm = DLGMService(b, True, executor=ScriptedExecutor(tmp_path / "dlgm", os=fos))
+    a = b.dlgm.submit("alice", 1.0, 10.0, "work")["id"]
+    clock.set(2)
+    bj = b.dlgm.submit("bob", 5.0, 2.0, "work")["id"]
+    assert b.dlgm.market.state[a] == "preempted"
+    b.store.close()  # the market dies
+    del fos.alive[a]  # A's process is killed while the market is down
+    clock.set(3)
+    b = Broker(tmp_path / "market", MarketConfig(slots=1, single_user=True), clock=clock,
+               executor=ScriptedExecutor(tmp_path / "jobs"))
+    dx = ScriptedExecutor(tmp_path / "dlgm", os=fos)
+    b.dlgm = DLGMService(b, True, executor=dx)
+    assert b.dlgm.market.state == {a: "preempted", bj: "running"}
+    for t in (4, 12):
+        clock.set(t)
+        b.dlgm.step()
+    assert fos.launches == [a, bj, a] and fos.alive == {}
+    assert [e["kind"] for e in b.dlgm.job("admin", True, a)["events"]] == \
+        ["node", "start", "preempt", "resume", "relaunch", "stopped"]
+    r = replay_recorded(b.store)
+    assert r["live"] == r["simulated"] and r["differ"] == []
+    b.store.check_books()
+
+
 def test_kill_9_of_a_served_pdlgm_market(tmp_path):
     """``market serve --mechanism pdlgm`` killed with -9 while one job runs and one is
     preempted: the restarted market re-attaches both processes (same pids), the preempted

@@ -32,7 +32,6 @@ def pdlgm(tmp_path):
     srv.shutdown()
     srv.server_close()
     srv.broker.stop(kill_jobs=True)
-    srv.broker.dlgm.executor.shutdown(kill=True)
 
 
 def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdlgm, tmp_path):
@@ -126,7 +125,6 @@ def test_served_run_with_every_job_stopped_replays_equal(tmp_path, preemptive):
         srv.shutdown()
         srv.server_close()
         srv.broker.stop(kill_jobs=True)
-        srv.broker.dlgm.executor.shutdown(kill=True)
 
 
 def test_mechanisms_say_how_dlgm_runs_live():

@@ -366,7 +366,7 @@ class Broker:
         if self.dayahead is not None:
             self.dayahead.stop()
         if self.dlgm is not None:
-            self.dlgm.stop()
+            self.dlgm.stop(kill=kill_jobs)
         self.executor.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)

@@ -36,7 +36,9 @@ Decisions
   runs or is preempted is re-attached to its process (thawed or frozen as its state says), or
   started if it never was; one whose process ended while the market was down completes now
   (with the exit code its wrapper wrote), one whose process vanished without one completes now
-  too (note ``process gone``); processes of ended jobs are killed. Market time goes on while the
+  too (note ``process gone``); a preempted job whose process vanished starts again from the
+  beginning when it resumes (event ``relaunch``), for the reported time it has left; processes of
+  ended jobs are killed. Market time goes on while the
   market is down (the broker's wall clock): the stops due meanwhile happen at their times.
 """
 
@@ -287,7 +289,11 @@ class DLGMService:
             elif kind == "stop":
                 ex.stop(key)
             elif kind == "cont":
-                ex.cont(key)
+                if not ex.cont(key) and key not in ex.procs and key not in getattr(ex, "launched", ()):
+                    # a preempted job whose process vanished while the market was down: it starts
+                    # again from the beginning, for the reported time it has left
+                    self.tables.add_event(key, self.broker._t, "relaunch", "its process was gone")
+                    self.pending.queue.insert(0, ("launch", key, m.commands[key], {"MARKETSCHED_JOB_ID": str(key)}))
             elif kind == "kill":
                 ex.kill(key)
                 ex.forget(key)
@@ -394,13 +400,14 @@ class DLGMService:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """Stop the loop; jobs run on (a restarted market re-attaches them)."""
+    def stop(self, kill: bool = False) -> None:
+        """Stop the loop; jobs run on (a restarted market re-attaches them), or with ``kill``
+        their processes are killed (a restarted market then completes them: process gone)."""
         self._stopping.set()
         self.executor.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self.executor.shutdown(kill=False)
+        self.executor.shutdown(kill=kill)
 
     # ------------------------------------------------------------------ restart
     def _recover(self) -> None:
