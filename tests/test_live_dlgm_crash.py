@@ -144,6 +144,7 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
         b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 200})["token"])
         # reported run times far beyond the test's length: both end when the test releases them
         j1 = a.post("/api/dlgm/jobs", {"weight": 0.001, "runtime": 1e6, "command": gated})["id"]
+        assert wait_for(lambda: starts.exists() and starts.read_text().split() == [str(j1)])  # before it is frozen
         j2 = b.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1e5, "command": gated})["id"]  # preempts j1, pays 100
         before = admin.get("/api/dlgm")
         assert {j["id"]: j["state"] for j in before["jobs"]} == {j1: "preempted", j2: "running"}
