@@ -45,6 +45,7 @@ GET     ``/api/statement``           own ledger entries (administrator: ``?user=
 GET     ``/api/market``              everything the page shows, in one request (``limit`` active jobs)
 POST    ``/api/dayahead/bids``       day-ahead sealed bid ``{"length", "deadline", "value", "nodes"?, "command"?}``
 GET     ``/api/dayahead``            ``showres``: own bids and reservations (administrator: all), next clearing
+POST    ``/api/dlgm/jobs``           DLGM and P-DLGM markets: :mod:`marketsched.live.dlgm_api`
 ======  ===========================  ===========================================================
 
 A submission is answered only after it is committed to the database (see the broker).
@@ -80,6 +81,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
 from marketsched.live.broker import Broker
+from marketsched.live.dlgm_api import ROUTES as DLGM_ROUTES
 from marketsched.platform.http import (
     BEFORE,
     BUSY_WAIT,
@@ -201,6 +203,8 @@ def delete_job(b, who, q, body, job_id):
 
 @route("GET", "/api/price", "the price now, counts, per-job rates")
 def price(b, who, q, body):
+    if getattr(b, "dlgm", None) is not None:  # `market status`: the nodes' queues
+        return {**b.price(), "mechanism": b.dlgm.name, "dlgm": b.dlgm.status(who[0], who[1])["nodes"]}
     return b.price()
 
 
@@ -231,6 +235,7 @@ def market(b, who, q, body):
             "active": b.jobs(who[0], who[1], ACTIVE_STATES, page_limit(q, 500)),
             "active_total": b.count_active(who[0], who[1]),
             "recent": b.jobs(who[0], who[1], FINAL_STATES, 20),
+            **({"dlgm": b.dlgm.status(who[0], who[1])} if getattr(b, "dlgm", None) is not None else {}),
         }
 
 
@@ -255,6 +260,9 @@ def place_bid(b, who, q, body):
 @route("GET", "/api/dayahead", "day-ahead bids and reservations, the next clearing")
 def show_reservations(b, who, q, body):
     return _dayahead(b).showres(who[0], who[1])
+
+
+ROUTES += DLGM_ROUTES  # a DLGM or P-DLGM market's routes (404 on a market that runs neither)
 
 
 # ---------------------------------------------------------------------------- the application

@@ -112,6 +112,7 @@ from marketsched.platform.validation import MarketError, show, to_micro
 
 if TYPE_CHECKING:
     from marketsched.live.dayahead import DayAhead
+    from marketsched.live.dlgm_service import DLGMService
 
 LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
@@ -278,6 +279,7 @@ class Broker:
         if check is not None and not self.single_user:
             check()  # Slurm enters each job's folder as the job's user
         self.dayahead: DayAhead | None = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
+        self.dlgm: DLGMService | None = None  # marketsched.live.dlgm_service, `market serve --mechanism dlgm|pdlgm`
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
         self.mechanism = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=self.config.pricing,
@@ -363,6 +365,8 @@ class Broker:
         self._stopping = True
         if self.dayahead is not None:
             self.dayahead.stop()
+        if self.dlgm is not None:
+            self.dlgm.stop(kill=kill_jobs)
         self.executor.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -530,6 +534,9 @@ class Broker:
                               "give a runtime estimate (seconds)")
         if isinstance(procs, bool) or not isinstance(procs, int) or procs != 1:
             raise MarketError(f"procs must be 1: the MOSIX market mechanisms schedule serial jobs (got {procs!r})")
+        if self.dlgm is not None:
+            raise MarketError(f"this market runs {self.dlgm.name.upper()}: submit a weight and a reported run time "
+                              "(`market submit --bid W --runtime D`, POST /api/dlgm/jobs)", 409)
         with self.lock:
             if user not in self.balance:
                 raise MarketError(f"unknown user {user!r}", 404)

@@ -150,9 +150,11 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
 @click.option("--slots", default=2, show_default=True, type=click.IntRange(min=1), help="Jobs that run at once.")
-@click.option("--mechanism", default="hb", show_default=True, type=click.Choice(["hb", "nphb", "wsept", "wspt"]),
+@click.option("--mechanism", default="hb", show_default=True,
+              type=click.Choice(["hb", "nphb", "wsept", "wspt", "dlgm", "pdlgm"]),
               help="Allocation rule (Shudler et al. 2010): HB preempts; NPHB, WSEPT do not "
-                   "(WSPT here = WSEPT).")
+                   "(WSPT here = WSEPT). dlgm, pdlgm: the DLGM compensation market (Stößer 2009, ch. 5), "
+                   "each slot a node with its own queue; jobs give a weight and a reported run time.")
 @click.option("--pricing", default="kth", show_default=True, type=click.Choice(["kth", "first"]),
               help="Payment rule per second of running time.")
 @click.option("--charge-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -239,7 +241,10 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         # thread keeps the other waiting up to 5 ms at each hand-off. 0.5 ms: about 1.4x the
         # submissions per second under load (benchmarks/bench_live.py), for the same CPU time.
         sys.setswitchinterval(0.0005)
-        config = MarketConfig(slots=slots, mechanism=mechanism, pricing=pricing, charge_interval=charge_interval,
+        dlgm = mechanism in ("dlgm", "pdlgm")
+        if dlgm and (executor != "local" or service_user is not None):
+            raise ValueError(f"--mechanism {mechanism} runs on the local executor, without --service-user")
+        config = MarketConfig(slots=slots, mechanism="hb" if dlgm else mechanism, pricing=pricing, charge_interval=charge_interval,
                               admission_seconds=admission_seconds, sync=sync, executor=executor, partition=partition,
                               single_user=single_user, launcher=service_user is not None, job_cpus=job_cpus,
                               job_memory=memory, job_processes=job_processes, max_jobs_per_user=max_jobs_per_user,
@@ -248,6 +253,10 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         if service_user is not None:
             jobs_executor = _privileged_launcher(data, service_user, config, db_url, dayahead)
         broker = Broker(data, config, db_url=db_url, executor=jobs_executor)
+        if dlgm:
+            from marketsched.live.dlgm_service import DLGMService
+
+            broker.dlgm = DLGMService(broker, preemptive=mechanism == "pdlgm")
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     token = broker.ensure_admin()
@@ -275,6 +284,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         broker.stop()
         raise click.ClickException(f"cannot listen on {host}:{port} and {sock}: {exc}") from None
     broker.start()
+    if broker.dlgm is not None:
+        broker.dlgm.start()
     click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), {executor} executor, "
                f"database {broker.store.location}", err=True)
     if broker.single_user:
@@ -453,16 +464,23 @@ def deposit(name, amount, client) -> None:
 @click.option("--bid", required=True, type=float, help="Bid per second of running time.")
 @click.option("--estimate", default=None, type=float, help="Runtime estimate in seconds (needed by WSEPT).")
 @click.option("--procs", default=1, type=int, show_default=True, help="Processors (the market runs serial jobs: 1).")
+@click.option("--runtime", default=None, type=float,
+              help="DLGM market: the reported run time in seconds (the job is stopped then); --bid is the weight, "
+                   "per second of waiting.")
+@click.option("--node", default=None, type=int, help="DLGM market: the node to join (default: the best utility).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @client_options
-def submit(bid, estimate, procs, as_json, command, client) -> None:
+def submit(bid, estimate, procs, runtime, node, as_json, command, client) -> None:
     """Submit COMMAND (after --, e.g. `-- sleep 10`); prints the job id and its state.
 
     One argument is taken as a shell command line (`-- 'echo a; sleep 5'`); several are quoted
-    as separate arguments.
+    as separate arguments. On a DLGM market give --runtime (and optionally --node).
     """
     cmd = command[0] if len(command) == 1 else list(command)
+    if runtime is not None or node is not None:
+        _dlgm_submit(client, bid, runtime, node, cmd, as_json)
+        return
     job = client.post("/api/jobs", {"bid": bid, "command": cmd, "estimate": estimate, "procs": procs})
     if as_json:
         click.echo(json.dumps(job, indent=2))
@@ -549,6 +567,9 @@ def price(history, as_json, client) -> None:
     h = c.get("/api/price/history") if history else None
     if as_json:
         click.echo(json.dumps({"price": p, "history": h} if history else p, indent=2))
+        return
+    if "dlgm" in p:
+        _echo_nodes(p)
         return
     click.echo(f"price {p['price']:g}/s ({p['mechanism']}, {p['pricing']} price); running {p['running']}/{p['slots']}, "
                f"queued {p['queued']}, held {p['held']}")
@@ -861,7 +882,52 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
                     table, duration, every)
 
 
+def _dlgm_submit(client, weight, runtime, node, cmd, as_json) -> None:
+    if runtime is None:
+        raise click.UsageError("a DLGM job needs --runtime (its reported run time, seconds)")
+    body = {"weight": weight, "runtime": runtime, "command": cmd}
+    if node is not None:
+        body["node"] = node
+    job = client.post("/api/dlgm/jobs", body)
+    if as_json:
+        click.echo(json.dumps(job, indent=2))
+        return
+    paid = sum(x["amount"] for x in job["transfers"])
+    click.echo(f"job {job['id']} {job['state']} on node {job['node']}; compensations {_money(paid)} to "
+               f"{len(job['transfers'])} job(s)")
+
+
+def _echo_nodes(p: dict) -> None:
+    click.echo(f"{p['mechanism']}: {len(p['dlgm'])} node(s), each with its own queue (WSPT order)")
+    for n in p["dlgm"]:
+        r = n["running"]
+        run = f"job {r['id']} ({r['owner']}, weight {r['weight']:g}) until t={r['ends']:.1f}" if r else "idle"
+        queue = ", ".join(f"{x['id']} ({x['owner']}, {x['ratio']:g}/s)" for x in n["queue"]) or "-"
+        click.echo(f"  node {n['node']}: {run}; queue: {queue}")
+
+
+@market.command("quote")
+@click.option("--bid", "weight", required=True, type=float, help="The job's weight: bid per second of waiting.")
+@click.option("--runtime", required=True, type=float, help="The reported run time, seconds.")
+@click.option("--json", "as_json", is_flag=True)
+@client_options
+def quote(weight, runtime, as_json, client) -> None:
+    """DLGM market: every node's tentative completion time, payment (compensations to the jobs
+    the job would overtake) and utility -weight*completion - payment, for a job submitted now;
+    best node first (the one `market submit --runtime` takes unless --node says otherwise)."""
+    from urllib.parse import urlencode
+
+    q = client.get("/api/dlgm/quote?" + urlencode({"weight": repr(weight), "runtime": repr(runtime)}))
+    if as_json:
+        click.echo(json.dumps(q, indent=2))
+        return
+    click.echo(f"{'node':>4} {'completion':>11} {'payment':>12} {'utility':>13}  (t={q['t']:.1f})")
+    for r in q["nodes"]:
+        click.echo(f"{r['node']:>4} {r['completion']:>11.3f} {r['payment']:>12.6f} {r['utility']:>13.6f}")
+
+
 market.add_command(_ees_command)  # EES and relaxed EES (marketsched.live.ees_cli)
+
 
 # the exchange's names for the same commands (one command line for both: docs/architecture.md)
 market.add_command(user_token, "token")  # exchange token

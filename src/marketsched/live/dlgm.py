@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import Any
 
 from marketsched.engine.records import FinalState
 from marketsched.mechanisms.online.dlgm import DLGM
 from marketsched.platform import validation
 from marketsched.platform.engine import LiveEngine
-from marketsched.platform.ledger import DEPOSITS, Store, user_account
+from marketsched.platform.ledger import DEPOSITS, user_account
 from marketsched.platform.tokens import hash_token
 from marketsched.platform.validation import MarketError
 
@@ -129,19 +130,22 @@ class DLGMEngine(LiveEngine):
 
 
 class DLGMMarket:
-    """A DLGM (``preemptive=False``) or P-DLGM market on ``nodes`` slots, its money in ``store``.
+    """A DLGM (``preemptive=False``) or P-DLGM market on ``nodes`` slots, its money in ``store``
+    (a :class:`~marketsched.platform.ledger.Store`, or an object with the methods used here: the
+    served market's :class:`~marketsched.live.dlgm_service.DLGMTables`).
 
     ``clock`` returns market seconds; ``executor`` (optional) carries out the decisions on real
     processes: ``launch(key, command, env=...)``, ``stop(key)``, ``cont(key)``, ``kill(key)``.
     """
 
-    def __init__(self, store: Store, nodes: int, preemptive: bool = False, clock=None, executor=None):
+    def __init__(self, store: Any, nodes: int, preemptive: bool = False, clock=None, executor=None):
         validation.whole(nodes, "nodes")
         self.store = store
         self.preemptive = bool(preemptive)
         self.mechanism = DLGM([], [], preemptive=self.preemptive)
         self.clock = clock
-        self.engine = DLGMEngine(self.mechanism, nodes, clock)
+        self._at: float | None = None  # the time of the stop being processed (see tick)
+        self.engine = DLGMEngine(self.mechanism, nodes, self._tick)
         self.executor = executor
         self.nodes = int(nodes)
         self.row_job: list[int] = []  # engine row -> job id
@@ -249,23 +253,34 @@ class DLGMMarket:
         return [(k, validation.to_micro(x)) for k, x in out if validation.to_micro(x) > 0]
 
     def tick(self) -> list[int]:
-        """Stop the jobs whose reported run time is used up (the overrun rule); returns their ids."""
-        t = self._tick()
-        rows = self.engine.overrun(t)
-        if not rows:
-            return []
-        with self.store.transaction():
-            self.engine.batch(completed=rows)
-            for j in rows:
-                self._end(self.row_job[j], "stopped")
-            self._apply()
-        return [self.row_job[j] for j in rows]
+        """Stop the jobs whose reported run time is used up by now (the overrun rule); returns
+        their ids. Each stop is a batch of its own *at the time the job's reported run time ran
+        out*, in time order (a job that starts at one stop may be stopped by a later one), so
+        the node frees at exactly the announced time however late the caller looks: the
+        market's record is the mechanism's schedule, and the process is killed when this runs
+        (a served market's loop, a submission, a restart after the market was down)."""
+        now = float(self.clock())
+        out: list[int] = []
+        while (t := self.engine.next_end()) <= now:
+            self._at = max(t, self.engine.now)
+            try:
+                rows = self.engine.overrun(self._at)
+                with self.store.transaction():
+                    self.engine.batch(completed=rows)
+                    for j in rows:
+                        self._end(self.row_job[j], "stopped")
+                    self._apply()
+            finally:
+                self._at = None
+            out += [self.row_job[j] for j in rows]
+        return out
 
     def exited(self, job_id: int) -> None:
         """The process of ``job_id`` ended before its reported run time: it completes now. A job
         that is not running (stopped at its reported time as its process ended, or whose process
-        was taken back by an ``unstart``) is left as it is."""
-        self._tick()
+        was taken back by an ``unstart``) is left as it is. A job whose reported run time ran
+        out before now is stopped at that time first (:meth:`tick`)."""
+        self.tick()
         if self.state.get(job_id) != "running":
             return
         j = self.job_row[job_id]
@@ -309,7 +324,7 @@ class DLGMMarket:
                     self.executor.stop(job_id)
 
     def _tick(self) -> float:
-        return float(self.clock())
+        return self._at if self._at is not None else float(self.clock())
 
     def next_stop(self) -> float:
         """When the next running job's reported run time is used up (``inf``: none runs)."""

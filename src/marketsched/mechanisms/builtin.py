@@ -80,9 +80,11 @@ DLGM_CLAIMS = (
     Claim("with a true weight, reporting the true release time is dominant", "dominant", ("delay",),
           "Stößer (2009), Appendix C (after Heydenreich, Müller & Uetz (2006))"),
 )
-_DLGM_LIVE = ("in Python, not yet served: marketsched.live.dlgm.DLGMMarket runs the same policy object on the local "
-              "executor (jobs report weight and run time, compensations are ledger transfers between owners, a job "
-              "is stopped at its reported run time; docs/dlgm.md); `market serve` does not offer it yet")
+_DLGM_LIVE = ("live local: `market serve --mechanism dlgm` (pdlgm for P-DLGM), each slot a node with its own queue, "
+              "the same policy object as the simulator; jobs submit a weight and a reported run time "
+              "(`market submit --bid W --runtime D`, optionally --node), `market quote` shows every node's utility, "
+              "compensations are ledger transfers between owners, a job is stopped at its reported run time, and a "
+              "served run replays through the simulator (docs/dlgm.md); not on Slurm")
 register(Mechanism("dlgm", "Decentralized Local Greedy Mechanism", "compensation market",
                    "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), DLGM_PARAMS,
                    ("bids", "serial"), ("node-choice",), summary="each job picks the node with the best tentative utility; "

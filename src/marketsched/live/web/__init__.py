@@ -43,6 +43,11 @@ PAGE = page("marketsched live market", r"""  td.cmd { font-family: ui-monospace,
     <h2>Price history</h2>
     <svg id="chart" viewBox="0 0 800 200" preserveAspectRatio="none" aria-label="price history"></svg>
   </section>
+  <section class="wide" id="dlgm" hidden>
+    <h2>Nodes <span class="muted">(each node's running job and its queue, WSPT order)</span></h2>
+    <table><thead><tr><th>node</th><th>running</th><th>until</th><th>queue (job, user, weight per second of run time)</th></tr></thead>
+    <tbody id="nodes"></tbody></table>
+  </section>
   <section>
     <h2>Running</h2>
     <table><thead><tr><th>job</th><th>user</th><th>bid</th><th>pays/s</th><th>ran s</th><th>charged</th><th>command</th></tr></thead>
@@ -134,6 +139,12 @@ async function readMarket() {
     const bal = b.users ? Object.entries(b.users).map(([u, v]) => ({id: "", name: u, ...v})).concat([{id: "", name: "provider revenue", balance: b.revenue, accruing: null}, {id: "", name: "total deposits", balance: b.deposits, accruing: null}])
       : [{id: "", name: b.user, balance: b.balance, accruing: b.accruing}];
     rows($("balances"), bal, (x) => [x.name, fmt(x.balance, 3), fmt(x.accruing, 3)]);
+    $("dlgm").hidden = !m.dlgm;
+    if (m.dlgm) {  // a DLGM or P-DLGM market: its nodes' queues
+      $("mech").textContent = m.dlgm.mechanism.toUpperCase() + " / compensations";
+      rows($("nodes"), m.dlgm.nodes, (n) => [n.node, n.running ? n.running.id + " (" + n.running.owner + ", weight " + fmt(n.running.weight, 2) + ")" : "idle",
+        n.running ? fmt(n.running.ends, 1) : "-", n.queue.map((x) => x.id + " (" + x.owner + ", " + fmt(x.ratio, 3) + ")").join(", ") || "-"]);
+    }
     chart(m.history, p.t);
     $("updated").textContent = new Date().toLocaleTimeString();
     document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);

@@ -1,0 +1,501 @@
+"""DLGM and P-DLGM served by ``market serve --mechanism dlgm|pdlgm``: the
+:class:`~marketsched.live.dlgm.DLGMMarket` (the simulator's own DLGM policy object, Heydenreich,
+Müller & Uetz 2006 as Stößer 2009, sections 5.3 and 5.4, state it) attached to a
+:class:`~marketsched.live.broker.Broker`, whose users, ledger, lock, API server and web page it
+shares, as the day-ahead auction does (:mod:`marketsched.live.dayahead`).
+
+Steps of a submission (``POST /api/dlgm/jobs``; :meth:`DLGMService.submit`), under the broker's
+lock: the owner's limits (active jobs, a Unix account in a multi-user market), then
+:meth:`DLGMMarket.submit` (the fields checked, the stops due first, the node: the myopic best
+response or the one named, the compensations from the owner to the owners of the jobs it
+overtakes, one engine batch), committed in one transaction; then the broker's balance mirror is
+read back from the ledger and the processes are started, frozen, thawed or killed.
+
+Decisions
+---------
+* **Nodes** are the market's ``--slots`` (node ``n`` is slot ``n``; the local executor runs a
+  node's job as a process with the per-job CPU limit). Slurm nodes are not offered for DLGM.
+* **The spot market is closed**: ``POST /api/jobs`` is refused (409) on a DLGM market, so no job
+  is scheduled by two mechanisms and the money moves only by compensations (DLGM's payments are
+  transfers between jobs; the provider gets nothing).
+* **Own tables** ``dlgm_jobs`` and ``dlgm_events`` (schema version ``dlgm_schema_version`` in
+  ``meta``, upgraded as the ledger's is): the broker's restart recovery reads ``jobs`` and never
+  sees a DLGM job. Ledger entries name the DLGM job (``job_id``) and say ``compensation``.
+* **Overrun rule** (:mod:`marketsched.live.dlgm`): a job still running at its reported run time
+  is stopped then; the record is the mechanism's schedule (the stop at exactly the reported
+  time), the kill follows within the loop's latency. So a served run whose jobs all ran their
+  reported times replays through the simulator to the same nodes, times and payments.
+* **Effects after the commit**: a process is started, frozen, thawed or killed only once the
+  decision asking for it is committed (:class:`_AfterCommit`), as the broker does: a crash in
+  between leaves a decision the restarted market carries out, never a process the database
+  does not know.
+* **Restart** (after ``kill -9`` too): the mechanism is rebuilt by replaying the recorded
+  submissions (time, weight, run time, node) and early exits, in commit order, through a fresh
+  DLGM market on a scripted clock (the policy is deterministic: the same queues, ratios and
+  remaining times to the bit), without money (it is in the ledger). Then each job the replay says
+  runs or is preempted is re-attached to its process (thawed or frozen as its state says), or
+  started if it never was; one whose process ended while the market was down completes now
+  (with the exit code its wrapper wrote), one whose process vanished without one completes now
+  too (note ``process gone``); a preempted job whose process vanished starts again from the
+  beginning when it resumes (event ``relaunch``), for the reported time it has left; processes of
+  ended jobs are killed. Market time goes on while the
+  market is down (the broker's wall clock): the stops due meanwhile happen at their times.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import traceback
+from collections import Counter
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from marketsched.live.dlgm import DLGMMarket
+from marketsched.platform import validation
+from marketsched.platform.clock import FakeClock
+from marketsched.platform.ledger import MAX_BALANCE, MICRO, upgrade_schema, user_account
+from marketsched.platform.validation import MarketError, show
+
+MECHANISMS = ("dlgm", "pdlgm")
+ACTIVE = ("queued", "running", "preempted")
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS dlgm_jobs (
+    id {pk},
+    owner TEXT NOT NULL REFERENCES users(name),
+    weight REAL NOT NULL,
+    runtime REAL NOT NULL,
+    node INTEGER,
+    command TEXT NOT NULL,
+    submit_t REAL NOT NULL,
+    state TEXT NOT NULL,
+    note TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dlgm_events (
+    id {pk},
+    job_id BIGINT NOT NULL,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dlgm_events_job ON dlgm_events(job_id)
+"""
+JOB_COLUMNS = ("id", "owner", "weight", "runtime", "node", "command", "submit_t", "state", "note")
+EVENT_COLUMNS = ("id", "job_id", "t", "kind", "detail")
+
+
+class _AfterCommit:
+    """The executor as the DLGM market sees it: each effect is queued and carried out by
+    :meth:`DLGMService._flush` once the transaction that decided it has committed."""
+
+    def __init__(self):
+        self.queue: list[tuple] = []
+
+    def launch(self, key, command, env=None):
+        self.queue.append(("launch", key, command, env))
+
+    def stop(self, key):
+        self.queue.append(("stop", key))
+
+    def cont(self, key):
+        self.queue.append(("cont", key))
+
+    def kill(self, key):
+        self.queue.append(("kill", key))
+
+
+class DLGMTables:
+    """The store a served :class:`DLGMMarket` writes to: its jobs and events in its own tables,
+    its money in the broker's ledger (same connection, same transactions)."""
+
+    def __init__(self, store, pending: _AfterCommit | None = None):
+        self.store = store
+        self.pending = pending
+        self.kind = store.kind
+        pk = "BIGSERIAL PRIMARY KEY" if store.kind == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+        schema = _SCHEMA.format(pk=pk)
+        if store.kind == "postgresql":
+            schema = schema.replace(" REAL", " DOUBLE PRECISION")
+        with store.transaction():
+            for stmt in schema.split(";"):
+                if stmt.strip():
+                    store._exec(stmt)
+            upgrade_schema(store, "the DLGM market's tables", int(store.get_meta("dlgm_schema_version", 0)),
+                           SCHEMA_VERSION, {1: lambda s: None}, lambda v: store.set_meta("dlgm_schema_version", v))
+
+    @contextmanager
+    def transaction(self):
+        """The ledger's transaction (nested ones join the outer one); the effects queued in it
+        are dropped if it fails."""
+        mark = len(self.pending.queue) if self.pending is not None else 0
+        try:
+            with self.store.transaction():
+                yield
+        except BaseException:
+            if self.pending is not None:
+                del self.pending.queue[mark:]
+            raise
+
+    # money: the ledger's
+
+    def post(self, *args, **kw) -> None:
+        self.store.post(*args, **kw)
+
+    def balance(self, account: str) -> int:
+        return self.store.balance(account)
+
+    def balances(self) -> dict[str, int]:
+        return self.store.balances()
+
+    def check_books(self) -> dict[str, int]:
+        return self.store.check_books()
+
+    # jobs and events: the DLGM tables
+    def insert_job(self, owner: str, weight: float, procs: int, runtime: float, command: str, t: float) -> int:
+        cur = self.store._exec(
+            "INSERT INTO dlgm_jobs (owner, weight, runtime, command, submit_t, state, note) "
+            "VALUES (?, ?, ?, ?, ?, 'queued', '') RETURNING id", (owner, weight, runtime, command, t))
+        return int(cur.fetchone()[0])
+
+    def update_job(self, job_id: int, **fields) -> None:
+        bad = set(fields) - set(JOB_COLUMNS)
+        if bad:
+            raise KeyError(f"no DLGM job column(s) {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.store._exec(f"UPDATE dlgm_jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def add_event(self, job_id: int, t: float, kind: str, detail: str = "") -> None:
+        """A job's event; the ``node`` event (the submission's decision) also sets its node."""
+        self.store._exec("INSERT INTO dlgm_events (job_id, t, kind, detail) VALUES (?, ?, ?, ?)",
+                         (job_id, t, kind, detail))
+        if kind == "node":
+            self.update_job(job_id, node=int(detail))
+
+    def events(self, job_id: int | None = None, kinds=None) -> list[dict]:
+        sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM dlgm_events"
+        cond, params = [], []
+        if job_id is not None:
+            cond.append("job_id = ?")
+            params.append(job_id)
+        if kinds:
+            cond.append("kind IN (" + ", ".join("?" * len(kinds)) + ")")
+            params += list(kinds)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
+        return [dict(zip(EVENT_COLUMNS, r)) for r in self.store._rows(sql + " ORDER BY id", params)]
+
+    def jobs(self, owner: str | None = None) -> list[dict]:
+        sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM dlgm_jobs"
+        params: tuple = ()
+        if owner is not None:
+            sql += " WHERE owner = ?"
+            params = (owner,)
+        return [dict(zip(JOB_COLUMNS, r)) for r in self.store._rows(sql + " ORDER BY id", params)]
+
+
+class _Replaying:
+    """The store of the replay at a restart: the recorded job ids, no writes, no money checks."""
+
+    def __init__(self, ids):
+        self.ids = iter(ids)
+
+    def transaction(self):
+        return nullcontext()
+
+    def insert_job(self, *args) -> int:
+        return next(self.ids)
+
+    def balance(self, account: str) -> int:
+        return MAX_BALANCE
+
+    def post(self, *args, **kw) -> None:
+        pass
+
+    def update_job(self, *args, **kw) -> None:
+        pass
+
+    def add_event(self, *args, **kw) -> None:
+        pass
+
+
+class DLGMService:
+    """A DLGM (``preemptive=False``) or P-DLGM market on the broker's slots (module docstring)."""
+
+    def __init__(self, broker, preemptive: bool, executor=None):
+        self.broker = broker
+        self.preemptive = bool(preemptive)
+        self.name = "pdlgm" if self.preemptive else "dlgm"
+        self.nodes = broker.config.slots
+        if executor is None:
+            from marketsched.platform.executor import LocalExecutor
+
+            executor = LocalExecutor(broker.data / "dlgm", limits=broker.config.limits())
+        self.executor = executor
+        self.pending = _AfterCommit()
+        self._depth = 0  # nesting of _locked
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last_error: str | None = None
+        with broker.lock:
+            self.tables = DLGMTables(broker.store, self.pending)
+            was = broker.store.get_meta("dlgm")
+            now = json.dumps({"mechanism": self.name, "nodes": self.nodes})
+            if was is not None and json.loads(was) != json.loads(now):
+                raise ValueError(f"this market's database holds a {json.loads(was)['mechanism']} market on "
+                                 f"{json.loads(was)['nodes']} node(s): serve it as such (its queues are recorded)")
+            broker.store.set_meta("dlgm", now)
+            self.market = DLGMMarket(self.tables, self.nodes, self.preemptive, clock=self._clock)
+            self._recover()
+
+    def _clock(self) -> float:
+        """Market time, as the broker keeps it: moved to the wall clock once at the start of
+        each request or round (:meth:`_locked`), so every event of one operation has one time."""
+        return self.broker._t
+
+    # ------------------------------------------------------------------ transactions and effects
+    @contextmanager
+    def _locked(self):
+        """The broker's lock for one request or round of the loop; the effects its committed
+        transactions decided are carried out at its end (a failed transaction drops its own:
+        :meth:`DLGMTables.transaction`)."""
+        with self.broker.lock:
+            self._depth += 1
+            try:
+                if self._depth == 1:
+                    self.broker._now()
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._flush()
+
+    def _flush(self) -> None:
+        ex, m = self.executor, self.market
+        while self.pending.queue:
+            kind, key, *rest = self.pending.queue.pop(0)
+            if kind == "launch":
+                row = m.job_row[key]
+                if m.state.get(key) != "running" or m.engine.finish_at[row] <= self._clock():
+                    continue  # its reported time ran out meanwhile (the market was down): the stop follows
+                try:
+                    ex.launch(key, rest[0], env=rest[1], user=self.broker._run_as(m.owner[row]))
+                except (OSError, MarketError) as exc:
+                    with self._locked(), self.tables.transaction():
+                        self.tables.add_event(key, self.broker._t, "launch failed", str(exc))
+                        m.exited(key)
+            elif kind == "stop":
+                ex.stop(key)
+            elif kind == "cont":
+                if not ex.cont(key) and key not in ex.procs and key not in getattr(ex, "launched", ()):
+                    # a preempted job whose process vanished while the market was down: it starts
+                    # again from the beginning, for the reported time it has left
+                    self.tables.add_event(key, self.broker._t, "relaunch", "its process was gone")
+                    self.pending.queue.insert(0, ("launch", key, m.commands[key], {"MARKETSCHED_JOB_ID": str(key)}))
+            elif kind == "kill":
+                ex.kill(key)
+                ex.forget(key)
+            else:  # "forget": the job's end is committed, its state file goes
+                ex.forget(key)
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, user: str, weight, runtime, command, node=None) -> dict:
+        """A job: weight (bid per second of waiting), reported run time, command, optional node."""
+        b = self.broker
+        if isinstance(command, list):
+            if not all(isinstance(c, str) for c in command):
+                raise MarketError("command must be a string or a list of strings")
+            command = shlex.join(command) if command else ""
+        if isinstance(command, str) and len(validation.utf8(command, "command")) > b.config.max_command_bytes:
+            raise MarketError(f"command is longer than the {b.config.max_command_bytes} bytes this market accepts", 413)
+        with self._locked():
+            if user not in b.balance:
+                raise MarketError(f"unknown user {show(user)}", 404)
+            active = Counter(self.market.owner[self.market.job_row[j]] for j, s in self.market.state.items()
+                             if s in ACTIVE)[user]
+            if active >= b.config.max_jobs_per_user:
+                raise MarketError(f"{user} has {active} active DLGM jobs, the most this market allows one user "
+                                  f"({b.config.max_jobs_per_user})", 429)
+            b._run_as(user)  # 403 now, not at the launch, for an owner a multi-user market cannot run
+            out = self.market.submit(user, weight, runtime, command, node)
+            for name in {user, *(self.market.owner[self.market.job_row[k]] for k, _ in out["transfers"])}:
+                b.balance[name] = self.tables.balance(user_account(name))
+        return {**self.job(user, True, out["id"]), "completion": out["completion"], "payment": out["payment"],
+                "transfers": [{"job": k, "amount": m / MICRO} for k, m in out["transfers"]]}
+
+    def quote(self, weight, runtime) -> dict:
+        """Every node's tentative completion time, payment and utility ``-w e - p``, best first."""
+        with self._locked():
+            return {"mechanism": self.name, "t": self.broker._t, "nodes": self.market.quote(weight, runtime)}
+
+    def job(self, user: str, admin: bool, job_id) -> dict:
+        job_id = validation.whole(job_id, "job id")
+        with self.broker.lock:
+            rows = self.tables.store._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM dlgm_jobs WHERE id = ?", (job_id,))
+            if not rows or not (admin or rows[0][1] == user):
+                raise MarketError(f"no DLGM job {job_id} of yours", 404)
+            v = self._view(dict(zip(JOB_COLUMNS, rows[0])))
+            v["events"] = self.tables.events(job_id)
+            return v
+
+    def _view(self, r: dict) -> dict:
+        m = self.market
+        row = m.job_row.get(r["id"])
+        if row is not None:
+            e = m.engine
+            r["first_start"] = None if e.first_start[row] != e.first_start[row] else e.first_start[row]
+            r["end_t"] = None if e.end_time[row] != e.end_time[row] else e.end_time[row]
+            r["payment"] = e.payment[row]
+            r["preemptions"] = e.preemptions[row]
+        return r
+
+    def status(self, user: str, admin: bool) -> dict:
+        """Each node's running job and queue (WSPT order, the policy's heap order), and the
+        caller's jobs (the administrator: all)."""
+        with self._locked():
+            self.market.tick()
+            m, mech = self.market, self.market.mechanism
+            nodes = []
+            for n in range(self.nodes):
+                k = mech.run_job[n]
+                running = None
+                if k >= 0:
+                    running = {"id": m.row_job[k], "owner": m.owner[k], "weight": mech.v[k],
+                               "ends": float(mech.run_fin[n])}
+                queue = [{"id": m.row_job[j], "owner": m.owner[j], "weight": mech.v[j], "ratio": -r}
+                         for r, j in sorted(mech.queue[n])]
+                nodes.append({"node": n, "running": running, "queue": queue})
+            jobs = [self._view(r) for r in self.tables.jobs(None if admin else user)]
+            return {"mechanism": self.name, "t": self.broker._t, "nodes": nodes, "jobs": jobs[-100:]}
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> None:
+        """One round: process exits (early ends), then the stops due (in time order)."""
+        with self._locked():
+            for key, code in self.executor.exits():
+                with self.tables.transaction():
+                    if self.market.state.get(key) == "running":
+                        self.market.exited(key)
+                        self.tables.update_job(key, note=f"exit code {code}")
+                    self.pending.queue.append(("forget", key))
+            self.market.tick()
+
+    def start(self) -> DLGMService:
+        def loop():
+            while not self._stopping.is_set():
+                with self.broker.lock:
+                    wait = min(max(self.market.next_stop() - float(self.broker.wall()), 0.0), 0.5)
+                self.executor.wait(wait)
+                if self._stopping.is_set():
+                    break
+                try:
+                    self.step()
+                except Exception:  # keep the market alive; the error is printed and kept
+                    self.last_error = traceback.format_exc()
+                    traceback.print_exc()
+
+        self._thread = threading.Thread(target=loop, name="dlgm", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the loop; jobs run on (a restarted market re-attaches them), or with ``kill``
+        their processes are killed (a restarted market then completes them: process gone)."""
+        self._stopping.set()
+        self.executor.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.executor.shutdown(kill=kill)
+
+    # ------------------------------------------------------------------ restart
+    def _recover(self) -> None:
+        """Rebuild the mechanism by replay, then reconcile the processes (module docstring)."""
+        jobs = self.tables.jobs()
+        if jobs:
+            by_id = {j["id"]: j for j in jobs}
+            ops = self.tables.events(kinds=("node", "completed"))
+            clock = FakeClock(0.0)
+            m = DLGMMarket(_Replaying([e["job_id"] for e in ops if e["kind"] == "node"]), self.nodes,
+                           self.preemptive, clock=clock)
+            for e in ops:
+                clock.set(max(clock.t, e["t"]))
+                if e["kind"] == "node":
+                    j = by_id[e["job_id"]]
+                    m.submit(j["owner"], j["weight"], j["runtime"], j["command"], node=int(e["detail"]))
+                else:
+                    m.exited(e["job_id"])
+            m.store, m.clock = self.tables, self._clock
+            m.commands = {j["id"]: j["command"] for j in jobs}
+            self.market = m
+        m = self.market
+        m.executor = self.pending
+        ex = self.executor
+        keep = []
+        with self._locked(), self.tables.transaction():
+            t = self.broker._t
+            for job_id in sorted(k for k, s in m.state.items() if s in ("running", "preempted")):
+                proc = ex.adopt(job_id)
+                if proc is not None:
+                    keep.append(job_id)
+                    self.tables.add_event(job_id, t, "reattach", f"pid {proc.pid}")
+                    self.pending.queue.append(("cont" if m.state[job_id] == "running" else "stop", job_id))
+                elif ex.recorded(job_id) is None and m.state[job_id] == "running":
+                    self.pending.queue.append(("launch", job_id, m.commands[job_id],
+                                               {"MARKETSCHED_JOB_ID": str(job_id)}))
+                    keep.append(job_id)
+                elif m.state[job_id] == "running":
+                    code = ex.exit_code(job_id)
+                    note = "process gone without an exit code" if code is None else \
+                        f"exit code {code}; ended while the market was down"
+                    m.exited(job_id)
+                    self.tables.update_job(job_id, note=note)
+                    self.pending.queue.append(("forget", job_id))
+            ex.reap(keep)
+            m.tick()
+
+
+def replay_recorded(store) -> dict:
+    """A served DLGM run's record replayed through the simulator (:func:`run_dlgm` on the
+    recorded submissions: times, weights, reported run times), compared with what the market
+    recorded. Returns ``{"jobs": [ids], "live": {...}, "simulated": {...}, "differ": [...]}``
+    where each side holds per-job lists ``node``, ``first_start``, ``end``, ``preemptions``,
+    and ``paid`` (micro-units each owner's account lost, per owner: the ledger's compensations
+    against the simulator's payments rounded to micro-units); ``differ`` lists
+    ``(job, field, live, simulated, why)`` for each job whose process ended before its reported
+    run time (state ``completed``): the simulator runs reported times, so its end (and what
+    follows on its node) differs, and the replay says so rather than hide it."""
+    from marketsched.mechanisms.online.dlgm import run_dlgm
+    from marketsched.workloads.workload import Workload
+
+    meta = json.loads(store.get_meta("dlgm"))
+    tables = DLGMTables(store)
+    jobs = tables.jobs()
+    ids = [j["id"] for j in jobs]
+    wl = Workload.from_columns(submit_time=[j["submit_t"] for j in jobs], runtime=[j["runtime"] for j in jobs],
+                               procs=None, capacity=meta["nodes"], sort=False)
+    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm")
+    owners = sorted({j["owner"] for j in jobs})
+    sim_paid = dict.fromkeys(owners, 0)
+    for j, p in zip(jobs, rec.payment.tolist()):
+        sim_paid[j["owner"]] += round(p * MICRO)
+    live_paid = dict.fromkeys(owners, 0)
+    for e in store.entries():
+        if e["kind"] == "compensation":
+            live_paid[e["from_account"][5:]] = live_paid.get(e["from_account"][5:], 0) + e["amount"]
+            live_paid[e["to_account"][5:]] = live_paid.get(e["to_account"][5:], 0) - e["amount"]
+    events = tables.events()
+
+    def first(j, kinds):
+        return next((e["t"] for e in events if e["job_id"] == j and e["kind"] in kinds), None)
+
+    live: dict[str, Any] = {"node": [j["node"] for j in jobs], "first_start": [first(j, ("start",)) for j in ids],
+            "end": [first(j, ("stopped", "completed")) for j in ids],
+            "preemptions": [sum(e["job_id"] == j and e["kind"] == "preempt" for e in events) for j in ids],
+            "paid": live_paid}
+    simulated: dict[str, Any] = {"node": pol.node.tolist(), "first_start": rec.first_start.tolist(), "end": rec.end_time.tolist(),
+                 "preemptions": rec.preemptions.tolist(), "paid": sim_paid}
+    differ = [(j["id"], "end", live["end"][i], simulated["end"][i], "its process ended before its reported run time")
+              for i, j in enumerate(jobs) if j["state"] == "completed" and live["end"][i] != simulated["end"][i]]
+    return {"jobs": ids, "live": live, "simulated": simulated, "differ": differ}
