@@ -243,8 +243,9 @@ def test_unknown_user_wrong_token_and_other_refusals(market):
         b.add_user(True, "a b", 1)
     with pytest.raises(MarketError, match="deposit must be a positive"):
         b.deposit(True, "ivy", -5)
-    with pytest.raises(MarketError, match="procs must be 1"):
-        b.submit("ivy", False, 1.0, "true", procs=2)
+    for bad in (2, 0, -1, True, 1.0, "1"):  # more CPUs than the market's 1, none, not a whole number
+        with pytest.raises(MarketError, match=r"procs \(the CPUs the job asks for\) must be a whole number from 1 to 1"):
+            b.submit("ivy", False, 1.0, "true", procs=bad)
     with pytest.raises(MarketError, match="job id"):
         b.cancel("ivy", False, "x1")
     books = b.books()

@@ -160,7 +160,8 @@ def deposit(b, who, q, body, name):
 @route("POST", "/api/jobs", "submit a job", noun="a job", required=("bid", "command"),
        body={"bid": {"type": "number", "description": "per second of running time"},
              "command": {"oneOf": [STR, {"type": "array", "items": STR}]},
-             "estimate": {"type": "number", "description": "runtime estimate, seconds"}, "procs": INT})
+             "estimate": {"type": "number", "description": "runtime estimate, seconds"},
+             "procs": {**INT, "description": "CPUs the job runs on at once (default 1); it pays per CPU"}})
 def submit(b, who, q, body):
     if "bid" not in body:
         raise MarketError("bid must be a finite positive number (per second of running time); none given")

@@ -451,7 +451,8 @@ def deposit(name, amount, client) -> None:
 @market.command("submit", context_settings={"ignore_unknown_options": True})
 @click.option("--bid", required=True, type=float, help="Bid per second of running time.")
 @click.option("--estimate", default=None, type=float, help="Runtime estimate in seconds (needed by WSEPT).")
-@click.option("--procs", default=1, type=int, show_default=True, help="Processors (the market runs serial jobs: 1).")
+@click.option("--cpus", "--procs", "procs", default=1, type=int, show_default=True,
+              help="CPUs the job runs on, all at once (on Slurm possibly across nodes); it pays per CPU.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @client_options
