@@ -398,3 +398,47 @@ def test_a_four_cpu_job_runs_over_two_nodes_pays_four_times_and_is_suspended_who
     assert [j["procs"] for j in jobs] == [4] + [1] * (n - 4) + [1]
     assert all(j["stdout"].count("done w") == 4 for j in jobs[:1])  # each of the 4 tasks ran to its end
     books_exact(b, jobs, [2.0] + [5.0] * (n - 4) + [9.0], n)
+
+
+def test_a_restartable_job_whose_node_is_full_restarts_on_another_node(market, tmp_path):
+    """As the preemption test above, with the victim submitted ``restartable``: when a CPU frees
+    on another node, the mechanism resumes it and, its own node being full, the executor
+    requeues it: it starts again from the beginning on the node with the free CPU (its output
+    shows two starts, on two nodes; Slurm counts a restart), the job's events say ``restart``,
+    and the books equal the replay (what it ran before the restart stays charged)."""
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    bids = [5.0, 3.0, 8.0, 1.5, 6.0, 7.0, 2.5, 4.0]
+    victim_i = int(np.argmin(bids))
+    rel = {i: tmp_path / f"release{i}" for i in range(n)}
+    low = [b.submit("alice", False, bid, "echo start $(hostname); " + work(0.6, f"low{i}", step=STEP, until=rel[i]),
+                    restartable=i == victim_i)["id"] for i, bid in enumerate(bids)]
+    victim = low[victim_i]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in low), HANG)
+    assert wait_for(lambda: "start" in b.job("admin", True, victim)["stdout"], HANG)
+    vnode = node_of(b, victim)
+    high_release = tmp_path / "high-release"
+    high = b.submit("bob", False, 10.0, work(1.0, "high", step=STEP, until=high_release))["id"]
+    assert state(b, victim) == "preempted"
+    assert wait_for(lambda: info(b, victim).get("JobState") == "SUSPENDED", HANG)
+    assert wait_for(lambda: info(b, high).get("JobState") == "RUNNING", HANG)
+    assert node_of(b, high) == vnode  # the victim's node is full again
+    other_i = next(i for i, j in enumerate(low) if i != victim_i and node_of(b, j) != vnode)
+    other_node = node_of(b, low[other_i])
+    rel[other_i].touch()  # a CPU frees on another node: the victim restarts there
+    assert wait_for(lambda: info(b, victim).get("JobState") == "RUNNING" and node_of(b, victim) == other_node, HANG)
+    assert info(b, victim).get("Restarts") == "1" and state(b, victim) == "running"
+    assert wait_for(lambda: b.job("admin", True, victim)["stdout"].count("start") == 2, HANG)
+    assert b.job("admin", True, victim)["stdout"].split("\n")[:2] == [f"start {vnode}", f"start {other_node}"]
+    for p in [*rel.values(), high_release]:
+        p.touch()
+    ids = low + [high]
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in ids), HANG)
+    v = b.job("admin", True, victim)
+    assert v["restartable"] == 1 and [e["kind"] for e in v["events"]].count("restart") == 1
+    assert all(b.job("admin", True, j)["restartable"] == 0 for j in ids if j != victim)
+    jobs = [b.job("admin", True, j) for j in ids]
+    assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
+    books_exact(b, jobs, bids + [10.0], n)

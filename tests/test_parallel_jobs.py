@@ -118,3 +118,40 @@ def test_a_wide_job_resumes_only_when_each_of_its_nodes_has_its_cpus(monkeypatch
 
 def test_count_ids():
     assert [slurm.count_ids(x) for x in ("0", "0-1", "0-1,3", "2,4-7")] == [1, 2, 3, 5]
+
+
+@pytest.mark.parametrize("restartable", [True, False])
+def test_a_restartable_job_whose_node_is_full_is_requeued_the_others_wait(monkeypatch, tmp_path, restartable):
+    """Job 101 (serial) was suspended on node1; the mechanism resumes it while node1 is full and
+    node2 has an idle CPU. Restartable: requeued (Requeue=1, requeue, release), and once Slurm
+    lists it pending again its priority is restored and it is eligible now, with Slurm's own
+    requeue off again; the broker is told (``restarted``). Not restartable: it waits for node1."""
+    fake = FakeSlurm(cpus=4)
+    monkeypatch.setattr(slurm, "run", fake)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.0)
+    ex.launch(1, "true", priority_key=2.0)
+    fake.node_of[101] = "node1"
+    job = ex.procs[1]
+    job.suspended_at = 0.0  # suspended long ago
+    ex.arrange([{**q(1, 2.0, preempted=True), "restartable": restartable}])
+    assert job.restartable is restartable
+    fake.idle = {"node1": 0, "node2": 1}
+    fake.cmds.clear()
+    ex.cont(1)
+    ex.flush()
+    verbs = [a[1] if a[0] == "scontrol" else a[0] for a in fake.cmds if a[0] in ("scontrol", "sinfo", "squeue")]
+    assert "resume" not in verbs
+    if not restartable:
+        assert "requeue" not in verbs and 1 in ex._resume and ex.restarted == []
+        return
+    assert ["scontrol", "update", "jobid=101", "Requeue=1"] in fake.cmds
+    assert verbs.index("requeue") < verbs.index("release") and not ex._resume
+    assert ex.restarted and ex.restarted[0][0] == 1 and "node1" in ex.restarted[0][1]
+    assert job.suspended_at is None and job.extra["restarts"] == 1
+    fake.states[101] = "PENDING"  # back in Slurm's queue
+    fake.cmds.clear()
+    ex.exits()
+    assert ["scontrol", "update", "jobid=101", "Priority=2000", "Requeue=0", "StartTime=now"] in fake.cmds
+    fake.cmds.clear()
+    ex.exits()
+    assert not any(a[:2] == ["scontrol", "update"] for a in fake.cmds)  # once

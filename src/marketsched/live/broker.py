@@ -67,6 +67,14 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   may span nodes (:mod:`~marketsched.platform.slurm`); on the local executor its CPU limit is
   ``K`` times the per-job limit (the privileged launcher, whose limits are fixed, takes serial
   jobs only).
+* **Restartable jobs** (``submit --restartable``; Slurm executor): a preempted job that the
+  mechanism resumes while its own node is full and another node has a free CPU is restarted
+  from the beginning there (``scontrol requeue``) instead of waiting for its node; without the
+  flag it waits. Decision: what it was charged before the restart stays charged (it ran, and
+  the market gave it those CPUs; a user who declares a job restartable accepts losing its work),
+  and the market charges it from the mechanism's resume as for any resume, also while Slurm
+  starts it again; its run time keeps counting from there (the recorded run is the mechanism's,
+  so the replay still equals the ledger). The job's events say ``restart`` with the reason.
 * **WSPT** keys jobs by ``bid / actual run time``, which a live market cannot know at
   submission: here ``wspt`` uses the submitted run-time estimate in its place, which is WSEPT;
   both ask every job for an estimate.
@@ -225,6 +233,7 @@ class Active:
     pid: int | None = None
     start_ticks: int | None = None
     procs: int = 1  # CPUs the job asks for (it runs with all of them at once)
+    restartable: bool = False  # may restart from the beginning elsewhere (the Slurm executor's requeue)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -515,8 +524,10 @@ class Broker:
         self.balance[name] += micros
 
     # ================================================================== jobs
-    def submit(self, user: str, admin: bool, bid, command, estimate=None, procs=1) -> dict:
-        """Accept a job (committed before this returns) and let the mechanism decide at once."""
+    def submit(self, user: str, admin: bool, bid, command, estimate=None, procs=1, restartable=False) -> dict:
+        """Accept a job (committed before this returns) and let the mechanism decide at once.
+        ``restartable``: the job may be restarted from the beginning on another node instead of
+        waiting for its own (the Slurm executor's requeue; module docstring)."""
         bid = validation.bid(bid)
         if isinstance(command, list):
             if not all(isinstance(c, str) for c in command):
@@ -538,6 +549,8 @@ class Broker:
         if self.rule == "wsept" and estimate is None:
             raise MarketError(f"the {self.config.mechanism} market orders jobs by bid / runtime estimate: "
                               "give a runtime estimate (seconds)")
+        if not isinstance(restartable, bool):
+            raise MarketError(f"restartable must be true or false (got {restartable!r})")
         cap = self.engine.max_capacity
         if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= cap:
             raise MarketError(f"procs (the CPUs the job asks for) must be a whole number from 1 to {cap}, this "
@@ -555,9 +568,10 @@ class Broker:
             now = self._now()
             self._admit(user, bid, procs)
             with self._transaction():
-                job_id = self.store.insert_job(user, bid, procs, estimate, command, now)
-                self.store.add_event(job_id, now, "submit", f"bid {bid:g}" + (f", {procs} CPUs" if procs > 1 else ""))
-                job = Active(job_id, user, bid, estimate, command, "queued", procs=procs)
+                job_id = self.store.insert_job(user, bid, procs, estimate, command, now, restartable)
+                self.store.add_event(job_id, now, "submit", f"bid {bid:g}" + (f", {procs} CPUs" if procs > 1 else "")
+                                     + (", restartable" if restartable else ""))
+                job = Active(job_id, user, bid, estimate, command, "queued", procs=procs, restartable=restartable)
                 self.active[job_id] = job
                 self.active_by_user[user] += 1
                 self._enter([job])
@@ -882,6 +896,16 @@ class Broker:
         job.pid, job.start_ticks = proc.pid, proc.start_ticks
         self._launched.append((job.id, self._t, proc.pid, proc.start_ticks))
 
+    def _record_restarts(self) -> None:
+        """Record the jobs the executor restarted from the beginning since the last call (the
+        Slurm executor's requeue, ``restarted``): an event ``restart`` each. Their charges so
+        far stay (module docstring)."""
+        restarted = getattr(self.executor, "restarted", None)
+        while restarted:
+            job_id, note = restarted.pop(0)
+            if job_id in self.active:
+                self.store.add_event(job_id, self._t, "restart", note)
+
     def _record_launches(self) -> None:
         """Write the pids of the processes launched since the last transaction (in it)."""
         launched, self._launched = self._launched, []
@@ -1087,6 +1111,7 @@ class Broker:
             if job is None or job.row != row:
                 continue
             out.append({"id": job.id, "key": float(key[row]), "command": job.command, "tasks": job.procs,
+                        "restartable": job.restartable,
                         "env": {"MARKETSCHED_JOB_ID": str(job.id)}, "user": self._run_as(job.owner, cached=True),
                         "preempted": job.id in self.executor.procs})
         return out
@@ -1118,6 +1143,7 @@ class Broker:
         self._now()
         changed = False
         exits = self.executor.exits()
+        self._record_restarts()
         capacity = self._capacity()
         if exits or capacity is not None:
             self._on_exits(exits, capacity)
@@ -1154,7 +1180,8 @@ class Broker:
             job = Active(r["id"], r["owner"], r["bid"], r["estimate"], r["command"], r["state"],
                          charged=r["charged"], unpaid=r["unpaid"], preemptions=r["preemptions"],
                          attempts=r["attempts"], first_start=r["first_start"], run_seconds=r["run_seconds"],
-                         pid=r["pid"], start_ticks=r["start_ticks"], procs=int(r["procs"]))
+                         pid=r["pid"], start_ticks=r["start_ticks"], procs=int(r["procs"]),
+                         restartable=bool(r["restartable"]))
             self.active[job.id] = job
             wd = self.executor.workdir(job.id)
             # what was started for this job id: the executor's state file (written before the

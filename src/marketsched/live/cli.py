@@ -453,17 +453,23 @@ def deposit(name, amount, client) -> None:
 @click.option("--estimate", default=None, type=float, help="Runtime estimate in seconds (needed by WSEPT).")
 @click.option("--cpus", "--procs", "procs", default=1, type=int, show_default=True,
               help="CPUs the job runs on, all at once (on Slurm possibly across nodes); it pays per CPU.")
+@click.option("--restartable", is_flag=True,
+              help="On Slurm: once preempted, it may restart from the beginning on another node instead of "
+                   "waiting for its own (what it was charged stays charged).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @client_options
-def submit(bid, estimate, procs, as_json, command, client) -> None:
+def submit(bid, estimate, procs, restartable, as_json, command, client) -> None:
     """Submit COMMAND (after --, e.g. `-- sleep 10`); prints the job id and its state.
 
     One argument is taken as a shell command line (`-- 'echo a; sleep 5'`); several are quoted
     as separate arguments.
     """
     cmd = command[0] if len(command) == 1 else list(command)
-    job = client.post("/api/jobs", {"bid": bid, "command": cmd, "estimate": estimate, "procs": procs})
+    body = {"bid": bid, "command": cmd, "estimate": estimate, "procs": procs}
+    if restartable:
+        body["restartable"] = True
+    job = client.post("/api/jobs", body)
     if as_json:
         click.echo(json.dumps(job, indent=2))
     else:

@@ -135,6 +135,17 @@ Open decisions (documented here, where they are taken)
   A suspend stops every task of the job on every node (``scontrol suspend``); a resume waits
   until each of the job's nodes has idle CPUs for its tasks there (``scontrol -d show job``:
   ``Nodes=... CPU_IDs=...``).
+* **Requeue instead of suspend** (jobs submitted ``--restartable``): when the mechanism resumes
+  a restartable job whose own nodes lack the idle CPUs it needs, while the partition has them
+  elsewhere, the job is restarted instead of waiting: ``scontrol update Requeue=1``, ``scontrol
+  requeue`` (Slurm kills its processes; the job keeps its id and counts a restart), ``scontrol
+  release`` (measured on Slurm 22.05: a requeued job comes back held, priority 0, with a begin
+  time 10 s away), and once it is pending again ``scontrol update Priority=P StartTime=now
+  Requeue=0`` (its market priority back, eligible at once, and not requeued by Slurm itself on
+  a node failure, which the market reports as a failure as before). Slurm then starts it from
+  the beginning on the free CPU. The broker records a ``restart`` event (:attr:`restarted`);
+  the charges follow the mechanism (the job was resumed), and what it was charged before stays.
+  Every job is submitted ``--no-requeue``, so Slurm never requeues one by itself.
 * The partition's CPU count should equal the market's ``--slots`` (checked at start: more slots
   than CPUs is refused; the CPUs of nodes that are down count, so a broker starts while a node
   is down, with the capacity of the nodes that are up).
@@ -246,6 +257,7 @@ class SlurmJob:
     suspended_at: float | None = None  # monotonic time of our last suspend
     start_ticks: int = 0
     tasks: int = 1  # CPUs (Slurm tasks of one CPU each) of a market job
+    restartable: bool = False  # may be requeued (restarted elsewhere) instead of waiting for its node
     popen: None = None
     extra: dict = field(default_factory=dict)
 
@@ -283,6 +295,7 @@ class SlurmExecutor(JobFolders):
                              f"{self.partition or '(default)'} has only {self.cpus} CPUs")
         self._prio: dict[int, int] = {}
         self.early: dict[int, SlurmJob] = {}  # ran and ended in Slurm before the market started them
+        self.restarted: list[tuple[int, str]] = []  # (key, note) of jobs requeued, for the broker to record
         self._ready: set[int] = set()  # such jobs the market has now started: exits to report
         # Fewer market slots than Slurm CPUs: Slurm would start eligible jobs on the spare CPUs
         # at once, so no queued job is eligible; the market's starts ungate them one by one.
@@ -506,6 +519,8 @@ class SlurmExecutor(JobFolders):
         open_ = not self.gate_all
         for q in queue:
             k = q["id"]
+            if k in self.procs:
+                self.procs[k].restartable = bool(q.get("restartable", False))
             if q["preempted"] or k in self.procs or k in self.early:
                 open_ = False  # nothing ranked below it may take a CPU before it
                 continue
@@ -561,7 +576,8 @@ class SlurmExecutor(JobFolders):
             self._update(job, **{field_: value})
         except SlurmError as exc:
             msg = str(exc)
-            if not (_gone(msg) or (field_ == "StartTime" and "no longer pending" in msg.lower())):
+            held = "held state" in msg.lower()  # a requeued job not yet released: gated by _restart_pending
+            if not (_gone(msg) or (field_ == "StartTime" and ("no longer pending" in msg.lower() or held))):
                 raise
 
     def _do_suspends(self) -> None:
@@ -653,6 +669,11 @@ class SlurmExecutor(JobFolders):
             if len(free) > 1:  # several nodes: the job resumes on its own nodes, which need the free CPUs
                 need = self.cpus_per_node(job)
                 if any(free.get(n, 0) < c for n, c in need.items()):
+                    if job.restartable and sum(free.values()) >= job.tasks:
+                        self._requeue(job, need)  # restarted from the beginning where CPUs are free
+                        del self._resume[k]
+                        running_cpus += job.tasks
+                        free = None  # where Slurm puts it: read again for the next resume
                     continue
             try:
                 self._run(["scontrol", "resume", str(job.pid)])
@@ -664,6 +685,42 @@ class SlurmExecutor(JobFolders):
             for n, c in need.items():
                 free[n] -= c
             del self._resume[k]
+
+    def _requeue(self, job: SlurmJob, nodes: dict[str, int]) -> None:
+        """Restart suspended job ``job`` from the beginning wherever Slurm has free CPUs (module
+        docstring, "Requeue instead of suspend"); the release of the hold Slurm puts on it and
+        its priority follow in :meth:`_restart_pending` once it is pending again."""
+        try:
+            self._update(job, Requeue=1)
+            self._run(["scontrol", "requeue", str(job.pid)])
+        except SlurmError as exc:
+            if _gone(str(exc)):
+                return  # it ended meanwhile: the next poll reports it
+            raise
+        try:
+            self._run(["scontrol", "release", str(job.pid)])
+        except SlurmError:
+            pass  # retried with the priority once it is pending
+        job.suspended_at = None
+        job.extra.pop("tasks_started", None)  # a new run: a suspend waits for its tasks again
+        job.extra["restart"] = True
+        job.extra["restarts"] = job.extra.get("restarts", 0) + 1
+        where = ",".join(sorted(nodes)) or "its node"
+        self.restarted.append((job.key, f"restarted from the beginning (Slurm requeue): {where} had no idle CPU for "
+                                        "it and another node had"))
+
+    def _restart_pending(self, job: SlurmJob) -> None:
+        """A requeued job is pending again: release Slurm's hold, give it its priority back and
+        make it eligible now (unless the market has stopped it meanwhile: then it is gated),
+        and switch Slurm's own requeue off again."""
+        job.priority = self._prio.get(job.key, job.priority)  # its key when the market last queued it
+        fields = {"Priority": job.priority, "Requeue": 0, "StartTime": GATE if job.gated else "now"}
+        try:
+            self._run(["scontrol", "release", str(job.pid)])
+        except SlurmError:
+            pass  # not held (released already)
+        self._update(job, **fields)
+        job.extra.pop("restart", None)
 
     def cpus_per_node(self, job: SlurmJob) -> dict[str, int]:
         """The CPUs job ``job`` holds on each of its nodes (``scontrol -d -o show job``: its
@@ -814,6 +871,8 @@ class SlurmExecutor(JobFolders):
             if st is not None and st[0] in ACTIVE:
                 if key in self.queued and st[0] == "RUNNING":
                     self._unstarted_running(job, now)
+                elif job.extra.get("restart") and st[0] == "PENDING":
+                    self._restart_pending(job)
                 continue
             code, state, note = self._ending(job, st)
             self._resume.pop(key, None)
