@@ -169,6 +169,8 @@ def test_cli_commands(server, tmp_path):
     assert "bid must be a finite number" in r.output
     r = run("submit", "--bid", "1", "--", "", token=tok, code=1)
     assert "command is empty" in r.output
+    r = run("submit", "--bid", "1", "--cpus", "2", "--restartable", "--", "true", token=tok, code=1)
+    assert "must be a whole number from 1 to 1, this market's CPUs (got 2)" in r.output  # the options reach the market
     r = run("list", token="wrong", code=1)
     assert "wrong token" in r.output
     assert "sleep 30" in run("list", "--token-file", str(tmp_path / "tok"), "--token", "").output

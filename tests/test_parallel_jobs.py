@@ -75,6 +75,10 @@ def test_cpus_out_of_range_and_admission_per_cpu(market):  # noqa: F811
         with pytest.raises(MarketError, match="must be a whole number from 1 to 4") as e:
             b.submit("a", False, 1.0, "true", procs=bad)
         assert e.value.status == 400
+    for bad in ("yes", 1, None):
+        with pytest.raises(MarketError, match="restartable must be true or false") as e:
+            b.submit("a", False, 1.0, "true", restartable=bad)
+        assert e.value.status == 400
     b.add_user(True, "poor", 3)  # covers 1 s at the price 1 on 3 CPUs, not on 4
     with pytest.raises(MarketError, match="x 4 CPUs") as e:
         b.submit("poor", False, 1.0, "true", procs=4)
