@@ -159,3 +159,29 @@ def test_a_restartable_job_whose_node_is_full_is_requeued_the_others_wait(monkey
     fake.cmds.clear()
     ex.exits()
     assert not any(a[:2] == ["scontrol", "update"] for a in fake.cmds)  # once
+
+
+class HeldSlurm(FakeSlurm):
+    """Job 101 is this market's job 1, requeued and still held (a broker stopped in between)."""
+
+    def __call__(self, args, timeout=30.0, input=None):
+        if args[:4] == ["scontrol", "-o", "show", "job"]:
+            self.cmds.append(args)
+            return (f"JobId=101 JobName={self.name} Priority=0 JobState=PENDING Reason=JobHeldAdmin Restarts=1 "
+                    "NumTasks=1\n")
+        return super().__call__(args, timeout, input)
+
+
+def test_a_requeued_job_still_held_at_a_broker_restart_is_released_gated(monkeypatch, tmp_path):
+    fake = HeldSlurm(cpus=4)
+    monkeypatch.setattr(slurm, "run", fake)
+    ex = slurm.SlurmExecutor(tmp_path, slots=4, poll=0.0)
+    fake.name = ex.job_name(1)
+    job = ex.adopt(1, pid=101)
+    assert job is not None and job.gated and 1 in ex.queued
+    fake.states[101] = "PENDING"
+    ex.arrange([q(2, 5.0, preempted=True), q(1, 2.0)])  # queued (key 2) behind a preempted job: not eligible
+    fake.cmds.clear()
+    ex.exits()
+    assert ["scontrol", "release", "101"] in fake.cmds
+    assert ["scontrol", "update", "jobid=101", "Priority=2000", "Requeue=0", f"StartTime={slurm.GATE}"] in fake.cmds

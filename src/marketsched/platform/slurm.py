@@ -469,6 +469,11 @@ class SlurmExecutor(JobFolders):
         state = info["JobState"]
         if state == "PENDING":
             job.gated = info.get("Reason") == "BeginTime"
+            if info.get("Reason") == "JobHeldAdmin" and info.get("Restarts", "0") != "0":
+                # requeued by a broker that stopped before releasing it: released at the next
+                # poll (its priority back, gated until the market starts it again)
+                job.extra["restart"] = True
+                job.gated = True
             self.queued[key] = job
         else:
             job.started = True
