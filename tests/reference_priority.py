@@ -24,11 +24,37 @@ def instances(draw):
     return submit, runtime, bid, nodes
 
 
-def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=None):
+def assert_matches(rec, ref, preemptions: bool) -> None:
+    """The engine's records ``rec`` equal the reference's ``(first_start, end, preemptions,
+    payments)`` (payments to rounding; ``preemptions``: compare them too)."""
+    import numpy as np
+
+    fs, end, pre, pay = ref
+    np.testing.assert_array_equal(rec.first_start, fs)
+    np.testing.assert_array_equal(rec.end_time, end)
+    if preemptions:
+        np.testing.assert_array_equal(rec.preemptions, pre)
+    np.testing.assert_allclose(rec.payment, pay, rtol=1e-9, atol=1e-9)
+
+
+@st.composite
+def parallel_instances(draw):
+    """:func:`instances` with each job's processors (1 to the node count, mostly 1): (submit,
+    runtime, bid, nodes, procs)."""
+    submit, runtime, bid, nodes = draw(instances())
+    procs = draw(st.lists(st.sampled_from([1, 1, 2, 3, 4]), min_size=len(submit), max_size=len(submit)))
+    return submit, runtime, bid, nodes, [min(p, nodes) for p in procs]
+
+
+def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=None, procs=None):
     """``changes``: ``(t, j, new_bid)``: at time ``t`` job ``j``'s bid becomes ``new_bid`` if it was
     submitted before ``t`` and has not completed by ``t`` (the live market's rebid); the changes
-    applied are appended to the list ``applied`` when one is given."""
+    applied are appended to the list ``applied`` when one is given. ``procs``: processors per job
+    (whole parallel jobs, in the strict list order: the running set is the longest prefix of the
+    order that fits under HB; the non-preemptive rules start jobs in order while they fit), each
+    paying its price per processor; None: serial jobs."""
     n = len(submit)
+    procs = [1] * n if procs is None else list(procs)
     bid = list(map(float, bid))
     cost = [1.0] * n if rule in ("hb", "nphb") else [float(r) for r in runtime]
     key = [bid[i] / cost[i] if cost[i] > 0 else math.inf for i in range(n)]  # run time 0: first
@@ -55,7 +81,12 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
         arrived = [j for j in range(n) if submit[j] <= t and j not in done]
         queued = sorted((j for j in arrived if j not in running), key=prio)
         if rule == "hb":
-            want = set(sorted(arrived, key=prio)[:nodes])
+            want, room = set(), nodes
+            for j in sorted(arrived, key=prio):  # the longest prefix that fits
+                if procs[j] > room:
+                    break
+                want.add(j)
+                room -= procs[j]
             for j in list(running):
                 if j not in want:
                     running.discard(j)
@@ -66,16 +97,16 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
                     if math.isnan(first_start[j]):
                         first_start[j] = t
         else:
-            while len(running) < nodes and queued:
+            while queued and sum(procs[r] for r in running) + procs[queued[0]] <= nodes:
                 j = queued.pop(0)
                 running.add(j)
                 first_start[j] = t
         queued = sorted((j for j in arrived if j not in running), key=prio)
-        # prices, straight from the definitions
+        # prices, straight from the definitions (per processor)
         price = {}
         for j in running:
             if pricing == "first":
-                price[j] = bid[j] if len(arrived) >= nodes else 1.0
+                price[j] = bid[j] if sum(procs[r] for r in arrived) >= nodes else 1.0
             elif not queued:
                 price[j] = 1.0
             elif pricing == "kth-uncapped" and rule != "nphb":  # the paper's WSPT formula, no cap at the bid
@@ -83,6 +114,7 @@ def simulate(submit, runtime, bid, nodes, rule, pricing, changes=(), applied=Non
                 price[j] = cost[j] * k if cost[j] > 0 and k != math.inf else 0.0
             else:  # the smallest bid that keeps j ahead of the best queued job; 0 if any bid does
                 price[j] = min(bid[j], cost[j] * key[queued[0]]) if cost[j] > 0 else 0.0
+            price[j] *= procs[j]
         future = [submit[j] for j in range(n) if submit[j] > t] + [c[0] for c in changes if c[0] > t]
         t_next = min([t + remaining[j] for j in running] + future)
         dt = t_next - t

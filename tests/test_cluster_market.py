@@ -73,9 +73,9 @@ def running_per_node() -> Counter:
 
 def books_exact(b, jobs, bids, slots):
     """The ledger is the mechanism's rule on the recorded sequence (with the market's recorded
-    capacity changes: nodes down and back); double entry holds."""
+    capacity changes: nodes down and back, and each job's CPUs); double entry holds."""
     rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, slots,
-                            capacity_changes=capacity_changes(b.store))
+                            capacity_changes=capacity_changes(b.store), procs=[j["procs"] for j in jobs])
     np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
     books = b.books()
     assert books["users"] + books["revenue"] == pytest.approx(books["deposits"])
@@ -362,3 +362,92 @@ def test_a_node_down_shrinks_the_market_lowest_bids_stop_unpaid_and_it_grows_bac
     order = ids + [high, low]
     jobs = [b.job("admin", True, j) for j in order]
     books_exact(b, jobs, bids + [9.0, 1.0], n)
+
+
+def test_a_four_cpu_job_runs_over_two_nodes_pays_four_times_and_is_suspended_whole(market, multinode, tmp_path):
+    """A 4-CPU job (bid 2) runs as 4 Slurm tasks over two nodes of 2 CPUs; four serial jobs
+    (bid 5) fill the other two nodes. It pays 4 times a serial job's price per second. A higher
+    bid (9, 1 CPU) preempts it whole: every task on both nodes stops (SIGSTOP: state T), and it
+    waits whole (3 CPUs idle) until its two nodes have room again; the books are the replay's."""
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    release = tmp_path / "release"
+    task = f"echo $(hostname) $$ > task.$SLURM_PROCID; {work(0.6, 'w', step=STEP, until=release)}"
+    wide = b.submit("alice", False, 2.0, f"srun -n 4 sh -c '{task}'", procs=4)["id"]
+    folder = b.executor.workdir(wide)
+    files = [folder / f"task.{i}" for i in range(4)]
+    assert wait_for(lambda: all(f.exists() and f.read_text().count(" ") == 1 for f in files), HANG)
+    tasks = [f.read_text().split() for f in files]  # (hostname, pid) of each task
+    nodes = run(["scontrol", "show", "hostnames", node_of(b, wide)]).split()
+    assert len(nodes) == 2 and sorted({h for h, _ in tasks}) == sorted(nodes)  # where Slurm placed them
+    serial = [b.submit("alice", False, 5.0, work(0.6, f"s{i}", step=STEP, until=release))["id"]
+              for i in range(n - 4)]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in serial), HANG)
+    rates = {j: b.job("admin", True, j)["rate"] for j in [wide, *serial]}
+    assert rates[wide] == pytest.approx(4 * rates[serial[0]]) and rates[wide] > 0
+    high = b.submit("bob", False, 9.0, work(0.6, "high", step=STEP, until=release))["id"]
+    st = {j["id"]: j["state"] for j in b.jobs("admin", True)}
+    assert st[wide] == "preempted" and st[high] == "running" and all(st[j] == "running" for j in serial)
+    assert b.job("admin", True, wide)["rate"] == 0
+    assert wait_for(lambda: info(b, wide).get("JobState") == "SUSPENDED", HANG)
+
+    def stopped(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+        except FileNotFoundError:
+            return False
+
+    assert wait_for(lambda: all(stopped(pid) for _, pid in tasks), HANG)  # every task, on both nodes
+    assert wait_for(lambda: info(b, high).get("JobState") == "RUNNING", HANG)
+    release.touch()
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in [wide, high, *serial]), HANG)
+    jobs = [b.job("admin", True, j) for j in [wide, *serial, high]]
+    assert [j["procs"] for j in jobs] == [4] + [1] * (n - 4) + [1]
+    assert all(j["stdout"].count("done w") == 4 for j in jobs[:1])  # each of the 4 tasks ran to its end
+    books_exact(b, jobs, [2.0] + [5.0] * (n - 4) + [9.0], n)
+
+
+def test_a_restartable_job_whose_node_is_full_restarts_on_another_node(market, tmp_path):
+    """As the preemption test above, with the victim submitted ``restartable``: when a CPU frees
+    on another node, the mechanism resumes it and, its own node being full, the executor
+    requeues it: it starts again from the beginning on the node with the free CPU (its output
+    shows two starts, on two nodes; Slurm counts a restart), the job's events say ``restart``,
+    and the books equal the replay (what it ran before the restart stays charged)."""
+    b = market()
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    b.add_user(True, "bob", 10_000)
+    bids = [5.0, 3.0, 8.0, 1.5, 6.0, 7.0, 2.5, 4.0]
+    victim_i = int(np.argmin(bids))
+    rel = {i: tmp_path / f"release{i}" for i in range(n)}
+    low = [b.submit("alice", False, bid, "echo start $(hostname); " + work(0.6, f"low{i}", step=STEP, until=rel[i]),
+                    restartable=i == victim_i)["id"] for i, bid in enumerate(bids)]
+    victim = low[victim_i]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in low), HANG)
+    assert wait_for(lambda: "start" in b.job("admin", True, victim)["stdout"], HANG)
+    vnode = node_of(b, victim)
+    high_release = tmp_path / "high-release"
+    high = b.submit("bob", False, 10.0, work(1.0, "high", step=STEP, until=high_release))["id"]
+    assert state(b, victim) == "preempted"
+    assert wait_for(lambda: info(b, victim).get("JobState") == "SUSPENDED", HANG)
+    assert wait_for(lambda: info(b, high).get("JobState") == "RUNNING", HANG)
+    assert node_of(b, high) == vnode  # the victim's node is full again
+    other_i = next(i for i, j in enumerate(low) if i != victim_i and node_of(b, j) != vnode)
+    other_node = node_of(b, low[other_i])
+    rel[other_i].touch()  # a CPU frees on another node: the victim restarts there
+    assert wait_for(lambda: info(b, victim).get("JobState") == "RUNNING" and node_of(b, victim) == other_node, HANG)
+    assert info(b, victim).get("Restarts") == "1" and state(b, victim) == "running"
+    assert wait_for(lambda: b.job("admin", True, victim)["stdout"].count("start") == 2, HANG)
+    assert b.job("admin", True, victim)["stdout"].split("\n")[:2] == [f"start {vnode}", f"start {other_node}"]
+    for p in [*rel.values(), high_release]:
+        p.touch()
+    ids = low + [high]
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in ids), HANG)
+    v = b.job("admin", True, victim)
+    assert v["restartable"] == 1 and [e["kind"] for e in v["events"]].count("restart") == 1
+    assert all(b.job("admin", True, j)["restartable"] == 0 for j in ids if j != victim)
+    jobs = [b.job("admin", True, j) for j in ids]
+    assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
+    books_exact(b, jobs, bids + [10.0], n)

@@ -63,7 +63,9 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(server):
         (b'{"bid": 1, "command": []}', "command is empty"),
         (b'{"bid": 1}', "command is empty"),
         (b'{"bid": 1, "command": "true", "colour": "red"}', "unknown field"),
-        (b'{"bid": 1, "command": "true", "procs": 4}', "procs must be 1"),
+        (b'{"bid": 1, "command": "true", "procs": 4}', "must be a whole number from 1 to 1, this market"),
+        (b'{"bid": 1, "command": "true", "procs": 0}', "must be a whole number from 1 to 1, this market"),
+        (b'{"bid": 1, "command": "true", "procs": 1.5}', "procs"),
         (b'{"bid": 1, "command": "true", "estimate": -1}', "runtime estimate must be"),
         (b'{"bid": 1, ', "not valid JSON"),
         (b'[1, 2]', "must be a JSON object"),
@@ -167,6 +169,8 @@ def test_cli_commands(server, tmp_path):
     assert "bid must be a finite number" in r.output
     r = run("submit", "--bid", "1", "--", "", token=tok, code=1)
     assert "command is empty" in r.output
+    r = run("submit", "--bid", "1", "--cpus", "2", "--restartable", "--", "true", token=tok, code=1)
+    assert "must be a whole number from 1 to 1, this market's CPUs (got 2)" in r.output  # the options reach the market
     r = run("list", token="wrong", code=1)
     assert "wrong token" in r.output
     assert "sleep 30" in run("list", "--token-file", str(tmp_path / "tok"), "--token", "").output

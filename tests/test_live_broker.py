@@ -243,8 +243,9 @@ def test_unknown_user_wrong_token_and_other_refusals(market):
         b.add_user(True, "a b", 1)
     with pytest.raises(MarketError, match="deposit must be a positive"):
         b.deposit(True, "ivy", -5)
-    with pytest.raises(MarketError, match="procs must be 1"):
-        b.submit("ivy", False, 1.0, "true", procs=2)
+    for bad in (2, 0, -1, True, 1.0, "1"):  # more CPUs than the market's 1, none, not a whole number
+        with pytest.raises(MarketError, match=r"procs \(the CPUs the job asks for\) must be a whole number from 1 to 1"):
+            b.submit("ivy", False, 1.0, "true", procs=bad)
     with pytest.raises(MarketError, match="job id"):
         b.cancel("ivy", False, "x1")
     books = b.books()
@@ -275,3 +276,19 @@ def test_config_checks_and_sqlite_durability_modes(tmp_path, market):
     assert normal.store.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     normal.stop()
     normal.stop()  # a second stop does nothing (it once failed writing to the closed wake-up pipe)
+
+
+def test_a_parallel_job_on_the_local_executor_gets_k_times_the_cpu_limit(market):
+    """``procs`` K on the local executor: one job whose cgroup CPU limit is K x ``job_cpus``, and
+    which pays K times the price per second."""
+    b = market(slots=3, job_cpus=0.5)
+    b.add_user(True, "ann", 100)
+    j = b.submit("ann", False, 1.0, "sleep 30", procs=3)["id"]
+    assert b.job("admin", True, j)["state"] == "running" and b.job("admin", True, j)["rate"] == pytest.approx(3.0)
+    assert wait_for(lambda: j in b.executor.procs, 30)
+    layout = b.executor.layout
+    if layout.cpu is not None:
+        kind, d = b.executor.procs[j].cgroup.cpu
+        text = (d / ("cpu.max" if kind == "cgroup2" else "cpu.cfs_quota_us")).read_text().split()[0]
+        assert int(text) == 150_000  # 3 x 0.5 CPU per 100 ms period
+    b.cancel("admin", True, j)

@@ -15,11 +15,11 @@ from marketsched.mechanisms.online.priority import PriorityScheduler, make_prior
 from marketsched.platform.clock import FakeClock, WallClock
 from marketsched.platform.engine import LiveEngine
 from marketsched.workloads.workload import Workload
-from reference_priority import BIDS, instances
+from reference_priority import BIDS, assert_matches, instances, parallel_instances
 from reference_priority import simulate as reference
 
 
-def random_workload(seed, n=60, nodes=3):
+def random_workload(seed, n=60, nodes=3, parallel=False):
     rng = np.random.default_rng(seed)
     # integer-ish times make simultaneous events (same-timestamp batches) frequent
     submit = np.sort(rng.integers(0, 80, n)).astype(float)
@@ -29,7 +29,8 @@ def random_workload(seed, n=60, nodes=3):
     est[rng.random(n) < 0.1] = np.nan
     bid = rng.choice([0.5, 1.0, 2.0, 3.0, 5.0, 8.0], n) * rng.uniform(0.9, 1.1, n)
     bid[rng.random(n) < 0.2] = 2.0  # ties
-    w = Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=est, capacity=nodes)
+    procs = rng.choice([1, 1, 2, nodes], n) if parallel else None
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, runtime_estimate=est, procs=procs, capacity=nodes)
     return w, bid
 
 
@@ -197,6 +198,36 @@ def test_a_refused_rebid_changes_nothing():
     assert eng.payment[a] == 5.0 and eng.running[b]
 
 
+@pytest.mark.parametrize("rule", ["hb", "nphb", "wsept"])
+@pytest.mark.parametrize("pricing", ["kth", "first"])
+def test_fake_clock_live_engine_equals_simulator_on_parallel_jobs(rule, pricing):
+    # jobs of 1 to 3 CPUs on 3 nodes: the live engine and the simulator run one policy object
+    # type on whole jobs (the live market's --cpus), with the same decisions and payments
+    w, bid = random_workload(4, parallel=True)
+    sim = Simulator(w, make_priority_mechanism(rule, w, bid, pricing, whole_jobs=True)).run()
+    eng, live = replay_live(w, rule, bid, pricing)
+    np.testing.assert_array_equal(live.first_start, sim.first_start)
+    np.testing.assert_array_equal(live.end_time, sim.end_time)
+    np.testing.assert_array_equal(live.preemptions, sim.preemptions)
+    np.testing.assert_allclose(live.payment, sim.payment, rtol=1e-12, atol=1e-9)
+    assert (w.procs > 1).sum() > 10 and (sim.state == FinalState.COMPLETED).all()
+    if rule == "hb":
+        assert sim.preemptions.sum() > 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(parallel_instances(), st.data(), st.sampled_from(["hb", "nphb"]), st.sampled_from(["first", "kth"]))
+def test_rebids_of_parallel_jobs_match_the_naive_reference(inst, data, rule, pricing):
+    submit, runtime, bid, nodes, procs = inst
+    changes = data.draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, len(submit) - 1), BIDS), max_size=6))
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, procs=procs, capacity=nodes, sort=False)
+    eng, rec = replay_live(w, rule, bid, pricing, changes=changes)
+    applied = []
+    ref = reference(submit, runtime, bid, nodes, rule, pricing, changes=changes, applied=applied, procs=procs)
+    assert eng.applied_changes == applied
+    assert_matches(rec, ref, rule == "hb")
+
+
 @st.composite
 def instances_with_changes(draw):
     submit, runtime, bid, nodes = draw(instances())
@@ -214,11 +245,7 @@ def test_rebids_match_the_naive_reference(inst, rule, pricing):
     w = Workload.from_columns(submit_time=submit, runtime=runtime, capacity=nodes, sort=False)
     eng, rec = replay_live(w, rule, bid, pricing, changes=changes)
     applied = []
-    fs, end, pre, pay = reference(submit, runtime, bid, nodes, rule, pricing, changes=changes, applied=applied)
+    ref = reference(submit, runtime, bid, nodes, rule, pricing, changes=changes, applied=applied)
     assert eng.applied_changes == applied
-    np.testing.assert_array_equal(rec.first_start, fs)
-    np.testing.assert_array_equal(rec.end_time, end)
-    if rule == "hb":
-        np.testing.assert_array_equal(rec.preemptions, pre)
-    np.testing.assert_allclose(rec.payment, pay, rtol=1e-9, atol=1e-9)
+    assert_matches(rec, ref, rule == "hb")
     assert (rec.state == FinalState.COMPLETED).all()

@@ -116,9 +116,10 @@ def where(request, tmp_path):
 def test_old_database_is_upgraded_on_open(where):
     _old_database(where)
     s = Store(where)
-    assert s.schema_version() == SCHEMA_VERSION == 3
+    assert s.schema_version() == SCHEMA_VERSION == 4
     assert "unix_user" in s._columns("users")
     assert {"command_sha256", "command_bytes"} <= s._columns("jobs")  # version 3: retired commands
+    assert "restartable" in s._columns("jobs")  # version 4: jobs that may restart elsewhere
     assert s.users() == [("old", False)] and s.check_books() == {"deposits": 7 * MICRO, "users": 7 * MICRO, "revenue": 0}
     assert s.unix_user("old") is None and s.user_by_unix("nobody") is None
     s.add_user("new", "h-new", False, 2.0, unix_user="nobody")
@@ -128,7 +129,7 @@ def test_old_database_is_upgraded_on_open(where):
     assert s.user_by_unix("nobody") == "new" and s.unix_user("other") is None
     s.close()
     s = Store(where)  # opening again changes nothing
-    assert s.schema_version() == 3 and s.user_by_unix("nobody") == "new"
+    assert s.schema_version() == SCHEMA_VERSION and s.user_by_unix("nobody") == "new"
     s.set_meta("schema_version", 99)
     s.close()
     with pytest.raises(RuntimeError, match="schema version 99, newer than"):

@@ -9,7 +9,7 @@ from marketsched.engine.records import FinalState
 from marketsched.engine.simulator import Simulator
 from marketsched.mechanisms.online.priority import PriorityScheduler, make_priority_mechanism
 from marketsched.workloads.workload import Workload
-from reference_priority import instances
+from reference_priority import assert_matches, instances, parallel_instances
 from reference_priority import simulate as reference
 
 
@@ -116,12 +116,7 @@ def test_wsept_uses_estimates_and_falls_back():
 def test_matches_naive_reference(inst, rule, pricing):
     submit, runtime, bid, nodes = inst
     r = run(submit, runtime, bid, nodes, rule, pricing)
-    fs, end, pre, pay = reference(submit, runtime, bid, nodes, rule, pricing)
-    np.testing.assert_array_equal(r.first_start, fs)
-    np.testing.assert_array_equal(r.end_time, end)
-    if rule == "hb":
-        np.testing.assert_array_equal(r.preemptions, pre)
-    np.testing.assert_allclose(r.payment, pay, rtol=1e-9, atol=1e-9)
+    assert_matches(r, reference(submit, runtime, bid, nodes, rule, pricing), rule == "hb")
     assert (r.state == FinalState.COMPLETED).all()
 
 
@@ -198,6 +193,34 @@ def test_bad_bids_are_named(bid, message):
     w = Workload.from_columns(submit_time=[0, 1], runtime=[1, 1], capacity=1)
     with pytest.raises(ValueError, match=message):
         make_priority_mechanism("hb", w, bid)
+
+
+@settings(max_examples=150, deadline=None)
+@given(parallel_instances(), st.sampled_from(["hb", "nphb", "wspt"]), st.sampled_from(["first", "kth"]))
+def test_whole_parallel_jobs_match_naive_reference(inst, rule, pricing):
+    """Whole parallel jobs (the live market's ``--cpus``): the strict list order and the price per
+    processor, against the reference's definitions on random instances with ties."""
+    submit, runtime, bid, nodes, procs = inst
+    w = Workload.from_columns(submit_time=submit, runtime=runtime, procs=procs, capacity=nodes)
+    r = Simulator(w, make_priority_mechanism(rule, w, bid, pricing, whole_jobs=True)).run()
+    assert_matches(r, reference(submit, runtime, bid, nodes, rule, pricing, procs=procs), rule == "hb")
+    assert (r.state == FinalState.COMPLETED).all()
+
+
+def test_whole_parallel_job_waits_blocks_the_order_and_pays_per_processor():
+    """4 nodes, HB, first price. t=0: job 0 (1 proc, bid 5) and job 1 (2 procs, bid 2) start;
+    t=1: job 2 (4 procs, bid 3) preempts job 1 but does not fit beside job 0, so it waits and
+    job 1 (after it in the order) waits too, with 3 nodes idle; t=2: job 0 ends, job 2 runs on
+    all 4 (paying 4 x its bid 3 while saturated), then job 1."""
+    w = Workload.from_columns(submit_time=[0, 0, 1], runtime=[2, 2, 1], procs=[1, 2, 4], capacity=4)
+    r = Simulator(w, make_priority_mechanism("hb", w, [5, 2, 3], "first", whole_jobs=True)).run()
+    assert r.first_start.tolist() == [0, 0, 2]
+    assert r.end_time.tolist() == [2, 4, 3]
+    assert r.preemptions.tolist() == [0, 1, 0]
+    # job 2 pays 4 procs x bid 3 x 1 s (active CPUs 4+2 >= 4); job 1 ran 1 s unsaturated at
+    # t=0 (3 CPUs asked: the reservation price 1 x 2 procs), then 1 s alone (1 x 2); job 0 ran
+    # 1 s unsaturated, then 1 s saturated (CPUs asked 1+2+4) at its bid 5
+    assert r.payment.tolist() == [1 * 1 + 5 * 1, 2 * 1 + 2 * 1, 12]
 
 
 def test_parallel_jobs_rejected_with_advice():

@@ -162,11 +162,15 @@ def deposit(b, who, q, body, name):
 @route("POST", "/api/jobs", "submit a job", noun="a job", required=("bid", "command"),
        body={"bid": {"type": "number", "description": "per second of running time"},
              "command": {"oneOf": [STR, {"type": "array", "items": STR}]},
-             "estimate": {"type": "number", "description": "runtime estimate, seconds"}, "procs": INT})
+             "estimate": {"type": "number", "description": "runtime estimate, seconds"},
+             "procs": {**INT, "description": "CPUs the job runs on at once (default 1); it pays per CPU"},
+             "restartable": {"type": "boolean",
+                             "description": "may restart from the beginning on another node (default false)"}})
 def submit(b, who, q, body):
     if "bid" not in body:
         raise MarketError("bid must be a finite positive number (per second of running time); none given")
-    return b.submit(who[0], who[1], body["bid"], body.get("command"), body.get("estimate"), body.get("procs", 1))
+    return b.submit(who[0], who[1], body["bid"], body.get("command"), body.get("estimate"), body.get("procs", 1),
+                    body.get("restartable", False))
 
 
 @route("GET", "/api/jobs", "own jobs (administrator: all), oldest first", paged=True,

@@ -56,8 +56,25 @@ Rules of the live market (decisions; the paper's market assumes budgets, not the
   killed only once its end is; exits found in one scan end in one batch of the mechanism (one
   batch per exit let the first exit resume a preempted job whose own exit came later in the same
   scan, which was then launched a second time). Run time is recorded with every charge.
-* **Serial jobs.** The priority mechanisms schedule serial jobs (Shudler et al. (2010) split parallel jobs
-  first); a live job must ask for 1 processor (a slot).
+* **Parallel jobs.** A job asks for ``K`` CPUs (``procs``, ``market submit --cpus K``; default 1),
+  from 1 to the market's slots (HTTP 400 otherwise). Shudler et al. (2010) split parallel jobs
+  into serial ones; a live job cannot be split, so the mechanism decides on whole jobs
+  (:class:`~marketsched.mechanisms.online.priority.PriorityScheduler` with ``whole_jobs``, the
+  same object the simulator runs on parallel workloads): the list order is kept strictly, a job
+  runs only with all its ``K`` CPUs, and one that does not fit waits, as do the jobs after it.
+  It pays per CPU: ``K`` times its price per second (``K`` serial jobs at that price would pay as
+  much), and the admission rule asks for ``K`` times the amount. On Slurm the job's ``K`` tasks
+  may span nodes (:mod:`~marketsched.platform.slurm`); on the local executor its CPU limit is
+  ``K`` times the per-job limit (the privileged launcher, whose limits are fixed, takes serial
+  jobs only).
+* **Restartable jobs** (``submit --restartable``; Slurm executor): a preempted job that the
+  mechanism resumes while its own node is full and another node has a free CPU is restarted
+  from the beginning there (``scontrol requeue``) instead of waiting for its node; without the
+  flag it waits. Decision: what it was charged before the restart stays charged (it ran, and
+  the market gave it those CPUs; a user who declares a job restartable accepts losing its work),
+  and the market charges it from the mechanism's resume as for any resume, also while Slurm
+  starts it again; its run time keeps counting from there (the recorded run is the mechanism's,
+  so the replay still equals the ledger). The job's events say ``restart`` with the reason.
 * **WSPT** keys jobs by ``bid / actual run time``, which a live market cannot know at
   submission: here ``wspt`` uses the submitted run-time estimate in its place, which is WSEPT;
   both ask every job for an estimate.
@@ -84,7 +101,7 @@ import time
 import traceback
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -216,6 +233,8 @@ class Active:
     run_since: float | None = None
     pid: int | None = None
     start_ticks: int | None = None
+    procs: int = 1  # CPUs the job asks for (it runs with all of them at once)
+    restartable: bool = False  # may restart from the beginning elsewhere (the Slurm executor's requeue)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -283,7 +302,7 @@ class Broker:
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
         self.mechanism = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=self.config.pricing,
-                                           name=rule)
+                                           name=rule, whole_jobs=True)
         self.engine = LiveEngine(self.mechanism, self.config.slots, lambda: self._t)
         self.active: dict[int, Active] = {}  # jobs not yet ended, by id
         self.active_by_user: Counter = Counter()  # user -> how many of self.active are theirs
@@ -509,8 +528,10 @@ class Broker:
         self.balance[name] += micros
 
     # ================================================================== jobs
-    def submit(self, user: str, admin: bool, bid, command, estimate=None, procs=1) -> dict:
-        """Accept a job (committed before this returns) and let the mechanism decide at once."""
+    def submit(self, user: str, admin: bool, bid, command, estimate=None, procs=1, restartable=False) -> dict:
+        """Accept a job (committed before this returns) and let the mechanism decide at once.
+        ``restartable``: the job may be restarted from the beginning on another node instead of
+        waiting for its own (the Slurm executor's requeue; module docstring)."""
         bid = validation.bid(bid)
         if isinstance(command, list):
             if not all(isinstance(c, str) for c in command):
@@ -532,8 +553,14 @@ class Broker:
         if self.rule == "wsept" and estimate is None:
             raise MarketError(f"the {self.config.mechanism} market orders jobs by bid / runtime estimate: "
                               "give a runtime estimate (seconds)")
-        if isinstance(procs, bool) or not isinstance(procs, int) or procs != 1:
-            raise MarketError(f"procs must be 1: the MOSIX market mechanisms schedule serial jobs (got {procs!r})")
+        if not isinstance(restartable, bool):
+            raise MarketError(f"restartable must be true or false (got {restartable!r})")
+        cap = self.engine.max_capacity
+        if isinstance(procs, bool) or not isinstance(procs, int) or not 1 <= procs <= cap:
+            raise MarketError(f"procs (the CPUs the job asks for) must be a whole number from 1 to {cap}, this "
+                              f"market's CPUs (got {procs!r})")
+        if procs > 1 and not getattr(self.executor, "per_job_limits", True):
+            raise MarketError("this market's executor (the privileged launcher) runs serial jobs only: procs must be 1")
         if self.dlgm is not None:
             raise MarketError(f"this market runs {self.dlgm.name.upper()}: submit a weight and a reported run time "
                               "(`market submit --bid W --runtime D`, POST /api/dlgm/jobs)", 409)
@@ -546,11 +573,12 @@ class Broker:
                                   f"({self.config.max_jobs_per_user}): wait for some to end, or cancel some", 429)
             self._run_as(user)  # refused now if the job could never start
             now = self._now()
-            self._admit(user, bid)
+            self._admit(user, bid, procs)
             with self._transaction():
-                job_id = self.store.insert_job(user, bid, procs, estimate, command, now)
-                self.store.add_event(job_id, now, "submit", f"bid {bid:g}")
-                job = Active(job_id, user, bid, estimate, command, "queued")
+                job_id = self.store.insert_job(user, bid, procs, estimate, command, now, restartable)
+                self.store.add_event(job_id, now, "submit", f"bid {bid:g}" + (f", {procs} CPUs" if procs > 1 else "")
+                                     + (", restartable" if restartable else ""))
+                job = Active(job_id, user, bid, estimate, command, "queued", procs=procs, restartable=restartable)
                 self.active[job_id] = job
                 self.active_by_user[user] += 1
                 self._enter([job])
@@ -579,15 +607,17 @@ class Broker:
             raise MarketError(f"user {owner!r}: {exc}", 403) from None
         return self._accounts[unix]
 
-    def _admit(self, user: str, bid: float) -> None:
+    def _admit(self, user: str, bid: float, procs: int = 1) -> None:
         """Admission rule (module docstring): the balance covers ``admission_seconds`` at the
-        job's highest possible price."""
-        need = to_micro(max(bid, RESERVATION_PRICE) * self.config.admission_seconds)
+        job's highest possible price (per CPU: times the ``procs`` it asks for)."""
+        need = to_micro(procs * max(bid, RESERVATION_PRICE) * self.config.admission_seconds)
         have = self.balance[user] - self._unposted(user)
         if have < need or have <= 0:
+            cpus = f" x {procs} CPUs" if procs > 1 else ""
             raise MarketError(
                 f"balance too low: {have / MICRO:.6f} available, admission needs {need / MICRO:.6f} "
-                f"({self.config.admission_seconds:g} s at max(bid, reservation price {RESERVATION_PRICE:g}))", 402)
+                f"({self.config.admission_seconds:g} s at max(bid, reservation price {RESERVATION_PRICE:g}){cpus})",
+                402)
 
     def cancel(self, user: str, admin: bool, job_id) -> dict:
         """Cancel a job of the user's (the administrator: any job): kill all its processes."""
@@ -611,7 +641,7 @@ class Broker:
                 return self._job_view(row)
             now = self._now()
             if bid > job.bid:
-                self._admit(job.owner, bid)
+                self._admit(job.owner, bid, job.procs)
             with self._transaction():
                 old = job.bid
                 self.store.update_job(job_id, bid=bid)
@@ -787,7 +817,8 @@ class Broker:
             return
         bids = [j.bid for j in jobs]
         keys, costs = self._keys(bids, [j.estimate for j in jobs])
-        rows = self.engine.batch(arrivals=[(b, float(k), float(c), 1) for b, k, c in zip(bids, keys, costs)])
+        rows = self.engine.batch(arrivals=[(b, float(k), float(c), j.procs)
+                                           for b, k, c, j in zip(bids, keys, costs, jobs)])
         for job, row in zip(jobs, rows):
             job.row = row
             job.row_posted = 0
@@ -845,6 +876,12 @@ class Broker:
                 or job.id in self.executor.procs:
             return  # decided otherwise since (e.g. an earlier launch of the batch failed)
         kw: dict[str, object] = {"priority_key": float(self.mechanism.key[row])} if self._arrange is not None else {}
+        if job.procs > 1:  # Slurm: K tasks (nodes as Slurm places them); local: K times the CPU limit
+            if self._arrange is not None:
+                kw["tasks"] = job.procs
+            else:
+                limits = self.config.limits()
+                kw["limits"] = replace(limits, cpus=None if limits.cpus is None else limits.cpus * job.procs)
         try:
             user = self._run_as(job.owner)
             if user is not None:
@@ -865,6 +902,16 @@ class Broker:
         # restarted broker reconciles by
         job.pid, job.start_ticks = proc.pid, proc.start_ticks
         self._launched.append((job.id, self._t, proc.pid, proc.start_ticks))
+
+    def _record_restarts(self) -> None:
+        """Record the jobs the executor restarted from the beginning since the last call (the
+        Slurm executor's requeue, ``restarted``): an event ``restart`` each. Their charges so
+        far stay (module docstring)."""
+        restarted = getattr(self.executor, "restarted", None)
+        while restarted:
+            job_id, note = restarted.pop(0)
+            if job_id in self.active:
+                self.store.add_event(job_id, self._t, "restart", note)
 
     def _record_launches(self) -> None:
         """Write the pids of the processes launched since the last transaction (in it)."""
@@ -1073,7 +1120,7 @@ class Broker:
         for job in sorted((j for j in self.active.values() if j.owner == user and j.state == "held"),
                           key=lambda j: j.id):
             try:
-                self._admit(user, job.bid)
+                self._admit(user, job.bid, job.procs)
             except MarketError:
                 break
             back.append(job)
@@ -1116,7 +1163,8 @@ class Broker:
             job = self.active.get(self.row_job[row])
             if job is None or job.row != row:
                 continue
-            out.append({"id": job.id, "key": float(key[row]), "command": job.command,
+            out.append({"id": job.id, "key": float(key[row]), "command": job.command, "tasks": job.procs,
+                        "restartable": job.restartable,
                         "env": {"MARKETSCHED_JOB_ID": str(job.id)}, "user": self._run_as(job.owner, cached=True),
                         "preempted": job.id in self.executor.procs})
         return out
@@ -1148,6 +1196,7 @@ class Broker:
         self._now()
         changed = False
         exits = self.executor.exits()
+        self._record_restarts()
         capacity = self._capacity()
         if exits or capacity is not None:
             self._on_exits(exits, capacity)
@@ -1184,7 +1233,8 @@ class Broker:
             job = Active(r["id"], r["owner"], r["bid"], r["estimate"], r["command"], r["state"],
                          charged=r["charged"], unpaid=r["unpaid"], preemptions=r["preemptions"],
                          attempts=r["attempts"], first_start=r["first_start"], run_seconds=r["run_seconds"],
-                         pid=r["pid"], start_ticks=r["start_ticks"])
+                         pid=r["pid"], start_ticks=r["start_ticks"], procs=int(r["procs"]),
+                         restartable=bool(r["restartable"]))
             self.active[job.id] = job
             wd = self.executor.workdir(job.id)
             # what was started for this job id: the executor's state file (written before the

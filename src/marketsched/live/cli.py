@@ -463,7 +463,11 @@ def deposit(name, amount, client) -> None:
 @market.command("submit", context_settings={"ignore_unknown_options": True})
 @click.option("--bid", required=True, type=float, help="Bid per second of running time.")
 @click.option("--estimate", default=None, type=float, help="Runtime estimate in seconds (needed by WSEPT).")
-@click.option("--procs", default=1, type=int, show_default=True, help="Processors (the market runs serial jobs: 1).")
+@click.option("--cpus", "--procs", "procs", default=1, type=int, show_default=True,
+              help="CPUs the job runs on, all at once (on Slurm possibly across nodes); it pays per CPU.")
+@click.option("--restartable", is_flag=True,
+              help="On Slurm: once preempted, it may restart from the beginning on another node instead of "
+                   "waiting for its own (what it was charged stays charged).")
 @click.option("--runtime", default=None, type=float,
               help="DLGM market: the reported run time in seconds (the job is stopped then); --bid is the weight, "
                    "per second of waiting.")
@@ -471,7 +475,7 @@ def deposit(name, amount, client) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @client_options
-def submit(bid, estimate, procs, runtime, node, as_json, command, client) -> None:
+def submit(bid, estimate, procs, restartable, runtime, node, as_json, command, client) -> None:
     """Submit COMMAND (after --, e.g. `-- sleep 10`); prints the job id and its state.
 
     One argument is taken as a shell command line (`-- 'echo a; sleep 5'`); several are quoted
@@ -481,7 +485,10 @@ def submit(bid, estimate, procs, runtime, node, as_json, command, client) -> Non
     if runtime is not None or node is not None:
         _dlgm_submit(client, bid, runtime, node, cmd, as_json)
         return
-    job = client.post("/api/jobs", {"bid": bid, "command": cmd, "estimate": estimate, "procs": procs})
+    body = {"bid": bid, "command": cmd, "estimate": estimate, "procs": procs}
+    if restartable:
+        body["restartable"] = True
+    job = client.post("/api/jobs", body)
     if as_json:
         click.echo(json.dumps(job, indent=2))
     else:

@@ -46,11 +46,13 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", change
     :class:`Records` (same columns as the simulator's); ``engine.applied_changes`` lists the
     changes that were applied. ``capacity_changes``: ``(t, capacity)``, the machine's processors
     from ``t`` on (the live market on a cluster whose nodes go down and come back), set in the
-    batch at time ``t`` after its completions; the policy's step decides who stops.
+    batch at time ``t`` after its completions; the policy's step decides who stops. The
+    mechanism is the live market's: parallel jobs (``workload.procs``) run whole, paying per
+    processor (:mod:`~marketsched.mechanisms.online.priority`, ``whole_jobs``).
     """
     bid = np.asarray(bid, dtype=np.float64)
     key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
-    mech = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=pricing, name=rule)
+    mech = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=pricing, name=rule, whole_jobs=True)
     clock = FakeClock(0.0)
     eng = ReplayEngine(mech, workload.capacity, clock)
     submit = workload.submit_time.tolist()
@@ -111,7 +113,7 @@ def replay_live(workload: Workload, rule: str, bid, pricing: str = "kth", change
 
 
 def simulate_recorded(submit_time, runtime, bid, capacity: int, rule: str = "hb", pricing: str = "kth",
-                      runtime_estimate=None, capacity_changes=()) -> Records:
+                      runtime_estimate=None, capacity_changes=(), procs=None) -> Records:
     """Simulate a recorded live run: jobs submitted at ``submit_time`` (market seconds, in
     submission order) with measured run times ``runtime``; returns the simulator's records.
 
@@ -120,9 +122,10 @@ def simulate_recorded(submit_time, runtime, bid, capacity: int, rule: str = "hb"
     :class:`~marketsched.engine.simulator.Simulator` has a fixed machine, so a run with changes
     is replayed through :func:`replay_live` instead: the same policy objects on the same events
     (its decisions and payments are the simulator's, ``tests/test_live_engine.py``), with each
-    change set in the batch at its time."""
+    change set in the batch at its time. ``procs``: the CPUs each job asked for (None: 1 each);
+    the mechanism is the live market's, on whole parallel jobs paying per CPU."""
     w = Workload.from_columns(submit_time=submit_time, runtime=runtime, runtime_estimate=runtime_estimate,
-                              capacity=capacity, sort=False)
+                              procs=procs, capacity=capacity, sort=False)
     if len(capacity_changes):
         return replay_live(w, rule, bid, pricing, capacity_changes=capacity_changes)[1]
-    return Simulator(w, make_priority_mechanism(rule, w, bid, pricing)).run()
+    return Simulator(w, make_priority_mechanism(rule, w, bid, pricing, whole_jobs=True)).run()

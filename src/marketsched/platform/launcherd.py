@@ -508,6 +508,8 @@ class LauncherExecutor(LocalExecutor):
     (multi-user mode) with the launcher's limits; Tycoon's weights and CPU pinning are not
     offered."""
 
+    per_job_limits = False  # every job gets the launcher's limits: the broker takes serial jobs only
+
     def __init__(self, root: Path, client: LauncherClient):
         self.client = client
         h = client.hello

@@ -80,7 +80,7 @@ from marketsched.platform.files import private_file, tighten
 
 MICRO = 1_000_000
 MAX_BALANCE = 10**12 * MICRO  # micro-units; any account, in absolute value (< 2**63)
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT = 30.0  # seconds a SQLite connection waits for another's lock (an API write waits less: live.api.BUSY_WAIT)
 DEPOSITS = "external:deposits"
 REVENUE = "provider:revenue"
@@ -131,7 +131,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code INTEGER,
     pid INTEGER,
     start_ticks BIGINT,
-    note TEXT NOT NULL
+    note TEXT NOT NULL,
+    restartable INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_owner ON jobs(owner);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
@@ -154,7 +155,7 @@ CREATE TABLE IF NOT EXISTS prices (
 
 JOB_COLUMNS = ("id", "owner", "bid", "procs", "estimate", "command", "submit_t", "state", "first_start", "end_t",
                "run_seconds", "preemptions", "attempts", "charged", "unpaid", "exit_code", "pid", "start_ticks",
-               "note", "command_sha256", "command_bytes")
+               "note", "command_sha256", "command_bytes", "restartable")
 
 
 class Store:
@@ -392,12 +393,14 @@ class Store:
         return {"deposits": -bal[DEPOSITS], "users": users, "revenue": bal[REVENUE]}
 
     # ------------------------------------------------------------------ jobs
-    def insert_job(self, owner: str, bid: float, procs: int, estimate, command: str, submit_t: float) -> int:
+    def insert_job(self, owner: str, bid: float, procs: int, estimate, command: str, submit_t: float,
+                   restartable: bool = False) -> int:
         with self.transaction():
             cur = self._exec(
                 "INSERT INTO jobs (owner, bid, procs, estimate, command, submit_t, state, run_seconds, preemptions, "
-                "attempts, charged, unpaid, note) VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, 0, 0, 0, '')" + self._lastid,
-                (owner, bid, procs, estimate, command, submit_t),
+                "attempts, charged, unpaid, note, restartable) VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, 0, 0, 0, 0, '', ?)"
+                + self._lastid,
+                (owner, bid, procs, estimate, command, submit_t, int(bool(restartable))),
             )
             return int(cur.fetchone()[0])
 
@@ -545,4 +548,11 @@ def command_digest(command: str) -> tuple[str, int]:
     return hashlib.sha256(raw).hexdigest(), len(raw)
 
 
-_UPGRADES = {2: _v2_unix_user, 3: _v3_command_digest}
+def _v4_restartable(store: Store) -> None:
+    """Version 4: ``jobs.restartable`` (1: the job may be restarted from the beginning elsewhere
+    instead of waiting for its node, the Slurm executor's requeue; 0 for every older job)."""
+    if "restartable" not in store._columns("jobs"):
+        store._exec("ALTER TABLE jobs ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0")
+
+
+_UPGRADES = {2: _v2_unix_user, 3: _v3_command_digest, 4: _v4_restartable}

@@ -127,10 +127,34 @@ Open decisions (documented here, where they are taken)
   :meth:`shutdown` waits up to ``SHUTDOWN_WAIT`` seconds for it, retrying at every poll (the
   lag seen under load was 1.6 s). A job still not started then runs on while the broker is
   down, and the restarted broker re-attaches it as running.
-* The market runs serial jobs (one CPU each, ``-n 1 -c 1``); the partition's CPU count should
-  equal the market's ``--slots`` (checked at start: more slots than CPUs is refused; the CPUs of
-  nodes that are down count, so a broker starts while a node is down, with the capacity of the
-  nodes that are up).
+* **Parallel jobs** (``market submit --cpus K``): ``sbatch -n K -c 1``, ``K`` tasks of one CPU
+  each, so Slurm places them on any nodes with free CPUs (a 4-CPU job on 4 nodes x 2 CPUs may
+  take two CPUs on each of two nodes; ``-c K`` would keep it on one node, as the exchange's
+  contracts want). The batch script runs on the allocation's first node; the command reaches
+  its other CPUs with ``srun`` (``srun -n K ...`` inside the job runs one task per CPU where
+  Slurm placed them). A serial job is ``-n 1 -c 1``. The mechanism decides on whole jobs
+  (:mod:`~marketsched.mechanisms.online.priority`, ``whole_jobs``): a wide job starts only when
+  ``K`` CPUs are free. Decision: a queued wide job is never in the eligible prefix (it and the
+  jobs after it stay gated until the market starts it), because Slurm's own choice for a wide
+  job can differ from the market's (its backfill may start narrower jobs ranked below it, and
+  it places by nodes); the market's start ungates it (one poll later than a serial job).
+  A suspend stops every task of the job on every node (``scontrol suspend``); a resume waits
+  until each of the job's nodes has idle CPUs for its tasks there (``scontrol -d show job``:
+  ``Nodes=... CPU_IDs=...``).
+* **Requeue instead of suspend** (jobs submitted ``--restartable``): when the mechanism resumes
+  a restartable job whose own nodes lack the idle CPUs it needs, while the partition has them
+  elsewhere, the job is restarted instead of waiting: ``scontrol update Requeue=1``, ``scontrol
+  requeue`` (Slurm kills its processes; the job keeps its id and counts a restart), ``scontrol
+  release`` (measured on Slurm 22.05: a requeued job comes back held, priority 0, with a begin
+  time 10 s away), and once it is pending again ``scontrol update Priority=P StartTime=now
+  Requeue=0`` (its market priority back, eligible at once, and not requeued by Slurm itself on
+  a node failure, which the market reports as a failure as before). Slurm then starts it from
+  the beginning on the free CPU. The broker records a ``restart`` event (:attr:`restarted`);
+  the charges follow the mechanism (the job was resumed), and what it was charged before stays.
+  Every job is submitted ``--no-requeue``, so Slurm never requeues one by itself.
+* The partition's CPU count should equal the market's ``--slots`` (checked at start: more slots
+  than CPUs is refused; the CPUs of nodes that are down count, so a broker starts while a node
+  is down, with the capacity of the nodes that are up).
 """
 
 from __future__ import annotations
@@ -138,6 +162,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -239,6 +264,8 @@ class SlurmJob:
     gated: bool = False
     suspended_at: float | None = None  # monotonic time of our last suspend
     start_ticks: int = 0
+    tasks: int = 1  # CPUs (Slurm tasks of one CPU each) of a market job
+    restartable: bool = False  # may be requeued (restarted elsewhere) instead of waiting for its node
     popen: None = None
     extra: dict = field(default_factory=dict)
 
@@ -280,6 +307,7 @@ class SlurmExecutor(JobFolders):
                              f"{self.partition or '(default)'} has only {self.cpus} CPUs")
         self._prio: dict[int, int] = {}
         self.early: dict[int, SlurmJob] = {}  # ran and ended in Slurm before the market started them
+        self.restarted: list[tuple[int, str]] = []  # (key, note) of jobs requeued, for the broker to record
         self._ready: set[int] = set()  # such jobs the market has now started: exits to report
         # Fewer market slots than Slurm CPUs: Slurm would start eligible jobs on the spare CPUs
         # at once, so no queued job is eligible; the market's starts ungate them one by one.
@@ -385,7 +413,7 @@ class SlurmExecutor(JobFolders):
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
 
     def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool,
-                user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None) -> SlurmJob:
+                user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None, tasks: int = 1) -> SlurmJob:
         wd = self.workdir(key)
         uid, gid = (user.uid, user.gid) if user is not None else (None, None)
         dfd = jobfiles.open_jobdir(self.root_fd, wd.name, create=True, uid=uid, gid=gid)
@@ -395,7 +423,7 @@ class SlurmExecutor(JobFolders):
                 jobfiles.unlink(dfd, stale)
         finally:
             os.close(dfd)
-        args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", "1", "-c", str(int(cpus)), "-D", str(wd),
+        args = ["sbatch", "--parsable", "-J", self.job_name(key), "-n", str(int(tasks)), "-c", str(int(cpus)), "-D", str(wd),
                 "-o", str(wd / "stdout"), "-e", str(wd / "stderr"), "--open-mode=append", "--no-requeue",
                 f"--priority={priority}", EXPORT] + run_as_options(user)
         if mem_mib is not None:
@@ -412,7 +440,7 @@ class SlurmExecutor(JobFolders):
         except ValueError:
             raise SlurmError(f"sbatch printed {out!r}, not a job id") from None
         jobfiles.write_state(self.root, key, {"pid": slurm_id, "ticks": 0, "slurm": True})
-        return SlurmJob(key, slurm_id, wd, priority, gated=gated)
+        return SlurmJob(key, slurm_id, wd, priority, gated=gated, tasks=int(tasks))
 
     def check_reachable(self) -> None:
         """Slurm starts a job in its folder as the job's user: every folder above the jobs'
@@ -428,11 +456,12 @@ class SlurmExecutor(JobFolders):
 
     # ------------------------------------------------------------------ the broker's interface
     def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None,
-               user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None) -> SlurmJob:
+               user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None, tasks: int = 1) -> SlurmJob:
         """The mechanism starts job ``key``: submit it eligible (or ungate its pending Slurm job).
-        The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority) and the
-        Unix account it runs as (``user``; None: the broker's own); the exchange passes the
-        contract's ``cpus`` (``--cpus-per-task``) and memory (``mem_mib``, ``--mem``; None:
+        The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority), the
+        Unix account it runs as (``user``; None: the broker's own) and a parallel job's CPUs
+        (``tasks``: ``-n``, one CPU each, across nodes); the exchange passes the contract's
+        ``cpus`` (``--cpus-per-task``, on one node) and memory (``mem_mib``, ``--mem``; None:
         Slurm's default) for a job submitted now."""
         early = self.early.pop(key, None)
         if early is not None:  # it already ran to its end: report the exit at the next call
@@ -446,7 +475,7 @@ class SlurmExecutor(JobFolders):
             self._resume[key] = 0.0
         if job is None:
             p = priority_of(priority_key) if priority_key is not None else self._prio.get(key, MAX_PRIORITY)
-            job = self._sbatch(key, command, env, p, gated=False, user=user, cpus=cpus, mem_mib=mem_mib)
+            job = self._sbatch(key, command, env, p, gated=False, user=user, cpus=cpus, mem_mib=mem_mib, tasks=tasks)
         elif job.gated:
             self._gate.discard(key)
             self._ungate.add(key)
@@ -505,10 +534,16 @@ class SlurmExecutor(JobFolders):
         info = self.show(pid)
         if info is None or info.get("JobName") != self.job_name(key) or info.get("JobState") not in ACTIVE:
             return None
-        job = SlurmJob(key, int(pid), Path(workdir), int(info.get("Priority", 1) or 1))
+        job = SlurmJob(key, int(pid), Path(workdir), int(info.get("Priority", 1) or 1),
+                       tasks=int(info.get("NumTasks", "1")) if info.get("NumTasks", "").isdigit() else 1)
         state = info["JobState"]
         if state == "PENDING":
             job.gated = info.get("Reason") == "BeginTime"
+            if info.get("Reason") == "JobHeldAdmin" and info.get("Restarts", "0") != "0":
+                # requeued by a broker that stopped before releasing it: released at the next
+                # poll (its priority back, gated until the market starts it again)
+                job.extra["restart"] = True
+                job.gated = True
             self.queued[key] = job
         else:
             job.started = True
@@ -552,24 +587,29 @@ class SlurmExecutor(JobFolders):
     def arrange(self, queue: list[dict]) -> None:
         """The broker's hook after every decision. ``queue``: the mechanism's waiting jobs, best
         first: dicts with ``id``, ``key`` (the mechanism's priority key), ``command``, ``env``,
-        ``preempted`` (it has run before). Submits new jobs, sets the eligibility gate and
-        carries out the buffered operations in the safe order."""
+        ``preempted`` (it has run before), ``tasks`` (its CPUs; default 1). Submits new jobs, sets
+        the eligibility gate and carries out the buffered operations in the safe order."""
         self._prio = {q["id"]: priority_of(q["key"]) for q in queue}
         prev: tuple[int, int] | None = None  # (priority, slurm id) of the last eligible job
         open_ = not self.gate_all
         for q in queue:
             k = q["id"]
+            if k in self.procs:
+                self.procs[k].restartable = bool(q.get("restartable", False))
             if q["preempted"] or k in self.procs or k in self.early:
                 open_ = False  # nothing ranked below it may take a CPU before it
                 continue
             job = self.queued.get(k)
             p = self._prio[k]
+            tasks = int(q.get("tasks", 1))
+            if tasks > 1:
+                open_ = False  # a wide job starts through the market only (module docstring), so do those after it
             if open_:
                 sid = job.pid if job is not None else 1 << 62  # a new submission gets a larger id
                 if prev is not None and not (p < prev[0] or (p == prev[0] and sid > prev[1])):
                     open_ = False
             if job is None:
-                job = self._sbatch(k, q["command"], q.get("env"), p, gated=not open_, user=q.get("user"))
+                job = self._sbatch(k, q["command"], q.get("env"), p, gated=not open_, user=q.get("user"), tasks=tasks)
                 self.queued[k] = job
             else:
                 if job.priority != p:
@@ -611,7 +651,8 @@ class SlurmExecutor(JobFolders):
             self._update(job, **{field_: value})
         except SlurmError as exc:
             msg = str(exc)
-            if not (_gone(msg) or (field_ == "StartTime" and "no longer pending" in msg.lower())):
+            held = "held state" in msg.lower()  # a requeued job not yet released: gated by _restart_pending
+            if not (_gone(msg) or (field_ == "StartTime" and ("no longer pending" in msg.lower() or held))):
                 raise
 
     def _do_suspends(self) -> None:
@@ -695,14 +736,19 @@ class SlurmExecutor(JobFolders):
                 continue  # 2 s rule: retried at the next poll
             if running_cpus is None:
                 running_cpus = self.running_cpus()
-            if running_cpus + 1 > self.usable:  # Slurm would oversubscribe: wait for a free CPU
+            if running_cpus + job.tasks > self.usable:  # Slurm would oversubscribe: wait for free CPUs
                 continue
             if free is None:
                 free = self.idle_cpus_per_node()
-            node = None
-            if len(free) > 1:  # several nodes: the job resumes on its own node, which needs the free CPU
-                node = (self.show(job.pid) or {}).get("NodeList")
-                if node in free and free[node] < 1:
+            need: dict[str, int] = {}
+            if len(free) > 1:  # several nodes: the job resumes on its own nodes, which need the free CPUs
+                need = self.cpus_per_node(job)
+                if any(free.get(n, 0) < c for n, c in need.items()):
+                    if job.restartable and sum(free.values()) >= job.tasks:
+                        self._requeue(job, need)  # restarted from the beginning where CPUs are free
+                        del self._resume[k]
+                        running_cpus += job.tasks
+                        free = None  # where Slurm puts it: read again for the next resume
                     continue
             try:
                 self._run(["scontrol", "resume", str(job.pid)])
@@ -710,10 +756,71 @@ class SlurmExecutor(JobFolders):
                 if "not suspended" not in str(exc).lower() and not _gone(str(exc)):
                     raise
             job.suspended_at = None
-            running_cpus += 1
-            if node in free:
-                free[node] -= 1
+            running_cpus += job.tasks
+            for n, c in need.items():
+                free[n] -= c
             del self._resume[k]
+
+    def _requeue(self, job: SlurmJob, nodes: dict[str, int]) -> None:
+        """Restart suspended job ``job`` from the beginning wherever Slurm has free CPUs (module
+        docstring, "Requeue instead of suspend"); the release of the hold Slurm puts on it and
+        its priority follow in :meth:`_restart_pending` once it is pending again."""
+        try:
+            self._update(job, Requeue=1)
+            self._run(["scontrol", "requeue", str(job.pid)])
+        except SlurmError as exc:
+            if _gone(str(exc)):
+                return  # it ended meanwhile: the next poll reports it
+            raise
+        try:
+            self._run(["scontrol", "release", str(job.pid)])
+        except SlurmError:
+            pass  # retried with the priority once it is pending
+        job.suspended_at = None
+        job.extra.pop("tasks_started", None)  # a new run: a suspend waits for its tasks again
+        job.extra["restart"] = True
+        job.extra["restarts"] = job.extra.get("restarts", 0) + 1
+        where = ",".join(sorted(nodes)) or "its node"
+        self.restarted.append((job.key, f"restarted from the beginning (Slurm requeue): {where} had no idle CPU for "
+                                        "it and another node had"))
+
+    def _restart_pending(self, job: SlurmJob) -> None:
+        """A requeued job is pending again: release Slurm's hold, give it its priority back and
+        make it eligible now (unless the market has stopped it meanwhile: then it is gated),
+        and switch Slurm's own requeue off again."""
+        job.priority = self._prio.get(job.key, job.priority)  # its key when the market last queued it
+        fields = {"Priority": job.priority, "Requeue": 0, "StartTime": GATE if job.gated else "now"}
+        try:
+            self._run(["scontrol", "release", str(job.pid)])
+        except SlurmError:
+            pass  # not held (released already)
+        self._update(job, **fields)
+        job.extra.pop("restart", None)
+
+    def cpus_per_node(self, job: SlurmJob) -> dict[str, int]:
+        """The CPUs job ``job`` holds on each of its nodes (``scontrol -d -o show job``: its
+        ``Nodes=LIST CPU_IDs=IDS`` pairs; a serial job: its one node, 1). Nodes Slurm no longer
+        lists for it: empty."""
+        if job.tasks == 1:
+            node = (self.show(job.pid) or {}).get("NodeList")
+            return {node: 1} if node and node != "(null)" else {}
+        try:
+            out = self._run(["scontrol", "-d", "-o", "show", "job", str(job.pid)])
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return {}
+            raise
+        need: dict[str, int] = {}
+        for nodes, ids in re.findall(r"\bNodes=(\S+) CPU_IDs=(\S+)", out):
+            for node in self._hostnames(nodes):
+                need[node] = need.get(node, 0) + count_ids(ids)
+        return need
+
+    def _hostnames(self, hostlist: str) -> list[str]:
+        """A Slurm host list (``node[1-2]``) as names (``scontrol show hostnames``)."""
+        if "[" not in hostlist and "," not in hostlist:
+            return [hostlist]
+        return self._run(["scontrol", "show", "hostnames", hostlist]).split()
 
     def idle_cpus_per_node(self) -> dict[str, int]:
         """Idle CPUs of each node of the partition, as Slurm sees them now (``sinfo -N``, %C is
@@ -837,6 +944,8 @@ class SlurmExecutor(JobFolders):
             if st is not None and st[0] in ACTIVE:
                 if key in self.queued and st[0] == "RUNNING":
                     self._unstarted_running(job, now)
+                elif job.extra.get("restart") and st[0] == "PENDING":
+                    self._restart_pending(job)
                 continue
             code, state, note = self._ending(job, st)
             self._resume.pop(key, None)
@@ -958,6 +1067,15 @@ def run_as_options(user: RunAs | None) -> list[str]:
     """``sbatch --uid --gid`` for a job of ``user`` (root submits as the user; Slurm then runs
     the job, its steps and its files as that account); [] for the broker's own account."""
     return [] if user is None else [f"--uid={user.uid}", f"--gid={user.gid}"]
+
+
+def count_ids(ids: str) -> int:
+    """How many ids a Slurm id list names (``0-1,3`` -> 3)."""
+    n = 0
+    for part in ids.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return n
 
 
 def _gone(msg: str) -> bool:

@@ -13,6 +13,11 @@ plain time spans are compensated totals
 
 The reservation price of every node is :data:`RESERVATION_PRICE` = 1 per unit of time.
 
+Prices are per node (processor): a job that runs on ``K`` processors (the live market's parallel
+jobs, :mod:`~marketsched.mechanisms.online.priority` with ``whole_jobs``) pays ``K`` times the
+price per unit of time, as ``K`` serial jobs at that price would (decision: Shudler et al. 2010
+split parallel jobs into serial ones, each paying for its node). Serial jobs pay the price.
+
 Decisions (open in the paper): "active jobs" counts running plus queued jobs; prices
 are taken exactly as the paper states them, with no floor at the reservation price, so a job
 whose bid is below 1 pays its bid under first price while the machine is full (and the k-th
@@ -71,8 +76,8 @@ class FirstPrice:
         self.mark_U[j] = self.U.mark()
 
     def on_stop(self, j: int) -> None:
-        self.sim.payment[j] += self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(
-            self.mark_U[j])
+        self.sim.payment[j] += self.sim.procs[j] * (self.bid[j] * self.S.since(self.mark_S[j])
+                                                    + RESERVATION_PRICE * self.U.since(self.mark_U[j]))
 
     def update(self) -> None:
         """Called after every decision: re-read the state the price depends on."""
@@ -83,7 +88,7 @@ class FirstPrice:
         """Price per unit of time job ``j`` pays right now (0 when it is not running)."""
         if not self.sim.running[j]:
             return 0.0
-        return self.bid[j] if self.saturated else RESERVATION_PRICE
+        return self.sim.procs[j] * (self.bid[j] if self.saturated else RESERVATION_PRICE)
 
     def regime(self):
         """What the price of every running job depends on between two events (saturated or
@@ -100,7 +105,8 @@ class FirstPrice:
         last :meth:`advance`; changes no state."""
         paid = self.sim.payment[j]
         if self.sim.running[j]:
-            paid += self.bid[j] * self.S.since(self.mark_S[j]) + RESERVATION_PRICE * self.U.since(self.mark_U[j])
+            paid += self.sim.procs[j] * (self.bid[j] * self.S.since(self.mark_S[j])
+                                         + RESERVATION_PRICE * self.U.since(self.mark_U[j]))
         return paid
 
 
@@ -186,9 +192,9 @@ class KthPrice:
         """Payment of ``j``'s open regime up to the last :meth:`advance` (``peek``: without making
         the pending intervals a leaf, for the read-only :meth:`accrued`)."""
         if self.capped[j]:
-            return self.bid[j] * (self.last - self.mark_t[j])
+            return self.sim.procs[j] * self.bid[j] * (self.last - self.mark_t[j])
         K = self.K.peek(self.mark_K[j]) if peek else self.K.since(self.mark_K[j])
-        return self.cost[j] * K + RESERVATION_PRICE * self.E.since(self.mark_E[j])
+        return self.sim.procs[j] * (self.cost[j] * K + RESERVATION_PRICE * self.E.since(self.mark_E[j]))
 
     def _settle(self, j: int) -> None:
         self.sim.payment[j] += self._open(j)
@@ -234,11 +240,12 @@ class KthPrice:
         """Price per unit of time job ``j`` pays right now (0 when it is not running)."""
         if not self.sim.running[j]:
             return 0.0
+        n = self.sim.procs[j]
         if self.capped[j]:
-            return self.bid[j]
+            return n * self.bid[j]
         if self.kstar is None:
-            return RESERVATION_PRICE
-        return self.cost[j] * self.kstar if self.cost[j] else 0.0
+            return n * RESERVATION_PRICE
+        return n * self.cost[j] * self.kstar if self.cost[j] else 0.0
 
     def regime(self):
         """What the price of every running job depends on between two events: the best queued

@@ -43,7 +43,27 @@ Bids must be finite and >= 0: the paper gives a negative bid no meaning (the run
 :class:`PriorityScheduler` built directly, :meth:`~PriorityScheduler.add_jobs`,
 :meth:`~PriorityScheduler.rebid`) refuses one, naming the job row.
 Jobs must be serial (1 processor): split parallel jobs first
-(:func:`marketsched.workloads.transforms.split_parallel`), as the paper does.
+(:func:`marketsched.workloads.transforms.split_parallel`), as the paper does; or build the
+scheduler with ``whole_jobs=True`` (the live market, where a job asks for ``K`` CPUs and cannot be
+split), which decides on whole parallel jobs by the rule below.
+
+Whole parallel jobs (``whole_jobs=True``; an extension: Shudler et al. (2010) model serial jobs
+only). Decision: the list order stays the paper's (key descending, then submission), and a job
+needing ``K`` processors runs only with all ``K`` at once; the order is *strict*: a job that does
+not fit blocks every job after it (no job overtakes a better one because it is narrower, as in
+FCFS without backfilling), so a wide job is never starved by a stream of narrow ones. Steps of
+one decision:
+
+1. (capacity fell below the processors in use) stop the worst running jobs until the rest fit;
+2. HB: the running set becomes the longest prefix of the order whose processors fit: while the
+   best queued job ``q`` does not fit in the free processors and a running job is after ``q``
+   in the order, preempt the worst running job; when ``q`` fits, start it; stop when ``q`` does not
+   fit and every running job is before it (``q`` waits; so do all jobs after it);
+3. NPHB, WSPT, WSEPT: start the best queued job while it fits; stop at the first that does not.
+
+With serial jobs these are exactly the steps above (every job fits one free processor). The
+payment schemes charge per processor (:mod:`~marketsched.mechanisms.online.pricing`): a job on
+``K`` processors pays ``K`` times the price per unit of time.
 """
 
 from __future__ import annotations
@@ -100,8 +120,11 @@ class PriorityScheduler:
     cost: list[float]
     prio: list[tuple]  # (-key, row): smaller is better
 
-    def __init__(self, bid, key, cost, preemptive: bool, pricing="kth", name: str = "priority"):
+    def __init__(self, bid, key, cost, preemptive: bool, pricing="kth", name: str = "priority",
+                 whole_jobs: bool = False):
         self.preemptive = bool(preemptive)
+        self.whole_jobs = bool(whole_jobs)  # parallel jobs as wholes (module docstring); else serial only
+        self.queued_procs = 0  # processors the queued jobs ask for (kept with whole_jobs only)
         self.pricing = make_pricing(pricing) if isinstance(pricing, str) else pricing
         self.name = name
         empty = np.empty(0, dtype=np.float64)
@@ -151,8 +174,10 @@ class PriorityScheduler:
     def bind(self, sim) -> None:
         if len(self.bid) != sim.n_jobs:
             raise ValueError(f"{self.name}: {len(self.bid)} bids for {sim.n_jobs} jobs")
-        require_serial(self.name, sim.procs)
+        if not self.whole_jobs:
+            require_serial(self.name, sim.procs)
         self.sim = sim
+        self.queued_procs = 0
         self.waiting: list[tuple] = []  # heap of (-key, row)
         self.running_heap: list[tuple] = []  # heap of (key, -row): top = worst running (HB only)
         self.pricing.bind(self, sim)
@@ -177,6 +202,8 @@ class PriorityScheduler:
         if bid.shape[0] != n:
             raise ValueError(f"{self.name}: {bid.shape[0]} bids for {n} jobs")
         w = sim.workload
+        if self.whole_jobs and bool((w.procs != 1).any()):
+            return None  # the kernel schedules serial jobs: parallel ones take the Python path
         require_serial(self.name, w.procs)
         records = empty_records(n)
         kth = np.zeros(n if schemes == 3 else 0, dtype=np.float64)
@@ -208,6 +235,11 @@ class PriorityScheduler:
             pricing.on_stop(j)
         for j in arrived:
             push(waiting, prio[j])
+        if self.whole_jobs:
+            self.queued_procs += sum(sim.procs[j] for j in arrived)
+            self._fill_whole()
+            pricing.update()
+            return
         free = sim.free
         if free < 0:
             self._shed(-free)
@@ -248,6 +280,56 @@ class PriorityScheduler:
                 free -= 1
         pricing.update()
 
+    def _fill_whole(self) -> None:
+        """The decision of :meth:`step` on whole parallel jobs (steps 1-3 of the module
+        docstring), once the completions are settled and the arrivals queued."""
+        sim = self._engine()
+        pricing = self.pricing
+        prio = self.prio
+        waiting = self.waiting
+        procs = sim.procs
+        push, pop = heapq.heappush, heapq.heappop
+        free = sim.free
+        if free < 0:
+            self._shed(-free)
+            free = sim.free
+        if self.preemptive:
+            running_heap = self.running_heap
+            running = sim.running
+            key = self.key
+            while waiting:
+                top = waiting[0]
+                j = top[1]
+                if procs[j] <= free:
+                    pop(waiting)
+                    self.queued_procs -= procs[j]
+                    sim.start(j)
+                    pricing.on_start(j)
+                    push(running_heap, (key[j], -j))
+                    free -= procs[j]
+                    continue
+                while running_heap and not running[-running_heap[0][1]]:
+                    pop(running_heap)  # completed since it was pushed
+                if not running_heap:
+                    break
+                k_out, neg_out = running_heap[0]
+                if top > (-k_out, -neg_out):
+                    break  # every running job is before the top one: it waits, and so does every job after it
+                pop(running_heap)
+                j_out = -neg_out
+                sim.preempt(j_out)
+                pricing.on_stop(j_out)
+                push(waiting, prio[j_out])
+                self.queued_procs += procs[j_out]
+                free += procs[j_out]
+        else:
+            while waiting and procs[waiting[0][1]] <= free:
+                j = pop(waiting)[1]
+                self.queued_procs -= procs[j]
+                sim.start(j)
+                pricing.on_start(j)
+                free -= procs[j]
+
     def _shed(self, n: int) -> None:
         """The engine's capacity fell below the processors in use (the live market: a node of
         the cluster went down): stop the ``n`` worst running jobs, exactly those that would not
@@ -257,25 +339,38 @@ class PriorityScheduler:
         hold cannot keep running); each is preempted (its payment settled, back in the queue
         with its remaining work) and restarts as any preempted job when processors return.
 
+        ``n`` counts processors: with whole parallel jobs the worst jobs stop until they have
+        freed ``n`` processors (serial jobs: ``n`` jobs).
+
         Steps: 1. the running jobs ordered worst first (HB: the running heap, lazily cleaned;
-        other rules: one sort of the running rows, a rare event); 2. preempt the first ``n``.
+        other rules: one sort of the running rows, a rare event); 2. preempt them in that order
+        until ``n`` processors are freed.
         """
         sim = self._engine()
         running = sim.running
+        procs = sim.procs
+        victims: list[int] = []
+        freed = 0
         if self.preemptive:
             heap = self.running_heap
-            victims: list[int] = []
-            while len(victims) < n and heap:
+            while freed < n and heap:
                 k, neg = heapq.heappop(heap)
                 if running[-neg]:
                     victims.append(-neg)
+                    freed += procs[-neg]
         else:
             key = self.key
-            victims = sorted((j for j, r in enumerate(running) if r), key=lambda j: (key[j], -j))[:n]
+            for j in sorted((j for j, r in enumerate(running) if r), key=lambda j: (key[j], -j)):
+                if freed >= n:
+                    break
+                victims.append(j)
+                freed += procs[j]
         for j in victims:
             sim.preempt(j)
             self.pricing.on_stop(j)
             heapq.heappush(self.waiting, self.prio[j])
+            if self.whole_jobs:
+                self.queued_procs += procs[j]
 
     def close(self, t: float) -> None:
         running = self._engine().running
@@ -298,6 +393,8 @@ class PriorityScheduler:
         except ValueError:
             return False
         heapq.heapify(self.waiting)
+        if self.whole_jobs:
+            self.queued_procs -= self._engine().procs[j]
         return True
 
     def rebid(self, j: int, bid: float, key: float) -> None:
@@ -335,6 +432,8 @@ class PriorityScheduler:
                 heapq.heappush(self.running_heap, (self.key[j], -j))
         else:
             heapq.heappush(self.waiting, self.prio[j])
+            if self.whole_jobs:
+                self.queued_procs += self._engine().procs[j]
 
     # ------------------------------------------------------------------ state for payment schemes
     def best_queued(self):
@@ -342,7 +441,9 @@ class PriorityScheduler:
         return self.waiting[0] if self.waiting else None
 
     def active_jobs(self) -> int:
-        return self._engine().used + len(self.waiting)
+        """Processors asked for by the running and queued jobs (serial jobs: the number of
+        active jobs, the paper's "active jobs"; whole parallel jobs count their processors)."""
+        return self._engine().used + (self.queued_procs if self.whole_jobs else len(self.waiting))
 
 
 def _check_jobs(name: str, first: int, bid: np.ndarray, key: np.ndarray, cost: np.ndarray) -> None:
@@ -401,8 +502,9 @@ def priority_key(rule: str, bid, runtime, runtime_estimate):
     return key, cost
 
 
-def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> PriorityScheduler:
-    """Build HB, NPHB, WSPT or WSEPT with a payment scheme for ``workload`` and ``bid``."""
+def make_priority_mechanism(rule: str, workload, bid, pricing="kth", whole_jobs: bool = False) -> PriorityScheduler:
+    """Build HB, NPHB, WSPT or WSEPT with a payment scheme for ``workload`` and ``bid``
+    (``whole_jobs``: parallel jobs run whole, see the module docstring; else serial jobs only)."""
     bid = np.asarray(bid, dtype=np.float64)
     if bid.shape != (len(workload),):
         raise ValueError(f"expected one bid per job ({len(workload)}), got shape {bid.shape}")
@@ -411,6 +513,7 @@ def make_priority_mechanism(rule: str, workload, bid, pricing="kth") -> Priority
         i = int(np.argmax(bad))
         raise ValueError(f"bid of job row {i} (job {workload.job_id[i]}) is {float(bid[i])!r}, not a finite number >= 0")
     key, cost = priority_key(rule, bid, workload.runtime, workload.runtime_estimate)
-    mech = PriorityScheduler(bid, key, cost, preemptive=(rule == "hb"), pricing=pricing, name=rule)
+    mech = PriorityScheduler(bid, key, cost, preemptive=(rule == "hb"), pricing=pricing, name=rule,
+                             whole_jobs=whole_jobs)
     mech.fallback_estimates = int(np.isnan(workload.runtime_estimate).sum()) if rule == "wsept" else 0
     return mech
