@@ -219,8 +219,8 @@ class LiveEngine(ClusterState):
         return arrived
 
     def _log_regime(self, t: float) -> None:
-        regime = getattr(self.policy.pricing, "regime", None)
-        if regime is None:
+        regime = getattr(getattr(self.policy, "pricing", None), "regime", None)
+        if regime is None:  # a policy without a per-second pricing (DLGM, EES): nothing to keep
             return
         log = self.regimes
         if log and log[-1][0] == t:
