@@ -5,14 +5,18 @@ market mid-run, then a restart on the same books, pays no period twice and loses
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 from click.testing import CliRunner
 
+from live_helpers import end_and_clean_up, proc_state, wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import market
 from marketsched.live.sharebooks import ShareBooks
-from marketsched.live.tycoon import find_cgroup1_cpu, find_cgroup2_cpu
 from marketsched.platform.clock import FakeClock
 from marketsched.platform.ledger import MICRO, REVENUE, Store, user_account
 from test_live_exactly_once import ScriptedExecutor  # the broker keeps the accounts here: it runs no job
@@ -21,7 +25,8 @@ HANG = 120.0  # a guard against a hang, not a timing claim
 
 
 def make_market(data, deposits):
-    b = Broker(data, MarketConfig(single_user=True), clock=FakeClock(0.0), executor=ScriptedExecutor(Path(data).parent / "jobs"))
+    b = Broker(data, MarketConfig(single_user=True), clock=FakeClock(0.0), 
+               executor=ScriptedExecutor(Path(data).parent / "jobs"))
     b.ensure_admin()
     for name, amount in deposits.items():
         b.add_user(True, name, deposit=amount)
@@ -29,23 +34,18 @@ def make_market(data, deposits):
 
 
 def statement(data, name):
-    b = Broker(data, MarketConfig(single_user=True), clock=FakeClock(0.0), executor=ScriptedExecutor(Path(data).parent / "jobs"))
+    b = Broker(data, MarketConfig(single_user=True), clock=FakeClock(0.0), 
+               executor=ScriptedExecutor(Path(data).parent / "jobs"))
     try:
         return b.statement("admin", True, name)
     finally:
         b.store.close()
 
 
-def remove_cgroups(pid):
-    """The cgroups a killed share market (``pid``) left (its jobs killed first)."""
-    for root in (find_cgroup1_cpu(), find_cgroup2_cpu()):
-        if root is None:
-            continue
-        for top in root.glob(f"marketsched-share-{pid}-*"):
-            for d in sorted(top.rglob("*"), key=lambda p: -len(p.parts)):
-                if d.is_dir():
-                    d.rmdir()
-            top.rmdir()
+def our_cgroups(pid):
+    """The cgroup folders of the share market run by process ``pid``, in every hierarchy."""
+    return [p for root in Path("/sys/fs/cgroup").glob("*") for p in root.glob(f"marketsched-share-{pid}-*")] + \
+        list(Path("/sys/fs/cgroup").glob(f"marketsched-share-{pid}-*"))
 
 
 def booked(data, owners, rule="ps"):
@@ -94,3 +94,47 @@ def test_cli_refuses_books_it_cannot_keep(tmp_path):
     res = CliRunner().invoke(market, ["share", "--rule", "ps", "--bids", "1,1", "--duration", "1", "--data", str(data),
                                       "--users", "a,a"])
     assert res.exit_code == 2 and "a broker is serving" in res.output, res.output
+
+
+def test_kill_9_mid_run_pays_no_period_twice_and_loses_none(tmp_path):
+    """kill -9 of ``market share --data`` once it has booked 3 periods, then the same command
+    again on the same books: the rounds are 0, 1, ... with none twice or missing, each job's
+    transfers add up to its recorded payments, and the simulator charges the same for the bids."""
+    data = tmp_path / "market"
+    make_market(data, {"a": 1000.0, "b": 1000.0})
+    owners = ["a", "b"]
+    tag = f"share-books-{os.getpid()}"
+    cmd = [sys.executable, "-m", "marketsched.live.cli", "share", "--rule", "sh", "--bidder", "zic", "--values", "5,9",
+           "--data", str(data), "--users", "a,b", "--interval", "0.05", "--every", "0"]
+    env = {**os.environ, "MARKETSCHED_TEST_TAG": tag}
+    proc = subprocess.Popen([*cmd, "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    orphans: list[int] = []
+    try:
+        assert wait_for(lambda: booked(data, owners, "sh") >= 3, timeout=HANG), "no periods booked"
+        orphans = [int(p) for d in our_cgroups(proc.pid) for f in d.rglob("cgroup.procs")
+                   for p in f.read_text().split()]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert orphans and all(proc_state(p) not in (None, "Z") for p in orphans)  # kill -9 left its jobs
+        before = booked(data, owners, "sh")
+        again = subprocess.run([*cmd, "--duration", "0.5"], capture_output=True, text=True, env=env, timeout=HANG)
+        assert again.returncode == 0, again.stderr
+        gone = [proc_state(p) in (None, "Z") for p in orphans]  # the restart ended the killed market's jobs
+    finally:
+        end_and_clean_up(proc, tag)
+        for p in orphans:  # if the restart did not (the test fails below)
+            if proc_state(p) not in (None, "Z"):
+                os.kill(p, signal.SIGKILL)
+    assert all(gone), gone
+    assert our_cgroups(proc.pid) == []
+    store = Store(data)
+    books = ShareBooks(store, "share", owners, "sh")
+    checked = books.check()  # rounds 0..K-1, transfers = record = simulator, double entry
+    assert checked["periods"] > before
+    paid = checked["paid"]
+    assert store.balance(user_account("a")) == 1000 * MICRO - paid[0]
+    assert store.balance(user_account("b")) == 1000 * MICRO - paid[1]
+    assert len(store.entries(REVENUE)) == sum(sum(1 for p in per["payments"] if p) for per in books.periods())
+    np.testing.assert_array_equal(books.transfers(), paid)
+    store.close()

@@ -156,3 +156,13 @@ def test_tampered_books_are_reported(tmp_path):
     store._exec("DELETE FROM share_periods WHERE round = 1")
     with pytest.raises(AssertionError, match=r"recorded rounds \[0, 2\]"):
         books.check()
+
+
+def test_a_second_market_on_running_books_is_refused(tmp_path):
+    """The books name the process of the market keeping them: while it lives, another is refused."""
+    store = store_with(tmp_path, {"a": 1.0})
+    books = ShareBooks(store, "share", ["a"], "ps")
+    books.claim(None, [])
+    store.set_meta("share-market:share", '{"pid": 1, "track": null, "dirs": []}')  # a live process
+    with pytest.raises(RuntimeError, match="running already"):
+        books.end_leftovers()

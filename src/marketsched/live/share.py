@@ -179,8 +179,15 @@ class ShareMarket(CpuShareHosts):
             if self._started or self._stop.is_set():
                 raise RuntimeError("a ShareMarket starts once")
             self._started = True
+            if self.books is not None:
+                self.books.end_leftovers()  # what a killed market on these books left (sharebooks)
             self._round()
-        return super().start(commands)
+        super().start(commands)
+        if self.books is not None:
+            assert self.executor is not None
+            layout = self.executor.layout
+            self.books.claim(layout.track[0] if layout.track else None, layout.dirs())
+        return self
 
     def resplit(self) -> Period | None:
         """One period: new bids, the rule's shares enforced, payments recorded; returns it (None:

@@ -21,6 +21,12 @@ first round not recorded (:meth:`ShareBooks.next_round`): no period is paid twic
 was recorded is lost; the periods the market was down for were never played (no shares, no
 payments).
 
+Recovery of the jobs: a market that starts on its books records its process and its cgroup
+folders (:meth:`ShareBooks.claim`, the database's ``meta`` table). A market started again first
+ends what a killed one left (:meth:`ShareBooks.end_leftovers`: its jobs' processes, found by
+their cgroups, are killed and the folders removed); while the recorded process is alive, a
+second market on the same books is refused.
+
 Decisions
 ---------
 * **Budgets.** The thesis's users have no budget (quasi-linear utility, no constraint on
@@ -45,9 +51,12 @@ Decisions
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 
+from marketsched.platform.cgroups import JobCgroup, _rmdir
 from marketsched.platform.ledger import MICRO, REVENUE, Store, user_account
 
 KIND = "share"
@@ -94,6 +103,47 @@ class ShareBooks:
             raise ValueError(f"the books of share market {self.market!r} were kept for rule {first[0][0]} and owners "
                              f"{','.join(json.loads(first[0][1]))}: continue with the same, or name another market")
 
+    def _meta_key(self) -> str:
+        return f"share-market:{self.market}"
+
+    def claim(self, track_kind: str | None, dirs) -> None:
+        """Record this process and its market's cgroup folders (tracking first) as the books' market."""
+        self.store.set_meta(self._meta_key(), json.dumps({"pid": os.getpid(), "track": track_kind,
+                                                          "dirs": [str(d) for d in dirs]}))
+
+    def end_leftovers(self) -> list[int]:
+        """End what a killed market on these books left: kill its jobs' processes (by their
+        cgroups), remove the folders; returns the pids killed. RuntimeError if that market's
+        process is still alive (one market per books)."""
+        raw = self.store.get_meta(self._meta_key())
+        if raw is None:
+            return []
+        prev = json.loads(raw)
+        pid = int(prev["pid"])
+        if pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            except PermissionError:
+                alive = True
+            if alive:
+                raise RuntimeError(f"share market {self.market!r} is running already (process {pid})")
+        dirs = [Path(d) for d in prev["dirs"]]
+        killed: list[int] = []
+        if dirs and prev["track"]:
+            for job in sorted(p.name for p in dirs[0].glob("job-*") if p.is_dir()):
+                cg = JobCgroup.from_paths([str(d / job) for d in dirs], prev["track"])
+                killed += cg.pids()
+                cg.kill()
+                cg.remove()
+        for d in reversed(dirs):
+            _rmdir(d)
+        with self.store.transaction():
+            self.store._exec("DELETE FROM meta WHERE key = ?", (self._meta_key(),))
+        return killed
+
     def next_round(self) -> int:
         """The first round not recorded (0 for new books)."""
         rows = self.store._rows("SELECT MAX(round) FROM share_periods WHERE market = ?", (self.market,))
@@ -108,7 +158,9 @@ class ShareBooks:
         """Bids in whole micro-units (``round(b * 1e6)``), each capped at what its owner can pay
         this period (its balance less what earlier jobs of the same owner bid in it)."""
         micro = np.rint(np.asarray(bids, dtype=np.float64) * MICRO).astype(np.int64)
-        left = dict(zip(self.owners, (int(b) for b in self.balances())))
+        with self.store.transaction():  # the balances as committed (the connection is shared by threads)
+            have = self.balances()
+        left = dict(zip(self.owners, (int(b) for b in have)))
         out = np.zeros(len(micro), dtype=np.int64)
         for i, (o, b) in enumerate(zip(self.owners, micro)):
             out[i] = min(int(b), max(left[o], 0))
