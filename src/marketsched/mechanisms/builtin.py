@@ -202,9 +202,12 @@ def _share(rule: str):
         from marketsched.behaviour.learning import make_bidder
         from marketsched.mechanisms.online.share import ShareMarketPolicy
 
-        v = jobs.true_value
-        policy = ShareMarketPolicy(rule, make_bidder(bidder, v), v, capacity=pool or float(jobs.workload.capacity),
-                                   rng=int(jobs.seed), basis=basis)
+        # the bidders bid from the reported values (jobs.bid: the true ones unless a job lies, as
+        # under `marketsched audit`); the utilities use the true values
+        v, reported = jobs.true_value, np.asarray(jobs.bid, dtype=np.float64)
+        policy = ShareMarketPolicy(rule, make_bidder(bidder, reported), v,
+                                   capacity=pool or float(jobs.workload.capacity), rng=int(jobs.seed), basis=basis,
+                                   reported=reported)
         # the engine's processors are virtual slots: every active request runs (share.run_on_engine)
         policy.engine_capacity = max(1, int(jobs.workload.procs.sum()))
         return policy
