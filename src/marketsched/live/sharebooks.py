@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from marketsched.platform.cgroups import JobCgroup, _rmdir
+from marketsched.platform.cgroups import JobCgroup
 from marketsched.platform.ledger import MICRO, REVENUE, Store, user_account
 
 KIND = "share"
@@ -139,7 +139,10 @@ class ShareBooks:
                 cg.kill()
                 cg.remove()
         for d in reversed(dirs):
-            _rmdir(d)
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
         with self.store.transaction():
             self.store._exec("DELETE FROM meta WHERE key = ?", (self._meta_key(),))
         return killed

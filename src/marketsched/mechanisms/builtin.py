@@ -217,7 +217,8 @@ def _share(rule: str):
 
 _SHARE_LIVE = ("yes: `marketsched market share --rule {name}` divides one CPU among CPU-bound jobs every period "
                "with the simulator's rule (cgroup CPU weights, Tycoon mode's machinery); fixed bids or the ZIC "
-               "or Q-learning bidder, pay-as-bid; the recorded bids replay through the simulator to the same shares and payments")
+               "or Q-learning bidder, pay-as-bid (booked in a market's ledger with --data, exactly once, bids capped at "
+               "balances); the recorded bids replay through the simulator to the same shares and payments")
 register(Mechanism("ps", "Proportional Share", "share market", "Stößer (2009), sections 6.2.2 and 6.4.1",
                    _share("ps"), SHARE_PARAMS, ("whole-seconds", "values>=1"),
                    summary="each job gets bid / sum of bids of the CPUs, pays its bid", live=_SHARE_LIVE.format(name="ps"),
