@@ -529,3 +529,26 @@ def test_reproduction_batches_share_random_numbers_and_run():
     assert rev[("zic", "wide", 1, "sh")] != rev[("zic-independent", "wide", 1, "sh")]
     assert ex.sign_test(np.ones(30)) == pytest.approx(2 * 0.5**30)
     assert ex.sign_test(np.r_[np.ones(15), -np.ones(15), 0.0]) == 1.0
+
+
+@pytest.mark.parametrize("rule", ["ps", "sh"])
+def test_audit_value_lies_reach_the_share_bidders(rule):
+    """A value lie under `marketsched audit` is the value the job's ZIC bidder bids from (its
+    report), while its utility keeps the true value: three jobs of values 4, 9, 20 for 6 seconds
+    on one CPU, the 20 shading to 10 gains, doubling to 40 loses (before, the bidders bid from
+    the true values and every value lie changed nothing)."""
+    from marketsched.analysis.audit import Deviation, audit
+    from marketsched.scenario import Jobs
+
+    values = np.array([4.0, 9.0, 20.0])
+    w = Workload.from_columns(submit_time=np.zeros(3), runtime=np.full(3, 6.0), capacity=1)
+    table = audit(Jobs.from_bids(w, values, seed=1), rule, None, [Deviation("value", 0.5), Deviation("value", 2.0)],
+                  job_ids=[int(w.job_id[2])])
+    gains = dict(zip(table["amount"], table["gain"]))
+    assert gains[0.5] > 0 > gains[2.0]
+    # the reference: the runs by hand, the bidder on the reported values, utility on the true ones
+    u = []
+    for reported in (values, values * [1, 1, 0.5]):
+        records, policy = sm.run_on_engine(w, reported, rule, ZIC(), capacity=1.0, rng=1)
+        u.append(values[2] * policy.received[2] - float(records.payment[2]))
+    assert gains[0.5] == pytest.approx(u[1] - u[0], rel=1e-12)

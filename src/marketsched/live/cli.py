@@ -827,8 +827,15 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the bidders' draws.")
 @click.option("--interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds per period (the thesis's round is one second).")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A market's data folder (not being served): book every period's payments in its ledger.")
+@click.option("--users", default=None, metavar="NAMES",
+              help="With --data: the market user who owns (and pays for) each job, comma-separated.")
+@click.option("--books", "books_name", default="share", show_default=True, metavar="NAME",
+              help="With --data: the name of this share market's books (the same name continues them).")
 @_cpu_market_options
-def share(rule, host, bids, values, bidder, seed, interval, duration, every, enforcement) -> None:
+def share(rule, host, bids, values, bidder, seed, interval, data, users, books_name, duration, every,
+          enforcement) -> None:
     """Proportional Share or Sanghavi-Hajek (Stößer 2009, ch. 6) as a running market on one CPU.
 
     One CPU-bound job per bid (or value); every --interval each job bids (fixed bids, or the
@@ -863,8 +870,9 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
             agent = make_bidder(bidder, vals)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--values") from None
+    books = _share_books(data, users, books_name, rule, len(vals))
     try:
-        mk = ShareMarket(cpu, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement)
+        mk = ShareMarket(cpu, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement, books=books)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     n = len(vals)
@@ -887,6 +895,43 @@ def share(rule, host, bids, values, bidder, seed, interval, duration, every, enf
                     lambda: f"share: {names[rule]}, {n} jobs on CPU {cpu}; enforcement {mk.enforcement}; "
                             f"{bidder} bidders rebid every {interval:g} s for {duration:g} s",
                     table, duration, every)
+    if books is not None:
+        try:
+            checked = books.check()
+        except AssertionError as exc:
+            raise click.ClickException(f"the books do not add up: {exc}") from None
+        click.echo(f"books {books_name!r}: {checked['periods']} periods, paid "
+                   f"{', '.join(_money(p / 1e6) for p in checked['paid'])}; the ledger, the record and the "
+                   "simulator agree")
+
+
+def _share_books(data, users, name, rule, jobs):
+    """The :class:`~marketsched.live.sharebooks.ShareBooks` of ``market share --data`` (None without it)."""
+    if data is None:
+        if users is not None:
+            raise click.UsageError("--users needs --data (the market whose ledger the payments are booked in)")
+        return None
+    from marketsched.live.sharebooks import ShareBooks
+    from marketsched.platform.ledger import Store
+
+    if users is None:
+        raise click.UsageError("--data needs --users (who owns and pays for each job)")
+    owners = [u.strip() for u in users.split(",")]
+    if len(owners) != jobs:
+        raise click.BadParameter(f"{len(owners)} users for {jobs} jobs (one per job)", param_hint="--users")
+    if not (data / "market.db").is_file():
+        raise click.BadParameter(f"no market in {data} (no market.db): start one with `marketsched market serve`",
+                                 param_hint="--data")
+    try:
+        serving = _alive(int(json.loads((data / READY_NAME).read_text())["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        serving = False
+    if serving:  # the broker caches the balances: one writer of the ledger at a time
+        raise click.UsageError(f"a broker is serving {data}: stop it first (it keeps the balances in memory)")
+    try:
+        return ShareBooks(Store(data), name, owners, rule)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _dlgm_submit(client, weight, runtime, node, cmd, as_json) -> None:

@@ -29,22 +29,29 @@ Decisions
   period. Payments are pay-as-bid per period (``b_j c_j``), for Proportional Share and for
   Sanghavi-Hajek alike, as the simulator's :class:`~marketsched.mechanisms.online.share.ShareMarketPolicy`
   charges them (the sum of the bids times ``c_j``, charged when the job ends).
-* **Money**: like Tycoon mode, the share market does not book the live market's ledger; the
-  payments are recorded per period in ``history`` and totalled in :attr:`ShareMarket.paid`
-  (exact to the micro-unit of what the simulator computes for the same bids:
-  :func:`replay_through_simulator`).
+* **Money**: the payments are recorded per period in ``history`` and totalled in
+  :attr:`ShareMarket.paid` (exact to the micro-unit of what the simulator computes for the same
+  bids: :func:`replay_through_simulator`). Given ``books`` (:class:`~marketsched.live.sharebooks.ShareBooks`),
+  each period is also booked in the live market's ledger, exactly once: the bids are taken to
+  micro-units and capped at each owner's balance before the rule (the budget decision is in
+  :mod:`marketsched.live.sharebooks`), the period is booked before its shares are enforced, and a
+  market started again on the same books continues at the first round not booked, with the
+  bidders' generator advanced past the booked rounds (a stateless bidder, fixed or ZIC, then
+  bids as in an uninterrupted run; a Q-learning bidder starts learning again).
 * **The first period** is bid and enforced when the jobs start (round 0), the next one interval
   later; a run of ``k`` rounds is ``k`` periods.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from marketsched.live.tycoon import CpuShareHosts
 from marketsched.mechanisms.online.share import RULES, market_round
+from marketsched.platform.ledger import MICRO
 
 
 class FixedBids:
@@ -121,12 +128,15 @@ class ShareMarket(CpuShareHosts):
     :class:`~marketsched.behaviour.learning.ZIC`, ...); ``values``: the jobs' true values per
     CPU-second (the bidder's input; ZIC bids on ``{1..v}``); ``seed``: the generator of the
     bidders' uniforms; ``interval``, ``enforcement``, ``quantum``: as for
-    :class:`~marketsched.live.tycoon.CpuShareHosts`."""
+    :class:`~marketsched.live.tycoon.CpuShareHosts`; ``books``: the market's
+    :class:`~marketsched.live.sharebooks.ShareBooks` (None: payments recorded, not booked);
+    ``clock``: the time booked with a period (default ``time.time``)."""
 
     kind = "share"
 
     def __init__(self, host: int, rule: str, bidder, values, *, interval: float = 1.0, seed: int = 0,
-                 enforcement: str = "auto", quantum: float = 0.02, name: str | None = None):
+                 enforcement: str = "auto", quantum: float = 0.02, name: str | None = None, books=None,
+                 clock=time.time):
         if str(rule).lower() not in RULES:
             raise ValueError(f"unknown rule {rule!r}: use 'ps' (Proportional Share) or 'sh' (Sanghavi-Hajek)")
         self.values = np.asarray(values, dtype=np.float64)
@@ -145,6 +155,19 @@ class ShareMarket(CpuShareHosts):
         self.shares = np.zeros(self.users)
         self.paid = np.zeros(self.users)  # pay-as-bid payments so far, per job
         self.history: list[Period] = []
+        self.books, self.clock = books, clock
+        self._started = False
+        if books is not None:
+            if len(books.owners) != self.users:
+                raise ValueError(f"the books have {len(books.owners)} owners for {self.users} jobs")
+            if books.rule != self.rule:
+                raise ValueError(f"the books are for rule {books.rule!r}, the market's is {self.rule!r}")
+            for p in books.periods():  # a market started again continues its books
+                b = np.asarray(p["bids"], dtype=np.float64) / MICRO
+                pay = np.asarray(p["payments"], dtype=np.float64) / MICRO
+                self.history.append(Period(p["round"], b, np.asarray(p["shares"]), pay))
+                self.paid += pay
+            self.rng.random((len(self.history), self.users))  # the draws of the booked rounds
 
     def tickets(self) -> np.ndarray:
         """The rule's shares: each job's CPU weight is proportional to its share."""
@@ -153,27 +176,46 @@ class ShareMarket(CpuShareHosts):
     def start(self, commands=None):
         """Bid round 0, then start the jobs (with round 0's shares) and the periodic thread."""
         with self._lock:
-            if self.history or self._stop.is_set():
+            if self._started or self._stop.is_set():
                 raise RuntimeError("a ShareMarket starts once")
+            self._started = True
+            if self.books is not None:
+                self.books.end_leftovers()  # what a killed market on these books left (sharebooks)
             self._round()
-        return super().start(commands)
+        super().start(commands)
+        if self.books is not None:
+            assert self.executor is not None
+            layout = self.executor.layout
+            self.books.claim(layout.track[0] if layout.track else None, layout.dirs())
+        return self
 
-    def resplit(self) -> Period:
-        """One period: new bids, the rule's shares enforced, payments recorded; returns it."""
+    def resplit(self) -> Period | None:
+        """One period: new bids, the rule's shares enforced, payments recorded; returns it (None:
+        not played, nobody could pay)."""
         with self._lock:
             period = self._round()
             self.apply()
             return period
 
-    def _round(self) -> Period:
+    def _round(self) -> Period | None:
         u = self.rng.random((1, self.users))
         b = np.asarray(self.bidder.bid(u), dtype=np.float64)[0]
+        k = len(self.history)
+        if self.books is not None:
+            micro = self.books.cap(b)
+            b = micro / MICRO
+            if not micro.any():  # nobody can pay: the period is not played (sharebooks, "Budgets")
+                self.bids[:, 0] = 0.0
+                self.shares = np.zeros(self.users)
+                return None
         x, pay = market_round(self.rule, b, self.cpus, self.capacity)
+        if self.books is not None:  # booked (exactly once) before the shares are enforced
+            self.books.book(k, self.clock(), micro, x, np.rint(pay * MICRO).astype(np.int64))
         self.bidder.observe(x[None, :], b[None, :])
         self.bids[:, 0] = b
         self.shares = x
         self.paid += pay
-        period = Period(len(self.history), b.copy(), x.copy(), pay.copy())
+        period = Period(k, b.copy(), x.copy(), pay.copy())
         self.history.append(period)
         return period
 

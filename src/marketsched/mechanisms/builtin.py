@@ -208,9 +208,12 @@ def _share(rule: str):
         from marketsched.behaviour.learning import make_bidder
         from marketsched.mechanisms.online.share import ShareMarketPolicy
 
-        v = jobs.true_value
-        policy = ShareMarketPolicy(rule, make_bidder(bidder, v), v, capacity=pool or float(jobs.workload.capacity),
-                                   rng=int(jobs.seed), basis=basis)
+        # the bidders bid from the reported values (jobs.bid: the true ones unless a job lies, as
+        # under `marketsched audit`); the utilities use the true values
+        v, reported = jobs.true_value, np.asarray(jobs.bid, dtype=np.float64)
+        policy = ShareMarketPolicy(rule, make_bidder(bidder, reported), v,
+                                   capacity=pool or float(jobs.workload.capacity), rng=int(jobs.seed), basis=basis,
+                                   reported=reported)
         # the engine's processors are virtual slots: every active request runs (share.run_on_engine)
         policy.engine_capacity = max(1, int(jobs.workload.procs.sum()))
         return policy
@@ -220,7 +223,8 @@ def _share(rule: str):
 
 _SHARE_LIVE = ("yes: `marketsched market share --rule {name}` divides one CPU among CPU-bound jobs every period "
                "with the simulator's rule (cgroup CPU weights, Tycoon mode's machinery); fixed bids or the ZIC "
-               "or Q-learning bidder, pay-as-bid; the recorded bids replay through the simulator to the same shares and payments")
+               "or Q-learning bidder, pay-as-bid (booked in a market's ledger with --data, exactly once, bids capped at "
+               "balances); the recorded bids replay through the simulator to the same shares and payments")
 register(Mechanism("ps", "Proportional Share", "share market", "Stößer (2009), sections 6.2.2 and 6.4.1",
                    _share("ps"), SHARE_PARAMS, ("whole-seconds", "values>=1"),
                    summary="each job gets bid / sum of bids of the CPUs, pays its bid", live=_SHARE_LIVE.format(name="ps"),

@@ -872,13 +872,16 @@ class ShareMarketPolicy:
     """
 
     def __init__(self, rule: str, bidder, values, capacity: float = 10.0, rng=0, basis: str = "total",
-                 chunk: bool = True, chunk_elements: int = 1 << 20, fast: bool = True):
+                 chunk: bool = True, chunk_elements: int = 1 << 20, fast: bool = True, reported=None):
         self.rule = _rule(rule)
         if basis not in BASES:
             raise ValueError(f"ShareMarketPolicy: basis must be one of {BASES}, got {basis!r}")
         self.basis = basis
         self.bidder = bidder
         self.values = np.asarray(values, dtype=np.float64)
+        # what the bidders bid from: the values the jobs report (a misreport, e.g. a shaded value
+        # under `marketsched audit`), the true ones by default; utilities use the true values
+        self.reported = self.values if reported is None else np.asarray(reported, dtype=np.float64)
         self.capacity = float(capacity)
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         self.alloc = _Allocator(np.array([self.rule], dtype=object), basis)
@@ -900,7 +903,10 @@ class ShareMarketPolicy:
         self.received = np.zeros(len(w))
         self.bidsum = np.zeros(len(w))
         self.active: list[int] = []
-        self.bidder.reset(self.values[None, :], self.cpus)
+        if self.reported.shape != self.values.shape:
+            raise ValueError(f"ShareMarketPolicy: need one reported value per request ({len(w)}), "
+                             f"got shape {self.reported.shape}")
+        self.bidder.reset(self.reported[None, :], self.cpus)
         self._rows: np.ndarray | None = None  # the active jobs' rows while a bidder segment is open
         self.rounds = 0
         self._next_row = 0  # first row not yet released
