@@ -501,3 +501,43 @@ def test_a_restartable_job_whose_node_is_full_restarts_on_another_node(market, t
     jobs = [b.job("admin", True, j) for j in ids]
     assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
     books_exact(b, jobs, bids + [10.0], n)
+
+
+def test_the_day_ahead_dpgva_auction_reserves_every_node_and_runs_the_winner_inside(market, multinode, tmp_path):
+    """DPGVA on the cluster (Mutz 2008, chapter 5: every bid takes the whole machine): two bids
+    for the same 60 s slot; the higher wins at the other's value (its Clarke price), the loser
+    pays nothing; the winner's reservation holds every node of the cluster, and Slurm runs its
+    command inside that reservation on one of them. (Distinct nodes per bid are not sold: the
+    docs' day-ahead section on a cluster says why.)"""
+    from marketsched.live.dayahead import ESCROW, DayAhead, config_from_clock
+    from marketsched.platform.ledger import MICRO
+    from marketsched.platform.slurm import parse_scontrol
+
+    b = market()
+    cfg = config_from_clock(b._t, clear_in=1.0, lead=2.0, horizon=60.0, granularity=60.0, repeat=0, capacity=1)
+    da = DayAhead(b, cfg)
+    b.dayahead = da
+    try:
+        b.add_user(True, "u", 100)
+        b.add_user(True, "v", 100)
+        x = da.place_bid("u", 60.0, 60.0, 50.0, command="hostname")
+        y = da.place_bid("v", 60.0, 60.0, 10.0)
+        da.start(0.1)
+        assert wait_for(lambda: da.showres("admin", True)["rounds"][0]["cleared_t"] is not None, HANG), da.last_error
+        x, y = da.bid(x["id"]), da.bid(y["id"])
+        assert (x["state"], y["state"]) == ("won", "lost")
+        assert x["price"] == pytest.approx(10.0, abs=1e-6) and y["price"] == 0
+        assert b.balance["u"] == 90 * MICRO and b.balance["v"] == 100 * MICRO
+        assert b.store.balances()[ESCROW] == 0
+        r = parse_scontrol(run(["scontrol", "-o", "show", "reservation", x["reservation"]]))
+        assert sorted(run(["scontrol", "show", "hostnames", r["Nodes"]]).split()) == multinode
+        sid = int(x["job_ref"].split(":")[1])
+        assert parse_scontrol(run(["scontrol", "-o", "show", "job", str(sid)]))["Reservation"] == x["reservation"]
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "completed", HANG), (da.bid(x["id"]), da.last_error)
+        node = (da.root / f"job-{x['id']}" / "stdout").read_text().strip()
+        assert node in multinode
+        assert node == parse_scontrol(run(["scontrol", "-o", "show", "job", str(sid)]))["NodeList"]
+        books = b.store.check_books()
+        assert books["users"] + books["revenue"] == books["deposits"]
+    finally:
+        da.stop(cancel=True)
