@@ -71,10 +71,11 @@ def running_per_node() -> Counter:
     return Counter(run(["squeue", "-h", "-t", "R", "-o", "%N"]).split())
 
 
-def books_exact(b, jobs, bids, slots):
+def books_exact(b, jobs, bids, slots, rule="hb", pricing="kth", estimates=None):
     """The ledger is the mechanism's rule on the recorded sequence (with the market's recorded
     capacity changes: nodes down and back, and each job's CPUs); double entry holds."""
     rec = simulate_recorded([j["submit_t"] for j in jobs], [j["run_seconds"] for j in jobs], bids, slots,
+                            rule, pricing, runtime_estimate=estimates,
                             capacity_changes=capacity_changes(b.store), procs=[j["procs"] for j in jobs])
     np.testing.assert_allclose([j["charged"] for j in jobs], rec.payment, atol=2e-6)
     books = b.books()
@@ -162,6 +163,55 @@ def test_preemption_picks_the_lowest_bid_cluster_wide_and_resumes_it_on_its_node
     v = b.job("admin", True, victim)
     assert v["preemptions"] == 1 and [e["kind"] for e in v["events"]].count("resume") == 1
     books_exact(b, jobs, bids + [10.0], n)
+
+
+@pytest.mark.parametrize("rule, pricing", [("nphb", "kth"), ("wsept", "first"), ("hb", "first")])
+def test_each_mechanism_decides_on_the_cluster_as_the_simulator(market, rule, pricing, tmp_path):
+    """Eight jobs fill the four nodes; then ``top`` (bid 9, estimate 100 s: the highest bid, the
+    lowest bid per second) and ``quick`` (bid 2, estimate 1 s: a low bid, the highest per second)
+    arrive, and a job on a node other than the lowest bid's ends. The mechanisms differ:
+    HB preempts the lowest running bid (1.5) for ``top`` at once, on that job's node (Slurm
+    suspends it there), then starts ``quick`` (2 > 1.5) on the freed CPU; NPHB preempts nothing
+    and starts ``top`` (highest bid) on the freed CPU; WSEPT preempts nothing and starts
+    ``quick`` (highest bid / estimate). The books equal the simulator's replay of the run."""
+    b = market(mechanism=rule, pricing=pricing)
+    n = b.config.slots
+    b.add_user(True, "alice", 10_000)
+    bids = [5.0, 3.0, 8.0, 1.5, 6.0, 7.0, 2.5, 4.0]
+    est = [10.0] * n + [100.0, 1.0]
+    rel = {i: tmp_path / f"release{i}" for i in range(n + 2)}
+    fill = [b.submit("alice", False, bid, work(0.4, f"f{i}", step=STEP, until=rel[i]), estimate=est[i])["id"]
+            for i, bid in enumerate(bids)]
+    assert wait_for(lambda: all(info(b, j).get("JobState") == "RUNNING" for j in fill), HANG)
+    nodes = {j: node_of(b, j) for j in fill}
+    lowest = fill[int(np.argmin(bids))]
+    top = b.submit("alice", False, 9.0, work(0.4, "top", step=STEP, until=rel[n]), estimate=est[n])["id"]
+    quick = b.submit("alice", False, 2.0, work(0.4, "quick", step=STEP, until=rel[n + 1]), estimate=est[n + 1])["id"]
+    st = {j["id"]: j["state"] for j in b.jobs("admin", True)}
+    if rule == "hb":  # the lowest bid cluster-wide is preempted, on its node
+        assert st[lowest] == "preempted" and st[top] == "running" and st[quick] == "queued"
+        assert wait_for(lambda: info(b, lowest).get("JobState") == "SUSPENDED", HANG)
+        assert wait_for(lambda: info(b, top).get("JobState") == "RUNNING", HANG)
+        assert node_of(b, top) == nodes[lowest]
+    else:  # non-preemptive: both wait, every running job keeps its CPU
+        assert st[top] == st[quick] == "queued" and all(st[j] == "running" for j in fill)
+    # a job on another node than the lowest bid's ends: its CPU is the only free one
+    other_i = next(i for i, j in enumerate(fill) if j != lowest and nodes[j] != nodes[lowest])
+    rel[other_i].touch()
+    assert wait_for(lambda: state(b, fill[other_i]) == "completed", HANG)
+    starts = {"hb": quick, "nphb": top, "wsept": quick}[rule]
+    waits = {"hb": lowest, "nphb": quick, "wsept": top}[rule]
+    assert state(b, starts) == "running" and state(b, waits) == ("preempted" if rule == "hb" else "queued")
+    assert wait_for(lambda: info(b, starts).get("JobState") == "RUNNING", HANG)
+    assert node_of(b, starts) == nodes[fill[other_i]]  # where Slurm placed it: the freed CPU
+    for p in rel.values():
+        p.touch()
+    ids = fill + [top, quick]
+    assert wait_for(lambda: all(state(b, j) == "completed" for j in ids), HANG)
+    jobs = [b.job("admin", True, j) for j in ids]
+    assert [j["exit_code"] for j in jobs] == [0] * (n + 2)
+    assert [j["preemptions"] for j in jobs] == [int(rule == "hb" and j == lowest) for j in ids]
+    books_exact(b, jobs, bids + [9.0, 2.0], n, rule, pricing, est)
 
 
 def test_a_node_that_dies_mid_job_ends_its_jobs_and_is_used_again_when_it_returns(market, multinode, tmp_path):
@@ -451,3 +501,43 @@ def test_a_restartable_job_whose_node_is_full_restarts_on_another_node(market, t
     jobs = [b.job("admin", True, j) for j in ids]
     assert [j["exit_code"] for j in jobs] == [0] * (n + 1)
     books_exact(b, jobs, bids + [10.0], n)
+
+
+def test_the_day_ahead_dpgva_auction_reserves_every_node_and_runs_the_winner_inside(market, multinode, tmp_path):
+    """DPGVA on the cluster (Mutz 2008, chapter 5: every bid takes the whole machine): two bids
+    for the same 60 s slot; the higher wins at the other's value (its Clarke price), the loser
+    pays nothing; the winner's reservation holds every node of the cluster, and Slurm runs its
+    command inside that reservation on one of them. (Distinct nodes per bid are not sold: the
+    docs' day-ahead section on a cluster says why.)"""
+    from marketsched.live.dayahead import ESCROW, DayAhead, config_from_clock
+    from marketsched.platform.ledger import MICRO
+    from marketsched.platform.slurm import parse_scontrol
+
+    b = market()
+    cfg = config_from_clock(b._t, clear_in=1.0, lead=2.0, horizon=60.0, granularity=60.0, repeat=0, capacity=1)
+    da = DayAhead(b, cfg)
+    b.dayahead = da
+    try:
+        b.add_user(True, "u", 100)
+        b.add_user(True, "v", 100)
+        x = da.place_bid("u", 60.0, 60.0, 50.0, command="hostname")
+        y = da.place_bid("v", 60.0, 60.0, 10.0)
+        da.start(0.1)
+        assert wait_for(lambda: da.showres("admin", True)["rounds"][0]["cleared_t"] is not None, HANG), da.last_error
+        x, y = da.bid(x["id"]), da.bid(y["id"])
+        assert (x["state"], y["state"]) == ("won", "lost")
+        assert x["price"] == pytest.approx(10.0, abs=1e-6) and y["price"] == 0
+        assert b.balance["u"] == 90 * MICRO and b.balance["v"] == 100 * MICRO
+        assert b.store.balances()[ESCROW] == 0
+        r = parse_scontrol(run(["scontrol", "-o", "show", "reservation", x["reservation"]]))
+        assert sorted(run(["scontrol", "show", "hostnames", r["Nodes"]]).split()) == multinode
+        sid = int(x["job_ref"].split(":")[1])
+        assert parse_scontrol(run(["scontrol", "-o", "show", "job", str(sid)]))["Reservation"] == x["reservation"]
+        assert wait_for(lambda: da.bid(x["id"])["job_state"] == "completed", HANG), (da.bid(x["id"]), da.last_error)
+        node = (da.root / f"job-{x['id']}" / "stdout").read_text().strip()
+        assert node in multinode
+        assert node == parse_scontrol(run(["scontrol", "-o", "show", "job", str(sid)]))["NodeList"]
+        books = b.store.check_books()
+        assert books["users"] + books["revenue"] == books["deposits"]
+    finally:
+        da.stop(cancel=True)
