@@ -432,3 +432,44 @@ def test_init_with_the_egg_mechanism_takes_bids_not_orders(tmp_path):
     store.close()
     out = CliRunner().invoke(main, ["exchange", "init", str(tmp_path / "e3"), "--egg-patience", "6"])
     assert out.exit_code != 0 and "is for --mechanism egg" in out.output
+
+
+def test_exchange_status_shows_egg_contracts_by_state_and_the_escrow_held(tmp_path):
+    """``exchange status`` (text and --json) on an Egg exchange shows its contracts by state and
+    escrow and the escrow held, as ``exchange egg status`` does; reference: the contracts
+    counted one by one, the held ones' prices summed, and the escrow account's balance."""
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    ex, clock, machines = egg_exchange(tmp_path / "ex")
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    a = bid(ex, "u1", until=[2 * HOUR, 3 * HOUR], values=[19, 17])["contract"]
+    b = bid(ex, "u1", value=19, deadline=3 * HOUR)["contract"]
+    ex.tick()
+    machines.by_name["p1"].exit(a, 0)
+    machines.by_name["p1"].fail(b, "node lost")
+    ex.tick()
+    data = str(tmp_path / "ex")
+    for settle in (False, True):
+        if settle:
+            clock.advance(2 * HOUR)
+            ex.tick()
+        rows = egg.contracts(ex.store)
+        by: dict[str, int] = {}
+        for c in rows:
+            by[f"{c['state']}/{c['escrow']}"] = by.get(f"{c['state']}/{c['escrow']}", 0) + 1
+        held = [c["price"] for c in rows if c["escrow"] == "held"]
+        assert len(held) == (0 if settle else 2) and ex.store.balances()[egg.ESCROW] == sum(held)
+        want = {"contracts": by, "escrow_held": {"count": len(held), "amount": sum(held) / MICRO}}
+        out = CliRunner().invoke(main, ["exchange", "status", data, "--json"])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.output)["egg"] == want
+        out = CliRunner().invoke(main, ["exchange", "egg", "status", data])
+        got = json.loads(out.output)
+        assert {k: got[k] for k in want} == want
+        out = CliRunner().invoke(main, ["exchange", "status", data])
+        assert out.exit_code == 0, out.output
+        assert ("Egg contracts (state/escrow): " + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))) in out.output
+        assert f"Egg escrow held: {sum(held) / MICRO:.6f} in {len(held)} contracts" in out.output

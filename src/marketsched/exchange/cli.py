@@ -432,7 +432,8 @@ def bid_cmd(config, url, token, data_dir, server_cert, step, duration):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_cmd(data, as_json):
     """Current slot, open orders, contracts by state, balances (and a check of the books), and
-    which nodes the last clearing sold below their registered CPU units, and why."""
+    which nodes the last clearing sold below their registered CPU units, and why; on an Egg
+    exchange, also its contracts by state and escrow and the escrow held (amount, count)."""
     from .info import lowered_capacity
 
     ex = open_exchange(data)
@@ -446,12 +447,20 @@ def status_cmd(data, as_json):
     capacity = lowered_capacity(store)
     out = {"time": ex.clock(), "slot": ex.slot(), "orders": orders, "contracts": states, "balances": balances,
            "books": books, "capacity": capacity}
+    if ex.settings["mechanism"] == "egg":
+        from .egg_books import summary
+
+        out["egg"] = summary(store)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
     click.echo(f"time {ex.clock():.1f} s, slot {ex.slot()}")
     click.echo("orders: " + ", ".join(f"{k} {v}" for k, v in sorted(orders.items())))
     click.echo("contracts: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+    if "egg" in out:
+        egg, held = out["egg"], out["egg"]["escrow_held"]
+        click.echo("Egg contracts (state/escrow): " + ", ".join(f"{k} {v}" for k, v in egg["contracts"].items()))
+        click.echo(f"Egg escrow held: {held['amount']:.6f} in {held['count']} contracts")
     for acct, bal in balances.items():
         click.echo(f"  {acct:30s} {bal:16.6f}")
     click.echo(f"books balance; clearing account holds {books['clearing']} micro-units")

@@ -23,6 +23,23 @@ def contracts(store, states=None, where: str = "", params=()) -> list[dict]:
     return store.dicts(COLUMNS, sql + " ORDER BY id", args)
 
 
+def summary(store) -> dict:
+    """What ``exchange status`` and ``exchange egg status`` show of Egg mode's contracts:
+    ``contracts``, the count per ``state/escrow`` (e.g. ``delivered/held``), and ``escrow_held``,
+    ``{"count", "amount"}``: the contracts whose escrow is neither paid nor refunded and the sum
+    of their prices in currency units (what the escrow account holds, by :func:`check_books`)."""
+    from marketsched.platform.ledger import MICRO
+
+    by: dict[str, int] = {}
+    count = amount = 0
+    for state, escrow, n, paid in store.rows("SELECT state, escrow, COUNT(*), SUM(price) FROM ex_egg_contracts "
+                                             "GROUP BY state, escrow ORDER BY state, escrow"):
+        by[f"{state}/{escrow}"] = n
+        if escrow not in ("paid", "refunded"):
+            count, amount = count + n, amount + paid
+    return {"contracts": by, "escrow_held": {"count": count, "amount": amount / MICRO}}
+
+
 def check_books(store, posted: dict[tuple[int, str], int]) -> None:
     """The Egg part of :meth:`ExchangeStore.check_books`: each contract's price was put in escrow
     once, and paid out (delivered) or refunded (failed, lapsed) once its escrow was settled, and

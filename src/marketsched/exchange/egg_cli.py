@@ -6,7 +6,7 @@
   admissible (definition 6), and the table is posted; once, or every ``--every`` seconds.
 * ``bid``: a user's bid over the API (a value and a deadline).
 * ``status``: on the exchange's host: every provider's reliability and record, the contracts by
-  state and escrow, the books and the replay of the events through the library.
+  state and escrow and the escrow held, the books and the replay of the events through the library.
 """
 
 from __future__ import annotations
@@ -152,17 +152,15 @@ def bid_cmd(url, token, data_dir, server_cert, description, value, deadline, min
 @egg_group.command("status")
 @click.argument("data", type=click.Path(file_okay=False, path_type=Path))
 def status_cmd(data):
-    """Providers' reliability and records, contracts by state and escrow, books, replay (JSON)."""
+    """Providers' reliability and records, contracts by state and escrow, escrow held, books, replay (JSON)."""
     from .cli_open import click_errors, open_exchange
-    from .egg import contracts, recorded, reliability, replay
+    from .egg import recorded, reliability, replay
+    from .egg_books import summary
 
     ex = open_exchange(data)
     rel = click_errors(reliability, ex.egg, ex.clock())
-    got = contracts(ex.store)
-    by: dict[str, int] = {}
-    for c in got:
-        by[f"{c['state']}/{c['escrow']}"] = by.get(f"{c['state']}/{c['escrow']}", 0) + 1
     out = {"t": ex.clock(), "providers": [{k: p[k] for k in ("provider", "reliability", "completed", "settled")}
                                           for p in rel],
-           "contracts": by, "books": ex.store.check_books(), "replay_equal": replay(ex.store) == recorded(ex.store)}
+           **summary(ex.store), "books": ex.store.check_books(),
+           "replay_equal": replay(ex.store) == recorded(ex.store)}
     click.echo(json.dumps(out, indent=1))
