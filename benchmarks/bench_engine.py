@@ -298,8 +298,20 @@ def queue_cost_ratio(rows: list[dict]) -> str | None:
     low, full = cost["hb-lpc-0.1"], cost["hb-lpc-1.0"]
     runs = (f"medians of {len(low)} and {len(full)} runs" if len(low) > 1 or len(full) > 1
             else "one run each: name both cases several times, alternated, for medians")
+    # the spread: the ratio of each run at 10% to the run at 100% just before it (alternated runs
+    # share the machine's state), smallest and largest
+    pairs = []
+    for prev, r in zip(rows, rows[1:]):
+        if prev["case"] == "hb-lpc-1.0" and r["case"] == "hb-lpc-0.1":
+            pairs.append((r["cpu_s"] / r["jobs"]) / (prev["cpu_s"] / prev["jobs"]))
+    spread = f"; paired runs {min(pairs):.2f}-{max(pairs):.2f}x over {len(pairs)}" if pairs else ""
+
+    def ns(xs: list[float]) -> str:
+        return f"{statistics.median(xs) * 1e9:.0f} ns ({min(xs) * 1e9:.0f}-{max(xs) * 1e9:.0f})"
+
     return (f"HB on LPC-EGEE, CPU per job at 10% of the nodes against 100%: "
-            f"{statistics.median(low) / statistics.median(full):.2f}x (target 1.3x; {runs}; "
+            f"{statistics.median(low) / statistics.median(full):.2f}x (target 1.3x; {runs}{spread}; "
+            f"per job, median (min-max): {ns(low)} at 10%, {ns(full)} at 100%; "
             f"load average {os.getloadavg()[0]:.2f})")
 
 
