@@ -40,7 +40,7 @@ typedef struct {
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
     double *kth_payment; /* where the k-th price's payments go at the end (the records' payment when alone) */
     double *full, *ran;  /* first price, optional: each job's run time while saturated, and in all */
-    /* rank[j] (also the tag of job j's engine record, read from there in the run): place of row j
+    /* rank[j] (the tag of job j's engine record from the start of the run on; freed then): place of row j
      * in the order (-key, row); order[r]: the row of rank r; key_of[r]: its key (the queue's best
      * key is read at every batch: one read by rank, not two) */
     uint32_t *rank, *order;
@@ -324,6 +324,8 @@ static PyObject *run(PyObject *self, PyObject *args)
     p.key_of = malloc(m * sizeof(double));
     if (!p.rank || !p.order || !p.key_of || rank_rows(p.key, -1.0, n, p.order, p.rank, p.key_of) < 0) goto nomem;
     for (Py_ssize_t j = 0; j < n; j++) e->job[j].tag = p.rank[j];
+    free(p.rank); /* the run reads the tags */
+    p.rank = NULL;
     if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
     if (schemes & SCHEME_FIRST) {
         p.mark_S = calloc(m, sizeof(TimeSum));
