@@ -323,9 +323,6 @@ static PyObject *run(PyObject *self, PyObject *args)
     p.order = malloc(m * sizeof(uint32_t));
     p.key_of = malloc(m * sizeof(double));
     if (!p.rank || !p.order || !p.key_of || rank_rows(p.key, -1.0, n, p.order, p.rank, p.key_of) < 0) goto nomem;
-    for (Py_ssize_t j = 0; j < n; j++) e->job[j].tag = p.rank[j];
-    free(p.rank); /* the run reads the tags */
-    p.rank = NULL;
     if (rs_init(&p.waiting, n) < 0 || (preemptive && rs_init(&p.rset, n) < 0)) goto nomem;
     if (schemes & SCHEME_FIRST) {
         p.mark_S = calloc(m, sizeof(TimeSum));
@@ -339,23 +336,34 @@ static PyObject *run(PyObject *self, PyObject *args)
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
         if (!p.k_mark_t || !p.capped) goto nomem;
-        for (Py_ssize_t j = 0; j < n; j++) { /* the marks are set at each start before any read */
-            e->job[j].kcost = p.cost[j];
-            e->job[j].kpay = p.kth_payment[j];
-        }
         p.track_caps = !preemptive && !untracked;
         p.b0 = INFINITY;
         p.b1 = 0;
     }
+    /* the job records' policy fields, in one pass: the rank (the run reads the tags), and the k-th
+     * price's cost and payment so far (its marks are set at each start before any read) */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        EngJob *r = &e->job[j];
+        r->tag = p.rank[j];
+        if (schemes & SCHEME_KTH) {
+            r->kcost = p.cost[j];
+            r->kpay = p.kth_payment[j];
+        }
+    }
+    free(p.rank);
+    p.rank = NULL;
     if (eng_loop(e, &p, advance_cb, step_cb) < 0) goto nomem;
-    /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
+    /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest;
+     * one pass over the jobs (a job's settling touches its own payment and marks only, so settling
+     * each running job just before its record is written gives the same records as settling all
+     * first) */
     advance(&p, e->now);
-    for (Py_ssize_t j = 0; j < n; j++)
+    for (Py_ssize_t j = 0; j < n; j++) {
         if (eng_running(e, j)) on_stop(&p, j);
+        eng_conclude_job(e, j);
+        if (schemes & SCHEME_KTH) p.kth_payment[j] = e->job[j].kpay;
+    }
     if (p.K.full) goto nomem;
-    eng_kill_pending(e);
-    if (schemes & SCHEME_KTH)
-        for (Py_ssize_t j = 0; j < n; j++) p.kth_payment[j] = e->job[j].kpay;
     result = Py_BuildValue("(dL)", e->now, (long long)e->batches);
     goto done;
 nomem:

@@ -30,7 +30,7 @@ typedef struct {
 /* One record per job for what a start, a completion or a preemption reads and writes, so that a
  * job taken at random from a long queue costs one cache line, not one per array: its remaining
  * work, its first start (NaN before it; written to the records' column at the end,
- * eng_kill_pending), its place in the completions' heap (at) and a 32-bit field of the policy's
+ * eng_conclude_job), its place in the completions' heap (at) and a 32-bit field of the policy's
  * (tag). A kernel adds its own per-job fields by defining ENG_JOB_EXTRA before including this
  * header (the priority kernel: the k-th price's marks and payment; the record is then 64 bytes,
  * one cache line, the buffer aligned to one). With the job's fields spread over several arrays,
@@ -236,21 +236,25 @@ static int eng_loop(Engine *e, void *policy, AdvanceFn advance, StepFn step)
     return failed ? -1 : 0;
 }
 
-/* Simulator.conclude's last step: jobs still open are KILLED at the end time; then every job's
+/* Simulator.conclude's last step for job j: still open, it is KILLED at the end time; then its
  * first start goes to the records' column. */
+static inline void eng_conclude_job(Engine *e, Py_ssize_t j)
+{
+    if (e->state[j] == ST_PENDING) {
+        if (eng_running(e, j)) {
+            e->job[j].at = 0;
+            e->used -= eng_procs(e, j);
+        }
+        e->state[j] = ST_KILLED;
+        e->end_time[j] = e->now;
+    }
+    e->first_start[j] = e->job[j].first_start;
+}
+
+/* eng_conclude_job for every job */
 static void eng_kill_pending(Engine *e)
 {
-    for (Py_ssize_t j = 0; j < e->n; j++) {
-        if (e->state[j] == ST_PENDING) {
-            if (eng_running(e, j)) {
-                e->job[j].at = 0;
-                e->used -= eng_procs(e, j);
-            }
-            e->state[j] = ST_KILLED;
-            e->end_time[j] = e->now;
-        }
-        e->first_start[j] = e->job[j].first_start;
-    }
+    for (Py_ssize_t j = 0; j < e->n; j++) eng_conclude_job(e, j);
 }
 
 /* A contiguous buffer of n items of the given size, or -1 with a ValueError naming it. */
