@@ -260,3 +260,35 @@ def test_help_lists_the_lazy_groups_by_their_own_help_without_importing_them():
 
     loaded = "from marketsched.cli import main\nfor name in main.lazy:\n    main.get_command(None, name)"
     assert help_text("") == help_text(loaded)  # the kept help stands in for the groups' own
+
+
+#: The console command (``marketsched``, :func:`marketsched.cli.run`) in a fresh interpreter, with an
+#: exit handler of its own that must still run.
+CONSOLE = """
+import atexit, sys
+from marketsched.cli import run
+atexit.register(lambda: print("exit handler ran"))
+sys.argv = ["marketsched", *sys.argv[1:]]
+run()
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize("args, status", [
+    (["simulate", "--mechanism", "fcfs", *SMALL, "--out", "{out}"], 0),  # ends without the interpreter's teardown
+    (["simulate", "--mechanism", "nope"], 2),  # a usage error ends as usual
+], ids=["simulate", "usage-error"])
+def test_the_console_command_ends_with_its_output_status_and_exit_handlers(args, status, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "jobs.csv"
+    r = subprocess.run([sys.executable, "-c", CONSOLE, *[a.format(out=out) for a in args]], capture_output=True,
+                       text=True)
+    assert r.returncode == status, r.stderr
+    assert r.stdout.rstrip().endswith("exit handler ran") and "not reached" not in r.stdout
+    if status == 0:
+        assert " fcfs " in r.stdout  # the table, flushed before the end
+        assert len(out.read_text().splitlines()) == 1 + 300  # the per-job results, complete
+    else:
+        assert "unknown mechanism 'nope'" in r.stderr

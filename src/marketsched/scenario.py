@@ -73,9 +73,10 @@ class WorkloadSpec:
 
         from marketsched.workloads import first_jobs, load_trace, scale_capacity, split_parallel, to_workload
         from marketsched.workloads.attributes import with_estimates
-        from marketsched.workloads.synthetic import synthetic_workload
 
         if self.trace is None:
+            from marketsched.workloads.synthetic import synthetic_workload  # not imported for a trace
+
             w = synthetic_workload(self.synthetic_jobs, capacity=self.synthetic_nodes, parallel=self.parallel,
                                    max_procs=self.max_procs, seed=self.seed)
             self.notes.append(f"built-in synthetic workload: {len(w)} jobs, {w.capacity} processors, seed {self.seed}")

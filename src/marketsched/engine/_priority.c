@@ -12,9 +12,20 @@
  * queue, the worst running job the largest rank among the running ones (the order (key, -row)
  * is the reverse), the same jobs the heaps give, at a cost that does not grow with the queue.
  */
+#include "kernel_sumtree.h"
+/* KthPrice's marks of a job (the reading of E and the leaf count of K when it last started), its
+ * cost (read with the marks) and its k-th payment, in the engine's record of the job (one cache
+ * line with the job's remaining work, first start, place in the completions' heap and rank in
+ * the tag): a job started or stopped at random from a long queue costs one line. */
+#define ENG_JOB_EXTRA \
+    TimeSum kE;       \
+    int64_t kK;       \
+    double kcost;     \
+    double kpay;
 #include "kernel_rankset.h"
 #include "kernel_sorted.h"
-#include "kernel_sumtree.h"
+
+_Static_assert(sizeof(EngJob) == 64, "a job's engine record is one cache line");
 
 #define SCHEME_FIRST 1
 #define SCHEME_KTH 2
@@ -22,22 +33,16 @@
  * track_caps only for NPHB; everything else is KthPrice's) */
 #define SCHEME_UNTRACKED 4
 
-/* KthPrice's marks of one job: the leaf count of K and the reading of E when it last started */
-typedef struct {
-    TimeSum E;
-    int64_t K;
-    double cost; /* the job's cost (read with the marks) */
-} KthMark;
-
 typedef struct {
     Engine e;
     const double *bid, *key, *cost;
     int preemptive;
     int schemes; /* SCHEME_FIRST | SCHEME_KTH */
-    double *kth_payment; /* where the k-th price writes (the records' payment when alone) */
+    double *kth_payment; /* where the k-th price's payments go at the end (the records' payment when alone) */
     double *full, *ran;  /* first price, optional: each job's run time while saturated, and in all */
-    /* rank[j]: place of row j in the order (-key, row); order[r]: the row of rank r; key_of[r]:
-     * its key (the queue's best key is read at every batch: one read by rank, not two) */
+    /* rank[j] (the tag of job j's engine record from the start of the run on; freed then): place of row j
+     * in the order (-key, row); order[r]: the row of rank r; key_of[r]: its key (the queue's best
+     * key is read at every batch: one read by rank, not two) */
     uint32_t *rank, *order;
     double *key_of;
     RankSet waiting; /* the queue's ranks */
@@ -57,7 +62,6 @@ typedef struct {
     double b0; /* boundary (b0, b1): (-key, row) of the best queued job, (inf, 0) when none */
     int64_t b1;
     int track_caps;
-    KthMark *kmark; /* per job, the readings of K and E side by side (read together) */
     double *k_mark_t;
     char *capped;
     SortedPairs rprios; /* (-key, row) of the running jobs, sorted (non-preemptive) */
@@ -71,7 +75,7 @@ static inline int tup_lt(double x0, int64_t x1, double y0, int64_t y1)
 
 static inline void waiting_push(Prio *p, int64_t j)
 {
-    rs_insert(&p->waiting, p->rank[j]);
+    rs_insert(&p->waiting, p->e.job[j].tag);
     p->nwaiting++;
 }
 
@@ -107,20 +111,21 @@ static void advance(Prio *p, double t)
 
 static inline void kth_mark(Prio *p, int64_t j)
 {
-    p->kmark[j].K = st_mark(&p->K);
-    p->kmark[j].E = p->E;
+    EngJob *r = &p->e.job[j];
+    r->kK = st_mark(&p->K);
+    r->kE = p->E;
     if (p->track_caps) p->k_mark_t[j] = p->k_last; /* read only for a capped job: none under HB */
 }
 
 /* KthPrice._settle (and _open) */
 static inline void kth_settle(Prio *p, int64_t j)
 {
+    EngJob *r = &p->e.job[j];
     if (p->track_caps && p->capped[j]) { /* no job is capped where caps are not tracked (HB) */
-        p->kth_payment[j] += p->bid[j] * (p->k_last - p->k_mark_t[j]);
+        r->kpay += p->bid[j] * (p->k_last - p->k_mark_t[j]);
     } else {
-        const KthMark *mk = &p->kmark[j];
-        double k = st_since(&p->K, mk->K);
-        p->kth_payment[j] += mk->cost * k + 1.0 * ts_since(&p->E, mk->E.hi, mk->E.lo);
+        double k = st_since(&p->K, r->kK);
+        r->kpay += r->kcost * k + 1.0 * ts_since(&p->E, r->kE.hi, r->kE.lo);
     }
 }
 
@@ -205,7 +210,7 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
     if (p->K.full) return -1;
     for (Py_ssize_t c = 0; c < e->ncompleted; c++) {
         on_stop(p, e->completed[c]);
-        if (p->preemptive) rs_erase(&p->rset, p->rank[e->completed[c]]);
+        if (p->preemptive) rs_erase(&p->rset, e->job[e->completed[c]].tag);
     }
     for (Py_ssize_t j = first; j < last; j++) waiting_push(p, j);
     int64_t free = e->capacity - e->used;
@@ -236,6 +241,9 @@ static int step(Prio *p, Py_ssize_t first, Py_ssize_t last)
         }
     }
     update(p);
+    if (p->nwaiting) /* the job that starts next, whenever it is: its record read ahead, while the
+                      * engine moves on to the next batch (with a long queue it is a row at random) */
+        __builtin_prefetch(&e->job[p->order[waiting_top(p)]], 1);
     return 0;
 }
 
@@ -258,7 +266,6 @@ static void prio_free(Prio *p)
     free(p->mark_S);
     free(p->mark_U);
     st_free(&p->K);
-    free(p->kmark);
     free(p->k_mark_t);
     free(p->capped);
     sp_free(&p->rprios);
@@ -326,22 +333,37 @@ static PyObject *run(PyObject *self, PyObject *args)
         /* K gets at most one leaf per batch with time passing (the advance before it), and a batch has
          * an arrival or a completion: 2 n + 1 at most */
         if (st_init(&p.K, 2 * (int64_t)n + 2) < 0) goto nomem;
-        p.kmark = big_alloc(m * sizeof(KthMark)); /* marks set at each start before any read */
         p.k_mark_t = calloc(m, sizeof(double));
         p.capped = calloc(m, 1);
-        if (!p.kmark || !p.k_mark_t || !p.capped) goto nomem;
-        for (Py_ssize_t j = 0; j < n; j++) p.kmark[j].cost = p.cost[j];
+        if (!p.k_mark_t || !p.capped) goto nomem;
         p.track_caps = !preemptive && !untracked;
         p.b0 = INFINITY;
         p.b1 = 0;
     }
+    /* the job records' policy fields, in one pass: the rank (the run reads the tags), and the k-th
+     * price's cost and payment so far (its marks are set at each start before any read) */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        EngJob *r = &e->job[j];
+        r->tag = p.rank[j];
+        if (schemes & SCHEME_KTH) {
+            r->kcost = p.cost[j];
+            r->kpay = p.kth_payment[j];
+        }
+    }
+    free(p.rank);
+    p.rank = NULL;
     if (eng_loop(e, &p, advance_cb, step_cb) < 0) goto nomem;
-    /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest */
+    /* Simulator.conclude: advance to the end, the policy's close (settle running jobs), kill the rest;
+     * one pass over the jobs (a job's settling touches its own payment and marks only, so settling
+     * each running job just before its record is written gives the same records as settling all
+     * first) */
     advance(&p, e->now);
-    for (Py_ssize_t j = 0; j < n; j++)
+    for (Py_ssize_t j = 0; j < n; j++) {
         if (eng_running(e, j)) on_stop(&p, j);
+        eng_conclude_job(e, j);
+        if (schemes & SCHEME_KTH) p.kth_payment[j] = e->job[j].kpay;
+    }
     if (p.K.full) goto nomem;
-    eng_kill_pending(e);
     result = Py_BuildValue("(dL)", e->now, (long long)e->batches);
     goto done;
 nomem:

@@ -36,7 +36,6 @@ Decisions taken here (the format leaves them open):
 
 from __future__ import annotations
 
-import gzip
 import io
 import math
 import re
@@ -145,6 +144,8 @@ def _read_bytes(path: Path, raw: bytes | None = None) -> bytes:
         with open(path, "rb") as fh:
             raw = fh.read()
     if raw[:2] == _GZIP_MAGIC:
+        import gzip  # here: a trace loaded from the column cache is never parsed
+
         try:
             return gzip.decompress(raw)
         except (OSError, EOFError) as exc:
@@ -337,6 +338,8 @@ def write_swf(log_or_columns, path, header: dict[str, str] | list[tuple[str, str
     text = "\n".join(lines) + ("\n" if lines else "") + body.getvalue()
     data = text.encode()
     if path.suffix == ".gz":
+        import gzip
+
         data = gzip.compress(data)
     path.write_bytes(data)
     return path
