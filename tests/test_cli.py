@@ -292,3 +292,38 @@ def test_the_console_command_ends_with_its_output_status_and_exit_handlers(args,
         assert len(out.read_text().splitlines()) == 1 + 300  # the per-job results, complete
     else:
         assert "unknown mechanism 'nope'" in r.stderr
+
+
+#: The installed command's entry point in a fresh interpreter, printing whether the cycle collector
+#: runs when the simulation starts (and how many start-up objects it left behind) or, for another
+#: command, when it ends.
+ENTRY = """
+import gc, sys
+from marketsched import cli
+from marketsched.console import run
+before = cli._run_all
+def spy(*args, **kwargs):
+    print("collector at the run:", gc.isenabled(), gc.get_freeze_count() > 1000, file=sys.stderr)
+    return before(*args, **kwargs)
+cli._run_all = spy
+sys.argv = ["marketsched", *sys.argv[1:]]
+try:
+    run()
+except SystemExit:
+    print("collector at the end:", gc.isenabled(), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["simulate", "--mechanism", "easy", *SMALL], "collector at the run: True True"),
+    (["mechanisms", "--json"], "collector at the end: True"),
+], ids=["simulate", "other-command"])
+def test_the_console_command_holds_the_cycle_collector_only_during_start_up(args, expect):
+    import gc
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert expect in r.stderr
+    assert gc.isenabled()  # importing the command line (this module did) leaves the collector alone
