@@ -51,6 +51,19 @@ def test_round_trip_is_identical_to_a_fresh_parse(tmp_path):
     assert second.header["Note"] == "one\ntwo" and second.comments == ["free text"] and second.max_procs == 8
 
 
+def test_a_cached_column_written_to_changes_this_copy_only(tmp_path):
+    """The cached columns are mapped from the file copy-on-write: a caller may change them (as it
+    could change parsed ones) without the change reaching the cache file or the next read."""
+    path, cache = write(tmp_path / "t.swf.gz"), tmp_path / "cache"
+    read_cached(path, cache)
+    stored = cache_file(cache, column_cache._sha256(path.read_bytes())).read_bytes()
+    log = read_cached(path, cache)
+    log["run_time"][:] = 99.0
+    log["job_number"][0] = 7
+    assert cache_file(cache, column_cache._sha256(path.read_bytes())).read_bytes() == stored
+    assert_same_log(read_cached(path, cache), read_swf(path))
+
+
 def test_a_changed_file_is_parsed_again(tmp_path):
     path, cache = write(tmp_path / "t.swf.gz"), tmp_path / "cache"
     assert len(read_cached(path, cache)) == 3
