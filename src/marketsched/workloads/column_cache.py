@@ -13,7 +13,7 @@ calls:
    columns' bytes), return it, its columns mapped from the file (a private copy-on-write
    mapping: a column is read from the disk, or the page cache, when first used, so the columns
    a workload does not use cost nothing, about 4 of SDSC-SP2's 6 ms; writing to a column changes
-   this process's copy only);
+   this process's copy only; the mapping, and one file descriptor, last while a column does);
 3. otherwise parse the file with :func:`marketsched.workloads.swf.read_swf` and write the
    columns, header lines and comments to a temporary file in the cache folder, then rename it
    into place (atomic: a reader never sees half a file).
