@@ -35,6 +35,13 @@
 #
 # Every step that fails stops the script with a message naming the step and the log to read.
 set -euo pipefail
+# The daemons started below must not inherit this shell's open files: run under
+# `flock LOCKFILE bash scripts/...`, they would hold the lock for as long as they live (255 is
+# the script bash is reading).
+for fd in /proc/$$/fd/*; do
+    n=${fd##*/}
+    if [ "$n" -gt 2 ] 2>/dev/null && [ "$n" -lt 255 ]; then eval "exec $n>&-" 2>/dev/null || true; fi
+done
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/slurm-common.sh"  # alive, wait_for, slurm_conf_daemons, slurm_conf_scheduling

@@ -23,6 +23,13 @@
 # with a message naming the step and the log to read (set -e plus explicit checks); exit code 0
 # means `srun hostname` ran on the cluster.
 set -euo pipefail
+# The daemons started below must not inherit this shell's open files: run under
+# `flock LOCKFILE bash scripts/...`, they would hold the lock for as long as they live (255 is
+# the script bash is reading).
+for fd in /proc/$$/fd/*; do
+    n=${fd##*/}
+    if [ "$n" -gt 2 ] 2>/dev/null && [ "$n" -lt 255 ]; then eval "exec $n>&-" 2>/dev/null || true; fi
+done
 
 CPUS="${SLURM_CPUS:-8}"
 ACCOUNTING="${SLURM_ACCOUNTING:-dbd}"
