@@ -109,3 +109,46 @@ def test_cli_refuses_bad_cpus(args, message):
     res = CliRunner().invoke(market, ["share", "--rule", "ps", "--bids", "1,2", *args, "--duration", "1"])
     assert res.exit_code == 2, res.output
     assert message in res.output, res.output
+
+
+# ---------------------------------------------------------------------------- the page's state and readers
+def test_status_delivered_shares_are_cpu_time_fractions_over_the_last_periods():
+    """status() against its definition on injected samples (no processes): the rule's fraction is
+    the mean of the shares in force over the window normalised, the delivered fraction each job's
+    CPU-time difference over the window normalised, the CPUs received that difference over the
+    wall time."""
+    import numpy as np
+
+    m = ShareMarket(POOL[:1], "ps", FixedBids([3.0, 1.0]), [3.0, 1.0], enforcement="stride")
+    assert all(j["delivered"] is None and j["rule"] is None for j in m.status()["jobs"])  # nothing measured yet
+    m._round()
+    x_a, x_b = np.array([0.75, 0.25]), np.array([0.5, 0.5])
+    samples = [(0.0, np.array([0.0, 0.0]), x_a), (1.0, np.array([0.7, 0.3]), x_a), (2.0, np.array([1.2, 0.8]), x_b),
+               (3.0, np.array([9.0, 9.0]), x_b)]
+    m.usage.extend(samples)
+    s = m.status(periods=2)  # the last three samples: periods [1, 2) under x_a and [2, 3) under x_b
+    assert s["window"] == 2 and s["rounds"] == 1
+    np.testing.assert_allclose([j["rule"] for j in s["jobs"]], (x_a + x_b) / 2)
+    d = np.array([9.0, 9.0]) - np.array([0.7, 0.3])
+    np.testing.assert_allclose([j["delivered"] for j in s["jobs"]], d / d.sum())
+    np.testing.assert_allclose([j["received"] for j in s["jobs"]], d / 2.0)
+    assert [j["paid"] for j in s["jobs"]] == [3.0, 1.0] and [j["on"] for j in s["jobs"]] == [POOL[0], POOL[0]]
+
+
+def test_the_viewer_token_is_the_only_way_in():
+    from marketsched.live.share_page import ShareView
+    from marketsched.platform.tokens import hash_token, page_key_id
+    from marketsched.platform.validation import MarketError
+
+    v = ShareView(market=None)
+    assert len(v.token) >= 32 and ShareView(market=None).token != v.token  # drawn at random
+    assert v.authenticate(v.token) == ("viewer", False)
+    for bad in (None, "", v.token + "x", hash_token(v.token)):
+        with pytest.raises(MarketError, match="token") as e:
+            v.authenticate(bad)
+        assert e.value.status == 401
+    assert v.page_user(page_key_id(hash_token(v.token))) == ("viewer", False, hash_token(v.token))
+    assert v.page_user(page_key_id(hash_token("guess"))) is None
+    assert v.authenticate_unix(os.geteuid()) == ("viewer", False)
+    with pytest.raises(MarketError, match="may not read"):
+        v.authenticate_unix(os.geteuid() + 4242)

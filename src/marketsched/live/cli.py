@@ -836,9 +836,12 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
               help="With --data: the market user who owns (and pays for) each job, comma-separated.")
 @click.option("--books", "books_name", default="share", show_default=True, metavar="NAME",
               help="With --data: the name of this share market's books (the same name continues them).")
+@click.option("--serve", "serve_port", default=None, type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve the market's page on http://127.0.0.1:PORT/ (0: any free port); it prints a viewer "
+                   "token, which the page asks for.")
 @_cpu_market_options
-def share(rule, host, ncpus, bids, values, bidder, seed, interval, data, users, books_name, duration, every,
-          enforcement) -> None:
+def share(rule, host, ncpus, bids, values, bidder, seed, interval, data, users, books_name, serve_port, duration,
+          every, enforcement) -> None:
     """Proportional Share or Sanghavi-Hajek (Stößer 2009, ch. 6) as a running market on one CPU or --cpus N.
 
     One CPU-bound job per bid (or value); every --interval each job bids (fixed bids, or the
@@ -912,12 +915,31 @@ def share(rule, host, ncpus, bids, values, bidder, seed, interval, data, users, 
         click.echo(f"max |measured - rule|: {np.abs(measured[:, 0] - mean).max():.4f}")
 
     names = {"ps": "Proportional Share", "sh": "Sanghavi-Hajek"}
-    _run_cpu_market(mk, f"the {names[rule]} market",
-                    lambda: f"share: {names[rule]}, {n} jobs on CPU{'s' if len(mk.pool) > 1 else ''} "
-                            f"{','.join(map(str, mk.pool))}; enforcement {mk.enforcement}"
-                            f"{' (placement, quotas, weights)' if len(mk.pool) > 1 else ''}; "
-                            f"{bidder} bidders rebid every {interval:g} s for {duration:g} s",
-                    table, duration, every)
+    server = None
+    if serve_port is not None:
+        from marketsched.live.share_page import ShareServer, ShareView
+
+        view = ShareView(mk)
+        try:
+            server = ShareServer(view, "127.0.0.1", serve_port)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot listen on 127.0.0.1:{serve_port}: {exc}", param_hint="--serve") from None
+        server.serve_in_thread()
+
+    def banner() -> str:
+        text = (f"share: {names[rule]}, {n} jobs on CPU{'s' if len(mk.pool) > 1 else ''} "
+                f"{','.join(map(str, mk.pool))}; enforcement {mk.enforcement}"
+                f"{' (placement, quotas, weights)' if len(mk.pool) > 1 else ''}; "
+                f"{bidder} bidders rebid every {interval:g} s for {duration:g} s")
+        if server is not None:
+            text += f"\npage: {server.url}/ (viewer token: {view.token})"
+        return text
+
+    try:
+        _run_cpu_market(mk, f"the {names[rule]} market", banner, table, duration, every)
+    finally:
+        if server is not None:
+            server.shutdown()
     if books is not None:
         try:
             checked = books.check()

@@ -74,6 +74,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +82,8 @@ import numpy as np
 from marketsched.live.tycoon import CpuShareHosts
 from marketsched.mechanisms.online.share import RULES, market_round
 from marketsched.platform.ledger import MICRO
+
+USAGE_KEPT = 64  # periods of CPU-time samples a market keeps for its page
 
 
 class FixedBids:
@@ -188,7 +191,7 @@ class ShareMarket(CpuShareHosts):
 
     kind = "share"
 
-    def __init__(self, host: int, rule: str, bidder, values, *, interval: float = 1.0, seed: int = 0,
+    def __init__(self, host: int | list[int], rule: str, bidder, values, *, interval: float = 1.0, seed: int = 0,
                  enforcement: str = "auto", quantum: float = 0.02, name: str | None = None, books=None,
                  clock=time.time):
         if str(rule).lower() not in RULES:
@@ -196,7 +199,7 @@ class ShareMarket(CpuShareHosts):
         self.values = np.asarray(values, dtype=np.float64)
         if self.values.ndim != 1 or len(self.values) < 1 or not np.all(np.isfinite(self.values)):
             raise ValueError(f"values must be a non-empty list of finite numbers, got {values!r}")
-        self.pool = [int(h) for h in (host if np.ndim(host) else [host])]
+        self.pool = [int(h) for h in host] if isinstance(host, (list, tuple)) else [int(host)]
         if not self.pool or len(set(self.pool)) != len(self.pool):
             raise ValueError(f"the CPUs of a share market must be distinct, got {self.pool}")
         # the jobs start on the pool's first CPU (frozen); apply() places them on several CPUs
@@ -221,6 +224,8 @@ class ShareMarket(CpuShareHosts):
         self.paid = np.zeros(self.users)  # pay-as-bid payments so far, per job
         self.history: list[Period] = []
         self.books, self.clock = books, clock
+        # after each period is enforced: (monotonic time, CPU seconds per job, the shares in force)
+        self.usage: deque[tuple[float, np.ndarray, np.ndarray]] = deque(maxlen=USAGE_KEPT)
         self._started = False
         if books is not None:
             if len(books.owners) != self.users:
@@ -275,6 +280,8 @@ class ShareMarket(CpuShareHosts):
                 self.books.end_leftovers()  # what a killed market on these books left (sharebooks)
             self._round()
         super().start(commands)
+        with self._lock:
+            self._sample()
         if self.books is not None:
             assert self.executor is not None
             layout = self.executor.layout
@@ -287,7 +294,48 @@ class ShareMarket(CpuShareHosts):
         with self._lock:
             period = self._round()
             self.apply()
+            self._sample()
             return period
+
+    def _sample(self) -> None:
+        self.usage.append((time.monotonic(), self.cpu_seconds()[:, 0], self.shares.copy()))
+
+    def status(self, periods: int = 10) -> dict:
+        """The market's state for its page (:mod:`marketsched.live.share_page`): rule, CPUs,
+        enforcement, rounds played, and per job its last bid, its CPUs (the rule's ``x_j``), the
+        rule's fraction of the jobs' CPU time and the delivered fraction (CPU time per cgroup)
+        over the last ``periods`` periods enforced, the CPUs it received there (CPU seconds over
+        wall seconds), its CPU seconds so far, what it has paid and where it runs."""
+        with self._lock:
+            rounds, bids, x = len(self.history), self.bids[:, 0].copy(), self.shares.copy()
+            paid, placement = self.paid.copy(), self.placement.copy()
+            kept = list(self.usage)[-(periods + 1):]
+        n = self.users
+        rule = delivered = received = np.full(n, np.nan)
+        if len(kept) >= 2:
+            dt = kept[-1][0] - kept[0][0]
+            d = kept[-1][1] - kept[0][1]
+            mean = np.mean([k[2] for k in kept[:-1]], axis=0)
+            if mean.sum() > 0:
+                rule = mean / mean.sum()
+            if d.sum() > 0:
+                delivered = d / d.sum()
+            received = d / dt if dt > 0 else received
+        cpu = kept[-1][1] if kept else np.zeros(n)
+
+        def num(v) -> float | None:
+            return None if not np.isfinite(v) else float(v)
+
+        many = len(self.pool) > 1
+        jobs = [{"job": i, "owner": self.books.owners[i] if self.books is not None else None,
+                 "bid": float(bids[i]), "cpus": float(x[i]), "rule": num(rule[i]), "delivered": num(delivered[i]),
+                 "received": num(received[i]), "cpu_seconds": float(cpu[i]), "paid": float(paid[i]),
+                 "on": (None if placement[i] == -2 else "any" if placement[i] == -1 else self.pool[placement[i]])
+                 if many else (self.pool[0] if x[i] > 0 else None)}
+                for i in range(n)]
+        return {"rule": self.rule, "cpus": list(self.pool), "enforcement": self.enforcement,
+                "interval": self.interval, "rounds": rounds, "window": max(len(kept) - 1, 0),
+                "books": self.books.market if self.books is not None else None, "jobs": jobs}
 
     def _round(self) -> Period | None:
         u = self.rng.random((1, self.users))
