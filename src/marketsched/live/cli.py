@@ -887,7 +887,7 @@ def share(rule, host, ncpus, bids, values, bidder, seed, interval, data, users, 
             agent = make_bidder(bidder, vals)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--values") from None
-    books = _share_books(data, users, books_name, rule, len(vals))
+    books = _share_books(data, users, books_name, rule, len(vals), len(pool) if isinstance(pool, list) else 1)
     try:
         mk = ShareMarket(pool, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement, books=books)
     except ValueError as exc:
@@ -950,7 +950,7 @@ def share(rule, host, ncpus, bids, values, bidder, seed, interval, data, users, 
                    "simulator agree")
 
 
-def _share_books(data, users, name, rule, jobs):
+def _share_books(data, users, name, rule, jobs, cpus=1):
     """The :class:`~marketsched.live.sharebooks.ShareBooks` of ``market share --data`` (None without it)."""
     if data is None:
         if users is not None:
@@ -974,7 +974,7 @@ def _share_books(data, users, name, rule, jobs):
     if serving:  # the broker caches the balances: one writer of the ledger at a time
         raise click.UsageError(f"a broker is serving {data}: stop it first (it keeps the balances in memory)")
     try:
-        return ShareBooks(Store(data), name, owners, rule)
+        return ShareBooks(Store(data), name, owners, rule, cpus)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -232,6 +232,8 @@ class ShareMarket(CpuShareHosts):
                 raise ValueError(f"the books have {len(books.owners)} owners for {self.users} jobs")
             if books.rule != self.rule:
                 raise ValueError(f"the books are for rule {books.rule!r}, the market's is {self.rule!r}")
+            if books.cpus != len(self.pool):
+                raise ValueError(f"the books are for {books.cpus} CPU(s), the market has {len(self.pool)}")
             for p in books.periods():  # a market started again continues its books
                 b = np.asarray(p["bids"], dtype=np.float64) / MICRO
                 pay = np.asarray(p["payments"], dtype=np.float64) / MICRO
