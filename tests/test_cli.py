@@ -115,6 +115,7 @@ def test_mechanisms_lists_all():
     for rule in ("ps", "sh"):  # the share markets run live (tests/test_tycoon_live_share.py)
         r = runner.invoke(main, ["mechanisms", rule])
         assert "live market: yes" in r.output and f"market share --rule {rule}" in r.output.replace("\n      ", " ")
+        assert "pool of N CPUs with --cpus N" in r.output.replace("\n      ", " ")  # tests/test_live_share_cpus.py
     import json
 
     r = runner.invoke(main, ["mechanisms", "--json"])

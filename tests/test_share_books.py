@@ -166,3 +166,32 @@ def test_a_second_market_on_running_books_is_refused(tmp_path):
     store.set_meta("share-market:share", '{"pid": 1, "track": null, "dirs": []}')  # a live process
     with pytest.raises(RuntimeError, match="running already"):
         books.end_leftovers()
+
+
+def test_books_refuse_a_market_on_another_number_of_cpus(tmp_path):
+    """Books kept on N CPUs continue only on N: the book, the market and ``market share --data``
+    refuse another count, naming both; books kept before the count was recorded had one CPU;
+    books with no period yet take the count of whoever opens them."""
+    from click.testing import CliRunner
+
+    from marketsched.live.cli import market as market_cli
+
+    store = store_with(tmp_path, {"a": 9.0, "b": 9.0})
+    books = ShareBooks(store, "share", ["a", "b"], "ps", cpus=2)
+    books = ShareBooks(store, "share", ["a", "b"], "ps", cpus=3)  # nothing booked yet: the count may change
+    books.book(0, 5.0, [2 * MICRO, MICRO], [1.0, 1.0], [2 * MICRO, MICRO])
+    with pytest.raises(ValueError, match=r"kept on 3 CPU\(s\), this market has 1"):
+        ShareBooks(store, "share", ["a", "b"], "ps")
+    assert ShareBooks(store, "share", ["a", "b"], "ps", cpus=3).cpus == 3
+    res = CliRunner().invoke(market_cli, ["share", "--rule", "ps", "--bids", "2,1", "--data", str(tmp_path),
+                                          "--users", "a,b", "--duration", "1"])
+    assert res.exit_code == 2, res.output
+    assert "kept on 3 CPU(s), this market has 1" in res.output, res.output
+    assert len(books.periods()) == 1 and books.check()["periods"] == 1  # nothing booked by the refused market
+    with pytest.raises(ValueError, match=r"the books are for 3 CPU\(s\), the market has 1"):
+        ShareMarket(cpu(), "ps", FixedBids([2.0, 1.0]), [2.0, 1.0], enforcement="stride", books=books)
+    store._exec("DELETE FROM meta WHERE key = ?", ("share-market:share:cpus",))  # books from before the record
+    with pytest.raises(ValueError, match=r"kept on 1 CPU\(s\), this market has 2"):
+        ShareBooks(store, "share", ["a", "b"], "ps", cpus=2)
+    with pytest.raises(ValueError, match="at least one CPU"):
+        ShareBooks(store, "other", ["a"], "ps", cpus=0)

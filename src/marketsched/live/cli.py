@@ -816,6 +816,9 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
               help="Allocation rule: ps (Proportional Share) or sh (Sanghavi-Hajek).")
 @click.option("--host", default=None, type=int, metavar="CPU",
               help="The CPU the jobs share (default: the first CPU this process may use).")
+@click.option("--cpus", "ncpus", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Share a pool of this many CPUs (the first ones this process may use): each job, serial, gets "
+                   "min(1, share x N) CPUs, enforced by placement, CPU quotas and weights.")
 @click.option("--bids", default=None, metavar="B",
               help="Fixed bids per period, one per job, comma-separated (>= 0, one > 0), e.g. \"3,2,1\".")
 @click.option("--values", default=None, metavar="V",
@@ -833,23 +836,37 @@ def tycoon(hosts, budgets, weights, interval, duration, every, enforcement) -> N
               help="With --data: the market user who owns (and pays for) each job, comma-separated.")
 @click.option("--books", "books_name", default="share", show_default=True, metavar="NAME",
               help="With --data: the name of this share market's books (the same name continues them).")
+@click.option("--serve", "serve_port", default=None, type=click.IntRange(0, 65535), metavar="PORT",
+              help="Serve the market's page on http://127.0.0.1:PORT/ (0: any free port); it prints a viewer "
+                   "token, which the page asks for.")
 @_cpu_market_options
-def share(rule, host, bids, values, bidder, seed, interval, data, users, books_name, duration, every,
-          enforcement) -> None:
-    """Proportional Share or Sanghavi-Hajek (Stößer 2009, ch. 6) as a running market on one CPU.
+def share(rule, host, ncpus, bids, values, bidder, seed, interval, data, users, books_name, serve_port, duration,
+          every, enforcement) -> None:
+    """Proportional Share or Sanghavi-Hajek (Stößer 2009, ch. 6) as a running market on one CPU or --cpus N.
 
     One CPU-bound job per bid (or value); every --interval each job bids (fixed bids, or the
     simulator's ZIC or Q-learning bidder), the simulator's rule turns the bids into shares of the CPU, enforced
-    with cgroup CPU weights, and each job pays its bid (pay-as-bid). Every --every seconds a table
-    shows each job's last bid and share, its mean share over the table's periods, the measured
-    fraction of the CPU time its cgroup used, and what it has paid so far.
+    with cgroup CPU weights, and each job pays its bid (pay-as-bid). On N CPUs a job receives
+    min(1, share x N) CPUs (a serial job uses one CPU at most; the excess is not re-divided, as in the
+    thesis), enforced by pinning jobs to CPUs, CPU quotas and weights. Every --every seconds a table
+    shows each job's last bid and CPUs (share), the rule's fraction of the jobs' CPU time (mean over
+    the table's periods), the measured fraction its cgroup used, and what it has paid so far.
     """
     import numpy as np
 
     from marketsched.behaviour.learning import ZIC, QLearning, make_bidder
     from marketsched.live.share import FixedBids, ShareMarket
 
-    cpu = min(os.sched_getaffinity(0)) if host is None else host
+    if ncpus > 1:
+        if host is not None:
+            raise click.UsageError("--host names one CPU; --cpus N shares the first N CPUs this process may use")
+        mine = sorted(os.sched_getaffinity(0))
+        if len(mine) < ncpus:
+            raise click.BadParameter(f"{ncpus} CPUs asked for, this process may use {len(mine)} ({mine})",
+                                     param_hint="--cpus")
+        pool: int | list[int] = mine[:ncpus]
+    else:
+        pool = min(os.sched_getaffinity(0)) if host is None else host
     agent: FixedBids | ZIC | QLearning
     if bidder == "fixed":
         if bids is None:
@@ -870,9 +887,9 @@ def share(rule, host, bids, values, bidder, seed, interval, data, users, books_n
             agent = make_bidder(bidder, vals)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--values") from None
-    books = _share_books(data, users, books_name, rule, len(vals))
+    books = _share_books(data, users, books_name, rule, len(vals), len(pool) if isinstance(pool, list) else 1)
     try:
-        mk = ShareMarket(cpu, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement, books=books)
+        mk = ShareMarket(pool, rule, agent, vals, interval=interval, seed=seed, enforcement=enforcement, books=books)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     n = len(vals)
@@ -882,19 +899,47 @@ def share(rule, host, bids, values, bidder, seed, interval, data, users, books_n
         _, last_bids, last_shares = mk.snapshot()
         rounds, mean, paid = mk.since(seen[0])
         seen[0] = rounds
+        if mean.sum() > 0:  # the rule's fraction of the jobs' CPU time (on one CPU: the shares)
+            mean = mean / mean.sum()
+        many = len(mk.pool) > 1
         click.echo(f"t={t:.1f} s, period {rounds}; rule = mean share over the table's periods, measured = "
-                   f"fraction of the CPU time over the last {period:.1f} s")
-        click.echo(f"{'job':>4} {'bid':>8} {'share':>7} {'rule':>7} {'measured':>8} {'cpu s':>6} {'paid':>10}")
+                   f"fraction of the CPU time over the last {period:.1f} s"
+                   + ("; share = CPUs, rule and measured = fractions of the jobs' CPU time" if many else ""))
+        click.echo(f"{'job':>4} {'bid':>8} {'share':>7} {'rule':>7} {'measured':>8} {'cpu s':>6} {'paid':>10}"
+                   + (f" {'on':>5}" if many else ""))
         for i in range(n):
+            k = int(mk.placement[i])
+            on = "-" if k == -2 else "any" if k == -1 else str(mk.pool[k])
             click.echo(f"{i:>4} {last_bids[i]:>8g} {last_shares[i]:>7.4f} {mean[i]:>7.4f} {measured[i, 0]:>8.4f} "
-                       f"{cpu_s[i, 0]:>6.2f} {paid[i]:>10.6f}")
+                       f"{cpu_s[i, 0]:>6.2f} {paid[i]:>10.6f}" + (f" {on:>5}" if many else ""))
         click.echo(f"max |measured - rule|: {np.abs(measured[:, 0] - mean).max():.4f}")
 
     names = {"ps": "Proportional Share", "sh": "Sanghavi-Hajek"}
-    _run_cpu_market(mk, f"the {names[rule]} market",
-                    lambda: f"share: {names[rule]}, {n} jobs on CPU {cpu}; enforcement {mk.enforcement}; "
-                            f"{bidder} bidders rebid every {interval:g} s for {duration:g} s",
-                    table, duration, every)
+    server = None
+    if serve_port is not None:
+        from marketsched.live.share_page import ShareServer, ShareView
+
+        view = ShareView(mk)
+        try:
+            server = ShareServer(view, "127.0.0.1", serve_port)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot listen on 127.0.0.1:{serve_port}: {exc}", param_hint="--serve") from None
+        server.serve_in_thread()
+
+    def banner() -> str:
+        text = (f"share: {names[rule]}, {n} jobs on CPU{'s' if len(mk.pool) > 1 else ''} "
+                f"{','.join(map(str, mk.pool))}; enforcement {mk.enforcement}"
+                f"{' (placement, quotas, weights)' if len(mk.pool) > 1 else ''}; "
+                f"{bidder} bidders rebid every {interval:g} s for {duration:g} s")
+        if server is not None:
+            text += f"\npage: {server.url}/ (viewer token: {view.token})"
+        return text
+
+    try:
+        _run_cpu_market(mk, f"the {names[rule]} market", banner, table, duration, every)
+    finally:
+        if server is not None:
+            server.shutdown()
     if books is not None:
         try:
             checked = books.check()
@@ -905,7 +950,7 @@ def share(rule, host, bids, values, bidder, seed, interval, data, users, books_n
                    "simulator agree")
 
 
-def _share_books(data, users, name, rule, jobs):
+def _share_books(data, users, name, rule, jobs, cpus=1):
     """The :class:`~marketsched.live.sharebooks.ShareBooks` of ``market share --data`` (None without it)."""
     if data is None:
         if users is not None:
@@ -929,7 +974,7 @@ def _share_books(data, users, name, rule, jobs):
     if serving:  # the broker caches the balances: one writer of the ledger at a time
         raise click.UsageError(f"a broker is serving {data}: stop it first (it keeps the balances in memory)")
     try:
-        return ShareBooks(Store(data), name, owners, rule)
+        return ShareBooks(Store(data), name, owners, rule, cpus)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

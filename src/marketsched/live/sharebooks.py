@@ -44,6 +44,10 @@ Decisions
   market keeps its rounds. The broker caches balances in memory, so a share market books only a
   data folder no broker is serving (``marketsched market share --data`` checks); the transfers
   show in ``marketsched market statement`` once the broker serves the folder again.
+* **One pool size.** The books record the number of CPUs the market shares (the ``meta``
+  table); a market on another count is refused, naming both, since ``x_j = min(1, tau_j N)``
+  changes with ``N``. Books kept before the count was recorded had one CPU; books with no
+  period yet take the count of whoever opens them.
 * **Tycoon mode** does not book: its budgets are a credit refilled every interval (Feldman, Lai
   & Zhang 2005 analyse a static game without money flow), so there is no payment to book.
 """
@@ -79,13 +83,17 @@ CREATE TABLE IF NOT EXISTS share_periods (
 class ShareBooks:
     """The books of share market ``market`` (a name; restarting with the same name continues its
     books) in ``store``, for jobs owned by ``owners`` (market user names, one per job; the
-    users must exist) under ``rule`` ("ps" or "sh"). See the module docstring."""
+    users must exist) under ``rule`` ("ps" or "sh") on a pool of ``cpus`` CPUs. See the module
+    docstring."""
 
-    def __init__(self, store: Store, market: str, owners, rule: str):
+    def __init__(self, store: Store, market: str, owners, rule: str, cpus: int = 1):
         self.store, self.market, self.rule = store, str(market), str(rule).lower()
         self.owners = [str(o) for o in owners]
+        self.cpus = int(cpus)
         if not self.market:
             raise ValueError("a share market's books need a name")
+        if self.cpus < 1:
+            raise ValueError(f"a share market's books need at least one CPU, got {cpus}")
         if not self.owners:
             raise ValueError("a share market's books need one owner per job")
         known = store.balances()
@@ -102,9 +110,20 @@ class ShareBooks:
         if first and (first[0][0] != self.rule or json.loads(first[0][1]) != self.owners):
             raise ValueError(f"the books of share market {self.market!r} were kept for rule {first[0][0]} and owners "
                              f"{','.join(json.loads(first[0][1]))}: continue with the same, or name another market")
+        # the pool's size is recorded with the books; books kept before it was (no record) had one CPU
+        raw = store.get_meta(self._cpus_key())
+        kept = (int(raw) if raw is not None else 1) if first else None
+        if kept is not None and kept != self.cpus:
+            raise ValueError(f"the books of share market {self.market!r} were kept on {kept} CPU(s), this market has "
+                             f"{self.cpus}: continue on {kept}, or name another market")
+        if raw is None or not first:
+            store.set_meta(self._cpus_key(), self.cpus)
 
     def _meta_key(self) -> str:
         return f"share-market:{self.market}"
+
+    def _cpus_key(self) -> str:
+        return f"share-market:{self.market}:cpus"
 
     def claim(self, track_kind: str | None, dirs) -> None:
         """Record this process and its market's cgroup folders (tracking first) as the books' market."""

@@ -222,7 +222,9 @@ def _share(rule: str):
 
 
 _SHARE_LIVE = ("yes: `marketsched market share --rule {name}` divides one CPU among CPU-bound jobs every period "
-               "with the simulator's rule (cgroup CPU weights, Tycoon mode's machinery); fixed bids or the ZIC "
+               "with the simulator's rule (cgroup CPU weights, Tycoon mode's machinery), or a pool of N CPUs with "
+               "--cpus N (each serial job gets min(1, share x N) CPUs, the excess wasted as in the thesis; enforced by "
+               "pinning jobs to CPUs, CPU quotas and weights); its page with --serve; fixed bids or the ZIC "
                "or Q-learning bidder, pay-as-bid (booked in a market's ledger with --data, exactly once, bids capped at "
                "balances); the recorded bids replay through the simulator to the same shares and payments")
 register(Mechanism("ps", "Proportional Share", "share market", "Stößer (2009), sections 6.2.2 and 6.4.1",

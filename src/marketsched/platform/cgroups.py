@@ -490,6 +490,21 @@ class JobCgroup:
             (d / "cpu.shares").write_text(str(w))
         return w
 
+    def set_cpus(self, cpus: float | None) -> float | None:
+        """Change the CPU limit of a running job: ``cpus`` CPUs' worth of time per period
+        (``cpu.max`` on v2, ``cpu.cfs_quota_us`` on v1; None: no limit), as :meth:`create` sets
+        it; returns the limit written (CPUs, the kernel's 1 ms floor applied)."""
+        if self.cpu is None:
+            raise OSError(errno.ENOTSUP, "no cpu cgroup for a CPU limit")
+        kind, d = self.cpu
+        quota = None if cpus is None else max(1000, round(cpus * PERIOD_US))
+        if kind == "cgroup2":
+            (d / "cpu.max").write_text("max" if quota is None else f"{quota} {PERIOD_US}")
+        else:
+            (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (d / "cpu.cfs_quota_us").write_text("-1" if quota is None else str(quota))
+        return None if quota is None else quota / PERIOD_US
+
     # ------------------------------------------------------------------ state
     def pids(self) -> list[int]:
         """Processes in the job's tracking cgroup (empty if it is gone)."""

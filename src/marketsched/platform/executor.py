@@ -549,6 +549,29 @@ class LocalExecutor(JobFolders):
             raise OSError(f"job {key} has no cgroup: no CPU weight")
         return cg.set_weight(weight)
 
+    def set_cpus(self, key, cpus: float | None) -> float | None:
+        """Job ``key``'s CPU limit (CPUs' worth of time per period, None: none); returns it as written."""
+        cg = self.procs[key].cgroup
+        if cg is None:
+            raise OSError(f"job {key} has no cgroup: no CPU limit")
+        return cg.set_cpus(cpus)
+
+    def set_affinity(self, key, cpus) -> None:
+        """Pin every thread of job ``key``'s processes (its cgroup's, else its process's) to ``cpus``;
+        a thread that has ended meanwhile is skipped."""
+        proc = self.procs[key]
+        pids = proc.cgroup.pids() if proc.cgroup is not None else []
+        for pid in pids or [proc.pid]:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    os.sched_setaffinity(tid, sorted(cpus))
+                except ProcessLookupError:
+                    pass
+
     def cpu_seconds(self, key) -> float:
         """CPU time job ``key`` has used (its cgroup's; fallback: the wrapper process's)."""
         proc = self.procs.get(key)
