@@ -246,7 +246,7 @@ class ShareBooks:
                                  f"payments {recorded.tolist()} (micro-units)")
         if periods:
             bids = np.array([p["bids"] for p in periods], dtype=np.float64) / MICRO
-            _, sim = replay_through_simulator(self.rule, bids)
+            _, sim = replay_through_simulator(self.rule, bids, capacity=self.cpus)
             sim_micro = np.rint(sim * MICRO).astype(np.int64)
             if not np.array_equal(sim_micro, recorded):
                 raise AssertionError(f"share market {self.market!r}: the simulator charges {sim_micro.tolist()} for the "
