@@ -87,7 +87,7 @@ def test_the_auctioneer_picks_the_best_surplus_provider_and_prices_by_its_table(
     before = ex.store.balances()
     assert bid(ex, "u1", value=3, deadline=3 * HOUR)["scheduled"] is False
     assert ex.store.balances() == before
-    ex.leave("p2")  # a provider that left is asked no more, though its table stands
+    ex.leave("p2")  # a provider that left is asked no more, and its table is withdrawn
     assert bid(ex, "u1", value=19, deadline=3 * HOUR)["provider"] == "p1"
     assert egg.replay(ex.store) == egg.recorded(ex.store)
 
@@ -473,3 +473,77 @@ def test_exchange_status_shows_egg_contracts_by_state_and_the_escrow_held(tmp_pa
         assert out.exit_code == 0, out.output
         assert ("Egg contracts (state/escrow): " + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))) in out.output
         assert f"Egg escrow held: {sum(held) / MICRO:.6f} in {len(held)} contracts" in out.output
+
+
+def test_the_information_pages_egg_data_are_each_providers_table_record_contracts_and_escrow(tmp_path):
+    """``GET /api/egg/market`` (what the page shows): per provider its reliability, its table compact
+    (runs that expand back to the table), its contracts by state and the escrow held for them; the
+    exchange's contracts by state/escrow and escrow held; against plain counts of the contracts."""
+    ex, clock, machines = egg_exchange(tmp_path / "x.db", providers=("p1", "p2"))
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    act(ex, egg.post_prices, "p2", (np.array(EXAMPLE) + 1).tolist())
+    first = bid(ex, "u1", value=19, deadline=3 * HOUR)["contract"]
+    bid(ex, "u1", value=19, deadline=3 * HOUR, min_reliability=0.6)  # no provider is that reliable yet
+    ex.tick()
+    machines.by_name["p1"].fail(first, "node lost")
+    ex.tick()
+    clock.advance(2 * HOUR)
+    ex.tick()
+    second = bid(ex, "u1", value=30, deadline=HOUR)
+    assert second["provider"] == "p1"  # its table is still the cheapest
+    svc = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    (route,) = [r for r in ROUTES if r.path == "/api/egg/market"]
+    got = route.handler(svc, None, {}, None)
+    cons = egg.contracts(ex.store)
+    for p in got["providers"]:
+        mine = [c for c in cons if c["provider"] == p["provider"]]
+        states: dict[str, int] = {}
+        for c in mine:
+            states[c["state"]] = states.get(c["state"], 0) + 1
+        assert p["contracts"] == states
+        assert p["escrow_held"] == sum(c["price"] for c in mine if c["escrow"] == "held") / MICRO
+        expanded = [sum(([x] * n for x, n in row), []) for row in p["table"]]
+        assert expanded == p["prices"]
+        assert all(a[0] != b[0] for row in p["table"] for a, b in zip(row, row[1:]))  # runs are maximal
+    rows = {p["provider"]: p for p in got["providers"]}
+    assert rows["p1"]["contracts"] == {"failed": 1, "pending": 1} and rows["p2"]["contracts"] == {}
+    assert rows["p1"]["escrow_held"] == second["price"] and rows["p1"]["reliability"] == 1 / 3
+    assert got["contracts"] == {"failed/refunded": 1, "pending/held": 1}
+    assert got["escrow_held"] == {"count": 1, "amount": second["price"]}
+
+
+def test_a_provider_that_leaves_withdraws_its_table_and_its_contracts_settle_by_the_fault_table(tmp_path):
+    """Attack: p1, the cheapest, leaves right after an award; a bid after the leave is never awarded
+    to it (not through the view, not through the auctioneer: a bid whose view still names it finds
+    no price), its pending contract fails at its cost (refund at tau*, reliability down), the market
+    lists no table for it but keeps its record, and the replay agrees."""
+    ex, clock, machines = egg_exchange(tmp_path / "x.db", providers=("p1", "p2"))
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    act(ex, egg.post_prices, "p2", (np.array(EXAMPLE) + 1).tolist())
+    cid = bid(ex, "u1", value=19, deadline=3 * HOUR)["contract"]
+    assert egg.contracts(ex.store)[0]["provider"] == "p1"
+    clock.advance(60)
+    ex.leave("p1")
+    for _ in range(3):
+        got = bid(ex, "u1", value=30, deadline=3 * HOUR)
+        assert got["provider"] == "p2"
+    with pytest.raises(ValueError, match="has left"):
+        act(ex, egg.post_prices, "p1", (np.array(EXAMPLE) + 2).tolist())
+    # the auctioneer itself: a bid whose view still names p1 is not awarded to it
+    market = ex.egg.sync().copy()
+    view_p1 = {"description": [2.5], "until": [3 * HOUR], "values": [30.0], "min_reliability": 0.0, "view": [0]}
+    out, _ = egg.apply_event(market, clock(), "bid", None, view_p1)
+    assert not out.scheduled[0]
+    ex.tick()
+    c = {c["id"]: c for c in egg.contracts(ex.store)}[cid]
+    assert c["state"] == "failed" and "left" in c["note"]
+    assert "p1" not in machines.by_name or machines.by_name["p1"].started == []  # its job never ran
+    clock.advance(2 * HOUR)
+    ex.tick()
+    assert {c["id"]: c for c in egg.contracts(ex.store)}[cid]["escrow"] == "refunded"
+    (p1,) = [p for p in egg.reliability(ex.egg, clock()) if p["provider"] == "p1"]
+    assert (p1["prices"], p1["left_t"], p1["completed"], p1["settled"], p1["reliability"]) == (None, 60, 0, 1, 1 / 3)
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+    ex.store.check_books()
