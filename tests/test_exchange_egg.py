@@ -547,3 +547,52 @@ def test_a_provider_that_leaves_withdraws_its_table_and_its_contracts_settle_by_
     assert (p1["prices"], p1["left_t"], p1["completed"], p1["settled"], p1["reliability"]) == (None, 60, 0, 1, 1 / 3)
     assert egg.replay(ex.store) == egg.recorded(ex.store)
     ex.store.check_books()
+
+
+def test_price_tables_keep_their_horizon_over_many_periods_and_awards_match_an_untrimmed_book(tmp_path):
+    """Past slot columns are dropped as the (injected) clock passes them: over 120 slots the market's
+    tables stay ``buckets x H`` columns from the current slot, every recorded table has H columns, and
+    the awards equal those of a plain reference: a library market whose book holds every slot of the
+    run (no column ever passes out of it), given the same tables padded with ``+inf`` and the same
+    bids. Tables price an absolute slot ``s`` at ``(bucket + 1) * (1 + s % 3)``, posted every slot
+    (a column is priced while it is unlocked and never changes after)."""
+    from marketsched.mechanisms.online.egg import BidBatch
+
+    H, periods = 8, 120
+    cfg = egg.default_settings(patience_slots=3, horizon_slots=H, edges=[[0, 2, 4, 8]], runtime_dim=None)
+    ex, clock, machines = egg_exchange(tmp_path / "x.db", cfg=cfg, providers=("p1", "p2"))
+    ex.deposit("u1", 10_000)
+    ref_cfg = {**cfg, "horizon_slots": periods + 2 * H}
+    ref = egg._geometry(ref_cfg, HOUR, 2, 0.0)
+    rng = np.random.default_rng(11)
+    awards, want = [], []
+    for period in range(periods):
+        clock.advance(period * HOUR + float(rng.uniform(0, 0.5 * HOUR)) - clock())
+        for k, p in enumerate(("p1", "p2")):
+            slots = period + np.arange(H)
+            table = (np.arange(3)[:, None] + 1.0) * (1 + (slots + k) % 3)[None, :]
+            act(ex, egg.post_prices, p, table.tolist())
+            ref.advance(clock())
+            padded = np.full((3, ref_cfg["horizon_slots"]), np.inf)
+            padded[:, :H] = table
+            egg.first_table(ref.book, k, padded) if period == 0 else ref.update_prices(k, padded)
+        body = {"description": [float(rng.choice([1, 3, 6]))], "value": float(rng.integers(3, 12)),
+                "deadline": float(rng.choice([1, 2, 3])) * HOUR}
+        got = bid(ex, "u1", **body)
+        awards.append((got.get("provider"), got.get("slot"), got.get("tau"), got.get("price")))
+        data = {k: v for k, v in egg.check_bid({**body, "command": "true"}, 1).items()
+                if k in ("description", "until", "values", "value_end", "min_reliability")}
+        out, _ = ref.submit(BidBatch.from_bids([egg.library_bid(data, clock())], clock(), 2))
+        want.append((("p1", "p2")[int(out.provider[0])], int(out.slot[0]), float(out.completion[0]),
+                     float(out.price[0])) if out.scheduled[0] else (None, None, None, None))
+        market = ex.egg.sync()
+        assert market.book.prices.shape == (2, 3, H) and market.book.base == period
+        ex.tick()
+        for backend in machines.by_name.values():
+            for cid in list(backend.live):
+                backend.exit(cid, 0)
+    assert awards == want and sum(a[0] is not None for a in awards) > periods // 2
+    widths = {len(json.loads(d)["prices"][0]) for (d,) in ex.store.rows(
+        "SELECT data FROM ex_egg_events WHERE kind = 'prices'")}
+    assert widths == {H}
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
