@@ -596,3 +596,40 @@ def test_price_tables_keep_their_horizon_over_many_periods_and_awards_match_an_u
         "SELECT data FROM ex_egg_events WHERE kind = 'prices'")}
     assert widths == {H}
     assert egg.replay(ex.store) == egg.recorded(ex.store)
+
+
+def test_an_exchange_down_for_some_slots_drops_the_passed_columns_and_the_new_near_ones_stay_unoffered(tmp_path):
+    """Inactive periods: the exchange is down for 10 slots (more than the table's 8 columns). At its
+    first event back the book rolls: the passed columns are dropped, the columns that entered meanwhile
+    are not offered (``+inf``), and those inside the patience window (3 slots) stay so, because
+    definition 6 forbids lowering them (Kang & Parkes 2007, section 2.4): a table pricing them is
+    refused naming those cells; a bid (its deadline reaches at most the patience bound) finds no
+    provider until the first column priced after the restart is within reach, and is awarded there. A contract due while the exchange was down
+    lapsed (refunded, no reliability change). The replay agrees."""
+    H = 8
+    cfg = egg.default_settings(patience_slots=3, horizon_slots=H, edges=[[0, 2, 4, 8]], runtime_dim=None)
+    ex, clock, _ = egg_exchange(tmp_path / "x.db", cfg=cfg)
+    ex.deposit("u1", 100)
+    flat = np.tile([[1.0], [2.0], [3.0]], (1, H))
+    act(ex, egg.post_prices, "p1", flat.tolist())
+    first = bid(ex, "u1", value=5, deadline=2 * HOUR)["contract"]
+    clock.advance(10 * HOUR + 60)  # down: no tick, no event for 10 slots
+    ex.tick()
+    c = egg.contracts(ex.store)[0]
+    assert (c["id"], c["state"], c["escrow"]) == (first, "lapsed", "refunded")
+    (p,) = egg.reliability(ex.egg, clock())
+    assert p["base_slot"] == 10 and p["prices"] == [[None] * H] * 3 and p["settled"] == 0
+    with pytest.raises(ValueError, match=r"12 cell\(s\)") as e:
+        act(ex, egg.post_prices, "p1", flat.tolist())
+    assert str(e.value).count("def6(2) no decrease inside the patience window") == 12
+    assert "slot 10" in str(e.value) and "slot 13" in str(e.value) and "slot 14" not in str(e.value)
+    later = flat.copy()
+    later[:, :4] = np.inf  # the four locked columns (slots 10-13) left unoffered: admissible
+    act(ex, egg.post_prices, "p1", egg.table_json(later))
+    # a bid's deadline reaches at most the patience bound: all inside the unoffered columns
+    assert bid(ex, "u1", value=5, deadline=3 * HOUR)["scheduled"] is False
+    clock.advance(HOUR)  # one slot later the first priced column is within reach
+    got = bid(ex, "u1", value=5, deadline=3 * HOUR)
+    assert (got["provider"], got["slot"], got["tau"], got["price"]) == ("p1", 14, 14 * HOUR, 2.0)
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+    ex.store.check_books()
