@@ -48,9 +48,9 @@ def test_the_page_shows_each_egg_providers_table_record_contracts_and_escrow(tmp
 
         assert wait(browser, lambda d: text("egg-providers").startswith("p1"))
         lines = text("egg-providers").splitlines()
-        assert lines[0] == ("p1 0.500 0 / 0 pending 1 13.00 9.000 x 1  5.000 x 1  4.000 x 1  6.000 x 1 | "
-                            "19.000 x 1  17.000 x 1  13.000 x 1  15.000 x 1 | "
-                            "24.000 x 1  20.000 x 1  15.000 x 1  21.000 x 1")
+        assert lines[0] == ("p1 0.500 0 / 0 pending 1 13.00 9.000 x 1, 5.000 x 1, 4.000 x 1, 6.000 x 1 | "
+                            "19.000 x 1, 17.000 x 1, 13.000 x 1, 15.000 x 1 | "
+                            "24.000 x 1, 20.000 x 1, 15.000 x 1, 21.000 x 1")
         assert lines[1] == "p2 0.500 0 / 0 none 0.00 withdrawn (left)"
         assert text("egg-summary") == "contracts: pending/held 1; escrow held 13.00 (1)"
         assert text("egg-base") == "(from slot 0)"

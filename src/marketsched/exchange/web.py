@@ -137,7 +137,7 @@ function chart(history, now) {
 // ---- Egg mode: each provider's reliability, record, contracts by state, escrow held and table (compact)
 function egg(e) {
   const states = (c) => Object.entries(c).map(([k, n]) => k + " " + n).join(", ") || "none";
-  const table = (t) => t === null ? "withdrawn (left)" : t.map((row) => row.map(([p, n]) => (p === null ? "-" : fmt(p)) + " x " + n).join("  ")).join(" | ");
+  const table = (t) => t === null ? "withdrawn (left)" : t.map((row) => row.map(([p, n]) => (p === null ? "-" : fmt(p)) + " x " + n).join(", ")).join(" | ");
   rows($("egg-providers"), e.providers, (p) => [p.provider, fmt(p.reliability), p.completed + " / " + p.settled,
     states(p.contracts), fmt(p.escrow_held, 2), table(p.table)], 6);
   $("egg-base").textContent = e.providers.length ? "(from slot " + e.providers[0].base_slot + ")" : "";
