@@ -87,7 +87,7 @@ def test_the_auctioneer_picks_the_best_surplus_provider_and_prices_by_its_table(
     before = ex.store.balances()
     assert bid(ex, "u1", value=3, deadline=3 * HOUR)["scheduled"] is False
     assert ex.store.balances() == before
-    ex.leave("p2")  # a provider that left is asked no more, though its table stands
+    ex.leave("p2")  # a provider that left is asked no more, and its table is withdrawn
     assert bid(ex, "u1", value=19, deadline=3 * HOUR)["provider"] == "p1"
     assert egg.replay(ex.store) == egg.recorded(ex.store)
 
@@ -473,3 +473,163 @@ def test_exchange_status_shows_egg_contracts_by_state_and_the_escrow_held(tmp_pa
         assert out.exit_code == 0, out.output
         assert ("Egg contracts (state/escrow): " + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))) in out.output
         assert f"Egg escrow held: {sum(held) / MICRO:.6f} in {len(held)} contracts" in out.output
+
+
+def test_the_information_pages_egg_data_are_each_providers_table_record_contracts_and_escrow(tmp_path):
+    """``GET /api/egg/market`` (what the page shows): per provider its reliability, its table compact
+    (runs that expand back to the table), its contracts by state and the escrow held for them; the
+    exchange's contracts by state/escrow and escrow held; against plain counts of the contracts."""
+    ex, clock, machines = egg_exchange(tmp_path / "x.db", providers=("p1", "p2"))
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    act(ex, egg.post_prices, "p2", (np.array(EXAMPLE) + 1).tolist())
+    first = bid(ex, "u1", value=19, deadline=3 * HOUR)["contract"]
+    bid(ex, "u1", value=19, deadline=3 * HOUR, min_reliability=0.6)  # no provider is that reliable yet
+    ex.tick()
+    machines.by_name["p1"].fail(first, "node lost")
+    ex.tick()
+    clock.advance(2 * HOUR)
+    ex.tick()
+    second = bid(ex, "u1", value=30, deadline=HOUR)
+    assert second["provider"] == "p1"  # its table is still the cheapest
+    svc = ExchangeService(ExchangeStore(tmp_path / "x.db"), clock)
+    (route,) = [r for r in ROUTES if r.path == "/api/egg/market"]
+    got = route.handler(svc, None, {}, None)
+    cons = egg.contracts(ex.store)
+    for p in got["providers"]:
+        mine = [c for c in cons if c["provider"] == p["provider"]]
+        states: dict[str, int] = {}
+        for c in mine:
+            states[c["state"]] = states.get(c["state"], 0) + 1
+        assert p["contracts"] == states
+        assert p["escrow_held"] == sum(c["price"] for c in mine if c["escrow"] == "held") / MICRO
+        expanded = [sum(([x] * n for x, n in row), []) for row in p["table"]]
+        assert expanded == p["prices"]
+        assert all(a[0] != b[0] for row in p["table"] for a, b in zip(row, row[1:]))  # runs are maximal
+    rows = {p["provider"]: p for p in got["providers"]}
+    assert rows["p1"]["contracts"] == {"failed": 1, "pending": 1} and rows["p2"]["contracts"] == {}
+    assert rows["p1"]["escrow_held"] == second["price"] and rows["p1"]["reliability"] == 1 / 3
+    assert got["contracts"] == {"failed/refunded": 1, "pending/held": 1}
+    assert got["escrow_held"] == {"count": 1, "amount": second["price"]}
+
+
+def test_a_provider_that_leaves_withdraws_its_table_and_its_contracts_settle_by_the_fault_table(tmp_path):
+    """Attack: p1, the cheapest, leaves right after an award; a bid after the leave is never awarded
+    to it (not through the view, not through the auctioneer: a bid whose view still names it finds
+    no price), its pending contract fails at its cost (refund at tau*, reliability down), the market
+    lists no table for it but keeps its record, and the replay agrees."""
+    ex, clock, machines = egg_exchange(tmp_path / "x.db", providers=("p1", "p2"))
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    act(ex, egg.post_prices, "p2", (np.array(EXAMPLE) + 1).tolist())
+    cid = bid(ex, "u1", value=19, deadline=3 * HOUR)["contract"]
+    assert egg.contracts(ex.store)[0]["provider"] == "p1"
+    clock.advance(60)
+    ex.leave("p1")
+    for _ in range(3):
+        got = bid(ex, "u1", value=30, deadline=3 * HOUR)
+        assert got["provider"] == "p2"
+    with pytest.raises(ValueError, match="has left"):
+        act(ex, egg.post_prices, "p1", (np.array(EXAMPLE) + 2).tolist())
+    # the auctioneer itself: a bid whose view still names p1 is not awarded to it
+    market = ex.egg.sync().copy()
+    view_p1 = {"description": [2.5], "until": [3 * HOUR], "values": [30.0], "min_reliability": 0.0, "view": [0]}
+    out, _ = egg.apply_event(market, clock(), "bid", None, view_p1)
+    assert not out.scheduled[0]
+    ex.tick()
+    c = {c["id"]: c for c in egg.contracts(ex.store)}[cid]
+    assert c["state"] == "failed" and "left" in c["note"]
+    assert "p1" not in machines.by_name or machines.by_name["p1"].started == []  # its job never ran
+    clock.advance(2 * HOUR)
+    ex.tick()
+    assert {c["id"]: c for c in egg.contracts(ex.store)}[cid]["escrow"] == "refunded"
+    (p1,) = [p for p in egg.reliability(ex.egg, clock()) if p["provider"] == "p1"]
+    assert (p1["prices"], p1["left_t"], p1["completed"], p1["settled"], p1["reliability"]) == (None, 60, 0, 1, 1 / 3)
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+    ex.store.check_books()
+
+
+def test_price_tables_keep_their_horizon_over_many_periods_and_awards_match_an_untrimmed_book(tmp_path):
+    """Past slot columns are dropped as the (injected) clock passes them: over 120 slots the market's
+    tables stay ``buckets x H`` columns from the current slot, every recorded table has H columns, and
+    the awards equal those of a plain reference: a library market whose book holds every slot of the
+    run (no column ever passes out of it), given the same tables padded with ``+inf`` and the same
+    bids. Tables price an absolute slot ``s`` at ``(bucket + 1) * (1 + s % 3)``, posted every slot
+    (a column is priced while it is unlocked and never changes after)."""
+    from marketsched.mechanisms.online.egg import BidBatch
+
+    H, periods = 8, 120
+    cfg = egg.default_settings(patience_slots=3, horizon_slots=H, edges=[[0, 2, 4, 8]], runtime_dim=None)
+    ex, clock, machines = egg_exchange(tmp_path / "x.db", cfg=cfg, providers=("p1", "p2"))
+    ex.deposit("u1", 10_000)
+    ref_cfg = {**cfg, "horizon_slots": periods + 2 * H}
+    ref = egg._geometry(ref_cfg, HOUR, 2, 0.0)
+    rng = np.random.default_rng(11)
+    awards, want = [], []
+    for period in range(periods):
+        clock.advance(period * HOUR + float(rng.uniform(0, 0.5 * HOUR)) - clock())
+        for k, p in enumerate(("p1", "p2")):
+            slots = period + np.arange(H)
+            table = (np.arange(3)[:, None] + 1.0) * (1 + (slots + k) % 3)[None, :]
+            act(ex, egg.post_prices, p, table.tolist())
+            ref.advance(clock())
+            padded = np.full((3, ref_cfg["horizon_slots"]), np.inf)
+            padded[:, :H] = table
+            egg.first_table(ref.book, k, padded) if period == 0 else ref.update_prices(k, padded)
+        body = {"description": [float(rng.choice([1, 3, 6]))], "value": float(rng.integers(3, 12)),
+                "deadline": float(rng.choice([1, 2, 3])) * HOUR}
+        got = bid(ex, "u1", **body)
+        awards.append((got.get("provider"), got.get("slot"), got.get("tau"), got.get("price")))
+        data = {k: v for k, v in egg.check_bid({**body, "command": "true"}, 1).items()
+                if k in ("description", "until", "values", "value_end", "min_reliability")}
+        out, _ = ref.submit(BidBatch.from_bids([egg.library_bid(data, clock())], clock(), 2))
+        want.append((("p1", "p2")[int(out.provider[0])], int(out.slot[0]), float(out.completion[0]),
+                     float(out.price[0])) if out.scheduled[0] else (None, None, None, None))
+        market = ex.egg.sync()
+        assert market.book.prices.shape == (2, 3, H) and market.book.base == period
+        ex.tick()
+        for backend in machines.by_name.values():
+            for cid in list(backend.live):
+                backend.exit(cid, 0)
+    assert awards == want and sum(a[0] is not None for a in awards) > periods // 2
+    widths = {len(json.loads(d)["prices"][0]) for (d,) in ex.store.rows(
+        "SELECT data FROM ex_egg_events WHERE kind = 'prices'")}
+    assert widths == {H}
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+
+
+def test_an_exchange_down_for_some_slots_drops_the_passed_columns_and_the_new_near_ones_stay_unoffered(tmp_path):
+    """Inactive periods: the exchange is down for 10 slots (more than the table's 8 columns). At its
+    first event back the book rolls: the passed columns are dropped, the columns that entered meanwhile
+    are not offered (``+inf``), and those inside the patience window (3 slots) stay so, because
+    definition 6 forbids lowering them (Kang & Parkes 2007, section 2.4): a table pricing them is
+    refused naming those cells; a bid (its deadline reaches at most the patience bound) finds no
+    provider until the first column priced after the restart is within reach, and is awarded there. A contract due while the exchange was down
+    lapsed (refunded, no reliability change). The replay agrees."""
+    H = 8
+    cfg = egg.default_settings(patience_slots=3, horizon_slots=H, edges=[[0, 2, 4, 8]], runtime_dim=None)
+    ex, clock, _ = egg_exchange(tmp_path / "x.db", cfg=cfg)
+    ex.deposit("u1", 100)
+    flat = np.tile([[1.0], [2.0], [3.0]], (1, H))
+    act(ex, egg.post_prices, "p1", flat.tolist())
+    first = bid(ex, "u1", value=5, deadline=2 * HOUR)["contract"]
+    clock.advance(10 * HOUR + 60)  # down: no tick, no event for 10 slots
+    ex.tick()
+    c = egg.contracts(ex.store)[0]
+    assert (c["id"], c["state"], c["escrow"]) == (first, "lapsed", "refunded")
+    (p,) = egg.reliability(ex.egg, clock())
+    assert p["base_slot"] == 10 and p["prices"] == [[None] * H] * 3 and p["settled"] == 0
+    with pytest.raises(ValueError, match=r"12 cell\(s\)") as e:
+        act(ex, egg.post_prices, "p1", flat.tolist())
+    assert str(e.value).count("def6(2) no decrease inside the patience window") == 12
+    assert "slot 10" in str(e.value) and "slot 13" in str(e.value) and "slot 14" not in str(e.value)
+    later = flat.copy()
+    later[:, :4] = np.inf  # the four locked columns (slots 10-13) left unoffered: admissible
+    act(ex, egg.post_prices, "p1", egg.table_json(later))
+    # a bid's deadline reaches at most the patience bound: all inside the unoffered columns
+    assert bid(ex, "u1", value=5, deadline=3 * HOUR)["scheduled"] is False
+    clock.advance(HOUR)  # one slot later the first priced column is within reach
+    got = bid(ex, "u1", value=5, deadline=3 * HOUR)
+    assert (got["provider"], got["slot"], got["tau"], got["price"]) == ("p1", 14, 14 * HOUR, 2.0)
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+    ex.store.check_books()

@@ -252,6 +252,17 @@ class Exchange:
         check_name("provider", "name", provider)
         if node is not None:
             check_name("node", "name", node)
+        if node is None and self.settings["mechanism"] == "egg":  # Egg: the table is withdrawn too (.egg.withdraw)
+            from .egg import withdraw
+
+            try:
+                with self.store.transaction():
+                    cancelled = self.store.leave(provider, node, self.clock())
+                    withdraw(self.egg, provider, self.clock())
+                return cancelled
+            except BaseException:
+                self.egg.drop()
+                raise
         return self.store.leave(provider, node, self.clock())
 
     def submit_request(self, user: str, value: float, cpu: int, mem: int, first_slot: int, last_slot: int,

@@ -348,6 +348,25 @@ def post_prices(eggm: EggMarket, provider: str, prices, clock: float) -> dict:
     return {"event": eid, "t": t, "base_slot": market.book.base, "provider": provider}
 
 
+def withdraw(eggm: EggMarket, provider: str, clock: float) -> dict:
+    """Provider ``provider``, which has just left (:meth:`.core.Exchange.leave`, in the same
+    transaction), withdraws its table: every cell becomes not offered (``+inf``), so the auctioneer
+    picks it for no later bid whatever the bid's view. Its awarded contracts stand and settle by the
+    fault table (:mod:`.egg_run`: one not started fails, one running is judged at ``tau*``); its
+    reliability record stays. Decision: Kang & Parkes (2007) let a provider change its table only
+    within definition 6 (no decrease inside the patience window, and raising is always allowed), so
+    withdrawing, the table raised to ``+inf``, is admissible: it is recorded as a price-table event
+    of that table (``withdrawn``: true) and applied by the library's update, so the replay sees the
+    departure at its time."""
+    market = eggm.sync()
+    k = eggm.index(provider)
+    t = eggm.now(clock)
+    data = {"prices": table_json(np.full(market.book.prices.shape[1:], np.inf)), "withdrawn": True}
+    apply_event(market, t, "prices", k, data)
+    eid = eggm.record(t, "prices", k, data)
+    return {"event": eid, "t": t, "provider": provider}
+
+
 def submit_bid(eggm: EggMarket, user: str, body: dict, clock: float) -> dict:
     """User ``user``'s bid now (call inside a transaction): the library's auctioneer picks the
     provider, ``tau*`` and the price; the price moves to escrow and the contract is made. Returns
@@ -440,13 +459,19 @@ def settle_escrow(eggm: EggMarket, clock: float) -> list[int]:
 
 def reliability(eggm: EggMarket, clock: float) -> list[dict]:
     """Every provider's reliability as bidders see it (read at ``clock``), its record, whether it
-    has posted a table, and its table (columns from the current slot; ``None``: not offered)."""
+    has posted a table, ``left_t`` (when it left; None: it has not), and its table (columns from the
+    current slot ``base_slot``; ``None``: not offered). A provider that left lists no table
+    (``prices`` None: it withdrew it, :func:`withdraw`); its reliability and record stay."""
     market = eggm.sync()
     rel = market.ledger.reliability(clock)
-    posted = {r[0] for r in eggm.store.rows("SELECT DISTINCT provider FROM ex_egg_events WHERE kind = 'prices'")}
+    posted = {r[0] for r in eggm.store.rows("SELECT DISTINCT provider FROM ex_egg_events WHERE kind = 'prices' "
+                                            "AND data NOT LIKE '%\"withdrawn\": true%'")}
+    left = dict(eggm.store.rows("SELECT name, left_t FROM ex_providers"))
     return [{"provider": name, "index": k, "reliability": float(rel[k]), "posted": k in posted,
              "completed": int(market.ledger.total_successes[k]), "settled": int(market.ledger.total_attempts[k]),
-             "prices": table_json(market.book.prices[k])} for k, name in enumerate(eggm.providers)]
+             "left_t": left.get(name), "base_slot": market.book.base,
+             "prices": None if left.get(name) is not None else table_json(market.book.prices[k])}
+            for k, name in enumerate(eggm.providers)]
 
 
 # ---------------------------------------------------------------------------- replay and books

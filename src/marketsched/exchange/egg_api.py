@@ -4,7 +4,9 @@
 method  path                      what
 ======  ========================  ================================================================
 GET     ``/api/egg/market``       public: time, slot, Egg settings, every provider's reliability,
-                                  record and price table (what a bidder sees)
+                                  record, price table (full and compact; none once it left),
+                                  contracts by state and escrow held, and the exchange's
+                                  contracts by state and escrow held (:func:`.info.egg_market`)
 POST    ``/api/egg/prices``       provider: ``{"prices": [...]}`` its own table, flat, row by row
                                   (buckets, then slot columns from the current slot; ``null``: not
                                   offered); 400 names each cell that breaks definition 6 of Kang &
@@ -27,6 +29,7 @@ from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MarketError
 
 from . import egg
+from .info import egg_market
 
 MAX_LISTED = 200  # contracts one answer lists (the newest)
 
@@ -67,10 +70,8 @@ def bid(s, who, body: dict) -> dict:
 
 def market(s) -> dict:
     ex = s.exchange
-    out = _call(s, lambda eggm, now: {"t": now, "slot": ex.slot(now), "slot_seconds": eggm.slot,
-                                       "settings": eggm.cfg,
-                                       "providers": egg.reliability(eggm, now)})
-    return out
+    return _call(s, lambda eggm, now: {"t": now, "slot": ex.slot(now), "slot_seconds": eggm.slot,
+                                        "settings": eggm.cfg, **egg_market(eggm, now)})
 
 
 def own_contracts(s, who) -> list[dict]:

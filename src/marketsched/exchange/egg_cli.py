@@ -46,6 +46,8 @@ def agent_table(info: dict, me: str, agent: str, capacity: int, open_contracts: 
     rows = {p["provider"]: p for p in info["providers"]}
     if me not in rows:
         raise ValueError(f"provider {me!r} is not in the exchange's Egg market")
+    if rows[me].get("left_t") is not None:
+        raise ValueError(f"provider {me!r} has left the exchange: its table is withdrawn")
     shape = (*[len(e) - 1 for e in cfg["edges"]], cfg["horizon_slots"])
     posted = rows[me]["posted"]
     current = table_of(rows[me]["prices"], shape) if posted else np.zeros(shape)

@@ -10,7 +10,8 @@ on the exchange's provider backends (:mod:`.providers`) and by its fault table (
    *failed* if the provider never ran it, or gave less than contracted; else *delivered*;
 2. each pending contract: *lapsed* once ``tau*`` has passed unstarted (the exchange was down) or
    if the exchange cannot run it as its user's account; *failed* if the provider had no node with
-   room or could not start it; else started, contained to its CPU units and memory;
+   room, its node left the exchange (or the provider left) or it could not start it; else started,
+   contained to its CPU units and memory;
 3. the escrow of every judged contract whose ``tau*`` has come is paid or refunded and the
    provider's reliability recorded (:func:`.egg.settle_escrow`).
 """
@@ -68,6 +69,8 @@ def step(exchange, eggm: EggMarket) -> None:
             _final(store, c, "lapsed", now, "tau* passed before the exchange started the job")
         elif c["node_id"] is None:
             _final(store, c, "failed", now, f"the provider could not start the job: {c['note']}")
+        elif nodes[c["node_id"]]["left_t"] is not None:  # the provider's side: it took the node away
+            _final(store, c, "failed", now, "the provider could not start the job: its node left the exchange")
         else:
             start(exchange, c, nodes[c["node_id"]], now)
     with store.transaction():

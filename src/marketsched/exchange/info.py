@@ -89,3 +89,54 @@ def lowered_capacity(store: ExchangeStore) -> dict | None:
         out.append({"node_id": node_id, "node": f"{n['provider']}/{n['name']}" if n else str(node_id),
                     "registered": n["cpu"] if n else None, "sells": caps.get(node_id), "why": why[node_id]})
     return {"period": period, "nodes": out}
+
+
+def runs(row: list) -> list[list]:
+    """A price-table row (``None``: not offered) as runs of equal consecutive cells,
+    ``[[price, columns], ...]``, in column order: a table is mostly long flat stretches, so this is
+    what the information page shows of it (exact: expanding the runs gives the row back)."""
+    out: list[list] = []
+    for x in row:
+        if out and out[-1][0] == x:
+            out[-1][1] += 1
+        else:
+            out.append([x, 1])
+    return out
+
+
+def egg_market(eggm, clock: float) -> dict:
+    """Egg mode's market information (Kang & Parkes 2007 on the exchange, :mod:`.egg`), read at
+    ``clock``: ``providers``, per provider its reliability, record and full table ``prices``
+    (:func:`.egg.reliability`: what the price agents read), ``table`` (its price table compact: one list of :func:`runs` per resource bucket, row-major,
+    columns from slot ``base_slot``; None once it left), ``contracts`` (its Egg contracts per
+    state) and ``escrow_held`` (currency units held in escrow for its contracts); and for the
+    exchange ``contracts`` (per ``state/escrow``) and ``escrow_held`` (``{"count", "amount"}``),
+    as :func:`.egg_books.summary` gives them. Steps: the providers' rows; one grouped read of the
+    contracts per provider and state, one of the escrow still held per provider."""
+    from .egg import reliability
+    from .egg_books import summary
+
+    store = eggm.store
+    rows = reliability(eggm, clock)
+    per_state: dict[str, dict[str, int]] = {}
+    for provider, state, n in store.rows("SELECT provider, state, COUNT(*) FROM ex_egg_contracts "
+                                         "GROUP BY provider, state ORDER BY provider, state"):
+        per_state.setdefault(provider, {})[state] = n
+    held = dict(store.rows("SELECT provider, SUM(price) FROM ex_egg_contracts WHERE escrow NOT IN "
+                           "('paid', 'refunded') GROUP BY provider"))
+    shape = eggm.market.book.prices.shape[1:] if eggm.market is not None else None
+    providers = []
+    for r in rows:
+        table = None
+        if r["prices"] is not None and shape is not None:
+            flat, width = _flat(r["prices"]), shape[-1]
+            table = [runs(flat[i:i + width]) for i in range(0, len(flat), width)]
+        providers.append({**r, "table": table,
+                          "contracts": per_state.get(r["provider"], {}),
+                          "escrow_held": held.get(r["provider"], 0) / MICRO})
+    return {"providers": providers, **summary(store)}
+
+
+def _flat(nested) -> list:
+    """The cells of a nested list, row-major."""
+    return [y for x in nested for y in _flat(x)] if isinstance(nested, list) else [nested]

@@ -2,7 +2,11 @@
 scripts, styles or fonts) served at ``/`` by :mod:`.api`, refreshing itself every two seconds
 from the public ``GET /api/market`` and ``GET /api/market/history``.
 
-It shows the exchange's settings and clock, the clearing price per CPU unit per slot of every
+In Egg mode (:mod:`.egg`) it shows too, from the public ``GET /api/egg/market``
+(:func:`.info.egg_market`), each provider's reliability and record, its contracts by state, the
+escrow held for them and its price table, compact (per resource bucket, runs of equal prices over
+the slot columns; "withdrawn" once it left), and the exchange's contracts by state/escrow and
+escrow held. It shows the exchange's settings and clock, the clearing price per CPU unit per slot of every
 period over time (one line per CPU class, and the period's overall price), the last clearings
 (volume, contracts, open interest) and the open book in aggregate (orders and CPU slots per
 side and CPU class; no owner, no price). The market information needs no token: it is what the exchange publishes.
@@ -72,6 +76,12 @@ PAGE = page("marketsched grid exchange", r"""  #legend span { margin-right: 14px
     <table id="mine-table" hidden><thead><tr><th>order</th><th>side</th><th>price</th><th>CPU</th><th>slots</th><th>state</th><th></th></tr></thead>
     <tbody id="mine"></tbody></table>
   </section>
+  <section class="wide" id="egg" hidden>
+    <h2>Egg providers <span class="muted" id="egg-summary"></span></h2>
+    <table><thead><tr><th>provider</th><th>reliability</th><th>delivered / settled</th><th>contracts</th><th>escrow held</th><th>price table <span class="muted" id="egg-base"></span></th></tr></thead>
+    <tbody id="egg-providers"></tbody></table>
+    <div class="muted">price table: per resource bucket (one per line), runs of equal prices over the slot columns, "price x columns" ("-": not offered)</div>
+  </section>
   <section>
     <h2>Open orders <span class="muted">(in aggregate)</span></h2>
     <table><thead><tr><th>side</th><th>CPU class</th><th>orders</th><th>CPU slots</th></tr></thead>
@@ -123,6 +133,15 @@ function chart(history, now) {
     el.textContent = "\u2501 " + (name === "all" ? "all classes (mean)" : name + " CPU");
     return el;
   }));
+}
+// ---- Egg mode: each provider's reliability, record, contracts by state, escrow held and table (compact)
+function egg(e) {
+  const states = (c) => Object.entries(c).map(([k, n]) => k + " " + n).join(", ") || "none";
+  const table = (t) => t === null ? "withdrawn (left)" : t.map((row) => row.map(([p, n]) => (p === null ? "-" : fmt(p)) + " x " + n).join(", ")).join(" | ");
+  rows($("egg-providers"), e.providers, (p) => [p.provider, fmt(p.reliability), p.completed + " / " + p.settled,
+    states(p.contracts), fmt(p.escrow_held, 2), table(p.table)], 6);
+  $("egg-base").textContent = e.providers.length ? "(from slot " + e.providers[0].base_slot + ")" : "";
+  $("egg-summary").textContent = "contracts: " + states(e.contracts) + "; escrow held " + fmt(e.escrow_held.amount, 2) + " (" + e.escrow_held.count + ")";
 }
 // ---- the party's own orders: the token only in memory, reads signed, the token sent only with a submission
 let party = null;  // {token, key, keyId, role, name}: this page's memory only
@@ -230,6 +249,8 @@ async function readMarket() {
     rows($("book"), m.open_book, (b) => [b.side, b.cpu, b.orders, b.cpu_slots], 4);
     rows($("periods"), history.slice(-10).reverse(), (h) => [h.period, fmt(h.t, 1), h.contracts, fmt(h.volume, 2), fmt(h.price), h.open_interest], 6);
     chart(history, m.t);
+    $("egg").hidden = m.mechanism !== "egg";
+    if (m.mechanism === "egg") egg(await get("/api/egg/market"));
     $("updated").textContent = new Date().toLocaleTimeString();
     document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
   } catch (e) {
