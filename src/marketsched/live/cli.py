@@ -409,7 +409,7 @@ def wait(data_dir, job_id, token, timeout) -> None:
         return
     sock = Path(info["socket"])
     client = Client(info["url"], token) if token else Client(socket_path=sock)
-    while (state := client.get(f"/api/jobs/{job_id}")["state"]) not in FINAL_STATES:
+    while (state := client.get(f"/api/jobs/{job_id}")["state"]) not in (*FINAL_STATES, "stopped"):  # DLGM: at its run time
         if time.monotonic() > deadline:
             raise click.ClickException(f"job {job_id} is still {state} after {timeout:g} s")
         time.sleep(0.2)
@@ -514,6 +514,9 @@ def list_jobs(state, limit, before, as_json, client) -> None:
     if as_json:
         click.echo(json.dumps(jobs, indent=2))
         return
+    if jobs and "weight" in jobs[0]:
+        _dlgm_list(jobs)
+        return
     click.echo(f"{'id':>5} {'user':<10} {'bid':>8} {'state':<10} {'ran s':>7} {'charged':>10} {'exit':>4}  command")
     for j in jobs:
         ec = "-" if j["exit_code"] is None else j["exit_code"]
@@ -530,6 +533,13 @@ def show(job_id, as_json, client) -> None:
     j = client.get(f"/api/jobs/{job_id}")
     if as_json:
         click.echo(json.dumps(j, indent=2))
+        return
+    if "weight" in j:  # a DLGM job
+        click.echo(f"job {j['id']} of {j['owner']}: {j['state']} on node {j['node']}, weight {j['weight']:g}/s, "
+                   f"reported run time {j['runtime']:g} s, net paid {_money(j['payment'])}")
+        click.echo(f"  command: {j['command']}")
+        for e in j["events"]:
+            click.echo(f"  {e['t']:>10.2f}  {e['kind']:<10} {e['detail']}")
         return
     click.echo(f"job {j['id']} of {j['owner']}: {j['state']}" + ("" if j["exit_code"] is None else f", exit code {j['exit_code']}"))
     click.echo(f"  bid {j['bid']:g}/s, ran {j['run_seconds']:.1f} s, paying {j['rate']:g}/s now, "
@@ -550,6 +560,10 @@ def show(job_id, as_json, client) -> None:
 def cancel(job_id, client) -> None:
     """Cancel a job (kills its processes; what it ran is charged)."""
     j = client.post(f"/api/jobs/{job_id}/cancel")
+    if "was" in j:  # a DLGM job: see docs/dlgm.md, "Cancellation"
+        click.echo(f"job {j['id']} {j['state']} (was {j['was']} on node {j['node']}); no money moves: what it paid "
+                   "stays with the jobs it overtook, what it received stays yours")
+        return
     click.echo(f"job {j['id']} {j['state']}, charged {_money(j['charged'])}")
 
 
@@ -947,6 +961,14 @@ def _dlgm_submit(client, weight, runtime, node, cmd, as_json) -> None:
     paid = sum(x["amount"] for x in job["transfers"])
     click.echo(f"job {job['id']} {job['state']} on node {job['node']}; compensations {_money(paid)} to "
                f"{len(job['transfers'])} job(s)")
+
+
+def _dlgm_list(jobs: list[dict]) -> None:
+    """`market list` on a DLGM market: weight, reported run time, node, net payment."""
+    click.echo(f"{'id':>5} {'user':<10} {'weight':>8} {'run s':>8} {'node':>4} {'state':<10} {'net paid':>10}  command")
+    for j in jobs:
+        click.echo(f"{j['id']:>5} {j['owner']:<10} {j['weight']:>8g} {j['runtime']:>8g} {j['node']!s:>4} "
+                   f"{j['state']:<10} {j['payment']:>10.4f}  {j['command']}")
 
 
 def _echo_nodes(p: dict) -> None:

@@ -60,6 +60,8 @@ from marketsched.platform.validation import MarketError, show
 
 MECHANISMS = ("dlgm", "pdlgm")
 ACTIVE = ("queued", "running", "preempted")
+ENDED = ("completed", "stopped", "cancelled")  # stopped: at its reported run time (the overrun rule)
+STATES = ACTIVE + ENDED
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -325,6 +327,26 @@ class DLGMService:
         return {**self.job(user, True, out["id"]), "completion": out["completion"], "payment": out["payment"],
                 "transfers": [{"job": k, "amount": m / MICRO} for k, m in out["transfers"]]}
 
+    def cancel(self, user: str, admin: bool, job_id) -> dict:
+        """Cancel a waiting job (:meth:`DLGMMarket.cancel`: its rule; no money moves); returns the
+        job with ``was`` (its state before) and ``charged`` 0 (what the cancellation cost)."""
+        with self._locked(), self.tables.transaction():
+            was = self.market.cancel(user, job_id, admin)
+        return {**self.job(user, admin, job_id), "was": was, "charged": 0.0}
+
+    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None, before: int | None = None) -> list[dict]:
+        """The caller's jobs (the administrator: all), oldest first, as the broker's ``jobs``
+        gives them (``states``: a list to keep; ``limit``: the newest N; ``before``: only ids
+        below it)."""
+        bad = set(states or ()) - set(STATES)
+        if bad:
+            raise MarketError(f"unknown DLGM job state(s) {sorted(bad)}; states are {', '.join(STATES)}")
+        with self._locked():
+            self.market.tick()
+            rows = [r for r in self.tables.jobs(None if admin else user)
+                    if (not states or r["state"] in states) and (before is None or r["id"] < before)]
+            return [self._view(r) for r in (rows[-limit:] if limit else rows)]
+
     def quote(self, weight, runtime) -> dict:
         """Every node's tentative completion time, payment and utility ``-w e - p``, best first."""
         with self._locked():
@@ -415,7 +437,7 @@ class DLGMService:
         jobs = self.tables.jobs()
         if jobs:
             by_id = {j["id"]: j for j in jobs}
-            ops = self.tables.events(kinds=("node", "completed"))
+            ops = self.tables.events(kinds=("node", "completed", "cancelled"))
             clock = FakeClock(0.0)
             m = DLGMMarket(_Replaying([e["job_id"] for e in ops if e["kind"] == "node"]), self.nodes,
                            self.preemptive, clock=clock)
@@ -424,6 +446,8 @@ class DLGMService:
                 if e["kind"] == "node":
                     j = by_id[e["job_id"]]
                     m.submit(j["owner"], j["weight"], j["runtime"], j["command"], node=int(e["detail"]))
+                elif e["kind"] == "cancelled":
+                    m.cancel("", e["job_id"], admin=True)
                 else:
                     m.exited(e["job_id"])
             m.store, m.clock = self.tables, self._clock
@@ -465,7 +489,10 @@ def replay_recorded(store) -> dict:
     against the simulator's payments rounded to micro-units); ``differ`` lists
     ``(job, field, live, simulated, why)`` for each job whose process ended before its reported
     run time (state ``completed``): the simulator runs reported times, so its end (and what
-    follows on its node) differs, and the replay says so rather than hide it."""
+    follows on its node) differs, and the replay says so rather than hide it. Cancellations
+    (events ``cancelled``) are given to the simulator at their times (the policy's ``cancel``);
+    one the simulator finds not waiting is listed too (it cannot happen when no process ended
+    early)."""
     from marketsched.mechanisms.online.dlgm import run_dlgm
     from marketsched.workloads.workload import Workload
 
@@ -475,7 +502,14 @@ def replay_recorded(store) -> dict:
     ids = [j["id"] for j in jobs]
     wl = Workload.from_columns(submit_time=[j["submit_t"] for j in jobs], runtime=[j["runtime"] for j in jobs],
                                procs=None, capacity=meta["nodes"], sort=False)
-    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm")
+    row = {j: i for i, j in enumerate(ids)}
+    cancels, submitted = {}, 0  # a cancellation comes after the submissions recorded before it
+    for e in tables.events(kinds=("node", "cancelled")):
+        if e["kind"] == "node":
+            submitted += 1
+        else:
+            cancels[row[e["job_id"]]] = (e["t"], submitted)
+    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm", cancel=cancels)
     owners = sorted({j["owner"] for j in jobs})
     sim_paid = dict.fromkeys(owners, 0)
     for j, p in zip(jobs, rec.payment.tolist()):
@@ -491,11 +525,13 @@ def replay_recorded(store) -> dict:
         return next((e["t"] for e in events if e["job_id"] == j and e["kind"] in kinds), None)
 
     live: dict[str, Any] = {"node": [j["node"] for j in jobs], "first_start": [first(j, ("start",)) for j in ids],
-            "end": [first(j, ("stopped", "completed")) for j in ids],
+            "end": [first(j, ("stopped", "completed", "cancelled")) for j in ids],
             "preemptions": [sum(e["job_id"] == j and e["kind"] == "preempt" for e in events) for j in ids],
             "paid": live_paid}
-    simulated: dict[str, Any] = {"node": pol.node.tolist(), "first_start": rec.first_start.tolist(), "end": rec.end_time.tolist(),
+    simulated: dict[str, Any] = {"node": pol.node.tolist(), "first_start": [None if x != x else x for x in rec.first_start.tolist()], "end": rec.end_time.tolist(),
                  "preemptions": rec.preemptions.tolist(), "paid": sim_paid}
     differ = [(j["id"], "end", live["end"][i], simulated["end"][i], "its process ended before its reported run time")
               for i, j in enumerate(jobs) if j["state"] == "completed" and live["end"][i] != simulated["end"][i]]
+    differ += [(ids[i], "cancel", cancels[i][0], None, "the simulator found it not waiting at its cancellation")
+               for i in pol.cancel_skipped]
     return {"jobs": ids, "live": live, "simulated": simulated, "differ": differ}
