@@ -154,7 +154,8 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
               type=click.Choice(["hb", "nphb", "wsept", "wspt", "dlgm", "pdlgm"]),
               help="Allocation rule (Shudler et al. 2010): HB preempts; NPHB, WSEPT do not "
                    "(WSPT here = WSEPT). dlgm, pdlgm: the DLGM compensation market (Stößer 2009, ch. 5), "
-                   "each slot a node with its own queue; jobs give a weight and a reported run time.")
+                   "each slot (with --executor slurm: each Slurm node) a node with its own queue; jobs give a "
+                   "weight and a reported run time.")
 @click.option("--pricing", default="kth", show_default=True, type=click.Choice(["kth", "first"]),
               help="Payment rule per second of running time.")
 @click.option("--charge-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -242,8 +243,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         # submissions per second under load (benchmarks/bench_live.py), for the same CPU time.
         sys.setswitchinterval(0.0005)
         dlgm = mechanism in ("dlgm", "pdlgm")
-        if dlgm and (executor != "local" or service_user is not None):
-            raise ValueError(f"--mechanism {mechanism} runs on the local executor, without --service-user")
+        if dlgm and service_user is not None:
+            raise ValueError(f"--mechanism {mechanism} runs without --service-user")
         config = MarketConfig(slots=slots, mechanism="hb" if dlgm else mechanism, pricing=pricing, charge_interval=charge_interval,
                               admission_seconds=admission_seconds, sync=sync, executor=executor, partition=partition,
                               single_user=single_user, launcher=service_user is not None, job_cpus=job_cpus,
@@ -256,7 +257,12 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         if dlgm:
             from marketsched.live.dlgm_service import DLGMService
 
-            broker.dlgm = DLGMService(broker, preemptive=mechanism == "pdlgm")
+            dex = None
+            if executor == "slurm":  # each DLGM node a Slurm node
+                from marketsched.live.dlgm_slurm import DLGMSlurmExecutor
+
+                dex = DLGMSlurmExecutor(data / "dlgm", partition=partition)
+            broker.dlgm = DLGMService(broker, preemptive=mechanism == "pdlgm", executor=dex)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     token = broker.ensure_admin()
@@ -977,7 +983,8 @@ def _echo_nodes(p: dict) -> None:
         r = n["running"]
         run = f"job {r['id']} ({r['owner']}, weight {r['weight']:g}) until t={r['ends']:.1f}" if r else "idle"
         queue = ", ".join(f"{x['id']} ({x['owner']}, {x['ratio']:g}/s)" for x in n["queue"]) or "-"
-        click.echo(f"  node {n['node']}: {run}; queue: {queue}")
+        host = f" (Slurm node {n['host']})" if "host" in n else ""
+        click.echo(f"  node {n['node']}{host}: {run}; queue: {queue}")
 
 
 @market.command("quote")

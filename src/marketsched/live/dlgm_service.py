@@ -14,7 +14,10 @@ read back from the ledger and the processes are started, frozen, thawed or kille
 Decisions
 ---------
 * **Nodes** are the market's ``--slots`` (node ``n`` is slot ``n``; the local executor runs a
-  node's job as a process with the per-job CPU limit). Slurm nodes are not offered for DLGM.
+  node's job as a process with the per-job CPU limit), or on Slurm (``--executor slurm``) the
+  partition's nodes, one DLGM node per Slurm node (:mod:`marketsched.live.dlgm_slurm`: ``sbatch
+  -w NODE`` at a start, ``scontrol suspend``/``resume`` at a preemption); ``--slots`` must then
+  equal their number.
 * **The spot market is closed**: ``POST /api/jobs`` is refused (409) on a DLGM market, so no job
   is scheduled by two mechanisms and the money moves only by compensations (DLGM's payments are
   transfers between jobs; the provider gets nothing).
@@ -235,6 +238,13 @@ class DLGMService:
             from marketsched.platform.executor import LocalExecutor
 
             executor = LocalExecutor(broker.data / "dlgm", limits=broker.config.limits())
+        hosts = getattr(executor, "nodes", None)  # Slurm: the Slurm node of each DLGM node
+        if hosts is not None and len(hosts) != self.nodes:
+            raise ValueError(f"a DLGM market on Slurm has one node per Slurm node: the partition has {len(hosts)} "
+                             f"({', '.join(hosts)}), so serve it with --slots {len(hosts)}, not {self.nodes}")
+        if hosts is not None:
+            executor.place = self._node_of
+        self.hosts: list[str] | None = hosts
         self.executor = executor
         self.pending = _AfterCommit()
         self._depth = 0  # nesting of _locked
@@ -251,6 +261,10 @@ class DLGMService:
             broker.store.set_meta("dlgm", now)
             self.market = DLGMMarket(self.tables, self.nodes, self.preemptive, clock=self._clock)
             self._recover()
+
+    def _node_of(self, job_id: int) -> int:
+        """The DLGM node the market chose for ``job_id`` (the Slurm executor's ``place``)."""
+        return int(self.market.mechanism.node_of[self.market.job_row[job_id]])
 
     def _clock(self) -> float:
         """Market time, as the broker keeps it: moved to the wall clock once at the start of
@@ -388,7 +402,8 @@ class DLGMService:
                                "ends": float(mech.run_fin[n])}
                 queue = [{"id": m.row_job[j], "owner": m.owner[j], "weight": mech.v[j], "ratio": -r}
                          for r, j in sorted(mech.queue[n])]
-                nodes.append({"node": n, "running": running, "queue": queue})
+                nodes.append({"node": n, "running": running, "queue": queue,
+                              **({"host": self.hosts[n]} if self.hosts is not None else {})})
             jobs = [self._view(r) for r in self.tables.jobs(None if admin else user)]
             return {"mechanism": self.name, "t": self.broker._t, "nodes": nodes, "jobs": jobs[-100:]}
 
