@@ -10,7 +10,7 @@ import math
 from hypothesis import strategies as st
 
 
-def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, start_rule="immediate"):
+def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, start_rule="immediate", cancel=None):
     """Steps 1-3 of sections 5.3/5.4 with explicit per-node lists; every transfer booked.
 
     Same documented choices as the mechanism: node ties to the lowest index, queue ties to the
@@ -22,6 +22,9 @@ def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, star
     A job's ``start`` is the first time stamp after which it runs; a preemption is counted when
     a job that was running before the time stamp is displaced. A zero-length job starts and ends
     at its release date without holding or joining a node (the zero-run-time rule).
+    ``cancel``: ``{job: (time, after)}``, a waiting job leaves its queue at that time (after the
+    time stamp's completions and the arrivals of jobs below ``after``; it ends then and keeps what
+    it received); one that is not waiting then is listed in ``out["skipped"]``.
     """
     n = len(submit)
     force = force or {}
@@ -41,12 +44,24 @@ def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, star
     out["recv"] = [0] * n
     out["start"] = [math.nan] * n
     out["preempt"] = [0] * n
+    out["skipped"] = []
+    cancels = sorted(((float(tc), a, j) for j, (tc, a) in (cancel or {}).items()), reverse=True)
+
+    def cancel_due(before):
+        while cancels and cancels[-1][0] <= t and cancels[-1][1] <= before:
+            j = cancels.pop()[2]
+            where = [q for q in range(m) if any(kk == j for _, kk in queue[q])]
+            if where:
+                queue[where[0]] = [x for x in queue[where[0]] if x[1] != j]
+                out["end"][j] = t
+            else:
+                out["skipped"].append(j)
     was_running = set()  # jobs running at the end of the previous time stamp
     t, i = 0, 0
     while True:
         nxt = submit[i] if i < n else math.inf
         fin = min([t + rem[run[q]] for q in range(m) if run[q] is not None], default=math.inf)
-        tn = min(nxt, fin)
+        tn = min(nxt, fin, cancels[-1][0] if cancels else math.inf)
         if tn == math.inf:
             break
         for q in range(m):
@@ -63,6 +78,7 @@ def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, star
         while i < n and submit[i] <= t:
             j = i
             i += 1
+            cancel_due(j)
             v, d = bid[j], runtime[j]
             if d == 0:  # the zero-run-time rule: it ends on the spot, never holds or queues on a node
                 out["node"][j] = force.get(j, 0)  # every node offers (t, 0): the lowest index
@@ -104,6 +120,7 @@ def reference(submit, runtime, bid, m, preemptive, force=None, choice=None, star
                 run[q] = j
             else:
                 queue[q].append((rho, j))
+        cancel_due(math.inf)
         for q in range(m):
             if run[q] is None and queue[q]:  # "after-arrivals" (under "immediate" every such queue is empty)
                 start_best(q)

@@ -280,6 +280,39 @@ def test_matches_naive_reference(inst, rule):
     same_as_reference(rec, pol, ref)
 
 
+@settings(max_examples=120, deadline=None)
+@given(instances(), st.sampled_from(START_RULES), st.data())
+def test_cancellations_match_naive_reference(inst, rule, data):
+    """The live market's cancellation replayed in the simulator (``cancel``): a waiting job
+    leaves its queue at its time, keeps what it received, and the rest of the schedule and every
+    payment are the reference's; a cancellation of a job that is not waiting then is skipped
+    (times are whole numbers, so cancellations share times with arrivals and completions)."""
+    w, v, pre, buckets = inst
+    rows = data.draw(st.lists(st.integers(0, len(w) - 1), max_size=4, unique=True))
+    cancel = {j: (float(data.draw(st.integers(0, 20))), data.draw(st.integers(0, len(w)))) for j in rows}
+    rec, pol = run_dlgm(w, v, pre, max_buckets=buckets, start_rule=rule, cancel=cancel)
+    ref = reference(w.submit_time.tolist(), w.runtime.tolist(), v.tolist(), w.capacity, pre, start_rule=rule,
+                    cancel=cancel)
+    same_as_reference(rec, pol, ref)
+    assert sorted(pol.cancel_skipped) == sorted(ref["skipped"])
+    done = set(rows) - set(ref["skipped"])
+    assert {j for j in range(len(w)) if rec.state[j] == FinalState.KILLED} == done
+    assert abs(rec.payment.sum()) < 1e-9 * max(1.0, float(np.abs(rec.payment).sum()))  # transfers only
+
+
+def test_cancelling_a_waiting_job_by_hand():
+    """One node: A (weight 1, 4 s) runs from 0; B (1, 4) queues at 0; C (3, 2) at 1 overtakes B
+    and pays it 1 * 2. B is cancelled at 2: it leaves with the 2 it received, C keeps what it
+    paid, and the node runs C from 4 to 6 and then nothing (B never starts)."""
+    w = workload([0, 0, 1], [4, 4, 2], 1)
+    rec, pol = run_dlgm(w, [1.0, 1.0, 3.0], False, cancel={1: (2.0, 3)})
+    assert rec.end_time.tolist() == [4.0, 2.0, 6.0] and math.isnan(rec.first_start[1])
+    assert rec.state.tolist() == [FinalState.COMPLETED, FinalState.KILLED, FinalState.COMPLETED]
+    assert rec.payment.tolist() == [0.0, -2.0, 2.0] and pol.cancel_skipped == []
+    rec, pol = run_dlgm(w, [1.0, 1.0, 3.0], False, cancel={0: (2.0, 3), 2: (1.0, 2)})  # running; not yet arrived
+    assert pol.cancel_skipped == [2, 0] and rec.end_time.tolist() == [4.0, 10.0, 6.0]
+
+
 @settings(max_examples=100, deadline=None)
 @given(instances(), st.sampled_from(START_RULES), st.sampled_from(["true", "report"]), st.data())
 def test_matches_naive_reference_with_misreports(inst, rule, choice, data):

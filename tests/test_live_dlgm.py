@@ -323,3 +323,83 @@ def test_a_capacity_change_is_refused_dlgm_nodes_are_fixed(tmp_path):
     with pytest.raises(ValueError, match="fixed at 2"):
         eng.batch(capacity=1)
     assert eng.batch(capacity=2) is not None
+
+
+@pytest.mark.parametrize("preemptive", [False, True])
+def test_cancellations_replay_equal_to_the_simulator(tmp_path, preemptive):
+    """Random arrivals with ties; after some arrivals, the oldest waiting job of a random owner
+    is cancelled (queued or, under P-DLGM, preempted). The live market's nodes, starts, ends,
+    preemptions and money equal the simulator's given the cancellations (``cancel``), and no
+    money moved at a cancellation (the cancellation rule: no refund either way)."""
+    rng = np.random.default_rng(5 + preemptive)
+    t = np.sort(rng.integers(0, 12, 25)).astype(float)
+    script = [(float(t[i]), ["alice", "bob", "carol"][i % 3], float(rng.integers(1, 8)) / 2,
+               float(rng.integers(1, 9)) / 2) for i in range(25)]
+    m, clock = make(tmp_path, 2, preemptive, deposit=1000.0)
+    cancel, cancelled_from = {}, set()
+    for i, (tt, owner, w, d) in enumerate(script):
+        until(m, clock, tt)
+        m.submit(owner, w, d, "true")
+        waiting = [j for j, s in m.state.items() if s in ("queued", "preempted")]
+        if waiting and rng.random() < 0.4:
+            j = waiting[0]
+            before = m.store.balances()
+            cancelled_from.add(m.cancel(m.owner[m.job_row[j]], j))
+            assert m.store.balances() == before and m.state[j] == "cancelled"
+            cancel[m.job_row[j]] = (tt, i + 1)
+    until(m, clock, 1e6)
+    assert len(cancel) >= 3 and "queued" in cancelled_from
+    if preemptive:
+        assert "preempted" in cancelled_from
+    rec, pol = simulated(script, 2, preemptive, cancel=cancel)
+    e = m.engine
+    assert pol.cancel_skipped == []
+    assert pol.node.tolist() == m.mechanism.node.tolist()
+    np.testing.assert_array_equal(rec.first_start, e.first_start)  # NaN: cancelled before it started
+    assert rec.end_time.tolist() == e.end_time
+    assert rec.preemptions.tolist() == e.preemptions and rec.payment.tolist() == e.payment
+    assert rec.state.tolist() == e.state
+    assert net_micros(m, script, 1000) == expected_net(script, rec)
+    m.store.check_books()
+
+
+def test_cancel_attacks_and_a_preempted_jobs_process_is_killed(tmp_path):
+    """Only one's own waiting job can be cancelled, once: another user's (404, as if it did not
+    exist), a running one (409), the same job twice (409), a job that ended (409), ids that are
+    not jobs (400/404); each refusal changes nothing. A cancelled preempted job's suspended
+    process is killed; a cancelled queued job never had one. The books stay exact."""
+    rec = Recorder()
+    m, clock = make(tmp_path, 1, preemptive=True, executor=rec)
+    a = m.submit("alice", 1.0, 10.0, "true")["id"]  # runs
+    clock.set(1)
+    b = m.submit("bob", 1.0, 20.0, "true")["id"]  # queued behind a (ratio 1/20 < 1/9)
+    clock.set(2)
+    c = m.submit("carol", 8.0, 2.0, "true")["id"]  # preempts a, pays alice 2 and bob 2
+    assert (m.state[a], m.state[b], m.state[c]) == ("preempted", "queued", "running")
+    books = m.store.balances()
+    events = len(m.store.events(a)) + len(m.store.events(b))
+
+    def refused(user, job, status, match):
+        with pytest.raises(MarketError, match=match) as exc:
+            m.cancel(user, job)
+        assert exc.value.status == status
+        assert m.store.balances() == books
+
+    refused("bob", a, 404, f"no DLGM job {a} of yours")  # another user's
+    refused("alice", c, 404, "of yours")
+    refused("carol", c, 409, "is running on node 0")  # one's own, running
+    for bad, status in ((0, 400), (-1, 400), ("1; drop", 400), (True, 400), (1.0, 400), (99, 404)):
+        refused("alice", bad, status, "job")
+    assert len(m.store.events(a)) + len(m.store.events(b)) == events
+    calls = len(rec.calls)
+    assert m.cancel("alice", a) == "preempted"
+    assert rec.calls[calls:] == [("kill", a)]
+    refused("alice", a, 409, "already ended \\(cancelled\\)")  # twice
+    assert m.cancel("admin", b, admin=True) == "queued"  # the administrator may; no process to kill
+    assert rec.calls[calls + 1:] == []
+    until(m, clock, 100)
+    assert m.state[c] == "stopped" and m.engine.end_time == [2.0, 2.0, 4.0]
+    refused("carol", c, 409, "already ended \\(stopped\\)")  # after it ended
+    assert [e["kind"] for e in m.store.events(a)][-1] == "cancelled"
+    assert m.balance("alice") == m.balance("bob") == 102 * MICRO and m.balance("carol") == 96 * MICRO
+    m.store.check_books()

@@ -37,9 +37,16 @@ def start(tmp_path, clock, fake_os, preemptive, first=False):
     return b, dx
 
 
-def ops(script):
-    """The market's operations in time order: each submission, and a loop round at each stop."""
-    return [("submit", *s) for s in script] + [("until", 100.0)]
+# cancellations (time, owner, job id): a queued job in both markets, and one that P-DLGM has
+# preempted (its suspended process is killed) and DLGM keeps queued
+CANCELS = [(4.7, "alice", 3), (4.8, "carol", 5)]
+
+
+def ops(script, cancels=()):
+    """The market's operations in time order: each submission and cancellation, and a loop round
+    at each stop."""
+    return sorted([("submit", *s) for s in script] + [("cancel", *c) for c in cancels],
+                  key=lambda op: op[1]) + [("until", 100.0)]
 
 
 @pytest.mark.parametrize("preemptive", [False, True])
@@ -49,7 +56,8 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
     """The market dies at the ``nth`` launch (before the process starts, or once it runs) or
     kill; a new market on the same database and machine carries on. Every job's process is
     launched at most once, none still runs at the end, the ledger balances to the micro-unit and
-    the whole run replays through the simulator exactly as if nothing had happened."""
+    the whole run, with its cancellations, replays through the simulator exactly as if nothing
+    had happened."""
     clock = FakeClock(0.0)
     fos = FakeOS()
     b, dx = start(tmp_path, clock, fos, preemptive, first=True)
@@ -62,9 +70,9 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
             raise Crash
 
     setattr(dx, hook, hooked)
-    for op in ops(SCRIPT):
+    for op in ops(SCRIPT, CANCELS):
         t = op[1]
-        submitting = False
+        submitting = False  # the operation was sent (a crash after it must not repeat it)
         while not submitting:
             try:
                 svc = b.dlgm
@@ -75,6 +83,9 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
                 if op[0] == "submit":
                     submitting = True
                     svc.submit(op[2], op[3], op[4], "work")
+                elif op[0] == "cancel":
+                    submitting = True
+                    svc.cancel(op[2], False, op[3])
                 break
             except Crash:  # the market died once the operation was committed; a new one starts
                 b.store.close()
@@ -82,6 +93,7 @@ def test_crash_between_commit_and_effect_books_exact_and_each_job_runs_once(tmp_
     assert seen["crashed"]
     assert len(fos.launches) == len(set(fos.launches))  # no process launched twice
     assert fos.alive == {}  # every job's process was killed (stopped at its reported time) or ended
+    assert [b.dlgm.job("admin", True, j)["state"] for _, _, j in CANCELS] == ["cancelled", "cancelled"]
     r = replay_recorded(b.store)
     assert r["live"] == r["simulated"] and r["differ"] == []
     books = b.store.check_books()

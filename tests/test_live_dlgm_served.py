@@ -261,3 +261,75 @@ def test_attacks_on_the_dlgm_routes_change_nothing(pdlgm):
         rich.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1, "command": "true"})
     assert exc.value.status == 429
     b.store.check_books()
+
+
+def test_served_cancel_list_show_wait_and_the_replay_knows_the_cancel(tmp_path):
+    """One DLGM node. alice's A runs (held by the test), bob's B (ratio 1/100) queues, carol's C
+    (ratio 2) overtakes B and pays bob 1 * 1 = 1. bob lists his jobs and cancels B with
+    `market cancel` (no money moves); alice cannot cancel B (404) nor her running A (409), bob
+    cannot cancel B twice (409). `market wait --job` returns when A ends; the record replays
+    through the simulator, which is told the cancellation, to the same schedule and money."""
+    import json
+    import os
+
+    srv = serve(tmp_path, False, slots=1)
+    try:
+        b = srv.broker
+        admin = Client(srv.url, b.admin_token)
+        tok = {u: admin.post("/api/users", {"name": u, "deposit": 100})["token"] for u in ("alice", "bob", "carol")}
+        alice, bob = Client(srv.url, tok["alice"]), Client(srv.url, tok["bob"])
+        release = tmp_path / "release"
+        a = alice.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1000,
+                                          "command": f"while [ ! -e {release} ]; do sleep 0.05; done"})["id"]
+        bj = bob.post("/api/dlgm/jobs", {"weight": 1, "runtime": 100, "command": "true"})["id"]
+        c = Client(srv.url, tok["carol"]).post("/api/dlgm/jobs", {"weight": 2, "runtime": 1, "command": "true"})
+        assert c["transfers"] == [{"job": bj, "amount": 1.0}]
+        runner = CliRunner()
+
+        def run(token, *args, code=0):
+            env = {"MARKETSCHED_URL": srv.url, "MARKETSCHED_TOKEN": token, "MARKETSCHED_DATA": str(srv.identity_dir)}
+            r = runner.invoke(main, ["market", *args], env=env)
+            assert r.exit_code == code, r.output
+            return r.output
+
+        listed = run(tok["bob"], "list").splitlines()
+        assert listed[0].split()[:6] == ["id", "user", "weight", "run", "s", "node"] and len(listed) == 2
+        assert listed[1].split()[:6] == [str(bj), "bob", "1", "100", "0", "queued"]
+        assert json.loads(run(tok["bob"], "list", "--state", "queued", "--json"))[0]["id"] == bj
+        books = admin.get("/api/balance")["users"]
+        with pytest.raises(ClientError, match=f"no DLGM job {bj} of yours") as exc:
+            alice.post(f"/api/jobs/{bj}/cancel")
+        assert exc.value.status == 404
+        with pytest.raises(ClientError, match="is running on node 0") as exc:
+            alice.post(f"/api/jobs/{a}/cancel")
+        assert exc.value.status == 409
+        out = run(tok["bob"], "cancel", str(bj))
+        assert out.startswith(f"job {bj} cancelled (was queued on node 0); no money moves"), out
+        assert "cancelled" in run(tok["bob"], "show", str(bj))
+        with pytest.raises(ClientError, match="already ended \\(cancelled\\)") as exc:
+            bob.post(f"/api/jobs/{bj}/cancel")
+        assert exc.value.status == 409
+        assert admin.get("/api/balance")["users"] == books
+        assert {u: books[u]["balance"] for u in books if u != "admin"} == {"alice": 100, "bob": 101, "carol": 99}
+
+        data = tmp_path / "wait"
+        data.mkdir()
+        (data / "ready").write_text(json.dumps({"pid": os.getpid(), "url": srv.url, "socket": str(data / "none")}))
+        release.touch()
+        out = run(tok["alice"], "wait", "--data", str(data), "--job", str(a), "--timeout", "60")
+        assert out.strip() == f"job {a} completed"
+        assert wait_for(lambda: admin.get(f"/api/dlgm/jobs/{c['id']}")["state"] in ("completed", "stopped"))
+        r = replay_recorded(b.store)
+        live, sim = r["live"], r["simulated"]
+        assert live["node"] == sim["node"] == [0, 0, 0]
+        assert live["first_start"][0] == sim["first_start"][0]
+        assert live["first_start"][1] is None and sim["first_start"][1] is None  # B never started
+        assert live["end"][1] == sim["end"][1]  # the cancellation, at its time, in both
+        assert live["paid"] == sim["paid"] == {"alice": 0, "bob": -MICRO, "carol": MICRO}
+        # A ended before its reported time (and so may C, started then): the replay says so
+        assert (a, "end") in [(j, f) for j, f, *_ in r["differ"]] and {j for j, *_ in r["differ"]} <= {a, c["id"]}
+        b.store.check_books()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        srv.broker.stop(kill_jobs=True)

@@ -173,23 +173,29 @@ def submit(b, who, q, body):
                     body.get("restartable", False))
 
 
+def _jobs_of(b):
+    """Where a market's jobs are: a DLGM market's in its own tables (``list``, ``show``,
+    ``cancel`` and ``wait`` then work on them), else the broker's."""
+    return b.dlgm if getattr(b, "dlgm", None) is not None else b
+
+
 @route("GET", "/api/jobs", "own jobs (administrator: all), oldest first", paged=True,
        query={"state": (STR, "comma-separated states"), "limit": LIMIT, "before": BEFORE})
 def list_jobs(b, who, q, body):
     states = [s for s in q.get("state", "").split(",") if s] or None
     limit = page_limit(q, MAX_PAGE)
-    jobs = b.jobs(who[0], who[1], states, limit, page_before(q))
+    jobs = _jobs_of(b).jobs(who[0], who[1], states, limit, page_before(q))
     return jobs, (jobs[0]["id"] if len(jobs) == limit and jobs[0]["id"] > 1 else None)
 
 
 @route("GET", "/api/jobs/{job_id}", "one job with its newest events, stdout and stderr tails")
 def show_job(b, who, q, body, job_id):
-    return b.job(who[0], who[1], job_id)
+    return _jobs_of(b).job(who[0], who[1], job_id)
 
 
 @route("POST", "/api/jobs/{job_id}/cancel", "cancel a job", noun="a cancellation", body={})
 def cancel_job(b, who, q, body, job_id):
-    return b.cancel(who[0], who[1], job_id)
+    return _jobs_of(b).cancel(who[0], who[1], job_id)
 
 
 @route("POST", "/api/jobs/{job_id}/bid", "change a job's bid", noun="a bid change", body={"bid": NUM},
@@ -202,7 +208,7 @@ def rebid_job(b, who, q, body, job_id):
 
 @route("DELETE", "/api/jobs/{job_id}", "cancel a job")
 def delete_job(b, who, q, body, job_id):
-    return b.cancel(who[0], who[1], job_id)
+    return _jobs_of(b).cancel(who[0], who[1], job_id)
 
 
 @route("GET", "/api/price", "the price now, counts, per-job rates")

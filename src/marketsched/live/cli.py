@@ -154,7 +154,8 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
               type=click.Choice(["hb", "nphb", "wsept", "wspt", "dlgm", "pdlgm"]),
               help="Allocation rule (Shudler et al. 2010): HB preempts; NPHB, WSEPT do not "
                    "(WSPT here = WSEPT). dlgm, pdlgm: the DLGM compensation market (Stößer 2009, ch. 5), "
-                   "each slot a node with its own queue; jobs give a weight and a reported run time.")
+                   "each slot (with --executor slurm: each Slurm node) a node with its own queue; jobs give a "
+                   "weight and a reported run time.")
 @click.option("--pricing", default="kth", show_default=True, type=click.Choice(["kth", "first"]),
               help="Payment rule per second of running time.")
 @click.option("--charge-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -242,8 +243,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         # submissions per second under load (benchmarks/bench_live.py), for the same CPU time.
         sys.setswitchinterval(0.0005)
         dlgm = mechanism in ("dlgm", "pdlgm")
-        if dlgm and (executor != "local" or service_user is not None):
-            raise ValueError(f"--mechanism {mechanism} runs on the local executor, without --service-user")
+        if dlgm and service_user is not None:
+            raise ValueError(f"--mechanism {mechanism} runs without --service-user")
         config = MarketConfig(slots=slots, mechanism="hb" if dlgm else mechanism, pricing=pricing, charge_interval=charge_interval,
                               admission_seconds=admission_seconds, sync=sync, executor=executor, partition=partition,
                               single_user=single_user, launcher=service_user is not None, job_cpus=job_cpus,
@@ -256,7 +257,12 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         if dlgm:
             from marketsched.live.dlgm_service import DLGMService
 
-            broker.dlgm = DLGMService(broker, preemptive=mechanism == "pdlgm")
+            dex = None
+            if executor == "slurm":  # each DLGM node a Slurm node
+                from marketsched.live.dlgm_slurm import DLGMSlurmExecutor
+
+                dex = DLGMSlurmExecutor(data / "dlgm", partition=partition)
+            broker.dlgm = DLGMService(broker, preemptive=mechanism == "pdlgm", executor=dex)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     token = broker.ensure_admin()
@@ -409,7 +415,7 @@ def wait(data_dir, job_id, token, timeout) -> None:
         return
     sock = Path(info["socket"])
     client = Client(info["url"], token) if token else Client(socket_path=sock)
-    while (state := client.get(f"/api/jobs/{job_id}")["state"]) not in FINAL_STATES:
+    while (state := client.get(f"/api/jobs/{job_id}")["state"]) not in (*FINAL_STATES, "stopped"):  # DLGM: at its run time
         if time.monotonic() > deadline:
             raise click.ClickException(f"job {job_id} is still {state} after {timeout:g} s")
         time.sleep(0.2)
@@ -514,6 +520,9 @@ def list_jobs(state, limit, before, as_json, client) -> None:
     if as_json:
         click.echo(json.dumps(jobs, indent=2))
         return
+    if jobs and "weight" in jobs[0]:
+        _dlgm_list(jobs)
+        return
     click.echo(f"{'id':>5} {'user':<10} {'bid':>8} {'state':<10} {'ran s':>7} {'charged':>10} {'exit':>4}  command")
     for j in jobs:
         ec = "-" if j["exit_code"] is None else j["exit_code"]
@@ -530,6 +539,13 @@ def show(job_id, as_json, client) -> None:
     j = client.get(f"/api/jobs/{job_id}")
     if as_json:
         click.echo(json.dumps(j, indent=2))
+        return
+    if "weight" in j:  # a DLGM job
+        click.echo(f"job {j['id']} of {j['owner']}: {j['state']} on node {j['node']}, weight {j['weight']:g}/s, "
+                   f"reported run time {j['runtime']:g} s, net paid {_money(j['payment'])}")
+        click.echo(f"  command: {j['command']}")
+        for e in j["events"]:
+            click.echo(f"  {e['t']:>10.2f}  {e['kind']:<10} {e['detail']}")
         return
     click.echo(f"job {j['id']} of {j['owner']}: {j['state']}" + ("" if j["exit_code"] is None else f", exit code {j['exit_code']}"))
     click.echo(f"  bid {j['bid']:g}/s, ran {j['run_seconds']:.1f} s, paying {j['rate']:g}/s now, "
@@ -550,6 +566,10 @@ def show(job_id, as_json, client) -> None:
 def cancel(job_id, client) -> None:
     """Cancel a job (kills its processes; what it ran is charged)."""
     j = client.post(f"/api/jobs/{job_id}/cancel")
+    if "was" in j:  # a DLGM job: see docs/dlgm.md, "Cancellation"
+        click.echo(f"job {j['id']} {j['state']} (was {j['was']} on node {j['node']}); no money moves: what it paid "
+                   "stays with the jobs it overtook, what it received stays yours")
+        return
     click.echo(f"job {j['id']} {j['state']}, charged {_money(j['charged'])}")
 
 
@@ -994,13 +1014,22 @@ def _dlgm_submit(client, weight, runtime, node, cmd, as_json) -> None:
                f"{len(job['transfers'])} job(s)")
 
 
+def _dlgm_list(jobs: list[dict]) -> None:
+    """`market list` on a DLGM market: weight, reported run time, node, net payment."""
+    click.echo(f"{'id':>5} {'user':<10} {'weight':>8} {'run s':>8} {'node':>4} {'state':<10} {'net paid':>10}  command")
+    for j in jobs:
+        click.echo(f"{j['id']:>5} {j['owner']:<10} {j['weight']:>8g} {j['runtime']:>8g} {j['node']!s:>4} "
+                   f"{j['state']:<10} {j['payment']:>10.4f}  {j['command']}")
+
+
 def _echo_nodes(p: dict) -> None:
     click.echo(f"{p['mechanism']}: {len(p['dlgm'])} node(s), each with its own queue (WSPT order)")
     for n in p["dlgm"]:
         r = n["running"]
         run = f"job {r['id']} ({r['owner']}, weight {r['weight']:g}) until t={r['ends']:.1f}" if r else "idle"
         queue = ", ".join(f"{x['id']} ({x['owner']}, {x['ratio']:g}/s)" for x in n["queue"]) or "-"
-        click.echo(f"  node {n['node']}: {run}; queue: {queue}")
+        host = f" (Slurm node {n['host']})" if "host" in n else ""
+        click.echo(f"  node {n['node']}{host}: {run}; queue: {queue}")
 
 
 @market.command("quote")

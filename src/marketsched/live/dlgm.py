@@ -34,6 +34,18 @@ payments at arrival from the reports). A recorded run whose jobs all ran their r
 replays through the simulator to the same nodes, starts, preemptions and payments; a job that
 ended early makes the replay differ from its end on (the simulator runs reported times).
 
+**Cancellation rule** (a decision; the thesis and Heydenreich, Müller & Uetz 2006 have no
+cancellation): :meth:`DLGMMarket.cancel` takes a *waiting* job (queued, or preempted and back in
+its node's queue) out of the market; a running job is refused (409: it runs to its reported run
+time, which bounds what it can take), as is a job that ended (409) or another user's (404).
+Money: none moves. What the job paid at its arrival stays with the owners of the jobs it
+overtook (a refund would take money from them on the canceller's say-so), and what it received
+from the jobs that overtook it stays with its owner (it was displaced). The jobs behind it on
+its node move up and complete earlier than their tentative times. The cancellation is recorded
+(event ``cancelled`` at its time) and the replay (:func:`~marketsched.live.dlgm_service.replay_recorded`)
+gives it to the simulator (:class:`~marketsched.mechanisms.online.dlgm.DLGM`'s ``cancel``), so a
+run with cancellations replays to the same nodes, times and payments.
+
 Money: the mechanism's payments are transfers between jobs (nodes get none), so each arrival
 moves money from its owner to the owners it overtakes and the market keeps nothing.
 """
@@ -274,6 +286,32 @@ class DLGMMarket:
                 self._at = None
             out += [self.row_job[j] for j in rows]
         return out
+
+    def cancel(self, user: str, job_id, admin: bool = False) -> str:
+        """Cancel waiting job ``job_id`` of ``user`` (the administrator: anyone's), by the
+        cancellation rule of the module. Steps: the stops due first (:meth:`tick`: a job whose
+        turn came is running by now); the checks (404 not the caller's, 409 running or ended);
+        one engine batch withdrawing its row; the event; a preempted job's suspended process is
+        killed. Returns the job's state before the cancellation."""
+        job_id = validation.whole(job_id, "job id", lo=1)
+        self.tick()
+        row = self.job_row.get(job_id)
+        if row is None or not (admin or self.owner[row] == user):
+            raise MarketError(f"no DLGM job {job_id} of yours", 404)
+        was = self.state[job_id]
+        if was == "running":
+            raise MarketError(f"DLGM job {job_id} is running on node {self.mechanism.node_of[row]}: a running job "
+                              f"runs to its reported run time (at {self.engine.finish_at[row]:g}) and cannot be "
+                              "cancelled; only a waiting job can", 409)
+        if was not in ("queued", "preempted"):
+            raise MarketError(f"DLGM job {job_id} already ended ({was}): there is nothing to cancel", 409)
+        with self.store.transaction():
+            self.engine.batch(withdrawn=[row])
+            self._end(job_id, "cancelled")
+            if was == "preempted" and self.executor is not None:  # only a preempted job has a process
+                self.executor.kill(job_id)
+            self._apply()
+        return was
 
     def exited(self, job_id: int) -> None:
         """The process of ``job_id`` ended before its reported run time: it completes now. A job

@@ -14,7 +14,10 @@ read back from the ledger and the processes are started, frozen, thawed or kille
 Decisions
 ---------
 * **Nodes** are the market's ``--slots`` (node ``n`` is slot ``n``; the local executor runs a
-  node's job as a process with the per-job CPU limit). Slurm nodes are not offered for DLGM.
+  node's job as a process with the per-job CPU limit), or on Slurm (``--executor slurm``) the
+  partition's nodes, one DLGM node per Slurm node (:mod:`marketsched.live.dlgm_slurm`: ``sbatch
+  -w NODE`` at a start, ``scontrol suspend``/``resume`` at a preemption); ``--slots`` must then
+  equal their number.
 * **The spot market is closed**: ``POST /api/jobs`` is refused (409) on a DLGM market, so no job
   is scheduled by two mechanisms and the money moves only by compensations (DLGM's payments are
   transfers between jobs; the provider gets nothing).
@@ -60,6 +63,8 @@ from marketsched.platform.validation import MarketError, show
 
 MECHANISMS = ("dlgm", "pdlgm")
 ACTIVE = ("queued", "running", "preempted")
+ENDED = ("completed", "stopped", "cancelled")  # stopped: at its reported run time (the overrun rule)
+STATES = ACTIVE + ENDED
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -233,6 +238,13 @@ class DLGMService:
             from marketsched.platform.executor import LocalExecutor
 
             executor = LocalExecutor(broker.data / "dlgm", limits=broker.config.limits())
+        hosts = getattr(executor, "nodes", None)  # Slurm: the Slurm node of each DLGM node
+        if hosts is not None and len(hosts) != self.nodes:
+            raise ValueError(f"a DLGM market on Slurm has one node per Slurm node: the partition has {len(hosts)} "
+                             f"({', '.join(hosts)}), so serve it with --slots {len(hosts)}, not {self.nodes}")
+        if hosts is not None:
+            executor.place = self._node_of
+        self.hosts: list[str] | None = hosts
         self.executor = executor
         self.pending = _AfterCommit()
         self._depth = 0  # nesting of _locked
@@ -249,6 +261,10 @@ class DLGMService:
             broker.store.set_meta("dlgm", now)
             self.market = DLGMMarket(self.tables, self.nodes, self.preemptive, clock=self._clock)
             self._recover()
+
+    def _node_of(self, job_id: int) -> int:
+        """The DLGM node the market chose for ``job_id`` (the Slurm executor's ``place``)."""
+        return int(self.market.mechanism.node_of[self.market.job_row[job_id]])
 
     def _clock(self) -> float:
         """Market time, as the broker keeps it: moved to the wall clock once at the start of
@@ -325,6 +341,26 @@ class DLGMService:
         return {**self.job(user, True, out["id"]), "completion": out["completion"], "payment": out["payment"],
                 "transfers": [{"job": k, "amount": m / MICRO} for k, m in out["transfers"]]}
 
+    def cancel(self, user: str, admin: bool, job_id) -> dict:
+        """Cancel a waiting job (:meth:`DLGMMarket.cancel`: its rule; no money moves); returns the
+        job with ``was`` (its state before) and ``charged`` 0 (what the cancellation cost)."""
+        with self._locked(), self.tables.transaction():
+            was = self.market.cancel(user, job_id, admin)
+        return {**self.job(user, admin, job_id), "was": was, "charged": 0.0}
+
+    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None, before: int | None = None) -> list[dict]:
+        """The caller's jobs (the administrator: all), oldest first, as the broker's ``jobs``
+        gives them (``states``: a list to keep; ``limit``: the newest N; ``before``: only ids
+        below it)."""
+        bad = set(states or ()) - set(STATES)
+        if bad:
+            raise MarketError(f"unknown DLGM job state(s) {sorted(bad)}; states are {', '.join(STATES)}")
+        with self._locked():
+            self.market.tick()
+            rows = [r for r in self.tables.jobs(None if admin else user)
+                    if (not states or r["state"] in states) and (before is None or r["id"] < before)]
+            return [self._view(r) for r in (rows[-limit:] if limit else rows)]
+
     def quote(self, weight, runtime) -> dict:
         """Every node's tentative completion time, payment and utility ``-w e - p``, best first."""
         with self._locked():
@@ -366,7 +402,8 @@ class DLGMService:
                                "ends": float(mech.run_fin[n])}
                 queue = [{"id": m.row_job[j], "owner": m.owner[j], "weight": mech.v[j], "ratio": -r}
                          for r, j in sorted(mech.queue[n])]
-                nodes.append({"node": n, "running": running, "queue": queue})
+                nodes.append({"node": n, "running": running, "queue": queue,
+                              **({"host": self.hosts[n]} if self.hosts is not None else {})})
             jobs = [self._view(r) for r in self.tables.jobs(None if admin else user)]
             return {"mechanism": self.name, "t": self.broker._t, "nodes": nodes, "jobs": jobs[-100:]}
 
@@ -415,7 +452,7 @@ class DLGMService:
         jobs = self.tables.jobs()
         if jobs:
             by_id = {j["id"]: j for j in jobs}
-            ops = self.tables.events(kinds=("node", "completed"))
+            ops = self.tables.events(kinds=("node", "completed", "cancelled"))
             clock = FakeClock(0.0)
             m = DLGMMarket(_Replaying([e["job_id"] for e in ops if e["kind"] == "node"]), self.nodes,
                            self.preemptive, clock=clock)
@@ -424,6 +461,8 @@ class DLGMService:
                 if e["kind"] == "node":
                     j = by_id[e["job_id"]]
                     m.submit(j["owner"], j["weight"], j["runtime"], j["command"], node=int(e["detail"]))
+                elif e["kind"] == "cancelled":
+                    m.cancel("", e["job_id"], admin=True)
                 else:
                     m.exited(e["job_id"])
             m.store, m.clock = self.tables, self._clock
@@ -465,7 +504,10 @@ def replay_recorded(store) -> dict:
     against the simulator's payments rounded to micro-units); ``differ`` lists
     ``(job, field, live, simulated, why)`` for each job whose process ended before its reported
     run time (state ``completed``): the simulator runs reported times, so its end (and what
-    follows on its node) differs, and the replay says so rather than hide it."""
+    follows on its node) differs, and the replay says so rather than hide it. Cancellations
+    (events ``cancelled``) are given to the simulator at their times (the policy's ``cancel``);
+    one the simulator finds not waiting is listed too (it cannot happen when no process ended
+    early)."""
     from marketsched.mechanisms.online.dlgm import run_dlgm
     from marketsched.workloads.workload import Workload
 
@@ -475,7 +517,14 @@ def replay_recorded(store) -> dict:
     ids = [j["id"] for j in jobs]
     wl = Workload.from_columns(submit_time=[j["submit_t"] for j in jobs], runtime=[j["runtime"] for j in jobs],
                                procs=None, capacity=meta["nodes"], sort=False)
-    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm")
+    row = {j: i for i, j in enumerate(ids)}
+    cancels, submitted = {}, 0  # a cancellation comes after the submissions recorded before it
+    for e in tables.events(kinds=("node", "cancelled")):
+        if e["kind"] == "node":
+            submitted += 1
+        else:
+            cancels[row[e["job_id"]]] = (e["t"], submitted)
+    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm", cancel=cancels)
     owners = sorted({j["owner"] for j in jobs})
     sim_paid = dict.fromkeys(owners, 0)
     for j, p in zip(jobs, rec.payment.tolist()):
@@ -491,11 +540,13 @@ def replay_recorded(store) -> dict:
         return next((e["t"] for e in events if e["job_id"] == j and e["kind"] in kinds), None)
 
     live: dict[str, Any] = {"node": [j["node"] for j in jobs], "first_start": [first(j, ("start",)) for j in ids],
-            "end": [first(j, ("stopped", "completed")) for j in ids],
+            "end": [first(j, ("stopped", "completed", "cancelled")) for j in ids],
             "preemptions": [sum(e["job_id"] == j and e["kind"] == "preempt" for e in events) for j in ids],
             "paid": live_paid}
-    simulated: dict[str, Any] = {"node": pol.node.tolist(), "first_start": rec.first_start.tolist(), "end": rec.end_time.tolist(),
+    simulated: dict[str, Any] = {"node": pol.node.tolist(), "first_start": [None if x != x else x for x in rec.first_start.tolist()], "end": rec.end_time.tolist(),
                  "preemptions": rec.preemptions.tolist(), "paid": sim_paid}
     differ = [(j["id"], "end", live["end"][i], simulated["end"][i], "its process ended before its reported run time")
               for i, j in enumerate(jobs) if j["state"] == "completed" and live["end"][i] != simulated["end"][i]]
+    differ += [(ids[i], "cancel", cancels[i][0], None, "the simulator found it not waiting at its cancellation")
+               for i in pol.cancel_skipped]
     return {"jobs": ids, "live": live, "simulated": simulated, "differ": differ}

@@ -83,8 +83,11 @@ DLGM_CLAIMS = (
 _DLGM_LIVE = ("live local: `market serve --mechanism dlgm` (pdlgm for P-DLGM), each slot a node with its own queue, "
               "the same policy object as the simulator; jobs submit a weight and a reported run time "
               "(`market submit --bid W --runtime D`, optionally --node), `market quote` shows every node's utility, "
-              "compensations are ledger transfers between owners, a job is stopped at its reported run time, and a "
-              "served run replays through the simulator (docs/dlgm.md); not on Slurm")
+              "compensations are ledger transfers between owners, a job is stopped at its reported run time, "
+              "`market cancel` takes a waiting job out (no money moves; a running job is not cancelled), and a "
+              "served run replays through the simulator, cancellations included (docs/dlgm.md); live Slurm: "
+              "`--executor slurm`, each DLGM node a Slurm node (sbatch -w NODE, P-DLGM preempts with scontrol "
+              "suspend/resume)")
 register(Mechanism("dlgm", "Decentralized Local Greedy Mechanism", "compensation market",
                    "Stößer (2009), section 5.3 (Heydenreich, Müller & Uetz (2006))", _dlgm(False), DLGM_PARAMS,
                    ("bids", "serial"), ("node-choice",), summary="each job picks the node with the best tentative utility; "

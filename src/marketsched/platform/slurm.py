@@ -413,7 +413,8 @@ class SlurmExecutor(JobFolders):
         return f"{NAME_PREFIX}-{self.market_id}-{key}"
 
     def _sbatch(self, key: int, command: str, env: dict | None, priority: int, gated: bool,
-                user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None, tasks: int = 1) -> SlurmJob:
+                user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None, tasks: int = 1,
+                nodelist: str | None = None) -> SlurmJob:
         wd = self.workdir(key)
         uid, gid = (user.uid, user.gid) if user is not None else (None, None)
         dfd = jobfiles.open_jobdir(self.root_fd, wd.name, create=True, uid=uid, gid=gid)
@@ -430,6 +431,8 @@ class SlurmExecutor(JobFolders):
             args.append(f"--mem={int(mem_mib)}M")
         if gated:
             args.append(f"--begin={GATE}")
+        if nodelist is not None:  # the node the market chose (DLGM: marketsched.live.dlgm_slurm)
+            args += ["-w", nodelist]
         if self.partition:
             args += ["-p", self.partition]
         # the script goes on sbatch's stdin: no file anyone but the broker could change
@@ -456,13 +459,15 @@ class SlurmExecutor(JobFolders):
 
     # ------------------------------------------------------------------ the broker's interface
     def launch(self, key: int, command: str, env: dict | None = None, priority_key: float | None = None,
-               user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None, tasks: int = 1) -> SlurmJob:
+               user: RunAs | None = None, cpus: int = 1, mem_mib: int | None = None, tasks: int = 1,
+               nodelist: str | None = None) -> SlurmJob:
         """The mechanism starts job ``key``: submit it eligible (or ungate its pending Slurm job).
         The broker passes the job's mechanism key as ``priority_key`` (its Slurm priority), the
         Unix account it runs as (``user``; None: the broker's own) and a parallel job's CPUs
         (``tasks``: ``-n``, one CPU each, across nodes); the exchange passes the contract's
         ``cpus`` (``--cpus-per-task``, on one node) and memory (``mem_mib``, ``--mem``; None:
-        Slurm's default) for a job submitted now."""
+        Slurm's default) for a job submitted now; DLGM passes the node it chose (``nodelist``:
+        ``sbatch -w``)."""
         early = self.early.pop(key, None)
         if early is not None:  # it already ran to its end: report the exit at the next call
             early.started = True
@@ -475,7 +480,8 @@ class SlurmExecutor(JobFolders):
             self._resume[key] = 0.0
         if job is None:
             p = priority_of(priority_key) if priority_key is not None else self._prio.get(key, MAX_PRIORITY)
-            job = self._sbatch(key, command, env, p, gated=False, user=user, cpus=cpus, mem_mib=mem_mib, tasks=tasks)
+            job = self._sbatch(key, command, env, p, gated=False, user=user, cpus=cpus, mem_mib=mem_mib, tasks=tasks,
+                               nodelist=nodelist)
         elif job.gated:
             self._gate.discard(key)
             self._ungate.add(key)

@@ -114,6 +114,20 @@ Decisions (open in the thesis)
 * DLGM's release-date restriction ``r_j >= alpha d_j`` (needed only for Theorem 2's bound) is
   not enforced, as in the thesis's simulations (section 5.5).
 * Jobs must be serial (one processor = one node); split parallel jobs first.
+* **Cancellation** (the live market's, absent from the thesis and from Heydenreich, Müller &
+  Uetz 2006: jobs never leave before they complete): only a *waiting* job (queued, or preempted
+  and back in its node's queue) can be cancelled; a running job runs to its reported run time.
+  Steps (:meth:`DLGM.withdraw`): the job is credited what its displacers paid it so far (it was
+  displaced, the credit is booked as at a completion); it leaves its node's queue and the
+  aggregates; nothing else moves: the compensations it paid at its arrival stay with the jobs
+  it overtook (no refund: a refund would take money from their owners on the canceller's
+  say-so), and the jobs behind it complete earlier than their tentative times, with the payments
+  they made and received unchanged. ``cancel`` replays a live run's cancellations in the
+  simulator: ``{job row: (time, after)}``, each taken out at its time after that batch's
+  completions and after the arrivals of rows below ``after`` (the jobs submitted before it),
+  before the others: the live market's order (its stops due come before a cancellation, and its
+  submissions and cancellations of one time keep their order). A cancellation whose job is not
+  waiting then (running, ended, not yet arrived) is skipped and listed in ``cancel_skipped``.
 """
 
 from __future__ import annotations
@@ -228,6 +242,10 @@ class DLGM:
         Keep, for every job, the tentative completion time and payment offered by every node
         (``offers_completion[j]``, ``offers_payment[j]``; memory ``O(jobs x nodes)``: small
         instances only).
+    cancel:
+        ``{job row: (time, after)}``: waiting jobs taken out of their queue at these times, after
+        the arrivals of the rows below ``after`` (the live market's cancellations, see the module
+        decisions); the run takes the Python path.
     true_value:
         True weight ``v_j`` of each job (>= 0), used only for the job's own node choice;
         None: the reports are the true weights.
@@ -249,7 +267,8 @@ class DLGM:
 
     def __init__(self, bid, runtime, preemptive: bool = False, max_buckets: int | None = None,
                  force_node: dict[int, int] | None = None, record_offers: bool = False,
-                 true_value=None, node_choice: str = "true", start_rule: str = "immediate", node_rank=None):
+                 true_value=None, node_choice: str = "true", start_rule: str = "immediate", node_rank=None,
+                 cancel: dict[int, tuple[float, int]] | None = None):
         bid = np.asarray(bid, dtype=np.float64)
         runtime = np.asarray(runtime, dtype=np.float64)
         name = "P-DLGM" if preemptive else "DLGM"
@@ -285,6 +304,12 @@ class DLGM:
         self.runtime_array = runtime
         self.max_buckets = max_buckets
         self.force_node = dict(force_node or {})
+        self.cancel = {int(j): (float(t), int(a)) for j, (t, a) in (cancel or {}).items()}
+        for j, (t, a) in self.cancel.items():
+            if not 0 <= j < bid.shape[0] or not math.isfinite(t) or a < 0:
+                raise ValueError(f"{name}: cancel {{{j}: ({t}, {a})}} needs a job row of the run, a finite time "
+                                 "and a number of jobs submitted before it")
+        self.cancel_skipped: list[int] = []
         self.record_offers = bool(record_offers)
         self.node_choice = node_choice
         self.start_rule = start_rule
@@ -396,6 +421,10 @@ class DLGM:
         self._cache: tuple | None = None
         self._to_start: list[int] = []  # nodes whose running job the engine starts at the end of the batch
         self._idle_queued: set[int] = set()  # start_rule "after-arrivals": idle nodes with waiting jobs
+        self._cancels = sorted((t, a, j) for j, (t, a) in self.cancel.items())  # due in their order
+        self.cancel_skipped = []
+        for t, _, _ in self._cancels:
+            sim.wake_at(max(t, sim.now))
 
     def add_jobs(self, bid, key, cost) -> range:
         """Append jobs that arrive while the policy runs (the live engine's interface: ``bid``
@@ -459,10 +488,17 @@ class DLGM:
             self._complete(c, t)
         with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 on idle nodes: NaN, never ahead
             for j in arrived:
+                if self._cancels:
+                    self._cancel_due(t, j)
                 self._arrive(j, t)
+        if self._cancels:
+            self._cancel_due(t, INF)
         if self._idle_queued:  # "after-arrivals": every arrival of the batch is in; idle nodes start
             for n in sorted(self._idle_queued):
-                self._dequeue_and_start(n)
+                if self.queue[n]:
+                    self._dequeue_and_start(n)
+                else:  # its last waiting job was cancelled in this batch
+                    heapq.heappush(self.idle, n)
             self._idle_queued.clear()
         # The engine starts a node's job only now, so a job that a same-time arrival displaced
         # (P-DLGM) has not started and is not preempted: it never ran.
@@ -483,8 +519,8 @@ class DLGM:
         ``MARKETSCHED_ENGINE=compiled``)."""
         from marketsched.engine import compiled
 
-        if self.record_offers or type(self) is not DLGM:  # a subclass may change a step the kernel does not know
-            return None
+        if self.record_offers or self.cancel or type(self) is not DLGM:  # a subclass may change a step
+            return None  # the kernel does not know
         _dlgm_kernel = compiled.kernel("marketsched.mechanisms.online._dlgm_kernel")
         if _dlgm_kernel is None:
             return None
@@ -522,6 +558,42 @@ class DLGM:
         self._tent_e, self._tent_p, self._received = out["tent_e"], out["tent_p"], out["received"]
         self.preemption_count = count
         return rec
+
+    def _cancel_due(self, t: float, before: float) -> None:
+        """The cancellations due by ``t`` that came before the arrival of row ``before``."""
+        while self._cancels and self._cancels[0][0] <= t and self._cancels[0][1] <= before:
+            j = self._cancels.pop(0)[2]
+            if self.withdraw(j):
+                self.sim.kill(j)
+            else:
+                self.cancel_skipped.append(j)
+
+    def withdraw(self, j: int) -> bool:
+        """Take waiting job ``j`` out of its node's queue (a cancellation, see the module
+        decisions); returns False, changing nothing, if ``j`` is not waiting. The engine ends the
+        row (the live engine's ``withdrawn``, or :meth:`step`'s ``cancel`` replay).
+
+        Steps: (1) credit ``j`` the growth of its node's credit reading since its base and book
+        its credit (``v~_j`` times the run times of its displacers, as at a completion); (2)
+        remove its run time and weight from the aggregates (one pending change, as a start
+        does), its bucket's members and its node's queue. Costs O(queue length) for the heap
+        removal: cancellations are rare user actions."""
+        if not 0 <= j < len(self.bucket_of):
+            return False
+        b = self.bucket_of[j]
+        if b < 0:
+            return False
+        n = self.node_of[j]
+        self._credit_since(j, n, b)
+        self._book_credit(j)
+        self._pending.append((b + 1, n, -self.v[j], -self.work[j], -1.0))
+        self.qlen[n] -= 1
+        del self.members[b][j]
+        self.bucket_of[j] = -1
+        self.queue[n].remove((-self.ratio[j], j))
+        heapq.heapify(self.queue[n])
+        self._cache = None
+        return True
 
     def close(self, t: float) -> None:
         """Book the credits of jobs still queued or running when a run is cut (``until``)."""
