@@ -121,6 +121,11 @@ def test_mechanisms_lists_all():
     r = runner.invoke(main, ["mechanisms", "--json"])
     listed = json.loads(r.output)
     assert [m["name"] for m in listed][: len(BUILT_IN)] == BUILT_IN
+    # the table's closing line names exactly the mechanisms that run live, and none that does not
+    live = [m["name"] for m in listed if not m["live"].startswith("no")]
+    closing = " ".join(runner.invoke(main, ["mechanisms"]).output.split())
+    assert f"live: {', '.join(live)}." in closing
+    assert {"fcfs", "easy"}.isdisjoint(live) and {"hb", "dlgm", "ees", "ps", "egg"} <= set(live)
     assert listed[0]["params"][0] == {"name": "pricing", "type": "str", "default": "kth", "choices": ["kth", "first", "kth-uncapped"],
                                       "help": listed[0]["params"][0]["help"]}
 

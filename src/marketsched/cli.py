@@ -785,8 +785,9 @@ def mechanisms_(name, as_json, check):
         if kind != kinds[-1]:
             table.add_section()
     console.print(table)
+    live = ", ".join(m.name for m in items if not m.live.startswith("no"))
     console.print("(optional inputs in brackets; * a plugin or registered from Python) `marketsched mechanisms NAME` shows one with its "
-                  "parameters' help and where it runs; live market: hb, nphb, wsept (and wspt as wsept). Periodic auctions "
+                  f"parameters' help and where and how it runs live; live: {live or 'none'}. Periodic auctions "
                   "that clear outside this engine: dpgva and relaxed-dpgva (Mutz 2008; `marketsched audit --mechanism`, "
                   "`marketsched market serve --dayahead`) and the grid exchange's critical-value, k-pricing, "
                   "pay-as-bid and exact (Stößer 2009; `marketsched exchange init --mechanism`).", highlight=False)
