@@ -240,3 +240,29 @@ def test_mechanisms_say_how_ees_runs_live():
     for name in ("ees", "relaxed-ees"):
         out = " ".join(CliRunner().invoke(main, ["mechanisms", name]).output.split())
         assert f"market serve --mechanism {name}" in out and "not yet" not in out
+
+
+def test_web_page_shows_the_ees_queue_with_the_discard_threshold(ees, tmp_path, browser):
+    """The market's page, on an EES market: the queue head first with each job's value, and the
+    head's discard threshold (the sum of the waiting jobs' delay costs x the head's run time)."""
+    from selenium.webdriver.common.by import By
+
+    from browser_helpers import fresh, wait
+    from test_live_web import login
+
+    b = ees.broker
+    for u in ("alice", "bob", "carol"):
+        b.add_user(True, u, 1000)
+    gated = f"while [ ! -e {tmp_path / 'never'} ]; do sleep 0.05; done"
+    b.ees.submit("alice", 50, 1000, gated, delay_cost=0.1)  # runs
+    b.ees.submit("bob", 10, 100, gated, delay_cost=0.5)  # head: threshold 0.9 x 100
+    b.ees.submit("carol", 50, 10, gated, delay_cost=0.9)
+    browser.get(f"{ees.url}/")
+    login(browser, b.admin_token)
+
+    def text(el_id):
+        return fresh(lambda: browser.find_element(By.ID, el_id).text)
+
+    assert wait(browser, lambda d: text("threshold") == "90.000")
+    assert wait(browser, lambda d: "2 bob 10.00 0.500 100.0 2" in text("eesqueue") and "3 carol" in text("eesqueue"))
+    assert wait(browser, lambda d: "EES / expected externality" in text("mech") and text("eesrunning") == "1")

@@ -518,7 +518,7 @@ class EESMarket:
         jobs, and the head's discard threshold: the delay it would cause now."""
         pol = self.policy
         queue = list(pol.queue)
-        rows = [{"id": self.row_job[r], "value": float(pol.value[r]), "delay_cost": float(pol.d_per_second[r]),
+        rows = [{"id": self.row_job[r], "owner": self.owner[r], "value": float(pol.value[r]), "delay_cost": float(pol.d_per_second[r]),
                  "runtime": float(pol.runtime[r]), "cpus": int(self.engine.procs[r])} for r in queue]
         threshold = None
         if queue and not self.config.relaxed:  # EES: the head runs iff its value >= sum_j d_j r_head
