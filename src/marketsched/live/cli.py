@@ -1000,7 +1000,7 @@ def _ees_submit(client, value, delay_cost, patience, runtime, cpus, cmd, as_json
 
 
 def _echo_ees(q: dict) -> None:
-    click.echo(f"{q['mechanism']} on {q['cpus']} CPU(s): {len(q['queue'])} queued, running {q['running'] or '-'}")
+    click.echo(f"{q['mechanism']} on {q['cpus']} CPU(s): {len(q['queue'])} queued, running {', '.join(map(str, q['running'])) or '-'}")
     if q["head_threshold"] is not None:
         click.echo(f"  the head runs if its value is at least {q['head_threshold']:g} (the delay it causes the others)")
     for x in q["queue"]:
