@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 import threading
 import traceback
+from typing import Any
 
 from marketsched.platform import validation
 from marketsched.platform.http import Route
@@ -45,8 +46,8 @@ class Loop:
     :attr:`last_error`, and the loop goes on. Subclasses set ``broker``, ``executor``, ``name``
     and define ``next_event`` and ``step``."""
 
-    broker: object
-    executor: object
+    broker: Any
+    executor: Any
     name: str
     _thread: threading.Thread | None = None
     last_error: str | None = None
@@ -62,9 +63,9 @@ class Loop:
 
         def loop():
             while not self._stopping.is_set():
-                with self.broker.lock:  # type: ignore[attr-defined]
-                    wait = min(max(self.next_event() - float(self.broker.wall()), 0.0), 0.5)  # type: ignore[attr-defined]
-                self.executor.wait(wait)  # type: ignore[attr-defined]
+                with self.broker.lock:
+                    wait = min(max(self.next_event() - float(self.broker.wall()), 0.0), 0.5)
+                self.executor.wait(wait)
                 if self._stopping.is_set():
                     break
                 try:
@@ -82,6 +83,6 @@ class Loop:
         their processes are killed."""
         if self._thread is not None:
             self._stopping.set()
-            self.executor.wake()  # type: ignore[attr-defined]
+            self.executor.wake()
             self._thread.join(timeout=10)
-        self.executor.shutdown(kill=kill)  # type: ignore[attr-defined]
+        self.executor.shutdown(kill=kill)

@@ -90,7 +90,7 @@ from marketsched.mechanisms.online.ees import ESTIMATORS, TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import EESPolicy, RelaxedEESPolicy
 from marketsched.platform import validation
 from marketsched.platform.engine import LiveEngine
-from marketsched.platform.ledger import DEPOSITS, REVENUE, Store, user_account
+from marketsched.platform.ledger import DEPOSITS, REVENUE, user_account
 from marketsched.platform.tokens import hash_token
 from marketsched.platform.validation import MarketError
 from marketsched.workloads.workload import Workload
@@ -188,14 +188,16 @@ class EESConfig:
 
 
 class EESMarket:
-    """An EES or relaxed-EES market on ``config.cpus`` CPUs, its state in ``store``.
+    """An EES or relaxed-EES market on ``config.cpus`` CPUs, its state in ``store`` (a
+    :class:`~marketsched.platform.ledger.Store`, or a served market's
+    :class:`~marketsched.live.ees_service.EESTables` on the broker's).
 
     ``clock`` returns market seconds (never going back); ``executor`` (optional) carries out the
     decisions on real processes: ``launch(key, command, env=..., limits=...)``, ``kill(key)``,
     ``exits()``, and for a restart ``adopt``, ``recorded``, ``exit_code``, ``reap``.
     """
 
-    def __init__(self, store: Store, config: EESConfig, clock, executor=None, run_as=None):
+    def __init__(self, store, config: EESConfig, clock, executor=None, run_as=None):
         self.config = config.check()
         self.run_as = run_as  # owner -> the account a job runs as (a served multi-user market), or None
         self.store = store
