@@ -266,3 +266,24 @@ def test_web_page_shows_the_ees_queue_with_the_discard_threshold(ees, tmp_path, 
     assert wait(browser, lambda d: text("threshold") == "90.000")
     assert wait(browser, lambda d: "2 bob 10.00 0.500 100.0 2" in text("eesqueue") and "3 carol" in text("eesqueue"))
     assert wait(browser, lambda d: "EES / expected externality" in text("mech") and text("eesrunning") == "1")
+
+
+def test_a_job_that_cannot_start_completes_at_once_saying_why_and_the_queue_goes_on(tmp_path):
+    """A launch the executor refuses (an OSError: a command it cannot start, a machine out of
+    processes) does not leave a job 'running' without a process nor fail the request: the job
+    completes at once with the reason in its note, and the machine is free for the next head."""
+    from test_live_ees import Scripted, make
+
+    class Refusing(Scripted):
+        def launch(self, key, command, env=None, **kw):
+            if key == 1:
+                raise OSError("no such file")
+            super().launch(key, command, env, **kw)
+
+    m, clock = make(tmp_path, Refusing())
+    m.submit("alice", 10, 0.1, 5, "true")
+    assert m.view(1)["state"] == "completed" and m.view(1)["note"] == "launch failed: no such file"
+    clock.set(1.0)
+    assert m.submit("bob", 10, 0.1, 5, "true")["state"] == "running"
+    assert m.executor.log == [("launch", 2, None)]
+    m.store.check_books()
