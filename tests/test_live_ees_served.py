@@ -105,8 +105,12 @@ def test_ees_served_discards_a_head_below_its_delay_tells_why_and_replays_equal(
     assert "discarded: its value 10 is below" in CliRunner().invoke(
         main, ["market", "status"], env={**env, "MARKETSCHED_TOKEN": tok["bob"]}).output
     assert admin.get("/api/ees/jobs/3")["state"] == "completed"
+    listed = CliRunner().invoke(main, ["market", "list"], env={**env, "MARKETSCHED_TOKEN": tok["bob"]}).output
+    assert " discarded " in listed and "\n      discarded: its value 10 is below the delay it causes, 90 " in listed
+    assert [(j["id"], j["state"]) for j in bob.get("/api/jobs")] == [(bj["id"], "discarded")]  # own jobs only
     m = b.ees.market
     paid = paid_by_owner(m)
+    assert round(bob.get("/api/jobs")[0]["accrued"] * MICRO) == paid["bob"]  # its one decision's payment
     assert paid["bob"] > 0 > paid["carol"]  # bob's discard spared carol a delay; carol was charged for it
     for u in ("alice", "bob", "carol"):
         assert m.balance(u) == 1000 * MICRO - paid.get(u, 0)

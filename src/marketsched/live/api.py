@@ -180,7 +180,8 @@ def submit(b, who, q, body):
 def list_jobs(b, who, q, body):
     states = [s for s in q.get("state", "").split(",") if s] or None
     limit = page_limit(q, MAX_PAGE)
-    jobs = b.jobs(who[0], who[1], states, limit, page_before(q))
+    ees = getattr(b, "ees", None)  # an EES market lists its own jobs (`market list`)
+    jobs = (b if ees is None else ees).jobs(who[0], who[1], states, limit, page_before(q))
     return jobs, (jobs[0]["id"] if len(jobs) == limit and jobs[0]["id"] > 1 else None)
 
 

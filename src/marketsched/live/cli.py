@@ -550,7 +550,8 @@ def list_jobs(state, limit, before, as_json, client) -> None:
     for j in jobs:
         ec = "-" if j["exit_code"] is None else j["exit_code"]
         click.echo(f"{j['id']:>5} {j['owner']:<10} {j['bid']:>8g} {j['state']:<10} {j['run_seconds']:>7.1f} "
-                   f"{j['accrued']:>10.4f} {ec!s:>4}  {j['command']}")
+                   f"{j['accrued']:>10.4f} {ec!s:>4}  {j['command']}"
+                   + (f"\n      {j['note']}" if j["state"] == "discarded" else ""))  # an EES market's reason
 
 
 @market.command("show")

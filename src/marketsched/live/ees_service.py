@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from marketsched.live.attached import Loop, command_line
 from marketsched.live.ees import MECHANISMS, EESConfig, EESMarket
 from marketsched.platform import validation
-from marketsched.platform.ledger import user_account
+from marketsched.platform.ledger import MICRO, REVENUE, user_account
 from marketsched.platform.validation import MarketError, show
 
 __all__ = ["MECHANISMS", "EESService", "EESTables"]
@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS ees_events (
 );
 CREATE INDEX IF NOT EXISTS ees_events_job ON ees_events(job_id)
 """
+STATES = ("queued", "planned", "running", "completed", "stopped", "discarded", "cancelled")
 JOB_COLUMNS = ("id", "owner", "bid", "procs", "estimate", "command", "submit_t", "state", "first_start", "end_t",
                "attempts", "exit_code", "note")
 EVENT_COLUMNS = ("id", "job_id", "t", "kind", "detail")
@@ -123,13 +124,24 @@ class EESTables:
         rows = self.store._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM ees_jobs WHERE id = ?", (job_id,))
         return dict(zip(JOB_COLUMNS, rows[0])) if rows else None
 
-    def jobs(self, owner: str | None = None, limit: int | None = None) -> list[dict]:
-        """Jobs, oldest first (``limit``: the newest N)."""
+    def jobs(self, owner: str | None = None, limit: int | None = None, states=None,
+             before: int | None = None) -> list[dict]:
+        """Jobs, oldest first (``limit``: the newest N; ``states``: only these; ``before``:
+        only ids below it)."""
         sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM ees_jobs"
-        params: tuple = ()
+        cond: list[str] = []
+        params: list[object] = []
         if owner is not None:
-            sql += " WHERE owner = ?"
-            params = (owner,)
+            cond.append("owner = ?")
+            params.append(owner)
+        if states:
+            cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
+            params += list(states)
+        if before is not None:
+            cond.append("id < ?")
+            params.append(before)
+        if cond:
+            sql += " WHERE " + " AND ".join(cond)
         sql += " ORDER BY id"
         if limit is not None:
             sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
@@ -226,6 +238,36 @@ class EESService(Loop):
             self.market.tick()
             jobs = self.tables.jobs(None if admin else user, limit=100)
             return {**self.market.status(), "t": self.broker._t, "jobs": jobs}
+
+    def jobs(self, user: str, admin: bool, states=None, limit: int | None = None, before: int | None = None
+             ) -> list[dict]:
+        """The caller's jobs (the administrator: all), oldest first, in the shape of the spot
+        market's list (``market list``): ``bid`` is the value, ``accrued`` what the job's owner
+        paid net at the decisions it was queued in, ``run_seconds`` its running time; ``note``
+        says why a job was discarded or stopped."""
+        bad = set(states or ()) - set(STATES)
+        if bad:
+            raise MarketError(f"unknown EES job state(s) {sorted(bad)}; states are {', '.join(STATES)}")
+        with self._locked():
+            t = self._clock()
+            rows = self.tables.jobs(None if admin else user, limit, states, before)
+            paid = self._paid([r["id"] for r in rows])
+            for r in rows:
+                start = r["first_start"]
+                end = r["end_t"] if r["end_t"] is not None else t
+                r["run_seconds"] = 0.0 if start is None else max(end - start, 0.0)
+                r["accrued"] = paid.get(r["id"], 0) / MICRO
+            return rows
+
+    def _paid(self, ids: list[int]) -> dict[int, int]:
+        """Each job's payments net of what it received, micro-units (the ledger's entries)."""
+        if not ids:
+            return {}
+        rows = self.tables.store._rows(
+            "SELECT job_id, SUM(CASE WHEN from_account = ? THEN -amount ELSE amount END) FROM entries "
+            "WHERE kind = 'ees payment' AND job_id IN (" + ", ".join("?" * len(ids)) + ") GROUP BY job_id",
+            (REVENUE, *ids))
+        return {int(j): int(a) for j, a in rows}
 
     # ------------------------------------------------------------------ the loop (attached.Loop)
     def next_event(self) -> float:
