@@ -211,9 +211,11 @@ class EESMarket:
                     store._exec(stmt)
             store._ensure_account(REVENUE)
             stored = store.get_meta("ees_config")
-            if stored is None:
+            # the limit of jobs per user may change at a restart: it refuses submissions, which
+            # record nothing, so the recorded decisions replay the same under any limit
+            if stored is None or replace(EESConfig.from_json(stored), max_jobs_per_user=config.max_jobs_per_user) == config:
                 store.set_meta("ees_config", config.to_json())
-            elif EESConfig.from_json(stored) != config:
+            else:
                 raise ValueError(f"this market's database was made for {stored}; it cannot run as {config.to_json()}")
         batches = store._rows("SELECT t, detail FROM ees_batches ORDER BY id")
         if batches:  # the engine starts at the first recorded time, for the replay (_recover)

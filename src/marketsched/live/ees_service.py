@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from marketsched.live.attached import Loop, command_line
 from marketsched.live.ees import MECHANISMS, EESConfig, EESMarket
 from marketsched.platform import validation
-from marketsched.platform.ledger import MICRO, REVENUE, user_account
+from marketsched.platform.ledger import MICRO, REVENUE, jobs_query, user_account
 from marketsched.platform.validation import MarketError, show
 
 __all__ = ["MECHANISMS", "EESService", "EESTables"]
@@ -128,23 +128,7 @@ class EESTables:
              before: int | None = None) -> list[dict]:
         """Jobs, oldest first (``limit``: the newest N; ``states``: only these; ``before``:
         only ids below it)."""
-        sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM ees_jobs"
-        cond: list[str] = []
-        params: list[object] = []
-        if owner is not None:
-            cond.append("owner = ?")
-            params.append(owner)
-        if states:
-            cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
-            params += list(states)
-        if before is not None:
-            cond.append("id < ?")
-            params.append(before)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        sql += " ORDER BY id"
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
+        sql, params = jobs_query("ees_jobs", JOB_COLUMNS, owner, states, limit, before)
         return [dict(zip(JOB_COLUMNS, r)) for r in self.store._rows(sql, params)]
 
 
