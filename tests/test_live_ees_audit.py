@@ -9,7 +9,12 @@ the truthful and the lying arrivals are submitted to an :class:`~marketsched.liv
 with an injected clock, the same prior, draws and seed as the audit's runs, every process
 exiting at its declared run time; the focal job's true utility is read from the market (its
 state, its start, and its owner's balance on the ledger). The live gain has the audit's sign
-and its value up to the ledger's rounding of each payment to the micro-unit."""
+and its value up to the ledger's rounding of each payment to the micro-unit.
+
+The relaxed EES's case (Mutz 2008, chapter 6, utility eqs. 6.5-6.6): the same four jobs on two
+CPUs asking 1, 2, 1 and 2 CPUs; the audit finds that the last job (weight 0.3, value 18, 2 CPUs)
+gains by doubling its bid and loses by shading it, and the live relaxed-EES market (jobs packed
+by CPU count, planned starts) agrees in sign and value."""
 
 from __future__ import annotations
 
@@ -39,8 +44,13 @@ OWNERS = ("a", "b", "c", "d")
 DEPOSIT = 1000.0
 
 
-def scenario() -> Jobs:
-    w = Workload.from_columns(submit_time=SUBMIT, runtime=RUNTIME, runtime_estimate=DECLARED, capacity=1)
+RELAXED_PROCS = np.array([1, 2, 1, 2])
+RELAXED_FOCAL = 3
+
+
+def scenario(procs=None) -> Jobs:
+    cap = 1 if procs is None else 2
+    w = Workload.from_columns(submit_time=SUBMIT, runtime=RUNTIME, runtime_estimate=DECLARED, procs=procs, capacity=cap)
     return replace(Jobs.from_bids(w, WEIGHT, seed=SEED), deadline=SUBMIT + PATIENCE)
 
 
@@ -58,11 +68,12 @@ def run_until(m, clock, t, ids) -> None:
         m.tick()
 
 
-def live_utility(tmp_path, factor: float) -> float:
-    """The focal job's true utility in a live run where it reports its bid x ``factor``."""
-    jobs = scenario()
+def live_utility(tmp_path, factor: float, procs=None, focal: int = FOCAL) -> float:
+    """The focal job's true utility in a live run where it reports its bid x ``factor``
+    (``procs`` given: the relaxed EES on two CPUs, each job asking its CPUs)."""
+    jobs = scenario(procs)
     bid = WEIGHT.copy()
-    bid[FOCAL] *= factor
+    bid[focal] *= factor
     v, d, prior = ees_types(replace(jobs, bid=bid), PARAMS["prior_points"])
 
     @dataclass(frozen=True)
@@ -73,7 +84,7 @@ def live_utility(tmp_path, factor: float) -> float:
         def prior(self):
             return prior
 
-    config = AuditPrior(cpus=1, value=(0.0, 1000.0), delay_cost=(0.0, 10.0), n_draws=PARAMS["n_draws"],
+    config = AuditPrior(mechanism="ees" if procs is None else "relaxed-ees", cpus=1 if procs is None else 2, value=(0.0, 1000.0), delay_cost=(0.0, 10.0), n_draws=PARAMS["n_draws"],
                         estimator=PARAMS["estimator"], seed=SEED).check()
     clock = FakeClock(0.0)
     m = EESMarket(Store(tmp_path), config, clock, Scripted())
@@ -82,16 +93,17 @@ def live_utility(tmp_path, factor: float) -> float:
     ids: list[int] = []
     for k in range(len(SUBMIT)):
         run_until(m, clock, SUBMIT[k], ids)
-        ids.append(m.submit(OWNERS[k], float(v[k]), float(d[k]), float(DECLARED[k]), "true")["id"])
+        cpus = None if procs is None else int(procs[k])
+        ids.append(m.submit(OWNERS[k], float(v[k]), float(d[k]), float(DECLARED[k]), "true", cpus)["id"])
     run_until(m, clock, 1e7, ids)
     assert all(m.state[j] in ("completed", "discarded") for j in ids)  # no process outran its declared time
-    row = m.job_row[ids[FOCAL]]
+    row = m.job_row[ids[focal]]
     start, end = m.engine.first_start[row], m.engine.end_time[row]
-    waited = (end if np.isnan(start) else start) - SUBMIT[FOCAL]
-    done = m.state[ids[FOCAL]] == "completed"
-    paid = (DEPOSIT * MICRO - m.balance(OWNERS[FOCAL])) / MICRO
-    true_v = WEIGHT[FOCAL] * PATIENCE[FOCAL]
-    return true_v * done - WEIGHT[FOCAL] * waited - paid
+    waited = (end if np.isnan(start) else start) - SUBMIT[focal]
+    done = m.state[ids[focal]] == "completed"
+    paid = (DEPOSIT * MICRO - m.balance(OWNERS[focal])) / MICRO
+    true_v = WEIGHT[focal] * PATIENCE[focal]
+    return true_v * done - WEIGHT[focal] * waited - paid
 
 
 def test_a_shaded_value_pays_live_under_ees_as_in_the_audit(tmp_path):
@@ -104,5 +116,19 @@ def test_a_shaded_value_pays_live_under_ees_as_in_the_audit(tmp_path):
     assert truthful == pytest.approx(float(table["truthful"].iloc[0]), abs=4 / MICRO)
     for factor, gain in gains.items():
         live_gain = live_utility(tmp_path / f"x{factor}", factor) - truthful
+        assert np.sign(live_gain) == np.sign(gain)
+        assert live_gain == pytest.approx(gain, abs=8 / MICRO)  # each of <= 4 decisions rounds once
+
+
+def test_an_inflated_value_pays_live_under_relaxed_ees_as_in_the_audit(tmp_path):
+    jobs = scenario(RELAXED_PROCS)
+    table = audit(jobs, "relaxed-ees", PARAMS, [Deviation("value", 0.5), Deviation("value", 2.0)],
+                  job_ids=[int(jobs.workload.job_id[RELAXED_FOCAL])])
+    gains = dict(zip(table["amount"], table["gain"]))
+    assert gains[2.0] > 0 > gains[0.5]  # the audit: overbidding pays, shading does not
+    truthful = live_utility(tmp_path / "truthful", 1.0, RELAXED_PROCS, RELAXED_FOCAL)
+    assert truthful == pytest.approx(float(table["truthful"].iloc[0]), abs=4 / MICRO)
+    for factor, gain in gains.items():
+        live_gain = live_utility(tmp_path / f"x{factor}", factor, RELAXED_PROCS, RELAXED_FOCAL) - truthful
         assert np.sign(live_gain) == np.sign(gain)
         assert live_gain == pytest.approx(gain, abs=8 / MICRO)  # each of <= 4 decisions rounds once

@@ -46,6 +46,7 @@ GET     ``/api/market``              everything the page shows, in one request (
 POST    ``/api/dayahead/bids``       day-ahead sealed bid ``{"length", "deadline", "value", "nodes"?, "command"?}``
 GET     ``/api/dayahead``            ``showres``: own bids and reservations (administrator: all), next clearing
 POST    ``/api/dlgm/jobs``           DLGM and P-DLGM markets: :mod:`marketsched.live.dlgm_api`
+POST    ``/api/ees/jobs``            EES and relaxed-EES markets: :mod:`marketsched.live.ees_api`
 ======  ===========================  ===========================================================
 
 A submission is answered only after it is committed to the database (see the broker).
@@ -82,6 +83,7 @@ from fastapi.responses import Response
 
 from marketsched.live.broker import Broker
 from marketsched.live.dlgm_api import ROUTES as DLGM_ROUTES
+from marketsched.live.ees_api import ROUTES as EES_ROUTES
 from marketsched.platform.http import (
     BEFORE,
     BUSY_WAIT,
@@ -175,8 +177,12 @@ def submit(b, who, q, body):
 
 def _jobs_of(b):
     """Where a market's jobs are: a DLGM market's in its own tables (``list``, ``show``,
-    ``cancel`` and ``wait`` then work on them), else the broker's."""
-    return b.dlgm if getattr(b, "dlgm", None) is not None else b
+    ``cancel`` and ``wait`` then work on them), an EES market's in its own (``market list``),
+    else the broker's."""
+    for attached in ("dlgm", "ees"):
+        if getattr(b, attached, None) is not None:
+            return getattr(b, attached)
+    return b
 
 
 @route("GET", "/api/jobs", "own jobs (administrator: all), oldest first", paged=True,
@@ -215,6 +221,8 @@ def delete_job(b, who, q, body, job_id):
 def price(b, who, q, body):
     if getattr(b, "dlgm", None) is not None:  # `market status`: the nodes' queues
         return {**b.price(), "mechanism": b.dlgm.name, "dlgm": b.dlgm.status(who[0], who[1])["nodes"]}
+    if getattr(b, "ees", None) is not None:  # `market status`: the queue, the threshold, own jobs
+        return {**b.price(), "mechanism": b.ees.name, "ees": b.ees.status(who[0], who[1])}
     return b.price()
 
 
@@ -246,6 +254,7 @@ def market(b, who, q, body):
             "active_total": b.count_active(who[0], who[1]),
             "recent": b.jobs(who[0], who[1], FINAL_STATES, 20),
             **({"dlgm": b.dlgm.status(who[0], who[1])} if getattr(b, "dlgm", None) is not None else {}),
+            **({"ees": b.ees.status(who[0], who[1])} if getattr(b, "ees", None) is not None else {}),
         }
 
 
@@ -273,6 +282,7 @@ def show_reservations(b, who, q, body):
 
 
 ROUTES += DLGM_ROUTES  # a DLGM or P-DLGM market's routes (404 on a market that runs neither)
+ROUTES += EES_ROUTES  # an EES or relaxed-EES market's routes (404 on a market that runs neither)
 
 
 # ---------------------------------------------------------------------------- the application

@@ -130,6 +130,7 @@ from marketsched.platform.validation import MarketError, show, to_micro
 if TYPE_CHECKING:
     from marketsched.live.dayahead import DayAhead
     from marketsched.live.dlgm_service import DLGMService
+    from marketsched.live.ees_service import EESService
 
 LIVE_RULES = ("hb", "nphb", "wsept", "wspt")
 LIVE_PRICINGS = ("kth", "first")
@@ -299,6 +300,7 @@ class Broker:
             check()  # Slurm enters each job's folder as the job's user
         self.dayahead: DayAhead | None = None  # a marketsched.live.dayahead.DayAhead attached by `market serve --dayahead`
         self.dlgm: DLGMService | None = None  # marketsched.live.dlgm_service, `market serve --mechanism dlgm|pdlgm`
+        self.ees: EESService | None = None  # marketsched.live.ees_service, `market serve --mechanism ees|relaxed-ees`
         rule = self.config.mechanism
         self.rule = "wsept" if rule == "wspt" else rule
         self.mechanism = PriorityScheduler([], [], [], preemptive=(rule == "hb"), pricing=self.config.pricing,
@@ -386,6 +388,8 @@ class Broker:
             self.dayahead.stop()
         if self.dlgm is not None:
             self.dlgm.stop(kill=kill_jobs)
+        if self.ees is not None:
+            self.ees.stop(kill=kill_jobs)
         self.executor.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -564,6 +568,10 @@ class Broker:
         if self.dlgm is not None:
             raise MarketError(f"this market runs {self.dlgm.name.upper()}: submit a weight and a reported run time "
                               "(`market submit --bid W --runtime D`, POST /api/dlgm/jobs)", 409)
+        if self.ees is not None:
+            raise MarketError(f"this market runs {self.ees.name.upper()}: submit a value, a delay cost (or patience) "
+                              "and a declared run time (`market submit --value V --delay-cost D --runtime R`, "
+                              "POST /api/ees/jobs)", 409)
         with self.lock:
             if user not in self.balance:
                 raise MarketError(f"unknown user {user!r}", 404)

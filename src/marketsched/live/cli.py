@@ -151,11 +151,20 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free port).")
 @click.option("--slots", default=2, show_default=True, type=click.IntRange(min=1), help="Jobs that run at once.")
 @click.option("--mechanism", default="hb", show_default=True,
-              type=click.Choice(["hb", "nphb", "wsept", "wspt", "dlgm", "pdlgm"]),
+              type=click.Choice(["hb", "nphb", "wsept", "wspt", "dlgm", "pdlgm", "ees", "relaxed-ees"]),
               help="Allocation rule (Shudler et al. 2010): HB preempts; NPHB, WSEPT do not "
                    "(WSPT here = WSEPT). dlgm, pdlgm: the DLGM compensation market (Stößer 2009, ch. 5), "
                    "each slot (with --executor slurm: each Slurm node) a node with its own queue; jobs give a "
-                   "weight and a reported run time.")
+                   "weight and a reported run time. ees, relaxed-ees: the batch queue whose head runs or is "
+                   "discarded (Mutz 2008, ch. 4 and 6) on --slots CPUs; jobs give a value, a delay cost or "
+                   "patience and a declared run time.")
+@click.option("--ees-value-prior", nargs=2, type=float, default=(0.0, 100.0), show_default=True,
+              metavar="LOW HIGH", help="EES: the declared uniform prior of the values.")
+@click.option("--ees-delay-prior", nargs=2, type=float, default=(0.0, 1.0), show_default=True,
+              metavar="LOW HIGH", help="EES: the declared uniform prior of the delay costs per second.")
+@click.option("--ees-draws", default=200, show_default=True, type=click.IntRange(1, 10**6),
+              help="EES: Monte Carlo draws per expectation of the payments.")
+@click.option("--ees-seed", default=0, show_default=True, type=click.IntRange(0), help="EES: seed of the draws.")
 @click.option("--pricing", default="kth", show_default=True, type=click.Choice(["kth", "first"]),
               help="Payment rule per second of running time.")
 @click.option("--charge-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
@@ -218,7 +227,8 @@ def _privileged_launcher(data: Path, service_user: str, config, db_url, dayahead
 def serve(data, host, port, slots, mechanism, pricing, charge_interval, admission_seconds, sync, db_url,
           executor, partition, single_user, service_user, job_cpus, job_memory, job_processes, dayahead, da_clear_at, da_lead, da_horizon,
           da_granularity, da_capacity, da_depth, socket_path, tls_cert, tls_key, insecure_http, max_connections,
-          header_timeout, max_jobs_per_user, max_command_bytes, party_limits) -> None:
+          header_timeout, max_jobs_per_user, max_command_bytes, party_limits, ees_value_prior=(0.0, 100.0),
+          ees_delay_prior=(0.0, 1.0), ees_draws=200, ees_seed=0) -> None:
     """Run the market broker (HTTP API, web page, Unix socket, local executor) until interrupted.
 
     Once it listens it writes DATA/ready (`marketsched market wait` returns then). On
@@ -243,9 +253,12 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         # submissions per second under load (benchmarks/bench_live.py), for the same CPU time.
         sys.setswitchinterval(0.0005)
         dlgm = mechanism in ("dlgm", "pdlgm")
+        ees = mechanism in ("ees", "relaxed-ees")
         if dlgm and service_user is not None:
             raise ValueError(f"--mechanism {mechanism} runs without --service-user")
-        config = MarketConfig(slots=slots, mechanism="hb" if dlgm else mechanism, pricing=pricing, charge_interval=charge_interval,
+        if ees and (executor != "local" or service_user is not None):
+            raise ValueError(f"--mechanism {mechanism} runs on the local executor, without --service-user")
+        config = MarketConfig(slots=slots, mechanism="hb" if dlgm or ees else mechanism, pricing=pricing, charge_interval=charge_interval,
                               admission_seconds=admission_seconds, sync=sync, executor=executor, partition=partition,
                               single_user=single_user, launcher=service_user is not None, job_cpus=job_cpus,
                               job_memory=memory, job_processes=job_processes, max_jobs_per_user=max_jobs_per_user,
@@ -263,6 +276,11 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
 
                 dex = DLGMSlurmExecutor(data / "dlgm", partition=partition)
             broker.dlgm = DLGMService(broker, preemptive=mechanism == "pdlgm", executor=dex)
+        if ees:
+            from marketsched.live.ees_service import EESService
+
+            broker.ees = EESService(broker, mechanism, value=ees_value_prior, delay_cost=ees_delay_prior,
+                                    n_draws=ees_draws, seed=ees_seed)
     except (ValueError, RuntimeError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     token = broker.ensure_admin()
@@ -292,6 +310,8 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
     broker.start()
     if broker.dlgm is not None:
         broker.dlgm.start()
+    if broker.ees is not None:
+        broker.ees.start()
     click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), {executor} executor, "
                f"database {broker.store.location}", err=True)
     if broker.single_user:
@@ -467,7 +487,7 @@ def deposit(name, amount, client) -> None:
 
 
 @market.command("submit", context_settings={"ignore_unknown_options": True})
-@click.option("--bid", required=True, type=float, help="Bid per second of running time.")
+@click.option("--bid", default=None, type=float, help="Bid per second of running time (needed but on an EES market).")
 @click.option("--estimate", default=None, type=float, help="Runtime estimate in seconds (needed by WSEPT).")
 @click.option("--cpus", "--procs", "procs", default=1, type=int, show_default=True,
               help="CPUs the job runs on, all at once (on Slurm possibly across nodes); it pays per CPU.")
@@ -478,16 +498,30 @@ def deposit(name, amount, client) -> None:
               help="DLGM market: the reported run time in seconds (the job is stopped then); --bid is the weight, "
                    "per second of waiting.")
 @click.option("--node", default=None, type=int, help="DLGM market: the node to join (default: the best utility).")
+@click.option("--value", default=None, type=float,
+              help="EES market: what running the job is worth (give --runtime and --delay-cost or --patience; "
+                   "--bid is not used).")
+@click.option("--delay-cost", default=None, type=float, help="EES market: cost per second of waiting.")
+@click.option("--patience", default=None, type=float,
+              help="EES market: seconds the job would wait (delay cost = value / patience).")
 @click.option("--json", "as_json", is_flag=True, help="Print the job as JSON.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @client_options
-def submit(bid, estimate, procs, restartable, runtime, node, as_json, command, client) -> None:
+def submit(bid, estimate, procs, restartable, runtime, node, value, delay_cost, patience, as_json, command,
+           client) -> None:
     """Submit COMMAND (after --, e.g. `-- sleep 10`); prints the job id and its state.
 
     One argument is taken as a shell command line (`-- 'echo a; sleep 5'`); several are quoted
-    as separate arguments. On a DLGM market give --runtime (and optionally --node).
+    as separate arguments. On a DLGM market give --runtime (and optionally --node); on an EES
+    market --value, --delay-cost or --patience, --runtime (and --cpus under relaxed EES).
     """
     cmd = command[0] if len(command) == 1 else list(command)
+    if value is not None:
+        given = click.get_current_context().get_parameter_source("procs") != click.core.ParameterSource.DEFAULT
+        _ees_submit(client, value, delay_cost, patience, runtime, procs if given else None, cmd, as_json)
+        return
+    if bid is None:
+        raise click.UsageError("give --bid (or, on an EES market, --value)")
     if runtime is not None or node is not None:
         _dlgm_submit(client, bid, runtime, node, cmd, as_json)
         return
@@ -527,7 +561,8 @@ def list_jobs(state, limit, before, as_json, client) -> None:
     for j in jobs:
         ec = "-" if j["exit_code"] is None else j["exit_code"]
         click.echo(f"{j['id']:>5} {j['owner']:<10} {j['bid']:>8g} {j['state']:<10} {j['run_seconds']:>7.1f} "
-                   f"{j['accrued']:>10.4f} {ec!s:>4}  {j['command']}")
+                   f"{j['accrued']:>10.4f} {ec!s:>4}  {j['command']}"
+                   + (f"\n      {j['note']}" if j["state"] == "discarded" else ""))  # an EES market's reason
 
 
 @market.command("show")
@@ -543,6 +578,15 @@ def show(job_id, as_json, client) -> None:
     if "weight" in j:  # a DLGM job
         click.echo(f"job {j['id']} of {j['owner']}: {j['state']} on node {j['node']}, weight {j['weight']:g}/s, "
                    f"reported run time {j['runtime']:g} s, net paid {_money(j['payment'])}")
+        click.echo(f"  command: {j['command']}")
+        for e in j["events"]:
+            click.echo(f"  {e['t']:>10.2f}  {e['kind']:<10} {e['detail']}")
+        return
+    if "payments" in j and "value" in j:  # an EES job
+        paid = sum((x["amount"] if x["from_account"].startswith("user:") else -x["amount"]) for x in j["payments"])
+        click.echo(f"job {j['id']} of {j['owner']}: {j['state']}, value {j['value']:g}, declared run time "
+                   f"{j['runtime']:g} s, {j['cpus']} CPU(s), net paid {_money(paid / 1e6)}"
+                   + (f"\n  {j['note']}" if j.get("note") else ""))
         click.echo(f"  command: {j['command']}")
         for e in j["events"]:
             click.echo(f"  {e['t']:>10.2f}  {e['kind']:<10} {e['detail']}")
@@ -597,6 +641,9 @@ def price(history, as_json, client) -> None:
         return
     if "dlgm" in p:
         _echo_nodes(p)
+        return
+    if "ees" in p:
+        _echo_ees(p["ees"])
         return
     click.echo(f"price {p['price']:g}/s ({p['mechanism']}, {p['pricing']} price); running {p['running']}/{p['slots']}, "
                f"queued {p['queued']}, held {p['held']}")
@@ -1020,6 +1067,32 @@ def _dlgm_list(jobs: list[dict]) -> None:
     for j in jobs:
         click.echo(f"{j['id']:>5} {j['owner']:<10} {j['weight']:>8g} {j['runtime']:>8g} {j['node']!s:>4} "
                    f"{j['state']:<10} {j['payment']:>10.4f}  {j['command']}")
+
+
+def _ees_submit(client, value, delay_cost, patience, runtime, cpus, cmd, as_json) -> None:
+    if runtime is None:
+        raise click.UsageError("an EES job needs --runtime (its declared run time, seconds)")
+    body = {"value": value, "runtime": runtime, "command": cmd}
+    for k, v in (("delay_cost", delay_cost), ("patience", patience), ("cpus", cpus)):
+        if v is not None:
+            body[k] = v
+    job = client.post("/api/ees/jobs", body)
+    if as_json:
+        click.echo(json.dumps(job, indent=2))
+        return
+    paid = sum((x["amount"] if x["from_account"].startswith("user:") else -x["amount"]) for x in job["payments"])
+    click.echo(f"job {job['id']} {job['state']}; paid {_money(paid / 1e6)} so far" + (f"; {job['note']}" if job["note"] else ""))
+
+
+def _echo_ees(q: dict) -> None:
+    click.echo(f"{q['mechanism']} on {q['cpus']} CPU(s): {len(q['queue'])} queued, running {', '.join(map(str, q['running'])) or '-'}")
+    if q["head_threshold"] is not None:
+        click.echo(f"  the head runs if its value is at least {q['head_threshold']:g} (the delay it causes the others)")
+    for x in q["queue"]:
+        click.echo(f"  queued {x['id']}: value {x['value']:g}, delay cost {x['delay_cost']:g}/s, "
+                   f"run time {x['runtime']:g} s, {x['cpus']} CPU(s)")
+    for j in q["jobs"]:
+        click.echo(f"  {j['id']:>5} {j['owner']:<10} {j['state']:<10} {j['note']}")
 
 
 def _echo_nodes(p: dict) -> None:

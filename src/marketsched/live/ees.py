@@ -9,14 +9,17 @@ time by :mod:`marketsched.live.ees_policy`) inside a
 :class:`~marketsched.platform.ledger.Store` for jobs, events and money, an executor for the
 processes), as :class:`~marketsched.live.dlgm.DLGMMarket` is.
 
-Why a market of its own and not a mode of the priority broker (``market serve --mechanism``):
-the broker's bid language (a bid per second), its admission rule (a balance covering seconds of
-the highest price), its charging (per second of running time, read from the payment scheme's
-``accrued``), its holds (a user out of money is taken out of the mechanism) and its restart
-(jobs re-enter the mechanism afresh) are all per-second pricing. EES has none of them: a job
-reports a value, a delay cost and a run time; money moves only at decisions, between the queued
-jobs' owners; a decision is final (a discarded job never comes back), so a restart must restore
-the queue and the Monte Carlo generator exactly rather than decide afresh.
+Why a market of its own and not a rule of the priority broker: the broker's bid language (a bid
+per second), its admission rule (a balance covering seconds of the highest price), its charging
+(per second of running time, read from the payment scheme's ``accrued``), its holds (a user out
+of money is taken out of the mechanism) and its restart (jobs re-enter the mechanism afresh) are
+all per-second pricing. EES has none of them: a job reports a value, a delay cost and a run
+time; money moves only at decisions, between the queued jobs' owners; a decision is final (a
+discarded job never comes back), so a restart must restore the queue and the Monte Carlo
+generator exactly rather than decide afresh. The broker serves this very market beside it
+(``market serve --mechanism ees|relaxed-ees``, :mod:`marketsched.live.ees_service`: its users,
+ledger, lock, API and page), and ``market ees`` runs it in the foreground
+(:mod:`marketsched.live.ees_cli`).
 
 Steps of a submission (value ``v``, delay cost ``d`` per second of waiting, declared run time
 ``r`` in seconds, and in the relaxed EES a CPU count ``k``):
@@ -87,7 +90,7 @@ from marketsched.mechanisms.online.ees import ESTIMATORS, TypePrior, Uniform
 from marketsched.mechanisms.online.ees_driver import EESPolicy, RelaxedEESPolicy
 from marketsched.platform import validation
 from marketsched.platform.engine import LiveEngine
-from marketsched.platform.ledger import DEPOSITS, REVENUE, Store, user_account
+from marketsched.platform.ledger import DEPOSITS, REVENUE, user_account
 from marketsched.platform.tokens import hash_token
 from marketsched.platform.validation import MarketError
 from marketsched.workloads.workload import Workload
@@ -185,15 +188,18 @@ class EESConfig:
 
 
 class EESMarket:
-    """An EES or relaxed-EES market on ``config.cpus`` CPUs, its state in ``store``.
+    """An EES or relaxed-EES market on ``config.cpus`` CPUs, its state in ``store`` (a
+    :class:`~marketsched.platform.ledger.Store`, or a served market's
+    :class:`~marketsched.live.ees_service.EESTables` on the broker's).
 
     ``clock`` returns market seconds (never going back); ``executor`` (optional) carries out the
     decisions on real processes: ``launch(key, command, env=..., limits=...)``, ``kill(key)``,
     ``exits()``, and for a restart ``adopt``, ``recorded``, ``exit_code``, ``reap``.
     """
 
-    def __init__(self, store: Store, config: EESConfig, clock, executor=None):
+    def __init__(self, store, config: EESConfig, clock, executor=None, run_as=None):
         self.config = config.check()
+        self.run_as = run_as  # owner -> the account a job runs as (a served multi-user market), or None
         self.store = store
         self.clock = clock
         self.executor = executor
@@ -205,9 +211,11 @@ class EESMarket:
                     store._exec(stmt)
             store._ensure_account(REVENUE)
             stored = store.get_meta("ees_config")
-            if stored is None:
+            # the limit of jobs per user may change at a restart: it refuses submissions, which
+            # record nothing, so the recorded decisions replay the same under any limit
+            if stored is None or replace(EESConfig.from_json(stored), max_jobs_per_user=config.max_jobs_per_user) == config:
                 store.set_meta("ees_config", config.to_json())
-            elif EESConfig.from_json(stored) != config:
+            else:
                 raise ValueError(f"this market's database was made for {stored}; it cannot run as {config.to_json()}")
         batches = store._rows("SELECT t, detail FROM ees_batches ORDER BY id")
         if batches:  # the engine starts at the first recorded time, for the replay (_recover)
@@ -221,6 +229,7 @@ class EESMarket:
         self.commands: dict[int, str] = {}
         self.running: set[int] = set()  # running rows
         self.active_by_user: Counter = Counter()  # user -> jobs queued, planned or running
+        self._charged: set[str] = set()  # owners whose balance a decision moved (charged_owners)
         self._replaying = False
         self._recover(batches)
 
@@ -437,6 +446,7 @@ class EESMarket:
         n = len(jobs)
         for job_id, mu in zip(jobs, dec["payments"]):
             micros = validation.to_micro(mu)
+            self._charged.add(self.owner[self.job_row[job_id]])
             acct = user_account(self.owner[self.job_row[job_id]])
             memo = f"decision on job {head}: {'runs' if dec['runs'] else 'discarded'}"
             if micros > 0:
@@ -472,11 +482,25 @@ class EESMarket:
                 limits = getattr(ex, "limits", None)
                 if limits is not None and self.config.relaxed:
                     kw["limits"] = replace(limits, cpus=float(self.engine.procs[self.job_row[job_id]]))
-                ex.launch(job_id, self.commands[job_id], env={"MARKETSCHED_JOB_ID": str(job_id)}, **kw)
+                try:
+                    if self.run_as is not None:
+                        kw["user"] = self.run_as(self.owner[self.job_row[job_id]])
+                    ex.launch(job_id, self.commands[job_id], env={"MARKETSCHED_JOB_ID": str(job_id)}, **kw)
+                except (OSError, MarketError) as exc:  # it ends now, as a job whose process ended at once
+                    t = self._now()
+                    with self.store.transaction():
+                        again = self._batch(t, completed=[job_id])
+                        self.store.update_job(job_id, note=f"launch failed: {exc}")
+                    self._carry_out(again)
             else:
                 ex.kill(job_id)
 
     # ------------------------------------------------------------------ views
+    def charged_owners(self) -> set[str]:
+        """The owners whose balances decisions moved since the last call (for a balance cache)."""
+        out, self._charged = self._charged, set()
+        return out
+
     def decisions(self, after: int = 0) -> list[dict]:
         """The recorded decisions with an id above ``after`` (0: all), oldest first (job ids,
         outcome, numbers, payments, the generator's state before it)."""
@@ -498,7 +522,7 @@ class EESMarket:
         jobs, and the head's discard threshold: the delay it would cause now."""
         pol = self.policy
         queue = list(pol.queue)
-        rows = [{"id": self.row_job[r], "value": float(pol.value[r]), "delay_cost": float(pol.d_per_second[r]),
+        rows = [{"id": self.row_job[r], "owner": self.owner[r], "value": float(pol.value[r]), "delay_cost": float(pol.d_per_second[r]),
                  "runtime": float(pol.runtime[r]), "cpus": int(self.engine.procs[r])} for r in queue]
         threshold = None
         if queue and not self.config.relaxed:  # EES: the head runs iff its value >= sum_j d_j r_head

@@ -1,8 +1,8 @@
 """``marketsched market ees``: an EES or relaxed-EES market (:class:`~marketsched.live.ees.EESMarket`)
 run in the foreground on this machine's processes, from a file of submissions.
 
-A mode of its own rather than ``market serve --mechanism ees``: the served broker is a
-per-second-price market (see :mod:`marketsched.live.ees` for why EES does not fit it). This
+The same market as ``market serve --mechanism ees|relaxed-ees``
+(:mod:`marketsched.live.ees_service`), without the server: for a file of submissions. This
 command runs the market for the jobs of a file (each submitted at its time), prints every
 decision as it is taken (the head, run or discarded, its value against the delay it causes, the
 payments), then each job's outcome, the balances, and the replay of the recorded run through the

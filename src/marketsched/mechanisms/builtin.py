@@ -169,11 +169,14 @@ def _whole_machine(jobs):
     return whole_machine(jobs), "whole machine"
 
 
-_EES_LIVE = ("yes: `marketsched market ees JOBS --mechanism {name}` (marketsched.live.ees.EESMarket) runs the "
-             "simulator's policy object on this machine's processes: jobs report a value, a delay cost per second "
-             "and a run time{cpus}, each decision's expected-externality payments go on the ledger, discarded jobs "
-             "are told why, the draws are seeded and recorded, and the run replays through the simulator to the "
-             "same decisions and payments; not in `market serve` (a per-second-price market; docs/live_market.md)")
+_EES_LIVE = ("yes: `marketsched market serve --mechanism {name}` (marketsched.live.ees_service) serves it on the "
+             "platform's API, page and ledger, and `marketsched market ees JOBS --mechanism {name}` runs a file of "
+             "submissions in the foreground; both run the simulator's policy object "
+             "(marketsched.live.ees.EESMarket) on this machine's processes: jobs report a value, a delay cost per "
+             "second (or a patience) and a run time{cpus} (`market submit --value V --delay-cost D --runtime R`), "
+             "each decision's expected-externality payments go on the ledger, discarded jobs are told why "
+             "(`market status`), the draws are seeded and recorded, and the run replays through the simulator to the "
+             "same decisions and payments; local executor only (docs/mutz_auctions.md)")
 register(Mechanism("ees", "Expected Externality Scheduler", "queue auction", "Mutz (2008), chapter 4 (eqs. 4.1-4.6)",
                    _ees(False), EES_PARAMS, ("bids", "deadlines"), ("estimates",),
                    summary="one job at a time holds the whole machine (the built-in workload gives each job the machine "

@@ -183,12 +183,12 @@ def market_cgroup_name(root: Path) -> str:
 
 
 def kill_recorded_jobs(data_dir) -> int:
-    """Kill every job recorded under ``data_dir/jobs``, ``data_dir/dayahead`` and ``data_dir/dlgm`` that still
+    """Kill every job recorded under ``data_dir/jobs``, ``data_dir/dayahead``, ``data_dir/dlgm`` and ``data_dir/ees`` that still
     runs (pid and start time both match, so a recycled pid is never hit; with everything in its
     cgroups); returns how many were killed. For cleaning up after a broker that was killed
     (tests, benchmarks)."""
     killed = 0
-    for sub in ("jobs", "dayahead", "dlgm"):
+    for sub in ("jobs", "dayahead", "dlgm", "ees"):
         root = Path(data_dir) / sub
         for key in jobfiles.recorded_keys(root) if root.is_dir() else []:
             rec = jobfiles.read_state(root, key)

@@ -448,23 +448,7 @@ class Store:
     def jobs(self, owner: str | None = None, states=None, limit: int | None = None,
              before: int | None = None) -> list[dict]:
         """Jobs, oldest first (``limit``: the newest N; ``before``: only ids below it)."""
-        sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM jobs"
-        cond: list[str] = []
-        params: list[object] = []
-        if owner is not None:
-            cond.append("owner = ?")
-            params.append(owner)
-        if states:
-            cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
-            params += list(states)
-        if before is not None:
-            cond.append("id < ?")
-            params.append(before)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        sql += " ORDER BY id"
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
+        sql, params = jobs_query("jobs", JOB_COLUMNS, owner, states, limit, before)
         return [dict(zip(JOB_COLUMNS, r)) for r in self._rows(sql, params)]
 
     def count_jobs(self) -> dict[str, int]:
@@ -504,6 +488,30 @@ class Store:
         sql = f"SELECT * FROM ({sql} ORDER BY id DESC LIMIT {int(limit)}) AS last ORDER BY t"
         keys = ("t", "price", "queued", "running")
         return [dict(zip(keys, r)) for r in self._rows(sql, params)]
+
+
+def jobs_query(table: str, columns, owner: str | None = None, states=None, limit: int | None = None,
+               before: int | None = None) -> tuple[str, list]:
+    """The query of a jobs table's rows, oldest first: ``owner``'s only, in ``states`` only,
+    the newest ``limit``, ids below ``before`` (each optional); returns ``(sql, params)``."""
+    sql = f"SELECT {', '.join(columns)} FROM {table}"
+    cond: list[str] = []
+    params: list[object] = []
+    if owner is not None:
+        cond.append("owner = ?")
+        params.append(owner)
+    if states:
+        cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
+        params += list(states)
+    if before is not None:
+        cond.append("id < ?")
+        params.append(before)
+    if cond:
+        sql += " WHERE " + " AND ".join(cond)
+    sql += " ORDER BY id"
+    if limit is not None:
+        sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
+    return sql, params
 
 
 def user_account(name: str) -> str:

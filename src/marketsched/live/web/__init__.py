@@ -48,6 +48,15 @@ PAGE = page("marketsched live market", r"""  td.cmd { font-family: ui-monospace,
     <table><thead><tr><th>node</th><th>running</th><th>until</th><th>queue (job, user, weight per second of run time)</th></tr></thead>
     <tbody id="nodes"></tbody></table>
   </section>
+  <section class="wide" id="ees" hidden>
+    <h2>Queue, head first <span class="muted">(the head runs if its value is at least the delay it causes the waiting jobs; else it is discarded)</span></h2>
+    <p>discard threshold of the head: <b id="threshold">-</b> <span class="muted" id="eesnote"></span></p>
+    <table><thead><tr><th>job</th><th>user</th><th>value</th><th>delay cost/s</th><th>run time s</th><th>CPUs</th></tr></thead>
+    <tbody id="eesqueue"></tbody></table>
+    <h2>Jobs <span class="muted">(running: <span id="eesrunning">-</span>)</span></h2>
+    <table><thead><tr><th>job</th><th>user</th><th>value</th><th>state</th><th>note</th><th>command</th></tr></thead>
+    <tbody id="eesjobs"></tbody></table>
+  </section>
   <section>
     <h2>Running</h2>
     <table><thead><tr><th>job</th><th>user</th><th>bid</th><th>pays/s</th><th>ran s</th><th>charged</th><th>command</th></tr></thead>
@@ -144,6 +153,16 @@ async function readMarket() {
       $("mech").textContent = m.dlgm.mechanism.toUpperCase() + " / compensations";
       rows($("nodes"), m.dlgm.nodes, (n) => [n.node, n.running ? n.running.id + " (" + n.running.owner + ", weight " + fmt(n.running.weight, 2) + ")" : "idle",
         n.running ? fmt(n.running.ends, 1) : "-", n.queue.map((x) => x.id + " (" + x.owner + ", " + fmt(x.ratio, 3) + ")").join(", ") || "-"]);
+    }
+    $("ees").hidden = !m.ees;
+    if (m.ees) {  // an EES or relaxed-EES market: its queue and the head's discard threshold
+      const q = m.ees;
+      $("mech").textContent = q.mechanism.toUpperCase() + " / expected externality";
+      $("threshold").textContent = q.head_threshold === null ? "-" : fmt(q.head_threshold, 3);
+      $("eesnote").textContent = q.head_threshold === null && q.queue.length ? "(relaxed EES: the delays of two greedy schedules, decided at each decision)" : "";
+      $("eesrunning").textContent = q.running.join(", ") || "-";
+      rows($("eesqueue"), q.queue, (x) => [x.id, x.owner, fmt(x.value, 2), fmt(x.delay_cost, 3), fmt(x.runtime, 1), x.cpus]);
+      rows($("eesjobs"), q.jobs.slice().reverse(), (j) => [j.id, j.owner, fmt(j.bid, 2), {v: j.state, cls: "state-" + j.state}, j.note, {v: j.command, cls: "cmd"}]);
     }
     chart(m.history, p.t);
     $("updated").textContent = new Date().toLocaleTimeString();
