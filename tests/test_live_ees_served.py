@@ -108,6 +108,12 @@ def test_ees_served_discards_a_head_below_its_delay_tells_why_and_replays_equal(
     listed = CliRunner().invoke(main, ["market", "list"], env={**env, "MARKETSCHED_TOKEN": tok["bob"]}).output
     assert " discarded " in listed and "\n      discarded: its value 10 is below the delay it causes, 90 " in listed
     assert [(j["id"], j["state"]) for j in bob.get("/api/jobs")] == [(bj["id"], "discarded")]  # own jobs only
+    shown = CliRunner().invoke(main, ["market", "show", str(bj["id"])], env={**env, "MARKETSCHED_TOKEN": tok["bob"]})
+    assert shown.exit_code == 0 and f"job {bj['id']} of bob: discarded, value 10" in shown.output, shown.output
+    assert "discarded: its value 10 is below" in shown.output
+    with pytest.raises(ClientError) as exc:  # `market show` of another's EES job: not found
+        bob.get(f"/api/jobs/{a['id']}")
+    assert exc.value.status == 404
     m = b.ees.market
     paid = paid_by_owner(m)
     assert round(bob.get("/api/jobs")[0]["accrued"] * MICRO) == paid["bob"]  # its one decision's payment
