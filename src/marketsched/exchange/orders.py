@@ -23,7 +23,7 @@ import re
 from collections.abc import Collection
 
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact", "egg")
-PROVIDER_KINDS = ("local", "slurm")
+PROVIDER_KINDS = ("local", "slurm", "agent")  # agent: its own agent runs its contracts (.agent_runs)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_PRICE = 1e9  # per CPU unit per slot
 MAX_CPU = 1_000_000  # CPU units of a node or a request
@@ -100,6 +100,12 @@ def check_party_cpus(provider: dict, cpus: list[int] | None, nodes, busy: Collec
     if provider["kind"] == "slurm":
         if cpus is not None:
             raise ValueError("node field 'cpus' is for local providers: Slurm places a slurm provider's jobs")
+        return
+    if provider["kind"] == "agent":  # CPUs of its agent's machine (.agent_runs): not this machine's
+        for n in nodes:
+            if n["provider"] == provider["name"] and n["left_t"] is None and set(n["cpus"] or ()) & set(cpus or ()):
+                raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus or ()))} backs a node of "
+                                 "this provider")
         return
     if cpus is None:
         raise ValueError("node field 'cpus' is required: the CPUs of this machine that back a local provider's node")
