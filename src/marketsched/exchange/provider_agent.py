@@ -80,7 +80,7 @@ def _step(client: Client, stats: AgentStats, done: set[int], keeper, work: Path 
                 keeper = RunKeeper(client, work or Path.cwd() / "marketsched-agent", log)
             keeper.step(waiting)
         if isinstance(ask, int) and ask not in done:
-            from .distributed import answer  # only the distributed mode's agents need the mechanism
+            from .provider_answer import answer  # only the distributed mode's agents need the mechanism
 
             _gate(ask)
             reply = answer(got["request"])
