@@ -190,3 +190,20 @@ def api_with_agents(data, clock, hang: float):
                 a.wait(timeout=hang)
         srv.shutdown()
         service.store.close()
+
+
+def agent_exchange(data, clock, providers, cpu: int, mem: int, last_slot: int) -> Exchange:
+    """An exchange at ``data`` on ``clock`` (critical-value, slots of 10 s, penalty 1) whose
+    ``providers`` are of the kind agent (their agents run their contracts), each with node n0 of
+    ``cpu`` units and ``mem`` offered at 1.0 for slots 1 to ``last_slot``; single-user mode."""
+    from marketsched.exchange.providers import provider_backends
+
+    store = ExchangeStore(data)
+    create_exchange(store, slot_seconds=10.0, period_seconds=30.0, mechanism="critical-value", penalty=1.0)
+    ex = Exchange(store, clock, provider_backends(data))
+    ex.single_user = True
+    for p in providers:
+        ex.join(p, "agent")
+        ex.add_node(p, "n0", cpu, mem)
+        ex.submit_offer(p, "n0", 1.0, 1, last_slot)
+    return ex

@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from exchange_helpers import api_with_agents
+from exchange_helpers import agent_exchange, api_with_agents
 from marketsched.exchange.agent_runs import REPORT_GRACE
 from marketsched.exchange.api import issue_token
-from marketsched.exchange.core import Exchange, create_exchange
-from marketsched.exchange.providers import provider_backends
 from marketsched.exchange.store import ExchangeStore
 from marketsched.live.cli import Client, ClientError
 from marketsched.platform.clock import FakeClock
@@ -34,16 +32,9 @@ def market(tmp_path):
     """An exchange (critical-value, fake clock) with agent providers p1 and p2 (one node of 2 CPU
     units each, offered for 50 slots), user u's token, the providers' tokens, the API on 127.0.0.1."""
     data = tmp_path / "ex"
-    store = ExchangeStore(data)
-    create_exchange(store, slot_seconds=10.0, period_seconds=30.0, mechanism="critical-value", penalty=1.0)
     clock = FakeClock()
-    ex = Exchange(store, clock, provider_backends(data))
-    ex.single_user = True
-    for p in ("p1", "p2"):
-        ex.join(p, "agent")
-        ex.add_node(p, "n0", 2, 64)
-        ex.submit_offer(p, "n0", 1.0, 1, 50)
-    tokens = {name: issue_token(store, role, name, 0.0) for role, name in
+    ex = agent_exchange(data, clock, ("p1", "p2"), 2, 64, 50)
+    tokens = {name: issue_token(ex.store, role, name, 0.0) for role, name in
               (("provider", "p1"), ("provider", "p2"), ("user", "u"))}
     with api_with_agents(data, clock, HANG) as (srv, agents):
         yield ex, clock, srv, tokens, data, agents, tmp_path

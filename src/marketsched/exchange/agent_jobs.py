@@ -83,12 +83,12 @@ class RunKeeper:
         self.log(f"contract {cid}: started")
 
     def report(self, cid: int, end: str, code: int | None, stop: bool = False) -> None:
-        ex = self.backend.executor
-        out = ex.workdir(cid) / "stdout"
+        out = self.backend.executor.workdir(cid) / "stdout"
+        cpu: float | None
         if stop:
             cpu = self.backend.stop(cid)
         else:
-            cpu = self.backend.usage(cid)["cpu_seconds"]
+            cpu = (self.backend.usage(cid) or {}).get("cpu_seconds")
             self.backend.fault(cid)  # forgets the job
         try:
             data = out.read_bytes()

@@ -45,11 +45,15 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MAX_ID, MarketError, whole
 
 from .agent_jobs import OUTPUT_LIMIT  # bytes of a job's output the exchange keeps (its digest covers all of it)
+
+if TYPE_CHECKING:
+    from .store import ExchangeStore
 
 REPORT_GRACE = 30.0  # seconds of exchange time after a window's end for the agent's report
 ENDS = ("exit", "window", "signal", "not-started")  # how an agent says a job ended
@@ -72,12 +76,18 @@ class AgentBackend:
 
     def __init__(self, provider: str):
         self.provider = provider
-        self.store = None
+        self._store: ExchangeStore | None = None
         self.clock: Callable[[], float] = lambda: 0.0
         self.live: set[int] = set()  # runs published and not yet handed to the exchange as ended
 
-    def bind(self, store, clock: Callable[[], float]) -> None:
-        self.store, self.clock = store, clock
+    def bind(self, store: ExchangeStore, clock: Callable[[], float]) -> None:
+        self._store, self.clock = store, clock
+
+    @property
+    def store(self) -> ExchangeStore:
+        if self._store is None:
+            raise RuntimeError(f"provider {self.provider!r}'s agent backend is used through its exchange (bind)")
+        return self._store
 
     def start(self, contract_id: int, command: str, env: dict, cpus, user=None, contracted=None) -> None:
         """Step 1: publish the run (the agent runs the job as its own account: ``user`` is the
