@@ -5,7 +5,8 @@ The agent runs each run the exchange publishes for it on its own executor: the l
 :class:`~marketsched.platform.executor.LocalExecutor` through
 :class:`.providers.LocalBackend`, as a local provider's contracts run on the exchange's
 machine (a cgroup per job where the machine has them: the node's CPUs, the contracted share
-of them, the contracted memory), as the agent's own Unix account, in ``DATA/runs/job-ID``.
+of them, the contracted memory), as the agent's own Unix account (an agent run as root warns:
+the users' jobs would run as root), in ``WORK/runs/job-ID``.
 
 :meth:`RunKeeper.step`, once per poll of the agent's loop (:func:`.provider_agent.run_agent`):
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +43,9 @@ class RunKeeper:
                  containment="auto"):
         from .providers import LocalBackend
 
+        if os.geteuid() == 0:
+            log("provider agent: running as root, so the users' contract jobs run as root on this machine: run the "
+                "agent as an unprivileged account")
         self.client = client
         self.log = log
         self.backend = LocalBackend(Path(data_dir) / "runs", containment)
@@ -90,11 +95,7 @@ class RunKeeper:
         else:
             cpu = (self.backend.usage(cid) or {}).get("cpu_seconds")
             self.backend.fault(cid)  # forgets the job
-        try:
-            data = out.read_bytes()
-        except OSError:
-            data = b""
-        body = {"end": end, "cpu_seconds": cpu, **_output(data)}
+        body = {"end": end, "cpu_seconds": cpu, **_file_output(out)}
         if code is not None:
             body["code"] = int(code)
         self._post(cid, body)
@@ -109,6 +110,22 @@ class RunKeeper:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _file_output(path: Path) -> dict:
+    """:func:`_output` of a job's output file, read in chunks (a job may write more than fits
+    in memory; only the first :data:`OUTPUT_LIMIT` bytes are kept). A missing file is empty."""
+    digest, head, size = hashlib.sha256(), b"", 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                if len(head) < OUTPUT_LIMIT:
+                    head += chunk[:OUTPUT_LIMIT - len(head)]
+                size += len(chunk)
+    except OSError:
+        pass
+    return {"digest": digest.hexdigest(), "output": base64.b64encode(head).decode(), "output_bytes": size}
 
 
 def _output(data: bytes) -> dict:
