@@ -33,7 +33,7 @@ from pathlib import Path
 
 from marketsched.platform.client import Client, ClientError
 
-OUTPUT_LIMIT = 64 * 1024  # bytes of a job's output an agent sends and the exchange keeps
+from .orders import MAX_OUTPUT_BYTES as OUTPUT_LIMIT  # the bytes of a job's output an agent sends
 
 
 class RunKeeper:

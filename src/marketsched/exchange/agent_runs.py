@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MAX_ID, MarketError, whole
 
-from .agent_jobs import OUTPUT_LIMIT  # bytes of a job's output the exchange keeps (its digest covers all of it)
+from .orders import MAX_OUTPUT_BYTES as OUTPUT_LIMIT  # the output kept (its digest covers all of it)
 
 if TYPE_CHECKING:
     from .store import ExchangeStore
@@ -155,13 +155,12 @@ class AgentBackend:
         self.live.add(contract_id)
         return True
 
-    def delivered_note(self, contract_id: int) -> str:
-        """A delivered run's note: a job that exited is one that ended by itself
-        (:data:`.core.EXITED`: a request's later contract then runs nothing)."""
-        from .core import EXITED
-
+    def delivered_note(self, contract_id: int, exited: str) -> str:
+        """A delivered run's note: a job that exited begins with ``exited`` (the exchange's
+        note of a job that ended by itself, :data:`.core.EXITED`: a request's later contract
+        then runs nothing)."""
         run = self._run(contract_id) or {}
-        how = EXITED if run.get("end") == "exit" else "served its whole window"
+        how = exited if run.get("end") == "exit" else "served its whole window"
         return (f"{how}, as its provider's agent reported (output sha256 {str(run.get('digest'))[:12]}, "
                 f"{run.get('output_bytes')} bytes)")
 

@@ -599,7 +599,7 @@ class Exchange:
             self.settle(c["id"], "failed", now, code=code, used=used,
                         note=f"contracted resources not delivered: {used['shortfall']}")
         else:
-            note = backend.delivered_note(c["id"]) if hasattr(backend, "delivered_note") else EXITED
+            note = backend.delivered_note(c["id"], EXITED) if hasattr(backend, "delivered_note") else EXITED
             self.settle(c["id"], "delivered", now, code=code, used=used, note=note)
 
     def settle(self, contract_id: int, state: str, now: float, code: int | None = None,

@@ -33,6 +33,7 @@ MAX_SLOT = 2**40  # any slot number
 MAX_AHEAD_SLOTS = 1000  # how far after the current slot an order may end (a clearing's arrays grow with it)
 MAX_COMMAND_BYTES = 65536  # a request's command, UTF-8
 MAX_NODES_PER_PROVIDER = 256  # nodes of one provider that have not left
+MAX_OUTPUT_BYTES = 64 * 1024  # a contract job's output an agent reports and the exchange keeps (.agent_runs)
 
 
 def check_name(kind: str, field: str, value) -> str:
