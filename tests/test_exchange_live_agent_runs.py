@@ -176,3 +176,23 @@ def test_hostile_reports_are_refused_and_named(market):
     assert ex.store.contract(c["id"])["state"] == "delivered"
     assert ex.store.contract(later["id"])["state"] == "failed"
     ex.store.check_books()
+
+
+def test_a_job_still_running_at_its_windows_end_is_stopped_by_the_agent_and_delivered(market):
+    """The agent is given the run one second before the window's end: it stops the job then and
+    reports ``window`` with the output so far; the user pays for the window it bought."""
+    ex, clock, srv, tokens, data, agents, tmp = market
+    stop = tmp / "stop"
+    c = contract_for(ex, clock, f"echo begun; while [ ! -e {stop} ]; do sleep 0.05; done")
+    clock.set(c["end_t"] - 1.0)
+    try:
+        start_agent(srv, tokens[c["provider"]], data, tmp / "agent", agents)
+        wait_for(lambda: run_row(ex, c["id"], "reported_t") is not None, "the agent's report")
+    finally:
+        stop.touch()
+    ex.execute()
+    got = ex.store.contract(c["id"])
+    assert got["state"] == "delivered" and got["note"].startswith("served its whole window"), got["note"]
+    assert run_row(ex, c["id"], "end") == "window" and run_row(ex, c["id"], "output") == b"begun\n"
+    assert money(ex, c) == (-c["user_price"], c["provider_price"])
+    ex.store.check_books()
