@@ -18,7 +18,7 @@ For each size it prints:
   parallel here);
 * whether the two outcomes are equal (allocation and payments, exactly).
 
-With ``--agents`` (default sizes 10 and 50) each size is also cleared by a real exchange: the
+With ``--agents [SIZES]`` (default sizes 10 and 50; ``--agents 10,50,200``) each size is also cleared by a real exchange: the
 same book entered as orders (one provider per node, one user per job), the API served in this
 process on 127.0.0.1, one ``marketsched exchange provider run`` process per provider (polling
 every ``--poll`` seconds), ``answer_seconds`` far above the clearing's time, so the clearing ends
@@ -26,11 +26,12 @@ when the last agent has answered. It prints, for that clearing: wall seconds fro
 commit, this process's CPU seconds (the exchange and the API), the agents' CPU seconds (sum and
 largest, from /proc), the protocol's messages as the period record keeps them (asks published,
 answers received, bytes each way), the agents' HTTP requests from their start to their stop
-(their idle polls included), the largest agent's resident memory, and whether the contracts equal the central mechanism's
-on the recorded book.
+(their idle polls included), the largest agent's resident memory before the clearing (idle)
+and at its peak (``VmHWM``, after answering), and whether the contracts equal the central
+mechanism's on the recorded book. The machine's load average is printed first.
 
 Run: ``python benchmarks/bench_exchange_distributed.py [--providers 10,50,200] [--alpha 10] [--repeat 1]
-[--agents] [--poll 0.05]``.
+[--agents [10,50,200]] [--poll 0.05]``.
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rss_mib(pid: int) -> float:
+def _rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory now (``VmRSS``) or at its peak (``VmHWM``), MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -144,6 +146,7 @@ def with_agents(providers: int, alpha: float, seed: int, poll: float) -> dict:
             ex.clear()
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             spent = [_cpu_of(a.pid) - before[a.pid] for a in agents]
+            peak = max(_rss_mib(a.pid, "VmHWM") for a in agents)
         finally:
             for a in agents:
                 a.send_signal(signal.SIGTERM)
@@ -159,7 +162,7 @@ def with_agents(providers: int, alpha: float, seed: int, poll: float) -> dict:
         store.close()
     return {"wall": wall, "cpu": cpu, "agents_cpu": sum(spent), "agents_largest": max(spent), "calls": msgs["calls"],
             "answers": msgs["answers"], "sent": msgs["bytes_sent"], "received": msgs["bytes_received"],
-            "http": requests, "rss": rss, "same": got == want and bool(got), "dropped": len(msgs["dropped"])}
+            "http": requests, "rss": rss, "peak": peak, "same": got == want and bool(got), "dropped": len(msgs["dropped"])}
 
 
 def main() -> None:
@@ -167,18 +170,19 @@ def main() -> None:
     ap.add_argument("--providers", default="10,50,200")
     ap.add_argument("--alpha", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=1, help="books per size (seeds 0..repeat-1); medians printed")
-    ap.add_argument("--agents", action="store_true", help="also clear with provider agent processes over the API")
+    ap.add_argument("--agents", nargs="?", const="10,50", default=None, metavar="SIZES",
+                    help="also clear with provider agent processes over the API, at these sizes (default 10,50)")
     ap.add_argument("--poll", type=float, default=0.05, help="--agents: seconds between an agent's polls")
     args = ap.parse_args()
     if args.agents:
-        sizes = args.providers if args.providers != ap.get_default("providers") else "10,50"
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
         print("agents as processes: providers | wall s  exchange+API CPU s | agents CPU s (sum, largest) | asks "
-              "answers  sent kB  recv kB  HTTP requests | agent RSS MiB | equal")
-        for p in (int(x) for x in sizes.split(",")):
+              "answers  sent kB  recv kB  HTTP requests | agent RSS MiB (idle, peak) | equal")
+        for p in (int(x) for x in args.agents.split(",")):
             r = with_agents(p, args.alpha, 0, args.poll)
             print(f"{p:9d} | {r['wall']:6.2f} {r['cpu']:19.3f} | {r['agents_cpu']:8.3f} {r['agents_largest']:8.3f} | "
                   f"{r['calls']:4d} {r['answers']:7d} {r['sent'] / 1e3:8.1f} {r['received'] / 1e3:8.1f} "
-                  f"{r['http']:14d} | {r['rss']:13.0f} | {r['same']!s:5} (dropped {r['dropped']})")
+                  f"{r['http']:14d} | {r['rss']:6.0f} {r['peak']:6.0f} | {r['same']!s:5} (dropped {r['dropped']})")
     print("providers jobs runs | central CPU s | calls  sent kB  recv kB | exchange CPU s  providers CPU s  "
           "largest  exch+largest | equal  randomized")
     for p in (int(x) for x in args.providers.split(",")):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+from contextlib import contextmanager
+
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.store import ExchangeStore
 from marketsched.platform.clock import FakeClock
@@ -165,3 +168,42 @@ def one_contract(tmp_path, penalty=1.5):
     ex.tick()
     (c,) = ex.store.contracts()
     return ex, clock, machines, c
+
+
+@contextmanager
+def api_with_agents(data, clock, hang: float):
+    """The API of the exchange at ``data`` on 127.0.0.1 (on ``clock``) and a list for the agent
+    processes a test starts; at the end the agents still running get SIGTERM (each waited for up
+    to ``hang`` s) and the API stops."""
+    from marketsched.exchange.api import ExchangeServer, ExchangeService
+
+    service = ExchangeService(ExchangeStore(data), clock)
+    srv = ExchangeServer(service, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    agents: list = []
+    try:
+        yield srv, agents
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.send_signal(signal.SIGTERM)
+                a.wait(timeout=hang)
+        srv.shutdown()
+        service.store.close()
+
+
+def agent_exchange(data, clock, providers, cpu: int, mem: int, last_slot: int) -> Exchange:
+    """An exchange at ``data`` on ``clock`` (critical-value, slots of 10 s, penalty 1) whose
+    ``providers`` are of the kind agent (their agents run their contracts), each with node n0 of
+    ``cpu`` units and ``mem`` offered at 1.0 for slots 1 to ``last_slot``; single-user mode."""
+    from marketsched.exchange.providers import provider_backends
+
+    store = ExchangeStore(data)
+    create_exchange(store, slot_seconds=10.0, period_seconds=30.0, mechanism="critical-value", penalty=1.0)
+    ex = Exchange(store, clock, provider_backends(data))
+    ex.single_user = True
+    for p in providers:
+        ex.join(p, "agent")
+        ex.add_node(p, "n0", cpu, mem)
+        ex.submit_offer(p, "n0", 1.0, 1, last_slot)
+    return ex

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exchange_helpers import Machines
-from marketsched.exchange.api import ExchangeServer, ExchangeService, issue_token
+from exchange_helpers import Machines, api_with_agents
+from marketsched.exchange.api import issue_token
 from marketsched.exchange.book import ClearingBook, contracts_of, period_rng
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.distributed import MECHANISM, answer, assign_runs, request_id
@@ -55,17 +55,8 @@ def market(tmp_path):
         ex.add_node(p, "n0", 8, 64)
         ex.submit_offer(p, "n0", 1.0 + i, 1, 100)
     tokens = {p: issue_token(store, "provider", p, 0.0) for p in ("p1", "p2", "p3")}
-    service = ExchangeService(ExchangeStore(data), clock)
-    srv = ExchangeServer(service, "127.0.0.1", 0)
-    srv.serve_in_thread()
-    agents: list[subprocess.Popen] = []
-    yield ex, clock, srv, tokens, data, agents
-    for a in agents:
-        if a.poll() is None:
-            a.send_signal(signal.SIGTERM)
-            a.wait(timeout=HANG)
-    srv.shutdown()
-    service.store.close()
+    with api_with_agents(data, clock, HANG) as (srv, agents):
+        yield ex, clock, srv, tokens, data, agents
     ex.store.close()
 
 

@@ -121,10 +121,11 @@ def test_an_old_database_is_upgraded_and_a_newer_one_refused(tmp_path):
     path = tmp_path / "x.db"
     _previous_schema(path)
     store = ExchangeStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 5
+    assert store.schema_version() == SCHEMA_VERSION == 6
     assert store.moves() == []  # version 3: the moves table
     assert store.rows("SELECT COUNT(*) FROM ex_egg_events") == [(0,)]  # version 4: Egg mode's tables
     assert store.rows("SELECT COUNT(*) FROM ex_asks") == [(0,)]  # version 5: the provider agents' tables
+    assert store.rows("SELECT COUNT(*) FROM ex_runs") == [(0,)]  # version 6: the agents' contract runs
     (o,) = store.orders()
     assert (o["command"], o["command_sha256"], o["command_bytes"]) == ("echo old", None, None)
     with store.transaction():

@@ -42,7 +42,7 @@ GET     ``/api/health``                 ``{"ok": true, ...}``
 GET     ``/api/market``                 now: time, slot, settings, last clearing, open book in aggregate
 GET     ``/api/market/history``         ``?after=PERIOD&limit=N``: per period volume, price per CPU class, open interest
 GET     ``/api/me``                     who the caller is: ``{"role", "name"}`` (a provider: also ``joined``, ``kind``, ...)
-POST    ``/api/join``                   provider: ``{"kind": "local"|"slurm", "partition"?}``
+POST    ``/api/join``                   provider: ``{"kind": "local"|"slurm"|"agent", "partition"?}``
 POST    ``/api/nodes``                  provider: ``{"name", "cpu", "mem", "cpus"?}`` (a local provider's CPUs of the machine)
 GET     ``/api/nodes``                  provider: own nodes (``left_t``: when one left)
 POST    ``/api/nodes/NAME/leave``       provider: the node leaves (open offers cancelled; contracts stand)
@@ -59,6 +59,9 @@ GET     ``/api/contracts/ID``           one own contract
 GET     ``/api/alerts``                 ``?below=X&above=Y&cpu=C&after=PERIOD``: price alerts, server-sent events
 GET     ``/api/provider/ask``           provider agent: its open ask of a distributed clearing (:mod:`.provider_protocol`)
 POST    ``/api/provider/answer``        provider agent: ``{"ask", "answer"}``, one answer per ask before its deadline
+GET     ``/api/provider/runs``          agent provider: the contracts its agent runs now (:mod:`.agent_runs`)
+POST    ``/api/provider/runs/ID/*``     agent provider: ``.../started`` (recorded only); ``.../ended``, its one report
+GET     ``/api/contracts/ID/output``    a run's reported output (to its user or provider)
 ======  ==============================  ========================================================
 
 An exchange in Egg mode also answers the routes under ``/api/egg/`` (:mod:`.egg_api`).
@@ -124,6 +127,7 @@ from marketsched.platform.server import Limits, Server
 from marketsched.platform.tokens import hash_token, page_key_id
 from marketsched.platform.validation import MAX_ID, MarketError, number, show, whole
 
+from .agent_runs import RUN_ROUTES
 from .core import Exchange
 from .egg_api import ROUTES as EGG_ROUTES
 from .info import market_info, open_book
@@ -615,7 +619,7 @@ def make_app(service: ExchangeService, stats=dict, max_in_flight: int = 64, per_
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False)
     app.add_api_route("/api/health", health, methods=["GET"], summary="the server answers (no token)")
     alerts, alerts_route = _alerts_endpoint(service, hub, pool)
-    for r in ROUTES + EGG_ROUTES + PROVIDER_ROUTES:  # Egg mode's (:mod:`.egg_api`) and the provider agents' (:mod:`.provider_protocol`)
+    for r in ROUTES + EGG_ROUTES + PROVIDER_ROUTES + RUN_ROUTES:  # Egg mode's (:mod:`.egg_api`) and the provider agents' (:mod:`.provider_protocol`)
         app.add_api_route(r.path, route_endpoint(service, r, gate, pool, authenticate_caller), methods=[r.method],
                           summary=r.summary, openapi_extra=r.openapi(), response_class=Response)
     app.add_api_route("/api/alerts", alerts, methods=["GET"], summary=alerts_route.summary,

@@ -197,6 +197,10 @@ def check_operator_node(provider: dict, node: dict, nodes, here: set[int],
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         return {**node, "cpus": cpus}
+    if provider["kind"] == "agent":  # its agent's machine, which the exchange cannot see (.agent_runs)
+        if node.get("cpus"):
+            check_local_units(node["cpu"], node["cpus"])
+        return node
     if node.get("cpus") is not None:
         raise ValueError(f"node field 'cpus': {where} is a slurm provider's: Slurm places its jobs")
     part = canonical_partition(provider["partition"], (partitions or slurm_partitions)())
@@ -288,6 +292,9 @@ def capacity_now(providers: list[dict], nodes: dict[int, dict], offered: set[int
         node = nodes[node_id]
         p = kinds.get(node["provider"])
         if p is None:
+            continue
+        if p["kind"] == "agent":  # sells what it registered: a run its agent cannot make fails at its cost
+            out[node_id] = node["cpu"]
             continue
         if p["kind"] == "local":
             if now is None:

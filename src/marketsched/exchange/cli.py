@@ -108,7 +108,8 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
 @DATA
 @click.argument("provider")
 @click.option("--kind", default="local", show_default=True, type=click.Choice(PROVIDER_KINDS),
-              help="local: nodes on this machine's CPUs; slurm: contracts run as batch jobs in a Slurm partition.")
+              help="local: nodes on this machine's CPUs; slurm: contracts run as batch jobs in a Slurm partition; agent: the "
+                   "provider's own agent (exchange provider run) runs its contracts on its machine.")
 @click.option("--partition", default=None, help="Slurm partition of a slurm provider (default: Slurm's default).")
 def join_cmd(data, provider, kind, partition):
     """A provider joins the exchange."""
@@ -228,7 +229,7 @@ def run_cmd(data, containment, poll, duration, single_user, service_user):
         ex = open_exchange(data, provider_backends(data, containment) if launcher is None
                            else service_backends(data, launcher))
         if launcher is not None:
-            slurm = sorted(p["name"] for p in ex.store.providers() if p["kind"] != "local" and p["left_t"] is None)
+            slurm = sorted(p["name"] for p in ex.store.providers() if p["kind"] == "slurm" and p["left_t"] is None)
             if slurm:
                 raise click.ClickException(f"--service-user runs local providers only; Slurm provider(s) "
                                            f"{', '.join(slurm)} joined (run this exchange as root without it)")
@@ -718,9 +719,12 @@ def provider_group() -> None:
 @click.option("--poll", default=0.5, show_default=True, type=click.FloatRange(min=0.01),
               help="Seconds between the agent's looks for an ask.")
 @click.option("--for", "duration", default=None, type=click.FloatRange(min=0), help="Stop after this many seconds.")
-def provider_run_cmd(url, token, token_file, data_dir, server_cert, poll, duration):
+@click.option("--work", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder of the contract jobs an agent provider's agent runs (default: ./marketsched-agent).")
+def provider_run_cmd(url, token, token_file, data_dir, server_cert, poll, duration, work):
     """Run a provider's agent: answer the exchange's asks of the distributed randomized clearing
-    over its API, with the provider's token (Ctrl-C or SIGTERM stops it)."""
+    over its API, with the provider's token, and run the contracts of a provider of kind agent
+    on this machine (Ctrl-C or SIGTERM stops it; its jobs run on)."""
     from marketsched.platform.client import Client, ClientError
 
     from .provider_agent import run_agent
@@ -743,7 +747,7 @@ def provider_run_cmd(url, token, token_file, data_dir, server_cert, poll, durati
                                        "provider's token (marketsched exchange token DATA NAME --provider)")
         click.echo(f"provider agent of {me['name']!r} answering the exchange at {url}", err=True)
         stats = run_agent(client, poll, lambda: bool(stop) or (end is not None and time.monotonic() >= end),
-                          lambda line: click.echo(line, err=True))
+                          lambda line: click.echo(line, err=True), work)
     except ClientError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

@@ -228,9 +228,9 @@ class Exchange:
                 busy = {c["node_id"] for c in self.store.contracts(OPEN_CONTRACT_STATES)}
                 nodes = self.store.nodes().values()
                 check_party_cpus(p, node.get("cpus"), nodes, busy)
-                if p["kind"] == "local":
+                if p["kind"] == "local" or (p["kind"] == "agent" and node.get("cpus")):
                     capacity.check_local_units(node["cpu"], node["cpus"])
-                else:
+                elif p["kind"] == "slurm":
                     sold = sum(n["cpu"] for n in nodes if n["provider"] == provider and n["left_t"] is None)
                     part = capacity.canonical_partition(p["partition"], parts)
                     capacity.check_slurm_units(provider, node["cpu"], part, sold)
@@ -364,7 +364,9 @@ class Exchange:
             if self._factory is None:
                 raise RuntimeError("this exchange has no backends: it cannot run contracts")
             row = next(p for p in self.store.providers() if p["name"] == provider)
-            self._backends[provider] = self._factory(row)
+            backend = self._backends[provider] = self._factory(row)
+            if hasattr(backend, "bind"):  # an agent provider's (:mod:`.agent_runs`) reads the exchange's database
+                backend.bind(self.store, self.clock)
         return self._backends[provider]
 
     def recover(self) -> None:
@@ -411,8 +413,8 @@ class Exchange:
         for c in self.store.contracts(("running",)):
             if c["id"] in ended:
                 self.finish(c, ended[c["id"]], now)
-            elif now >= c["end_t"]:
-                backend = self.backend(c["provider"])
+            elif now >= c["end_t"] + getattr(self.backend(c["provider"]), "grace", 0.0):
+                backend = self.backend(c["provider"])  # an agent's run is judged by its report (.agent_runs)
                 nodes = nodes or self.store.nodes()
                 ran = backend.running(c["id"])
                 used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
@@ -602,12 +604,14 @@ class Exchange:
         used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
         why = backend.fault(c["id"])
         if why is not None:
-            self.settle(c["id"], "failed", now, code=code, used=used, note=f"the provider ended the job: {why}")
+            what = "the provider failed" if getattr(backend, "grace", 0.0) else "the provider ended the job"
+            self.settle(c["id"], "failed", now, code=code, used=used, note=f"{what}: {why}")
         elif used and used.get("shortfall"):
             self.settle(c["id"], "failed", now, code=code, used=used,
                         note=f"contracted resources not delivered: {used['shortfall']}")
         else:
-            self.settle(c["id"], "delivered", now, code=code, used=used, note=EXITED)
+            note = backend.delivered_note(c["id"], EXITED) if hasattr(backend, "delivered_note") else EXITED
+            self.settle(c["id"], "delivered", now, code=code, used=used, note=note)
 
     def settle(self, contract_id: int, state: str, now: float, code: int | None = None,
                cpu_seconds: float | None = None, note: str = "", used: dict | None = None) -> bool:

@@ -11,8 +11,8 @@ One clearing:
    the ``j mod P``-th provider by name, P the providers with a node in the book).
 3. It sends each provider one request (:func:`request_text`): the book without owners or order
    ids (the thesis's anonymized broadcast), alpha, and the seeds of that provider's runs only.
-4. Each provider answers (:func:`answer`, computed from the request text alone) with the
-   allocation of each of its runs.
+4. Each provider answers (:func:`.provider_answer.answer`, computed from the request text
+   alone) with the allocation of each of its runs.
 5. The exchange keeps the runs it asked that provider for whose allocation is feasible on the
    book (:func:`~marketsched.mechanisms.clearing.distributed.check_run`), drops the others
    (recorded in :class:`Messages`; so are the runs of a provider whose ``ask`` raised
@@ -41,18 +41,18 @@ With honest providers that all answer, the result is the library's
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from marketsched.mechanisms.clearing.distributed import check_run, combine_and_price, local_step, run_seeds
+from marketsched.mechanisms.clearing.distributed import check_run, combine_and_price, run_seeds
 from marketsched.mechanisms.clearing.orderbook import OrderBook
 from marketsched.mechanisms.clearing.randomized import DistributedOutcome
 
 from .book import ClearingBook, book_rows
+from .provider_answer import answer, request_id  # the provider's side (step 4), light for its agent
 
 MECHANISM = "randomized-distributed"
 
@@ -95,29 +95,6 @@ def request_text(book_json: str, alpha: float, seeds: dict[int, np.random.SeedSe
     """A provider's request: the broadcast book, alpha and the seeds of its runs."""
     runs = [{"run": r, "entropy": s.entropy, "spawn_key": list(s.spawn_key)} for r, s in sorted(seeds.items())]
     return f'{{"book": {book_json}, "alpha": {json.dumps(float(alpha))}, "runs": {json.dumps(runs)}}}'
-
-
-def request_id(request: str) -> str:
-    """The name an answer gives the request it answers: the request text's SHA-256 (hex, first
-    32 digits). The request holds its period's seeds, so no two periods' requests share it."""
-    return hashlib.sha256(request.encode()).hexdigest()[:32]
-
-
-def answer(request: str) -> str:
-    """The provider's side (fig. 4.4, step 3): the randomized heuristic for each run asked, from
-    the request text alone. Answer: ``{"request": request_id, "runs": [{"run": r, "jobs":
-    [[j, node, ...], ...]}]}``, one row per allocated job: its index and its book node in each
-    slot of its window."""
-    msg = json.loads(request)
-    book = OrderBook.from_rows(msg["book"]["jobs"], msg["book"]["nodes"])
-    seeds = {int(r["run"]): np.random.SeedSequence(r["entropy"], spawn_key=tuple(r["spawn_key"]))
-             for r in msg["runs"]}
-    out = []
-    for run, assign in local_step(book, float(msg["alpha"]), seeds).items():
-        rows = [[j, *assign[j, book.job_release[j]:book.job_end[j] + 1].tolist()]
-                for j in np.flatnonzero((assign >= 0).any(axis=1)).tolist()]
-        out.append({"run": run, "jobs": rows})
-    return json.dumps({"request": request_id(request), "runs": out})
 
 
 def ask_in_process(provider: str, request: str) -> str:

@@ -268,10 +268,15 @@ if __name__ == "__main__":
 def service_backends(data_dir: Path, launcher):
     """The backend factory of an exchange run as a service account (``exchange run
     --service-user``): each local provider's contracts under ``data_dir/providers/NAME``, started
-    by the privileged launcher (``launcher``, its client); other kinds are refused (ValueError:
+    by the privileged launcher (``launcher``, its client); an agent provider's are run by its
+    agent (:mod:`.agent_runs`); other kinds are refused (ValueError:
     the contract lapses, nobody pays)."""
 
     def make(provider: dict) -> Backend:
+        if provider["kind"] == "agent":  # its agent runs its contracts (.agent_runs)
+            from .agent_runs import AgentBackend
+
+            return AgentBackend(provider["name"])
         if provider["kind"] != "local":
             raise ValueError(f"provider {provider['name']!r} is a {provider['kind']} provider, which an exchange "
                              "run as a service account (--service-user) does not run")

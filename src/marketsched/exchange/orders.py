@@ -23,7 +23,7 @@ import re
 from collections.abc import Collection
 
 MECHANISMS = ("critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact", "egg")
-PROVIDER_KINDS = ("local", "slurm")
+PROVIDER_KINDS = ("local", "slurm", "agent")  # agent: its own agent runs its contracts (.agent_runs)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_PRICE = 1e9  # per CPU unit per slot
 MAX_CPU = 1_000_000  # CPU units of a node or a request
@@ -33,6 +33,7 @@ MAX_SLOT = 2**40  # any slot number
 MAX_AHEAD_SLOTS = 1000  # how far after the current slot an order may end (a clearing's arrays grow with it)
 MAX_COMMAND_BYTES = 65536  # a request's command, UTF-8
 MAX_NODES_PER_PROVIDER = 256  # nodes of one provider that have not left
+MAX_OUTPUT_BYTES = 64 * 1024  # a contract job's output an agent reports and the exchange keeps (.agent_runs)
 
 
 def check_name(kind: str, field: str, value) -> str:
@@ -100,6 +101,12 @@ def check_party_cpus(provider: dict, cpus: list[int] | None, nodes, busy: Collec
     if provider["kind"] == "slurm":
         if cpus is not None:
             raise ValueError("node field 'cpus' is for local providers: Slurm places a slurm provider's jobs")
+        return
+    if provider["kind"] == "agent":  # CPUs of its agent's machine (.agent_runs): not this machine's
+        for n in nodes:
+            if n["provider"] == provider["name"] and n["left_t"] is None and set(n["cpus"] or ()) & set(cpus or ()):
+                raise ValueError(f"node field 'cpus': CPU {min(set(n['cpus']) & set(cpus or ()))} backs a node of "
+                                 "this provider")
         return
     if cpus is None:
         raise ValueError("node field 'cpus' is required: the CPUs of this machine that back a local provider's node")

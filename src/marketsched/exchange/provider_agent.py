@@ -1,7 +1,8 @@
 """A provider's agent as its own process (``marketsched exchange provider run``): it answers the
 exchange's asks of the distributed randomized clearing (Stößer 2009, section 4.4, fig. 4.4,
-step 3) over the exchange's API with its provider's token. The protocol and the exchange's side
-are in :mod:`.provider_protocol`.
+step 3) over the exchange's API with its provider's token, and, for a provider of kind
+``agent``, runs its contracts on its own machine (:mod:`.agent_jobs`). The protocol and the
+exchange's side are in :mod:`.provider_protocol` and :mod:`.agent_runs`.
 
 The agent's loop (:func:`run_agent`):
 
@@ -10,7 +11,10 @@ The agent's loop (:func:`run_agent`):
 2. For an ask it has not answered yet: compute the answer from the request text alone
    (:func:`.distributed.answer`: the randomized heuristic for each of its runs) and post it,
    ``POST /api/provider/answer``.
-3. A refusal of the answer (409: late, or the clearing collected already) is printed and the
+3. When the ask's answer says contract runs wait for it (``runs``), or jobs of its run, it
+   hands over to :meth:`.agent_jobs.RunKeeper.step` (made at the first run: an agent that
+   only answers asks starts no executor).
+4. A refusal of the answer (409: late, or the clearing collected already) is printed and the
    loop goes on; an unreachable or busy exchange is printed and tried again at the next poll; a
    wrong token (401) or a token that is not a provider's ends the agent with an error.
 
@@ -29,8 +33,6 @@ from pathlib import Path
 
 from marketsched.platform.client import Client, ClientError
 
-from .distributed import answer
-
 GATE_ENV = "MARKETSCHED_TEST_AGENT_GATE"
 
 
@@ -44,38 +46,60 @@ class AgentStats:
     errors: int = 0
 
 
-def run_agent(client: Client, poll: float, until: Callable[[], bool], log: Callable[[str], None] = print
-              ) -> AgentStats:
-    """Answer the exchange's asks over ``client`` (a provider's token) until ``until()`` (see
-    the module docstring)."""
+def run_agent(client: Client, poll: float, until: Callable[[], bool], log: Callable[[str], None] = print,
+              work: Path | None = None) -> AgentStats:
+    """Answer the exchange's asks over ``client`` (a provider's token) until ``until()``, and
+    run the provider's contracts under ``work`` (see the module docstring)."""
     stats = AgentStats()
     done: set[int] = set()
-    while not until():
-        ask = None
-        try:
-            stats.polls += 1
-            got = client.get("/api/provider/ask")
-            ask = got.get("ask") if isinstance(got, dict) else None
-            if isinstance(ask, int) and ask not in done:
-                _gate(ask)
-                reply = answer(got["request"])
-                stats.polls += 1
-                client.post("/api/provider/answer", {"ask": ask, "answer": reply})
-                done.add(ask)
-                stats.answered += 1
-                log(f"answered ask {ask} (period {got['period']})")
-                continue  # another ask may be waiting
-        except ClientError as exc:
-            if exc.status in (401, 403):
-                raise
-            if exc.status == 409 and isinstance(ask, int):
-                stats.refused += 1
-                done.add(ask)  # an ask whose answer was refused is not answered again
-            else:
-                stats.errors += 1
-            log(f"provider agent: {exc.message}")
-        time.sleep(poll)
+    keeper = None
+    try:
+        while not until():
+            keeper, again = _step(client, stats, done, keeper, work, log)
+            if not again:  # after an answer, another ask may be waiting
+                time.sleep(poll)
+    finally:
+        if keeper:
+            keeper.close()
     return stats
+
+
+def _step(client: Client, stats: AgentStats, done: set[int], keeper, work: Path | None, log):
+    """One poll (the module docstring's steps): the run keeper (None before the first run) and
+    whether to poll again at once."""
+    ask = None
+    try:
+        stats.polls += 1
+        got = client.get("/api/provider/ask")
+        ask = got.get("ask") if isinstance(got, dict) else None
+        waiting = int(got.get("runs") or 0) if isinstance(got, dict) else 0
+        if waiting or keeper:
+            if keeper is None:
+                from .agent_jobs import RunKeeper  # only an agent provider's agent runs jobs
+
+                keeper = RunKeeper(client, work or Path.cwd() / "marketsched-agent", log)
+            keeper.step(waiting)
+        if isinstance(ask, int) and ask not in done:
+            from .provider_answer import answer  # only the distributed mode's agents need the mechanism
+
+            _gate(ask)
+            reply = answer(got["request"])
+            stats.polls += 1
+            client.post("/api/provider/answer", {"ask": ask, "answer": reply})
+            done.add(ask)
+            stats.answered += 1
+            log(f"answered ask {ask} (period {got['period']})")
+            return keeper, True
+    except ClientError as exc:
+        if exc.status in (401, 403):
+            raise
+        if exc.status == 409 and isinstance(ask, int):
+            stats.refused += 1
+            done.add(ask)  # an ask whose answer was refused is not answered again
+        else:
+            stats.errors += 1
+        log(f"provider agent: {exc.message}")
+    return keeper, False
 
 
 def _gate(ask: int) -> None:

@@ -29,8 +29,9 @@ One clearing with agents (exchange setting ``answer_seconds`` > 0, :class:`Agent
    one transaction: an answer arrives before the close or is refused.
 5. A provider with no answer is absent for the period: its runs are left out and so is its
    capacity (:mod:`.distributed`); its offers stay open for the next clearing, and its
-   existing contracts run and settle by the rules of "Who is at fault" (docs/exchange.md):
-   the exchange runs contract jobs, not the agent.
+   existing contracts run and settle by the rules of "Who is at fault" (docs/exchange.md), or,
+   for a provider of the kind ``agent`` whose agent runs them, by the trust rule of
+   :mod:`.agent_runs`.
 
 The period record keeps the messages (table ``ex_period_messages``, :func:`record_messages`):
 requests sent, answers received, bytes each way, what was dropped and why, the book nodes left
@@ -48,6 +49,7 @@ from pathlib import Path
 from marketsched.platform.http import INT, STR, Route
 from marketsched.platform.validation import MAX_ID, MarketError, whole
 
+from .agent_runs import runs_waiting
 from .distributed import Gather, Messages, ask_each, ask_in_process, request_id
 from .store import ExchangeStore
 
@@ -163,14 +165,17 @@ def _provider(who, what: str) -> str:
 
 
 def current_ask(service, who) -> dict:
-    """``GET /api/provider/ask``: the caller's newest open ask (step 2), or ``{"ask": null}``."""
+    """``GET /api/provider/ask``: the caller's newest open ask (step 2), or ``{"ask": null}``;
+    with ``runs``, how many contract runs wait for the caller's agent, when some do (:mod:`.agent_runs`)."""
     provider = _provider(who, "answer the exchange's asks")
-    rows = service._locked(service.store.rows, "SELECT id, period, deadline_t, request, answer FROM ex_asks "
-                           "WHERE provider = ? AND closed_t IS NULL ORDER BY id DESC LIMIT 1", (provider,))
+    rows, runs = service._locked(lambda: (service.store.rows(
+        "SELECT id, period, deadline_t, request, answer FROM ex_asks WHERE provider = ? AND closed_t IS NULL "
+        "ORDER BY id DESC LIMIT 1", (provider,)), runs_waiting(service, provider)))
+    waiting = {"runs": runs} if runs else {}
     if not rows or rows[0][4] is not None:
-        return {"ask": None}
+        return {"ask": None, **waiting}
     ask, period, deadline, request, _ = rows[0]
-    return {"ask": ask, "period": period, "deadline": deadline, "request": request}
+    return {"ask": ask, "period": period, "deadline": deadline, "request": request, **waiting}
 
 
 def post_answer(service, who, body: dict) -> dict:

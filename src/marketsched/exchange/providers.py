@@ -452,6 +452,10 @@ def provider_backends(data_dir: Path, containment="auto"):
             return SlurmBackend(root, provider.get("partition"))
         if provider["kind"] == "local":
             return LocalBackend(root, containment)
+        if provider["kind"] == "agent":  # its agent runs its contracts (.agent_runs)
+            from .agent_runs import AgentBackend
+
+            return AgentBackend(provider["name"])
         raise ValueError(f"provider {provider['name']!r} is of kind {provider['kind']!r}; this exchange runs "
                          f"{', '.join(PROVIDER_KINDS)} providers")
 

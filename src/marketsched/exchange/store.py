@@ -219,6 +219,22 @@ CREATE TABLE IF NOT EXISTS ex_period_messages (
     left_out TEXT NOT NULL,
     replies TEXT
 );
+CREATE TABLE IF NOT EXISTS ex_runs (
+    contract INTEGER PRIMARY KEY REFERENCES ex_contracts(id),
+    provider TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    posted_t REAL NOT NULL,
+    deadline_t REAL NOT NULL,
+    started_t REAL,
+    reported_t REAL,
+    end TEXT,
+    code INTEGER,
+    cpu_seconds REAL,
+    digest TEXT,
+    output BLOB,
+    output_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS ex_runs_provider ON ex_runs(provider, reported_t);
 """
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
@@ -232,7 +248,7 @@ NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
 MOVE_COLUMNS = ("id", "contract_id", "from_node", "to_node", "after_period", "t", "why")
 # columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA_KEY = "exchange.schema_version"
 RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
 KEPT_CANCELLED = 100  # cancelled orders no clearing saw, kept as rows per owner and side (ExchangeStore._retire)
@@ -716,4 +732,10 @@ def _v5_agents(store: ExchangeStore) -> None:
     would replay agent periods in its own process."""
 
 
-_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg, 5: _v5_agents}
+def _v6_agent_runs(store: ExchangeStore) -> None:
+    """Version 6: the table ``ex_runs`` of contracts run by their provider's agent (provider
+    kind ``agent``, :mod:`.agent_runs`; made by the schema itself). An older marketsched refuses
+    the database, since it would try to run an agent provider's contracts itself."""
+
+
+_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg, 5: _v5_agents, 6: _v6_agent_runs}
