@@ -285,3 +285,37 @@ def test_nphb_kth_kernel_on_a_wide_machine(seed, ties):
         assert_same(py, c)
         assert np.asarray(both[0].kth_payment).tolist() == np.asarray(both[1].kth_payment).tolist()
     assert _peak_running(py) >= 1500
+
+
+def test_every_built_kernel_is_newer_than_its_sources():
+    """An extension is optional at install (setup.py): one that no longer compiles leaves the
+    previous build in place in an editable tree, and its stale code then runs silently. Every
+    kernel found built must be at least as new as its C file and the shared kernel headers it
+    includes."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    import marketsched
+
+    root = Path(marketsched.__file__).parent
+    headers = sorted((root / "engine").glob("kernel_*.h"))
+    setup = (root.parents[1] / "setup.py")
+    if not setup.exists():
+        pytest.skip("not a source tree (an installed wheel has no C sources)")
+    sources = re.findall(r'"(src/marketsched/[\w/]+\.c)"|f"\{ENGINE\}/(\w+\.c)"', setup.read_text())
+    stale, checked = [], 0
+    for a, b in sources:
+        c = root.parents[1] / (a or f"src/marketsched/engine/{b}")
+        module = "marketsched." + str(c.relative_to(root.parent).with_suffix("")).replace("/", ".")[len("marketsched."):]
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".so"):
+            continue  # not built here (no compiler): the Python path runs, and says so
+        built = os.path.getmtime(spec.origin)
+        text = c.read_text()
+        shared = re.search(r'#include "[^"]*kernel_\w+\.h"', text)  # they include one another
+        deps = [c, *(headers if shared else ())]
+        stale += [f"{module} ({spec.origin}) is older than {d.name}" for d in deps if os.path.getmtime(d) > built]
+        checked += 1
+    assert checked or not sources
+    assert not stale, "rebuild the kernels (pip install -e .; with -v it shows a kernel that fails to compile): " + "; ".join(stale)

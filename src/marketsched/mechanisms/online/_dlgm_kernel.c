@@ -239,7 +239,7 @@ static void book_credit(K *k, int32_t j) {
 static void start(K *k, int node, int32_t j) {
     k->run_job[node] = j;
     k->run_v[node] = k->v[j];
-    k->run_fin[node] = k->e.now + k->e.remaining[j];
+    k->run_fin[node] = k->e.now + k->e.job[j].remaining;
     k->busy[node] = 1;
     if (!k->to_start_flag[node]) {
         k->to_start_flag[node] = 1;
@@ -262,7 +262,7 @@ static int enqueue(K *k, int node, int32_t j, double ratio, int b) {
     k->ratio[j] = ratio;
     k->bucket_of[j] = b;
     double vj = k->v[j];
-    w_update(k, b + 1, node, vj, k->e.remaining[j], 1.0);
+    w_update(k, b + 1, node, vj, k->e.job[j].remaining, 1.0);
     k->qlen[node] += 1;
     k->mnext[j] = -1;
     k->mprev[j] = k->mtail[b];
@@ -277,7 +277,7 @@ static void dequeue_and_start(K *k, int node) {
     int32_t j = q_pop(k, node);
     int b = k->bucket_of[j];
     double vj = k->v[j];
-    w_update(k, b + 1, node, -vj, -k->e.remaining[j], -1.0);
+    w_update(k, b + 1, node, -vj, -k->e.job[j].remaining, -1.0);
     k->qlen[node] -= 1;
     int32_t p = k->mprev[j], nx = k->mnext[j];
     if (p >= 0) k->mnext[p] = nx;
@@ -321,7 +321,7 @@ static void offers(K *k, int32_t j, double t) {
     if (!whole) {
         for (int32_t q = k->mhead[b]; q >= 0; q = k->mnext[q]) {
             int nq = (int)k->node_out[q];
-            if (k->ratio[q] >= rho) wa[nq] += k->e.remaining[q];
+            if (k->ratio[q] >= rho) wa[nq] += k->e.job[q].remaining;
             else va[nq] += k->v[q];
         }
     }
@@ -381,10 +381,10 @@ static int arrive(K *k, int32_t j, double t) {
         k->tent_e[j] = t;
         k->tent_p[j] = 0.0;
         Engine *e = &k->e; /* ClusterState.finish without a start: no processor taken */
-        e->first_start[j] = t;
+        e->job[j].first_start = t; /* the record: eng_conclude_job writes it to the column */
         e->state[j] = ST_COMPLETED;
         e->end_time[j] = t;
-        e->remaining[j] = 0.0;
+        e->job[j].remaining = 0.0;
         return 0;
     }
     if (forced < 0 && rank == 1 && k->all_positive) {
@@ -458,7 +458,7 @@ static int arrive(K *k, int32_t j, double t) {
             eng_preempt(&k->e, run);
             k->preemption_count++;
         }
-        double rem = k->e.remaining[run];
+        double rem = k->e.job[run].remaining;
         if (enqueue(k, node, run, rem > 0 ? k->v[run] / rem : INFINITY, -1)) return -1;
         start(k, node, j);
     } else {
