@@ -333,3 +333,12 @@ def test_the_console_command_holds_the_cycle_collector_only_during_start_up(args
     assert r.returncode == 0, r.stderr
     assert expect in r.stderr
     assert gc.isenabled()  # importing the command line (this module did) leaves the collector alone
+
+
+@pytest.mark.parametrize("mechanism", ["dlgm", "pdlgm", "ees", "relaxed-ees"])
+def test_market_serve_refuses_a_payment_per_second_for_a_market_with_its_own_payments(tmp_path, mechanism):
+    r = CliRunner().invoke(main, ["market", "serve", "--data", str(tmp_path / "m"), "--port", "0",
+                                  "--mechanism", mechanism, "--pricing", "first"])
+    assert r.exit_code == 1 and "--pricing is the priority markets' payment per second" in r.output, r.output
+    assert f"{mechanism} has its own payments" in r.output
+    assert not (tmp_path / "m" / "market.db").exists()  # refused before the broker opened anything

@@ -413,6 +413,7 @@ def test_init_with_the_egg_mechanism_takes_bids_not_orders(tmp_path):
     data = tmp_path / "ex"
     out = CliRunner().invoke(main, ["exchange", "init", str(data), "--mechanism", "egg", "--slot-seconds", "60"])
     assert out.exit_code == 0, out.output
+    assert "egg, slots of 60 s, an award at each bid (no clearing)" in out.output
     store = ExchangeStore(data)
     assert store.settings()["deposits"] == 1  # Egg collects at the award
     cfg = egg.settings_of(store)

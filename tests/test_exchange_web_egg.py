@@ -47,6 +47,7 @@ def test_the_page_shows_each_egg_providers_table_record_contracts_and_escrow(tmp
             return fresh(lambda: browser.find_element(By.ID, el_id).text)
 
         assert wait(browser, lambda d: text("egg-providers").startswith("p1"))
+        assert text("mech").endswith("an award at each bid (no clearing)")  # not "clearing every N s"
         lines = text("egg-providers").splitlines()
         assert lines[0] == ("p1 0.500 0 / 0 pending 1 13.00 9.000 x 1, 5.000 x 1, 4.000 x 1, 6.000 x 1 | "
                             "19.000 x 1, 17.000 x 1, 13.000 x 1, 15.000 x 1 | "

@@ -98,6 +98,10 @@ def test_several_cpus_refuse_bad_pools():
         ShareMarket(POOL, "ps", FixedBids([1.0]), [1.0], enforcement="stride")
     with pytest.raises(ValueError, match="not available"):
         ShareMarket([POOL[0], 10_000], "ps", FixedBids([1.0]), [1.0])
+    with pytest.raises(ValueError, match="a CPU number or a list of them, got 'two'"):
+        ShareMarket("two", "ps", FixedBids([1.0]), [1.0])
+    for pool in (range(POOL[0], POOL[0] + 1), np.array([POOL[0]]), POOL[0]):  # any sequence, or one CPU
+        assert ShareMarket(pool, "ps", FixedBids([1.0]), [1.0]).pool == [POOL[0]]
 
 
 @pytest.mark.parametrize("args, message", [

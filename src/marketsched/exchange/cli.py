@@ -100,8 +100,8 @@ def init_cmd(data, slot_seconds, period_seconds, mechanism, k, alpha, penalty, s
                         answer_seconds=answer_seconds)
 
     click_errors(create)
-    click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, clearing every "
-               f"{period_seconds:g} s")
+    click.echo(f"exchange at {store.path}: {mechanism}, slots of {slot_seconds:g} s, "
+               + ("an award at each bid (no clearing)" if mechanism == "egg" else f"clearing every {period_seconds:g} s"))
 
 
 @exchange.command("join")

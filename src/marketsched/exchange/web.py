@@ -241,7 +241,8 @@ async function readMarket() {
   try {
     const [m, history] = await Promise.all([get("/api/market"), get("/api/market/history?limit=200")]);
     $("error").textContent = "";
-    $("mech").textContent = m.mechanism + ", slots of " + m.slot_seconds + " s, clearing every " + m.period_seconds + " s";
+    $("mech").textContent = m.mechanism + ", slots of " + m.slot_seconds + " s, " +
+      (m.mechanism === "egg" ? "an award at each bid (no clearing)" : "clearing every " + m.period_seconds + " s");
     $("slot").textContent = m.slot;
     $("period").textContent = m.last ? m.last.period : "-";
     const traded = history.filter((h) => h.price !== null);

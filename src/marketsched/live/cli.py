@@ -254,6 +254,10 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         sys.setswitchinterval(0.0005)
         dlgm = mechanism in ("dlgm", "pdlgm")
         ees = mechanism in ("ees", "relaxed-ees")
+        if (dlgm or ees) and click.get_current_context().get_parameter_source("pricing") \
+                is click.core.ParameterSource.COMMANDLINE:
+            raise ValueError(f"--pricing is the priority markets' payment per second (hb, nphb, wsept); "
+                             f"{mechanism} has its own payments")
         if dlgm and service_user is not None:
             raise ValueError(f"--mechanism {mechanism} runs without --service-user")
         if ees and (executor != "local" or service_user is not None):
@@ -312,8 +316,10 @@ def serve(data, host, port, slots, mechanism, pricing, charge_interval, admissio
         broker.dlgm.start()
     if broker.ees is not None:
         broker.ees.start()
-    click.echo(f"market: {mechanism} with {pricing} price, {slots} slot(s), {executor} executor, "
-               f"database {broker.store.location}", err=True)
+    payments = {"dlgm": "compensations between jobs", "pdlgm": "compensations between jobs",
+                "ees": "expected-externality payments", "relaxed-ees": "expected-externality payments"}
+    click.echo(f"market: {mechanism} with {payments.get(mechanism, pricing + ' price')}, {slots} slot(s), "
+               f"{executor} executor, database {broker.store.location}", err=True)
     if broker.single_user:
         click.echo(f"single-user mode: every job runs as uid {os.geteuid()} (the broker's account)", err=True)
     else:

@@ -199,7 +199,10 @@ class ShareMarket(CpuShareHosts):
         self.values = np.asarray(values, dtype=np.float64)
         if self.values.ndim != 1 or len(self.values) < 1 or not np.all(np.isfinite(self.values)):
             raise ValueError(f"values must be a non-empty list of finite numbers, got {values!r}")
-        self.pool = [int(h) for h in host] if isinstance(host, (list, tuple)) else [int(host)]
+        try:  # one CPU, or any sequence of CPUs (a list, a range, an array)
+            self.pool = [int(h) for h in np.atleast_1d(np.asarray(host)).tolist()]
+        except (TypeError, ValueError):
+            raise ValueError(f"the CPUs of a share market are a CPU number or a list of them, got {host!r}") from None
         if not self.pool or len(set(self.pool)) != len(self.pool):
             raise ValueError(f"the CPUs of a share market must be distinct, got {self.pool}")
         # the jobs start on the pool's first CPU (frozen); apply() places them on several CPUs
