@@ -277,3 +277,45 @@ def test_the_failure_time_is_the_earlier_of_the_first_unreachable_poll_and_the_d
         assert ex.failure_time(7) == want and ex.failure_time(7) is None  # read once
     ex._node_failed(7, {"NodeList": "node2", "EndTime": "Unknown"})
     assert ex.failure_time(7) is None  # nothing Slurm reported: the market's own end time stands
+
+
+def test_a_node_declared_down_between_the_reads_of_a_poll_leaves_in_the_batch_of_its_jobs_ends(
+        monkeypatch, tmp_path):
+    """The poll reads the nodes (node2 unreachable, ``mix*``: its job's CPU still counted), then
+    the jobs; Slurm declares node2 down in between, so the jobs' read shows its job ended
+    NODE_FAIL. The executor reads the nodes again: the capacity drops in the batch of that end,
+    not a poll later (seen on the 4-node cluster: meanwhile the market counted a CPU that was gone)."""
+    wall = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: wall[0])
+
+    class Racing(FailingSlurm):
+        def __call__(self, args, timeout=30.0, input=None, env=None):
+            if args[:3] == ["squeue", "-h", "-a"] and self.declare is not None:
+                self.nodes["node2"] = (0, "down*")  # declared down once the nodes were read
+                self.node_fail.add(self.declare)
+                self.declare = None
+            return super().__call__(args, timeout, input, env)
+
+    fake = Racing()
+    fake.declare = None
+    monkeypatch.setattr(slurm, "run", fake)
+    (tmp_path / "m" / "jobs").mkdir(parents=True)
+    ex = slurm.SlurmExecutor(tmp_path / "m" / "jobs", slots=4, poll=0.0)
+    clock = FakeClock(0.0)
+    b = Broker(tmp_path / "m", MarketConfig(executor="slurm", slots=4, single_user=True), clock=clock, executor=ex)
+    try:
+        b.ensure_admin()
+        b.add_user(True, "a", 10_000)
+        ids = [b.submit("a", False, x, "true")["id"] for x in (5.0, 3.0, 2.0)]
+        fake.nodes = {"node1": (2, "alloc"), "node2": (1, "mix*")}
+        clock.set(4.0)
+        b.step()
+        assert b.engine.capacity == 3 and states(b) == {j: "running" for j in ids}
+        fake.end_time = 1016.0
+        fake.declare = b.executor.recorded(ids[1])[0]
+        clock.set(16.0)
+        b.step()
+        assert states(b)[ids[1]] == "failed"
+        assert b.engine.capacity == 2 and capacity_changes(b.store) == [[4.0, 3], [16.0, 2]]
+    finally:
+        b.stop(kill_jobs=True)

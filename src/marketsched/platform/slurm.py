@@ -86,8 +86,9 @@ How the market's decisions map onto Slurm
   pings); :attr:`SlurmExecutor.capacity` is that, capped at
   the market's slots, and the broker sets it as the live engine's capacity in the batch of the
   exits of the same poll (Slurm fails a dead node's jobs when it declares the node down, so
-  they end in the batch its CPUs leave in). The mechanism then stops the lowest keys when fewer
-  CPUs remain than jobs running, and starts the best waiting jobs when the node returns
+  they end in the batch its CPUs leave in; when a job of the poll ended ``NODE_FAIL`` the nodes
+  are read again after the jobs, as Slurm may have declared the node down between the reads).
+  The mechanism then stops the lowest keys when fewer CPUs remain than jobs running, and starts the best waiting jobs when the node returns
   (:meth:`~marketsched.mechanisms.online.priority.PriorityScheduler.step`; docs/slurm_and_dayahead.md,
   "On a cluster"). Without this the market kept its slots and started, and charged, jobs that
   Slurm held pending for lack of CPUs.
@@ -945,6 +946,7 @@ class SlurmExecutor(JobFolders):
         if not tracked:
             return out
         listed = self.squeue()
+        node_failed = False
         for key, job in sorted(tracked.items()):
             st = listed.get(job.pid)
             if st is not None and st[0] in ACTIVE:
@@ -967,6 +969,15 @@ class SlurmExecutor(JobFolders):
             self.queued.pop(key, None)
             self.outcomes[key] = (state, note)
             out.append((key, code))
+            node_failed = node_failed or note.startswith("slurm: NODE_FAIL")
+        if node_failed:
+            # Slurm may have declared the node down between the two reads (sinfo still showed
+            # it unreachable with its jobs' CPUs): read the nodes again, so that the CPUs leave
+            # in the batch of their jobs' ends
+            try:
+                self.usable = self.usable_cpus()
+            except SlurmError:
+                pass
         return out
 
     def _unstarted_running(self, job: SlurmJob, now: float) -> None:
