@@ -139,6 +139,41 @@ def test_status_delivered_shares_are_cpu_time_fractions_over_the_last_periods():
     assert [j["paid"] for j in s["jobs"]] == [3.0, 1.0] and [j["on"] for j in s["jobs"]] == [POOL[0], POOL[0]]
 
 
+def test_the_market_reads_every_time_from_its_clock():
+    """The CPU-time samples are taken at the injected clock's times (not the machine's), so a test
+    drives the CPUs received: CPU seconds over the clock's seconds."""
+    import numpy as np
+
+    from marketsched.platform.clock import FakeClock
+
+    clock = FakeClock(100.0)
+    m = ShareMarket(POOL[:1], "ps", FixedBids([3.0, 1.0]), [3.0, 1.0], enforcement="stride", clock=clock)
+    used = iter([[0.0, 0.0], [1.5, 0.5], [3.0, 1.0]])
+    m.cpu_seconds = lambda: np.array(next(used))[:, None]  # no processes: the cgroups' CPU seconds, scripted
+    for dt in (0.0, 2.0, 2.0):
+        clock.advance(dt)
+        m.resplit()
+    assert [u[0] for u in m.usage] == [100.0, 102.0, 104.0]
+    s = m.status()
+    assert s["window"] == 2 and [j["received"] for j in s["jobs"]] == [3.0 / 4.0, 1.0 / 4.0]
+
+
+def test_the_default_clock_is_unix_time_that_a_clock_change_does_not_step(monkeypatch):
+    """The default clock books Unix times, and its differences stay elapsed seconds when the
+    system clock is set back (the page's CPUs received divide by them)."""
+    from marketsched.platform import clock as clocks
+
+    m = ShareMarket(POOL[:1], "ps", FixedBids([1.0]), [1.0], enforcement="stride")
+    assert isinstance(m.clock, clocks.SteadyClock)
+    mono = [50.0]
+    monkeypatch.setattr(clocks.time, "monotonic", lambda: mono[0])
+    monkeypatch.setattr(clocks.time, "time", lambda: 1_000_000.0)
+    c = clocks.SteadyClock()
+    monkeypatch.setattr(clocks.time, "time", lambda: 1_000_000.0 - 3600.0)  # the system clock set back an hour
+    mono[0] += 2.5
+    assert c() == 1_000_002.5
+
+
 def test_the_viewer_token_is_the_only_way_in():
     from marketsched.live.share_page import ShareView
     from marketsched.platform.tokens import hash_token, page_key_id

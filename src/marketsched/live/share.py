@@ -73,7 +73,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -81,6 +80,7 @@ import numpy as np
 
 from marketsched.live.tycoon import CpuShareHosts
 from marketsched.mechanisms.online.share import RULES, market_round
+from marketsched.platform.clock import SteadyClock
 from marketsched.platform.ledger import MICRO
 
 USAGE_KEPT = 64  # periods of CPU-time samples a market keeps for its page
@@ -187,13 +187,18 @@ class ShareMarket(CpuShareHosts):
     bidders' uniforms; ``interval``, ``enforcement``, ``quantum``: as for
     :class:`~marketsched.live.tycoon.CpuShareHosts`; ``books``: the market's
     :class:`~marketsched.live.sharebooks.ShareBooks` (None: payments recorded, not booked);
-    ``clock``: the time booked with a period (default ``time.time``)."""
+    ``clock``: every time the market reads, in seconds: the time booked with a period and the
+    time of each CPU-time sample (the page's CPUs received are CPU seconds over its differences);
+    default a :class:`~marketsched.platform.clock.SteadyClock` (Unix time that a change of the
+    system clock does not step, so the samples' differences are elapsed seconds). The periodic
+    thread's pacing (:class:`~marketsched.live.tycoon.CpuShareHosts`) waits in real time: it is
+    not a reading the market records."""
 
     kind = "share"
 
     def __init__(self, host: int | list[int], rule: str, bidder, values, *, interval: float = 1.0, seed: int = 0,
                  enforcement: str = "auto", quantum: float = 0.02, name: str | None = None, books=None,
-                 clock=time.time):
+                 clock=None):
         if str(rule).lower() not in RULES:
             raise ValueError(f"unknown rule {rule!r}: use 'ps' (Proportional Share) or 'sh' (Sanghavi-Hajek)")
         self.values = np.asarray(values, dtype=np.float64)
@@ -226,8 +231,8 @@ class ShareMarket(CpuShareHosts):
         self.shares = np.zeros(self.users)
         self.paid = np.zeros(self.users)  # pay-as-bid payments so far, per job
         self.history: list[Period] = []
-        self.books, self.clock = books, clock
-        # after each period is enforced: (monotonic time, CPU seconds per job, the shares in force)
+        self.books, self.clock = books, SteadyClock() if clock is None else clock
+        # after each period is enforced: (clock time, CPU seconds per job, the shares in force)
         self.usage: deque[tuple[float, np.ndarray, np.ndarray]] = deque(maxlen=USAGE_KEPT)
         self._started = False
         if books is not None:
@@ -303,7 +308,7 @@ class ShareMarket(CpuShareHosts):
             return period
 
     def _sample(self) -> None:
-        self.usage.append((time.monotonic(), self.cpu_seconds()[:, 0], self.shares.copy()))
+        self.usage.append((self.clock(), self.cpu_seconds()[:, 0], self.shares.copy()))
 
     def status(self, periods: int = 10) -> dict:
         """The market's state for its page (:mod:`marketsched.live.share_page`): rule, CPUs,

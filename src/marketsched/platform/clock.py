@@ -5,7 +5,9 @@ The live engine never reads the time itself: it calls ``clock()``. Tests pass a
 :class:`FakeClock` they move by hand, so a scripted sequence of arrivals and completions
 produces exactly the times the :class:`~marketsched.engine.simulator.Simulator` would see; the
 broker passes a :class:`WallClock`, which counts seconds of wall-clock time since the market's
-epoch (stored in the market's database, so market time goes on across restarts).
+epoch (stored in the market's database, so market time goes on across restarts); a market that
+both books Unix times and measures elapsed seconds (the live share market) takes a
+:class:`SteadyClock`.
 """
 
 from __future__ import annotations
@@ -44,3 +46,20 @@ class WallClock:
 
     def __call__(self) -> float:
         return time.time() - self.epoch
+
+
+class SteadyClock:
+    """Unix time that never steps: the wall clock (``time.time``) read once, when the clock is
+    made, plus the monotonic time (``time.monotonic``) elapsed since.
+
+    One clock for a market that records when things happen (Unix times, in its books) and
+    measures how long they took (CPU seconds over elapsed seconds): differences of its readings
+    are true elapsed seconds even when the system clock is set meanwhile, and a reading stays
+    within the clock's drift of the Unix time of the moment.
+    """
+
+    def __init__(self) -> None:
+        self.origin, self.start = time.time(), time.monotonic()
+
+    def __call__(self) -> float:
+        return self.origin + (time.monotonic() - self.start)
