@@ -172,6 +172,48 @@ def test_same_leaves_out_only_what_it_is_told():
     assert not results.same(a, {**b, "n": 4}, results.VOLATILE)
 
 
+def test_volatile_names_exactly_the_timing_values_and_keeps_quantities_with_units():
+    """A value whose name merely carries a unit (``_s``, ``_ms``, ``_cpu``) is compared; only the
+    named timing, load and execution values are left out, at any depth."""
+    timing = {"wall_s": 1.0, "schedule_s": 0.2, "seconds": 3.0, "load_average": 1.5, "workers": 2,
+              "table": pd.DataFrame({"x": [1], "dlgm_cpu_s": [0.5], "mip_cpu_ms": [7.0]})}
+    other = {"wall_s": 2.0, "schedule_s": 0.3, "seconds": 4.0, "load_average": 0.1, "workers": 1,
+             "table": pd.DataFrame({"x": [1], "dlgm_cpu_s": [0.9], "mip_cpu_ms": [9.0]})}
+    kept = {"mean_wait_s": 12.5, "brute_cap_s": 60.0, "thesis_ms": 40.0, "job_cpu": 2, "num_cpus": 4}
+    assert results.same({**timing, **kept}, {**other, **kept}, results.VOLATILE)
+    for name, value in kept.items():
+        assert not results.same({**timing, **kept}, {**other, **kept, name: value + 1}, results.VOLATILE), name
+    assert not results.same({"t": pd.DataFrame({"mean_wait_s": [1.0]})}, {"t": pd.DataFrame({"mean_wait_s": [2.0]})},
+                            results.VOLATILE)
+
+
+def test_every_timing_name_the_reproductions_write_is_volatile():
+    """The names the reproductions give their values (dict keys, aggregate columns, assigned
+    columns: string constants in ``marketsched.experiments``) that look like a time, a load or an
+    execution setting are either left out of ``rerun`` or named here as real quantities."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import marketsched.experiments as ex
+
+    looks = re.compile(r"seconds|_s$|_ms$|_cpu|wall|minutes|load_|mip_limit|workers|executor")
+    real = {"brute_cap_s", "thesis_ms", "thesis_k_ms", "thesis_cv_ms", "num_cpus"}  # config, published figures
+    names = set()
+    for path in Path(ex.__file__).parent.glob("*.py"):
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.Dict):
+                names |= {k.value for k in n.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            elif isinstance(n, ast.Call) and ast.unparse(n.func).endswith(("dict", "agg", "assign")):
+                names |= {kw.arg for kw in n.keywords if kw.arg}
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.slice, ast.Constant):
+                names.add(str(n.slice.value))
+    candidates = {k for k in names if looks.search(k)}
+    assert {"wall_s", "schedule_s", "mip_cpu_ms", "load_average"} <= candidates  # the scan sees the reproductions
+    assert sorted(candidates - real - results.VOLATILE_NAMES) == []
+    assert not real & results.VOLATILE_NAMES
+
+
 @pytest.mark.reproduce
 def test_a_reproduction_store_reruns_identical(tmp_path):
     """A real reproduction's smallest grid (Mutz (2008) on a trace, synthetic in --quick)."""

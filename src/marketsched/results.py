@@ -242,10 +242,25 @@ def _plain(x):
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-#: Names of the values in a reproduction's results that measure time or the machine's load
-#: (wall and CPU seconds, load averages, worker counts): they differ between any two runs, so
-#: ``rerun`` of a task store leaves them out of the comparison, and says so.
-VOLATILE = re.compile(r"seconds|_s$|_ms$|_cpu|wall|minutes|load_average|load_factor|mip_limit|workers|executor")
+#: The names (dict keys, table columns, dataclass fields) of the values in a reproduction's
+#: results that measure time or the machine's load, or say how the run was executed: they differ
+#: between any two runs, so ``rerun`` of a task store leaves them out of the comparison, and says
+#: so. Named one by one (decision): a pattern such as "ends in ``_s``" would also leave out real
+#: quantities that merely carry a unit (a mean wait in seconds, the brute-force time cap
+#: ``brute_cap_s``, the thesis's published times ``thesis_ms``, ``num_cpus``).
+VOLATILE_NAMES = frozenset({
+    # wall or CPU time of a computation
+    "seconds", "minutes", "wall_s", "wall_seconds", "br_seconds", "runs_seconds", "audit_seconds",
+    "mean_cell_seconds", "cell_seconds", "cpu_seconds", "last_call_wall_s",
+    "schedule_s", "payments_s", "brute_s", "batched_s", "unbatched_s", "mip_s",  # Mutz (2008) timings
+    "dlgm_cpu_s", "pdlgm_cpu_s", "dlgm_cpu", "pdlgm_cpu",  # Stößer (2009) ch. 5 simulation CPU time
+    "mip_ms", "mip_cpu_ms", "mip_wall_ms", "k_ms", "cv_ms", "k_wall_ms", "cv_wall_ms",  # Stößer (2009) ch. 3-4
+    # the machine's load, and the MIP time limit stretched by it
+    "load_average", "load_factor", "mip_limit",
+    # how the run was executed
+    "workers", "executor",
+})
+VOLATILE = re.compile("^(?:" + "|".join(re.escape(n) for n in sorted(VOLATILE_NAMES)) + ")$")
 
 
 def same(a, b, ignore: re.Pattern | None = None) -> bool:
