@@ -319,3 +319,22 @@ def test_a_node_declared_down_between_the_reads_of_a_poll_leaves_in_the_batch_of
         assert b.engine.capacity == 2 and capacity_changes(b.store) == [[4.0, 3], [16.0, 2]]
     finally:
         b.stop(kill_jobs=True)
+
+
+@pytest.mark.parametrize("partition, expected", [(None, 3), ("pa", 5)])
+def test_running_cpus_counts_the_markets_partition_only(monkeypatch, tmp_path, partition, expected):
+    """The CPUs running jobs hold (the resume gate's count) are those of the market's partition:
+    its own, else Slurm's default (``*`` in ``sinfo %P``), never every partition's."""
+    held = {"main": [2, 1], "pa": [4, 1]}  # running jobs' CPUs per partition; main is the default
+
+    class Partitions(FakeSlurm):
+        def __call__(self, args, timeout=30.0, input=None, env=None):
+            if args[:4] == ["squeue", "-h", "-t", "R"]:
+                names = args[args.index("-p") + 1].split(",") if "-p" in args else list(held)
+                return "".join(f"{c}\n" for name in names for c in held[name])
+            return super().__call__(args, timeout, input, env)
+
+    fake = Partitions()
+    monkeypatch.setattr(slurm, "run", fake)
+    ex = slurm.SlurmExecutor(tmp_path, partition=partition, slots=4)
+    assert ex.running_cpus() == expected

@@ -842,10 +842,10 @@ class SlurmExecutor(JobFolders):
         return free
 
     def running_cpus(self) -> int:
-        """CPUs held by running jobs in the partition, as Slurm sees them now."""
-        args = ["squeue", "-h", "-t", "R", "-o", "%C"]
-        if self.partition:
-            args += ["-p", self.partition]
+        """CPUs held by running jobs in the market's partition (its own, else Slurm's default:
+        :meth:`_partition_name`), as Slurm sees them now; jobs of other partitions do not take
+        the partition's CPUs."""
+        args = ["squeue", "-h", "-t", "R", "-o", "%C", "-p", self._partition_name()]
         return sum(int(x) for x in self._run(args).split())
 
     # ------------------------------------------------------------------ state
