@@ -333,3 +333,65 @@ def test_served_cancel_list_show_wait_and_the_replay_knows_the_cancel(tmp_path):
         srv.shutdown()
         srv.server_close()
         srv.broker.stop(kill_jobs=True)
+
+
+@pytest.fixture
+def on_fake_slurm(tmp_path, monkeypatch):
+    """A DLGM market served on a fake Slurm of two nodes (the pattern of
+    tests/test_dlgm_slurm_commands.py): DLGM node n is the n-th Slurm node."""
+    import marketsched.platform.slurm as slurm
+    from marketsched.live.dlgm_slurm import DLGMSlurmExecutor
+
+    ids = iter(range(100, 200))
+
+    def run(args, timeout=30.0, input=None, env=None):
+        if args[0] == "sinfo" and "%P" in args:
+            return "main*\n"
+        if args[0] == "sinfo" and "%N %C %t" in args:
+            return "alpha 0/2/0/2 idle\nbeta 0/2/0/2 idle\n"
+        if args[0] == "sinfo" and "%N" in args:
+            return "alpha\nbeta\n"
+        if args[0] == "sbatch":
+            return f"{next(ids)}\n"
+        return ""
+
+    monkeypatch.setattr(slurm, "run", run)
+    broker = Broker(tmp_path / "market", MarketConfig(slots=2, single_user=True)).start()
+    broker.ensure_admin()
+    broker.dlgm = DLGMService(broker, False, executor=DLGMSlurmExecutor(tmp_path / "market" / "dlgm"))
+    srv = MarketServer(broker, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    broker.stop()
+
+
+def test_the_api_names_each_nodes_slurm_host(on_fake_slurm):
+    """On Slurm, each node of `GET /api/dlgm` and of the page's data (`GET /api/market`) names
+    its Slurm host, the partition's nodes in sinfo order."""
+    admin = Client(on_fake_slurm.url, on_fake_slurm.broker.admin_token)
+    alice = Client(on_fake_slurm.url, admin.post("/api/users", {"name": "alice", "deposit": 10})["token"])
+    assert alice.post("/api/dlgm/jobs", {"weight": 1, "runtime": 100, "command": "true", "node": 1})["node"] == 1
+    for nodes in (alice.get("/api/dlgm")["nodes"], alice.get("/api/market")["dlgm"]["nodes"]):
+        assert [(n["node"], n["host"]) for n in nodes] == [(0, "alpha"), (1, "beta")]
+        assert nodes[0]["running"] is None and nodes[1]["running"]["owner"] == "alice"
+
+
+def test_the_page_shows_each_nodes_slurm_host(on_fake_slurm, browser):
+    from selenium.webdriver.common.by import By
+
+    from browser_helpers import fresh, wait
+    from test_live_web import login
+
+    b = on_fake_slurm.broker
+    b.add_user(True, "alice", 10)
+    b.dlgm.submit("alice", 1, 100, "true", node=1)
+    browser.get(f"{on_fake_slurm.url}/")
+    login(browser, b.admin_token)
+
+    def text():
+        return fresh(lambda: browser.find_element(By.ID, "nodes").text)
+
+    assert wait(browser, lambda d: "0 (Slurm node alpha) idle" in text())
+    assert "1 (Slurm node beta) 1 (alice, weight 1.00)" in text()

@@ -44,7 +44,7 @@ PAGE = page("marketsched live market", r"""  td.cmd { font-family: ui-monospace,
     <svg id="chart" viewBox="0 0 800 200" preserveAspectRatio="none" aria-label="price history"></svg>
   </section>
   <section class="wide" id="dlgm" hidden>
-    <h2>Nodes <span class="muted">(each node's running job and its queue, WSPT order)</span></h2>
+    <h2>Nodes <span class="muted">(each node's running job and its queue, WSPT order; on Slurm, each node's Slurm host)</span></h2>
     <table><thead><tr><th>node</th><th>running</th><th>until</th><th>queue (job, user, weight per second of run time)</th></tr></thead>
     <tbody id="nodes"></tbody></table>
   </section>
@@ -151,7 +151,7 @@ async function readMarket() {
     $("dlgm").hidden = !m.dlgm;
     if (m.dlgm) {  // a DLGM or P-DLGM market: its nodes' queues
       $("mech").textContent = m.dlgm.mechanism.toUpperCase() + " / compensations";
-      rows($("nodes"), m.dlgm.nodes, (n) => [n.node, n.running ? n.running.id + " (" + n.running.owner + ", weight " + fmt(n.running.weight, 2) + ")" : "idle",
+      rows($("nodes"), m.dlgm.nodes, (n) => [n.host ? n.node + " (Slurm node " + n.host + ")" : n.node, n.running ? n.running.id + " (" + n.running.owner + ", weight " + fmt(n.running.weight, 2) + ")" : "idle",
         n.running ? fmt(n.running.ends, 1) : "-", n.queue.map((x) => x.id + " (" + x.owner + ", " + fmt(x.ratio, 3) + ")").join(", ") || "-"]);
     }
     $("ees").hidden = !m.ees;
