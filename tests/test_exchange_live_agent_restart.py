@@ -33,9 +33,22 @@ def agent(srv, token, data: Path, work: Path, agents: list, log: Path) -> subpro
     return proc
 
 
-def kill9(proc: subprocess.Popen) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=HANG)
+def started_then_killed(market, job: str) -> tuple[dict, Path, Path]:
+    """A contract running ``job`` (which waits for the file ``stop``, then runs ``job``'s tail) whose
+    agent reported its start and was then killed with kill -9; the contract, ``stop`` and the log."""
+    ex, clock, srv, tokens, data, agents, tmp = market
+    stop, log = tmp / "stop", tmp / "agent.log"
+    c = contract_for(ex, clock, job.format(wait=f"while [ ! -e {stop} ]; do sleep 0.05; done"))
+    first = agent(srv, tokens[c["provider"]], data, tmp / "agent", agents, log)
+    try:
+        wait_for(lambda: run_row(ex, c["id"], "started_t") is not None, "the agent's start report")
+    except BaseException:
+        stop.touch()  # the orphaned job ends
+        raise
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=HANG)
+    return c, stop, log
 
 
 def output(srv, token, cid: int) -> bytes:
@@ -55,12 +68,8 @@ def test_an_agent_killed_mid_run_and_restarted_re_adopts_the_running_job_and_is_
     folder re-adopts it (its record matches the run the exchange published), reports its end when it
     exits, and the contract is delivered: the user pays its price, the provider is paid."""
     ex, clock, srv, tokens, data, agents, tmp = market
-    stop, log = tmp / "stop", tmp / "agent.log"
-    c = contract_for(ex, clock, f"echo begun; while [ ! -e {stop} ]; do sleep 0.05; done; echo done-$MARKETSCHED_CONTRACT")
-    first = agent(srv, tokens[c["provider"]], data, tmp / "agent", agents, log)
+    c, stop, log = started_then_killed(market, "echo begun; {wait}; echo done-$MARKETSCHED_CONTRACT")
     try:
-        wait_for(lambda: run_row(ex, c["id"], "started_t") is not None, "the agent's start report")
-        kill9(first)
         agent(srv, tokens[c["provider"]], data, tmp / "agent", agents, log)
         wait_for(lambda: f"contract {c['id']}: re-adopted its running job" in log.read_text(), "the re-adoption")
         assert run_row(ex, c["id"], "reported_t") is None  # still running
@@ -77,14 +86,8 @@ def test_a_job_that_ended_while_its_agent_was_down_is_delivered_when_the_agent_r
     """The agent is killed; the job ends (exit 0) while no agent runs; the agent started again before
     the report deadline (the window's end passed meanwhile) reports it from the folder and is paid."""
     ex, clock, srv, tokens, data, agents, tmp = market
-    stop, log = tmp / "stop", tmp / "agent.log"
-    c = contract_for(ex, clock, f"while [ ! -e {stop} ]; do sleep 0.05; done; echo finished")
-    first = agent(srv, tokens[c["provider"]], data, tmp / "agent", agents, log)
-    try:
-        wait_for(lambda: run_row(ex, c["id"], "started_t") is not None, "the agent's start report")
-        kill9(first)
-    finally:
-        stop.touch()
+    c, stop, log = started_then_killed(market, "{wait}; echo finished")
+    stop.touch()
     wait_for(lambda: (tmp / "agent" / "runs" / f"job-{c['id']}" / "exit_code").exists(), "the job's end")
     clock.set(c["end_t"] + REPORT_GRACE / 2)
     ex.execute()
