@@ -54,13 +54,14 @@ def test_a_bid_only_the_node_that_left_could_run_is_not_awarded(tmp_path):
     clock.advance(60)
     ex.leave("p1", "m")
     # capacity 1 CPU from 60 s: 3540 CPU-seconds by the first hour's end, 2940 of them held by the
-    # first job: room 600 there, too little for any bucket; 4200 from the second column on
+    # first job: room 600 there, too little for any bucket; then 4200, 7800, 11400 by the next ends.
+    # An award in a column may be due at its start: a column has the room of the one before
     before = ex.store.balances()
     got = bid(ex, "u1", description=[1000], value=10, deadline=1800)
     assert got["scheduled"] is False
     assert ex.store.balances() == before and len(egg.contracts(ex.store)) == 1
     cut = np.isinf(table(ex))
-    assert cut[:, 0].all() and not cut[:2, 1:].any() and cut[2, :3].all() and not cut[2, 3:].any()
+    assert cut[:2, :2].all() and not cut[:2, 2:].any() and cut[2, :4].all() and not cut[2, 4:].any()
     rows = ex.store.rows("SELECT data FROM ex_egg_events WHERE kind = 'prices' ORDER BY id")
     assert len(rows) == 2 and '"node_left": "m"' in rows[-1][0]
     assert egg.replay(ex.store) == egg.recorded(ex.store)
@@ -69,14 +70,14 @@ def test_a_bid_only_the_node_that_left_could_run_is_not_awarded(tmp_path):
 
 def test_the_last_node_leaving_withdraws_the_table_and_a_node_that_frees_nothing_cuts_nothing(tmp_path):
     """Node m leaves while n is idle and has room for every bucket p1 offered in every column but the
-    largest bucket's near ones: only those are cut. Then n leaves too: no node is left, the table is
+    largest bucket's two nearest ones: only those are cut. Then n leaves too: no node is left, the table is
     withdrawn (every cell not offered) as when the provider leaves, and no bid is awarded to p1."""
     ex, clock, _ = rt_exchange(tmp_path / "x.db", {"n": 2, "m": 1})
     clock.advance(60)
     ex.leave("p1", "m")
     cut = np.isinf(table(ex))
-    # 2 CPUs, nothing held: room 2 x (3600 - 60) = 7080 in the first column, 14280 in the second
-    assert not cut[:2].any() and cut[2, 0] and not cut[2, 1:].any()
+    # 2 CPUs, nothing held: room 2 x (3600 - 60) = 7080 by the first column's end, 14280 by the second's
+    assert not cut[:2].any() and cut[2, :2].all() and not cut[2, 2:].any()
     ex.leave("p1", "n")
     assert np.isinf(table(ex)).all()
     assert bid(ex, "u1", description=[1000], value=100, deadline=2 * HOUR)["scheduled"] is False
@@ -86,8 +87,32 @@ def test_the_last_node_leaving_withdraws_the_table_and_a_node_that_frees_nothing
     ex.store.check_books()
 
 
+def test_without_a_run_time_axis_only_the_columns_with_no_room_are_cut(tmp_path):
+    """Kang & Parkes's example 2 geometry (memory buckets, no run-time axis): p1's job on node n holds
+    its CPU unit until tau* = 2 h; node m leaves at 60 s. A job's work is unknown, so the columns
+    ending by 2 h (no room at all) and the one starting at 2 h (an award there may be due at 2 h) are
+    cut in every bucket and the last keeps its prices; a bid due before 3 h finds no provider."""
+    from test_exchange_egg import EXAMPLE
+
+    ex, clock, _ = egg_exchange(tmp_path / "x.db", node=(1, 100))
+    ex.add_node("p1", "m", 1, 100)
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    assert bid(ex, "u1", until=[2 * HOUR, 3 * HOUR], values=[19, 17])["tau"] == 2 * HOUR
+    ex.tick()
+    clock.advance(60)
+    ex.leave("p1", "m")
+    assert bid(ex, "u1", value=30, deadline=3 * HOUR - 120)["scheduled"] is False  # due before 3 h
+    got = table(ex)
+    assert np.isinf(got[:, :3]).all() and np.array_equal(got[:, 3], np.array(EXAMPLE, float)[:, 3])
+    assert egg.replay(ex.store) == egg.recorded(ex.store)
+    ex.store.check_books()
+
+
 def fits(works_due: list[tuple[float, int]], capacity: int, ends: np.ndarray, now: float, w: float, s: int) -> bool:
-    """Reference: EDF's test, job by job, for a new job of work ``w`` due in column ``s``."""
+    """Reference: EDF's test, job by job, for a new job of work ``w`` awarded in column ``s``, so due
+    as early as the column's start (the end of column ``s - 1``; column 0: its own end)."""
+    s = max(s - 1, 0)
     jobs = works_due + [(w, s)]
     for c in range(s, len(ends)):
         due = sum(work for work, col in jobs if col <= c)

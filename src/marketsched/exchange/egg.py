@@ -386,9 +386,11 @@ def cut_to_nodes(eggm: EggMarket, provider: str, node: str, clock: float) -> dic
        of its ``tau*``.
     3. Every cell (resource buckets, slot column) where a job of the bucket no longer fits by EDF's
        test (:func:`~marketsched.mechanisms.online.egg.providers.edf_room`, the library's capped
-       agent's test: the bucket's upper run-time edge above the room of the column) becomes not
-       offered (``+inf``). Without a run-time axis (``runtime_dim`` None) a job's work is unknown
-       and only the columns with no room at all are cut. Every other cell keeps its price.
+       agent's test: the bucket's upper run-time edge above the room) becomes not offered
+       (``+inf``). An award in a column may be due as early as the column's start (the
+       auctioneer's ``tau*``), so the room of column ``s > 0`` is that of column ``s - 1``. Without
+       a run-time axis (``runtime_dim`` None) a job's work is unknown and only the columns with no
+       room at all are cut. Every other cell keeps its price.
     4. Only cells are raised, and the cut is upward closed along the run-time axis, so the cut
        table is admissible under definition 6 (rule 2 forbids lowering a locked price, never
        raising; rule 1 holds since a bigger bucket fits less). It is recorded as a price-table
@@ -418,6 +420,7 @@ def cut_to_nodes(eggm: EggMarket, provider: str, node: str, clock: float) -> dic
     for c in contracts(store, OPEN, f"provider = ? AND node_id IN ({', '.join('?' * len(ids))})", (provider, *ids)):
         holder.enqueue(int(c["id"]), float(c["tau"]), c["cpu"] * max(float(c["tau"]) - t, 0.0))
     _, _, room = edf_room(holder.capacity, holder.committed_work(book, t), book, t)
+    room = np.concatenate([room[:1], room[:-1]])  # an award in column s may be due at its start, s - 1's end
     table = book.prices[k]
     rd = eggm.cfg["runtime_dim"]
     work = np.zeros(1) if rd is None else book.edges[rd][k, 1:].reshape(
