@@ -20,12 +20,40 @@ the users' jobs would run as root), in ``WORK/runs/job-ID``.
 A report carries the agent's measured CPU seconds, the SHA-256 of the job's whole standard
 output and its first :data:`.agent_runs.OUTPUT_LIMIT` bytes. A report the exchange refuses is
 printed and dropped (the exchange settles the run by its deadline).
+
+**A restarted agent re-adopts its runs** (:meth:`RunKeeper.recover`, at its first step). Before
+it launches a run's job, the agent writes a record of the run in ``WORK/records/run-ID.json``:
+its provider, the contract, the exchange's report deadline and the SHA-256 of the run's
+command and environment, as the exchange published them. The job runs in its own session, so
+it outlives an agent killed (kill -9) or stopped. Started again on the same folder, the agent
+lists its runs (``GET /api/provider/runs``: only its own provider's, published, not reported,
+before their deadline) and, for each run that has a record here equal to the listing's:
+
+1. a job still running is watched again (the executor's state file: its process and start
+   time) and stopped at its window's end (at once if the window has passed: it was running
+   then, and is reported ``window``); a start not reported yet is reported;
+2. a job that ended while the agent was down is reported ``exit`` with the status and output
+   it left on disk (CPU seconds unknown);
+3. a job whose go was never sent (the agent died during the launch) is started afresh.
+
+The agent adopts nothing else: a run folder or state file with no record, or with a record of
+another run (another provider's agent in the same folder, another exchange, a forged record
+that does not match what the exchange published), is never reported; a run not started yet
+whose folder holds such leftovers has them moved aside (``stale-job-ID-NS``) before its job
+starts, so its output is its own. Decision: a run reported started whose record does not match
+is not run again (its start is the exchange's record); it settles by the trust rule at its
+deadline. The records of runs the exchange no longer lists (reported, or past their deadline
+while the agent was down) are dropped, their jobs killed if still running. The jobs run as the
+agent's own account, so a job can write into the agent's folder: the record binds a result to
+the run the exchange published and to the process the agent launched, not against the jobs
+themselves.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import time
 from collections.abc import Callable
@@ -35,12 +63,14 @@ from marketsched.platform.client import Client, ClientError
 
 from .orders import MAX_OUTPUT_BYTES as OUTPUT_LIMIT  # the bytes of a job's output an agent sends
 
+RECORDS = "records"  # WORK/records/run-ID.json: the runs this agent started (RunKeeper.record)
+
 
 class RunKeeper:
     """The runs of one agent, under ``data_dir/runs``."""
 
     def __init__(self, client: Client, data_dir: Path, log: Callable[[str], None] = print,
-                 containment="auto"):
+                 containment="auto", provider: str | None = None):
         from .providers import LocalBackend
 
         if os.geteuid() == 0:
@@ -49,12 +79,18 @@ class RunKeeper:
         self.client = client
         self.log = log
         self.backend = LocalBackend(Path(data_dir) / "runs", containment)
+        self.records = Path(data_dir) / RECORDS
+        self.records.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.provider = provider  # the token's provider (asked at the first step when None)
+        self.recovered = False
         self.known: set[int] = set()  # runs started (or refused) here
         self.stop_at: dict[int, float] = {}  # running job -> monotonic time its window ends
         self.reported = 0
 
     def step(self, waiting: int) -> None:
-        if waiting:
+        if not self.recovered:
+            self.recover()
+        elif waiting:
             for run in self.client.get("/api/provider/runs"):
                 if run["contract"] not in self.known and not run["started"]:
                     self.start(run)
@@ -67,11 +103,104 @@ class RunKeeper:
                 del self.stop_at[cid]
                 self.report(cid, "window", None, stop=True)
 
+    # ------------------------------------------------------------------ records and re-adoption
+    def identity(self, run: dict) -> dict:
+        """What the agent records of a run it starts: its provider, the contract, the report
+        deadline and the digest of the command and environment the exchange published."""
+        spec = json.dumps({"command": run["command"], "env": run["env"]}, sort_keys=True)
+        return {"provider": self.provider, "contract": int(run["contract"]), "deadline": float(run["deadline"]),
+                "spec": hashlib.sha256(spec.encode()).hexdigest()}
+
+    def _record_path(self, cid: int) -> Path:
+        return self.records / f"run-{cid}.json"
+
+    def record(self, run: dict) -> None:
+        """Write the run's record (atomic, mode 0600), before its job is launched."""
+        path = self._record_path(int(run["contract"]))
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.identity(run), f)
+        os.replace(tmp, path)
+
+    def recorded(self, cid: int) -> dict | None:
+        try:
+            with open(self._record_path(cid)) as f:
+                rec = json.load(f)
+            return rec if isinstance(rec, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def drop_record(self, cid: int) -> None:
+        try:
+            os.unlink(self._record_path(cid))
+        except FileNotFoundError:
+            pass
+
+    def recover(self) -> None:
+        """Re-adopt the runs this agent started before a restart (the module docstring), then
+        start the runs waiting; once (a failure to reach the exchange is tried again at the next
+        step)."""
+        if self.provider is None:
+            self.provider = str(self.client.get("/api/me")["name"])
+        runs = self.client.get("/api/provider/runs")
+        listed = {int(r["contract"]) for r in runs}
+        for path in sorted(self.records.glob("run-*.json")):  # runs the exchange no longer lists
+            cid = int(path.stem[4:]) if path.stem[4:].isdigit() else None
+            if cid is not None and cid not in listed:
+                if self.backend.executor.adopt(cid) is not None:
+                    self.backend.executor.kill(cid)
+                self.backend.executor.forget(cid)
+                self.drop_record(cid)
+        for run in runs:
+            cid = int(run["contract"])
+            if self.recorded(cid) == self.identity(run):
+                self.adopt(run)
+            elif run["started"]:
+                self.known.add(cid)
+                self.log(f"contract {cid}: reported started, but this agent has no record of starting it here (or a "
+                         "record of another run): not adopted; the exchange settles it at its deadline")
+        self.recovered = True
+        for run in runs:
+            if int(run["contract"]) not in self.known and not run["started"]:
+                self.start(run)
+
+    def adopt(self, run: dict) -> None:
+        """A run of this agent's record, after a restart: watch its job again, report the end it
+        had while the agent was down, or start it if it never had its go."""
+        cid = int(run["contract"])
+        got = self.backend.reattach(cid)
+        if got is False:  # its go was never sent: nothing of it ran
+            self.backend.executor.launched.discard(cid)
+            self.drop_record(cid)
+            return
+        self.known.add(cid)
+        if not run["started"]:
+            self._started(cid)
+        if got is True:
+            self.stop_at[cid] = time.monotonic() + float(run["seconds_left"])
+            self.log(f"contract {cid}: re-adopted its running job")
+        else:
+            self.log(f"contract {cid}: its job ended while the agent was down")
+            self.report(cid, "exit", got, measured=False)
+
+    def _move_aside(self, cid: int) -> None:
+        """Leftovers of a job folder this agent has no record of (moved, not read)."""
+        root = self.backend.executor.root
+        stamp = time.time_ns()
+        for name in (f"job-{cid}", f"job-{cid}.proc"):
+            if os.path.lexists(root / name):
+                os.rename(root / name, root / f"stale-{name}-{stamp}")
+                self.log(f"contract {cid}: moved {name} aside (not a run of this agent's record)")
+
     def start(self, run: dict) -> None:
         from .providers import Contracted
 
         cid = int(run["contract"])
         self.known.add(cid)
+        if self.recorded(cid) != self.identity(run):
+            self._move_aside(cid)
+        self.record(run)
         cpus = run["cpus"]
         contracted = Contracted(float(run["share"]), int(run["mem"] or 0), tuple(cpus) if cpus else None)
         try:
@@ -79,26 +208,33 @@ class RunKeeper:
         except OSError as exc:
             self.log(f"contract {cid}: could not start its job: {exc}")
             self._post(cid, {"end": "not-started", **_output(str(exc).encode())})
+            self.drop_record(cid)
             return
         self.stop_at[cid] = time.monotonic() + float(run["seconds_left"])
+        self._started(cid)
+        self.log(f"contract {cid}: started")
+
+    def _started(self, cid: int) -> None:
         try:
             self.client.post(f"/api/provider/runs/{cid}/started", {})
         except ClientError as exc:
             self.log(f"contract {cid}: start report refused: {exc.message}")
-        self.log(f"contract {cid}: started")
 
-    def report(self, cid: int, end: str, code: int | None, stop: bool = False) -> None:
+    def report(self, cid: int, end: str, code: int | None, stop: bool = False, measured: bool = True) -> None:
+        """Report run ``cid``'s end (``stop``: stop its job first; not ``measured``: its CPU
+        seconds are unknown, as for a job that ended while the agent was down)."""
         out = self.backend.executor.workdir(cid) / "stdout"
-        cpu: float | None
+        used: float | None
         if stop:
-            cpu = self.backend.stop(cid)
+            used = self.backend.stop(cid)
         else:
-            cpu = (self.backend.usage(cid) or {}).get("cpu_seconds")
+            used = (self.backend.usage(cid) or {}).get("cpu_seconds") if measured else None
             self.backend.fault(cid)  # forgets the job
-        body = {"end": end, "cpu_seconds": cpu, **_file_output(out)}
+        body = {"end": end, "cpu_seconds": used, **_file_output(out)}
         if code is not None:
             body["code"] = int(code)
         self._post(cid, body)
+        self.drop_record(cid)
 
     def _post(self, cid: int, body: dict) -> None:
         try:

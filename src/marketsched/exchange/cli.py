@@ -747,7 +747,7 @@ def provider_run_cmd(url, token, token_file, data_dir, server_cert, poll, durati
                                        "provider's token (marketsched exchange token DATA NAME --provider)")
         click.echo(f"provider agent of {me['name']!r} answering the exchange at {url}", err=True)
         stats = run_agent(client, poll, lambda: bool(stop) or (end is not None and time.monotonic() >= end),
-                          lambda line: click.echo(line, err=True), work)
+                          lambda line: click.echo(line, err=True), work, me["name"])
     except ClientError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

@@ -248,17 +248,22 @@ class Exchange:
     def leave(self, provider: str, node: str | None = None) -> list[int]:
         """Node ``node`` of ``provider`` leaves the exchange (None: the provider leaves with all
         its nodes): its open offers are cancelled, the contracts it made stand (their jobs run,
-        or the provider pays their penalties). Returns the cancelled offers' ids."""
+        or the provider pays their penalties). Returns the cancelled offers' ids. In Egg mode the
+        provider's table is withdrawn (:func:`.egg.withdraw`), or, when one node leaves, cut to
+        what its remaining nodes can hold (:func:`.egg.cut_to_nodes`)."""
         check_name("provider", "name", provider)
         if node is not None:
             check_name("node", "name", node)
-        if node is None and self.settings["mechanism"] == "egg":  # Egg: the table is withdrawn too (.egg.withdraw)
-            from .egg import withdraw
+        if self.settings["mechanism"] == "egg":  # Egg: the table is withdrawn, or cut to the nodes left (.egg)
+            from .egg import cut_to_nodes, withdraw
 
             try:
                 with self.store.transaction():
                     cancelled = self.store.leave(provider, node, self.clock())
-                    withdraw(self.egg, provider, self.clock())
+                    if node is None:
+                        withdraw(self.egg, provider, self.clock())
+                    else:
+                        cut_to_nodes(self.egg, provider, node, self.clock())
                 return cancelled
             except BaseException:
                 self.egg.drop()

@@ -348,7 +348,7 @@ def post_prices(eggm: EggMarket, provider: str, prices, clock: float) -> dict:
     return {"event": eid, "t": t, "base_slot": market.book.base, "provider": provider}
 
 
-def withdraw(eggm: EggMarket, provider: str, clock: float) -> dict:
+def withdraw(eggm: EggMarket, provider: str, clock: float, node_left: str | None = None) -> dict:
     """Provider ``provider``, which has just left (:meth:`.core.Exchange.leave`, in the same
     transaction), withdraws its table: every cell becomes not offered (``+inf``), so the auctioneer
     picks it for no later bid whatever the bid's view. Its awarded contracts stand and settle by the
@@ -357,14 +357,82 @@ def withdraw(eggm: EggMarket, provider: str, clock: float) -> dict:
     within definition 6 (no decrease inside the patience window, and raising is always allowed), so
     withdrawing, the table raised to ``+inf``, is admissible: it is recorded as a price-table event
     of that table (``withdrawn``: true) and applied by the library's update, so the replay sees the
-    departure at its time."""
+    departure at its time. ``node_left``: its last node left, not the provider (:func:`cut_to_nodes`)."""
     market = eggm.sync()
     k = eggm.index(provider)
     t = eggm.now(clock)
-    data = {"prices": table_json(np.full(market.book.prices.shape[1:], np.inf)), "withdrawn": True}
+    data: dict = {"prices": table_json(np.full(market.book.prices.shape[1:], np.inf)), "withdrawn": True}
+    if node_left is not None:
+        data["node_left"] = node_left
     apply_event(market, t, "prices", k, data)
     eid = eggm.record(t, "prices", k, data)
     return {"event": eid, "t": t, "provider": provider}
+
+
+def cut_to_nodes(eggm: EggMarket, provider: str, node: str, clock: float) -> dict | None:
+    """Node ``node`` of ``provider`` has just left (:meth:`.core.Exchange.leave`, in the same
+    transaction): the provider's table is cut to what its remaining nodes can hold, so that the
+    auctioneer does not award a bid only the node that left could have run. Returns the recorded
+    event (None: nothing was offered beyond the remaining nodes, or the provider has posted no
+    table yet, so nothing changes and nothing is recorded).
+
+    The rule (the exchange's; Kang & Parkes 2007 leave a provider's capacity to its own table):
+
+    1. No node of the provider is left: the table is withdrawn as when the provider leaves
+       (:func:`withdraw`; ``node_left`` names the node).
+    2. Otherwise the remaining capacity is the CPU units of the provider's nodes that have not left,
+       and the work already committed to them is, for each open Egg contract on one of them, its CPU
+       units times the time from now to its ``tau*`` (the most it can hold them), due in the column
+       of its ``tau*``.
+    3. Every cell (resource buckets, slot column) where a job of the bucket no longer fits by EDF's
+       test (:func:`~marketsched.mechanisms.online.egg.providers.edf_room`, the library's capped
+       agent's test: the bucket's upper run-time edge above the room) becomes not offered
+       (``+inf``). An award in a column may be due as early as the column's start (the
+       auctioneer's ``tau*``), so the room of column ``s > 0`` is that of column ``s - 1``. Without
+       a run-time axis (``runtime_dim`` None) a job's work is unknown and only the columns with no
+       room at all are cut. Every other cell keeps its price.
+    4. Only cells are raised, and the cut is upward closed along the run-time axis, so the cut
+       table is admissible under definition 6 (rule 2 forbids lowering a locked price, never
+       raising; rule 1 holds since a bigger bucket fits less). It is recorded as a price-table
+       event of that table (``node_left``: the node) and applied by the library's update, so the
+       replay cuts it at the same point.
+
+    The cut is what the table offers at the leave. Later, as before the leave, keeping the table
+    within the capacity is the provider's own business (the capped and load-aware agents of
+    ``exchange egg prices`` price the nodes that have not left); a cut cell inside the patience
+    window stays not offered until it leaves the window (definition 6)."""
+    store = eggm.store
+    remaining = store.rows("SELECT id, cpu FROM ex_nodes WHERE provider = ? AND left_t IS NULL", (provider,))
+    market = eggm.sync()
+    k = eggm.index(provider)
+    if not store.rows("SELECT 1 FROM ex_egg_events WHERE kind = 'prices' AND provider = ? LIMIT 1", (k,)):
+        return None  # never priced: nothing is offered (its first table stays a first table)
+    if not remaining:
+        return withdraw(eggm, provider, clock, node_left=node)
+    from marketsched.mechanisms.online.egg.providers import ProviderAgent, edf_room
+
+    t = eggm.now(clock)
+    market.advance(t)  # the columns at the leave (the event's own advance then does nothing)
+    book = market.book
+    holder = ProviderAgent(int(sum(cpu for _, cpu in remaining)))
+    holder.reset(k)
+    ids = [nid for nid, _ in remaining]
+    for c in contracts(store, OPEN, f"provider = ? AND node_id IN ({', '.join('?' * len(ids))})", (provider, *ids)):
+        holder.enqueue(int(c["id"]), float(c["tau"]), c["cpu"] * max(float(c["tau"]) - t, 0.0))
+    _, _, room = edf_room(holder.capacity, holder.committed_work(book, t), book, t)
+    room = np.concatenate([room[:1], room[:-1]])  # an award in column s may be due at its start, s - 1's end
+    table = book.prices[k]
+    rd = eggm.cfg["runtime_dim"]
+    work = np.zeros(1) if rd is None else book.edges[rd][k, 1:].reshape(
+        [-1 if d == rd else 1 for d in range(table.ndim - 1)] + [1])  # per bucket, along the run-time axis
+    cut = (work > room) | (room <= 0)
+    new = np.where(cut, np.inf, table)
+    if np.array_equal(new, table):
+        return None
+    data = {"prices": table_json(new), "node_left": node}
+    apply_event(market, t, "prices", k, data)
+    eid = eggm.record(t, "prices", k, data)
+    return {"event": eid, "t": t, "provider": provider, "node_left": node, "cut": int((cut & ~np.isinf(table)).sum())}
 
 
 def submit_bid(eggm: EggMarket, user: str, body: dict, clock: float) -> dict:

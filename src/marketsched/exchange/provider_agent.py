@@ -13,7 +13,8 @@ The agent's loop (:func:`run_agent`):
    ``POST /api/provider/answer``.
 3. When the ask's answer says contract runs wait for it (``runs``), or jobs of its run, it
    hands over to :meth:`.agent_jobs.RunKeeper.step` (made at the first run: an agent that
-   only answers asks starts no executor).
+   only answers asks starts no executor; made at once when its folder holds runs from before
+   a restart, which it re-adopts if they are its own: :meth:`.agent_jobs.RunKeeper.recover`).
 4. A refusal of the answer (409: late, or the clearing collected already) is printed and the
    loop goes on; an unreachable or busy exchange is printed and tried again at the next poll; a
    wrong token (401) or a token that is not a provider's ends the agent with an error.
@@ -47,12 +48,18 @@ class AgentStats:
 
 
 def run_agent(client: Client, poll: float, until: Callable[[], bool], log: Callable[[str], None] = print,
-              work: Path | None = None) -> AgentStats:
-    """Answer the exchange's asks over ``client`` (a provider's token) until ``until()``, and
-    run the provider's contracts under ``work`` (see the module docstring)."""
+              work: Path | None = None, provider: str | None = None) -> AgentStats:
+    """Answer the exchange's asks over ``client`` (a provider's token, of ``provider``) until
+    ``until()``, and run the provider's contracts under ``work`` (default:
+    ``./marketsched-agent``; see the module docstring)."""
     stats = AgentStats()
     done: set[int] = set()
+    work = work or Path.cwd() / "marketsched-agent"
     keeper = None
+    from .agent_jobs import RECORDS, RunKeeper
+
+    if (work / RECORDS).is_dir() or (work / "runs").is_dir():  # it ran jobs here before: re-adopted at the first step
+        keeper = RunKeeper(client, work, log, provider=provider)
     try:
         while not until():
             keeper, again = _step(client, stats, done, keeper, work, log)
@@ -64,7 +71,7 @@ def run_agent(client: Client, poll: float, until: Callable[[], bool], log: Calla
     return stats
 
 
-def _step(client: Client, stats: AgentStats, done: set[int], keeper, work: Path | None, log):
+def _step(client: Client, stats: AgentStats, done: set[int], keeper, work: Path, log):
     """One poll (the module docstring's steps): the run keeper (None before the first run) and
     whether to poll again at once."""
     ask = None
@@ -77,7 +84,7 @@ def _step(client: Client, stats: AgentStats, done: set[int], keeper, work: Path 
             if keeper is None:
                 from .agent_jobs import RunKeeper  # only an agent provider's agent runs jobs
 
-                keeper = RunKeeper(client, work or Path.cwd() / "marketsched-agent", log)
+                keeper = RunKeeper(client, work, log)
             keeper.step(waiting)
         if isinstance(ask, int) and ask not in done:
             from .provider_answer import answer  # only the distributed mode's agents need the mechanism

@@ -102,18 +102,25 @@ class LoadAwarePricing(StaticPricing):
     def wish(self, agent: ProviderAgent, market: Market, now: float) -> np.ndarray:
         book = market.book
         base = self.base(market, agent.k)
-        ends = book.slot_starts + book.slot
-        avail = agent.capacity * np.maximum(ends - now, 0.0)  # processor-seconds until each column's end
-        due = agent.committed_work(book, now)  # estimated work due in each column
-        need = np.cumsum(due)
-        slack = avail - need
-        suffix_min = np.minimum.accumulate(slack[::-1])[::-1]
+        avail, need, suffix_min = edf_room(agent.capacity, agent.committed_work(book, now), book, now)
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.where(avail > 0, np.minimum(need / avail, 1.0), 1.0)
         price = base * (1.0 + self.kappa * u[None, :] ** 2)
         work = book.edges[0][agent.k, 1:]
         price[work[:, None] > suffix_min[None, :]] = np.inf
         return price
+
+
+def edf_room(capacity: float, due: np.ndarray, book, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """EDF's test on a book's columns for ``capacity`` processors holding work ``due`` (processor-
+    seconds due in each column): per column, the processor-seconds available from ``now`` to its
+    end, the work due by then, and the room, the least ``available - due`` from that column on. A
+    new job of work ``w`` due in column ``s`` fits beside the others (every job still meets its
+    column by earliest deadline first) iff ``w <= room[s]``."""
+    ends = book.slot_starts + book.slot
+    avail = capacity * np.maximum(ends - now, 0.0)
+    need = np.cumsum(due)
+    return avail, need, np.minimum.accumulate((avail - need)[::-1])[::-1]
 
 
 @dataclass
