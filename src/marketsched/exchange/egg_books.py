@@ -4,6 +4,8 @@ account, and the check that each contract's escrow moved exactly once
 
 from __future__ import annotations
 
+from marketsched.platform.query import select
+
 # ``store`` below is an :class:`.store.ExchangeStore`, not imported: the store calls this module.
 
 ESCROW = "exchange:escrow"
@@ -14,13 +16,10 @@ COLUMNS = ("id", "event", "user", "provider", "node_id", "cpu", "mem", "command"
 
 
 def contracts(store, states=None, where: str = "", params=()) -> list[dict]:
-    cond = [where] if where else []
-    args = list(params)
-    if states:
-        cond.append(f"state IN ({', '.join('?' * len(states))})")
-        args += list(states)
-    sql = f"SELECT {', '.join(COLUMNS)} FROM ex_egg_contracts" + (" WHERE " + " AND ".join(cond) if cond else "")
-    return store.dicts(COLUMNS, sql + " ORDER BY id", args)
+    """Egg mode's contracts in id order: in ``states``, and passing ``where`` (one SQL clause,
+    its ``?`` taking ``params``) when given."""
+    sql, args = select("ex_egg_contracts", COLUMNS, [(where, tuple(params))] if where else [], states)
+    return store.dicts(COLUMNS, sql, args)
 
 
 def summary(store) -> dict:
