@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from marketsched.platform.query import select
 
+from .posted import check_posted
+
 # ``store`` below is an :class:`.store.ExchangeStore`, not imported: the store calls this module.
 
 ESCROW = "exchange:escrow"
@@ -45,7 +47,7 @@ def check_books(store, posted: dict[tuple[int, str], int]) -> None:
     the escrow account holds exactly the prices still held. AssertionError naming the first
     contract that does not add up."""
     held = 0
-    seen = set()
+    wanted = []
     for c in contracts(store):
         want = {"egg-escrow": c["price"]}
         if c["escrow"] == "paid":
@@ -54,14 +56,8 @@ def check_books(store, posted: dict[tuple[int, str], int]) -> None:
             want["egg-refund"] = c["price"]
         else:
             held += c["price"]
-        for kind in KINDS:
-            seen.add((c["id"], kind))
-            if posted.get((c["id"], kind), 0) != want.get(kind, 0):
-                raise AssertionError(f"Egg contract {c['id']} ({c['state']}, escrow {c['escrow']}): {kind} posted "
-                                     f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
-    stray = set(posted) - seen
-    if stray:
-        raise AssertionError(f"Egg ledger entries for no Egg contract: {sorted(stray)[:5]}")
+        wanted.append((c["id"], f"Egg contract {c['id']} ({c['state']}, escrow {c['escrow']})", want))
+    check_posted(posted, wanted, KINDS, "Egg ledger entries for no Egg contract")
     balance = store.ledger.balance(ESCROW) if store.rows("SELECT 1 FROM accounts WHERE name = ?", (ESCROW,)) else 0
     if balance != held:
         raise AssertionError(f"the escrow account holds {balance}, expected {held} (the prices still held)")

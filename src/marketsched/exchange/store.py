@@ -46,6 +46,7 @@ from marketsched.platform.query import select
 from marketsched.platform.statement import signed_entries
 
 from .egg_books import check_books as check_egg
+from .posted import check_posted
 
 CLEARING = "exchange:clearing"
 RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)
@@ -637,7 +638,7 @@ class ExchangeStore:
         if egg or (settings is not None and settings["mechanism"] == "egg"):
             check_egg(self, egg)
         users = providers = penalties = 0
-        seen = set()
+        wanted = []
         for c in self.contracts():
             want = {}
             if c["state"] == "delivered":
@@ -647,14 +648,8 @@ class ExchangeStore:
             elif c["state"] == "failed":
                 want = {"penalty": c["penalty"]}
                 penalties += c["penalty"]
-            for kind in ("user-price", "provider-price", "penalty"):
-                seen.add((c["id"], kind))
-                if posted.get((c["id"], kind), 0) != want.get(kind, 0):
-                    raise AssertionError(f"contract {c['id']} ({c['state']}): {kind} posted "
-                                         f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
-        stray = set(posted) - seen
-        if stray:
-            raise AssertionError(f"ledger entries for no contract: {sorted(stray)[:5]}")
+            wanted.append((c["id"], f"contract {c['id']} ({c['state']})", want))
+        check_posted(posted, wanted, ("user-price", "provider-price", "penalty"), "ledger entries for no contract")
         clearing = self.ledger.balance(CLEARING)
         if clearing != users - providers:
             raise AssertionError(f"clearing account holds {clearing}, expected {users - providers}")
