@@ -88,6 +88,101 @@ def start_broker(data: Path, port: int, log, *args, preexec_fn=None) -> subproce
     raise AssertionError("broker did not come up")
 
 
+def serve_market(tmp_path: Path, name: str, service, *args, slots: int = 2):
+    """A single-user market in ``tmp_path/market`` on ``slots`` CPUs running the mechanism
+    service ``service(broker, *args)``, started and attached as ``broker.<name>`` (``ees``,
+    ``dlgm``), served by a :class:`.MarketServer` in a thread on a free port (its ``url``).
+    :func:`stop_served` stops it."""
+    from marketsched.live.broker import Broker, MarketConfig
+    from marketsched.live.server import MarketServer
+
+    broker = Broker(tmp_path / "market", MarketConfig(slots=slots, single_user=True)).start()
+    broker.ensure_admin()
+    setattr(broker, name, service(broker, *args).start())
+    srv = MarketServer(broker, "127.0.0.1", 0)
+    srv.serve_in_thread()
+    return srv
+
+
+def stop_served(srv) -> None:
+    """Stop a market of :func:`serve_market`: its server, then its broker, killing its jobs."""
+    srv.shutdown()
+    srv.server_close()
+    srv.broker.stop(kill_jobs=True)
+
+
+def add_users(admin, names, deposit: float) -> dict[str, str]:
+    """Each user of ``names`` created with ``deposit`` by ``admin`` (a Client with the
+    administrator's token): {name: token}."""
+    return {u: admin.post("/api/users", {"name": u, "deposit": deposit})["token"] for u in names}
+
+
+def user_clients(admin, names, deposit: float) -> dict:
+    """:func:`add_users`, each user's Client: {name: Client}."""
+    from marketsched.live.cli import Client
+
+    return {u: Client(admin.url, token) for u, token in add_users(admin, names, deposit).items()}
+
+
+def market_cli(srv, token: str):
+    """A function running ``marketsched market ARGS...`` in this process (click's CliRunner)
+    against the served market ``srv`` with ``token``: it asserts the exit code (``code``, 0
+    unless given) and returns the output."""
+    from click.testing import CliRunner
+
+    from marketsched.cli import main
+
+    env = {"MARKETSCHED_URL": srv.url, "MARKETSCHED_TOKEN": token, "MARKETSCHED_DATA": str(srv.identity_dir)}
+
+    def run(*args, code: int = 0) -> str:
+        r = CliRunner().invoke(main, ["market", *map(str, args)], env=env)
+        assert r.exit_code == code, r.output
+        return r.output
+
+    return run
+
+
+class BrokerRestarts:
+    """``market serve ARGS...`` processes on one data folder (``tmp_path/market``, its
+    ``data``) and port, one after another: :meth:`start` one, :meth:`kill_9` it, :meth:`start`
+    the next. Its output goes to ``tmp_path/broker.log``. As a context manager, it ends by
+    killing any that still runs and every job process the market recorded (a failing test
+    leaves nothing running)."""
+
+    def __init__(self, tmp_path: Path, *args):
+        self.data = tmp_path / "market"
+        self.port = free_port()
+        self.args = args
+        self.procs: list[subprocess.Popen] = []
+        self.log = open(tmp_path / "broker.log", "ab")
+
+    def start(self):
+        """Start the next broker (:func:`start_broker`); returns a Client with the
+        administrator's token."""
+        from marketsched.live.cli import Client
+
+        self.procs.append(start_broker(self.data, self.port, self.log, *self.args))
+        return Client(f"http://127.0.0.1:{self.port}", (self.data / "admin.token").read_text().strip())
+
+    def kill_9(self) -> None:
+        """``kill -9`` the running broker and reap it."""
+        self.procs[-1].send_signal(signal.SIGKILL)
+        self.procs[-1].wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from marketsched.platform.executor import kill_recorded_jobs
+
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+        self.log.close()
+        kill_recorded_jobs(self.data)
+
+
 def require_cgroups(executor):
     """Fail (as root, or when ``CI`` is set) or skip (a normal user's machine) when the executor
     found no writable cgroup: cgroup tests never skip silently where cgroups must work."""

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from live_helpers import free_port, start_broker, wait_for
-from marketsched.live.cli import Client
-from marketsched.platform.executor import kill_recorded_jobs, proc_start_ticks
+from live_helpers import BrokerRestarts, user_clients, wait_for
+from marketsched.platform.executor import proc_start_ticks
 from marketsched.platform.ledger import Store
 
 
@@ -39,17 +38,11 @@ def job_cmd(log: Path, seconds: float, step=0.05, until: Path | None = None):
 
 
 def test_kill_9_and_restart(tmp_path):
-    data = tmp_path / "market"
     runs = tmp_path / "runs.log"
     runs.touch()
-    port = free_port()
-    log = open(tmp_path / "broker.log", "ab")
-    brokers = []
-    try:
-        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2, "--single-user"))
-        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
-        a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 100})["token"])
-        b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 100})["token"])
+    with BrokerRestarts(tmp_path, "--slots", 2, "--charge-interval", 0.2, "--single-user") as brokers:
+        admin = brokers.start()
+        a, b = user_clients(admin, ("a", "b"), 100).values()
 
         def state(j):
             return admin.get(f"/api/jobs/{j}")["state"]
@@ -72,8 +65,7 @@ def test_kill_9_and_restart(tmp_path):
             j2: "running", j3: "running", j4: "preempted", j5: "preempted", j6: "queued"}
         assert wait_for(lambda: started(runs, j2, j3))
 
-        brokers[0].send_signal(signal.SIGKILL)  # kill -9
-        brokers[0].wait()
+        brokers.kill_9()
         # while the broker is down: j3 ends and its wrapper records the exit code; j5's process
         # group disappears without one (killed by someone); j2 runs on (until the test releases
         # it, after the restart)
@@ -82,7 +74,7 @@ def test_kill_9_and_restart(tmp_path):
         assert proc_start_ticks(before[j2]["pid"]) is not None  # j2 runs on
         assert wait_for(lambda: proc_start_ticks(before[j3]["pid"]) is None, 120)  # j3 ended (and was reaped)
 
-        brokers.append(start_broker(data, port, log, "--slots", 2, "--charge-interval", 0.2, "--single-user"))
+        brokers.start()
         after = {j["id"]: j for j in admin.get("/api/jobs")}
         assert sorted(after) == sorted([j1, j2, j3, j4, j5, j6])  # nothing accepted was lost
         assert {j: after[j]["bid"] for j in after} == {j1: 1, j2: 3, j3: 4, j4: 2, j5: 2.5, j6: 1.5}
@@ -108,15 +100,8 @@ def test_kill_9_and_restart(tmp_path):
         bal = admin.get("/api/balance")
         assert sum(u["balance"] for u in bal["users"].values()) + bal["revenue"] == pytest.approx(bal["deposits"])
         assert bal["deposits"] == 200
-    finally:
-        for p in brokers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-        log.close()
-        kill_recorded_jobs(data)
     # the books balance exactly, in micro-units, and every charge is a job's
-    store = Store(data)
+    store = Store(brokers.data)
     books = store.check_books()
     assert books["users"] + books["revenue"] == books["deposits"] == 200_000_000
     charged = store.charged_by_job()

@@ -6,16 +6,12 @@ its effect on a process is not yet carried out, and a real ``kill -9`` of ``mark
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
-from live_helpers import free_port, start_broker, wait_for
+from live_helpers import BrokerRestarts, user_clients, wait_for
 from marketsched.live.broker import Broker, MarketConfig
-from marketsched.live.cli import Client
 from marketsched.live.dlgm_service import DLGMService, replay_recorded
 from marketsched.platform.clock import FakeClock
-from marketsched.platform.executor import kill_recorded_jobs
 from marketsched.platform.ledger import Store
 from test_live_exactly_once import Crash, FakeOS, ScriptedExecutor
 
@@ -141,19 +137,13 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
     preempted: the restarted market re-attaches both processes (same pids), the preempted
     one stays frozen until its turn, no job's process starts twice, the queues are the ones
     before the crash and the ledger balances exactly."""
-    data = tmp_path / "market"
-    port = free_port()
-    log = open(tmp_path / "broker.log", "ab")
     release = tmp_path / "release"
     starts = tmp_path / "starts.log"
     gated = f'echo "$MARKETSCHED_JOB_ID" >> {starts}; while [ ! -e {release} ]; do sleep 0.05; done'
-    brokers = []
-    args = ("--slots", 1, "--mechanism", "pdlgm", "--single-user")
-    try:
-        brokers.append(start_broker(data, port, log, *args))
-        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
-        a = Client(admin.url, admin.post("/api/users", {"name": "a", "deposit": 100})["token"])
-        b = Client(admin.url, admin.post("/api/users", {"name": "b", "deposit": 200})["token"])
+    with BrokerRestarts(tmp_path, "--slots", 1, "--mechanism", "pdlgm", "--single-user") as brokers:
+        admin = brokers.start()
+        a = user_clients(admin, ("a",), 100)["a"]
+        b = user_clients(admin, ("b",), 200)["b"]
         # reported run times far beyond the test's length: both end when the test releases them
         j1 = a.post("/api/dlgm/jobs", {"weight": 0.001, "runtime": 1e6, "command": gated})["id"]
         assert wait_for(lambda: starts.exists() and starts.read_text().split() == [str(j1)])  # before it is frozen
@@ -161,9 +151,8 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
         before = admin.get("/api/dlgm")
         assert {j["id"]: j["state"] for j in before["jobs"]} == {j1: "preempted", j2: "running"}
         assert wait_for(lambda: starts.exists() and sorted(starts.read_text().split()) == [str(j1), str(j2)])
-        brokers[0].send_signal(signal.SIGKILL)
-        brokers[0].wait()
-        brokers.append(start_broker(data, port, log, *args))
+        brokers.kill_9()
+        brokers.start()
         after = admin.get("/api/dlgm")
         assert after["nodes"] == before["nodes"]
         assert {j["id"]: j["state"] for j in after["jobs"]} == {j1: "preempted", j2: "running"}
@@ -175,14 +164,7 @@ def test_kill_9_of_a_served_pdlgm_market(tmp_path):
         assert kinds.count("start") == 1 and kinds.count("resume") == 1 and "reattach" in kinds
         assert admin.get("/api/balance")["users"]["a"]["balance"] == 100 + 0.001 * 1e5
         assert sorted(starts.read_text().split()) == [str(j1), str(j2)]  # no process started twice
-    finally:
-        for p in brokers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-        log.close()
-        kill_recorded_jobs(data)
-    store = Store(data)
+    store = Store(brokers.data)
     books = store.check_books()
     assert books["users"] == books["deposits"] == 300_000_000 and books["revenue"] == 0
     store.close()

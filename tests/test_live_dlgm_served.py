@@ -7,31 +7,23 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from live_helpers import wait_for
+from live_helpers import add_users, market_cli, serve_market, stop_served, user_clients, wait_for
 from marketsched.cli import main
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client, ClientError
 from marketsched.live.dlgm_service import DLGMService, replay_recorded
-from marketsched.live.server import MarketServer
 from marketsched.platform.ledger import MICRO
 
 
 def serve(tmp_path, preemptive, slots=2):
-    broker = Broker(tmp_path / "market", MarketConfig(slots=slots, single_user=True)).start()
-    broker.ensure_admin()
-    broker.dlgm = DLGMService(broker, preemptive).start()
-    srv = MarketServer(broker, "127.0.0.1", 0)
-    srv.serve_in_thread()
-    return srv
+    return serve_market(tmp_path, "dlgm", DLGMService, preemptive, slots=slots)
 
 
 @pytest.fixture
 def pdlgm(tmp_path):
     srv = serve(tmp_path, True)
     yield srv
-    srv.shutdown()
-    srv.server_close()
-    srv.broker.stop(kill_jobs=True)
+    stop_served(srv)
 
 
 def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdlgm, tmp_path):
@@ -46,7 +38,7 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
     srv = pdlgm
     b = srv.broker
     admin = Client(srv.url, b.admin_token)
-    tok = {u: admin.post("/api/users", {"name": u, "deposit": 1000})["token"] for u in ("alice", "bob", "carol")}
+    tok = add_users(admin, ("alice", "bob", "carol"), 1000)
     alice, bob = Client(srv.url, tok["alice"]), Client(srv.url, tok["bob"])
     release = tmp_path / "release"
     gated = f"while [ ! -e {release} ]; do sleep 0.05; done"
@@ -58,14 +50,7 @@ def test_pdlgm_served_end_to_end_http_and_cli_replays_equal_to_the_simulator(pdl
     bj = bob.post("/api/dlgm/jobs", {"weight": 1, "runtime": 1000, "command": gated})
     assert (a["node"], a["state"], bj["node"], bj["state"]) == (0, "running", 1, "running")
 
-    runner = CliRunner()
-    env = {"MARKETSCHED_URL": srv.url, "MARKETSCHED_TOKEN": tok["carol"], "MARKETSCHED_DATA": str(srv.identity_dir)}
-
-    def run(*args):
-        r = runner.invoke(main, ["market", *args], env=env)
-        assert r.exit_code == 0, r.output
-        return r.output
-
+    run = market_cli(srv, tok["carol"])
     q = run("quote", "--bid", "4", "--runtime", "500", "--json")
     import json
 
@@ -112,8 +97,7 @@ def test_served_run_with_every_job_stopped_replays_equal(tmp_path, preemptive):
     srv = serve(tmp_path, preemptive)
     try:
         admin = Client(srv.url, srv.broker.admin_token)
-        users = {u: Client(srv.url, admin.post("/api/users", {"name": u, "deposit": 50})["token"])
-                 for u in ("alice", "bob", "carol")}
+        users = user_clients(admin, ("alice", "bob", "carol"), 50)
         script = [("alice", 1, 0.6), ("bob", 1, 0.5), ("carol", 3, 0.2), ("alice", 2, 0.3), ("bob", 5, 0.1)]
         for u, w, d in script:
             users[u].post("/api/dlgm/jobs", {"weight": w, "runtime": d, "command": "sleep 100"})
@@ -122,9 +106,7 @@ def test_served_run_with_every_job_stopped_replays_equal(tmp_path, preemptive):
         assert r["live"] == r["simulated"] and r["differ"] == []
         srv.broker.store.check_books()
     finally:
-        srv.shutdown()
-        srv.server_close()
-        srv.broker.stop(kill_jobs=True)
+        stop_served(srv)
 
 
 def test_mechanisms_say_how_dlgm_runs_live():

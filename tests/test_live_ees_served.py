@@ -5,19 +5,22 @@ run's record replayed through the simulator to the same decisions and payments."
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 from click.testing import CliRunner
 
-from live_helpers import free_port, start_broker, wait_for
+from live_helpers import (
+    BrokerRestarts,
+    add_users,
+    market_cli,
+    serve_market,
+    stop_served,
+    user_clients,
+    wait_for,
+)
 from marketsched.cli import main
-from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.cli import Client, ClientError
 from marketsched.live.ees import simulate_recorded
 from marketsched.live.ees_service import EESService
-from marketsched.live.server import MarketServer
-from marketsched.platform.executor import kill_recorded_jobs
 from marketsched.platform.ledger import MICRO, Store
 from marketsched.platform.validation import to_micro
 
@@ -25,21 +28,14 @@ ENDED = ("completed", "stopped", "discarded", "cancelled")
 
 
 def serve(tmp_path, mechanism, slots=2):
-    broker = Broker(tmp_path / "market", MarketConfig(slots=slots, single_user=True)).start()
-    broker.ensure_admin()
-    broker.ees = EESService(broker, mechanism).start()
-    srv = MarketServer(broker, "127.0.0.1", 0)
-    srv.serve_in_thread()
-    return srv
+    return serve_market(tmp_path, "ees", EESService, mechanism, slots=slots)
 
 
 @pytest.fixture
 def ees(tmp_path):
     srv = serve(tmp_path, "ees")
     yield srv
-    srv.shutdown()
-    srv.server_close()
-    srv.broker.stop(kill_jobs=True)
+    stop_served(srv)
 
 
 def replays_equal(market) -> bool:
@@ -70,7 +66,7 @@ def test_ees_served_discards_a_head_below_its_delay_tells_why_and_replays_equal(
     same, and the run replays through the simulator to the same decisions and payments."""
     b = ees.broker
     admin = Client(ees.url, b.admin_token)
-    tok = {u: admin.post("/api/users", {"name": u, "deposit": 1000})["token"] for u in ("alice", "bob", "carol")}
+    tok = add_users(admin, ("alice", "bob", "carol"), 1000)
     alice, bob = Client(ees.url, tok["alice"]), Client(ees.url, tok["bob"])
     release = tmp_path / "release"
     gated = f"while [ ! -e {release} ]; do sleep 0.05; done"
@@ -80,14 +76,7 @@ def test_ees_served_discards_a_head_below_its_delay_tells_why_and_replays_equal(
     a = alice.post("/api/ees/jobs", {"value": 50, "delay_cost": 0.1, "runtime": 1000, "command": gated})
     assert a["state"] == "running"
     bj = bob.post("/api/ees/jobs", {"value": 10, "delay_cost": 0.5, "runtime": 100, "command": "true"})
-    runner = CliRunner()
-    env = {"MARKETSCHED_URL": ees.url, "MARKETSCHED_TOKEN": tok["carol"], "MARKETSCHED_DATA": str(ees.identity_dir)}
-
-    def run(*args):
-        r = runner.invoke(main, ["market", *args], env=env)
-        assert r.exit_code == 0, r.output
-        return r.output
-
+    run, run_bob = market_cli(ees, tok["carol"]), market_cli(ees, tok["bob"])
     out = run("submit", "--value", "50", "--patience", repr(50 / 0.9), "--runtime", "10", "--", "true")
     assert out.startswith("job 3 queued"), out
     q = admin.get("/api/ees")
@@ -102,15 +91,13 @@ def test_ees_served_discards_a_head_below_its_delay_tells_why_and_replays_equal(
     got = bob.get(f"/api/ees/jobs/{bj['id']}")
     assert got["state"] == "discarded"
     assert got["note"].startswith("discarded: its value 10 is below the delay it causes, 90 ")
-    assert "discarded: its value 10 is below" in CliRunner().invoke(
-        main, ["market", "status"], env={**env, "MARKETSCHED_TOKEN": tok["bob"]}).output
+    assert "discarded: its value 10 is below" in run_bob("status")
     assert admin.get("/api/ees/jobs/3")["state"] == "completed"
-    listed = CliRunner().invoke(main, ["market", "list"], env={**env, "MARKETSCHED_TOKEN": tok["bob"]}).output
+    listed = run_bob("list")
     assert " discarded " in listed and "\n      discarded: its value 10 is below the delay it causes, 90 " in listed
     assert [(j["id"], j["state"]) for j in bob.get("/api/jobs")] == [(bj["id"], "discarded")]  # own jobs only
-    shown = CliRunner().invoke(main, ["market", "show", str(bj["id"])], env={**env, "MARKETSCHED_TOKEN": tok["bob"]})
-    assert shown.exit_code == 0 and f"job {bj['id']} of bob: discarded, value 10" in shown.output, shown.output
-    assert "discarded: its value 10 is below" in shown.output
+    shown = run_bob("show", bj["id"])
+    assert f"job {bj['id']} of bob: discarded, value 10" in shown and "discarded: its value 10 is below" in shown, shown
     with pytest.raises(ClientError) as exc:  # `market show` of another's EES job: not found
         bob.get(f"/api/jobs/{a['id']}")
     assert exc.value.status == 404
@@ -133,7 +120,7 @@ def test_relaxed_ees_served_packs_jobs_by_cpus_and_replays_equal(tmp_path):
     try:
         b = srv.broker
         admin = Client(srv.url, b.admin_token)
-        u = Client(srv.url, admin.post("/api/users", {"name": "u", "deposit": 1000})["token"])
+        u = user_clients(admin, ("u",), 1000)["u"]
         release = tmp_path / "release"
         gated = f"while [ ! -e {release} ]; do sleep 0.05; done"
         ids = [u.post("/api/ees/jobs", {"value": 60, "delay_cost": 0.01, "runtime": 1000, "command": gated,
@@ -146,9 +133,7 @@ def test_relaxed_ees_served_packs_jobs_by_cpus_and_replays_equal(tmp_path):
         assert replays_equal(b.ees.market)
         b.store.check_books()
     finally:
-        srv.shutdown()
-        srv.server_close()
-        srv.broker.stop(kill_jobs=True)
+        stop_served(srv)
 
 
 def test_attacks_on_the_ees_routes_change_nothing(ees, tmp_path):
@@ -196,27 +181,19 @@ def test_kill_9_of_a_served_ees_market(tmp_path):
     restarted market replays its recorded decisions, re-attaches the running process (no job
     starts twice), keeps the queue, decides on it when the job ends, and the ledger is exact:
     each owner's balance is the deposit less the decisions' payments."""
-    data = tmp_path / "market"
-    port = free_port()
-    log = open(tmp_path / "broker.log", "ab")
     release = tmp_path / "release"
     starts = tmp_path / "starts.log"
     gated = f'echo "$MARKETSCHED_JOB_ID" >> {starts}; while [ ! -e {release} ]; do sleep 0.05; done'
-    brokers = []
-    args = ("--slots", 1, "--mechanism", "ees", "--single-user", "--ees-seed", 7)
-    try:
-        brokers.append(start_broker(data, port, log, *args))
-        admin = Client(f"http://127.0.0.1:{port}", (data / "admin.token").read_text().strip())
-        users = {u: Client(admin.url, admin.post("/api/users", {"name": u, "deposit": 100})["token"])
-                 for u in ("a", "b", "c")}
+    with BrokerRestarts(tmp_path, "--slots", 1, "--mechanism", "ees", "--single-user", "--ees-seed", 7) as brokers:
+        admin = brokers.start()
+        users = user_clients(admin, ("a", "b", "c"), 100)
         j1 = users["a"].post("/api/ees/jobs", {"value": 50, "delay_cost": 0.2, "runtime": 1e5, "command": gated})["id"]
         j2 = users["b"].post("/api/ees/jobs", {"value": 10, "delay_cost": 0.5, "runtime": 100, "command": "true"})["id"]
         j3 = users["c"].post("/api/ees/jobs", {"value": 50, "delay_cost": 0.3, "runtime": 10, "command": "true"})["id"]
         assert wait_for(lambda: starts.exists() and starts.read_text().split() == [str(j1)])
         before = admin.get("/api/ees")
-        brokers[0].send_signal(signal.SIGKILL)
-        brokers[0].wait()
-        brokers.append(start_broker(data, port, log, *args))
+        brokers.kill_9()
+        brokers.start()
         after = admin.get("/api/ees")
         assert after["queue"] == before["queue"] and after["running"] == [j1]
         release.touch()
@@ -224,14 +201,7 @@ def test_kill_9_of_a_served_ees_market(tmp_path):
         assert starts.read_text().split() == [str(j1)]  # the gated job's process started once
         states = {j["id"]: j["state"] for j in admin.get("/api/ees")["jobs"]}
         assert states == {j1: "completed", j2: "discarded", j3: "completed"}  # b's head: 10 < 0.3 x 100
-    finally:
-        for p in brokers:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-        log.close()
-        kill_recorded_jobs(data)
-    store = Store(data)
+    store = Store(brokers.data)
     books = store.check_books()
     assert books["users"] + books["revenue"] == books["deposits"] == 300 * MICRO
     paid = {u: 0 for u in ("a", "b", "c")}

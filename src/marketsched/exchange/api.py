@@ -123,6 +123,7 @@ from marketsched.platform.http import (
     query_params,
     route_endpoint,
 )
+from marketsched.platform.query import select
 from marketsched.platform.server import Limits, Server
 from marketsched.platform.tokens import hash_token, page_key_id
 from marketsched.platform.validation import MAX_ID, MarketError, number, show, whole
@@ -258,7 +259,7 @@ class ExchangeService:
         return self.order(who, oid)
 
     def orders(self, who, states, limit: int, before: int | None) -> list[dict]:
-        rows = self._page(ORDER_COLUMNS, "ex_orders", "owner = ? AND side = ?", [who[1], _SIDE[who[0]]],
+        rows = self._page(ORDER_COLUMNS, "ex_orders", [("owner = ? AND side = ?", (who[1], _SIDE[who[0]]))],
                           _states(states, ORDER_STATES), limit, before)
         return [_order_view(o) for o in rows]
 
@@ -328,20 +329,15 @@ class ExchangeService:
         return _contract_view(c)
 
     def contracts(self, who, states, limit: int, before: int | None) -> list[dict]:
-        rows = self._page(CONTRACT_COLUMNS, "ex_contracts", f"{who[0]} = ?", [who[1]],
+        rows = self._page(CONTRACT_COLUMNS, "ex_contracts", [(f"{who[0]} = ?", (who[1],))],
                           _states(states, CONTRACT_STATES), limit, before)
         return [_contract_view(c) for c in rows]
 
-    def _page(self, columns, table: str, where: str, params: list, states, limit: int, before):
-        if states:
-            where += " AND state IN (" + ", ".join("?" * len(states)) + ")"
-            params = params + list(states)
-        if before is not None:
-            where += " AND id < ?"
-            params = params + [before]
-        rows = self._locked(self.store.dicts, columns, f"SELECT {', '.join(columns)} FROM {table} WHERE {where} "
-                                                       "ORDER BY id DESC LIMIT ?", params + [limit])
-        return rows[::-1]
+    def _page(self, columns, table: str, conds: list, states, limit: int, before):
+        """The newest ``limit`` rows of ``table`` passing ``conds`` (the caller's own: each a
+        tuple of values, so never left out), in ``states``, ids below ``before``; oldest first."""
+        sql, params = select(table, columns, conds, states, before, limit)
+        return self._locked(self.store.dicts, columns, sql, params)
 
     # ------------------------------------------------------------------ market information
     def market(self) -> dict:

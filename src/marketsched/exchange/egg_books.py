@@ -4,6 +4,10 @@ account, and the check that each contract's escrow moved exactly once
 
 from __future__ import annotations
 
+from marketsched.platform.query import select
+
+from .posted import check_posted
+
 # ``store`` below is an :class:`.store.ExchangeStore`, not imported: the store calls this module.
 
 ESCROW = "exchange:escrow"
@@ -14,13 +18,10 @@ COLUMNS = ("id", "event", "user", "provider", "node_id", "cpu", "mem", "command"
 
 
 def contracts(store, states=None, where: str = "", params=()) -> list[dict]:
-    cond = [where] if where else []
-    args = list(params)
-    if states:
-        cond.append(f"state IN ({', '.join('?' * len(states))})")
-        args += list(states)
-    sql = f"SELECT {', '.join(COLUMNS)} FROM ex_egg_contracts" + (" WHERE " + " AND ".join(cond) if cond else "")
-    return store.dicts(COLUMNS, sql + " ORDER BY id", args)
+    """Egg mode's contracts in id order: in ``states``, and passing ``where`` (one SQL clause,
+    its ``?`` taking ``params``) when given."""
+    sql, args = select("ex_egg_contracts", COLUMNS, [(where, tuple(params))] if where else [], states)
+    return store.dicts(COLUMNS, sql, args)
 
 
 def summary(store) -> dict:
@@ -46,7 +47,7 @@ def check_books(store, posted: dict[tuple[int, str], int]) -> None:
     the escrow account holds exactly the prices still held. AssertionError naming the first
     contract that does not add up."""
     held = 0
-    seen = set()
+    wanted = []
     for c in contracts(store):
         want = {"egg-escrow": c["price"]}
         if c["escrow"] == "paid":
@@ -55,14 +56,8 @@ def check_books(store, posted: dict[tuple[int, str], int]) -> None:
             want["egg-refund"] = c["price"]
         else:
             held += c["price"]
-        for kind in KINDS:
-            seen.add((c["id"], kind))
-            if posted.get((c["id"], kind), 0) != want.get(kind, 0):
-                raise AssertionError(f"Egg contract {c['id']} ({c['state']}, escrow {c['escrow']}): {kind} posted "
-                                     f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
-    stray = set(posted) - seen
-    if stray:
-        raise AssertionError(f"Egg ledger entries for no Egg contract: {sorted(stray)[:5]}")
+        wanted.append((c["id"], f"Egg contract {c['id']} ({c['state']}, escrow {c['escrow']})", want))
+    check_posted(posted, wanted, KINDS, "Egg ledger entries for no Egg contract")
     balance = store.ledger.balance(ESCROW) if store.rows("SELECT 1 FROM accounts WHERE name = ?", (ESCROW,)) else 0
     if balance != held:
         raise AssertionError(f"the escrow account holds {balance}, expected {held} (the prices still held)")

@@ -42,9 +42,11 @@ from pathlib import Path
 
 from marketsched.platform.files import data_folder
 from marketsched.platform.ledger import DEPOSITS, MICRO, REVENUE, Store, command_digest, upgrade_schema
+from marketsched.platform.query import select
 from marketsched.platform.statement import signed_entries
 
 from .egg_books import check_books as check_egg
+from .posted import check_posted
 
 CLEARING = "exchange:clearing"
 RUN_MODE_KEY = "exchange.run_mode"  # meta: whose account contract jobs run as (ExchangeStore.run_mode)
@@ -499,18 +501,9 @@ class ExchangeStore:
     def orders(self, side: str | None = None, state: str | None = None, upto: int | None = None,
                node_id: int | None = None) -> list[dict]:
         """Orders in id order: of one side, in one state, up to id ``upto``, of one node."""
-        cond: list[str] = []
-        params: list[object] = []
-        for col, val in (("side", side), ("state", state), ("node_id", node_id)):
-            if val is not None:
-                cond.append(f"{col} = ?")
-                params.append(val)
-        if upto is not None:
-            cond.append("id <= ?")
-            params.append(upto)
-        where = (" WHERE " + " AND ".join(cond)) if cond else ""
-        return self.dicts(ORDER_COLUMNS, f"SELECT {', '.join(ORDER_COLUMNS)} FROM ex_orders{where} ORDER BY id",
-                          params)
+        sql, params = select("ex_orders", ORDER_COLUMNS, [("side = ?", side), ("state = ?", state),
+                                                          ("node_id = ?", node_id), ("id <= ?", upto)])
+        return self.dicts(ORDER_COLUMNS, sql, params)
 
     def order(self, order_id: int) -> dict | None:
         rows = self.dicts(ORDER_COLUMNS, f"SELECT {', '.join(ORDER_COLUMNS)} FROM ex_orders WHERE id = ?", (order_id,))
@@ -590,20 +583,9 @@ class ExchangeStore:
 
     def contracts(self, states=None, node_id: int | None = None, ending_from: int | None = None) -> list[dict]:
         """Contracts in id order: in ``states``, of one node, with a last slot >= ``ending_from``."""
-        cond: list[str] = []
-        params: list[object] = []
-        if ending_from is not None:
-            cond.append("last_slot >= ?")
-            params.append(ending_from)
-        if states:
-            cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
-            params += list(states)
-        if node_id is not None:
-            cond.append("node_id = ?")
-            params.append(node_id)
-        where = (" WHERE " + " AND ".join(cond)) if cond else ""
-        return self.dicts(CONTRACT_COLUMNS,
-                          f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM ex_contracts{where} ORDER BY id", params)
+        sql, params = select("ex_contracts", CONTRACT_COLUMNS,
+                             [("last_slot >= ?", ending_from), ("node_id = ?", node_id)], states)
+        return self.dicts(CONTRACT_COLUMNS, sql, params)
 
     def contract(self, contract_id: int) -> dict:
         rows = self.dicts(CONTRACT_COLUMNS, f"SELECT {', '.join(CONTRACT_COLUMNS)} FROM ex_contracts WHERE id = ?",
@@ -656,7 +638,7 @@ class ExchangeStore:
         if egg or (settings is not None and settings["mechanism"] == "egg"):
             check_egg(self, egg)
         users = providers = penalties = 0
-        seen = set()
+        wanted = []
         for c in self.contracts():
             want = {}
             if c["state"] == "delivered":
@@ -666,14 +648,8 @@ class ExchangeStore:
             elif c["state"] == "failed":
                 want = {"penalty": c["penalty"]}
                 penalties += c["penalty"]
-            for kind in ("user-price", "provider-price", "penalty"):
-                seen.add((c["id"], kind))
-                if posted.get((c["id"], kind), 0) != want.get(kind, 0):
-                    raise AssertionError(f"contract {c['id']} ({c['state']}): {kind} posted "
-                                         f"{posted.get((c['id'], kind), 0)}, expected {want.get(kind, 0)}")
-        stray = set(posted) - seen
-        if stray:
-            raise AssertionError(f"ledger entries for no contract: {sorted(stray)[:5]}")
+            wanted.append((c["id"], f"contract {c['id']} ({c['state']})", want))
+        check_posted(posted, wanted, ("user-price", "provider-price", "penalty"), "ledger entries for no contract")
         clearing = self.ledger.balance(CLEARING)
         if clearing != users - providers:
             raise AssertionError(f"clearing account holds {clearing}, expected {users - providers}")

@@ -75,6 +75,7 @@ import numpy as np
 from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
 from marketsched.platform.ledger import MICRO, REVENUE, user_account
+from marketsched.platform.query import select
 from marketsched.platform.validation import MarketError, amount, number, show, utf8
 
 ESCROW = "escrow:dayahead"
@@ -291,19 +292,9 @@ class DayAhead:
         return self._view(dict(zip(BID_COLUMNS, rows[0]))) if rows else None
 
     def bids(self, user: str | None = None, round_: int | None = None) -> list[dict]:
-        sql = f"SELECT {', '.join(BID_COLUMNS)} FROM da_bids"
-        cond: list[str] = []
-        params: list[object] = []
-        if user is not None:
-            cond.append("owner = ?")
-            params.append(user)
-        if round_ is not None:
-            cond.append("round = ?")
-            params.append(round_)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
+        sql, params = select("da_bids", BID_COLUMNS, [("owner = ?", user), ("round = ?", round_)])
         with self.broker.lock:  # the connection is shared: read between transactions, not inside one
-            rows = self.store._rows(sql + " ORDER BY id", params)
+            rows = self.store._rows(sql, params)
         return [self._view(dict(zip(BID_COLUMNS, r))) for r in rows]
 
     def _view(self, row: dict) -> dict:

@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     import psycopg
 
 from marketsched.platform.files import private_file, tighten
+from marketsched.platform.query import select
 
 MICRO = 1_000_000
 MAX_BALANCE = 10**12 * MICRO  # micro-units; any account, in absolute value (< 2**63)
@@ -343,24 +344,10 @@ class Store:
     def entries(self, account: str | None = None, job_id=None, limit: int | None = None,
                 before: int | None = None) -> list[dict]:
         """Entries, oldest first (``limit``: the newest N; ``before``: only ids below it)."""
-        sql = "SELECT id, t, kind, from_account, to_account, amount, job_id, memo FROM entries"
-        cond: list[str] = []
-        params: list[object] = []
-        if account is not None:
-            cond.append("(from_account = ? OR to_account = ?)")
-            params += [account, account]
-        if job_id is not None:
-            cond.append("job_id = ?")
-            params.append(job_id)
-        if before is not None:
-            cond.append("id < ?")
-            params.append(before)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        sql += " ORDER BY id"
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
         keys = ("id", "t", "kind", "from_account", "to_account", "amount", "job_id", "memo")
+        either = None if account is None else (account, account)
+        sql, params = select("entries", keys, [("(from_account = ? OR to_account = ?)", either), ("job_id = ?", job_id)],
+                             before=before, limit=limit)
         return [dict(zip(keys, r)) for r in self._rows(sql, params)]
 
     def charged_by_job(self) -> dict[int, int]:
@@ -461,15 +448,8 @@ class Store:
 
     def events(self, job_id: int | None = None, limit: int | None = None) -> list[dict]:
         """Events, oldest first (``limit``: the newest N)."""
-        sql = "SELECT id, job_id, t, kind, detail FROM events"
-        params: tuple = ()
-        if job_id is not None:
-            sql += " WHERE job_id = ?"
-            params = (job_id,)
-        sql += " ORDER BY id"
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
         keys = ("id", "job_id", "t", "kind", "detail")
+        sql, params = select("events", keys, [("job_id = ?", job_id)], limit=limit)
         return [dict(zip(keys, r)) for r in self._rows(sql, params)]
 
     def count_events(self, job_id: int) -> int:
@@ -494,24 +474,7 @@ def jobs_query(table: str, columns, owner: str | None = None, states=None, limit
                before: int | None = None) -> tuple[str, list]:
     """The query of a jobs table's rows, oldest first: ``owner``'s only, in ``states`` only,
     the newest ``limit``, ids below ``before`` (each optional); returns ``(sql, params)``."""
-    sql = f"SELECT {', '.join(columns)} FROM {table}"
-    cond: list[str] = []
-    params: list[object] = []
-    if owner is not None:
-        cond.append("owner = ?")
-        params.append(owner)
-    if states:
-        cond.append("state IN (" + ", ".join("?" * len(states)) + ")")
-        params += list(states)
-    if before is not None:
-        cond.append("id < ?")
-        params.append(before)
-    if cond:
-        sql += " WHERE " + " AND ".join(cond)
-    sql += " ORDER BY id"
-    if limit is not None:
-        sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) AS last ORDER BY id"
-    return sql, params
+    return select(table, columns, [("owner = ?", owner)], states, before, limit)
 
 
 def user_account(name: str) -> str:
