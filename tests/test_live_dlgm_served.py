@@ -323,6 +323,7 @@ def on_fake_slurm(tmp_path, monkeypatch):
     tests/test_dlgm_slurm_commands.py): DLGM node n is the n-th Slurm node."""
     import marketsched.platform.slurm as slurm
     from marketsched.live.dlgm_slurm import DLGMSlurmExecutor
+    from marketsched.live.server import MarketServer
 
     ids = iter(range(100, 200))
 
