@@ -385,7 +385,9 @@ class DLGMService(Loop):
 
 def replay_recorded(store) -> dict:
     """A served DLGM run's record replayed through the simulator (:func:`run_dlgm` on the
-    recorded submissions: times, weights, reported run times), compared with what the market
+    recorded submissions: times, weights, reported run times, and the nodes their owners named,
+    events ``named``, as ``force_node``; every other job's node is the simulator's own myopic
+    best response, so the policy's choices are checked), compared with what the market
     recorded. Returns ``{"jobs": [ids], "live": {...}, "simulated": {...}, "differ": [...]}``
     where each side holds per-job lists ``node``, ``first_start``, ``end``, ``preemptions``,
     and ``paid`` (micro-units each owner's account lost, per owner: the ledger's compensations
@@ -406,13 +408,16 @@ def replay_recorded(store) -> dict:
     wl = Workload.from_columns(submit_time=[j["submit_t"] for j in jobs], runtime=[j["runtime"] for j in jobs],
                                procs=None, capacity=meta["nodes"], sort=False)
     row = {j: i for i, j in enumerate(ids)}
-    cancels, submitted = {}, 0  # a cancellation comes after the submissions recorded before it
-    for e in tables.events(kinds=("node", "cancelled")):
+    cancels, submitted, named = {}, 0, {}  # a cancellation comes after the submissions recorded before it
+    for e in tables.events(kinds=("node", "cancelled", "named")):
         if e["kind"] == "node":
             submitted += 1
+        elif e["kind"] == "named":
+            named[row[e["job_id"]]] = int(e["detail"])
         else:
             cancels[row[e["job_id"]]] = (e["t"], submitted)
-    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm", cancel=cancels)
+    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm", cancel=cancels,
+                        force_node=named)
     owners = sorted({j["owner"] for j in jobs})
     sim_paid = dict.fromkeys(owners, 0)
     for j, p in zip(jobs, rec.payment.tolist()):
