@@ -378,3 +378,54 @@ def test_the_page_shows_each_nodes_slurm_host(on_fake_slurm, browser):
 
     assert wait(browser, lambda d: "0 (Slurm node alpha) idle" in text())
     assert "1 (Slurm node beta) 1 (alice, weight 1.00)" in text()
+
+
+@pytest.mark.parametrize("preemptive", [False, True])
+def test_a_named_node_other_than_the_best_response_replays_equal(tmp_path, preemptive):
+    """Two nodes, real processes (the local executor; market time an injected clock). At 0
+    alice's A (weight 1, 4 s) takes node 0; bob's B (weight 1, 2 s) names node 0 although node 1
+    is idle and better for it (DLGM: it waits behind A; P-DLGM: it preempts A and pays alice
+    1 * 2); carol's C and dave's D take their best nodes. Every job outlives its reported run
+    time (stopped then). The record replays through the simulator, told B's named node (and
+    only that: the others' nodes stay the policy's own choice, checked), to the same nodes,
+    starts, ends, preemptions and payments to the micro-unit; a record claiming another node for
+    a job that did not name one does not replay equal."""
+    from marketsched.platform.clock import FakeClock
+
+    clock = FakeClock(0.0)
+    b = Broker(tmp_path / "market", MarketConfig(slots=2, single_user=True), clock=clock)
+    b.ensure_admin()
+    for u in ("alice", "bob", "carol", "dave"):
+        b.add_user(True, u, 100)
+    svc = b.dlgm = DLGMService(b, preemptive)
+    try:
+        script = [(0.0, "alice", 1.0, 4.0, None), (0.5, "bob", 1.0, 2.0, 0), (1.0, "carol", 2.0, 1.0, None),
+                  (1.5, "dave", 3.0, 1.0, None)]
+        for t, u, w, d, node in script:
+            while svc.market.next_stop() <= t:
+                clock.set(svc.market.next_stop())
+                svc.step()
+            clock.set(t)
+            best = svc.quote(w, d)["nodes"][0]["node"]
+            assert node is None or node != best  # B names a node other than its best response
+            assert svc.submit(u, w, d, "sleep 100", node=node)["node"] == (best if node is None else node)
+        assert svc.job("admin", True, 2)["state"] == ("running" if preemptive else "queued")
+        while svc.market.next_stop() < float("inf"):
+            clock.set(svc.market.next_stop())
+            svc.step()
+        assert {j["state"] for j in svc.tables.jobs()} == {"stopped"}
+        r = replay_recorded(b.store)
+        assert r["live"]["node"][:2] == [0, 0]
+        assert r["live"] == r["simulated"] and r["differ"] == []
+        assert r["live"]["paid"]["bob"] == (2 * MICRO if preemptive else 0)
+        b.store.check_books()
+        # the policy's own choices stay checked: a record claiming another node for carol's job
+        # (not named) replays to the policy's node, and the replay shows the difference
+        with b.store.transaction():
+            svc.tables.update_job(3, node=1 - r["live"]["node"][2])
+            b.store._exec("UPDATE dlgm_events SET detail = ? WHERE job_id = 3 AND kind = 'node'",
+                          (str(1 - r["live"]["node"][2]),))
+        tampered = replay_recorded(b.store)
+        assert tampered["simulated"] == r["simulated"] and tampered["live"]["node"] != r["simulated"]["node"]
+    finally:
+        svc.stop(kill=True)

@@ -1,7 +1,9 @@
 """What a market attached to the live broker (``market serve --mechanism ...``: a mechanism
 with its own tables beside the broker's users, ledger, lock and server) needs besides its
-mechanism: its loop thread, the command line of a submission, and the collection of its HTTP
-routes. Used by :mod:`marketsched.live.ees_service` and :mod:`marketsched.live.ees_api`."""
+mechanism: its own job and event tables, its loop thread, the command line of a submission, and
+the collection of its HTTP routes. Used by the DLGM and EES markets
+(:mod:`marketsched.live.dlgm_service`, :mod:`marketsched.live.ees_service` and their
+``*_api`` modules)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,83 @@ from typing import Any
 
 from marketsched.platform import validation
 from marketsched.platform.http import Route
+from marketsched.platform.ledger import jobs_query
 from marketsched.platform.validation import MarketError
+
+EVENT_COLUMNS = ("id", "job_id", "t", "kind", "detail")
+
+
+class JobTables:
+    """An attached market's own tables in the broker's store (same connection, same
+    transactions): ``NAME_jobs`` (``id``, then ``columns``: ``(name, SQL type)`` pairs) and
+    ``NAME_events`` (:data:`EVENT_COLUMNS`), each indexed by owner and job. The broker's restart
+    recovery reads ``jobs`` and never sees them. Everything else (money, meta, a market's other
+    tables) is the store's: attributes this class lacks are the store's.
+
+    ``insert_job`` takes the ledger store's arguments ``(owner, bid, procs, runtime, command,
+    t)``; ``submit`` names the column each goes to (None: not kept) and ``initial`` gives the
+    other columns' values at submission. ``what`` names the jobs in errors ("DLGM job")."""
+
+    def __init__(self, store, name: str, what: str, columns: tuple[tuple[str, str], ...],
+                 submit: tuple[str | None, ...], initial: dict):
+        self.store, self.name, self.what = store, name, what
+        self.columns = ("id", *(c for c, _ in columns))
+        self._submit = submit
+        self._initial = initial
+        pk = "BIGSERIAL PRIMARY KEY" if store.kind == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+        cols = "".join(f",\n    {c} {sql}" for c, sql in columns)
+        schema = (f"CREATE TABLE IF NOT EXISTS {name}_jobs (\n    id {pk}{cols}\n);\n"
+                  f"CREATE INDEX IF NOT EXISTS {name}_jobs_owner ON {name}_jobs(owner);\n"
+                  f"CREATE TABLE IF NOT EXISTS {name}_events (\n    id {pk},\n    job_id BIGINT NOT NULL,\n"
+                  "    t REAL NOT NULL,\n    kind TEXT NOT NULL,\n    detail TEXT NOT NULL\n);\n"
+                  f"CREATE INDEX IF NOT EXISTS {name}_events_job ON {name}_events(job_id)")
+        if store.kind == "postgresql":
+            schema = schema.replace(" REAL", " DOUBLE PRECISION")
+        with store.transaction():
+            for stmt in schema.split(";"):
+                store._exec(stmt)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def insert_job(self, owner: str, bid: float, procs: int, runtime: float, command: str, t: float) -> int:
+        given = {c: v for c, v in zip(self._submit, (owner, bid, procs, runtime, command, t)) if c is not None}
+        fields = {**given, **self._initial}
+        cur = self.store._exec(f"INSERT INTO {self.name}_jobs ({', '.join(fields)}) VALUES "
+                               f"({', '.join('?' * len(fields))})" + self.store._lastid, tuple(fields.values()))
+        return int(cur.fetchone()[0])
+
+    def update_job(self, job_id: int, **fields) -> None:
+        bad = set(fields) - set(self.columns)
+        if bad:
+            raise KeyError(f"no {self.what} column(s) {sorted(bad)}")
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.store._exec(f"UPDATE {self.name}_jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def add_event(self, job_id: int, t: float, kind: str, detail: str = "") -> None:
+        self.store._exec(f"INSERT INTO {self.name}_events (job_id, t, kind, detail) VALUES (?, ?, ?, ?)",
+                         (job_id, t, kind, detail))
+
+    def events(self, job_id: int | None = None, kinds=None) -> list[dict]:
+        """Events, oldest first: of ``job_id`` only, of ``kinds`` only (each optional)."""
+        sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM {self.name}_events WHERE 1 = 1"
+        params: list = []
+        if job_id is not None:
+            sql, params = sql + " AND job_id = ?", [job_id]
+        if kinds:
+            sql, params = sql + " AND kind IN (" + ", ".join("?" * len(kinds)) + ")", params + list(kinds)
+        return [dict(zip(EVENT_COLUMNS, r)) for r in self.store._rows(sql + " ORDER BY id", params)]
+
+    def job(self, job_id: int) -> dict | None:
+        rows = self.store._rows(f"SELECT {', '.join(self.columns)} FROM {self.name}_jobs WHERE id = ?", (job_id,))
+        return dict(zip(self.columns, rows[0])) if rows else None
+
+    def jobs(self, owner: str | None = None, limit: int | None = None, states=None,
+             before: int | None = None) -> list[dict]:
+        """Jobs, oldest first (``owner``: only theirs; ``limit``: the newest N; ``states``: only
+        these; ``before``: only ids below it)."""
+        sql, params = jobs_query(f"{self.name}_jobs", self.columns, owner, states, limit, before)
+        return [dict(zip(self.columns, r)) for r in self.store._rows(sql, params)]
 
 
 def command_line(command, max_bytes: int) -> str:

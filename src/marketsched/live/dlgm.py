@@ -14,7 +14,9 @@ optionally a node):
    is refused with 400 naming it);
 2. the policy's tentative feedback of every node for the job (:meth:`DLGM.quote`); the node is
    the job's myopic best response (largest ``-w e^(n) - p^(n)``, lowest node on ties: the
-   registry default) or the one it names;
+   registry default) or the one it names (recorded: event ``named`` before the decision's
+   ``node``, so that a replay forces only the nodes the owners named and checks the policy's
+   own choices);
 3. the compensations are the policy's: ``w~_k * d`` to the owner of every job ``k`` the job
    overtakes on its node (the waiting jobs of a lower ratio and, under P-DLGM, the running job
    it preempts). Each transfer is rounded once to micro-units. The owner must hold their sum,
@@ -222,6 +224,7 @@ class DLGMMarket:
         self.tick()  # jobs whose reported time is up leave first
         t = self._tick()
         e, p, cost = self.mechanism.quote(w, d, t)
+        named = forced is not None
         if forced is None:
             forced = int(cost.argmin())  # the policy's own choice: its first best node
         row = self.engine.n_jobs
@@ -243,6 +246,8 @@ class DLGMMarket:
             for k, micros in transfers:
                 self.store.post(t, "compensation", user_account(user), user_account(self.owner[k]), micros,
                                 job_id=job_id, memo=f"overtakes job {self.row_job[k]} on node {forced}")
+            if named:  # the owner's choice, which a replay must be told (the policy's own is checked)
+                self.store.add_event(job_id, t, "named", str(forced))
             self.store.add_event(job_id, t, "node", str(forced))
             self._apply()
         return {"id": job_id, "node": forced, "completion": float(e[forced]), "payment": float(p[forced]),

@@ -13,18 +13,12 @@ GET     ``/api/dlgm/jobs/ID``        one job with its events
 
 from __future__ import annotations
 
+from marketsched.live.attached import collector
 from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MarketError, show
 
 ROUTES: list[Route] = []
-
-
-def route(method: str, path: str, summary: str, **kw):
-    def deco(f):
-        ROUTES.append(Route(method, path, f, summary, **kw))
-        return f
-
-    return deco
+route = collector(ROUTES)
 
 
 def _dlgm(b):

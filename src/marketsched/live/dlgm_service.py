@@ -48,13 +48,11 @@ Decisions
 from __future__ import annotations
 
 import json
-import shlex
-import threading
-import traceback
 from collections import Counter
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
+from marketsched.live.attached import JobTables, Loop, command_line
 from marketsched.live.dlgm import DLGMMarket
 from marketsched.platform import validation
 from marketsched.platform.clock import FakeClock
@@ -67,29 +65,9 @@ ENDED = ("completed", "stopped", "cancelled")  # stopped: at its reported run ti
 STATES = ACTIVE + ENDED
 SCHEMA_VERSION = 1
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS dlgm_jobs (
-    id {pk},
-    owner TEXT NOT NULL REFERENCES users(name),
-    weight REAL NOT NULL,
-    runtime REAL NOT NULL,
-    node INTEGER,
-    command TEXT NOT NULL,
-    submit_t REAL NOT NULL,
-    state TEXT NOT NULL,
-    note TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS dlgm_events (
-    id {pk},
-    job_id BIGINT NOT NULL,
-    t REAL NOT NULL,
-    kind TEXT NOT NULL,
-    detail TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS dlgm_events_job ON dlgm_events(job_id)
-"""
-JOB_COLUMNS = ("id", "owner", "weight", "runtime", "node", "command", "submit_t", "state", "note")
-EVENT_COLUMNS = ("id", "job_id", "t", "kind", "detail")
+_COLUMNS = (("owner", "TEXT NOT NULL REFERENCES users(name)"), ("weight", "REAL NOT NULL"),
+            ("runtime", "REAL NOT NULL"), ("node", "INTEGER"), ("command", "TEXT NOT NULL"),
+            ("submit_t", "REAL NOT NULL"), ("state", "TEXT NOT NULL"), ("note", "TEXT NOT NULL"))
 
 
 class _AfterCommit:
@@ -112,22 +90,16 @@ class _AfterCommit:
         self.queue.append(("kill", key))
 
 
-class DLGMTables:
-    """The store a served :class:`DLGMMarket` writes to: its jobs and events in its own tables,
-    its money in the broker's ledger (same connection, same transactions)."""
+class DLGMTables(JobTables):
+    """The store a served :class:`DLGMMarket` writes to: its jobs and events in its own tables
+    ``dlgm_jobs`` and ``dlgm_events``, its money in the broker's ledger (same connection, same
+    transactions)."""
 
     def __init__(self, store, pending: _AfterCommit | None = None):
-        self.store = store
         self.pending = pending
-        self.kind = store.kind
-        pk = "BIGSERIAL PRIMARY KEY" if store.kind == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
-        schema = _SCHEMA.format(pk=pk)
-        if store.kind == "postgresql":
-            schema = schema.replace(" REAL", " DOUBLE PRECISION")
+        super().__init__(store, "dlgm", "DLGM job", _COLUMNS,
+                         ("owner", "weight", None, "runtime", "command", "submit_t"), {"state": "queued", "note": ""})
         with store.transaction():
-            for stmt in schema.split(";"):
-                if stmt.strip():
-                    store._exec(stmt)
             upgrade_schema(store, "the DLGM market's tables", int(store.get_meta("dlgm_schema_version", 0)),
                            SCHEMA_VERSION, {1: lambda s: None}, lambda v: store.set_meta("dlgm_schema_version", v))
 
@@ -144,61 +116,11 @@ class DLGMTables:
                 del self.pending.queue[mark:]
             raise
 
-    # money: the ledger's
-
-    def post(self, *args, **kw) -> None:
-        self.store.post(*args, **kw)
-
-    def balance(self, account: str) -> int:
-        return self.store.balance(account)
-
-    def balances(self) -> dict[str, int]:
-        return self.store.balances()
-
-    def check_books(self) -> dict[str, int]:
-        return self.store.check_books()
-
-    # jobs and events: the DLGM tables
-    def insert_job(self, owner: str, weight: float, procs: int, runtime: float, command: str, t: float) -> int:
-        cur = self.store._exec(
-            "INSERT INTO dlgm_jobs (owner, weight, runtime, command, submit_t, state, note) "
-            "VALUES (?, ?, ?, ?, ?, 'queued', '') RETURNING id", (owner, weight, runtime, command, t))
-        return int(cur.fetchone()[0])
-
-    def update_job(self, job_id: int, **fields) -> None:
-        bad = set(fields) - set(JOB_COLUMNS)
-        if bad:
-            raise KeyError(f"no DLGM job column(s) {sorted(bad)}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        self.store._exec(f"UPDATE dlgm_jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
-
     def add_event(self, job_id: int, t: float, kind: str, detail: str = "") -> None:
         """A job's event; the ``node`` event (the submission's decision) also sets its node."""
-        self.store._exec("INSERT INTO dlgm_events (job_id, t, kind, detail) VALUES (?, ?, ?, ?)",
-                         (job_id, t, kind, detail))
+        super().add_event(job_id, t, kind, detail)
         if kind == "node":
             self.update_job(job_id, node=int(detail))
-
-    def events(self, job_id: int | None = None, kinds=None) -> list[dict]:
-        sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM dlgm_events"
-        cond, params = [], []
-        if job_id is not None:
-            cond.append("job_id = ?")
-            params.append(job_id)
-        if kinds:
-            cond.append("kind IN (" + ", ".join("?" * len(kinds)) + ")")
-            params += list(kinds)
-        if cond:
-            sql += " WHERE " + " AND ".join(cond)
-        return [dict(zip(EVENT_COLUMNS, r)) for r in self.store._rows(sql + " ORDER BY id", params)]
-
-    def jobs(self, owner: str | None = None) -> list[dict]:
-        sql = f"SELECT {', '.join(JOB_COLUMNS)} FROM dlgm_jobs"
-        params: tuple = ()
-        if owner is not None:
-            sql += " WHERE owner = ?"
-            params = (owner,)
-        return [dict(zip(JOB_COLUMNS, r)) for r in self.store._rows(sql + " ORDER BY id", params)]
 
 
 class _Replaying:
@@ -226,7 +148,7 @@ class _Replaying:
         pass
 
 
-class DLGMService:
+class DLGMService(Loop):
     """A DLGM (``preemptive=False``) or P-DLGM market on the broker's slots (module docstring)."""
 
     def __init__(self, broker, preemptive: bool, executor=None):
@@ -248,9 +170,6 @@ class DLGMService:
         self.executor = executor
         self.pending = _AfterCommit()
         self._depth = 0  # nesting of _locked
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.last_error: str | None = None
         with broker.lock:
             self.tables = DLGMTables(broker.store, self.pending)
             was = broker.store.get_meta("dlgm")
@@ -320,12 +239,7 @@ class DLGMService:
     def submit(self, user: str, weight, runtime, command, node=None) -> dict:
         """A job: weight (bid per second of waiting), reported run time, command, optional node."""
         b = self.broker
-        if isinstance(command, list):
-            if not all(isinstance(c, str) for c in command):
-                raise MarketError("command must be a string or a list of strings")
-            command = shlex.join(command) if command else ""
-        if isinstance(command, str) and len(validation.utf8(command, "command")) > b.config.max_command_bytes:
-            raise MarketError(f"command is longer than the {b.config.max_command_bytes} bytes this market accepts", 413)
+        command = command_line(command, b.config.max_command_bytes)
         with self._locked():
             if user not in b.balance:
                 raise MarketError(f"unknown user {show(user)}", 404)
@@ -357,9 +271,7 @@ class DLGMService:
             raise MarketError(f"unknown DLGM job state(s) {sorted(bad)}; states are {', '.join(STATES)}")
         with self._locked():
             self.market.tick()
-            rows = [r for r in self.tables.jobs(None if admin else user)
-                    if (not states or r["state"] in states) and (before is None or r["id"] < before)]
-            return [self._view(r) for r in (rows[-limit:] if limit else rows)]
+            return [self._view(r) for r in self.tables.jobs(None if admin else user, limit or None, states, before)]
 
     def quote(self, weight, runtime) -> dict:
         """Every node's tentative completion time, payment and utility ``-w e - p``, best first."""
@@ -369,10 +281,10 @@ class DLGMService:
     def job(self, user: str, admin: bool, job_id) -> dict:
         job_id = validation.whole(job_id, "job id")
         with self.broker.lock:
-            rows = self.tables.store._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM dlgm_jobs WHERE id = ?", (job_id,))
-            if not rows or not (admin or rows[0][1] == user):
+            row = self.tables.job(job_id)
+            if row is None or not (admin or row["owner"] == user):
                 raise MarketError(f"no DLGM job {job_id} of yours", 404)
-            v = self._view(dict(zip(JOB_COLUMNS, rows[0])))
+            v = self._view(row)
             v["events"] = self.tables.events(job_id)
             return v
 
@@ -407,7 +319,10 @@ class DLGMService:
             jobs = [self._view(r) for r in self.tables.jobs(None if admin else user)]
             return {"mechanism": self.name, "t": self.broker._t, "nodes": nodes, "jobs": jobs[-100:]}
 
-    # ------------------------------------------------------------------ the loop
+    # ------------------------------------------------------------------ the loop (attached.Loop)
+    def next_event(self) -> float:
+        return self.market.next_stop()
+
     def step(self) -> None:
         """One round: process exits (early ends), then the stops due (in time order)."""
         with self._locked():
@@ -418,33 +333,6 @@ class DLGMService:
                         self.tables.update_job(key, note=f"exit code {code}")
                     self.pending.queue.append(("forget", key))
             self.market.tick()
-
-    def start(self) -> DLGMService:
-        def loop():
-            while not self._stopping.is_set():
-                with self.broker.lock:
-                    wait = min(max(self.market.next_stop() - float(self.broker.wall()), 0.0), 0.5)
-                self.executor.wait(wait)
-                if self._stopping.is_set():
-                    break
-                try:
-                    self.step()
-                except Exception:  # keep the market alive; the error is printed and kept
-                    self.last_error = traceback.format_exc()
-                    traceback.print_exc()
-
-        self._thread = threading.Thread(target=loop, name="dlgm", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, kill: bool = False) -> None:
-        """Stop the loop; jobs run on (a restarted market re-attaches them), or with ``kill``
-        their processes are killed (a restarted market then completes them: process gone)."""
-        self._stopping.set()
-        self.executor.wake()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self.executor.shutdown(kill=kill)
 
     # ------------------------------------------------------------------ restart
     def _recover(self) -> None:
@@ -497,7 +385,9 @@ class DLGMService:
 
 def replay_recorded(store) -> dict:
     """A served DLGM run's record replayed through the simulator (:func:`run_dlgm` on the
-    recorded submissions: times, weights, reported run times), compared with what the market
+    recorded submissions: times, weights, reported run times, and the nodes their owners named,
+    events ``named``, as ``force_node``; every other job's node is the simulator's own myopic
+    best response, so the policy's choices are checked), compared with what the market
     recorded. Returns ``{"jobs": [ids], "live": {...}, "simulated": {...}, "differ": [...]}``
     where each side holds per-job lists ``node``, ``first_start``, ``end``, ``preemptions``,
     and ``paid`` (micro-units each owner's account lost, per owner: the ledger's compensations
@@ -518,13 +408,16 @@ def replay_recorded(store) -> dict:
     wl = Workload.from_columns(submit_time=[j["submit_t"] for j in jobs], runtime=[j["runtime"] for j in jobs],
                                procs=None, capacity=meta["nodes"], sort=False)
     row = {j: i for i, j in enumerate(ids)}
-    cancels, submitted = {}, 0  # a cancellation comes after the submissions recorded before it
-    for e in tables.events(kinds=("node", "cancelled")):
+    cancels, submitted, named = {}, 0, {}  # a cancellation comes after the submissions recorded before it
+    for e in tables.events(kinds=("node", "cancelled", "named")):
         if e["kind"] == "node":
             submitted += 1
+        elif e["kind"] == "named":
+            named[row[e["job_id"]]] = int(e["detail"])
         else:
             cancels[row[e["job_id"]]] = (e["t"], submitted)
-    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm", cancel=cancels)
+    rec, pol = run_dlgm(wl, [j["weight"] for j in jobs], meta["mechanism"] == "pdlgm", cancel=cancels,
+                        force_node=named)
     owners = sorted({j["owner"] for j in jobs})
     sim_paid = dict.fromkeys(owners, 0)
     for j, p in zip(jobs, rec.payment.tolist()):

@@ -38,98 +38,30 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-from marketsched.live.attached import Loop, command_line
+from marketsched.live.attached import JobTables, Loop, command_line
 from marketsched.live.ees import MECHANISMS, EESConfig, EESMarket
 from marketsched.platform import validation
-from marketsched.platform.ledger import MICRO, REVENUE, jobs_query, user_account
+from marketsched.platform.ledger import MICRO, REVENUE, user_account
 from marketsched.platform.validation import MarketError, show
 
 __all__ = ["MECHANISMS", "EESService", "EESTables"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ees_jobs (
-    id {pk},
-    owner TEXT NOT NULL REFERENCES users(name),
-    bid REAL NOT NULL,
-    procs INTEGER NOT NULL,
-    estimate REAL NOT NULL,
-    command TEXT NOT NULL,
-    submit_t REAL NOT NULL,
-    state TEXT NOT NULL,
-    first_start REAL,
-    end_t REAL,
-    attempts INTEGER NOT NULL,
-    exit_code INTEGER,
-    note TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ees_jobs_owner ON ees_jobs(owner);
-CREATE TABLE IF NOT EXISTS ees_events (
-    id {pk},
-    job_id BIGINT NOT NULL,
-    t REAL NOT NULL,
-    kind TEXT NOT NULL,
-    detail TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ees_events_job ON ees_events(job_id)
-"""
 STATES = ("queued", "planned", "running", "completed", "stopped", "discarded", "cancelled")
-JOB_COLUMNS = ("id", "owner", "bid", "procs", "estimate", "command", "submit_t", "state", "first_start", "end_t",
-               "attempts", "exit_code", "note")
-EVENT_COLUMNS = ("id", "job_id", "t", "kind", "detail")
+_COLUMNS = (("owner", "TEXT NOT NULL REFERENCES users(name)"), ("bid", "REAL NOT NULL"),
+            ("procs", "INTEGER NOT NULL"), ("estimate", "REAL NOT NULL"), ("command", "TEXT NOT NULL"),
+            ("submit_t", "REAL NOT NULL"), ("state", "TEXT NOT NULL"), ("first_start", "REAL"), ("end_t", "REAL"),
+            ("attempts", "INTEGER NOT NULL"), ("exit_code", "INTEGER"), ("note", "TEXT NOT NULL"))
 
 
-class EESTables:
-    """The store a served :class:`EESMarket` writes to: its jobs and events in its own tables,
-    everything else (money, meta, its batches and decisions) in the broker's store (same
-    connection, same transactions)."""
+class EESTables(JobTables):
+    """The store a served :class:`EESMarket` writes to: its jobs and events in its own tables
+    ``ees_jobs`` and ``ees_events``, everything else (money, meta, its batches and decisions) in
+    the broker's store (same connection, same transactions)."""
 
     def __init__(self, store):
-        self.store = store
-        pk = "BIGSERIAL PRIMARY KEY" if store.kind == "postgresql" else "INTEGER PRIMARY KEY AUTOINCREMENT"
-        schema = _SCHEMA.format(pk=pk)
-        if store.kind == "postgresql":
-            schema = schema.replace(" REAL", " DOUBLE PRECISION")
-        with store.transaction():
-            for stmt in schema.split(";"):
-                if stmt.strip():
-                    store._exec(stmt)
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
-
-    def insert_job(self, owner: str, bid: float, procs: int, estimate: float, command: str, t: float) -> int:
-        cur = self.store._exec(
-            "INSERT INTO ees_jobs (owner, bid, procs, estimate, command, submit_t, state, attempts, note) "
-            "VALUES (?, ?, ?, ?, ?, ?, 'queued', 0, '')" + self.store._lastid,
-            (owner, bid, procs, estimate, command, t))
-        return int(cur.fetchone()[0])
-
-    def update_job(self, job_id: int, **fields) -> None:
-        bad = set(fields) - set(JOB_COLUMNS)
-        if bad:
-            raise KeyError(f"no EES job column(s) {sorted(bad)}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        self.store._exec(f"UPDATE ees_jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
-
-    def add_event(self, job_id: int, t: float, kind: str, detail: str = "") -> None:
-        self.store._exec("INSERT INTO ees_events (job_id, t, kind, detail) VALUES (?, ?, ?, ?)",
-                         (job_id, t, kind, detail))
-
-    def events(self, job_id: int) -> list[dict]:
-        rows = self.store._rows(f"SELECT {', '.join(EVENT_COLUMNS)} FROM ees_events WHERE job_id = ? ORDER BY id",
-                                (job_id,))
-        return [dict(zip(EVENT_COLUMNS, r)) for r in rows]
-
-    def job(self, job_id: int) -> dict | None:
-        rows = self.store._rows(f"SELECT {', '.join(JOB_COLUMNS)} FROM ees_jobs WHERE id = ?", (job_id,))
-        return dict(zip(JOB_COLUMNS, rows[0])) if rows else None
-
-    def jobs(self, owner: str | None = None, limit: int | None = None, states=None,
-             before: int | None = None) -> list[dict]:
-        """Jobs, oldest first (``limit``: the newest N; ``states``: only these; ``before``:
-        only ids below it)."""
-        sql, params = jobs_query("ees_jobs", JOB_COLUMNS, owner, states, limit, before)
-        return [dict(zip(JOB_COLUMNS, r)) for r in self.store._rows(sql, params)]
+        super().__init__(store, "ees", "EES job", _COLUMNS,
+                         ("owner", "bid", "procs", "estimate", "command", "submit_t"),
+                         {"state": "queued", "attempts": 0, "note": ""})
 
 
 def delay_cost_of(value, delay_cost, patience):
