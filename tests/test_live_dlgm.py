@@ -403,3 +403,49 @@ def test_cancel_attacks_and_a_preempted_jobs_process_is_killed(tmp_path):
     assert [e["kind"] for e in m.store.events(a)][-1] == "cancelled"
     assert m.balance("alice") == m.balance("bob") == 102 * MICRO and m.balance("carol") == 96 * MICRO
     m.store.check_books()
+
+
+def test_a_start_taken_back_at_its_own_instant_suspends_the_process_and_continues_it(tmp_path):
+    """P-DLGM on one node, both arrivals at market time 0: A starts, B (a higher ratio) displaces
+    it at the same instant, before any progress (the engine's ``unstart``: A is queued again, not
+    preempted). A's process is suspended, not killed, and continued when A's turn comes: its
+    command runs once (before, the market killed it and launched it again, which the executor
+    refuses: a job never runs twice). Cancelling such a job kills its process."""
+    from live_helpers import proc_state, wait_for
+    from marketsched.platform.executor import LocalExecutor
+
+    rec = Recorder()
+    m, clock = make(tmp_path / "r", 1, preemptive=True, executor=rec)
+    a = m.submit("alice", 1.0, 10.0, "true")["id"]
+    b = m.submit("bob", 5.0, 2.0, "true")["id"]
+    assert m.state[a] == "queued" and m.held == {a}
+    clock.set(2.0)
+    m.tick()
+    assert rec.calls == [("launch", a), ("stop", a), ("launch", b), ("kill", b), ("cont", a)]
+    assert m.state[a] == "running" and m.held == set()
+    rec = Recorder()  # a held job cancelled: its suspended process is killed
+    m, clock = make(tmp_path / "c", 1, preemptive=True, executor=rec)
+    a = m.submit("alice", 1.0, 10.0, "true")["id"]
+    m.submit("bob", 5.0, 2.0, "true")
+    m.cancel("alice", a)
+    assert ("kill", a) in rec.calls and m.held == set()
+
+    ex = LocalExecutor(tmp_path / "jobs")
+    runs = tmp_path / "runs"
+    try:
+        m, clock = make(tmp_path / "x", 1, preemptive=True, executor=ex)
+        a = m.submit("alice", 1.0, 10.0, f"echo a >> {runs}; sleep 300")["id"]
+        b = m.submit("bob", 5.0, 2.0, "sleep 300")["id"]
+        c = m.submit("carol", 0.5, 10.0, "sleep 300")["id"]  # waits behind A
+        assert m.state[a] == "queued" and a in ex.procs
+        assert wait_for(lambda: ex.frozen(a) if ex.contained else proc_state(ex.procs[a].pid) == "T")
+        clock.set(2.0)
+        assert m.tick() == [b]  # B's reported time: A's turn, its process continued
+        assert m.state[a] == "running"
+        assert wait_for(lambda: not ex.frozen(a) if ex.contained else proc_state(ex.procs[a].pid) != "T")
+        assert wait_for(lambda: runs.exists() and runs.read_text() == "a\n")
+        assert runs.read_text() == "a\n" and c not in ex.procs
+        m.store.check_books()
+    finally:
+        for key in list(ex.procs):
+            ex.kill(key)

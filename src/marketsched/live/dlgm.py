@@ -167,6 +167,9 @@ class DLGMMarket:
         self.owner: list[str] = []  # engine row -> owner
         self.state: dict[int, str] = {}  # job id -> queued, running, preempted, completed, stopped
         self.commands: dict[int, str] = {}
+        # jobs whose start was taken back at its own instant (``unstart``): queued again, their
+        # process suspended, continued when they start (a job's command never runs twice)
+        self.held: set[int] = set()
 
     # ------------------------------------------------------------------ users and money
     def add_user(self, name: str, deposit: float = 0.0) -> str:
@@ -313,8 +316,9 @@ class DLGMMarket:
         with self.store.transaction():
             self.engine.batch(withdrawn=[row])
             self._end(job_id, "cancelled")
-            if was == "preempted" and self.executor is not None:  # only a preempted job has a process
-                self.executor.kill(job_id)
+            if (was == "preempted" or job_id in self.held) and self.executor is not None:
+                self.executor.kill(job_id)  # only a preempted or held job has a process
+            self.held.discard(job_id)
             self._apply()
         return was
 
@@ -344,11 +348,13 @@ class DLGMMarket:
             job_id = self.row_job[row]
             if kind == "start":
                 resumed = self.state[job_id] == "preempted"
+                held = job_id in self.held
+                self.held.discard(job_id)
                 self.state[job_id] = "running"
                 self.store.add_event(job_id, t, "resume" if resumed else "start")
                 self.store.update_job(job_id, state="running")
                 if self.executor is not None:
-                    if resumed:
+                    if resumed or held:
                         self.executor.cont(job_id)
                     else:
                         self.executor.launch(job_id, self.commands[job_id],
@@ -357,8 +363,9 @@ class DLGMMarket:
                 self.state[job_id] = "queued"
                 self.store.add_event(job_id, t, "unstart")
                 self.store.update_job(job_id, state="queued")
-                if self.executor is not None:
-                    self.executor.kill(job_id)
+                self.held.add(job_id)
+                if self.executor is not None:  # suspended, not killed: its command never runs twice
+                    self.executor.stop(job_id)
             elif kind in ("preempt", "unstart"):
                 self.state[job_id] = "preempted"
                 self.store.add_event(job_id, t, "preempt")

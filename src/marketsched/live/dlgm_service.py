@@ -362,7 +362,7 @@ class DLGMService(Loop):
         keep = []
         with self._locked(), self.tables.transaction():
             t = self.broker._t
-            for job_id in sorted(k for k, s in m.state.items() if s in ("running", "preempted")):
+            for job_id in sorted(k for k, s in m.state.items() if s in ("running", "preempted") or k in m.held):
                 proc = ex.adopt(job_id)
                 if proc is not None:
                     keep.append(job_id)
