@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from marketsched.exchange.core import Exchange, create_exchange
 from marketsched.exchange.store import ExchangeStore
@@ -206,4 +210,47 @@ def agent_exchange(data, clock, providers, cpu: int, mem: int, last_slot: int) -
         ex.join(p, "agent")
         ex.add_node(p, "n0", cpu, mem)
         ex.submit_offer(p, "n0", 1.0, 1, last_slot)
+    return ex
+
+
+def start_agent(srv, token: str, data: Path, work: Path, agents: list, log: Path | None = None) -> subprocess.Popen:
+    """A real provider agent, ``exchange provider run`` on ``work`` with ``token``, polling the API
+    ``srv`` every 0.05 s, added to ``agents`` (stopped by :func:`api_with_agents`). ``log``: its
+    messages are appended there (else kept in pipes)."""
+    cmd = [sys.executable, "-m", "marketsched.cli", "exchange", "provider", "run", "--url", srv.url, "--data",
+           str(data), "--poll", "0.05", "--work", str(work)]
+    env = {**os.environ, "MARKETSCHED_TOKEN": token}
+    if log is None:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    else:
+        with open(log, "a") as err:
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    agents.append(proc)
+    return proc
+
+
+def run_row(ex, cid: int, column: str, table: str = "ex_runs"):
+    """Column ``column`` of contract ``cid``'s published run (``table``: ``ex_egg_runs`` for an Egg
+    contract), read on a connection of its own (the agent's reports come through the API's)."""
+    store = ExchangeStore(ex.store.path)
+    try:
+        return store.rows(f"SELECT {column} FROM {table} WHERE contract = ?", (cid,))[0][0]
+    finally:
+        store.close()
+
+
+def egg_agent_exchange(data, clock, providers, cpu: int, mem: int) -> Exchange:
+    """An Egg exchange at ``data`` on ``clock`` (slots of 1 s, the default Egg settings: run-time
+    buckets in seconds, 9 buckets x 50 price columns) whose ``providers`` are of the kind agent,
+    each with node n0 of ``cpu`` units and ``mem``; single-user mode."""
+    from marketsched.exchange.providers import provider_backends
+
+    store = ExchangeStore(data)
+    create_exchange(store, slot_seconds=1, period_seconds=1, mechanism="egg")
+    ex = Exchange(store, clock, provider_backends(data))
+    ex.single_user = True
+    for p in providers:
+        ex.join(p, "agent")
+        ex.add_node(p, "n0", cpu, mem)
     return ex

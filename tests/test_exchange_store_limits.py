@@ -108,6 +108,7 @@ def _previous_schema(path) -> None:
     conn.execute("DROP TABLE ex_retired")
     conn.execute("DROP INDEX ex_orders_retire")
     conn.execute("ALTER TABLE ex_orders DROP COLUMN retire")
+    conn.execute("DROP TABLE ex_egg_runs")
     conn.execute("DROP TABLE ex_egg_contracts")
     conn.execute("DROP TABLE ex_egg_events")
     conn.execute("DROP TABLE ex_asks")
@@ -121,11 +122,12 @@ def test_an_old_database_is_upgraded_and_a_newer_one_refused(tmp_path):
     path = tmp_path / "x.db"
     _previous_schema(path)
     store = ExchangeStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 6
+    assert store.schema_version() == SCHEMA_VERSION == 7
     assert store.moves() == []  # version 3: the moves table
     assert store.rows("SELECT COUNT(*) FROM ex_egg_events") == [(0,)]  # version 4: Egg mode's tables
     assert store.rows("SELECT COUNT(*) FROM ex_asks") == [(0,)]  # version 5: the provider agents' tables
     assert store.rows("SELECT COUNT(*) FROM ex_runs") == [(0,)]  # version 6: the agents' contract runs
+    assert store.rows("SELECT COUNT(*) FROM ex_egg_runs") == [(0,)]  # version 7: Egg contracts on agents
     (o,) = store.orders()
     assert (o["command"], o["command_sha256"], o["command_bytes"]) == ("echo old", None, None)
     with store.transaction():

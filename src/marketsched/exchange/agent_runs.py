@@ -35,6 +35,15 @@ Steps, through the same pull protocol as the asks (:mod:`.provider_protocol`):
      since the exchange cannot check that claim.
 
 The user reads the delivered output with ``GET /api/contracts/{id}/output``.
+
+**Egg mode** (:mod:`.egg`, :mod:`.egg_run`): an Egg contract on an agent provider is run the
+same way, its window from the exchange's step after the award to ``tau*``. Its run is published
+in its own table, ``ex_egg_runs`` (an Egg contract's id is of ``ex_egg_contracts``, not of the
+periodic contracts), and the routes above, in an exchange that runs Egg, name Egg contracts
+(:func:`tables`). The verdict is the trust rule's, taken at the report or at the deadline
+(``tau*`` + :data:`REPORT_GRACE`); Egg's escrow moves at ``tau*`` at the earliest
+(:func:`.egg.settle_escrow`): paid to the provider for a delivered result, refunded otherwise,
+and the provider's reliability records the outcome.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MAX_ID, MarketError, whole
@@ -59,6 +68,27 @@ REPORT_GRACE = 30.0  # seconds of exchange time after a window's end for the age
 ENDS = ("exit", "window", "signal", "not-started")  # how an agent says a job ended
 RUN_COLUMNS = ("contract", "provider", "spec", "posted_t", "deadline_t", "started_t", "reported_t", "end",
                "code", "cpu_seconds", "digest", "output", "output_bytes")
+
+
+class RunTables(NamedTuple):
+    """Where an exchange keeps its agents' runs: the runs' table, the table of the contracts
+    they run, that table's column of when a contract was made and how to say when it is due."""
+
+    runs: str
+    contracts: str
+    made: str
+    due: str
+
+
+PERIODIC_RUNS = RunTables("ex_runs", "ex_contracts", "start_t", "its window begins at {t:.3f}")
+EGG_RUNS = RunTables("ex_egg_runs", "ex_egg_contracts", "award_t",
+                     "awarded at {t:.3f}, it starts at the exchange's next step")
+
+
+def tables(mechanism: str) -> RunTables:
+    """The run tables of an exchange clearing with ``mechanism``: an Egg exchange's contracts
+    are its Egg contracts (it has no periodic ones)."""
+    return EGG_RUNS if mechanism == "egg" else PERIODIC_RUNS
 
 
 def delivered(end: str | None, code: int | None) -> bool:
@@ -79,9 +109,12 @@ class AgentBackend:
         self._store: ExchangeStore | None = None
         self.clock: Callable[[], float] = lambda: 0.0
         self.live: set[int] = set()  # runs published and not yet handed to the exchange as ended
+        self.tables = PERIODIC_RUNS
 
     def bind(self, store: ExchangeStore, clock: Callable[[], float]) -> None:
         self._store, self.clock = store, clock
+        settings = store.settings()
+        self.tables = tables(settings["mechanism"] if settings else "")
 
     @property
     def store(self) -> ExchangeStore:
@@ -98,14 +131,14 @@ class AgentBackend:
                 "end_t": end_t}
         now = self.clock()
         with self.store.transaction():
-            self.store.conn.execute("INSERT INTO ex_runs (contract, provider, spec, posted_t, deadline_t) "
+            self.store.conn.execute(f"INSERT INTO {self.tables.runs} (contract, provider, spec, posted_t, deadline_t) "
                                     "VALUES (?, ?, ?, ?, ?)", (contract_id, self.provider, json.dumps(spec), now,
                                                               end_t + self.grace))
         self.live.add(contract_id)
 
     def _run(self, contract_id: int) -> dict | None:
-        got = self.store.dicts(RUN_COLUMNS, f"SELECT {', '.join(RUN_COLUMNS)} FROM ex_runs WHERE contract = ?",
-                               (contract_id,))
+        got = self.store.dicts(RUN_COLUMNS, f"SELECT {', '.join(RUN_COLUMNS)} FROM {self.tables.runs} "
+                               "WHERE contract = ?", (contract_id,))
         return got[0] if got else None
 
     def ended(self) -> list[tuple[int, int | None]]:
@@ -114,7 +147,7 @@ class AgentBackend:
             return []
         now = self.clock()
         marks = ", ".join("?" * len(self.live))
-        rows = self.store.rows(f"SELECT contract, code FROM ex_runs WHERE contract IN ({marks}) AND "
+        rows = self.store.rows(f"SELECT contract, code FROM {self.tables.runs} WHERE contract IN ({marks}) AND "
                                "(reported_t IS NOT NULL OR deadline_t <= ?)", (*self.live, now))
         for cid, _ in rows:
             self.live.discard(cid)
@@ -175,23 +208,29 @@ def _provider(who) -> str:
     return who[1]
 
 
+def _tables(service) -> RunTables:
+    return tables(service.exchange.settings["mechanism"])
+
+
 def _own_run(service, provider: str, contract_id) -> dict:
     cid = whole(contract_id, "contract id", 1, MAX_ID)
-    rows = service.store.dicts(("provider", "state", "start_t"), "SELECT provider, state, start_t FROM ex_contracts "
-                               "WHERE id = ?", (cid,))
+    tab = _tables(service)
+    rows = service.store.dicts(("provider", "state", "made"), f"SELECT provider, state, {tab.made} FROM "
+                               f"{tab.contracts} WHERE id = ?", (cid,))
     if not rows or rows[0]["provider"] != provider:
         raise MarketError(f"no contract {cid} of yours", 404)
-    run = service.store.dicts(RUN_COLUMNS, f"SELECT {', '.join(RUN_COLUMNS)} FROM ex_runs WHERE contract = ?", (cid,))
+    run = service.store.dicts(RUN_COLUMNS, f"SELECT {', '.join(RUN_COLUMNS)} FROM {tab.runs} WHERE contract = ?",
+                              (cid,))
     if not run:
-        raise MarketError(f"contract {cid} is not due: the exchange has not published its run (its window begins at "
-                          f"{rows[0]['start_t']:.3f}; it is {rows[0]['state']})", 409)
+        raise MarketError(f"contract {cid} is not due: the exchange has not published its run "
+                          f"({tab.due.format(t=rows[0]['made'])}; it is {rows[0]['state']})", 409)
     return run[0]
 
 
 def runs_waiting(service, provider: str) -> int:
     """How many published runs of ``provider`` its agent has not reported started or ended."""
-    return int(service.store.rows("SELECT COUNT(*) FROM ex_runs WHERE provider = ? AND started_t IS NULL AND "
-                                  "reported_t IS NULL", (provider,))[0][0])
+    return int(service.store.rows(f"SELECT COUNT(*) FROM {_tables(service).runs} WHERE provider = ? AND "
+                                  "started_t IS NULL AND reported_t IS NULL", (provider,))[0][0])
 
 
 def list_runs(service, who) -> list[dict]:
@@ -201,8 +240,9 @@ def list_runs(service, who) -> list[dict]:
     def read() -> list[dict]:
         now = service.exchange.clock()
         rows = service.store.dicts(("contract", "spec", "deadline_t", "started_t"),
-                                   "SELECT contract, spec, deadline_t, started_t FROM ex_runs WHERE provider = ? AND "
-                                   "reported_t IS NULL AND deadline_t > ? ORDER BY contract", (provider, now))
+                                   f"SELECT contract, spec, deadline_t, started_t FROM {_tables(service).runs} "
+                                   "WHERE provider = ? AND reported_t IS NULL AND deadline_t > ? ORDER BY contract",
+                                   (provider, now))
         out = []
         for r in rows:
             spec = json.loads(r["spec"])
@@ -226,7 +266,8 @@ def report_started(service, who, contract_id) -> dict:
                 raise MarketError(f"contract {run['contract']}: its start was reported already at "
                                   f"{run['started_t']:.3f}: one report each", 409)
             now = service.exchange.clock()
-            service.store.conn.execute("UPDATE ex_runs SET started_t = ? WHERE contract = ?", (now, run["contract"]))
+            service.store.conn.execute(f"UPDATE {_tables(service).runs} SET started_t = ? WHERE contract = ?",
+                                       (now, run["contract"]))
             return {"contract": run["contract"], "started": now}
 
     return service._locked(take)
@@ -282,8 +323,8 @@ def report_ended(service, who, contract_id, body: dict) -> dict:
                 raise MarketError(f"contract {cid}: the report is late: its deadline was {run['deadline_t']:.3f} (the "
                                   f"window's end + {REPORT_GRACE:g} s), the exchange's time is {now:.3f}", 409)
             service.store.conn.execute(
-                "UPDATE ex_runs SET reported_t = ?, end = ?, code = ?, cpu_seconds = ?, digest = ?, output = ?, "
-                "output_bytes = ? WHERE contract = ?",
+                f"UPDATE {_tables(service).runs} SET reported_t = ?, end = ?, code = ?, cpu_seconds = ?, digest = ?, "
+                "output = ?, output_bytes = ? WHERE contract = ?",
                 (now, rep["end"], rep["code"], rep["cpu_seconds"], rep["digest"], rep["output"], rep["output_bytes"],
                  cid))
             return {"contract": cid, "received": now, "delivers": delivered(rep["end"], rep["code"])}
@@ -296,11 +337,12 @@ def contract_output(service, who, contract_id) -> dict:
     cid = whole(contract_id, "contract id", 1, MAX_ID)
 
     def read() -> dict:
-        rows = service.store.dicts(("user", "provider", "state"), "SELECT user, provider, state FROM ex_contracts "
+        tab = _tables(service)
+        rows = service.store.dicts(("user", "provider", "state"), f"SELECT user, provider, state FROM {tab.contracts} "
                                    "WHERE id = ?", (cid,))
         if not rows or rows[0].get(who[0]) != who[1]:
             raise MarketError(f"no contract {cid} of yours", 404)
-        run = service.store.dicts(RUN_COLUMNS, f"SELECT {', '.join(RUN_COLUMNS)} FROM ex_runs WHERE contract = ?",
+        run = service.store.dicts(RUN_COLUMNS, f"SELECT {', '.join(RUN_COLUMNS)} FROM {tab.runs} WHERE contract = ?",
                                   (cid,))
         if not run or run[0]["reported_t"] is None:
             raise MarketError(f"contract {cid} has no output: its provider's agent has not reported one "

@@ -21,8 +21,8 @@ exchange's providers, nodes, backends, fault table and ledger:
    can cost), so a user with no money gets no award.
 4. **The contract**: the job starts at once (at the exchange's next step) on the provider's first
    node, in id order, that has the bid's CPU units and memory free beside the Egg contracts open on
-   it, contained to them like any exchange contract (:mod:`.providers`); its window ends at
-   ``tau*``. The exchange's fault table gives the verdict (docs/exchange.md, "Who is at fault"):
+   it, contained to them like any exchange contract (:mod:`.providers`; a provider of kind
+   ``agent`` has its own agent process run it, :mod:`.agent_runs`); its window ends at ``tau*``. The exchange's fault table gives the verdict (docs/exchange.md, "Who is at fault"):
    *delivered* (the job ended by itself, or ran until ``tau*``, and was given what it bought as
    measured), *failed* (the provider's side: no node with room, could not start, ended the job,
    gave less than contracted) or *lapsed* (the exchange's side: it was down through the window, or

@@ -14,6 +14,13 @@ on the exchange's provider backends (:mod:`.providers`) and by its fault table (
    contained to its CPU units and memory;
 3. the escrow of every judged contract whose ``tau*`` has come is paid or refunded and the
    provider's reliability recorded (:func:`.egg.settle_escrow`).
+
+A contract of a provider of kind ``agent`` is run by the provider's own agent process
+(:mod:`.agent_runs`): step 2 publishes its run, and step 1 judges it by the agent's report or,
+without one, at its report deadline (``tau*`` + the backend's ``grace``), never at ``tau*``
+alone, by the trust rule (delivered only for a report of exit 0 or of a job still running at
+``tau*``, taken by the deadline). Its escrow then moves as any Egg contract's, at ``tau*`` at the
+earliest.
 """
 
 from __future__ import annotations
@@ -40,7 +47,8 @@ def _judge(exchange, c: dict, node: dict, now: float, ended: bool, code=None) ->
     if ended:
         why = backend.fault(c["id"])
         if why is not None:
-            return _final(store, c, "failed", now, f"the provider ended the job: {why}", code, used)
+            what = "the provider failed" if getattr(backend, "grace", 0.0) else "the provider ended the job"
+            return _final(store, c, "failed", now, f"{what}: {why}", code, used)
     else:
         ran = backend.running(c["id"])
         backend.stop(c["id"])
@@ -48,7 +56,10 @@ def _judge(exchange, c: dict, node: dict, now: float, ended: bool, code=None) ->
             return _final(store, c, "failed", now, "the provider had not started the job by tau*", code, used)
     if used and used.get("shortfall"):
         return _final(store, c, "failed", now, f"contracted resources not delivered: {used['shortfall']}", code, used)
-    _final(store, c, "delivered", now, "the job exited by itself" if ended else "ran until tau*", code, used)
+    note = "the job exited by itself" if ended else "ran until tau*"
+    if ended and hasattr(backend, "delivered_note"):  # an agent's report (.agent_runs)
+        note = backend.delivered_note(c["id"], note)
+    _final(store, c, "delivered", now, note, code, used)
 
 
 def step(exchange, eggm: EggMarket) -> None:
@@ -62,7 +73,7 @@ def step(exchange, eggm: EggMarket) -> None:
     for c in contracts(store, ("running",)):
         if c["id"] in ended:
             _judge(exchange, c, nodes[c["node_id"]], now, True, ended[c["id"]])
-        elif now >= c["tau"]:
+        elif now >= c["tau"] + getattr(exchange.backend(c["provider"]), "grace", 0.0):  # an agent's: its report
             _judge(exchange, c, nodes[c["node_id"]], now, False)
     for c in contracts(store, ("pending",)):
         if now >= c["tau"]:

@@ -23,7 +23,8 @@ Version 2 added ``ex_orders.command_sha256`` and ``ex_orders.command_bytes``; ve
 table ``ex_moves`` (contracts moved off lost capacity, :meth:`ExchangeStore.move_contract`), which
 a replay needs, so an older marketsched refuses such a database rather than replay it wrongly,
 and the retention of cancelled orders (``ex_orders.retire``, ``ex_retired``); version 4 the
-tables of Egg mode (``ex_egg_events``, ``ex_egg_contracts``, :mod:`.egg`).
+tables of Egg mode (``ex_egg_events``, ``ex_egg_contracts``, :mod:`.egg`); version 7 the runs of
+Egg contracts on agent providers (``ex_egg_runs``, :mod:`.agent_runs`).
 
 Retention: a request that is cancelled or expires keeps only its command's SHA-256 and length in
 bytes (``command`` becomes empty; :meth:`ExchangeStore.close_order`), as the live market does
@@ -221,8 +222,15 @@ CREATE TABLE IF NOT EXISTS ex_period_messages (
     left_out TEXT NOT NULL,
     replies TEXT
 );
-CREATE TABLE IF NOT EXISTS ex_runs (
-    contract INTEGER PRIMARY KEY REFERENCES ex_contracts(id),
+"""
+
+
+def _runs_schema(table: str, contracts: str) -> str:
+    """A table of the runs published to provider agents (:mod:`.agent_runs`), one per contract
+    of the table ``contracts``: ``ex_runs`` for the periodic contracts, ``ex_egg_runs`` for Egg's."""
+    return f"""
+CREATE TABLE IF NOT EXISTS {table} (
+    contract INTEGER PRIMARY KEY REFERENCES {contracts}(id),
     provider TEXT NOT NULL,
     spec TEXT NOT NULL,
     posted_t REAL NOT NULL,
@@ -236,8 +244,11 @@ CREATE TABLE IF NOT EXISTS ex_runs (
     output BLOB,
     output_bytes INTEGER
 );
-CREATE INDEX IF NOT EXISTS ex_runs_provider ON ex_runs(provider, reported_t);
+CREATE INDEX IF NOT EXISTS {table}_provider ON {table}(provider, reported_t);
 """
+
+
+_SCHEMA += _runs_schema("ex_runs", "ex_contracts") + _runs_schema("ex_egg_runs", "ex_egg_contracts")
 
 ORDER_COLUMNS = ("id", "side", "owner", "node_id", "value", "cpu", "mem", "first_slot", "last_slot", "command",
                  "submit_t", "state", "closed_t", "closed_after", "command_sha256", "command_bytes")
@@ -250,7 +261,7 @@ NODE_COLUMNS = ("id", "provider", "name", "cpu", "mem", "cpus", "left_t")
 MOVE_COLUMNS = ("id", "contract_id", "from_node", "to_node", "after_period", "t", "why")
 # columns added before schema versions were recorded: a database made before them gets them on opening
 _ADDED_COLUMNS = (("ex_providers", "left_t", "REAL"), ("ex_nodes", "left_t", "REAL"))
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SCHEMA_KEY = "exchange.schema_version"
 RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its command's digest
 KEPT_CANCELLED = 100  # cancelled orders no clearing saw, kept as rows per owner and side (ExchangeStore._retire)
@@ -714,4 +725,10 @@ def _v6_agent_runs(store: ExchangeStore) -> None:
     the database, since it would try to run an agent provider's contracts itself."""
 
 
-_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg, 5: _v5_agents, 6: _v6_agent_runs}
+def _v7_egg_agent_runs(store: ExchangeStore) -> None:
+    """Version 7: the table ``ex_egg_runs`` of Egg contracts run by their provider's agent
+    (:mod:`.agent_runs`; made by the schema itself). An older marketsched refuses the database,
+    since it would try to publish an Egg contract's run among the periodic contracts' runs."""
+
+
+_UPGRADES = {2: _v2_command_digest, 3: _v3_moves, 4: _v4_egg, 5: _v5_agents, 6: _v6_agent_runs, 7: _v7_egg_agent_runs}
