@@ -16,6 +16,8 @@ from exchange_helpers import egg_agent_exchange
 from marketsched.exchange import egg
 from marketsched.exchange.agent_runs import REPORT_GRACE, report_ended
 from marketsched.exchange.api import ExchangeService
+from marketsched.exchange.core import Exchange
+from marketsched.exchange.providers import provider_backends
 from marketsched.exchange.store import MICRO, ExchangeStore
 from marketsched.platform.clock import FakeClock
 from marketsched.platform.validation import MarketError
@@ -89,3 +91,47 @@ def test_random_egg_reports_settle_by_the_trust_rule_and_egg_escrow(tmp_path, se
     service.close()
     ex.close()
     store.close()
+
+
+def test_an_egg_agent_run_survives_a_restart_of_the_exchange(tmp_path):
+    """The exchange is restarted (a new process's :class:`Exchange` on the same database, its
+    recovery) after publishing an Egg contract's run: the run stays with its agent, whose report
+    then delivers it, and the escrow is paid at tau*; a second contract with no report fails at
+    tau* + the grace and is refunded."""
+    data = tmp_path / "ex"
+    clock = FakeClock(1000.0)
+    ex = egg_agent_exchange(data, clock, ("p",), 2, 512)
+    ex.deposit("u", 100)
+    with ex.store.transaction():
+        egg.post_prices(ex.egg, "p", [1.0] * 9 * 50, clock())
+    cids = []
+    for _ in range(2):
+        with ex.store.transaction():
+            cids.append(egg.submit_bid(ex.egg, "u", {"description": [2], "value": 90, "deadline": 40,
+                                                     "command": "true"}, clock())["contract"])
+    ex.tick()
+    ex.close()
+    ex.store.close()
+    again = Exchange(ExchangeStore(data), clock, provider_backends(data))  # the same database, a new process
+    again.single_user = True
+    again.recover()
+    assert [c["state"] for c in egg.contracts(again.store)] == ["running", "running"]
+    service = ExchangeService(ExchangeStore(data), clock)
+    report_ended(service, ("provider", "p"), cids[0], body("exit", 0))
+    tau = max(c["tau"] for c in egg.contracts(again.store))
+    clock.set(tau)
+    again.tick()
+    got = {c["id"]: c for c in egg.contracts(again.store)}
+    assert (got[cids[0]]["state"], got[cids[0]]["escrow"]) == ("delivered", "paid")
+    assert (got[cids[1]]["state"], got[cids[1]]["escrow"]) == ("running", "held")
+    clock.set(tau + REPORT_GRACE)
+    again.tick()
+    got = {c["id"]: c for c in egg.contracts(again.store)}
+    assert (got[cids[1]]["state"], got[cids[1]]["escrow"]) == ("failed", "refunded"), got[cids[1]]["note"]
+    assert again.store.balances()["provider:p"] == got[cids[0]]["price"]
+    again.store.check_books()
+    assert egg.replay(again.store) == egg.recorded(again.store)
+    service.store.close()
+    service.close()
+    again.close()
+    again.store.close()
