@@ -12,9 +12,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
+from exchange_helpers import start_agent
 from marketsched.exchange.agent_runs import REPORT_GRACE
 from marketsched.live.cli import Client
 from test_exchange_live_agent_runs import HANG, contract_for, market, money, run_row, wait_for
@@ -24,13 +24,7 @@ __all__ = ["market"]  # the fixture, shared with the agent runs' tests
 
 def agent(srv, token, data: Path, work: Path, agents: list, log: Path) -> subprocess.Popen:
     """``exchange provider run`` on ``work``, its messages appended to ``log``."""
-    with open(log, "a") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "provider", "run", "--url",
-                                 srv.url, "--data", str(data), "--poll", "0.05", "--work", str(work)],
-                                env={**os.environ, "MARKETSCHED_TOKEN": token}, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err)
-    agents.append(proc)
-    return proc
+    return start_agent(srv, token, data, work, agents, log)
 
 
 def started_then_killed(market, job: str) -> tuple[dict, Path, Path]:

@@ -10,17 +10,13 @@ import base64
 import hashlib
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from exchange_helpers import agent_exchange, api_with_agents
+from exchange_helpers import agent_exchange, api_with_agents, run_row, start_agent
 from marketsched.exchange.agent_runs import REPORT_GRACE
 from marketsched.exchange.api import issue_token
-from marketsched.exchange.store import ExchangeStore
 from marketsched.live.cli import Client, ClientError
 from marketsched.platform.clock import FakeClock
 
@@ -41,15 +37,6 @@ def market(tmp_path):
     ex.store.close()
 
 
-def start_agent(srv, token, data: Path, work: Path, agents: list) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "marketsched.cli", "exchange", "provider", "run", "--url", srv.url,
-                             "--data", str(data), "--poll", "0.05", "--work", str(work)],
-                            env={**os.environ, "MARKETSCHED_TOKEN": token}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    agents.append(proc)
-    return proc
-
-
 def contract_for(ex, clock, command: str, first: int = 2, last: int = 2) -> dict:
     """One request of user u (1 CPU unit) cleared into a contract; the clock at its window's start
     and the contract's run published (the exchange's execute)."""
@@ -60,14 +47,6 @@ def contract_for(ex, clock, command: str, first: int = 2, last: int = 2) -> dict
     ex.execute()
     assert ex.store.contract(c["id"])["state"] == "running"
     return ex.store.contract(c["id"])
-
-
-def run_row(ex, cid: int, column: str):
-    store = ExchangeStore(ex.store.path)
-    try:
-        return store.rows(f"SELECT {column} FROM ex_runs WHERE contract = ?", (cid,))[0][0]
-    finally:
-        store.close()
 
 
 def wait_for(cond, what: str) -> None:
