@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import shlex
 import threading
-import traceback
 from typing import Any
 
 from marketsched.platform import validation
 from marketsched.platform.http import Route
 from marketsched.platform.ledger import jobs_query
+from marketsched.platform.rounds import start_rounds
 from marketsched.platform.validation import MarketError
 
 EVENT_COLUMNS = ("id", "job_id", "t", "kind", "detail")
@@ -138,23 +138,18 @@ class Loop:
 
     def start(self):
         self._stopping = threading.Event()
-
-        def loop():
-            while not self._stopping.is_set():
-                with self.broker.lock:
-                    wait = min(max(self.next_event() - float(self.broker.wall()), 0.0), 0.5)
-                self.executor.wait(wait)
-                if self._stopping.is_set():
-                    break
-                try:
-                    self.step()
-                except Exception:  # keep the market alive; the error is printed and kept
-                    self.last_error = traceback.format_exc()
-                    traceback.print_exc()
-
-        self._thread = threading.Thread(target=loop, name=self.name, daemon=True)
-        self._thread.start()
+        self._thread = start_rounds(self, self.name, self._wait, self.step)
         return self
+
+    def _wait(self) -> bool:
+        """Wait for the next round (``next_event()``, at most 0.5 s, woken by the executor);
+        True: the market is stopping."""
+        if self._stopping.is_set():
+            return True
+        with self.broker.lock:
+            wait = min(max(self.next_event() - float(self.broker.wall()), 0.0), 0.5)
+        self.executor.wait(wait)
+        return self._stopping.is_set()
 
     def stop(self, kill: bool = False) -> None:
         """Stop the loop; jobs run on (a restarted market re-attaches them), or with ``kill``

@@ -98,7 +98,6 @@ import secrets
 import shlex
 import threading
 import time
-import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -123,6 +122,7 @@ from marketsched.platform.ledger import (
     Store,
     user_account,
 )
+from marketsched.platform.rounds import start_rounds
 from marketsched.platform.statement import signed_entries
 from marketsched.platform.tokens import hash_token, page_key_id
 from marketsched.platform.validation import MarketError, show, to_micro
@@ -372,8 +372,7 @@ class Broker:
     def start(self) -> Broker:
         """Start the market thread (process exits, charging, running out of money)."""
         self._next_charge = self._t + self.config.charge_interval
-        self._thread = threading.Thread(target=self._loop, name="market", daemon=True)
-        self._thread.start()
+        self._thread = start_rounds(self, "market", self._wait, self.step)
         return self
 
     def stop(self, kill_jobs: bool = False) -> None:
@@ -1178,21 +1177,18 @@ class Broker:
         return out
 
     # ================================================================== the market thread
-    def _loop(self) -> None:
-        while not self._stopping:
-            with self.lock:
-                now = max(self._t, float(self.wall()))
-                soonest, _ = self._exhaustion()
-                deadline = min(self._next_charge, soonest, self.engine.next_timer())
-                timeout = min(max(deadline - now, 0.0), 0.5)
-            self.executor.wait(timeout)
-            if self._stopping:
-                break
-            try:
-                self.step()
-            except Exception:  # keep the market alive; the error is printed and kept
-                self.last_error = traceback.format_exc()
-                traceback.print_exc()
+    def _wait(self) -> bool:
+        """Wait for the market thread's next round (the next charge, user out of money or timer;
+        at most 0.5 s, woken by the executor); True: the market is stopping."""
+        if self._stopping:
+            return True
+        with self.lock:
+            now = max(self._t, float(self.wall()))
+            soonest, _ = self._exhaustion()
+            deadline = min(self._next_charge, soonest, self.engine.next_timer())
+            timeout = min(max(deadline - now, 0.0), 0.5)
+        self.executor.wait(timeout)
+        return self._stopping
 
     def step(self) -> None:
         """One round of the market thread, without waiting: process exits, due timers, charges

@@ -66,7 +66,6 @@ import math
 import os
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -76,6 +75,7 @@ from marketsched.mechanisms.clearing.dpgva import DPGVA
 from marketsched.mechanisms.clearing.relaxed_dpgva import RelaxedDPGVA
 from marketsched.platform.ledger import MICRO, REVENUE, user_account
 from marketsched.platform.query import select
+from marketsched.platform.rounds import start_rounds
 from marketsched.platform.validation import MarketError, amount, number, show, utf8
 
 ESCROW = "escrow:dayahead"
@@ -553,16 +553,7 @@ class DayAhead:
             self._set_job(x, "failed", note=f"slurm: {st}")
 
     def start(self, every: float = 0.2) -> DayAhead:
-        def loop():
-            while not self._stop.wait(every):
-                try:
-                    self.tick()
-                except Exception:  # keep the service alive; the error is printed and kept
-                    self.last_error = traceback.format_exc()
-                    traceback.print_exc()
-
-        self._thread = threading.Thread(target=loop, name="dayahead", daemon=True)
-        self._thread.start()
+        self._thread = start_rounds(self, "dayahead", lambda: self._stop.wait(every), self.tick)
         return self
 
     def stop(self, cancel: bool = False) -> None:

@@ -91,7 +91,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +100,7 @@ import numpy as np
 from marketsched.mechanisms.games.best_response import best_response
 from marketsched.platform.cgroups import Layout, detect_enforcement, find_cgroup1_cpu, find_cgroup2_cpu  # noqa: F401
 from marketsched.platform.executor import JobLimits, LocalExecutor, proc_cpu_seconds
+from marketsched.platform.rounds import run_rounds
 
 BUSY = "while :; do :; done"
 
@@ -331,17 +331,17 @@ class CpuShareHosts:
     def _agents(self) -> None:
         """The agents thread: round k at start + k * interval until :meth:`stop`; a round more
         than an interval late puts the clock back to one interval after it (no burst of rounds)."""
-        due = time.monotonic() + self.interval
-        while not self._stop.wait(max(0.0, due - time.monotonic())):
-            try:
-                self.resplit()
-            except Exception:  # keep the agents alive; the error is printed and kept
-                self.last_error = traceback.format_exc()
-                traceback.print_exc()
+        due = time.monotonic()
+
+        def wait() -> bool:
+            nonlocal due
             due += self.interval
             now = time.monotonic()
             if due < now:
                 due = now + self.interval
+            return self._stop.wait(max(0.0, due - time.monotonic()))
+
+        run_rounds(self, wait, self.resplit)
 
     def cpu_seconds(self) -> np.ndarray:
         """CPU seconds each job has used so far (users x hosts)."""
