@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from marketsched.live.dlgm_service import DLGMTables
 from marketsched.live.ees_service import EESTables
 from marketsched.platform.ledger import Store
@@ -55,3 +57,18 @@ def test_tables_an_earlier_release_made_open_and_take_new_rows(tmp_path):
     assert {c: ees.job(2)[c] for c in ("procs", "estimate", "state", "first_start", "attempts")} == \
         {"procs": 2, "estimate": 6.0, "state": "running", "first_start": 1.0, "attempts": 0}
     assert [e["job_id"] for e in dlgm.events(kinds=("node",))] == [1, 2]
+
+
+def test_a_route_of_a_market_this_broker_does_not_run_is_404_naming_how_to_start_it():
+    from types import SimpleNamespace
+
+    from marketsched.live import dlgm_api, ees_api
+    from marketsched.platform.validation import MarketError
+
+    plain = SimpleNamespace()  # a broker of the priority market: no attached market
+    for lookup, name, start in ((ees_api._ees, "EES", "--mechanism relaxed-ees"), (dlgm_api._dlgm, "DLGM", "--mechanism pdlgm")):
+        with pytest.raises(MarketError, match=f"does not run {name} .*{start}") as exc:
+            lookup(plain)
+        assert exc.value.status == 404
+    svc = object()
+    assert ees_api._ees(SimpleNamespace(ees=svc)) is svc and dlgm_api._dlgm(SimpleNamespace(dlgm=svc)) is svc

@@ -14,6 +14,7 @@ from typing import Any
 from marketsched.platform import validation
 from marketsched.platform.http import Route
 from marketsched.platform.ledger import jobs_query
+from marketsched.platform.query import select
 from marketsched.platform.rounds import start_rounds
 from marketsched.platform.validation import MarketError
 
@@ -73,13 +74,9 @@ class JobTables:
 
     def events(self, job_id: int | None = None, kinds=None) -> list[dict]:
         """Events, oldest first: of ``job_id`` only, of ``kinds`` only (each optional)."""
-        sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM {self.name}_events WHERE 1 = 1"
-        params: list = []
-        if job_id is not None:
-            sql, params = sql + " AND job_id = ?", [job_id]
-        if kinds:
-            sql, params = sql + " AND kind IN (" + ", ".join("?" * len(kinds)) + ")", params + list(kinds)
-        return [dict(zip(EVENT_COLUMNS, r)) for r in self.store._rows(sql + " ORDER BY id", params)]
+        kind_in = ("kind IN (" + ", ".join("?" * len(kinds)) + ")", tuple(kinds)) if kinds else ("", None)
+        sql, params = select(f"{self.name}_events", EVENT_COLUMNS, [("job_id = ?", job_id), kind_in])
+        return [dict(zip(EVENT_COLUMNS, r)) for r in self.store._rows(sql, params)]
 
     def job(self, job_id: int) -> dict | None:
         rows = self.store._rows(f"SELECT {', '.join(self.columns)} FROM {self.name}_jobs WHERE id = ?", (job_id,))
@@ -116,6 +113,15 @@ def collector(routes: list[Route]):
         return deco
 
     return route
+
+
+def attached(broker, name: str, serve: str):
+    """The market ``name`` attached to ``broker`` (``broker.ees``, ``broker.dlgm``); 404 naming
+    how to start one (``serve``: the ``market serve`` options) when this market does not run it."""
+    svc = getattr(broker, name, None)
+    if svc is None:
+        raise MarketError(f"this market does not run {name.upper()} (start it with {serve})", 404)
+    return svc
 
 
 class Loop:

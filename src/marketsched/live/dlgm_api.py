@@ -13,7 +13,7 @@ GET     ``/api/dlgm/jobs/ID``        one job with its events
 
 from __future__ import annotations
 
-from marketsched.live.attached import collector
+from marketsched.live.attached import attached, collector
 from marketsched.platform.http import INT, NUM, STR, Route
 from marketsched.platform.validation import MarketError, show
 
@@ -22,11 +22,7 @@ route = collector(ROUTES)
 
 
 def _dlgm(b):
-    svc = getattr(b, "dlgm", None)
-    if svc is None:
-        raise MarketError("this market does not run DLGM (start it with `market serve --mechanism dlgm` or "
-                          "`--mechanism pdlgm`)", 404)
-    return svc
+    return attached(b, "dlgm", "`market serve --mechanism dlgm` or `--mechanism pdlgm`")
 
 
 def _query_number(q, name: str, what: str) -> float:

@@ -13,7 +13,7 @@ DELETE  ``/api/ees/jobs/ID``         withdraw a job that has not ended
 
 from __future__ import annotations
 
-from marketsched.live.attached import collector
+from marketsched.live.attached import attached, collector
 from marketsched.platform.http import INT, STR, Route
 from marketsched.platform.validation import MarketError
 
@@ -22,11 +22,7 @@ route = collector(ROUTES)
 
 
 def _ees(b):
-    svc = getattr(b, "ees", None)
-    if svc is None:
-        raise MarketError("this market does not run EES (start it with `market serve --mechanism ees` or "
-                          "`--mechanism relaxed-ees`)", 404)
-    return svc
+    return attached(b, "ees", "`market serve --mechanism ees` or `--mechanism relaxed-ees`")
 
 
 @route("POST", "/api/ees/jobs", "EES: submit a job (value, delay cost or patience, declared run time, command)",
