@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exchange_helpers import make_exchange, reopen
+from exchange_helpers import make_exchange, one_contract, reopen
 from marketsched.exchange.replay import contract_terms, replay_session
 from marketsched.exchange.store import ExchangeStore
 
@@ -73,6 +73,54 @@ def test_a_contract_caught_starting_is_started_once(tmp_path):
     assert ex2.store.contract(c["id"])["state"] == "pending"
     ex2.tick()
     assert [s[0] for s in machines.by_name["p1"].started] == [c["id"]]
+
+
+class Crash(Exception):
+    """The exchange is killed (kill -9) at this point."""
+
+
+@pytest.mark.parametrize("started", [False, True])
+@pytest.mark.parametrize("stopped", [True, False])
+def test_a_crash_in_the_stop_at_a_windows_end_keeps_the_windows_verdict(tmp_path, started, stopped):
+    """The exchange stops a job at its window's end (a Slurm job still queued there: cancelled,
+    or a running one: cancelled too) and dies before recording the verdict. The restarted
+    exchange judges the window, by what was true at its end: a job never started fails its
+    provider (not started by its window's end), a job that ran is delivered and paid, and the
+    end is never read as the provider's cancel (Slurm's "CANCELLED by 0"). ``stopped`` False:
+    it died just before the stop (the job is still there, and may start meanwhile: late)."""
+    ex, clock, machines, c = one_contract(tmp_path, penalty=2.0)
+    clock.set(20)
+    ex.tick()
+    assert ex.store.contract(c["id"])["state"] == "running"
+    backend = machines.by_name["p1"]
+    if not started:
+        backend.pending.add(c["id"])  # the provider's queue holds it past its window
+    clock.set(c["end_t"])
+    real_stop = backend.stop
+
+    def dying_stop(cid):  # as Slurm records the exchange's own cancel (the exchange's account: root)
+        if stopped:
+            real_stop(cid)
+            backend.faults[cid] = "slurm: CANCELLED by 0 (not by the job's account)"
+            backend._news.append((cid, None))
+        raise Crash
+
+    backend.stop = dying_stop
+    with pytest.raises(Crash):
+        ex.tick()
+    backend.stop = real_stop
+    backend.pending.discard(c["id"])  # not stopped: the provider starts it now, too late
+    clock.advance(1)
+    ex2 = reopen(tmp_path / "x.db", clock, machines)
+    ex2.tick()
+    got = ex2.store.contract(c["id"])
+    if started:
+        assert (got["state"], got["note"]) == ("delivered", "served its whole window")
+    else:
+        assert (got["state"], got["note"]) == ("failed", "the provider had not started the job by its window's end")
+    assert c["id"] not in backend.live  # stopped once judged
+    books = ex2.store.check_books()
+    assert books["penalties"] == (0 if started else got["penalty"]) and got["penalty"] > 0
 
 
 @pytest.mark.parametrize("mechanism", ["critical-value", "k-pricing", "pay-as-bid", "randomized-distributed", "exact"])

@@ -461,3 +461,34 @@ def test_a_slurm_contract_is_sized_on_the_partitions_cpus_even_with_a_node_down(
     backend.start(1, "true", {}, None, contracted=half)
     assert backend.executor.launched == {1: 2}
     assert half.shortfall(backend._partition_cpus(), {"cpus": 1, "memory": None}) is not None  # 1 CPU is short
+
+
+def test_a_slurm_job_found_ended_at_a_restart_waits_for_its_final_accounting(monkeypatch, tmp_path):
+    """A restarted exchange finds a contract's Slurm job gone while ``sacct`` still shows it
+    queued (accounting lags the controller): the end is judged once the accounting is final
+    (here: cancelled by root, the provider's side), never on the stale state (it was judged
+    "slurm: PENDING" before)."""
+    import marketsched.platform.slurm as slurm
+    from test_slurm_gate import FakeSlurm
+
+    class Lagging(FakeSlurm):
+        acct = "PENDING"
+
+        def __call__(self, args, timeout=30.0, input=None, env=None):
+            if args[0] == "sacct":
+                jid = args[args.index("-j") + 1]
+                return f"{jid}|{self.acct}|2|100M|00:00.000|\n"
+            return super().__call__(args, timeout, input, env)
+
+    fake = Lagging()
+    monkeypatch.setattr(slurm, "run", fake)
+    first = providers.SlurmBackend(tmp_path)
+    first.start(7, "true", {}, None)
+    jid = first.executor.recorded(7)[0]
+    fake.states[jid] = "CANCELLED"  # the exchange's own stop at the window's end; then it dies
+    backend = providers.SlurmBackend(tmp_path)  # the restarted exchange's
+    assert backend.reattach(7) is True  # not judged yet: its accounting is not final
+    assert backend.ended() == []
+    fake.acct = "CANCELLED by 0"
+    assert backend.ended() == [(7, None)]
+    assert backend.fault(7) == "slurm: CANCELLED by 0 (not by the job's account)"

@@ -393,7 +393,7 @@ class Exchange:
                 with self.store.transaction():
                     self.store.update_contract(c["id"], state="pending", started_t=None)
             else:  # it ran ("running" is recorded after the go) and has ended
-                self.finish(c, None if got is False else got, now)
+                self.job_ended(c, None if got is False else got, now)
 
     def tick(self) -> None:
         """One step: clear if a period is due (in background mode: start or commit a clearing,
@@ -417,20 +417,20 @@ class Exchange:
         nodes = None
         for c in self.store.contracts(("running",)):
             if c["id"] in ended:
-                self.finish(c, ended[c["id"]], now)
+                self.job_ended(c, ended[c["id"]], now)
             elif now >= c["end_t"] + getattr(self.backend(c["provider"]), "grace", 0.0):
                 backend = self.backend(c["provider"])  # an agent's run is judged by its report (.agent_runs)
                 nodes = nodes or self.store.nodes()
-                ran = backend.running(c["id"])
+                if stop_recorded(c):  # by an exchange that died before its verdict: that fact holds
+                    ran = c["note"] == STOPPED_RAN
+                else:
+                    ran = backend.running(c["id"])
+                    with self.store.transaction():  # the verdict's fact first: a crash in the stop keeps it
+                        self.store.update_contract(c["id"], ended_t=now,
+                                                   note=STOPPED_RAN if ran else STOPPED_UNSTARTED)
                 used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
                 backend.stop(c["id"])
-                if not ran:
-                    self.settle(c["id"], "failed", now, note="the provider had not started the job by its window's end")
-                elif used and used.get("shortfall"):
-                    self.settle(c["id"], "failed", now, used=used,
-                                note=f"contracted resources not delivered: {used['shortfall']}")
-                else:
-                    self.settle(c["id"], "delivered", now, used=used, note="served its whole window")
+                self.window_over(c["id"], ran, used, now)
         now = self.clock()
         pending = self.store.contracts(("pending",))
         lost: dict[int, str] = {}
@@ -597,6 +597,31 @@ class Exchange:
     def _command(self, c: dict) -> str:
         return self.store.rows("SELECT command FROM ex_orders WHERE id = ?", (c["request_id"],))[0][0]
 
+    def window_over(self, contract_id: int, ran: bool, used: dict | None, now: float) -> None:
+        """The verdict at a contract's window's end (its job stopped by the exchange): failed if
+        its provider had not started the job (``ran`` False), or had not given it what was
+        contracted (``used``'s shortfall); else delivered."""
+        if not ran:
+            self.settle(contract_id, "failed", now, note="the provider had not started the job by its window's end")
+        elif used and used.get("shortfall"):
+            self.settle(contract_id, "failed", now, used=used,
+                        note=f"contracted resources not delivered: {used['shortfall']}")
+        else:
+            self.settle(contract_id, "delivered", now, used=used, note="served its whole window")
+
+    def job_ended(self, c: dict, code: int | None, now: float) -> None:
+        """Contract ``c``'s job ended with exit status ``code``: by the exchange's own stop at its
+        window's end if that stop was recorded (``ended_t`` set, the note saying whether the
+        job had started: the exchange died between the stop and the verdict), judged then by
+        :meth:`window_over`, never as the provider's cancel; else before its window's end,
+        judged by :meth:`finish`."""
+        if not stop_recorded(c):
+            return self.finish(c, code, now)
+        backend = self.backend(c["provider"])
+        used = backend.usage(c["id"], Contracted.of(c, self.store.nodes(c["node_id"])[c["node_id"]]))
+        backend.fault(c["id"])  # what the backend knows of the end (the exchange's cancel): not asked
+        self.window_over(c["id"], c["note"] == STOPPED_RAN, used, now)
+
     def finish(self, c: dict, code: int | None, now: float) -> None:
         """A contract's job ended before its window did, with exit status ``code`` (None:
         unknown): the SLA's verdict by the rules of docs/exchange.md, "Who is at fault". Only
@@ -654,6 +679,15 @@ class Exchange:
 
 EXITED = "the job exited by itself"  # a contract's note when its job ended before its window did
 DONE_BEFORE = "the request's job had ended by itself"  # a later contract of that request (Exchange.start)
+# a running contract's note while the exchange stops its job at its window's end (Exchange.execute)
+STOPPED_RAN = "its window ended: the exchange stops its job"
+STOPPED_UNSTARTED = "its window ended before its provider started the job: the exchange cancels it"
+
+
+def stop_recorded(c: dict) -> bool:
+    """Whether the exchange recorded that it stops running contract ``c``'s job at its window's
+    end (:meth:`Exchange.execute`; the verdict follows the stop)."""
+    return c["ended_t"] is not None and c["note"] in (STOPPED_RAN, STOPPED_UNSTARTED)
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,

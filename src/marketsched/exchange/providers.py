@@ -354,15 +354,13 @@ class SlurmBackend(_ExecutorBackend):
         """Ended jobs, each once Slurm's accounting has its final state (``sacct`` lags the end
         by a moment); after :data:`ACCOUNTING_WAIT` s without one, with the state Slurm's
         controller reported (a cancel's author unknown then)."""
-        from marketsched.platform.slurm import ACTIVE
-
         now = time.monotonic()
         for key, code in self.executor.exits():
             self._held[key] = (code, now)
         out = []
         for key, (code, since) in list(self._held.items()):
             acct = self.accounting(key) or {}
-            final = (acct.get("state") or "").split(" ")[0] not in ("", *ACTIVE)
+            final = _final(acct)
             if not final and now - since < ACCOUNTING_WAIT:
                 continue
             state, _ = self.executor.outcome(key)  # the controller's view (and dropped from the executor)
@@ -421,14 +419,32 @@ class SlurmBackend(_ExecutorBackend):
     def reattach(self, contract_id: int) -> bool | int | None:
         if self.executor.adopt(contract_id) is not None:
             return True
-        if self.executor.recorded(contract_id) is None:
+        rec = self.executor.recorded(contract_id)
+        if rec is None:
             # no record of a submission: the exchange died before sbatch answered. A job it
             # may have submitted meanwhile is cancelled by name: the command is started anew
             self.executor._run(["scancel", "-n", self.executor.job_name(contract_id)], timeout=10)
             return False
-        self._acct[contract_id] = self.accounting(contract_id) or {}
+        acct = self.accounting(contract_id) or {}
         self.executor.forget(contract_id)  # it has ended: its state file goes
-        return self.executor.exit_code(contract_id)
+        code = self.executor.exit_code(contract_id)
+        if not _final(acct):  # sacct lags the end: judged once final, as ended() judges any end
+            from marketsched.platform.slurm import COMPLETION_STATES
+
+            info = self.executor.show(rec[0]) or {}  # the controller's view, if sacct stays behind
+            ran_out = info.get("JobState") in COMPLETION_STATES
+            self.executor.outcomes[contract_id] = ("completed" if ran_out else "failed", "")
+            self._held[contract_id] = (code, time.monotonic())
+            return True
+        self._acct[contract_id] = acct
+        return code
+
+
+def _final(acct: dict) -> bool:
+    """Whether a Slurm job's accounting (:meth:`SlurmBackend.accounting`) has its final state."""
+    from marketsched.platform.slurm import ACTIVE
+
+    return (acct.get("state") or "").split(" ")[0] not in ("", *ACTIVE)
 
 
 def _uid_of(executor, contract_id: int) -> int | None:
