@@ -405,6 +405,50 @@ def test_a_restarted_exchange_reattaches_egg_jobs_and_a_tampered_record_fails_th
         ex.store.check_books()
 
 
+class Crash(Exception):
+    """The exchange is killed (kill -9) at this point."""
+
+
+@pytest.mark.parametrize("started", [False, True])
+def test_a_crash_in_the_stop_at_tau_keeps_the_verdict_of_tau(tmp_path, started):
+    """The exchange stops a job at ``tau*`` (cancelled as Slurm records it: "CANCELLED by 0",
+    the exchange's account) and dies before its verdict: the restarted exchange judges by what
+    it recorded before the stop (started: delivered and paid; never started: the provider's
+    failure), never by its own cancel."""
+    ex, clock, machines = egg_exchange(tmp_path / "ex")
+    ex.deposit("u1", 100)
+    act(ex, egg.post_prices, "p1", EXAMPLE)
+    cid = bid(ex, "u1", until=[2 * HOUR, 3 * HOUR], values=[19, 17])["contract"]
+    ex.tick()
+    backend = machines.by_name["p1"]
+    if not started:
+        backend.pending.add(cid)  # the provider's queue holds it past tau*
+    real_stop = backend.stop
+
+    def dying_stop(c):
+        real_stop(c)
+        backend.faults[c] = "slurm: CANCELLED by 0 (not by the job's account)"
+        backend._news.append((c, None))
+        raise Crash
+
+    backend.stop = dying_stop
+    clock.advance(2 * HOUR)
+    with pytest.raises(Crash):
+        ex.tick()
+    backend.stop = real_stop
+    ex.store.close()
+    ex = Exchange(ExchangeStore(tmp_path / "ex"), clock, machines)
+    ex.single_user = True
+    ex.recover()
+    ex.tick()
+    c = egg.contracts(ex.store)[0]
+    if started:
+        assert (c["state"], c["escrow"], c["note"]) == ("delivered", "paid", "ran until tau*")
+    else:
+        assert (c["state"], c["escrow"], c["note"]) == ("failed", "refunded", "the provider had not started the job by tau*")
+    ex.store.check_books()
+
+
 def test_init_with_the_egg_mechanism_takes_bids_not_orders(tmp_path):
     from click.testing import CliRunner
 

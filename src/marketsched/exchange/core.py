@@ -84,9 +84,12 @@ from .store import (
     FINAL_CONTRACT_STATES,
     MICRO,
     OPEN_CONTRACT_STATES,
+    STOPPED_RAN,
+    STOPPED_UNSTARTED,
     ExchangeStore,
     commitment,
     provider_account,
+    stop_recorded,
     to_micro,
     user_account,
 )
@@ -679,15 +682,6 @@ class Exchange:
 
 EXITED = "the job exited by itself"  # a contract's note when its job ended before its window did
 DONE_BEFORE = "the request's job had ended by itself"  # a later contract of that request (Exchange.start)
-# a running contract's note while the exchange stops its job at its window's end (Exchange.execute)
-STOPPED_RAN = "its window ended: the exchange stops its job"
-STOPPED_UNSTARTED = "its window ended before its provider started the job: the exchange cancels it"
-
-
-def stop_recorded(c: dict) -> bool:
-    """Whether the exchange recorded that it stops running contract ``c``'s job at its window's
-    end (:meth:`Exchange.execute`; the verdict follows the stop)."""
-    return c["ended_t"] is not None and c["note"] in (STOPPED_RAN, STOPPED_UNSTARTED)
 
 
 def clear_period(store: ExchangeStore, settings: dict, t: float, base_slot: int,

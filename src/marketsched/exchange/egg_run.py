@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from .egg import OPEN, EggMarket, contracts, settle_escrow
 from .providers import Contracted
+from .store import STOPPED_RAN, STOPPED_UNSTARTED, stop_recorded
 
 
 def _final(store, c: dict, state: str, now: float, note: str, code=None, used: dict | None = None) -> None:
@@ -41,23 +42,37 @@ def _final(store, c: dict, state: str, now: float, note: str, code=None, used: d
 
 
 def _judge(exchange, c: dict, node: dict, now: float, ended: bool, code=None) -> None:
+    """Judge contract ``c``: its job ended (``ended``, exit status ``code``) or ``tau*`` came
+    with it running (stopped now; whether it had started is recorded before the stop, so an
+    exchange that dies in the stop is judged by that record at its restart, never by its own
+    cancel, as :meth:`Exchange.job_ended` judges a spot contract)."""
     backend = exchange.backend(c["provider"])
     store = exchange.store
     used = backend.usage(c["id"], Contracted.of(c, node))
-    if ended:
+    exited = ended and not stop_recorded(c)  # else the end is the exchange's own stop at tau*
+    if exited:
         why = backend.fault(c["id"])
         if why is not None:
             what = "the provider failed" if getattr(backend, "grace", 0.0) else "the provider ended the job"
             return _final(store, c, "failed", now, f"{what}: {why}", code, used)
     else:
-        ran = backend.running(c["id"])
-        backend.stop(c["id"])
+        if stop_recorded(c):
+            ran = c["note"] == STOPPED_RAN
+        else:
+            ran = backend.running(c["id"])
+            with store.transaction():
+                store.conn.execute("UPDATE ex_egg_contracts SET ended_t = ?, note = ? WHERE id = ?",
+                                   (now, STOPPED_RAN if ran else STOPPED_UNSTARTED, c["id"]))
+        if ended:
+            backend.fault(c["id"])  # not asked: what the backend holds of the exchange's cancel is dropped
+        else:
+            backend.stop(c["id"])
         if not ran:
             return _final(store, c, "failed", now, "the provider had not started the job by tau*", code, used)
     if used and used.get("shortfall"):
         return _final(store, c, "failed", now, f"contracted resources not delivered: {used['shortfall']}", code, used)
-    note = "the job exited by itself" if ended else "ran until tau*"
-    if ended and hasattr(backend, "delivered_note"):  # an agent's report (.agent_runs)
+    note = "the job exited by itself" if exited else "ran until tau*"
+    if exited and hasattr(backend, "delivered_note"):  # an agent's report (.agent_runs)
         note = backend.delivered_note(c["id"], note)
     _final(store, c, "delivered", now, note, code, used)
 

@@ -267,6 +267,15 @@ RETIRED_STATES = ("cancelled", "expired")  # a request closed so keeps only its 
 KEPT_CANCELLED = 100  # cancelled orders no clearing saw, kept as rows per owner and side (ExchangeStore._retire)
 OPEN_CONTRACT_STATES = ("pending", "starting", "running")
 FINAL_CONTRACT_STATES = ("delivered", "failed", "lapsed")
+# a running contract's note while the exchange stops its job at its window's end (Exchange.execute, egg_run)
+STOPPED_RAN = "its window ended: the exchange stops its job"
+STOPPED_UNSTARTED = "its window ended before its provider started the job: the exchange cancels it"
+
+
+def stop_recorded(c: dict) -> bool:
+    """Whether the exchange recorded that it stops running contract ``c``'s job at its window's
+    end (``Exchange.execute``; the verdict follows the stop)."""
+    return c["ended_t"] is not None and c["note"] in (STOPPED_RAN, STOPPED_UNSTARTED)
 
 
 class ExchangeStore:
