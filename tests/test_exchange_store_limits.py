@@ -109,6 +109,7 @@ def _previous_schema(path) -> None:
     conn.execute("DROP INDEX ex_orders_retire")
     conn.execute("ALTER TABLE ex_orders DROP COLUMN retire")
     conn.execute("DROP TABLE ex_egg_runs")
+    conn.execute("DROP TABLE ex_runs")
     conn.execute("DROP TABLE ex_egg_contracts")
     conn.execute("DROP TABLE ex_egg_events")
     conn.execute("DROP TABLE ex_asks")
