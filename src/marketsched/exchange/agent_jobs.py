@@ -32,6 +32,9 @@ before their deadline) and, for each run that has a record here equal to the lis
 1. a job still running is watched again (the executor's state file: its process and start
    time) and stopped at its window's end (at once if the window has passed: it was running
    then, and is reported ``window``); a start not reported yet is reported;
+   a run whose record says the agent was stopping its job at its window's end (the agent marks
+   the record before the stop) is reported ``window``: an agent killed between its stop and its
+   report is judged by that mark, never by the end its own stop gave the job;
 2. a job that ended while the agent was down is reported ``exit`` with the status and output
    it left on disk (CPU seconds unknown);
 3. a job whose go was never sent (the agent died during the launch) is started afresh.
@@ -64,6 +67,7 @@ from marketsched.platform.client import Client, ClientError
 from .orders import MAX_OUTPUT_BYTES as OUTPUT_LIMIT  # the bytes of a job's output an agent sends
 
 RECORDS = "records"  # WORK/records/run-ID.json: the runs this agent started (RunKeeper.record)
+WINDOW = "window"  # a record's mark: the agent stops the run's job at its window's end (RunKeeper.record_window)
 
 
 class RunKeeper:
@@ -101,6 +105,7 @@ class RunKeeper:
         for cid, at in list(self.stop_at.items()):
             if now >= at:
                 del self.stop_at[cid]
+                self.record_window(cid)  # the verdict's fact first: a crash in the stop keeps it
                 self.report(cid, "window", None, stop=True)
 
     # ------------------------------------------------------------------ records and re-adoption
@@ -116,11 +121,22 @@ class RunKeeper:
 
     def record(self, run: dict) -> None:
         """Write the run's record (atomic, mode 0600), before its job is launched."""
-        path = self._record_path(int(run["contract"]))
+        self._write_record(int(run["contract"]), self.identity(run))
+
+    def record_window(self, cid: int) -> None:
+        """Mark run ``cid``'s record: its job was running at its window's end, and the agent
+        stops it (before the stop, so that an agent killed between the stop and its report
+        reports ``window`` at its restart, never the end its own stop gave the job)."""
+        rec = self.recorded(cid)
+        if rec is not None:
+            self._write_record(cid, {**rec, WINDOW: True})
+
+    def _write_record(self, cid: int, rec: dict) -> None:
+        path = self._record_path(cid)
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(self.identity(run), f)
+            json.dump(rec, f)
         os.replace(tmp, path)
 
     def recorded(self, cid: int) -> dict | None:
@@ -154,8 +170,9 @@ class RunKeeper:
                 self.drop_record(cid)
         for run in runs:
             cid = int(run["contract"])
-            if self.recorded(cid) == self.identity(run):
-                self.adopt(run)
+            rec = self.recorded(cid) or {}
+            if {k: v for k, v in rec.items() if k != WINDOW} == self.identity(run):
+                self.adopt(run, window=rec.get(WINDOW) is True)
             elif run["started"]:
                 self.known.add(cid)
                 self.log(f"contract {cid}: reported started, but this agent has no record of starting it here (or a "
@@ -165,11 +182,18 @@ class RunKeeper:
             if int(run["contract"]) not in self.known and not run["started"]:
                 self.start(run)
 
-    def adopt(self, run: dict) -> None:
+    def adopt(self, run: dict, window: bool = False) -> None:
         """A run of this agent's record, after a restart: watch its job again, report the end it
-        had while the agent was down, or start it if it never had its go."""
+        had while the agent was down, or start it if it never had its go. ``window``: the record
+        says the agent was stopping the job at its window's end: reported ``window`` (the job
+        stopped first if still running), whatever end the stop gave it."""
         cid = int(run["contract"])
         got = self.backend.reattach(cid)
+        if window:
+            self.known.add(cid)
+            self.log(f"contract {cid}: its job was stopped at its window's end before the agent's report")
+            self.report(cid, "window", None, stop=True, measured=False)
+            return
         if got is False:  # its go was never sent: nothing of it ran
             self.backend.executor.launched.discard(cid)
             self.drop_record(cid)
@@ -227,6 +251,7 @@ class RunKeeper:
         used: float | None
         if stop:
             used = self.backend.stop(cid)
+            used = used if measured else None
         else:
             used = (self.backend.usage(cid) or {}).get("cpu_seconds") if measured else None
             self.backend.fault(cid)  # forgets the job
