@@ -151,6 +151,9 @@ class FakeExecutor:
     def exits(self):
         return []
 
+    def usage(self, key):
+        return {"cpu_seconds": self.cpu_seconds(key), "peak_memory": None, "limits": None}
+
     def shutdown(self, kill=False):
         pass
 
@@ -162,6 +165,8 @@ class InProcess:
     def __init__(self, service, crash_on_ended=False):
         self.service, self.crash_on_ended = service, crash_on_ended
         self.who = ("provider", "p")
+        self.down = False  # the exchange cannot be reached (killed, restarting)
+        self.lose_answer = False  # the exchange takes an end report and dies before answering
 
     def get(self, path):
         from marketsched.exchange.agent_runs import list_runs
@@ -175,11 +180,65 @@ class InProcess:
         cid, what = path.split("/")[-2:]
         if what == "ended" and self.crash_on_ended:
             raise Crash
+        if self.down:
+            raise ClientError("cannot reach the market: Connection refused", 0)
         try:
-            return report_started(self.service, self.who, cid) if what == "started" else \
+            got = report_started(self.service, self.who, cid) if what == "started" else \
                 report_ended(self.service, self.who, cid, body)
         except MarketError as exc:
             raise ClientError(str(exc), exc.status) from None
+        if what == "ended" and self.lose_answer:
+            raise ClientError("cannot reach the market: Connection reset by peer", 0)
+        return got
+
+
+class AgentOnMachine:
+    """One contract of provider ``p`` (an agent provider) whose run is published, the API's
+    service in process, and agents (:meth:`keeper`) on a :class:`Machine` with their own clock
+    ``now`` (the monotonic clock their windows' ends are read on)."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        from marketsched.exchange import agent_jobs, providers
+
+        self.work = tmp_path / "agent"
+        self.clock = FakeClock()
+        self.ex = agent_exchange(tmp_path / "ex", self.clock, ("p",), 8, 512, 40)
+        self.ex.submit_request("u", 5.0, 1, 8, 2, 2, "true")
+        self.ex.clear()
+        (self.c,) = self.ex.store.contracts()
+        self.clock.set(self.c["start_t"])
+        self.ex.execute()  # the run published
+        self.service = ExchangeService(ExchangeStore(tmp_path / "ex"), self.clock)
+        self.machine, self.now, self.on_forget = Machine(), [0.0], None
+        monkeypatch.setattr(agent_jobs, "time", types.SimpleNamespace(monotonic=lambda: self.now[0],
+                                                                      time_ns=lambda: 1))
+        real = providers.LocalBackend
+        monkeypatch.setattr(providers, "LocalBackend", lambda root, containment: real(
+            root, "none", FakeExecutor(root, self.machine, self.on_forget)))
+        self.agent_jobs = agent_jobs
+
+    def keeper(self, client):
+        return self.agent_jobs.RunKeeper(client, self.work, log=lambda m: None, provider="p")
+
+    def run(self, column: str):
+        return self.service.store.rows(f"SELECT {column} FROM ex_runs WHERE contract = ?", (self.c["id"],))[0][0]
+
+    def window_ends(self) -> None:
+        self.now[0] += self.c["end_t"] - self.c["start_t"]  # on the agent's clock
+        self.clock.set(self.c["end_t"])
+
+    def delivered_and_paid(self) -> None:
+        """Settled at the report deadline: delivered, the provider paid, books exact."""
+        assert not list((self.work / "records").iterdir())  # the record goes with the report
+        self.clock.set(self.c["end_t"] + REPORT_GRACE)
+        self.ex.execute()
+        got = self.ex.store.contract(self.c["id"])
+        assert got["state"] == "delivered", got["note"]
+        assert self.ex.store.ledger.balance("provider:p") == self.c["provider_price"]
+        self.ex.store.check_books()
+        self.service.store.close()
+        self.service.close()
+        self.ex.store.close()
 
 
 @pytest.mark.parametrize("dies", ["after the kill", "before the report"])
@@ -189,53 +248,54 @@ def test_an_agent_killed_in_the_stop_at_a_windows_end_reports_the_window(tmp_pat
     the report`` (dropped). The agent started again on its folder reports the run ``window``, as
     the uninterrupted agent would have: the contract is delivered and paid, never the provider's
     failure for the agent's own stop (the job left no exit status, killed with its cgroup)."""
-    from marketsched.exchange import agent_jobs, providers
-
-    data = tmp_path / "ex"
-    clock = FakeClock()
-    ex = agent_exchange(data, clock, ("p",), 8, 512, 40)
-    ex.submit_request("u", 5.0, 1, 8, 2, 2, "true")
-    ex.clear()
-    (c,) = ex.store.contracts()
-    clock.set(c["start_t"])
-    ex.execute()  # the run published
-    service = ExchangeService(ExchangeStore(data), clock)
-    machine, now = Machine(), [0.0]
-    monkeypatch.setattr(agent_jobs, "time", types.SimpleNamespace(monotonic=lambda: now[0], time_ns=lambda: 1))
-    on_forget = [None]
-    real = providers.LocalBackend
-    monkeypatch.setattr(providers, "LocalBackend", lambda root, containment: real(
-        root, "none", FakeExecutor(root, machine, on_forget[0])))
+    m = AgentOnMachine(tmp_path, monkeypatch)
+    cid = m.c["id"]
 
     def dying_forget(key):
-        if key not in machine.alive:  # the agent's stop killed the job: it dies now
+        if key not in m.machine.alive:  # the agent's stop killed the job: it dies now
             raise Crash
 
-    on_forget[0] = dying_forget if dies == "after the kill" else None
-    first = agent_jobs.RunKeeper(InProcess(service, crash_on_ended=dies == "before the report"), tmp_path / "agent",
-                                 log=lambda m: None, provider="p")
+    m.on_forget = dying_forget if dies == "after the kill" else None
+    first = m.keeper(InProcess(m.service, crash_on_ended=dies == "before the report"))
     first.step(1)
-    assert c["id"] in machine.alive and run_row_of(service, c["id"], "started_t") is not None
-    now[0] += c["end_t"] - c["start_t"]  # the window's end on the agent's clock
-    clock.set(c["end_t"])
+    assert cid in m.machine.alive and m.run("started_t") is not None
+    m.window_ends()
     with pytest.raises(Crash):
         first.step(0)
-    assert c["id"] not in machine.alive and run_row_of(service, c["id"], "reported_t") is None
-    on_forget[0] = None
-    again = agent_jobs.RunKeeper(InProcess(service), tmp_path / "agent", log=lambda m: None, provider="p")
-    again.step(0)
-    assert (run_row_of(service, c["id"], "end"), run_row_of(service, c["id"], "code")) == ("window", None)
-    assert not list((tmp_path / "agent" / "records").iterdir())  # the record goes with the report
-    clock.set(c["end_t"] + REPORT_GRACE)
-    ex.execute()
-    got = ex.store.contract(c["id"])
-    assert got["state"] == "delivered", got["note"]
-    assert ex.store.ledger.balance("provider:p") == c["provider_price"]
-    ex.store.check_books()
-    service.store.close()
-    service.close()
-    ex.store.close()
+    assert cid not in m.machine.alive and m.run("reported_t") is None
+    m.on_forget = None
+    m.keeper(InProcess(m.service)).step(0)
+    assert (m.run("end"), m.run("code")) == ("window", None)
+    m.delivered_and_paid()
 
 
-def run_row_of(service, cid: int, column: str):
-    return service.store.rows(f"SELECT {column} FROM ex_runs WHERE contract = ?", (cid,))[0][0]
+@pytest.mark.parametrize("end", ["window", "exit"])
+def test_an_end_report_the_exchange_did_not_take_is_sent_again(tmp_path, monkeypatch, end):
+    """The agent's end report cannot reach the exchange (killed, restarting: nothing of the report
+    was recorded). The agent keeps it and sends it again at its next steps until the exchange
+    answers: the run is delivered and paid, never failed at its deadline for the exchange's own
+    outage. Sent again after the exchange had taken it (its answer lost), it is refused (one report
+    per run) and dropped, moving nothing."""
+    m = AgentOnMachine(tmp_path, monkeypatch)
+    cid = m.c["id"]
+    client = InProcess(m.service)
+    keeper = m.keeper(client)
+    keeper.step(1)
+    if end == "exit":  # the job exits 0 by itself
+        m.machine.alive.discard(cid)
+        m.machine.codes[cid] = 0
+        keeper.backend.executor.exits = lambda: [(cid, 0)]
+    else:
+        m.window_ends()
+    client.down = True
+    keeper.step(0)
+    keeper.backend.executor.exits = lambda: []
+    assert m.run("reported_t") is None
+    keeper.step(0)  # still down
+    client.down, client.lose_answer = False, True
+    keeper.step(0)  # taken, its answer lost
+    assert (m.run("end"), m.run("code")) == (end, 0 if end == "exit" else None)
+    assert list((m.work / "records").iterdir())  # kept: no answer came
+    client.lose_answer = False
+    keeper.step(0)  # refused as a second report: dropped
+    m.delivered_and_paid()

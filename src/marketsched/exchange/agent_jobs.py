@@ -19,7 +19,8 @@ the users' jobs would run as root), in ``WORK/runs/job-ID``.
 
 A report carries the agent's measured CPU seconds, the SHA-256 of the job's whole standard
 output and its first :data:`.agent_runs.OUTPUT_LIMIT` bytes. A report the exchange refuses is
-printed and dropped (the exchange settles the run by its deadline).
+printed and dropped (the exchange settles the run by its deadline); one it does not answer (it
+cannot be reached, or died before answering) is sent again at each step until it answers.
 
 **A restarted agent re-adopts its runs** (:meth:`RunKeeper.recover`, at its first step). Before
 it launches a run's job, the agent writes a record of the run in ``WORK/records/run-ID.json``:
@@ -89,9 +90,12 @@ class RunKeeper:
         self.recovered = False
         self.known: set[int] = set()  # runs started (or refused) here
         self.stop_at: dict[int, float] = {}  # running job -> monotonic time its window ends
+        self.unsent: dict[int, dict] = {}  # end reports the exchange did not answer: sent again
         self.reported = 0
 
     def step(self, waiting: int) -> None:
+        for cid, body in list(self.unsent.items()):
+            self._send(cid, body)
         if not self.recovered:
             self.recover()
         elif waiting:
@@ -258,16 +262,31 @@ class RunKeeper:
         body = {"end": end, "cpu_seconds": used, **_file_output(out)}
         if code is not None:
             body["code"] = int(code)
-        self._post(cid, body)
-        self.drop_record(cid)
+        self._send(cid, body)
 
-    def _post(self, cid: int, body: dict) -> None:
+    def _send(self, cid: int, body: dict) -> None:
+        """Send run ``cid``'s end report; its record goes once the exchange has answered (taken
+        or refused). One the exchange did not answer (unreachable, or dead before its answer) is
+        kept and sent again at the next step: taken then, or refused as a second report if the
+        first was taken, never lost to an exchange's restart (the run would fail at its deadline)."""
+        self.unsent.pop(cid, None)
+        if self._post(cid, body):
+            self.drop_record(cid)
+        else:
+            self.unsent[cid] = body
+
+    def _post(self, cid: int, body: dict) -> bool:
+        """Post run ``cid``'s end report; False if the exchange did not answer."""
         try:
             self.client.post(f"/api/provider/runs/{cid}/ended", body)
             self.reported += 1
             self.log(f"contract {cid}: reported {body['end']} {body.get('code', '')}".rstrip())
         except ClientError as exc:
+            if exc.status == 0 or exc.status >= 500:
+                self.log(f"contract {cid}: report not taken, sent again at the next step: {exc.message}")
+                return False
             self.log(f"contract {cid}: report refused: {exc.message}")
+        return True
 
     def close(self) -> None:
         self.backend.close()
