@@ -57,7 +57,11 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
     partition or nodes (``partition``).
 * **Persistence.** Bids, rounds and reservations live in the market's database (tables
   ``da_bids`` and ``da_rounds``), so a restarted broker clears the rounds it missed and keeps the
-  reservations it made.
+  reservations it made. A clearing is one transaction, with the Slurm reservations and jobs made
+  inside it: a broker killed after Slurm made them and before the commit clears the round again
+  (the same sealed bids clear the same way), keeps a reservation of the bid's name that Slurm
+  already holds and cancels that clearing's job (by its name, never recorded) before it submits
+  the one it records.
 """
 
 from __future__ import annotations
@@ -412,9 +416,21 @@ class DayAhead:
 
         runner = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
         users = ",".join(sorted({"root", runner}))
-        run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
-             f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
+        from marketsched.platform.slurm import SlurmError
+
+        again = False
+        try:
+            run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
+                 f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
+        except SlurmError as exc:
+            if "Duplicate reservation name" not in str(exc):
+                raise
+            # made by a clearing of this round that died before its commit (nothing of it was
+            # recorded): the same sealed bids clear the same way, so it is this bid's, kept
+            again = True
         job_ref = None
+        if x["command"] and again:
+            run(["scancel", "-n", name])  # that clearing's job, if submitted: never recorded, replaced
         if x["command"]:
             from marketsched.platform import jobfiles
             from marketsched.platform.slurm import BATCH, EXPORT, run_as_options, shell_quote, submit_environment
