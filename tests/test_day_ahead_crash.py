@@ -38,10 +38,14 @@ class FakeSlurm:
 
     def __init__(self, crash_at: str | None):
         self.crash_at = crash_at
+        self.crash_before: str | None = None  # the command before which the service dies, once
         self.reservations: set[str] = set()
         self.jobs: dict[int, list] = {}  # Slurm id -> [name, state]
 
     def __call__(self, args, timeout=30.0, input=None, env=None):
+        if self.crash_before == args[0]:
+            self.crash_before = None
+            raise Crash
         if args[:3] == ["scontrol", "create", "reservation"]:
             name = args[3].split("=", 1)[1]
             if name in self.reservations:
@@ -56,6 +60,9 @@ class FakeSlurm:
         elif args[:4] == ["scontrol", "-o", "show", "job"]:
             name, state = self.jobs[int(args[4])]
             out = f"JobId={args[4]} JobName={name} JobState={state}\n"
+        elif args[0] == "scancel" and args[1].isdigit():
+            self.jobs[int(args[1])][1] = "CANCELLED"
+            out = ""
         elif args[0] == "scancel" and args[1] == "-n":
             for job in self.jobs.values():
                 if job[0] == args[2]:
@@ -69,6 +76,25 @@ class FakeSlurm:
         return out
 
 
+def day(tmp_path, clock, machine):
+    """A broker on the scripted executor with the day-ahead service of one round (clearing at
+    10 s for the period from 100 s), on the same data at each call (a restart)."""
+    config = DayAheadConfig(clear_at=10.0, period_start=100.0, horizon=600.0, granularity=60.0, repeat=0)
+    b = Broker(tmp_path / "m", MarketConfig(single_user=True), clock=clock,
+               executor=SlurmLike(tmp_path / "m" / "jobs", os=machine))
+    return b, DayAhead(b, config)
+
+
+def one_bid(tmp_path, clock, machine):
+    """:func:`day` with user ``u`` (50 deposited) and their bid for 60 s with a command, its
+    round due: the broker, the service and the bid."""
+    b, da = day(tmp_path, clock, machine)
+    b.add_user(True, "u", deposit=50.0)
+    x = da.place_bid("u", length=60, deadline=300, value=20.0, command="echo reserved")
+    clock.set(da.config.clear_at)
+    return b, da, x
+
+
 @pytest.mark.parametrize("dies_after", ["scontrol", "sbatch"])
 def test_a_clearing_killed_after_slurm_acted_clears_again_once(tmp_path, monkeypatch, dies_after):
     """Killed after Slurm made the winner's reservation (``scontrol``) or also submitted its job
@@ -79,21 +105,11 @@ def test_a_clearing_killed_after_slurm_acted_clears_again_once(tmp_path, monkeyp
     fake = FakeSlurm(crash_at=dies_after)
     monkeypatch.setattr(slurm, "run", fake)
     clock, machine = FakeClock(0.0), FakeOS()
-    config = DayAheadConfig(clear_at=10.0, period_start=100.0, horizon=600.0, granularity=60.0, repeat=0)
-
-    def service():
-        b = Broker(tmp_path / "m", MarketConfig(single_user=True), clock=clock,
-                   executor=SlurmLike(tmp_path / "m" / "jobs", os=machine))
-        return b, DayAhead(b, config)
-
-    b, da = service()
-    b.add_user(True, "u", deposit=50.0)
-    x = da.place_bid("u", length=60, deadline=300, value=20.0, command="echo reserved")
-    clock.set(config.clear_at)
+    b, da, x = one_bid(tmp_path, clock, machine)
     with pytest.raises(Crash):
         da.tick()  # the round clears: Slurm acts, the service dies before its commit
     b.store.close()
-    b, da = service()  # started again on the same data
+    b, da = day(tmp_path, clock, machine)  # started again on the same data
     da.tick()
     got = da.bid(x["id"])
     assert got["state"] == "won" and got["reservation"] in fake.reservations
@@ -104,4 +120,39 @@ def test_a_clearing_killed_after_slurm_acted_clears_again_once(tmp_path, monkeyp
     assert b.store.balance(ESCROW) == 0  # the escrow settled once: price paid, the rest back
     assert b.store.balance("user:u") == 50 * MICRO - got["price"]
     assert books["revenue"] == got["price"]
+    b.store.close()
+
+
+@pytest.mark.parametrize("dies", ["after the cancel", "before the cancel"])
+def test_a_slots_end_cancelled_before_a_restart_is_the_markets_stop(tmp_path, monkeypatch, dies):
+    """A winner's Slurm job still runs when its slot ends: the service cancels it (``scancel``)
+    and is killed before it reads the job's end (``after the cancel``), or just before the
+    cancel (``before the cancel``). The restarted service reads the end as the market's own stop
+    at the slot's end (``killed``, "reservation ended"), as the uninterrupted one does, never as
+    someone else's cancel ("slurm: CANCELLED"); a job still running is cancelled then."""
+    fake = FakeSlurm(crash_at=None)
+    monkeypatch.setattr(slurm, "run", fake)
+    clock, machine = FakeClock(0.0), FakeOS()
+    b, da, x = one_bid(tmp_path, clock, machine)
+    da.tick()
+    x = da.bid(x["id"])
+    sid = int(x["job_ref"][6:])
+    fake.jobs[sid][1] = "RUNNING"
+    clock.set(x["start_t"] + 1)
+    da.tick()
+    assert da.bid(x["id"])["job_state"] == "running"
+    clock.set(x["end_t"])
+    if dies == "after the cancel":
+        fake.crash_at = "scancel"
+    else:
+        fake.crash_before = "scancel"
+    with pytest.raises(Crash):
+        da.tick()
+    b.store.close()
+    b, da = day(tmp_path, clock, machine)
+    da.tick()  # before the cancel: cancelled now
+    da.tick()
+    got = da.bid(x["id"])
+    assert fake.jobs[sid][1] == "CANCELLED"
+    assert (got["job_state"], got["note"]) == ("killed", "reservation ended")
     b.store.close()

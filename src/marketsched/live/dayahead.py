@@ -47,7 +47,9 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
     not let it look past other reservations, which ``OVERLAP`` does (measured on Slurm 22.05).
     The end of the slot is the market's to keep: the service cancels a winner's job still
     running when its reservation ends (``killed``, "reservation ended"), as on the local
-    executor; Slurm's own time limit (and ``ResvOverRun=0``) is the backstop.
+    executor; Slurm's own time limit (and ``ResvOverRun=0``) is the backstop. The stop is
+    recorded (the bid's note) before the ``scancel``, which follows the commit: a broker
+    restarted in between reads the cancel as the market's stop, and cancels a job still running.
   - *Local executor*: the service holds its own slots (``capacity``; separate from the spot
     market's ``--slots``, so the two markets never compete for a slot), starts a winner's command
     at its reservation's start (its own process group, ``DATA/dayahead/job-BID``) and kills it at
@@ -83,6 +85,7 @@ from marketsched.platform.rounds import start_rounds
 from marketsched.platform.validation import MarketError, amount, number, show, utf8
 
 ESCROW = "escrow:dayahead"
+ENDED = "reservation ended"  # a bid's note once the market stops its job at its slot's end
 MECHANISMS = ("dpgva", "relaxed")
 
 _SCHEMA = """
@@ -199,6 +202,7 @@ class DayAhead:
         self.last_error: str | None = None
         self._kicked: dict[int, float] = {}  # Slurm jobs whose reservation began (see _watch_slurm)
         self._ended: set[int] = set()  # Slurm jobs the service cancelled at the end of their slot
+        self._cancels: list[int] = []  # Slurm jobs to cancel once this tick's records are committed
         self.clearings: list[dict] = []  # what each clearing computed (library outcome), for audits
 
     # ------------------------------------------------------------------ rounds
@@ -486,6 +490,7 @@ class DayAhead:
             self.clear(r)
         with b.lock:
             t = b._now()
+            self._cancels = []
             with self.store.transaction():
                 for x in self.bids():
                     if x["state"] != "won" or not x["command"] or x["job_state"] in ("completed", "failed", "killed"):
@@ -494,6 +499,7 @@ class DayAhead:
                         self._watch_slurm(x)
                     else:
                         self._drive_local(x, t)
+            self._cancel_ended()
 
     def _set_job(self, x: dict, state: str, code=None, note=None) -> None:
         if note is None:
@@ -527,10 +533,10 @@ class DayAhead:
             elif t >= x["end_t"]:
                 self.local.kill(key)
                 self.local.forget(key)
-                self._set_job(x, "killed", note=_noted(x, "reservation ended"))
+                self._set_job(x, "killed", note=_noted(x, ENDED))
 
     def _watch_slurm(self, x: dict) -> None:
-        from marketsched.platform.slurm import SlurmError, SlurmExecutor, read_exit_code, run
+        from marketsched.platform.slurm import SlurmExecutor, read_exit_code, run
 
         sid = int(x["job_ref"][6:])
         info = SlurmExecutor.show(self.broker.executor, sid)
@@ -546,27 +552,42 @@ class DayAhead:
             # active in Slurm a moment after our clock says it began).
             run(["scontrol", "update", f"jobid={sid}", "StartTime=now"])
             self._kicked[sid] = now
+        ending = ENDED in (x["note"] or "").split("; ")  # the market's stop at the slot's end, recorded
         if st == "RUNNING" and self.broker._t >= x["end_t"] and sid not in self._ended:
             # the slot is over (the job may have started late, its Slurm time limit is whole
             # minutes): the market ends it, as the local executor does. The job's final state
             # is read on later ticks: a job that ended by itself meanwhile stays completed
             # (scancel of a finished job succeeds silently), and one that outlives the
-            # signal is watched until Slurm has ended it.
-            try:
-                run(["scancel", str(sid)])
-            except SlurmError:
-                pass
-            self._ended.add(sid)
+            # signal is watched until Slurm has ended it. The stop is recorded first (the
+            # bid's note) and the scancel follows the commit (:meth:`_cancel_ended`), so a
+            # service killed in between judges the cancel at its restart as the market's own.
+            if not ending:
+                x = {**x, "note": _noted(x, ENDED)}
+                self._set_job(x, x["job_state"], x["exit_code"], note=x["note"])
+                ending = True
+            self._cancels.append(sid)
         if st in ("RUNNING", "COMPLETING"):
             if x["job_state"] != "running":
                 self._set_job(x, "running")
         elif st == "COMPLETED" or st == "FAILED":
             self._set_job(x, "completed", read_exit_code(self.root / f"job-{x['id']}"))
         elif st in ("TIMEOUT", "CANCELLED", "DEADLINE"):
-            why = "reservation ended" if sid in self._ended else f"slurm: {st}"
-            self._set_job(x, "killed", read_exit_code(self.root / f"job-{x['id']}"), note=_noted(x, why))
+            note = x["note"] if ending else _noted(x, f"slurm: {st}")
+            self._set_job(x, "killed", read_exit_code(self.root / f"job-{x['id']}"), note=note)
         elif st not in ("PENDING", None):
             self._set_job(x, "failed", note=f"slurm: {st}")
+
+    def _cancel_ended(self) -> None:
+        """Cancel the Slurm jobs whose slots are over (:meth:`_watch_slurm`), once their stop is
+        committed; each once per service (a restarted one cancels again a job still running)."""
+        from marketsched.platform.slurm import SlurmError, run
+
+        for sid in self._cancels:
+            try:
+                run(["scancel", str(sid)])
+            except SlurmError:
+                pass
+            self._ended.add(sid)
 
     def start(self, every: float = 0.2) -> DayAhead:
         self._thread = start_rounds(self, "dayahead", lambda: self._stop.wait(every), self.tick)
