@@ -156,3 +156,140 @@ def test_a_slots_end_cancelled_before_a_restart_is_the_markets_stop(tmp_path, mo
     assert fake.jobs[sid][1] == "CANCELLED"
     assert (got["job_state"], got["note"]) == ("killed", "reservation ended")
     b.store.close()
+
+
+class LocalMachine(FakeOS):
+    """What outlives the service on the local executor: processes, state files (``went``: the
+    go was sent) and the exit statuses the jobs' wrappers wrote."""
+
+    def __init__(self):
+        super().__init__()
+        self.went: set[int] = set()
+        self.codes: dict[int, int] = {}
+
+
+class FakeLocal:
+    """The local executor's interface as the day-ahead service uses it, on a
+    :class:`LocalMachine`; ``crash``: the action after which the service dies (``"launch"``,
+    ``"exits"``, ``"kill"``), once."""
+
+    crash: str | None = None
+
+    def __init__(self, root, machine: LocalMachine, limits=None):
+        self.root, self.machine = root, machine
+        self.procs: dict[int, int] = {}
+
+    def _maybe_crash(self, what):
+        if FakeLocal.crash == what:
+            FakeLocal.crash = None
+            raise Crash
+
+    def launch(self, key, command, env=None, user=None, record_go=False, **kw):
+        self.machine.records[key] = self.machine.alive[key] = self.procs[key] = 1
+        if record_go:
+            self.machine.went.add(key)
+        self.machine.launches.append(key)
+        self._maybe_crash("launch")
+
+    def adopt(self, key, *args):
+        if key in self.machine.records and key in self.machine.alive:
+            self.procs[key] = 1
+            return 1
+        return None
+
+    def recorded(self, key):
+        return (1, 1) if key in self.machine.records else None
+
+    def went(self, key):
+        return key in self.machine.went
+
+    def exit_code(self, key):
+        return self.machine.codes.get(key)
+
+    def exits(self):
+        out = [(k, self.machine.codes[k]) for k in list(self.procs) if k not in self.machine.alive]
+        for k, _ in out:
+            del self.procs[k]
+        if out:
+            self._maybe_crash("exits")
+        return out
+
+    def kill(self, key):
+        self.machine.alive.pop(key, None)
+        self.procs.pop(key, None)
+        self._maybe_crash("kill")
+
+    def forget(self, key):
+        self.machine.records.pop(key, None)
+        self.machine.went.discard(key)
+
+    def reap(self, keep):
+        for key in [k for k in self.machine.records if k not in keep]:
+            if self.machine.alive.pop(key, None) is not None:
+                self.machine.killed.append(key)
+            self.forget(key)
+
+    def shutdown(self, kill=False):
+        pass
+
+
+@pytest.mark.parametrize("dies", ["launch", "exits", "kill", "exits, two at once"])
+def test_a_local_reservations_job_caught_by_a_restart_runs_once_and_keeps_its_verdict(tmp_path, monkeypatch, dies):
+    """On the local executor, the service is killed right after an outside action and before the
+    record of what it decided: after it launched a winner's command (``launch``: the restarted
+    service re-attaches that process, never runs the command twice), after it found the job
+    ended (``exits``: completed with the exit status its wrapper wrote, also for a second job
+    found ended in the same scan, which was "failed: process lost" before), after it killed the
+    job at its slot's end (``kill``: killed, "reservation ended", as the uninterrupted service)."""
+    import marketsched.platform.executor as executor
+
+    machine = LocalMachine()
+    monkeypatch.setattr(executor, "LocalExecutor", lambda root, limits=None: FakeLocal(root, machine))
+    clock = FakeClock(0.0)
+    config = DayAheadConfig(clear_at=10.0, period_start=100.0, horizon=600.0, granularity=60.0, repeat=0,
+                            mechanism="relaxed", capacity=2)
+
+    def service():
+        b = Broker(tmp_path / "m", MarketConfig(single_user=True), clock=clock,
+                   executor=ScriptedExecutor(tmp_path / "m" / "jobs", os=FakeOS()))
+        return b, DayAhead(b, config)
+
+    b, da = service()
+    b.add_user(True, "u", deposit=50.0)
+    xs = [da.place_bid("u", length=60, deadline=60, value=20.0, nodes=1, command="echo reserved")
+          for _ in range(2 if dies == "exits, two at once" else 1)]
+    clock.set(config.clear_at)
+    da.tick()
+    xs = [da.bid(x["id"]) for x in xs]
+    assert all(x["state"] == "won" for x in xs) and len({x["start_t"] for x in xs}) == 1
+    ids = [x["id"] for x in xs]
+    clock.set(xs[0]["start_t"])
+    if dies == "launch":
+        FakeLocal.crash = "launch"
+    else:
+        da.tick()
+        assert [da.bid(i)["job_state"] for i in ids] == ["running"] * len(ids)
+        if dies == "kill":
+            clock.set(xs[0]["end_t"])
+            FakeLocal.crash = "kill"
+        else:
+            for i in ids:
+                del machine.alive[i]
+                machine.codes[i] = 0
+            FakeLocal.crash = "exits"
+    with pytest.raises(Crash):
+        da.tick()
+    b.store.close()
+    b, da = service()  # started again on the same data
+    da.tick()
+    da.tick()
+    got = [da.bid(i) for i in ids]
+    assert machine.launches == ids  # each command launched once
+    if dies == "launch":
+        assert got[0]["job_state"] == "running" and ids[0] in machine.alive
+    elif dies == "kill":
+        assert (got[0]["job_state"], got[0]["note"]) == ("killed", "reservation ended")
+    else:
+        assert [(x["job_state"], x["exit_code"]) for x in got] == [("completed", 0)] * len(ids)
+    FakeLocal.crash = None
+    b.store.close()

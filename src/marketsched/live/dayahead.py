@@ -53,7 +53,9 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
   - *Local executor*: the service holds its own slots (``capacity``; separate from the spot
     market's ``--slots``, so the two markets never compete for a slot), starts a winner's command
     at its reservation's start (its own process group, ``DATA/dayahead/job-BID``) and kills it at
-    the end of the reservation.
+    the end of the reservation (recorded first, killed after the commit). A restarted broker
+    counts a job whose go was sent as started (never launched twice) and completes a job found
+    ended with the exit status its wrapper wrote.
   - On a Slurm node shared with the spot market, Slurm itself keeps spot jobs (no time limit) off
     reserved resources once a reservation exists; a site gives the day-ahead market its own
     partition or nodes (``partition``).
@@ -189,9 +191,16 @@ class DayAhead:
             # the spot market's launcher and cgroups (its own cgroup folder, named after
             # DATA/dayahead: keys are bid ids)
             self.local = LocalExecutor(self.root, limits=broker.config.limits())
-            # a restarted broker re-attaches reservations' jobs that still run and kills the rest
-            running = [x["id"] for x in self.bids() if x["job_state"] == "running"]
-            kept = [k for k in running if self.local.adopt(k) is not None]
+            # a restarted broker re-attaches reservations' jobs that still run and kills the rest;
+            # a job whose go was sent (the executor's state file says so) is started, even if its
+            # start was not recorded yet: never launched twice (an ended one is judged by tick)
+            started = [x for x in self.bids() if x["job_state"] == "running"
+                       or (x["job_state"] == "scheduled" and self.local.went(x["id"]))]
+            kept = [x["id"] for x in started if self.local.adopt(x["id"]) is not None]
+            with broker.lock, self.store.transaction():
+                for x in started:
+                    if x["job_state"] == "scheduled":
+                        self._set_job(x, "running")
             self.local.reap(kept)
         else:
             from marketsched.platform import jobfiles
@@ -202,7 +211,7 @@ class DayAhead:
         self.last_error: str | None = None
         self._kicked: dict[int, float] = {}  # Slurm jobs whose reservation began (see _watch_slurm)
         self._ended: set[int] = set()  # Slurm jobs the service cancelled at the end of their slot
-        self._cancels: list[int] = []  # Slurm jobs to cancel once this tick's records are committed
+        self._cancels: list[int] = []  # jobs to stop once this tick's records are committed
         self.clearings: list[dict] = []  # what each clearing computed (library outcome), for audits
 
     # ------------------------------------------------------------------ rounds
@@ -491,6 +500,7 @@ class DayAhead:
         with b.lock:
             t = b._now()
             self._cancels = []
+            ended = {} if self.slurm else dict(self.local.exits())  # one scan for every job
             with self.store.transaction():
                 for x in self.bids():
                     if x["state"] != "won" or not x["command"] or x["job_state"] in ("completed", "failed", "killed"):
@@ -498,7 +508,7 @@ class DayAhead:
                     if self.slurm:
                         self._watch_slurm(x)
                     else:
-                        self._drive_local(x, t)
+                        self._drive_local(x, t, ended)
             self._cancel_ended()
 
     def _set_job(self, x: dict, state: str, code=None, note=None) -> None:
@@ -508,13 +518,17 @@ class DayAhead:
             self.store._exec("UPDATE da_bids SET job_state = ?, exit_code = ?, note = ? WHERE id = ?",
                              (state, code, note, x["id"]))
 
-    def _drive_local(self, x: dict, t: float) -> None:
-
+    def _drive_local(self, x: dict, t: float, ended: dict) -> None:
+        """Start, watch and stop a reservation's job on the local executor (``ended``: the
+        jobs the executor found ended in this tick's scan). The stop at the slot's end is
+        recorded first, and the kill follows the commit (:meth:`_cancel_ended`); a job found gone
+        without an exit reported here (the service restarted) is judged by the exit status its
+        wrapper wrote."""
         key = x["id"]
         if x["job_state"] == "scheduled" and t >= x["start_t"] and t < x["end_t"]:
             try:  # as the bid owner's Unix account, like a spot-market job
                 self.local.launch(key, x["command"], env={"MARKETSCHED_DAYAHEAD_BID": str(key)},
-                                  user=self.broker._run_as(x["owner"]))
+                                  user=self.broker._run_as(x["owner"]), record_go=True)
             except (OSError, MarketError) as exc:
                 self._set_job(x, "failed", note=_noted(x, f"launch failed: {exc}"))
                 return
@@ -524,16 +538,19 @@ class DayAhead:
             self._set_job(x, "failed", note=_noted(x, "reservation passed unused"))
             return
         if x["job_state"] == "running":
-            ended = dict(self.local.exits())
             if key in ended:
                 self._set_job(x, "completed", ended[key])
                 self.local.forget(key)
-            elif key not in self.local.procs:
-                self._set_job(x, "failed", note="process lost (broker restart)")
-            elif t >= x["end_t"]:
-                self.local.kill(key)
+            elif key not in self.local.procs:  # it ended while no service watched it (a restart)
+                code = self.local.exit_code(key)
+                if code is not None:
+                    self._set_job(x, "completed", code)
+                else:
+                    self._set_job(x, "failed", note="process lost (broker restart)")
                 self.local.forget(key)
+            elif t >= x["end_t"]:
                 self._set_job(x, "killed", note=_noted(x, ENDED))
+                self._cancels.append(key)
 
     def _watch_slurm(self, x: dict) -> None:
         from marketsched.platform.slurm import SlurmExecutor, read_exit_code, run
@@ -578,8 +595,15 @@ class DayAhead:
             self._set_job(x, "failed", note=f"slurm: {st}")
 
     def _cancel_ended(self) -> None:
-        """Cancel the Slurm jobs whose slots are over (:meth:`_watch_slurm`), once their stop is
-        committed; each once per service (a restarted one cancels again a job still running)."""
+        """Stop the jobs whose slots are over, once their stop is committed: kill a local job
+        (:meth:`_drive_local`; one a crash left running is killed by the restarted service, its
+        bid ended); cancel a Slurm job (:meth:`_watch_slurm`), once per service (a restarted one
+        cancels again a job still running)."""
+        if not self.slurm:
+            for key in self._cancels:
+                self.local.kill(key)
+                self.local.forget(key)
+            return
         from marketsched.platform.slurm import SlurmError, run
 
         for sid in self._cancels:
