@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import types
 
 import numpy as np
 import pytest
@@ -85,3 +86,216 @@ def test_random_reports_settle_by_the_trust_rule(tmp_path, seed):
     service.store.close()
     service.close()
     ex.store.close()
+
+
+class Crash(BaseException):
+    """The agent is killed (kill -9) at this point."""
+
+
+class Machine:
+    """What outlives an agent: its jobs' processes, their state files (``went``: the go was
+    sent) and the exit statuses their wrappers wrote (a job killed with its cgroup writes none)."""
+
+    def __init__(self):
+        self.alive: set[int] = set()
+        self.states: dict[int, dict] = {}
+        self.codes: dict[int, int] = {}
+
+
+class FakeExecutor:
+    """The local executor's interface as :class:`~marketsched.exchange.providers.LocalBackend`
+    and the agent use it, on a :class:`Machine` (no processes); ``on_forget`` may raise."""
+
+    contained = False
+    layout = types.SimpleNamespace(cpuset=None)
+
+    def __init__(self, root, machine: Machine, on_forget=None):
+        self.root, self.machine, self.on_forget = root, machine, on_forget
+        self.procs: dict[int, object] = {}
+        self.launched: set[int] = set()
+        self.ended_usage: dict = {}
+
+    def workdir(self, key):
+        return self.root / f"job-{key}"
+
+    def launch(self, key, command, env=None, **kw):
+        self.machine.alive.add(key)
+        self.machine.states[key] = {"went": True}
+        self.procs[key] = object()
+        self.launched.add(key)
+
+    def kill(self, key):
+        self.machine.alive.discard(key)
+        self.procs.pop(key, None)
+
+    def forget(self, key):
+        if self.on_forget is not None:
+            self.on_forget(key)
+        self.machine.states.pop(key, None)
+
+    def went(self, key):
+        return bool(self.machine.states.get(key, {}).get("went"))
+
+    def adopt(self, key, *args):
+        if key not in self.machine.alive or key not in self.machine.states:
+            return None
+        self.procs[key] = object()
+        return self.procs[key]
+
+    def exit_code(self, key):
+        return self.machine.codes.get(key)
+
+    def cpu_seconds(self, key):
+        return 1.0 if key in self.procs else 0.0
+
+    def exits(self):
+        return []
+
+    def usage(self, key):
+        return {"cpu_seconds": self.cpu_seconds(key), "peak_memory": None, "limits": None}
+
+    def shutdown(self, kill=False):
+        pass
+
+
+class InProcess:
+    """The agent's client, calling the API's functions in process as provider ``p``;
+    ``crash_on_ended``: the agent dies as it would post its end report (before it is sent)."""
+
+    def __init__(self, service, crash_on_ended=False):
+        self.service, self.crash_on_ended = service, crash_on_ended
+        self.who = ("provider", "p")
+        self.down = False  # the exchange cannot be reached (killed, restarting)
+        self.lose_answer = False  # the exchange takes an end report and dies before answering
+
+    def get(self, path):
+        from marketsched.exchange.agent_runs import list_runs
+
+        return {"name": "p"} if path == "/api/me" else list_runs(self.service, self.who)
+
+    def post(self, path, body):
+        from marketsched.exchange.agent_runs import report_started
+        from marketsched.platform.client import ClientError
+
+        cid, what = path.split("/")[-2:]
+        if what == "ended" and self.crash_on_ended:
+            raise Crash
+        if self.down:
+            raise ClientError("cannot reach the market: Connection refused", 0)
+        try:
+            got = report_started(self.service, self.who, cid) if what == "started" else \
+                report_ended(self.service, self.who, cid, body)
+        except MarketError as exc:
+            raise ClientError(str(exc), exc.status) from None
+        if what == "ended" and self.lose_answer:
+            raise ClientError("cannot reach the market: Connection reset by peer", 0)
+        return got
+
+
+class AgentOnMachine:
+    """One contract of provider ``p`` (an agent provider) whose run is published, the API's
+    service in process, and agents (:meth:`keeper`) on a :class:`Machine` with their own clock
+    ``now`` (the monotonic clock their windows' ends are read on)."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        from marketsched.exchange import agent_jobs, providers
+
+        self.work = tmp_path / "agent"
+        self.clock = FakeClock()
+        self.ex = agent_exchange(tmp_path / "ex", self.clock, ("p",), 8, 512, 40)
+        self.ex.submit_request("u", 5.0, 1, 8, 2, 2, "true")
+        self.ex.clear()
+        (self.c,) = self.ex.store.contracts()
+        self.clock.set(self.c["start_t"])
+        self.ex.execute()  # the run published
+        self.service = ExchangeService(ExchangeStore(tmp_path / "ex"), self.clock)
+        self.machine, self.now, self.on_forget = Machine(), [0.0], None
+        monkeypatch.setattr(agent_jobs, "time", types.SimpleNamespace(monotonic=lambda: self.now[0],
+                                                                      time_ns=lambda: 1))
+        real = providers.LocalBackend
+        monkeypatch.setattr(providers, "LocalBackend", lambda root, containment: real(
+            root, "none", FakeExecutor(root, self.machine, self.on_forget)))
+        self.agent_jobs = agent_jobs
+
+    def keeper(self, client):
+        return self.agent_jobs.RunKeeper(client, self.work, log=lambda m: None, provider="p")
+
+    def run(self, column: str):
+        return self.service.store.rows(f"SELECT {column} FROM ex_runs WHERE contract = ?", (self.c["id"],))[0][0]
+
+    def window_ends(self) -> None:
+        self.now[0] += self.c["end_t"] - self.c["start_t"]  # on the agent's clock
+        self.clock.set(self.c["end_t"])
+
+    def delivered_and_paid(self) -> None:
+        """Settled at the report deadline: delivered, the provider paid, books exact."""
+        assert not list((self.work / "records").iterdir())  # the record goes with the report
+        self.clock.set(self.c["end_t"] + REPORT_GRACE)
+        self.ex.execute()
+        got = self.ex.store.contract(self.c["id"])
+        assert got["state"] == "delivered", got["note"]
+        assert self.ex.store.ledger.balance("provider:p") == self.c["provider_price"]
+        self.ex.store.check_books()
+        self.service.store.close()
+        self.service.close()
+        self.ex.store.close()
+
+
+@pytest.mark.parametrize("dies", ["after the kill", "before the report"])
+def test_an_agent_killed_in_the_stop_at_a_windows_end_reports_the_window(tmp_path, monkeypatch, dies):
+    """The agent stops a job still running at its window's end and is killed (kill -9) before its
+    report reaches the exchange: ``after the kill`` (its state file not yet dropped) or ``before
+    the report`` (dropped). The agent started again on its folder reports the run ``window``, as
+    the uninterrupted agent would have: the contract is delivered and paid, never the provider's
+    failure for the agent's own stop (the job left no exit status, killed with its cgroup)."""
+    m = AgentOnMachine(tmp_path, monkeypatch)
+    cid = m.c["id"]
+
+    def dying_forget(key):
+        if key not in m.machine.alive:  # the agent's stop killed the job: it dies now
+            raise Crash
+
+    m.on_forget = dying_forget if dies == "after the kill" else None
+    first = m.keeper(InProcess(m.service, crash_on_ended=dies == "before the report"))
+    first.step(1)
+    assert cid in m.machine.alive and m.run("started_t") is not None
+    m.window_ends()
+    with pytest.raises(Crash):
+        first.step(0)
+    assert cid not in m.machine.alive and m.run("reported_t") is None
+    m.on_forget = None
+    m.keeper(InProcess(m.service)).step(0)
+    assert (m.run("end"), m.run("code")) == ("window", None)
+    m.delivered_and_paid()
+
+
+@pytest.mark.parametrize("end", ["window", "exit"])
+def test_an_end_report_the_exchange_did_not_take_is_sent_again(tmp_path, monkeypatch, end):
+    """The agent's end report cannot reach the exchange (killed, restarting: nothing of the report
+    was recorded). The agent keeps it and sends it again at its next steps until the exchange
+    answers: the run is delivered and paid, never failed at its deadline for the exchange's own
+    outage. Sent again after the exchange had taken it (its answer lost), it is refused (one report
+    per run) and dropped, moving nothing."""
+    m = AgentOnMachine(tmp_path, monkeypatch)
+    cid = m.c["id"]
+    client = InProcess(m.service)
+    keeper = m.keeper(client)
+    keeper.step(1)
+    if end == "exit":  # the job exits 0 by itself
+        m.machine.alive.discard(cid)
+        m.machine.codes[cid] = 0
+        keeper.backend.executor.exits = lambda: [(cid, 0)]
+    else:
+        m.window_ends()
+    client.down = True
+    keeper.step(0)
+    keeper.backend.executor.exits = lambda: []
+    assert m.run("reported_t") is None
+    keeper.step(0)  # still down
+    client.down, client.lose_answer = False, True
+    keeper.step(0)  # taken, its answer lost
+    assert (m.run("end"), m.run("code")) == (end, 0 if end == "exit" else None)
+    assert list((m.work / "records").iterdir())  # kept: no answer came
+    client.lose_answer = False
+    keeper.step(0)  # refused as a second report: dropped
+    m.delivered_and_paid()

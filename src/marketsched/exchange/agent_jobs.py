@@ -19,7 +19,8 @@ the users' jobs would run as root), in ``WORK/runs/job-ID``.
 
 A report carries the agent's measured CPU seconds, the SHA-256 of the job's whole standard
 output and its first :data:`.agent_runs.OUTPUT_LIMIT` bytes. A report the exchange refuses is
-printed and dropped (the exchange settles the run by its deadline).
+printed and dropped (the exchange settles the run by its deadline); one it does not answer (it
+cannot be reached, or died before answering) is sent again at each step until it answers.
 
 **A restarted agent re-adopts its runs** (:meth:`RunKeeper.recover`, at its first step). Before
 it launches a run's job, the agent writes a record of the run in ``WORK/records/run-ID.json``:
@@ -32,6 +33,9 @@ before their deadline) and, for each run that has a record here equal to the lis
 1. a job still running is watched again (the executor's state file: its process and start
    time) and stopped at its window's end (at once if the window has passed: it was running
    then, and is reported ``window``); a start not reported yet is reported;
+   a run whose record says the agent was stopping its job at its window's end (the agent marks
+   the record before the stop) is reported ``window``: an agent killed between its stop and its
+   report is judged by that mark, never by the end its own stop gave the job;
 2. a job that ended while the agent was down is reported ``exit`` with the status and output
    it left on disk (CPU seconds unknown);
 3. a job whose go was never sent (the agent died during the launch) is started afresh.
@@ -64,6 +68,7 @@ from marketsched.platform.client import Client, ClientError
 from .orders import MAX_OUTPUT_BYTES as OUTPUT_LIMIT  # the bytes of a job's output an agent sends
 
 RECORDS = "records"  # WORK/records/run-ID.json: the runs this agent started (RunKeeper.record)
+WINDOW = "window"  # a record's mark: the agent stops the run's job at its window's end (RunKeeper.record_window)
 
 
 class RunKeeper:
@@ -85,9 +90,12 @@ class RunKeeper:
         self.recovered = False
         self.known: set[int] = set()  # runs started (or refused) here
         self.stop_at: dict[int, float] = {}  # running job -> monotonic time its window ends
+        self.unsent: dict[int, dict] = {}  # end reports the exchange did not answer: sent again
         self.reported = 0
 
     def step(self, waiting: int) -> None:
+        for cid, body in list(self.unsent.items()):
+            self._send(cid, body)
         if not self.recovered:
             self.recover()
         elif waiting:
@@ -101,6 +109,7 @@ class RunKeeper:
         for cid, at in list(self.stop_at.items()):
             if now >= at:
                 del self.stop_at[cid]
+                self.record_window(cid)  # the verdict's fact first: a crash in the stop keeps it
                 self.report(cid, "window", None, stop=True)
 
     # ------------------------------------------------------------------ records and re-adoption
@@ -116,11 +125,22 @@ class RunKeeper:
 
     def record(self, run: dict) -> None:
         """Write the run's record (atomic, mode 0600), before its job is launched."""
-        path = self._record_path(int(run["contract"]))
+        self._write_record(int(run["contract"]), self.identity(run))
+
+    def record_window(self, cid: int) -> None:
+        """Mark run ``cid``'s record: its job was running at its window's end, and the agent
+        stops it (before the stop, so that an agent killed between the stop and its report
+        reports ``window`` at its restart, never the end its own stop gave the job)."""
+        rec = self.recorded(cid)
+        if rec is not None:
+            self._write_record(cid, {**rec, WINDOW: True})
+
+    def _write_record(self, cid: int, rec: dict) -> None:
+        path = self._record_path(cid)
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump(self.identity(run), f)
+            json.dump(rec, f)
         os.replace(tmp, path)
 
     def recorded(self, cid: int) -> dict | None:
@@ -154,8 +174,9 @@ class RunKeeper:
                 self.drop_record(cid)
         for run in runs:
             cid = int(run["contract"])
-            if self.recorded(cid) == self.identity(run):
-                self.adopt(run)
+            rec = self.recorded(cid) or {}
+            if {k: v for k, v in rec.items() if k != WINDOW} == self.identity(run):
+                self.adopt(run, window=rec.get(WINDOW) is True)
             elif run["started"]:
                 self.known.add(cid)
                 self.log(f"contract {cid}: reported started, but this agent has no record of starting it here (or a "
@@ -165,11 +186,18 @@ class RunKeeper:
             if int(run["contract"]) not in self.known and not run["started"]:
                 self.start(run)
 
-    def adopt(self, run: dict) -> None:
+    def adopt(self, run: dict, window: bool = False) -> None:
         """A run of this agent's record, after a restart: watch its job again, report the end it
-        had while the agent was down, or start it if it never had its go."""
+        had while the agent was down, or start it if it never had its go. ``window``: the record
+        says the agent was stopping the job at its window's end: reported ``window`` (the job
+        stopped first if still running), whatever end the stop gave it."""
         cid = int(run["contract"])
         got = self.backend.reattach(cid)
+        if window:
+            self.known.add(cid)
+            self.log(f"contract {cid}: its job was stopped at its window's end before the agent's report")
+            self.report(cid, "window", None, stop=True, measured=False)
+            return
         if got is False:  # its go was never sent: nothing of it ran
             self.backend.executor.launched.discard(cid)
             self.drop_record(cid)
@@ -227,22 +255,38 @@ class RunKeeper:
         used: float | None
         if stop:
             used = self.backend.stop(cid)
+            used = used if measured else None
         else:
             used = (self.backend.usage(cid) or {}).get("cpu_seconds") if measured else None
             self.backend.fault(cid)  # forgets the job
         body = {"end": end, "cpu_seconds": used, **_file_output(out)}
         if code is not None:
             body["code"] = int(code)
-        self._post(cid, body)
-        self.drop_record(cid)
+        self._send(cid, body)
 
-    def _post(self, cid: int, body: dict) -> None:
+    def _send(self, cid: int, body: dict) -> None:
+        """Send run ``cid``'s end report; its record goes once the exchange has answered (taken
+        or refused). One the exchange did not answer (unreachable, or dead before its answer) is
+        kept and sent again at the next step: taken then, or refused as a second report if the
+        first was taken, never lost to an exchange's restart (the run would fail at its deadline)."""
+        self.unsent.pop(cid, None)
+        if self._post(cid, body):
+            self.drop_record(cid)
+        else:
+            self.unsent[cid] = body
+
+    def _post(self, cid: int, body: dict) -> bool:
+        """Post run ``cid``'s end report; False if the exchange did not answer."""
         try:
             self.client.post(f"/api/provider/runs/{cid}/ended", body)
             self.reported += 1
             self.log(f"contract {cid}: reported {body['end']} {body.get('code', '')}".rstrip())
         except ClientError as exc:
+            if exc.status == 0 or exc.status >= 500:
+                self.log(f"contract {cid}: report not taken, sent again at the next step: {exc.message}")
+                return False
             self.log(f"contract {cid}: report refused: {exc.message}")
+        return True
 
     def close(self) -> None:
         self.backend.close()

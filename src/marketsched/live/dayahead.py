@@ -47,17 +47,25 @@ Rules of the service (decisions; the thesis's server assumes them or leaves them
     not let it look past other reservations, which ``OVERLAP`` does (measured on Slurm 22.05).
     The end of the slot is the market's to keep: the service cancels a winner's job still
     running when its reservation ends (``killed``, "reservation ended"), as on the local
-    executor; Slurm's own time limit (and ``ResvOverRun=0``) is the backstop.
+    executor; Slurm's own time limit (and ``ResvOverRun=0``) is the backstop. The stop is
+    recorded (the bid's note) before the ``scancel``, which follows the commit: a broker
+    restarted in between reads the cancel as the market's stop, and cancels a job still running.
   - *Local executor*: the service holds its own slots (``capacity``; separate from the spot
     market's ``--slots``, so the two markets never compete for a slot), starts a winner's command
     at its reservation's start (its own process group, ``DATA/dayahead/job-BID``) and kills it at
-    the end of the reservation.
+    the end of the reservation (recorded first, killed after the commit). A restarted broker
+    counts a job whose go was sent as started (never launched twice) and completes a job found
+    ended with the exit status its wrapper wrote.
   - On a Slurm node shared with the spot market, Slurm itself keeps spot jobs (no time limit) off
     reserved resources once a reservation exists; a site gives the day-ahead market its own
     partition or nodes (``partition``).
 * **Persistence.** Bids, rounds and reservations live in the market's database (tables
   ``da_bids`` and ``da_rounds``), so a restarted broker clears the rounds it missed and keeps the
-  reservations it made.
+  reservations it made. A clearing is one transaction, with the Slurm reservations and jobs made
+  inside it: a broker killed after Slurm made them and before the commit clears the round again
+  (the same sealed bids clear the same way), keeps a reservation of the bid's name that Slurm
+  already holds and cancels that clearing's job (by its name, never recorded) before it submits
+  the one it records.
 """
 
 from __future__ import annotations
@@ -79,6 +87,7 @@ from marketsched.platform.rounds import start_rounds
 from marketsched.platform.validation import MarketError, amount, number, show, utf8
 
 ESCROW = "escrow:dayahead"
+ENDED = "reservation ended"  # a bid's note once the market stops its job at its slot's end
 MECHANISMS = ("dpgva", "relaxed")
 
 _SCHEMA = """
@@ -182,9 +191,16 @@ class DayAhead:
             # the spot market's launcher and cgroups (its own cgroup folder, named after
             # DATA/dayahead: keys are bid ids)
             self.local = LocalExecutor(self.root, limits=broker.config.limits())
-            # a restarted broker re-attaches reservations' jobs that still run and kills the rest
-            running = [x["id"] for x in self.bids() if x["job_state"] == "running"]
-            kept = [k for k in running if self.local.adopt(k) is not None]
+            # a restarted broker re-attaches reservations' jobs that still run and kills the rest;
+            # a job whose go was sent (the executor's state file says so) is started, even if its
+            # start was not recorded yet: never launched twice (an ended one is judged by tick)
+            started = [x for x in self.bids() if x["job_state"] == "running"
+                       or (x["job_state"] == "scheduled" and self.local.went(x["id"]))]
+            kept = [x["id"] for x in started if self.local.adopt(x["id"]) is not None]
+            with broker.lock, self.store.transaction():
+                for x in started:
+                    if x["job_state"] == "scheduled":
+                        self._set_job(x, "running")
             self.local.reap(kept)
         else:
             from marketsched.platform import jobfiles
@@ -195,6 +211,7 @@ class DayAhead:
         self.last_error: str | None = None
         self._kicked: dict[int, float] = {}  # Slurm jobs whose reservation began (see _watch_slurm)
         self._ended: set[int] = set()  # Slurm jobs the service cancelled at the end of their slot
+        self._cancels: list[int] = []  # jobs to stop once this tick's records are committed
         self.clearings: list[dict] = []  # what each clearing computed (library outcome), for audits
 
     # ------------------------------------------------------------------ rounds
@@ -412,9 +429,21 @@ class DayAhead:
 
         runner = user.name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
         users = ",".join(sorted({"root", runner}))
-        run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
-             f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
+        from marketsched.platform.slurm import SlurmError
+
+        again = False
+        try:
+            run(["scontrol", "create", "reservation", f"ReservationName={name}", f"StartTime={_iso(start_wall)}",
+                 f"EndTime={_iso(end_wall)}", f"Users={users}", "Flags=IGNORE_JOBS,OVERLAP"] + where)
+        except SlurmError as exc:
+            if "Duplicate reservation name" not in str(exc):
+                raise
+            # made by a clearing of this round that died before its commit (nothing of it was
+            # recorded): the same sealed bids clear the same way, so it is this bid's, kept
+            again = True
         job_ref = None
+        if x["command"] and again:
+            run(["scancel", "-n", name])  # that clearing's job, if submitted: never recorded, replaced
         if x["command"]:
             from marketsched.platform import jobfiles
             from marketsched.platform.slurm import BATCH, EXPORT, run_as_options, shell_quote, submit_environment
@@ -470,6 +499,8 @@ class DayAhead:
             self.clear(r)
         with b.lock:
             t = b._now()
+            self._cancels = []
+            ended = {} if self.slurm else dict(self.local.exits())  # one scan for every job
             with self.store.transaction():
                 for x in self.bids():
                     if x["state"] != "won" or not x["command"] or x["job_state"] in ("completed", "failed", "killed"):
@@ -477,7 +508,8 @@ class DayAhead:
                     if self.slurm:
                         self._watch_slurm(x)
                     else:
-                        self._drive_local(x, t)
+                        self._drive_local(x, t, ended)
+            self._cancel_ended()
 
     def _set_job(self, x: dict, state: str, code=None, note=None) -> None:
         if note is None:
@@ -486,13 +518,17 @@ class DayAhead:
             self.store._exec("UPDATE da_bids SET job_state = ?, exit_code = ?, note = ? WHERE id = ?",
                              (state, code, note, x["id"]))
 
-    def _drive_local(self, x: dict, t: float) -> None:
-
+    def _drive_local(self, x: dict, t: float, ended: dict) -> None:
+        """Start, watch and stop a reservation's job on the local executor (``ended``: the
+        jobs the executor found ended in this tick's scan). The stop at the slot's end is
+        recorded first, and the kill follows the commit (:meth:`_cancel_ended`); a job found gone
+        without an exit reported here (the service restarted) is judged by the exit status its
+        wrapper wrote."""
         key = x["id"]
         if x["job_state"] == "scheduled" and t >= x["start_t"] and t < x["end_t"]:
             try:  # as the bid owner's Unix account, like a spot-market job
                 self.local.launch(key, x["command"], env={"MARKETSCHED_DAYAHEAD_BID": str(key)},
-                                  user=self.broker._run_as(x["owner"]))
+                                  user=self.broker._run_as(x["owner"]), record_go=True)
             except (OSError, MarketError) as exc:
                 self._set_job(x, "failed", note=_noted(x, f"launch failed: {exc}"))
                 return
@@ -502,19 +538,22 @@ class DayAhead:
             self._set_job(x, "failed", note=_noted(x, "reservation passed unused"))
             return
         if x["job_state"] == "running":
-            ended = dict(self.local.exits())
             if key in ended:
                 self._set_job(x, "completed", ended[key])
                 self.local.forget(key)
-            elif key not in self.local.procs:
-                self._set_job(x, "failed", note="process lost (broker restart)")
-            elif t >= x["end_t"]:
-                self.local.kill(key)
+            elif key not in self.local.procs:  # it ended while no service watched it (a restart)
+                code = self.local.exit_code(key)
+                if code is not None:
+                    self._set_job(x, "completed", code)
+                else:
+                    self._set_job(x, "failed", note="process lost (broker restart)")
                 self.local.forget(key)
-                self._set_job(x, "killed", note=_noted(x, "reservation ended"))
+            elif t >= x["end_t"]:
+                self._set_job(x, "killed", note=_noted(x, ENDED))
+                self._cancels.append(key)
 
     def _watch_slurm(self, x: dict) -> None:
-        from marketsched.platform.slurm import SlurmError, SlurmExecutor, read_exit_code, run
+        from marketsched.platform.slurm import SlurmExecutor, read_exit_code, run
 
         sid = int(x["job_ref"][6:])
         info = SlurmExecutor.show(self.broker.executor, sid)
@@ -530,27 +569,49 @@ class DayAhead:
             # active in Slurm a moment after our clock says it began).
             run(["scontrol", "update", f"jobid={sid}", "StartTime=now"])
             self._kicked[sid] = now
+        ending = ENDED in (x["note"] or "").split("; ")  # the market's stop at the slot's end, recorded
         if st == "RUNNING" and self.broker._t >= x["end_t"] and sid not in self._ended:
             # the slot is over (the job may have started late, its Slurm time limit is whole
             # minutes): the market ends it, as the local executor does. The job's final state
             # is read on later ticks: a job that ended by itself meanwhile stays completed
             # (scancel of a finished job succeeds silently), and one that outlives the
-            # signal is watched until Slurm has ended it.
-            try:
-                run(["scancel", str(sid)])
-            except SlurmError:
-                pass
-            self._ended.add(sid)
+            # signal is watched until Slurm has ended it. The stop is recorded first (the
+            # bid's note) and the scancel follows the commit (:meth:`_cancel_ended`), so a
+            # service killed in between judges the cancel at its restart as the market's own.
+            if not ending:
+                x = {**x, "note": _noted(x, ENDED)}
+                self._set_job(x, x["job_state"], x["exit_code"], note=x["note"])
+                ending = True
+            self._cancels.append(sid)
         if st in ("RUNNING", "COMPLETING"):
             if x["job_state"] != "running":
                 self._set_job(x, "running")
         elif st == "COMPLETED" or st == "FAILED":
             self._set_job(x, "completed", read_exit_code(self.root / f"job-{x['id']}"))
         elif st in ("TIMEOUT", "CANCELLED", "DEADLINE"):
-            why = "reservation ended" if sid in self._ended else f"slurm: {st}"
-            self._set_job(x, "killed", read_exit_code(self.root / f"job-{x['id']}"), note=_noted(x, why))
+            note = x["note"] if ending else _noted(x, f"slurm: {st}")
+            self._set_job(x, "killed", read_exit_code(self.root / f"job-{x['id']}"), note=note)
         elif st not in ("PENDING", None):
             self._set_job(x, "failed", note=f"slurm: {st}")
+
+    def _cancel_ended(self) -> None:
+        """Stop the jobs whose slots are over, once their stop is committed: kill a local job
+        (:meth:`_drive_local`; one a crash left running is killed by the restarted service, its
+        bid ended); cancel a Slurm job (:meth:`_watch_slurm`), once per service (a restarted one
+        cancels again a job still running)."""
+        if not self.slurm:
+            for key in self._cancels:
+                self.local.kill(key)
+                self.local.forget(key)
+            return
+        from marketsched.platform.slurm import SlurmError, run
+
+        for sid in self._cancels:
+            try:
+                run(["scancel", str(sid)])
+            except SlurmError:
+                pass
+            self._ended.add(sid)
 
     def start(self, every: float = 0.2) -> DayAhead:
         self._thread = start_rounds(self, "dayahead", lambda: self._stop.wait(every), self.tick)
