@@ -316,8 +316,8 @@ class DLGMMarket:
         """Cancel waiting job ``job_id`` of ``user`` (the administrator: anyone's), by the
         cancellation rule of the module. Steps: the stops due first (:meth:`tick`: a job whose
         turn came is running by now); the checks (404 not the caller's, 409 running or ended);
-        one engine batch withdrawing its row; the event; a preempted job's suspended process is
-        killed. Returns the job's state before the cancellation."""
+        one engine batch withdrawing its row; the event; a preempted or held job's suspended
+        process is killed (one whose process ended has none). Returns the job's state before the cancellation."""
         job_id = validation.whole(job_id, "job id", lo=1)
         self.tick()
         row = self.job_row.get(job_id)
