@@ -18,9 +18,17 @@ from marketsched.live.dlgm_slurm import DLGMSlurmExecutor
 NODES = ["node1", "node2", "node3"]
 
 
+class Calls(list):
+    """The Slurm commands run, in order; ``done``: Slurm job ids whose command has ended
+    (``COMPLETED``, exit code 0), which ``squeue`` no longer lists."""
+
+    done: set[int]
+
+
 @pytest.fixture
 def fake_slurm(monkeypatch):
-    calls: list[list[str]] = []
+    calls = Calls()
+    calls.done = set()
     ids = iter(range(100, 200))
     running: list[int] = []  # Slurm job ids submitted and not cancelled
 
@@ -38,7 +46,9 @@ def fake_slurm(monkeypatch):
         if args[0] == "scancel":
             running.remove(int(args[1]))
         if args[0] == "squeue" and "%i|%T|%r" in args:
-            return "".join(f"{i}|RUNNING|None\n" for i in running)
+            return "".join(f"{i}|RUNNING|None\n" for i in running if i not in calls.done)
+        if args[:4] == ["scontrol", "-o", "show", "job"] and int(args[4]) in calls.done:
+            return f"JobId={args[4]} JobState=COMPLETED ExitCode=0:0\n"
         return ""
 
     monkeypatch.setattr(slurm, "run", run)
@@ -81,5 +91,39 @@ def test_slots_other_than_the_slurm_nodes_are_refused(fake_slurm, tmp_path):
     try:
         with pytest.raises(ValueError, match="the partition has 3 \\(node1, node2, node3\\), so serve it with --slots 3"):
             DLGMService(b, False, executor=ex)
+    finally:
+        b.stop()
+
+
+def test_a_held_jobs_slurm_job_that_ended_completes_at_its_turn_and_is_not_submitted_again(fake_slurm, tmp_path):
+    """P-DLGM: A starts on node 0 (``sbatch -w node1``) and B, named to node 0 with a higher
+    ratio, takes the start back at the same instant (A held: ``scontrol suspend``); A's Slurm
+    job had already completed. The market hears of it at its loop; at B's reported time A starts
+    and completes at once, with no ``scontrol resume`` and no second ``sbatch`` (before, the
+    Slurm executor, which drops a job once it reports its end, had the market submit A's
+    command again: event ``relaunch``)."""
+    from marketsched.platform.clock import FakeClock
+
+    clock = FakeClock(0.0)
+    ex = DLGMSlurmExecutor(tmp_path / "market" / "dlgm", poll=0.0)
+    b = Broker(tmp_path / "market", MarketConfig(slots=3, single_user=True), clock=clock)
+    try:
+        b.ensure_admin()
+        b.add_user(True, "alice", 100)
+        b.add_user(True, "bob", 100)
+        svc = DLGMService(b, True, executor=ex)
+        a = svc.submit("alice", 1, 10, "true")["id"]
+        bj = svc.submit("bob", 5, 2, "true", node=0)["id"]
+        assert svc.market.held == {a} and ["scontrol", "suspend", "100"] in fake_slurm
+        fake_slurm.done.add(100)
+        clock.set(0.5)
+        svc.step()
+        clock.set(2)
+        svc.step()
+        assert (svc.job("admin", True, a)["state"], svc.job("admin", True, bj)["state"]) == ("completed", "stopped")
+        assert [c[c.index("-w") + 1] for c in fake_slurm if c[0] == "sbatch"] == ["node1", "node1"]  # A, B: once each
+        assert not [c for c in fake_slurm if c[:2] == ["scontrol", "resume"]]
+        assert [e["kind"] for e in svc.job("admin", True, a)["events"]] == \
+            ["node", "start", "unstart", "exited", "start", "completed"]
     finally:
         b.stop()

@@ -449,3 +449,79 @@ def test_a_start_taken_back_at_its_own_instant_suspends_the_process_and_continue
     finally:
         for key in list(ex.procs):
             ex.kill(key)
+
+
+def test_a_held_or_preempted_job_whose_process_ended_completes_at_its_turn_without_being_continued(tmp_path):
+    """P-DLGM on one node, all at market time 0: A starts, B (a higher ratio) takes the start back
+    at the same instant (A is held, its process suspended) and pays alice 1 * 2, C waits behind A.
+    A's process had already ended (a command such as ``true`` can end before the suspend takes
+    effect), and the market hears of the exit while A waits. A keeps its place and its money, and
+    at its turn (B's reported time, 2) it starts and completes at that instant: its process is not
+    continued, the node is not kept for A's reported 10 s, C starts at 2. Likewise a preempted
+    job whose process ended while suspended completes when it resumes. (Before, the market
+    continued a process that was gone and kept the node until A's reported run time.) A's
+    node, first start, preemptions and payments are the simulator's; its end is its turn."""
+    from live_helpers import wait_for
+    from marketsched.platform.executor import LocalExecutor
+
+    rec = Recorder()
+    m, clock = make(tmp_path / "h", 1, preemptive=True, executor=rec)
+    a = m.submit("alice", 1.0, 10.0, "true")["id"]
+    b = m.submit("bob", 5.0, 2.0, "true")["id"]
+    c = m.submit("carol", 0.5, 10.0, "true")["id"]
+    assert m.state[a] == "queued" and m.held == {a}
+    m.exited(a)  # its process's end, heard while A waits
+    m.exited(a)  # heard twice: recorded once
+    assert m.state[a] == "queued" and [x["kind"] for x in m.store.events(a)][-1] == "exited"
+    clock.set(2.0)
+    assert m.tick() == [b]
+    assert (m.state[a], m.state[b], m.state[c]) == ("completed", "stopped", "running")
+    assert rec.calls == [("launch", a), ("stop", a), ("launch", b), ("kill", b), ("launch", c)]
+    assert [x["kind"] for x in m.store.events(a)] == ["node", "start", "unstart", "exited", "start", "completed"]
+    e, (ra, rb, rc) = m.engine, (m.job_row[a], m.job_row[b], m.job_row[c])
+    assert (e.first_start[ra], e.end_time[ra], e.first_start[rc], m.next_stop()) == (2.0, 2.0, 2.0, 12.0)
+    sim, pol = simulated([(0, "alice", 1.0, 10.0), (0, "bob", 5.0, 2.0), (0, "carol", 0.5, 10.0)], 1, True)
+    assert [sim.first_start[ra], sim.first_start[rb], sim.end_time[rb]] == [e.first_start[ra], e.first_start[rb],
+                                                                           e.end_time[rb]]
+    assert sim.preemptions.tolist() == e.preemptions and sim.payment.tolist() == e.payment
+    assert (m.balance("alice"), m.balance("bob"), m.balance("carol")) == (102 * MICRO, 98 * MICRO, 100 * MICRO)
+    m.store.check_books()
+
+    rec = Recorder()  # preempted after 1 s of progress; its process ends while suspended
+    m, clock = make(tmp_path / "p", 1, preemptive=True, executor=rec)
+    a = m.submit("alice", 1.0, 10.0, "true")["id"]
+    clock.set(1.0)
+    b = m.submit("bob", 5.0, 2.0, "true")["id"]
+    assert m.state[a] == "preempted"
+    m.exited(a)
+    clock.set(3.0)
+    assert m.tick() == [b] and m.state[a] == "completed"
+    assert rec.calls == [("launch", a), ("stop", a), ("launch", b), ("kill", b)]
+    assert [x["kind"] for x in m.store.events(a)] == ["node", "start", "preempt", "exited", "resume", "completed"]
+    assert (m.engine.end_time[m.job_row[a]], m.engine.preemptions[m.job_row[a]], m.next_stop()) == (3.0, 1, math.inf)
+    rec = Recorder()  # cancelled after its process ended: there is nothing to kill
+    m, clock = make(tmp_path / "c", 1, preemptive=True, executor=rec)
+    a = m.submit("alice", 1.0, 10.0, "true")["id"]
+    m.submit("bob", 5.0, 2.0, "true")
+    m.exited(a)
+    assert m.cancel("alice", a) == "queued" and ("kill", a) not in rec.calls and m.ended == set()
+
+    ex = LocalExecutor(tmp_path / "jobs")  # a real process that ends between its start and the unstart
+    runs = tmp_path / "runs"
+    try:
+        m, clock = make(tmp_path / "x", 1, preemptive=True, executor=ex)
+        a = m.submit("alice", 1.0, 10.0, f"echo a >> {runs}")["id"]
+        assert wait_for(lambda: ex.exit_code(a) == 0)
+        b = m.submit("bob", 5.0, 2.0, "sleep 300")["id"]
+        assert m.state[a] == "queued" and m.held == {a}
+        ended: list = []
+        assert wait_for(lambda: ended.extend(ex.exits()) or ended)
+        assert ended == [(a, 0)]
+        m.exited(a)
+        clock.set(2.0)
+        assert m.tick() == [b] and m.state[a] == "completed" and m.next_stop() == math.inf
+        assert runs.read_text() == "a\n" and a not in ex.procs and b not in ex.procs
+        m.store.check_books()
+    finally:
+        for key in list(ex.procs):
+            ex.kill(key)

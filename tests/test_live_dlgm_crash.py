@@ -12,7 +12,7 @@ from live_helpers import BrokerRestarts, user_clients, wait_for
 from marketsched.live.broker import Broker, MarketConfig
 from marketsched.live.dlgm_service import DLGMService, replay_recorded
 from marketsched.platform.clock import FakeClock
-from marketsched.platform.ledger import Store
+from marketsched.platform.ledger import MICRO, Store
 from test_live_exactly_once import Crash, FakeOS, ScriptedExecutor
 
 # (release, owner, weight, reported run time) on two nodes: queues, overtakes with
@@ -21,9 +21,9 @@ SCRIPT = [(0, "alice", 1.0, 8.0), (1, "carol", 1.0, 6.0), (2, "alice", 1.5, 4.0)
           (4, "carol", 1.0, 1.0), (4.5, "bob", 3.0, 1.0)]
 
 
-def start(tmp_path, clock, fake_os, preemptive, first=False):
+def start(tmp_path, clock, fake_os, preemptive, first=False, slots=2):
     ex = ScriptedExecutor(tmp_path / "jobs")
-    b = Broker(tmp_path / "market", MarketConfig(slots=2, single_user=True), clock=clock, executor=ex)
+    b = Broker(tmp_path / "market", MarketConfig(slots=slots, single_user=True), clock=clock, executor=ex)
     if first:
         b.ensure_admin()
         for u in ("alice", "bob", "carol"):
@@ -129,6 +129,55 @@ def test_a_preempted_job_whose_process_vanished_while_down_starts_again_when_it_
         ["node", "start", "preempt", "resume", "relaunch", "stopped"]
     r = replay_recorded(b.store)
     assert r["live"] == r["simulated"] and r["differ"] == []
+    b.store.check_books()
+
+
+@pytest.mark.parametrize("when", ["at the loop", "at the loop, then a restart", "while the market was down"])
+def test_a_held_job_whose_process_ended_completes_at_its_turn_runs_once_and_replays(tmp_path, when):
+    """P-DLGM on one node, served on the scripted executor: A starts at 0 and B takes the start
+    back at the same instant (A held, its process suspended); A's process had ended within that
+    instant. The market hears of it at its loop (and then may die and restart), or finds A's
+    exit code when it restarts after being down. At B's reported time A starts and completes at
+    once: its process is neither continued nor launched again (before, on an executor that does
+    not remember its launches, as Slurm's, the market launched A's command a second time and kept
+    the node until A's reported run time). The record replays through the simulator to the same
+    nodes, first starts (a start taken back is no start), preemptions and money; only A's end
+    differs, and the replay says so."""
+    clock = FakeClock(0.0)
+    fos = FakeOS()
+    b, dx = start(tmp_path, clock, fos, True, first=True, slots=1)
+    a = b.dlgm.submit("alice", 1.0, 10.0, "work")["id"]
+    bj = b.dlgm.submit("bob", 5.0, 2.0, "work")["id"]
+    assert b.dlgm.market.state[a] == "queued" and b.dlgm.market.held == {a}
+    clock.set(0.5)
+    if when == "while the market was down":
+        b.store.close()
+        del fos.alive[a]  # its wrapper wrote the exit code
+        dx.workdir(a).mkdir(parents=True)
+        (dx.workdir(a) / "exit_code").write_text("0\n")
+        b, dx = start(tmp_path, clock, fos, True, slots=1)
+    else:
+        dx.ended = [(a, 0)]
+        b.dlgm.step()
+        if when != "at the loop":
+            b.store.close()
+            b, dx = start(tmp_path, clock, fos, True, slots=1)
+    assert b.dlgm.market.state == {a: "queued", bj: "running"}
+    for t in (2, 12):
+        clock.set(t)
+        b.dlgm.step()
+    assert fos.launches == [a, bj] and ("cont", a) not in dx.log and fos.alive == {}
+    job = b.dlgm.job("admin", True, a)
+    assert job["state"] == "completed" and job["note"].startswith("exit code 0")
+    assert [(e["kind"], e["t"]) for e in job["events"]] == \
+        [("node", 0), ("start", 0), ("unstart", 0), ("exited", 0.5), ("start", 2), ("completed", 2)]
+    r = replay_recorded(b.store)
+    live, sim = r["live"], r["simulated"]
+    assert live["node"] == sim["node"] and live["preemptions"] == sim["preemptions"] and live["paid"] == sim["paid"]
+    assert live["first_start"] == sim["first_start"] == [2.0, 0.0]
+    assert (live["end"], sim["end"]) == ([2.0, 2.0], [12.0, 2.0])
+    assert r["differ"] == [(a, "end", 2.0, 12.0, "its process ended before its reported run time")]
+    assert live["paid"] == {"alice": -2 * MICRO, "bob": 2 * MICRO}
     b.store.check_books()
 
 

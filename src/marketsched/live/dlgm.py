@@ -36,6 +36,21 @@ payments at arrival from the reports). A recorded run whose jobs all ran their r
 replays through the simulator to the same nodes, starts, preemptions and payments; a job that
 ended early makes the replay differ from its end on (the simulator runs reported times).
 
+**A waiting job whose process ended** (a decision; in the model a job's run happens on its node
+when its turn comes). A start taken back at its own instant (the engine's ``unstart``: the job is
+*held*, queued again with its process suspended) or a preemption may come after the job's
+process has ended: a short command ends before the suspend takes effect, or between the start
+and the taking back. When the market hears of that exit (:meth:`DLGMMarket.exited`, event
+``exited``) the job keeps its place in its node's queue, and at its turn it starts and completes
+at that same instant (state ``completed``): its process is not continued (there is none), nobody
+waits for its reported run time, and the jobs behind it start at once. Why at its turn and not
+at once: the mechanism's record stays the simulator's (the job's node, first start, preemptions
+and payments are the replay's; only its end differs, as for any job that ends early), and the
+waits it was compensated for at its displacement are waits in the record. Money: none moves;
+what it paid and received stands (DLGM's payments are fixed at arrival from the reports). An
+exit the market has not heard of by the job's turn is heard while the job runs: it completes
+then, as a running job does.
+
 **Cancellation rule** (a decision; the thesis and Heydenreich, Müller & Uetz 2006 have no
 cancellation): :meth:`DLGMMarket.cancel` takes a *waiting* job (queued, or preempted and back in
 its node's queue) out of the market; a running job is refused (409: it runs to its reported run
@@ -170,6 +185,8 @@ class DLGMMarket:
         # jobs whose start was taken back at its own instant (``unstart``): queued again, their
         # process suspended, continued when they start (a job's command never runs twice)
         self.held: set[int] = set()
+        # waiting jobs (held or preempted) whose process has ended: they complete at their turn
+        self.ended: set[int] = set()
 
     # ------------------------------------------------------------------ users and money
     def add_user(self, name: str, deposit: float = 0.0) -> str:
@@ -299,8 +316,8 @@ class DLGMMarket:
         """Cancel waiting job ``job_id`` of ``user`` (the administrator: anyone's), by the
         cancellation rule of the module. Steps: the stops due first (:meth:`tick`: a job whose
         turn came is running by now); the checks (404 not the caller's, 409 running or ended);
-        one engine batch withdrawing its row; the event; a preempted job's suspended process is
-        killed. Returns the job's state before the cancellation."""
+        one engine batch withdrawing its row; the event; a preempted or held job's suspended
+        process is killed (one whose process ended has none). Returns the job's state before the cancellation."""
         job_id = validation.whole(job_id, "job id", lo=1)
         self.tick()
         row = self.job_row.get(job_id)
@@ -316,25 +333,33 @@ class DLGMMarket:
         with self.store.transaction():
             self.engine.batch(withdrawn=[row])
             self._end(job_id, "cancelled")
-            if (was == "preempted" or job_id in self.held) and self.executor is not None:
+            if (was == "preempted" or job_id in self.held) and job_id not in self.ended \
+                    and self.executor is not None:
                 self.executor.kill(job_id)  # only a preempted or held job has a process
             self.held.discard(job_id)
+            self.ended.discard(job_id)
             self._apply()
         return was
 
-    def exited(self, job_id: int) -> None:
-        """The process of ``job_id`` ended before its reported run time: it completes now. A job
-        that is not running (stopped at its reported time as its process ended, or whose process
-        was taken back by an ``unstart``) is left as it is. A job whose reported run time ran
-        out before now is stopped at that time first (:meth:`tick`)."""
+    def exited(self, job_id: int, detail: str = "") -> None:
+        """The process of ``job_id`` ended before its reported run time. Steps: the stops due
+        first (:meth:`tick`: a job whose reported run time ran out before now is stopped at that
+        time); then a running job completes now; a waiting job with a process (held or
+        preempted) keeps its place and completes at its turn (the module's rule for a waiting
+        job whose process ended; event ``exited`` now, with ``detail``, e.g. its exit code); any
+        other job (ended, or queued without a process) is left as it is."""
         self.tick()
-        if self.state.get(job_id) != "running":
-            return
-        j = self.job_row[job_id]
-        with self.store.transaction():
-            self.engine.batch(completed=[j])
-            self._end(job_id, "completed")
-            self._apply()
+        state = self.state.get(job_id)
+        if state == "running":
+            j = self.job_row[job_id]
+            with self.store.transaction():
+                self.engine.batch(completed=[j])
+                self._end(job_id, "completed")
+                self._apply()
+        elif (state == "preempted" or job_id in self.held) and job_id not in self.ended:
+            with self.store.transaction():
+                self.ended.add(job_id)
+                self.store.add_event(job_id, self._tick(), "exited", detail)
 
     def _end(self, job_id: int, state: str) -> None:
         self.state[job_id] = state
@@ -344,6 +369,21 @@ class DLGMMarket:
             self.executor.kill(job_id)
 
     def _apply(self) -> None:
+        """Carry out the engine's effects; a job that starts whose process has ended (the
+        module's rule for a waiting job whose process ended) completes at once, in a batch of
+        its own at the same instant, and the effects of that batch follow."""
+        done = self._effects()
+        while done:
+            self.engine.batch(completed=done)
+            for j in done:
+                self.ended.discard(self.row_job[j])
+                self._end(self.row_job[j], "completed")
+            done = self._effects()
+
+    def _effects(self) -> list[int]:
+        """The engine's pending effects carried out; returns the rows started whose process had
+        ended (to be completed, see :meth:`_apply`)."""
+        done = []
         for kind, row, t in self.engine.drain():
             job_id = self.row_job[row]
             if kind == "start":
@@ -353,7 +393,9 @@ class DLGMMarket:
                 self.state[job_id] = "running"
                 self.store.add_event(job_id, t, "resume" if resumed else "start")
                 self.store.update_job(job_id, state="running")
-                if self.executor is not None:
+                if job_id in self.ended:  # nothing to continue: it completes at this instant
+                    done.append(row)
+                elif self.executor is not None:
                     if resumed or held:
                         self.executor.cont(job_id)
                     else:
@@ -372,6 +414,7 @@ class DLGMMarket:
                 self.store.update_job(job_id, state="preempted")
                 if self.executor is not None:
                     self.executor.stop(job_id)
+        return sorted(j for j in done if self.state[self.row_job[j]] == "running")
 
     def _tick(self) -> float:
         return self._at if self._at is not None else float(self.clock())

@@ -39,9 +39,12 @@ Decisions
   runs or is preempted is re-attached to its process (thawed or frozen as its state says), or
   started if it never was; one whose process ended while the market was down completes now
   (with the exit code its wrapper wrote), one whose process vanished without one completes now
-  too (note ``process gone``); a preempted job whose process vanished starts again from the
-  beginning when it resumes (event ``relaunch``), for the reported time it has left; processes of
-  ended jobs are killed. Market time goes on while the
+  too (note ``process gone``); a waiting job (preempted, or held by a start taken back at its
+  own instant) whose process ended with an exit code completes at its turn (event ``exited``:
+  :mod:`marketsched.live.dlgm`'s rule for a waiting job whose process ended; one heard of before
+  the crash is in the record and replayed so); a preempted job whose process vanished without
+  one starts again from the beginning when it resumes (event ``relaunch``), for the reported
+  time it has left; processes of ended jobs are killed. Market time goes on while the
   market is down (the broker's wall clock): the stops due meanwhile happen at their times.
 """
 
@@ -324,15 +327,20 @@ class DLGMService(Loop):
         return self.market.next_stop()
 
     def step(self) -> None:
-        """One round: process exits (early ends), then the stops due (in time order)."""
+        """One round: process exits (early ends), then the stops due (in time order). The exits
+        of waiting jobs (held or preempted: their process ended while suspended) are heard
+        first, so that a running job's end in the same scan, which may give such a job its
+        turn, finds it known to have ended (it completes then, and is not continued)."""
         with self._locked():
-            for key, code in self.executor.exits():
+            m = self.market
+            exits = self.executor.exits()
+            for key, code in sorted(exits, key=lambda e: m.state.get(e[0]) == "running"):
                 with self.tables.transaction():
-                    if self.market.state.get(key) == "running":
-                        self.market.exited(key)
+                    if m.state.get(key) == "running" or key in m.held or m.state.get(key) == "preempted":
+                        m.exited(key, f"exit code {code}")
                         self.tables.update_job(key, note=f"exit code {code}")
                     self.pending.queue.append(("forget", key))
-            self.market.tick()
+            m.tick()
 
     # ------------------------------------------------------------------ restart
     def _recover(self) -> None:
@@ -340,7 +348,7 @@ class DLGMService(Loop):
         jobs = self.tables.jobs()
         if jobs:
             by_id = {j["id"]: j for j in jobs}
-            ops = self.tables.events(kinds=("node", "completed", "cancelled"))
+            ops = self.tables.events(kinds=("node", "completed", "cancelled", "exited"))
             clock = FakeClock(0.0)
             m = DLGMMarket(_Replaying([e["job_id"] for e in ops if e["kind"] == "node"]), self.nodes,
                            self.preemptive, clock=clock)
@@ -351,8 +359,8 @@ class DLGMService(Loop):
                     m.submit(j["owner"], j["weight"], j["runtime"], j["command"], node=int(e["detail"]))
                 elif e["kind"] == "cancelled":
                     m.cancel("", e["job_id"], admin=True)
-                else:
-                    m.exited(e["job_id"])
+                else:  # an early end: of a running job, or of a waiting one's process (it ends at its turn)
+                    m.exited(e["job_id"], e["detail"])
             m.store, m.clock = self.tables, self._clock
             m.commands = {j["id"]: j["command"] for j in jobs}
             self.market = m
@@ -362,7 +370,8 @@ class DLGMService(Loop):
         keep = []
         with self._locked(), self.tables.transaction():
             t = self.broker._t
-            for job_id in sorted(k for k, s in m.state.items() if s in ("running", "preempted") or k in m.held):
+            for job_id in sorted(k for k, s in m.state.items()
+                                 if (s in ("running", "preempted") or k in m.held) and k not in m.ended):
                 proc = ex.adopt(job_id)
                 if proc is not None:
                     keep.append(job_id)
@@ -372,11 +381,14 @@ class DLGMService(Loop):
                     self.pending.queue.append(("launch", job_id, m.commands[job_id],
                                                {"MARKETSCHED_JOB_ID": str(job_id)}))
                     keep.append(job_id)
-                elif m.state[job_id] == "running":
+                elif m.state[job_id] == "running" or ex.exit_code(job_id) is not None:
+                    # ended while the market was down: a running job completes now, a waiting
+                    # one at its turn; a waiting job's process gone without an exit code
+                    # vanished (it starts again at its turn: ``relaunch``)
                     code = ex.exit_code(job_id)
                     note = "process gone without an exit code" if code is None else \
                         f"exit code {code}; ended while the market was down"
-                    m.exited(job_id)
+                    m.exited(job_id, note)
                     self.tables.update_job(job_id, note=note)
                     self.pending.queue.append(("forget", job_id))
             ex.reap(keep)
@@ -389,7 +401,8 @@ def replay_recorded(store) -> dict:
     events ``named``, as ``force_node``; every other job's node is the simulator's own myopic
     best response, so the policy's choices are checked), compared with what the market
     recorded. Returns ``{"jobs": [ids], "live": {...}, "simulated": {...}, "differ": [...]}``
-    where each side holds per-job lists ``node``, ``first_start``, ``end``, ``preemptions``,
+    where each side holds per-job lists ``node``, ``first_start`` (live: the first start not
+    taken back at its own instant by an ``unstart``, which made no progress), ``end``, ``preemptions``,
     and ``paid`` (micro-units each owner's account lost, per owner: the ledger's compensations
     against the simulator's payments rounded to micro-units); ``differ`` lists
     ``(job, field, live, simulated, why)`` for each job whose process ended before its reported
@@ -432,7 +445,17 @@ def replay_recorded(store) -> dict:
     def first(j, kinds):
         return next((e["t"] for e in events if e["job_id"] == j and e["kind"] in kinds), None)
 
-    live: dict[str, Any] = {"node": [j["node"] for j in jobs], "first_start": [first(j, ("start",)) for j in ids],
+    def first_start(j):
+        """The first start not taken back at its own instant (an ``unstart``: no progress, no start)."""
+        t = None
+        for e in events:
+            if e["job_id"] == j and e["kind"] == "start" and t is None:
+                t = e["t"]
+            elif e["job_id"] == j and e["kind"] == "unstart":
+                t = None
+        return t
+
+    live: dict[str, Any] = {"node": [j["node"] for j in jobs], "first_start": [first_start(j) for j in ids],
             "end": [first(j, ("stopped", "completed", "cancelled")) for j in ids],
             "preemptions": [sum(e["job_id"] == j and e["kind"] == "preempt" for e in events) for j in ids],
             "paid": live_paid}
