@@ -26,8 +26,11 @@ class Accounted(FakeSlurm):
         super().__init__(cpus=8)
         self.acct: dict[int, str] = {}
         self.asked: dict[int, tuple[str, str]] = {}  # slurm id -> (-c, --mem) of its sbatch
+        self.frees: dict[int, int] = {}  # slurm id -> the waiting job Slurm starts when it is cancelled
 
     def __call__(self, args, timeout=30.0, input=None, env=None):
+        if args[0] == "scancel" and args[1].isdigit() and int(args[1]) in self.frees:
+            self.states[self.frees.pop(int(args[1]))] = "RUNNING"  # on the CPUs the cancel freed
         if args[0] == "sacct":
             jid = int(args[args.index("-j") + 1])
             if jid not in self.acct:
@@ -39,6 +42,15 @@ class Accounted(FakeSlurm):
             mem = next(a for a in args if a.startswith("--mem=")).split("=")[1]
             self.asked[self.next_id] = (args[args.index("-c") + 1], mem)
         return out
+
+    def cancel_unaccounted(self, ex, job: int) -> None:
+        """Job ``job`` runs (a tick sees it), then ends with ``sacct`` still showing it running
+        (accounting lags the end; a tick sees the end)."""
+        self.states[job] = "RUNNING"
+        ex.tick()
+        del self.states[job]
+        self.acct[job] = "RUNNING"
+        ex.tick()
 
     def cancelled(self):
         return [int(a[1]) for a in self.cmds if a[0] == "scancel" and a[1].isdigit()]
@@ -106,4 +118,54 @@ def test_each_end_of_a_slurm_job_gives_the_fault_tables_verdict_and_escrow(egg_s
     (p,) = egg.reliability(ex.egg, clock())
     assert (p["reliability"], p["completed"], p["settled"]) == (3 / 6, 2, 4)  # (1 + 2) / (2 + 4)
     assert egg.replay(ex.store) == egg.recorded(ex.store)
+    ex.store.check_books()
+
+
+def test_a_job_cancelled_just_before_tau_is_judged_by_its_accounting_not_as_run_until_tau(egg_slurm):
+    """Root cancels a running job just before tau*; Slurm's accounting still shows it running
+    when tau* comes (sacct lags the end): the verdict waits for the final accounting (failed,
+    refunded), never "ran until tau*" with the provider paid (as it was before)."""
+    ex, clock, fake = egg_slurm
+    cid = _bid(ex)["contract"]
+    ex.tick()
+    job = fake.next_id
+    fake.cancel_unaccounted(ex, job)  # by root
+    tau = _contract(ex, cid)["tau"]
+    clock.set(tau)
+    ex.tick()
+    c = _contract(ex, cid)
+    assert (c["state"], c["escrow"]) == ("running", "held"), c["note"]
+    fake.acct[job] = "CANCELLED by 0"
+    ex.tick()
+    c = _contract(ex, cid)
+    assert (c["state"], c["escrow"], c["settled_t"]) == ("failed", "refunded", tau)
+    assert "CANCELLED by 0" in c["note"] and fake.cancelled() == []
+    assert ex.store.balances()["user:u1"] == 100 * MICRO
+    ex.store.check_books()
+
+
+def test_a_job_slurm_starts_on_the_cpus_another_contracts_stop_at_tau_frees_had_not_started_by_tau(egg_slurm):
+    """Two contracts due at the same tau*: one's job runs on all the partition's CPUs, the
+    other's waits in Slurm. The exchange's stop of the first at tau* frees the CPUs and Slurm
+    starts the second at once: it had still not started by tau* (failed, refunded), whatever
+    the order of the stops (before: judged "ran until tau*" and paid)."""
+    ex, clock, fake = egg_slurm
+    hog, waiting = _bid(ex, cpu=8)["contract"], _bid(ex, cpu=8)["contract"]
+    ex.add_node("cluster", "spare", 8, 1000)
+    ex.tick()
+    assert _contract(ex, waiting)["state"] == "failed"  # no room on `main` when it was awarded
+    jobs = {hog: fake.next_id}
+    fake.states[jobs[hog]] = "RUNNING"
+    waiting = _bid(ex, cpu=8)["contract"]  # on `spare` now
+    ex.tick()
+    jobs[waiting] = fake.next_id
+    fake.states[jobs[waiting]] = "PENDING"
+    fake.frees[jobs[hog]] = jobs[waiting]
+    ex.tick()
+    clock.set(_contract(ex, hog)["tau"])
+    ex.tick()
+    h, w = _contract(ex, hog), _contract(ex, waiting)
+    assert (h["state"], h["escrow"], h["note"]) == ("delivered", "paid", "ran until tau*")
+    assert (w["state"], w["escrow"], w["note"]) == ("failed", "refunded", "the provider had not started the job by tau*")
+    assert sorted(fake.cancelled()) == sorted(jobs.values())
     ex.store.check_books()
