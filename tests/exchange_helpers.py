@@ -254,3 +254,25 @@ def egg_agent_exchange(data, clock, providers, cpu: int, mem: int) -> Exchange:
         ex.join(p, "agent")
         ex.add_node(p, "n0", cpu, mem)
     return ex
+
+
+def egg_slurm_exchange(data, clock, single_user: bool, units: int = 8) -> Exchange:
+    """An Egg exchange at ``data`` on ``clock`` (slots of an hour, patience 3 slots, one resource
+    axis of 3 buckets) with provider ``cluster`` of the kind slurm (Slurm's default partition),
+    node ``main`` of ``units`` CPU units and 1000 MiB, priced 1 in every cell but the current
+    column's (not offered: an award is due at the next slot's start, not now); ``u1`` with 100."""
+    from marketsched.exchange import egg
+    from marketsched.exchange.providers import provider_backends
+
+    store = ExchangeStore(data)
+    create_exchange(store, slot_seconds=3600.0, period_seconds=3600.0, mechanism="egg",
+                    egg=egg.default_settings(patience_slots=3, horizon_slots=4, edges=[[0, 2, 4, 8]],
+                                             runtime_dim=None))
+    ex = Exchange(store, clock, provider_backends(data, containment="none"))
+    ex.single_user = single_user
+    ex.join("cluster", kind="slurm")
+    ex.add_node("cluster", "main", units, 1000)
+    ex.deposit("u1", 100)
+    with store.transaction():
+        egg.post_prices(ex.egg, "cluster", [[None, 1.0, 1.0, 1.0]] * 3, clock())
+    return ex

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exchange_helpers import make_exchange, one_contract
+from exchange_helpers import fake_slurm_partitions, make_exchange, one_contract
 from live_helpers import wait_for
 from marketsched.exchange import capacity, providers
 from marketsched.exchange.core import Exchange, create_exchange
@@ -492,3 +492,72 @@ def test_a_slurm_job_found_ended_at_a_restart_waits_for_its_final_accounting(mon
     fake.acct = "CANCELLED by 0"
     assert backend.ended() == [(7, None)]
     assert backend.fault(7) == "slurm: CANCELLED by 0 (not by the job's account)"
+
+
+def _on_fake_slurm(monkeypatch, tmp_path):
+    """An exchange whose provider ``cluster`` (kind slurm, node ``main`` of 8 units, offered at 5
+    for slots 2-5) runs on a fake Slurm with accounting (tests/test_exchange_egg_slurm.py)."""
+    import marketsched.platform.slurm as slurm
+    from test_exchange_egg_slurm import Accounted
+
+    fake = Accounted()
+    monkeypatch.setattr(slurm, "run", fake)
+    fake_slurm_partitions(monkeypatch)
+    ex, clock, _ = make_exchange(tmp_path / "x.db", machines=providers.provider_backends(tmp_path / "jobs", "none"))
+    ex.join("cluster", kind="slurm")
+    ex.add_node("cluster", "main", 8, 100)
+    ex.backend("cluster").executor.poll = 0.0  # every tick reads the fake's queue
+    ex.submit_offer("cluster", "main", 5, 2, 5)
+    return ex, clock, fake
+
+
+def test_a_slurm_job_cancelled_just_before_its_windows_end_is_judged_by_its_accounting(monkeypatch, tmp_path):
+    """Root cancels a contract's running Slurm job just before its window ends; Slurm's
+    accounting still shows it running at the window's end (sacct lags the end): the verdict waits
+    for the final accounting (failed, the provider's penalty), never "served its whole window"
+    (as it was before)."""
+    ex, clock, fake = _on_fake_slurm(monkeypatch, tmp_path)
+    ex.submit_request("u1", 12, 2, 10, 2, 3, "true")
+    ex.tick()
+    (c,) = ex.store.contracts()
+    clock.set(c["start_t"])
+    ex.tick()
+    job = fake.next_id
+    fake.cancel_unaccounted(ex, job)  # by root
+    clock.set(c["end_t"])
+    ex.tick()
+    assert ex.store.contracts()[0]["state"] == "running"
+    fake.acct[job] = "CANCELLED by 0"
+    ex.tick()
+    (c,) = ex.store.contracts()
+    assert c["state"] == "failed" and c["penalty"] > 0 and "CANCELLED by 0" in c["note"], c
+    assert fake.cancelled() == []
+    ex.store.check_books()
+
+
+def test_a_slurm_job_started_on_the_cpus_another_contracts_stop_frees_had_not_started_in_its_window(monkeypatch,
+                                                                                                     tmp_path):
+    """Two contracts whose windows end together: one's Slurm job runs, the other's waits in
+    Slurm (the partition busy). The exchange's stop of the first frees CPUs and Slurm starts the
+    second at once: it had still not started in its window (failed, the provider's penalty),
+    whatever the order of the stops (before: "served its whole window")."""
+    ex, clock, fake = _on_fake_slurm(monkeypatch, tmp_path)
+    first = ex.submit_request("u1", 12, 4, 10, 2, 3, "true")
+    second = ex.submit_request("u2", 11, 4, 10, 2, 3, "true")
+    ex.tick()
+    by = {c["request_id"]: c for c in ex.store.contracts()}
+    clock.set(by[first]["start_t"])
+    ex.tick()
+    jobs = {first: fake.next_id - 1, second: fake.next_id}
+    assert by[first]["id"] < by[second]["id"]  # the running one is stopped first
+    fake.states.update({jobs[first]: "RUNNING", jobs[second]: "PENDING"})
+    fake.frees[jobs[first]] = jobs[second]
+    ex.tick()
+    clock.set(by[first]["end_t"])
+    ex.tick()
+    got = {c["request_id"]: c for c in ex.store.contracts()}
+    assert (got[first]["state"], got[first]["note"]) == ("delivered", "served its whole window")
+    assert (got[second]["state"], got[second]["note"]) == \
+        ("failed", "the provider had not started the job by its window's end")
+    assert got[second]["penalty"] > 0
+    ex.store.check_books()

@@ -78,7 +78,7 @@ from .orders import (
     check_request,
 )
 from .provider_protocol import AgentGathers
-from .providers import Backend, Contracted
+from .providers import Backend, Contracted, awaiting
 from .store import (
     CLEARING,
     FINAL_CONTRACT_STATES,
@@ -418,22 +418,29 @@ class Exchange:
             ended.update(backend.ended())
         now = self.clock()
         nodes = None
+        due = []
         for c in self.store.contracts(("running",)):
             if c["id"] in ended:
                 self.job_ended(c, ended[c["id"]], now)
-            elif now >= c["end_t"] + getattr(self.backend(c["provider"]), "grace", 0.0):
-                backend = self.backend(c["provider"])  # an agent's run is judged by its report (.agent_runs)
-                nodes = nodes or self.store.nodes()
-                if stop_recorded(c):  # by an exchange that died before its verdict: that fact holds
-                    ran = c["note"] == STOPPED_RAN
-                else:
-                    ran = backend.running(c["id"])
-                    with self.store.transaction():  # the verdict's fact first: a crash in the stop keeps it
-                        self.store.update_contract(c["id"], ended_t=now,
-                                                   note=STOPPED_RAN if ran else STOPPED_UNSTARTED)
-                used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
-                backend.stop(c["id"])
-                self.window_over(c["id"], ran, used, now)
+            elif now >= c["end_t"] + getattr(self.backend(c["provider"]), "grace", 0.0) and \
+                    not awaiting(self.backend(c["provider"]), c["id"]):  # a Slurm end judged by its accounting
+                due.append(c)  # an agent's run is judged by its report (.agent_runs)
+        # whether each job had started, read for all before any stop: a stop frees CPUs on which
+        # the provider (e.g. Slurm's scheduler) may start another's waiting job at once; and
+        # recorded first, so a crash in a stop keeps the verdict's fact
+        ran = {c["id"]: c["note"] == STOPPED_RAN if stop_recorded(c) else self.backend(c["provider"]).running(c["id"])
+               for c in due}
+        with self.store.transaction():
+            for c in due:
+                if not stop_recorded(c):  # by an exchange that died before its verdict: that fact holds
+                    self.store.update_contract(c["id"], ended_t=now,
+                                               note=STOPPED_RAN if ran[c["id"]] else STOPPED_UNSTARTED)
+        for c in due:
+            backend = self.backend(c["provider"])
+            nodes = nodes or self.store.nodes()
+            used = backend.usage(c["id"], Contracted.of(c, nodes[c["node_id"]]))
+            backend.stop(c["id"])
+            self.window_over(c["id"], ran[c["id"]], used, now)
         now = self.clock()
         pending = self.store.contracts(("pending",))
         lost: dict[int, str] = {}

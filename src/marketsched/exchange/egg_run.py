@@ -7,7 +7,10 @@ on the exchange's provider backends (:mod:`.providers`) and by its fault table (
 1. each running contract whose job ended is judged: *failed* if the provider's side ended it
    (:meth:`Backend.fault`) or it was given less than contracted as measured
    (:meth:`Backend.usage`), else *delivered*; one still running at ``tau*`` is stopped then:
-   *failed* if the provider never ran it, or gave less than contracted; else *delivered*;
+   *failed* if the provider had not started it (read for every contract due before any is
+   stopped, :func:`_record_stops`), or gave less than contracted; else *delivered*. A
+   Slurm job that ended before ``tau*`` whose end Slurm's accounting has not settled yet is
+   judged by that end once it has (:meth:`.providers.SlurmBackend.awaiting`), even after ``tau*``;
 2. each pending contract: *lapsed* once ``tau*`` has passed unstarted (the exchange was down) or
    if the exchange cannot run it as its user's account; *failed* if the provider had no node with
    room, its node left the exchange (or the provider left) or it could not start it; else started,
@@ -26,7 +29,7 @@ earliest.
 from __future__ import annotations
 
 from .egg import OPEN, EggMarket, contracts, settle_escrow
-from .providers import Contracted
+from .providers import Contracted, awaiting
 from .store import STOPPED_RAN, STOPPED_UNSTARTED, stop_recorded
 
 
@@ -41,11 +44,24 @@ def _final(store, c: dict, state: str, now: float, note: str, code=None, used: d
             (state, now, code, (used or {}).get("cpu_seconds"), note, c["id"], *OPEN))
 
 
+def _record_stops(exchange, due: list[dict], now: float) -> None:
+    """Record, for every running contract in ``due`` (``tau*`` has come), whether its job had
+    started, before any of them is stopped: the stop of one frees its CPUs, on which the
+    provider (e.g. Slurm's scheduler) may start another's job that was waiting, which then had
+    not started by ``tau*``. The records also let an exchange that dies in a stop be judged by
+    them at its restart, never by its own cancel (as :meth:`Exchange.job_ended` judges a spot
+    contract)."""
+    todo = [c for c in due if not stop_recorded(c)]
+    ran = {c["id"]: exchange.backend(c["provider"]).running(c["id"]) for c in todo}
+    with exchange.store.transaction():
+        for c in todo:
+            exchange.store.conn.execute("UPDATE ex_egg_contracts SET ended_t = ?, note = ? WHERE id = ?",
+                                        (now, STOPPED_RAN if ran[c["id"]] else STOPPED_UNSTARTED, c["id"]))
+
+
 def _judge(exchange, c: dict, node: dict, now: float, ended: bool, code=None) -> None:
     """Judge contract ``c``: its job ended (``ended``, exit status ``code``) or ``tau*`` came
-    with it running (stopped now; whether it had started is recorded before the stop, so an
-    exchange that dies in the stop is judged by that record at its restart, never by its own
-    cancel, as :meth:`Exchange.job_ended` judges a spot contract)."""
+    with it running (stopped now, judged by the record :func:`_record_stops` made before)."""
     backend = exchange.backend(c["provider"])
     store = exchange.store
     used = backend.usage(c["id"], Contracted.of(c, node))
@@ -56,13 +72,7 @@ def _judge(exchange, c: dict, node: dict, now: float, ended: bool, code=None) ->
             what = "the provider failed" if getattr(backend, "grace", 0.0) else "the provider ended the job"
             return _final(store, c, "failed", now, f"{what}: {why}", code, used)
     else:
-        if stop_recorded(c):
-            ran = c["note"] == STOPPED_RAN
-        else:
-            ran = backend.running(c["id"])
-            with store.transaction():
-                store.conn.execute("UPDATE ex_egg_contracts SET ended_t = ?, note = ? WHERE id = ?",
-                                   (now, STOPPED_RAN if ran else STOPPED_UNSTARTED, c["id"]))
+        ran = c["note"] == STOPPED_RAN  # recorded before the stop (_record_stops)
         if ended:
             backend.fault(c["id"])  # not asked: what the backend holds of the exchange's cancel is dropped
         else:
@@ -85,11 +95,19 @@ def step(exchange, eggm: EggMarket) -> None:
         ended.update(backend.ended())
     now = exchange.clock()
     nodes = store.nodes()
+    due = []
     for c in contracts(store, ("running",)):
         if c["id"] in ended:
             _judge(exchange, c, nodes[c["node_id"]], now, True, ended[c["id"]])
-        elif now >= c["tau"] + getattr(exchange.backend(c["provider"]), "grace", 0.0):  # an agent's: its report
-            _judge(exchange, c, nodes[c["node_id"]], now, False)
+        else:
+            backend = exchange.backend(c["provider"])  # an agent's: judged by its report, a Slurm end by its accounting
+            if now >= c["tau"] + getattr(backend, "grace", 0.0) and not awaiting(backend, c["id"]):
+                due.append(c)
+    if due:
+        _record_stops(exchange, due, now)
+        recorded = {c["id"]: c for c in contracts(store, ("running",))}
+        for c in due:
+            _judge(exchange, recorded[c["id"]], nodes[c["node_id"]], now, False)
     for c in contracts(store, ("pending",)):
         if now >= c["tau"]:
             _final(store, c, "lapsed", now, "tau* passed before the exchange started the job")

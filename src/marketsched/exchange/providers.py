@@ -35,6 +35,9 @@ signal one another and write their folder), so they never make the provider pay:
   is the user's when UID is the job's own account, else the provider's (its administrator;
   the exchange's own cancel at a window's end settles that contract at once); ``NODE_FAIL``,
   ``PREEMPTED``, ``BOOT_FAIL``, ``DEADLINE``, ``TIMEOUT`` and any other end are the provider's.
+  An end ``sacct`` has not settled yet when the job's window ends (or ``tau*``) is still judged
+  by that end, once settled (:meth:`SlurmBackend.awaiting`): a cancel by the provider's side a
+  moment before the window's end is the provider's, not a job that served its whole window.
 
 Tests pass a backend of their own with the same methods.
 """
@@ -336,6 +339,14 @@ class SlurmBackend(_ExecutorBackend):
         except SlurmError as exc:
             raise OSError(str(exc)) from exc
 
+    def awaiting(self, contract_id: int) -> bool:
+        """True while the contract's job has ended but Slurm's accounting of its end is not
+        final yet (:meth:`ended` reports it once it is, or after :data:`ACCOUNTING_WAIT` s): its
+        verdict waits for that end, even past its window's end (a job the provider's side
+        cancelled a moment before ``tau*`` or the window's end is judged by that cancel, never
+        as one that ran until then)."""
+        return contract_id in self._held
+
     def running(self, contract_id: int) -> bool:
         if contract_id in self._held:  # it ran and ended; its accounting is on its way
             return True
@@ -456,6 +467,13 @@ def _uid_of(executor, contract_id: int) -> int | None:
     except OSError:
         return None
     return None if uid == os.geteuid() else uid
+
+
+def awaiting(backend, contract_id: int) -> bool:
+    """Whether ``backend`` holds the contract's ended job until its end can be judged
+    (:meth:`SlurmBackend.awaiting`); a window's end then waits for that verdict."""
+    check = getattr(backend, "awaiting", None)
+    return bool(check is not None and check(contract_id))
 
 
 def provider_backends(data_dir: Path, containment="auto"):
