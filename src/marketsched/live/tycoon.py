@@ -256,8 +256,9 @@ class CpuShareHosts:
         seconds (:meth:`_agents_wait`). Each waits before its first round (the jobs are frozen
         until their host's first quantum, or held at their initial shares until the first
         re-split). All run until :meth:`stop`."""
-        loops = [(f"{self.kind}-stride-{j}", partial(self._stop.wait, self.quantum), partial(self.stride_quantum, j))
-                 for j in range(len(self.hosts)) if self.enforcement == "stride"]
+        loops: list[tuple[str, Callable[[], bool], Callable[[], object]]] = [
+            (f"{self.kind}-stride-{j}", partial(self._stop.wait, self.quantum), partial(self.stride_quantum, j))
+            for j in range(len(self.hosts)) if self.enforcement == "stride"]
         loops.append((f"{self.kind}-agents", self._agents_wait(), self.resplit))
         for tname, wait, round_ in loops:
             self._threads.append(start_rounds(self, tname, wait, round_))
