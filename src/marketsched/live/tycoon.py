@@ -51,8 +51,8 @@ the number of rounds played; ``history`` keeps the bids of every round (``histor
 initial bids). The agents thread and the stride threads run on the shared keep-alive loop
 (:mod:`marketsched.platform.rounds`): a round or quantum that raises is kept in ``last_error``
 and printed, and the thread goes on. :meth:`~TycoonMarket.stop` ends the threads, kills every job
-and removes the cgroups. ``marketsched market tycoon`` runs this from the command line and prints the bids, the
-shares and the measured CPU fractions.
+and removes the cgroups. ``marketsched market tycoon`` runs this from the command line and prints
+the bids, the shares and the measured CPU fractions.
 
 Accuracy (``tests/test_tycoon_live.py``): once the bids have converged, with the agents still
 re-splitting every interval, each user's fraction of each host's CPU time is within 0.06
