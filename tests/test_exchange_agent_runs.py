@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import types
 
 import numpy as np
@@ -94,12 +95,14 @@ class Crash(BaseException):
 
 class Machine:
     """What outlives an agent: its jobs' processes, their state files (``went``: the go was
-    sent) and the exit statuses their wrappers wrote (a job killed with its cgroup writes none)."""
+    sent) and the exit statuses their wrappers wrote (a job killed with its cgroup writes none),
+    with when they wrote them (``ended``, on the agent's wall clock)."""
 
     def __init__(self):
         self.alive: set[int] = set()
         self.states: dict[int, dict] = {}
         self.codes: dict[int, int] = {}
+        self.ended: dict[int, float] = {}
 
 
 class FakeExecutor:
@@ -144,6 +147,9 @@ class FakeExecutor:
 
     def exit_code(self, key):
         return self.machine.codes.get(key)
+
+    def exit_time(self, key):
+        return self.machine.ended.get(key)
 
     def cpu_seconds(self, key):
         return 1.0 if key in self.procs else 0.0
@@ -192,10 +198,14 @@ class InProcess:
         return got
 
 
+SKEW = 1000.0  # the agent's wall clock minus the exchange's
+
+
 class AgentOnMachine:
     """One contract of provider ``p`` (an agent provider) whose run is published, the API's
-    service in process, and agents (:meth:`keeper`) on a :class:`Machine` with their own clock
-    ``now`` (the monotonic clock their windows' ends are read on)."""
+    service in process, and agents (:meth:`keeper`) on a :class:`Machine` with their own clocks:
+    ``now`` (the monotonic clock their windows' ends are read on) and a wall clock :data:`SKEW`
+    seconds ahead of the exchange's."""
 
     def __init__(self, tmp_path, monkeypatch):
         from marketsched.exchange import agent_jobs, providers
@@ -211,6 +221,7 @@ class AgentOnMachine:
         self.service = ExchangeService(ExchangeStore(tmp_path / "ex"), self.clock)
         self.machine, self.now, self.on_forget = Machine(), [0.0], None
         monkeypatch.setattr(agent_jobs, "time", types.SimpleNamespace(monotonic=lambda: self.now[0],
+                                                                      time=lambda: self.clock() + SKEW,
                                                                       time_ns=lambda: 1))
         real = providers.LocalBackend
         monkeypatch.setattr(providers, "LocalBackend", lambda root, containment: real(
@@ -229,12 +240,18 @@ class AgentOnMachine:
 
     def delivered_and_paid(self) -> None:
         """Settled at the report deadline: delivered, the provider paid, books exact."""
+        self.settled("delivered")
+
+    def settled(self, state: str) -> None:
+        """Settled at the report deadline as ``state``: the provider paid (delivered) or paying
+        the penalty (failed), books exact."""
         assert not list((self.work / "records").iterdir())  # the record goes with the report
         self.clock.set(self.c["end_t"] + REPORT_GRACE)
         self.ex.execute()
         got = self.ex.store.contract(self.c["id"])
-        assert got["state"] == "delivered", got["note"]
-        assert self.ex.store.ledger.balance("provider:p") == self.c["provider_price"]
+        assert got["state"] == state, got["note"]
+        want = self.c["provider_price"] if state == "delivered" else -got["penalty"]
+        assert self.ex.store.ledger.balance("provider:p") == want
         self.ex.store.check_books()
         self.service.store.close()
         self.service.close()
@@ -299,3 +316,51 @@ def test_an_end_report_the_exchange_did_not_take_is_sent_again(tmp_path, monkeyp
     client.lose_answer = False
     keeper.step(0)  # refused as a second report: dropped
     m.delivered_and_paid()
+
+
+@pytest.mark.parametrize("ended", [-1.0, 0.0, 2.0, None])
+def test_a_job_that_ended_while_its_agent_was_down_is_judged_by_its_end_against_its_window(tmp_path, monkeypatch,
+                                                                                         ended):
+    """The agent is killed (kill -9) while its run's job runs; the job exits 1 ``ended`` seconds
+    after its window's end (on the agent's wall clock, which is not the exchange's), and the agent
+    restarts after the window's end. A job that ended before the window's end is reported ``exit``
+    1 and fails at its provider's cost, as with an agent up; one that ended at or after the
+    window's end was running there, where an agent up would have stopped it: reported ``window``,
+    delivered and paid, never a penalty for the agent's downtime. A job that left no exit status
+    (``None``: killed with its cgroup) has no end time: reported ``exit`` without a status."""
+    m = AgentOnMachine(tmp_path, monkeypatch)
+    cid = m.c["id"]
+    m.keeper(InProcess(m.service)).step(1)  # then killed: its job runs on
+    assert cid in m.machine.alive and m.run("started_t") is not None
+    m.machine.alive.discard(cid)
+    if ended is not None:
+        m.machine.codes[cid] = 1
+        m.machine.ended[cid] = m.c["end_t"] + ended + SKEW
+    m.clock.set(m.c["end_t"] + 5.0)  # the restart, before the report deadline
+    m.keeper(InProcess(m.service)).step(0)
+    if ended is not None and ended >= 0:
+        assert (m.run("end"), m.run("code")) == ("window", None)
+        m.settled("delivered")
+    else:
+        assert (m.run("end"), m.run("code")) == ("exit", None if ended is None else 1)
+        m.settled("failed")
+
+
+def test_a_jobs_end_time_is_its_exit_status_files_time_never_through_a_link(tmp_path):
+    """The end time the agent reads (:meth:`JobFolders.exit_time`) is the modification time of
+    the ``exit_code`` file the job's wrapper wrote; a missing file, or a link in its place (a job
+    may write into its folder), gives none."""
+    from marketsched.platform.executor import JobFolders
+
+    folders = JobFolders()
+    folders.root = tmp_path
+    assert folders.exit_time(1) is None
+    (tmp_path / "job-1").mkdir()
+    assert folders.exit_time(1) is None
+    (tmp_path / "job-1" / "exit_code").write_text("3\n")
+    os.utime(tmp_path / "job-1" / "exit_code", (1234.5, 1234.5))
+    assert folders.exit_time(1) == 1234.5 and folders.exit_code(1) == 3
+    (tmp_path / "elsewhere").write_text("0\n")
+    (tmp_path / "job-1" / "exit_code").unlink()
+    (tmp_path / "job-1" / "exit_code").symlink_to(tmp_path / "elsewhere")
+    assert folders.exit_time(1) is None and folders.exit_code(1) is None

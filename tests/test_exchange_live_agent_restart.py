@@ -1,7 +1,7 @@
 """A provider's agent killed (kill -9) mid-run and started again re-adopts its runs
 (:meth:`marketsched.exchange.agent_jobs.RunKeeper.recover`): a job still running is watched again and
-reported when it ends, a job that ended while the agent was down is reported from what it left on disk;
-either is delivered and paid by the trust rule, books exact. Attacks: a forged run folder and another
+reported when it ends, a job that ended while the agent was down is reported from what it left on disk
+(``window`` if it ended after its window's end); either is delivered and paid by the trust rule, books exact. Attacks: a forged run folder and another
 provider's run folder in the agent's folder are never reported as its result. Real agent processes
 (``marketsched exchange provider run``), real jobs, the exchange on an injected clock."""
 
@@ -45,6 +45,20 @@ def started_then_killed(market, job: str) -> tuple[dict, Path, Path]:
     return c, stop, log
 
 
+HOUR = 3600.0
+
+
+def ended_at(tmp: Path, c: dict, shift: float) -> None:
+    """Wait for contract ``c``'s job to end, then date its end ``shift`` seconds from now on the
+    agent's machine (the modification time of the exit status its wrapper wrote). The exchange's
+    clock is injected and jumps; the agent's machine's clock cannot, so the test places the job's
+    end on it: an hour before now is before its window's end, an hour after is after it."""
+    path = tmp / "agent" / "runs" / f"job-{c['id']}" / "exit_code"
+    wait_for(path.exists, "the job's end")
+    at = path.stat().st_mtime + shift
+    os.utime(path, (at, at))
+
+
 def output(srv, token, cid: int) -> bytes:
     return base64.b64decode(Client(srv.url, token).get(f"/api/contracts/{cid}/output")["output"])
 
@@ -82,15 +96,39 @@ def test_a_job_that_ended_while_its_agent_was_down_is_delivered_when_the_agent_r
     ex, clock, srv, tokens, data, agents, tmp = market
     c, stop, log = started_then_killed(market, "{wait}; echo finished")
     stop.touch()
-    wait_for(lambda: (tmp / "agent" / "runs" / f"job-{c['id']}" / "exit_code").exists(), "the job's end")
+    ended_at(tmp, c, -HOUR)  # in its window
     clock.set(c["end_t"] + REPORT_GRACE / 2)
     ex.execute()
     assert ex.store.contract(c["id"])["state"] == "running"  # no report yet, the deadline not reached
     agent(srv, tokens[c["provider"]], data, tmp / "agent", agents, log)
     wait_for(lambda: run_row(ex, c["id"], "reported_t") is not None, "the restarted agent's report")
+    assert (run_row(ex, c["id"], "end"), run_row(ex, c["id"], "code")) == ("exit", 0)
     assert run_row(ex, c["id"], "cpu_seconds") is None  # not measured: the agent was down
     delivered_and_paid(ex, c)
     assert output(srv, tokens["u"], c["id"]) == b"finished\n"
+
+
+def test_a_job_that_failed_after_its_windows_end_while_its_agent_was_down_is_reported_window(market):
+    """The agent is killed; the window ends; the job then exits 1 while no agent runs. Had the agent
+    been up it would have stopped the job at the window's end and reported ``window``: the agent
+    started again reports ``window`` (the job's end, as its machine recorded it, is after the
+    window's end), and the contract is delivered and paid, never the provider's penalty for its
+    agent's downtime."""
+    ex, clock, srv, tokens, data, agents, tmp = market
+    c, stop, log = started_then_killed(market, "{wait}; echo failed-late; exit 1")
+    clock.set(c["end_t"] + REPORT_GRACE / 2)
+    stop.touch()
+    ended_at(tmp, c, HOUR)  # after its window's end
+    agent(srv, tokens[c["provider"]], data, tmp / "agent", agents, log)
+    wait_for(lambda: run_row(ex, c["id"], "reported_t") is not None, "the restarted agent's report")
+    assert (run_row(ex, c["id"], "end"), run_row(ex, c["id"], "code")) == ("window", None)
+    assert f"contract {c['id']}: its job ended while the agent was down, after its window's end" in log.read_text()
+    ex.execute()
+    got = ex.store.contract(c["id"])
+    assert got["state"] == "delivered", got["note"]
+    assert money(ex, c) == (-c["user_price"], c["provider_price"])
+    ex.store.check_books()
+    assert output(srv, tokens["u"], c["id"]) == b"failed-late\n"
 
 
 def test_forged_and_other_providers_run_folders_are_never_reported_as_the_agents_result(market):

@@ -37,7 +37,9 @@ before their deadline) and, for each run that has a record here equal to the lis
    the record before the stop) is reported ``window``: an agent killed between its stop and its
    report is judged by that mark, never by the end its own stop gave the job;
 2. a job that ended while the agent was down is reported ``exit`` with the status and output
-   it left on disk (CPU seconds unknown);
+   it left on disk (CPU seconds unknown), unless it ended at or after its window's end: then it
+   was running at the window's end, where the agent, had it been up, would have stopped it, and
+   it is reported ``window`` (the rule, and why it gives no party new power: :func:`_ended_in_window`);
 3. a job whose go was never sent (the agent died during the launch) is started afresh.
 
 The agent adopts nothing else: a run folder or state file with no record, or with a record of
@@ -208,9 +210,12 @@ class RunKeeper:
         if got is True:
             self.stop_at[cid] = time.monotonic() + float(run["seconds_left"])
             self.log(f"contract {cid}: re-adopted its running job")
-        else:
+        elif _ended_in_window(self.backend.executor.exit_time(cid), time.time() + float(run["seconds_left"])):
             self.log(f"contract {cid}: its job ended while the agent was down")
             self.report(cid, "exit", got, measured=False)
+        else:  # it was running at its window's end (the rule: _ended_in_window)
+            self.log(f"contract {cid}: its job ended while the agent was down, after its window's end")
+            self.report(cid, "window", None, measured=False)
 
     def _move_aside(self, cid: int) -> None:
         """Leftovers of a job folder this agent has no record of (moved, not read)."""
@@ -290,6 +295,29 @@ class RunKeeper:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _ended_in_window(ended: float | None, window_end: float) -> bool:
+    """Whether a job that ended while its agent was down is reported ``exit`` (True) or
+    ``window`` (False), from ``ended``, when its wrapper recorded its exit status (the
+    modification time of its ``exit_code`` file, :meth:`.JobFolders.exit_time`), and
+    ``window_end``, both on this machine's wall clock.
+
+    Rule: a job that ended at or after its window's end was running at the window's end; the
+    agent, had it been up, would have stopped it there and reported ``window`` (a delivered
+    result). Reporting its later end (a non-zero status, a signal) would make the provider pay
+    a penalty only because its agent was down. So it is reported ``window``; a job that ended
+    before its window's end is reported ``exit`` with its status, as an agent up would have.
+    Decision: a job that recorded no exit status (killed with its cgroup, its wrapper too) has
+    no end time here and is reported ``exit`` without a status, as before; the window's end is
+    the listing's ``seconds_left`` at the restart added to this machine's wall clock then, so a
+    step of that clock while the agent was down moves the boundary by the step.
+
+    This gives no party new power: the report is the agent's word anyway (the exchange cannot
+    observe the agent's machine, :mod:`.agent_runs`), and ``window`` makes the user pay, which
+    no user's job would forge (a job that touches its ``exit_code`` file to a later time makes
+    its own user pay); a provider could already report ``window`` for any run it wished."""
+    return ended is None or ended < window_end
 
 
 def _file_output(path: Path) -> dict:

@@ -234,7 +234,9 @@ def runs_waiting(service, provider: str) -> int:
 
 
 def list_runs(service, who) -> list[dict]:
-    """``GET /api/provider/runs``: the caller's published runs not yet reported ended."""
+    """``GET /api/provider/runs``: the caller's published runs not yet reported ended, each with
+    the ``seconds_left`` in its window (negative once it has ended: a restarted agent places the
+    window's end on its own clock, :meth:`.agent_jobs.RunKeeper.adopt`)."""
     provider = _provider(who)
 
     def read() -> list[dict]:
@@ -248,7 +250,7 @@ def list_runs(service, who) -> list[dict]:
             spec = json.loads(r["spec"])
             out.append({"contract": r["contract"], "command": spec["command"], "env": spec["env"],
                         "cpus": spec["cpus"], "share": spec["share"], "mem": spec["mem"],
-                        "seconds_left": max(0.0, spec["end_t"] - now), "deadline": r["deadline_t"],
+                        "seconds_left": spec["end_t"] - now, "deadline": r["deadline_t"],
                         "started": r["started_t"] is not None})
         return out
 

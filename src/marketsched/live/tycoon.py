@@ -48,9 +48,11 @@ which lets every agent re-split its budget and makes the new bids the hosts' sha
 covers the bids, the history and the enforcement (:meth:`~TycoonMarket.apply`, the stride
 threads), so :meth:`~TycoonMarket.snapshot` always returns the bids of a whole round together with
 the number of rounds played; ``history`` keeps the bids of every round (``history[0]`` the
-initial bids). :meth:`~TycoonMarket.stop` ends the threads, kills every job and removes the
-cgroups. ``marketsched market tycoon`` runs this from the command line and prints the bids, the
-shares and the measured CPU fractions.
+initial bids). The agents thread and the stride threads run on the shared keep-alive loop
+(:mod:`marketsched.platform.rounds`): a round or quantum that raises is kept in ``last_error``
+and printed, and the thread goes on. :meth:`~TycoonMarket.stop` ends the threads, kills every job
+and removes the cgroups. ``marketsched market tycoon`` runs this from the command line and prints
+the bids, the shares and the measured CPU fractions.
 
 Accuracy (``tests/test_tycoon_live.py``): once the bids have converged, with the agents still
 re-splitting every interval, each user's fraction of each host's CPU time is within 0.06
@@ -91,8 +93,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +104,7 @@ import numpy as np
 from marketsched.mechanisms.games.best_response import best_response
 from marketsched.platform.cgroups import Layout, detect_enforcement, find_cgroup1_cpu, find_cgroup2_cpu  # noqa: F401
 from marketsched.platform.executor import JobLimits, LocalExecutor, proc_cpu_seconds
-from marketsched.platform.rounds import run_rounds
+from marketsched.platform.rounds import start_rounds
 
 BUSY = "while :; do :; done"
 
@@ -188,7 +192,7 @@ class CpuShareHosts:
         self._stride_current: list[TycoonJob | None] = [None] * n
         self._stride_last: list[dict[int, float]] = [{} for _ in range(n)]
         self._stride_away: list[dict[int, tuple[float, float]]] = [{} for _ in range(n)]
-        self.last_error: str | None = None  # the last exception of the agents thread, if any
+        self.last_error: str | None = None  # the last exception of a round of its threads, if any
 
     def tickets(self) -> np.ndarray:
         """What each host's CPU is divided in proportion to (users x hosts, >= 0; 0: the job is
@@ -241,12 +245,23 @@ class CpuShareHosts:
         except BaseException:
             self.stop()
             raise
-        targets = [(self._stride, (j,), f"{self.kind}-stride-{j}") for j in range(len(self.hosts))
-                   if self.enforcement == "stride"]
-        for target, args, tname in targets + [(self._agents, (), f"{self.kind}-agents")]:
-            t = threading.Thread(target=target, args=args, daemon=True, name=tname)
-            t.start()
-            self._threads.append(t)
+        self._start_loops()
+
+    def _start_loops(self) -> None:
+        """Start the market's threads, each on the shared keep-alive loop
+        (:func:`~marketsched.platform.rounds.start_rounds`: a round that raises is kept in
+        ``last_error`` and printed, and the thread goes on, so enforcement never stops without a
+        word): with stride enforcement, one per host running :meth:`stride_quantum` every
+        ``quantum`` seconds; and the agents thread, running :meth:`resplit` every ``interval``
+        seconds (:meth:`_agents_wait`). Each waits before its first round (the jobs are frozen
+        until their host's first quantum, or held at their initial shares until the first
+        re-split). All run until :meth:`stop`."""
+        loops: list[tuple[str, Callable[[], bool], Callable[[], object]]] = [
+            (f"{self.kind}-stride-{j}", partial(self._stop.wait, self.quantum), partial(self.stride_quantum, j))
+            for j in range(len(self.hosts)) if self.enforcement == "stride"]
+        loops.append((f"{self.kind}-agents", self._agents_wait(), self.resplit))
+        for tname, wait, round_ in loops:
+            self._threads.append(start_rounds(self, tname, wait, round_))
 
     def apply(self) -> None:
         """Make the current :meth:`tickets` the hosts' shares (cgroup weights, or the stride
@@ -277,12 +292,6 @@ class CpuShareHosts:
         else:
             self.executor.cont(job.key)
         job.stopped = sig == signal.SIGSTOP
-
-    def _stride(self, j: int) -> None:
-        """The stride thread of host j (fallback enforcement): :meth:`stride_quantum` every quantum."""
-        while not self._stop.is_set():
-            self.stride_quantum(j)
-            self._stop.wait(self.quantum)
 
     def stride_quantum(self, j: int) -> TycoonJob | None:
         """One quantum of user-space stride scheduling on host j: the job with the smallest pass
@@ -328,9 +337,10 @@ class CpuShareHosts:
             return job
 
     # ------------------------------------------------------------------ the periodic thread
-    def _agents(self) -> None:
-        """The agents thread: round k at start + k * interval until :meth:`stop`; a round more
-        than an interval late puts the clock back to one interval after it (no burst of rounds)."""
+    def _agents_wait(self) -> Callable[[], bool]:
+        """The agents thread's wait (:meth:`_start_loops`): round k at start + k * interval until
+        :meth:`stop`; a round more than an interval late puts the clock back to one interval
+        after it (no burst of rounds)."""
         due = time.monotonic()
 
         def wait() -> bool:
@@ -341,7 +351,7 @@ class CpuShareHosts:
                 due = now + self.interval
             return self._stop.wait(max(0.0, due - time.monotonic()))
 
-        run_rounds(self, wait, self.resplit)
+        return wait
 
     def cpu_seconds(self) -> np.ndarray:
         """CPU seconds each job has used so far (users x hosts)."""

@@ -246,6 +246,11 @@ class JobFolders:
         """The exit status job ``key``'s wrapper recorded (None if none)."""
         return read_exit_code(self.workdir(key))
 
+    def exit_time(self, key) -> float | None:
+        """When job ``key``'s wrapper recorded its exit status, on this machine's wall clock
+        (None if it recorded none; :func:`marketsched.platform.jobfiles.read_exit_time`)."""
+        return jobfiles.read_exit_time(self.workdir(key))
+
 
 class LocalExecutor(JobFolders):
     """Runs, freezes, thaws and kills jobs on this machine; reports their exits.

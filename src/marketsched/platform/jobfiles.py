@@ -16,10 +16,12 @@ atomically (temporary file, then ``rename``) in the broker-owned ``ROOT`` with m
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -134,42 +136,53 @@ def unlink(dir_fd: int, name: str) -> None:
         raise JobFileError(f"job file {name} is a folder") from None
 
 
-def read_tail(root: Path, folder: str, name: str, size: int) -> str:
-    """The last ``size`` bytes of ``root/folder/name`` as text ("" if it is missing); a link or
-    anything but a regular file with one link raises :class:`JobFileError`."""
+@contextlib.contextmanager
+def _job_file(root: Path, folder: str, name: str) -> Iterator[tuple[int, os.stat_result] | None]:
+    """``root/folder/name`` opened for reading (its fd and ``fstat``), or None if it is missing;
+    a link or anything but a regular file with one link raises :class:`JobFileError`."""
     try:
         rfd = os.open(root, O_DIR)
     except FileNotFoundError:
-        return ""
+        yield None
+        return
     try:
         try:
             dfd = open_jobdir(rfd, folder)
         except FileNotFoundError:
-            return ""
+            yield None
+            return
         try:
             try:
                 fd = _open(dfd, name, os.O_RDONLY)
             except FileNotFoundError:
-                return ""
+                yield None
+                return
             try:
-                st = _check(fd, name)
-                if size <= 0:
-                    return ""
-                os.lseek(fd, max(0, st.st_size - size), os.SEEK_SET)
-                chunks, left = [], size
-                while left > 0:
-                    b = os.read(fd, min(left, 1 << 16))
-                    if not b:
-                        break
-                    chunks.append(b)
-                    left -= len(b)
-                return b"".join(chunks).decode(errors="replace")
+                yield fd, _check(fd, name)
             finally:
                 os.close(fd)
         finally:
             os.close(dfd)
     finally:
         os.close(rfd)
+
+
+def read_tail(root: Path, folder: str, name: str, size: int) -> str:
+    """The last ``size`` bytes of ``root/folder/name`` as text ("" if it is missing); a link or
+    anything but a regular file with one link raises :class:`JobFileError`."""
+    with _job_file(root, folder, name) as got:
+        if got is None or size <= 0:
+            return ""
+        fd, st = got
+        os.lseek(fd, max(0, st.st_size - size), os.SEEK_SET)
+        chunks, left = [], size
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 16))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks).decode(errors="replace")
 
 
 def read_exit_code(workdir: Path) -> int | None:
@@ -180,6 +193,18 @@ def read_exit_code(workdir: Path) -> int | None:
         text = read_tail(workdir.parent, workdir.name, "exit_code", 64)
         return int(text.strip()) if text.strip() else None
     except (OSError, ValueError):
+        return None
+
+
+def read_exit_time(workdir: Path) -> float | None:
+    """When the job's wrapper wrote its exit status: the modification time of ``exit_code`` in
+    ``workdir`` (the wrapper writes ``exit_code.tmp`` as the job's command ends and renames it,
+    which keeps the time), on this machine's wall clock; None if missing or not a plain file."""
+    workdir = Path(workdir)
+    try:
+        with _job_file(workdir.parent, workdir.name, "exit_code") as got:
+            return None if got is None else got[1].st_mtime
+    except OSError:
         return None
 
 
