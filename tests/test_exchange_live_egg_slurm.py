@@ -100,7 +100,13 @@ def slurm_state(job):
 
 
 def ended_in_slurm(job):
-    return wait_for(lambda: slurm_state(job) not in (None, "PENDING", "RUNNING", "COMPLETING", "SUSPENDED"), HANG)
+    """Wait until Slurm's accounting has job ``job``'s final record: an end state, and its own name
+    (slurmdbd may hold a job's record under the placeholder name "allocation" a moment longer)."""
+    def final():
+        got = sacct(job)
+        return got is not None and got[0] != "allocation" and \
+            got[1] not in ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED")
+    return wait_for(final, HANG)
 
 
 def rel(ex):
